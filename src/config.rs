@@ -1,0 +1,194 @@
+//! Configuration: every setting is a command-line flag with an environment
+//! variable of the same name (`--store` / `LEASEHOLD_STORE`), so the same
+//! binary is configured the same way on a laptop and in a Kubernetes pod.
+
+use std::{net::SocketAddr, time::Duration};
+
+/// How the broker serves: addresses, store, timeouts, limits, logs.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeConfig {
+    /// Address of the gRPC API (Leasehold, health, reflection).
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:7420")]
+    pub listen: SocketAddr,
+
+    /// Address of the HTTP endpoint serving Prometheus metrics at /metrics.
+    #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", default_value = "127.0.0.1:7421")]
+    pub metrics_listen: SocketAddr,
+
+    /// Where leases live: `memory` (embedded, this process only) or a Redis
+    /// URL such as `redis://127.0.0.1:6379/0` (shared by every replica).
+    #[arg(long, env = "LEASEHOLD_STORE", default_value = "memory")]
+    pub store: String,
+
+    /// Prefix of every Redis key and channel the broker uses, so that several
+    /// deployments can share one Redis.
+    #[arg(long, env = "LEASEHOLD_KEY_PREFIX", default_value = "leasehold:")]
+    pub key_prefix: String,
+
+    /// How long a store call may take before the request fails with
+    /// UNAVAILABLE (e.g. `1s`, `500ms`).
+    #[arg(long, env = "LEASEHOLD_STORE_TIMEOUT", default_value = "1s", value_parser = parse_duration)]
+    pub store_timeout: Duration,
+
+    /// How often the store is pinged to keep the health status current.
+    #[arg(long, env = "LEASEHOLD_HEALTH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub health_interval: Duration,
+
+    /// Request limits.
+    #[command(flatten)]
+    pub limits: Limits,
+
+    /// Log format: `pretty` for people, `json` for log pipelines. The level
+    /// is set with `RUST_LOG` (default `info`).
+    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
+}
+
+/// Log output format.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Bounds on what a request may ask for. Past a bound, the request fails with
+/// INVALID_ARGUMENT or RESOURCE_EXHAUSTED and a message naming the bound.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Limits {
+    /// Shortest lease a client may ask for.
+    #[arg(long, env = "LEASEHOLD_TTL_MIN", default_value = "500ms", value_parser = parse_duration)]
+    pub ttl_min: Duration,
+
+    /// Longest lease a client may ask for.
+    #[arg(long, env = "LEASEHOLD_TTL_MAX", default_value = "1h", value_parser = parse_duration)]
+    pub ttl_max: Duration,
+
+    /// Lease TTL when a request gives none (ttl_ms = 0).
+    #[arg(long, env = "LEASEHOLD_TTL_DEFAULT", default_value = "10s", value_parser = parse_duration)]
+    pub ttl_default: Duration,
+
+    /// Longest an Acquire may wait for a held lock.
+    #[arg(long, env = "LEASEHOLD_MAX_WAIT", default_value = "5m", value_parser = parse_duration)]
+    pub max_wait: Duration,
+
+    /// Most Acquire calls that may wait at once on this replica.
+    #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
+    pub max_waiters: usize,
+
+    /// Longest lock name, in bytes.
+    #[arg(long, env = "LEASEHOLD_MAX_NAME_LEN", default_value_t = 256)]
+    pub max_name_len: usize,
+
+    /// Longest holder label, in bytes.
+    #[arg(long, env = "LEASEHOLD_MAX_HOLDER_LEN", default_value_t = 256)]
+    pub max_holder_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            ttl_min: Duration::from_millis(500),
+            ttl_max: Duration::from_secs(3600),
+            ttl_default: Duration::from_secs(10),
+            max_wait: Duration::from_secs(300),
+            max_waiters: 10_000,
+            max_name_len: 256,
+            max_holder_len: 256,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks that the limits make sense together, so a misconfiguration is
+    /// reported at start-up rather than as odd request failures.
+    pub fn check(&self) -> Result<(), String> {
+        if self.ttl_min.is_zero() {
+            return Err("--ttl-min must be above zero".into());
+        }
+        if self.ttl_min > self.ttl_max {
+            return Err(format!(
+                "--ttl-min ({:?}) is above --ttl-max ({:?})",
+                self.ttl_min, self.ttl_max
+            ));
+        }
+        if self.ttl_default < self.ttl_min || self.ttl_default > self.ttl_max {
+            return Err(format!(
+                "--ttl-default ({:?}) is outside --ttl-min..=--ttl-max ({:?}..={:?})",
+                self.ttl_default, self.ttl_min, self.ttl_max
+            ));
+        }
+        if self.max_name_len == 0 {
+            return Err("--max-name-len must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+impl ServeConfig {
+    /// A configuration with every default, serving on the given addresses:
+    /// what tests and embedders start from.
+    pub fn new(listen: SocketAddr, metrics_listen: SocketAddr, store: impl Into<String>) -> Self {
+        ServeConfig {
+            listen,
+            metrics_listen,
+            store: store.into(),
+            key_prefix: "leasehold:".into(),
+            store_timeout: Duration::from_secs(1),
+            health_interval: Duration::from_secs(1),
+            limits: Limits::default(),
+            log_format: LogFormat::Pretty,
+        }
+    }
+}
+
+/// Parses `250ms`, `10s`, `5m`, `1h` (a whole number and a unit).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("'{text}' has no unit: write e.g. 500ms, 10s, 5m or 1h"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' does not start with a whole number"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => return Err(format!("'{text}' has unknown unit '{unit}': use ms, s, m or h")),
+    };
+    ms.map(Duration::from_millis)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_in_every_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn bad_durations_say_what_is_wrong() {
+        assert!(parse_duration("10").unwrap_err().contains("no unit"));
+        assert!(parse_duration("ms").unwrap_err().contains("whole number"));
+        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("99999999999999999999h").is_err());
+    }
+
+    #[test]
+    fn inconsistent_limits_are_refused() {
+        let mut limits = Limits::default();
+        assert_eq!(limits.check(), Ok(()));
+        limits.ttl_default = Duration::from_millis(100);
+        assert!(limits.check().unwrap_err().contains("--ttl-default"));
+    }
+}

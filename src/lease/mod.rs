@@ -1,0 +1,317 @@
+//! The lease rules: validation, grants (once or waiting), renewals, releases,
+//! and what each outcome means for metrics. The gRPC layer only converts
+//! messages; the store only executes atomic operations; the decisions are
+//! here.
+
+pub mod token;
+pub mod validate;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::{
+    sync::{oneshot, watch, Semaphore},
+    time::{sleep_until, Instant},
+};
+
+use crate::{
+    config::Limits,
+    error::{Error, Result},
+    metrics::{LossReason, Metrics},
+    store::{Acquired, Checked, GrantSpec, LeaseInfo, Renewed, Store},
+};
+
+/// What a caller asks of Acquire (fields as in the proto).
+#[derive(Clone, Debug, Default)]
+pub struct AcquireArgs {
+    /// Lock name.
+    pub name: String,
+    /// Requested TTL; 0 for the default.
+    pub ttl_ms: u64,
+    /// Holder label.
+    pub holder: String,
+    /// How long to wait for a held lock; 0 to try once.
+    pub wait_timeout_ms: u64,
+}
+
+/// A granted lease, with the secret that proves it.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    /// Lock name.
+    pub name: String,
+    /// Owner token (secret).
+    pub owner_token: String,
+    /// Fencing token.
+    pub fence: u64,
+    /// Validity from the moment the store applied it.
+    pub ttl_ms: u64,
+}
+
+/// The result of a successful Acquire.
+#[derive(Clone, Debug)]
+pub struct Granted {
+    /// The lease.
+    pub lease: Lease,
+    /// Time spent waiting for it.
+    pub waited: Duration,
+}
+
+/// What Describe reports.
+#[derive(Clone, Debug)]
+pub struct Description {
+    /// The current lease, if the name is held.
+    pub lease: Option<LeaseInfo>,
+    /// Acquire calls waiting for the name on this replica.
+    pub local_waiters: usize,
+}
+
+struct Inner {
+    store: Store,
+    limits: Limits,
+    metrics: Metrics,
+    /// Bounds the Acquire calls waiting at once (`--max-waiters`).
+    waiter_slots: Arc<Semaphore>,
+    /// Flips to true when the broker shuts down, ending every wait.
+    shutdown: watch::Sender<bool>,
+}
+
+/// The lease service; cheap to clone.
+#[derive(Clone)]
+pub struct Leases {
+    inner: Arc<Inner>,
+}
+
+impl Leases {
+    /// A lease service over `store`.
+    pub fn new(store: Store, limits: Limits, metrics: Metrics) -> Self {
+        Leases {
+            inner: Arc::new(Inner {
+                waiter_slots: Arc::new(Semaphore::new(limits.max_waiters)),
+                store,
+                limits,
+                metrics,
+                shutdown: watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// The store (for health checks).
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Ends every wait in progress with UNAVAILABLE, so that a graceful
+    /// shutdown is not held up by callers waiting for minutes.
+    pub fn begin_shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Takes the lease, once or waiting (see the proto for the semantics).
+    pub async fn acquire(&self, args: AcquireArgs) -> Result<Granted> {
+        let limits = &self.inner.limits;
+        validate::name(limits, &args.name)?;
+        validate::holder(limits, &args.holder)?;
+        let ttl_ms = validate::ttl(limits, args.ttl_ms, Some(limits.ttl_default))?
+            .unwrap_or(limits.ttl_default.as_millis() as u64);
+        let wait = validate::wait(limits, args.wait_timeout_ms)?;
+        let spec = GrantSpec {
+            name: args.name,
+            token: token::generate()?,
+            holder: args.holder,
+            ttl_ms,
+        };
+        // The attempt runs in its own task: if the caller goes away, a store
+        // call in flight still completes, and a grant it produced is released
+        // at once instead of holding the lock for nobody until its TTL.
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(self.clone().acquire_task(spec, wait, tx));
+        rx.await
+            .map_err(|_| Error::Internal("the acquire task ended without an answer".into()))?
+    }
+
+    async fn acquire_task(self, spec: GrantSpec, wait: Duration, mut caller: oneshot::Sender<Result<Granted>>) {
+        let started = Instant::now();
+        let result = self
+            .acquire_until(&spec, started, started + wait, &mut caller)
+            .await
+            .map(|fence| Granted {
+                lease: Lease {
+                    name: spec.name.clone(),
+                    owner_token: spec.token.clone(),
+                    fence,
+                    ttl_ms: spec.ttl_ms,
+                },
+                waited: started.elapsed(),
+            });
+        let m = &self.inner.metrics;
+        match &result {
+            Ok(granted) => {
+                m.acquired.inc();
+                m.acquire_wait.observe(granted.waited.as_secs_f64());
+                tracing::debug!(
+                    lock = %spec.name, fence = granted.lease.fence, ttl_ms = spec.ttl_ms,
+                    holder = %spec.holder, token = %token::Redacted(&spec.token), "granted"
+                );
+            }
+            Err(Error::Held { .. }) => m.acquire_refused.inc(),
+            Err(_) => {}
+        }
+        if let Err(Ok(granted)) = caller.send(result) {
+            tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
+            if let Ok(Checked::Done(())) = self.count_errors(self.inner.store.release(&spec.name, &spec.token).await) {
+                m.released.inc();
+            }
+        }
+    }
+
+    /// Tries until `deadline`, woken by releases and expiries; returns the
+    /// fence of the grant.
+    async fn acquire_until(
+        &self,
+        spec: &GrantSpec,
+        started: Instant,
+        deadline: Instant,
+        caller: &mut oneshot::Sender<Result<Granted>>,
+    ) -> Result<u64> {
+        let store = &self.inner.store;
+        let held = match self.count_errors(store.acquire(spec).await)? {
+            Acquired::Granted { fence } => return Ok(fence),
+            Acquired::Held(held) => held,
+        };
+        if Instant::now() >= deadline {
+            return Err(held_error(spec, held, started));
+        }
+
+        let _slot = Arc::clone(&self.inner.waiter_slots).try_acquire_owned().map_err(|_| {
+            Error::ResourceExhausted(format!(
+                "{} Acquire calls are already waiting on this broker replica (--max-waiters); \
+                 retry later or on another replica",
+                self.inner.limits.max_waiters
+            ))
+        })?;
+        let _gauge = GaugeGuard::inc(&self.inner.metrics.waiters);
+        let watch = self.count_errors(store.watch(&spec.name).await)?;
+        let mut shutdown = self.inner.shutdown.subscribe();
+        loop {
+            // Armed before the attempt, so a release between the attempt and
+            // the wait below still wakes us.
+            let notified = watch.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            let held = match self.count_errors(store.acquire(spec).await)? {
+                Acquired::Granted { fence } => return Ok(fence),
+                Acquired::Held(held) => held,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(held_error(spec, held, started));
+            }
+            // The lease cannot outlive its remaining time without a renewal,
+            // which we would not hear of: look again when it would expire.
+            let expiry = now + Duration::from_millis(held.remaining_ms.max(1));
+            tokio::select! {
+                () = &mut notified => {}
+                () = sleep_until(expiry.min(deadline)) => {}
+                () = caller.closed() => return Err(Error::Cancelled),
+                _ = shutdown.wait_for(|down| *down) => {
+                    return Err(Error::Unavailable(
+                        "the broker is shutting down; retry on another replica".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Extends a lease (see the proto).
+    pub async fn renew(&self, name: &str, owner_token: &str, ttl_ms: u64) -> Result<Renewed> {
+        let limits = &self.inner.limits;
+        validate::name(limits, name)?;
+        validate::owner_token(owner_token)?;
+        let ttl = validate::ttl(limits, ttl_ms, None)?;
+        let started = Instant::now();
+        let outcome = self.count_errors(self.inner.store.renew(name, owner_token, ttl).await)?;
+        self.inner
+            .metrics
+            .heartbeat_latency
+            .observe(started.elapsed().as_secs_f64());
+        self.checked(name, outcome)
+    }
+
+    /// Ends a lease (see the proto).
+    pub async fn release(&self, name: &str, owner_token: &str) -> Result<()> {
+        validate::name(&self.inner.limits, name)?;
+        validate::owner_token(owner_token)?;
+        let outcome = self.count_errors(self.inner.store.release(name, owner_token).await)?;
+        self.checked(name, outcome)?;
+        self.inner.metrics.released.inc();
+        tracing::debug!(lock = %name, token = %token::Redacted(owner_token), "released");
+        Ok(())
+    }
+
+    /// Who holds `name`.
+    pub async fn describe(&self, name: &str) -> Result<Description> {
+        validate::name(&self.inner.limits, name)?;
+        let lease = self.count_errors(self.inner.store.describe(name).await)?;
+        Ok(Description {
+            lease,
+            local_waiters: self.inner.store.local_watchers(name),
+        })
+    }
+
+    /// Turns a mismatch into the error the owner must hear, counting the loss.
+    fn checked<T>(&self, name: &str, outcome: Checked<T>) -> Result<T> {
+        match outcome {
+            Checked::Done(value) => Ok(value),
+            Checked::NotHeld => {
+                self.inner.metrics.lost(LossReason::Expired);
+                tracing::info!(lock = %name, "a holder found its lease gone (expired or lost)");
+                Err(Error::NotHeld { name: name.to_owned() })
+            }
+            Checked::NotOwner { fence } => {
+                self.inner.metrics.lost(LossReason::NotOwner);
+                tracing::info!(lock = %name, current_fence = fence, "a former holder presented a stale token");
+                Err(Error::NotOwner { name: name.to_owned(), fence })
+            }
+        }
+    }
+
+    /// Counts store failures in `store_errors_total`.
+    fn count_errors<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(e @ (Error::Unavailable(_) | Error::Internal(_))) = &result {
+            self.inner.metrics.store_errors.inc();
+            tracing::warn!(error = %e, "store call failed");
+        }
+        result
+    }
+}
+
+fn held_error(spec: &GrantSpec, held: LeaseInfo, started: Instant) -> Error {
+    Error::Held {
+        name: spec.name.clone(),
+        holder: held.holder,
+        fence: held.fence,
+        remaining_ms: held.remaining_ms,
+        waited_ms: started.elapsed().as_millis() as u64,
+    }
+}
+
+/// Keeps a gauge raised while alive.
+struct GaugeGuard<'a>(&'a prometheus::IntGauge);
+
+impl<'a> GaugeGuard<'a> {
+    fn inc(gauge: &'a prometheus::IntGauge) -> Self {
+        gauge.inc();
+        GaugeGuard(gauge)
+    }
+}
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,58 @@
+//! Owner tokens: 128 random bits, written as 32 lowercase hex characters.
+
+use std::fmt;
+
+/// Length of an owner token in characters.
+pub const TOKEN_LEN: usize = 32;
+
+/// A new random owner token from the operating system's CSPRNG.
+pub fn generate() -> crate::Result<String> {
+    let mut bytes = [0u8; TOKEN_LEN / 2];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| crate::Error::Internal(format!("no randomness for an owner token: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether `token` has the form of an owner token (only such a token can
+/// ever match a lease, so anything else is refused before the store).
+pub fn is_well_formed(token: &str) -> bool {
+    token.len() == TOKEN_LEN && token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Displays a token's first 4 characters only: enough to correlate log lines
+/// of one lease, useless for taking it over.
+pub struct Redacted<'a>(pub &'a str);
+
+impl fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let prefix = self.0.get(..4).unwrap_or("");
+        write!(f, "{prefix}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_well_formed_and_distinct() {
+        let a = generate().unwrap();
+        let b = generate().unwrap();
+        assert!(is_well_formed(&a) && is_well_formed(&b));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn malformed_tokens_are_recognised() {
+        assert!(!is_well_formed(""));
+        assert!(!is_well_formed(&"A".repeat(TOKEN_LEN)));
+        assert!(!is_well_formed(&"a".repeat(TOKEN_LEN + 1)));
+    }
+
+    #[test]
+    fn redaction_shows_four_characters() {
+        let token = "0123456789abcdef0123456789abcdef";
+        assert_eq!(Redacted(token).to_string(), "0123…");
+        assert_eq!(Redacted("é").to_string(), "…");
+    }
+}

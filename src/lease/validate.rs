@@ -1,0 +1,138 @@
+//! Request validation against the configured [`Limits`]. Every message names
+//! the field and the limit, so a person can fix the request.
+
+use std::time::Duration;
+
+use super::token;
+use crate::{config::Limits, error::Error, Result};
+
+/// Checks a lock name: 1..=max bytes of `[A-Za-z0-9._:/-]`. The set leaves
+/// out `{` and `}` (Redis Cluster hash tags), spaces and control characters.
+pub fn name(limits: &Limits, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidArgument("name is empty: give the lock a name".into()));
+    }
+    if name.len() > limits.max_name_len {
+        return Err(Error::InvalidArgument(format!(
+            "name is {} bytes long; the limit is {} bytes (--max-name-len)",
+            name.len(),
+            limits.max_name_len
+        )));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '-')))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "name contains {bad:?}; allowed are A-Z a-z 0-9 and . _ : / -"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a holder label: at most max bytes, no control characters.
+pub fn holder(limits: &Limits, holder: &str) -> Result<()> {
+    if holder.len() > limits.max_holder_len {
+        return Err(Error::InvalidArgument(format!(
+            "holder is {} bytes long; the limit is {} bytes (--max-holder-len)",
+            holder.len(),
+            limits.max_holder_len
+        )));
+    }
+    if holder.chars().any(char::is_control) {
+        return Err(Error::InvalidArgument(
+            "holder contains a control character; use printable text such as a pod name".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves a requested TTL: 0 means `default` (or `None` for renew, which
+/// keeps the lease's own TTL); anything else must lie within the bounds.
+pub fn ttl(limits: &Limits, ttl_ms: u64, default: Option<Duration>) -> Result<Option<u64>> {
+    if ttl_ms == 0 {
+        return Ok(default.map(|d| d.as_millis() as u64));
+    }
+    let (min, max) = (limits.ttl_min.as_millis() as u64, limits.ttl_max.as_millis() as u64);
+    if ttl_ms < min || ttl_ms > max {
+        return Err(Error::InvalidArgument(format!(
+            "ttl_ms is {ttl_ms}; it must lie within {min}..={max} ms (--ttl-min, --ttl-max), \
+             or be 0 for the default"
+        )));
+    }
+    Ok(Some(ttl_ms))
+}
+
+/// Resolves a requested wait; anything above the maximum is refused rather
+/// than cut, so a client never waits less than it believes.
+pub fn wait(limits: &Limits, wait_ms: u64) -> Result<Duration> {
+    let max = limits.max_wait.as_millis() as u64;
+    if wait_ms > max {
+        return Err(Error::InvalidArgument(format!(
+            "wait_timeout_ms is {wait_ms}; the limit is {max} ms (--max-wait)"
+        )));
+    }
+    Ok(Duration::from_millis(wait_ms))
+}
+
+/// Checks an owner token's form.
+pub fn owner_token(token: &str) -> Result<()> {
+    if token::is_well_formed(token) {
+        Ok(())
+    } else if token.is_empty() {
+        Err(Error::InvalidArgument(
+            "owner_token is empty: pass the owner_token that Acquire returned".into(),
+        ))
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "owner_token is not {} lowercase hex characters: pass the owner_token that Acquire returned",
+            token::TOKEN_LEN
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(r: Result<impl std::fmt::Debug>) -> String {
+        match r {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_follow_the_charset_and_length() {
+        let l = Limits::default();
+        assert!(name(&l, "jobs/nightly-report_v2.1:eu").is_ok());
+        assert!(name(&l, &"a".repeat(256)).is_ok());
+        assert!(message(name(&l, "")).contains("empty"));
+        assert!(message(name(&l, &"a".repeat(257))).contains("256 bytes"));
+        assert!(message(name(&l, "a{b}")).contains("'{'"));
+        assert!(message(name(&l, "café")).contains("'é'"));
+        assert!(message(name(&l, "a b")).contains("' '"));
+    }
+
+    #[test]
+    fn ttls_are_bounded_and_zero_means_default() {
+        let l = Limits::default();
+        assert_eq!(ttl(&l, 0, Some(l.ttl_default)).unwrap(), Some(10_000));
+        assert_eq!(ttl(&l, 0, None).unwrap(), None);
+        assert_eq!(ttl(&l, 500, None).unwrap(), Some(500));
+        assert!(message(ttl(&l, 499, None)).contains("500..=3600000"));
+        assert!(message(ttl(&l, 3_600_001, None)).contains("--ttl-max"));
+        assert!(message(ttl(&l, u64::MAX, None)).contains("ttl_ms"));
+    }
+
+    #[test]
+    fn holders_and_waits_and_tokens_are_checked() {
+        let l = Limits::default();
+        assert!(holder(&l, "").is_ok());
+        assert!(message(holder(&l, &"h".repeat(257))).contains("--max-holder-len"));
+        assert!(message(holder(&l, "a\nb")).contains("control"));
+        assert!(message(wait(&l, 300_001)).contains("--max-wait"));
+        assert!(message(owner_token("")).contains("empty"));
+        assert!(message(owner_token("xyz")).contains("32 lowercase hex"));
+    }
+}

@@ -1,0 +1,31 @@
+//! Leasehold: a distributed lock broker. Named leases with owner tokens and
+//! fencing tokens, served over gRPC, stored in Redis (or in memory).
+//!
+//! See `proto/leasehold/v1/leasehold.proto` for the API and its guarantees,
+//! and `README.md` for running it.
+//!
+//! # Layout
+//!
+//! * [`config`]: flags and environment variables, request limits.
+//! * [`error`]: the one error type and its mapping to gRPC status codes.
+//! * [`lease`]: the lease rules: validation, grants (once or waiting),
+//!   renewals, releases, owner tokens. Knows nothing of gRPC.
+//! * [`store`]: atomic lease operations and release notifications, in Redis
+//!   (Lua scripts in `src/store/lua/`) or in memory; one contract.
+//! * [`metrics`]: Prometheus metrics.
+//! * [`server`]: the tonic services (thin), health, reflection, `/metrics`.
+//! * [`shutdown`]: signal handling.
+//! * [`proto`]: code generated from the proto.
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod error;
+pub mod lease;
+pub mod metrics;
+pub mod proto;
+pub mod server;
+pub mod shutdown;
+pub mod store;
+
+pub use error::{Error, Result};

@@ -1,0 +1,177 @@
+//! Prometheus metrics. Names follow Prometheus conventions (`_total` for
+//! counters, base units in seconds). No metric carries a lock name as a label:
+//! names are unbounded and would explode the series count.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// Why a holder lost its lease (the `reason` label of `lease_lost_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    /// The TTL ran out before a renewal.
+    Expired,
+    /// Another owner holds the name now.
+    NotOwner,
+    /// The store lost the lease (restarted empty, flushed, evicted).
+    StoreLost,
+    /// An operator revoked the lease.
+    Revoked,
+}
+
+impl LossReason {
+    /// Every reason, so each series exists from start-up at 0.
+    pub const ALL: [LossReason; 4] = [
+        LossReason::Expired,
+        LossReason::NotOwner,
+        LossReason::StoreLost,
+        LossReason::Revoked,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossReason::Expired => "expired",
+            LossReason::NotOwner => "not_owner",
+            LossReason::StoreLost => "store_lost",
+            LossReason::Revoked => "revoked",
+        }
+    }
+}
+
+/// The broker's metrics, registered in their own registry (cheap to clone:
+/// every field is an `Arc` inside).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// Leases granted.
+    pub acquired: IntCounter,
+    /// Leases released by their holder.
+    pub released: IntCounter,
+    /// Leases lost by their holder, by reason.
+    pub lost: IntCounterVec,
+    /// Acquire calls that did not obtain the lock (held, wait ran out).
+    pub acquire_refused: IntCounter,
+    /// Store round trip of a renewal.
+    pub heartbeat_latency: Histogram,
+    /// Time an Acquire waited before its grant.
+    pub acquire_wait: Histogram,
+    /// Acquire calls waiting now on this replica.
+    pub waiters: IntGauge,
+    /// Store calls that failed (timeout, connection, unexpected answer).
+    pub store_errors: IntCounter,
+    /// 1 while the last store health check succeeded, else 0.
+    pub store_up: IntGauge,
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let m = Metrics {
+            acquired: IntCounter::new("lease_acquired_total", "Leases granted.").expect("valid"),
+            released: IntCounter::new("lease_released_total", "Leases released by their holder.")
+                .expect("valid"),
+            lost: IntCounterVec::new(
+                Opts::new(
+                    "lease_lost_total",
+                    "Leases lost by their holder (expired, not_owner, store_lost, revoked), \
+                     counted when the broker notices.",
+                ),
+                &["reason"],
+            )
+            .expect("valid"),
+            acquire_refused: IntCounter::new(
+                "lease_acquire_refused_total",
+                "Acquire calls that did not obtain the lock (held, or the wait ran out).",
+            )
+            .expect("valid"),
+            heartbeat_latency: Histogram::with_opts(
+                HistogramOpts::new(
+                    "heartbeat_latency_seconds",
+                    "Store round trip of a lease renewal.",
+                )
+                .buckets(vec![
+                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                    0.5, 1.0,
+                ]),
+            )
+            .expect("valid"),
+            acquire_wait: Histogram::with_opts(
+                HistogramOpts::new(
+                    "lease_acquire_wait_seconds",
+                    "Time an Acquire waited for a held lock before its grant.",
+                )
+                .buckets(vec![0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0]),
+            )
+            .expect("valid"),
+            waiters: IntGauge::new("lease_waiters", "Acquire calls waiting now on this replica.")
+                .expect("valid"),
+            store_errors: IntCounter::new(
+                "store_errors_total",
+                "Store calls that failed (timeout, connection error, unexpected answer).",
+            )
+            .expect("valid"),
+            store_up: IntGauge::new(
+                "store_up",
+                "1 while the last store health check succeeded, else 0.",
+            )
+            .expect("valid"),
+            registry,
+        };
+        for reason in LossReason::ALL {
+            m.lost.with_label_values(&[reason.as_str()]);
+        }
+        let collectors: [Box<dyn prometheus::core::Collector>; 9] = [
+            Box::new(m.acquired.clone()),
+            Box::new(m.released.clone()),
+            Box::new(m.lost.clone()),
+            Box::new(m.acquire_refused.clone()),
+            Box::new(m.heartbeat_latency.clone()),
+            Box::new(m.acquire_wait.clone()),
+            Box::new(m.waiters.clone()),
+            Box::new(m.store_errors.clone()),
+            Box::new(m.store_up.clone()),
+        ];
+        for c in collectors {
+            m.registry.register(c).expect("metric names are unique");
+        }
+        m
+    }
+
+    /// Counts a lost lease.
+    pub fn lost(&self, reason: LossReason) {
+        self.lost.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metric families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loss_reason_is_exported_from_the_start() {
+        let text = Metrics::new().render();
+        for reason in LossReason::ALL {
+            let series = format!("lease_lost_total{{reason=\"{}\"}} 0", reason.as_str());
+            assert!(text.contains(&series), "missing {series} in\n{text}");
+        }
+        assert!(text.contains("lease_acquired_total 0"));
+        assert!(text.contains("# TYPE heartbeat_latency_seconds histogram"));
+    }
+}

@@ -1,0 +1,85 @@
+//! The `leasehold.v1.Leasehold` gRPC service: converts messages and calls the
+//! lease rules. No store access and no decisions here.
+
+use tonic::{Request, Response, Status};
+
+use crate::{
+    lease::{AcquireArgs, Leases},
+    proto::{
+        leasehold_server::Leasehold, AcquireRequest, AcquireResponse, DescribeRequest,
+        DescribeResponse, Lease, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
+    },
+};
+
+/// The service over the lease rules.
+pub struct LeaseholdService {
+    leases: Leases,
+}
+
+impl LeaseholdService {
+    /// Serves `leases`.
+    pub fn new(leases: Leases) -> Self {
+        LeaseholdService { leases }
+    }
+}
+
+#[tonic::async_trait]
+impl Leasehold for LeaseholdService {
+    async fn acquire(&self, request: Request<AcquireRequest>) -> Result<Response<AcquireResponse>, Status> {
+        let r = request.into_inner();
+        let granted = self
+            .leases
+            .acquire(AcquireArgs {
+                name: r.name,
+                ttl_ms: r.ttl_ms,
+                holder: r.holder,
+                wait_timeout_ms: r.wait_timeout_ms,
+            })
+            .await?;
+        let lease = granted.lease;
+        Ok(Response::new(AcquireResponse {
+            lease: Some(Lease {
+                name: lease.name,
+                owner_token: lease.owner_token,
+                fence: lease.fence,
+                ttl_ms: lease.ttl_ms,
+            }),
+            waited_ms: granted.waited.as_millis() as u64,
+        }))
+    }
+
+    async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
+        let r = request.into_inner();
+        let renewed = self.leases.renew(&r.name, &r.owner_token, r.ttl_ms).await?;
+        Ok(Response::new(RenewResponse {
+            ttl_ms: renewed.ttl_ms,
+            fence: renewed.fence,
+        }))
+    }
+
+    async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
+        let r = request.into_inner();
+        self.leases.release(&r.name, &r.owner_token).await?;
+        Ok(Response::new(ReleaseResponse {}))
+    }
+
+    async fn describe(&self, request: Request<DescribeRequest>) -> Result<Response<DescribeResponse>, Status> {
+        let d = self.leases.describe(&request.into_inner().name).await?;
+        let local_waiters = u32::try_from(d.local_waiters).unwrap_or(u32::MAX);
+        Ok(Response::new(match d.lease {
+            Some(l) => DescribeResponse {
+                held: true,
+                holder: l.holder,
+                fence: l.fence,
+                remaining_ms: l.remaining_ms,
+                ttl_ms: l.ttl_ms,
+                granted_at_unix_ms: l.granted_at_unix_ms,
+                local_waiters,
+            },
+            None => DescribeResponse {
+                local_waiters,
+                ..Default::default()
+            },
+        }))
+    }
+}

@@ -1,0 +1,100 @@
+//! The network side: the gRPC server (Leasehold API, health, reflection) and
+//! the HTTP metrics endpoint, started and stopped together by [`run`].
+
+mod grpc;
+mod health;
+mod http;
+
+use std::future::Future;
+
+use tokio::{net::TcpListener, sync::watch};
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use self::grpc::LeaseholdService;
+use crate::{
+    config::ServeConfig,
+    error::{Error, Result},
+    lease::Leases,
+    metrics::Metrics,
+    proto::{self, leasehold_server::LeaseholdServer},
+    store::Store,
+};
+
+/// Serves on the given listeners until `shutdown` resolves, then stops
+/// accepting, ends every waiting Acquire with UNAVAILABLE, finishes the calls
+/// in flight and returns.
+///
+/// Taking bound listeners (rather than addresses) lets tests bind
+/// `127.0.0.1:0` and learn the port before the server starts.
+pub async fn run(
+    grpc: TcpListener,
+    metrics_listener: TcpListener,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    config.limits.check().map_err(Error::InvalidArgument)?;
+    let store = Store::open(&config.store, &config.key_prefix, config.store_timeout)?;
+    let metrics = Metrics::new();
+    let leases = Leases::new(store, config.limits.clone(), metrics.clone());
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    tokio::spawn(health::watch_store(
+        leases.clone(),
+        health_reporter,
+        config.health_interval,
+        stop_rx.clone(),
+    ));
+    tokio::spawn(http::serve(metrics_listener, metrics, stop_rx));
+
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| Error::Internal(format!("reflection service: {e}")))?;
+
+    tracing::info!(
+        grpc = %grpc.local_addr().map_err(|e| Error::Internal(e.to_string()))?,
+        metrics = %config.metrics_listen,
+        store = %redact_url(&config.store),
+        "serving"
+    );
+    let on_shutdown = leases.clone();
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(LeaseholdServer::new(LeaseholdService::new(leases)))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
+            shutdown.await;
+            tracing::info!("shutting down: ending waits, finishing calls in flight");
+            on_shutdown.begin_shutdown();
+            let _ = stop_tx.send(true);
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("gRPC server: {e}")))
+}
+
+/// A store URL fit for logs: any password replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}://{user}:***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn store_urls_are_logged_without_passwords() {
+        assert_eq!(redact_url("redis://:s3cret@redis:6379/0"), "redis://:***@redis:6379/0");
+        assert_eq!(redact_url("rediss://app:pw@r:6380"), "rediss://app:***@r:6380");
+        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact_url("memory"), "memory");
+    }
+}

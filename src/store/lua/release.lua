@@ -1,0 +1,35 @@
+-- release.lua: delete a lease, only for its owner, and wake its waiters.
+--
+-- KEYS[1]  the lease hash of the name
+-- ARGV[1]  owner token
+-- ARGV[2]  the name's release channel
+-- ARGV[3]  the lock name (the message published on the channel)
+--
+-- Returns  1 when released,
+--          0 when no lease exists (expired, released, lost),
+--         -1 when another owner holds it.
+--
+-- Normally the key is deleted, so Redis keeps nothing for a free name. Only
+-- when the lease's fence is not yet below the server clock (several grants of
+-- the name within one microsecond, or a clock that stepped back) does a
+-- tombstone keep the fence, just until the clock has passed it: acquire.lua
+-- then continues from it, and no later grant can repeat a fence.
+local key = KEYS[1]
+local owner = redis.call('HGET', key, 'o')
+if not owner then
+  return 0
+end
+if owner ~= ARGV[1] then
+  return -1
+end
+local fence = tonumber(redis.call('HGET', key, 'f'))
+local time = redis.call('TIME')
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+if fence >= now_us then
+  redis.call('HDEL', key, 'o', 'h', 't', 'g')
+  redis.call('PEXPIRE', key, math.floor((fence - now_us) / 1000) + 1)
+else
+  redis.call('DEL', key)
+end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1

@@ -1,0 +1,240 @@
+//! The embedded store: leases in a sharded map inside this process.
+//!
+//! Same contract as Redis, for one process. Expiry uses tokio's clock, so
+//! TTL logic can be tested on a paused clock. Fences come from one
+//! process-wide high-water mark combined with the wall clock, so they strictly
+//! increase per name without remembering any name that is free.
+
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Weak,
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
+use tokio::time::Instant;
+
+use super::{watch::Watchers, Acquired, Checked, GrantSpec, LeaseInfo, Renewed, Watch};
+use crate::error::Result;
+
+/// How often expired leases nobody touches are swept from memory.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+struct Lease {
+    token: String,
+    holder: String,
+    fence: u64,
+    ttl_ms: u64,
+    granted_at_unix_ms: u64,
+    expires_at: Instant,
+}
+
+impl Lease {
+    fn info(&self, now: Instant) -> LeaseInfo {
+        LeaseInfo {
+            holder: self.holder.clone(),
+            fence: self.fence,
+            remaining_ms: ceil_ms(self.expires_at.saturating_duration_since(now)),
+            ttl_ms: self.ttl_ms,
+            granted_at_unix_ms: self.granted_at_unix_ms,
+        }
+    }
+}
+
+struct Inner {
+    leases: DashMap<String, Lease>,
+    /// Highest fence issued by this process.
+    high_water: AtomicU64,
+    watchers: Watchers,
+}
+
+/// The in-process store; cheap to clone.
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store. Inside a tokio runtime it also starts a sweeper that
+    /// drops expired leases, and stops when the store is dropped.
+    pub fn new() -> Self {
+        let inner = Arc::new(Inner {
+            leases: DashMap::new(),
+            high_water: AtomicU64::new(0),
+            watchers: Watchers::new(None),
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(sweep(Arc::downgrade(&inner)));
+        }
+        MemoryStore { inner }
+    }
+
+    pub(crate) fn watchers(&self) -> &Watchers {
+        &self.inner.watchers
+    }
+
+    /// The next fence: above the last one issued and not below the clock.
+    fn next_fence(&self) -> u64 {
+        let now_us = unix_micros();
+        let prev = self
+            .inner
+            .high_water
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |hw| {
+                Some(hw.saturating_add(1).max(now_us))
+            })
+            .unwrap_or_else(|hw| hw);
+        prev.saturating_add(1).max(now_us)
+    }
+
+    pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
+        let now = Instant::now();
+        match self.inner.leases.entry(spec.name.clone()) {
+            MapEntry::Occupied(e) if e.get().expires_at > now => Ok(Acquired::Held(e.get().info(now))),
+            entry => {
+                let fence = self.next_fence();
+                let lease = Lease {
+                    token: spec.token.clone(),
+                    holder: spec.holder.clone(),
+                    fence,
+                    ttl_ms: spec.ttl_ms,
+                    granted_at_unix_ms: unix_micros() / 1_000,
+                    expires_at: now + Duration::from_millis(spec.ttl_ms),
+                };
+                entry.insert(lease);
+                Ok(Acquired::Granted { fence })
+            }
+        }
+    }
+
+    pub(crate) async fn renew(&self, name: &str, token: &str, ttl_ms: Option<u64>) -> Result<Checked<Renewed>> {
+        let now = Instant::now();
+        let Some(mut lease) = self.live(name, now) else {
+            return Ok(Checked::NotHeld);
+        };
+        if lease.token != token {
+            return Ok(Checked::NotOwner { fence: lease.fence });
+        }
+        let ttl_ms = ttl_ms.unwrap_or(lease.ttl_ms);
+        lease.ttl_ms = ttl_ms;
+        lease.expires_at = now + Duration::from_millis(ttl_ms);
+        Ok(Checked::Done(Renewed { ttl_ms, fence: lease.fence }))
+    }
+
+    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
+        let now = Instant::now();
+        let outcome = match self.inner.leases.entry(name.to_owned()) {
+            MapEntry::Occupied(e) if e.get().expires_at > now => {
+                if e.get().token != token {
+                    return Ok(Checked::NotOwner { fence: e.get().fence });
+                }
+                e.remove();
+                Checked::Done(())
+            }
+            MapEntry::Occupied(e) => {
+                e.remove();
+                Checked::NotHeld
+            }
+            MapEntry::Vacant(_) => Checked::NotHeld,
+        };
+        if outcome == Checked::Done(()) {
+            self.inner.watchers.wake(name);
+        }
+        Ok(outcome)
+    }
+
+    pub(crate) async fn describe(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        let now = Instant::now();
+        Ok(self.live(name, now).map(|lease| lease.info(now)))
+    }
+
+    pub(crate) async fn watch(&self, name: &str) -> Result<Watch> {
+        self.inner.watchers.watch(name).await
+    }
+
+    pub(crate) async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The unexpired lease on `name`, removing it if it expired.
+    fn live(&self, name: &str, now: Instant) -> Option<dashmap::mapref::one::RefMut<'_, String, Lease>> {
+        self.inner.leases.remove_if(name, |_, lease| lease.expires_at <= now);
+        self.inner.leases.get_mut(name)
+    }
+}
+
+async fn sweep(inner: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(SWEEP_INTERVAL).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let now = Instant::now();
+        inner.leases.retain(|_, lease| lease.expires_at > now);
+    }
+}
+
+fn ceil_ms(d: Duration) -> u64 {
+    let ms = d.as_millis() as u64;
+    if d > Duration::from_millis(ms) {
+        ms + 1
+    } else {
+        ms
+    }
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
+        GrantSpec {
+            name: name.into(),
+            token: token.into(),
+            holder: "t".into(),
+            ttl_ms,
+        }
+    }
+
+    /// Expiry follows tokio's clock, so it can be checked without waiting.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_expires_exactly_at_its_ttl_on_a_paused_clock() {
+        let store = MemoryStore::new();
+        assert!(matches!(store.acquire(&spec("a", "t1", 1_000)).await.unwrap(), Acquired::Granted { .. }));
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(matches!(store.acquire(&spec("a", "t2", 1_000)).await.unwrap(), Acquired::Held(_)));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(matches!(store.acquire(&spec("a", "t2", 1_000)).await.unwrap(), Acquired::Granted { .. }));
+        assert_eq!(store.renew("a", "t1", None).await.unwrap(), Checked::NotOwner { fence: store.describe("a").await.unwrap().unwrap().fence });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sweeper_forgets_expired_leases() {
+        let store = MemoryStore::new();
+        for i in 0..100 {
+            store.acquire(&spec(&format!("n{i}"), "t", 500)).await.unwrap();
+        }
+        assert_eq!(store.inner.leases.len(), 100);
+        tokio::time::sleep(SWEEP_INTERVAL * 2).await;
+        assert_eq!(store.inner.leases.len(), 0);
+    }
+
+    #[test]
+    fn fences_never_repeat_even_within_one_microsecond() {
+        let store = MemoryStore { inner: Arc::new(Inner { leases: DashMap::new(), high_water: AtomicU64::new(u64::MAX / 2), watchers: Watchers::new(None) }) };
+        let a = store.next_fence();
+        let b = store.next_fence();
+        assert!(b > a && a > u64::MAX / 2);
+    }
+}

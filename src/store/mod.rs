@@ -1,0 +1,174 @@
+//! Where leases live: the atomic grant / renew / release operations and the
+//! release notifications that wake waiters.
+//!
+//! Two backends keep the same contract, checked by one conformance suite
+//! (`tests/conformance.rs`):
+//!
+//! * [`MemoryStore`]: embedded, for trying the broker and single-process use.
+//! * [`RedisStore`]: shared by any number of broker replicas; every operation
+//!   is one Lua script, so it is atomic in Redis.
+//!
+//! # The contract
+//!
+//! * At most one unexpired lease per name; a grant happens only if none exists.
+//! * Renew and release act only if the presented owner token matches.
+//! * Every grant of a name gets a fence strictly greater than every earlier
+//!   grant of that name, even after the store forgot the name (it expired, was
+//!   released, or the store lost its data). Fences are
+//!   `max(last fence + 1, store clock in µs, caller's floor + 1)`: while a
+//!   lease or its short tombstone exists the first term rules; once the name is
+//!   forgotten the clock has moved past every fence issued for it, because a
+//!   fence never runs ahead of the clock by more than the grants issued within
+//!   one microsecond, and a release that would leave such a fence ahead of the
+//!   clock keeps a tombstone holding it until the clock has passed it. So the
+//!   store keeps nothing for a name that is free: its size is bounded by the
+//!   leases that exist, not by the names ever used.
+//! * The store's clock decides expiry. Remaining times are what the store says.
+
+mod memory;
+mod redis;
+mod watch;
+
+pub use self::memory::MemoryStore;
+pub use self::redis::{lease_key, RedisStore, SCRIPTS};
+pub use self::watch::Watch;
+
+use crate::error::Result;
+
+/// What a grant writes.
+#[derive(Clone, Debug)]
+pub struct GrantSpec {
+    /// The lock name (validated).
+    pub name: String,
+    /// The new owner token.
+    pub token: String,
+    /// The holder label.
+    pub holder: String,
+    /// Lease TTL in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// A lease as the store describes it to anyone (no owner token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The holder label.
+    pub holder: String,
+    /// The lease's fence.
+    pub fence: u64,
+    /// Time left before expiry, in milliseconds.
+    pub remaining_ms: u64,
+    /// The TTL it was granted or last renewed with.
+    pub ttl_ms: u64,
+    /// Grant time by the store's clock, in ms since the Unix epoch.
+    pub granted_at_unix_ms: u64,
+}
+
+/// The outcome of an acquire attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lease was written: its fence.
+    Granted {
+        /// The fencing token of this grant.
+        fence: u64,
+    },
+    /// Someone holds the name.
+    Held(LeaseInfo),
+}
+
+/// The outcome of a renew or release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checked<T> {
+    /// The token matched and the operation was applied.
+    Done(T),
+    /// No lease exists on the name.
+    NotHeld,
+    /// Another owner holds the name: its fence.
+    NotOwner {
+        /// The current holder's fence.
+        fence: u64,
+    },
+}
+
+/// A renewal that was applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    /// The TTL applied, in milliseconds.
+    pub ttl_ms: u64,
+    /// The lease's fence.
+    pub fence: u64,
+}
+
+/// A lease store: one of the backends (enum dispatch keeps calls static and
+/// lets new backends, such as Sentinel or Cluster, join as variants).
+#[derive(Clone)]
+pub enum Store {
+    /// Embedded, in this process.
+    Memory(MemoryStore),
+    /// Shared, in Redis.
+    Redis(RedisStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            Store::Memory($s) => $call,
+            Store::Redis($s) => $call,
+        }
+    };
+}
+
+impl Store {
+    /// Opens the store a `--store` value names: `memory` or a `redis://` /
+    /// `rediss://` URL.
+    pub fn open(url: &str, key_prefix: &str, timeout: std::time::Duration) -> Result<Store> {
+        if url == "memory" {
+            Ok(Store::Memory(MemoryStore::new()))
+        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+            Ok(Store::Redis(RedisStore::open(url, key_prefix, timeout)?))
+        } else {
+            Err(crate::Error::InvalidArgument(format!(
+                "unknown store '{url}': use 'memory' or a redis:// URL"
+            )))
+        }
+    }
+
+    /// Grants the lease if the name is free.
+    pub async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
+        dispatch!(self, s => s.acquire(spec).await)
+    }
+
+    /// Extends the lease to `ttl_ms` from now (or its own TTL when `None`) if
+    /// `token` holds it.
+    pub async fn renew(&self, name: &str, token: &str, ttl_ms: Option<u64>) -> Result<Checked<Renewed>> {
+        dispatch!(self, s => s.renew(name, token, ttl_ms).await)
+    }
+
+    /// Deletes the lease if `token` holds it, and wakes the name's waiters on
+    /// every replica.
+    pub async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
+        dispatch!(self, s => s.release(name, token).await)
+    }
+
+    /// The current lease on `name`, if any.
+    pub async fn describe(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        dispatch!(self, s => s.describe(name).await)
+    }
+
+    /// Starts watching `name` for releases. When this returns, every later
+    /// release of the name wakes the watch (on Redis: the subscription is
+    /// confirmed), so a caller that tries to acquire *after* `watch` and then
+    /// awaits [`Watch::notified`] cannot miss a release in between.
+    pub async fn watch(&self, name: &str) -> Result<Watch> {
+        dispatch!(self, s => s.watch(name).await)
+    }
+
+    /// Callers watching `name` on this replica.
+    pub fn local_watchers(&self, name: &str) -> usize {
+        dispatch!(self, s => s.watchers().count(name))
+    }
+
+    /// Checks that the store answers.
+    pub async fn ping(&self) -> Result<()> {
+        dispatch!(self, s => s.ping().await)
+    }
+}

@@ -1,0 +1,390 @@
+//! The Redis store: each operation is one Lua script (atomic in Redis), run
+//! by `EVALSHA` over one multiplexed connection shared by every request.
+//!
+//! Keys: the lease of `name` is the hash `{prefix}{name}` (the braces are a
+//! Redis Cluster hash tag, so everything about one name lives in one slot) and
+//! its releases are published on `{prefix}{name}:released`. Waiters subscribe
+//! to that channel on a second connection, in RESP3 so that subscriptions and
+//! PINGs share it; the connection manager reconnects and resubscribes by itself.
+//!
+//! Every call is bounded by the store timeout and fails with UNAVAILABLE past
+//! it, so a dead Redis never hangs a request.
+
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use redis::{
+    aio::{ConnectionManager, ConnectionManagerConfig},
+    Client, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Script,
+    Value,
+};
+use tokio::sync::mpsc;
+
+use super::{
+    watch::{SubscriptionRequest, Watchers},
+    Acquired, Checked, GrantSpec, LeaseInfo, Renewed, Watch,
+};
+use crate::error::{Error, Result};
+
+/// The scripts, hashed once at start-up; `EVALSHA` falls back to loading the
+/// script when Redis does not know it (after a restart).
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    describe: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire: Script::new(include_str!("lua/acquire.lua")),
+            renew: Script::new(include_str!("lua/renew.lua")),
+            release: Script::new(include_str!("lua/release.lua")),
+            describe: Script::new(include_str!("lua/describe.lua")),
+        }
+    }
+}
+
+/// Every script source with its file name, for tests that load each one
+/// into a real Redis.
+pub const SCRIPTS: [(&str, &str); 4] = [
+    ("acquire.lua", include_str!("lua/acquire.lua")),
+    ("renew.lua", include_str!("lua/renew.lua")),
+    ("release.lua", include_str!("lua/release.lua")),
+    ("describe.lua", include_str!("lua/describe.lua")),
+];
+
+struct Inner {
+    conn: ConnectionManager,
+    subscriber: ConnectionManager,
+    scripts: Scripts,
+    prefix: String,
+    timeout: Duration,
+    /// Highest fence this replica has seen, passed to every grant as a floor:
+    /// if Redis lost its data *and* its clock stepped back, fences issued from
+    /// here still do not go backwards.
+    high_water: AtomicU64,
+    watchers: Watchers,
+}
+
+/// The Redis store; cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl RedisStore {
+    /// Connects lazily to the Redis at `url`: the broker starts (and reports
+    /// NOT_SERVING) even while Redis is down, and connects when it is up.
+    pub fn open(url: &str, prefix: &str, timeout: Duration) -> Result<Self> {
+        let bad_url = |e: RedisError| Error::InvalidArgument(format!("bad Redis URL: {e}"));
+        let info = url.into_connection_info().map_err(bad_url)?;
+        let resp3 = info
+            .clone()
+            .set_redis_settings(info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3));
+        let config = || {
+            ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_number_of_retries(2)
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_millis(500))
+        };
+        let conn = ConnectionManager::new_lazy_with_config(Client::open(info).map_err(bad_url)?, config())
+            .map_err(bad_url)?;
+
+        let (requests, requests_rx) = mpsc::unbounded_channel();
+        let watchers = Watchers::new(Some(requests));
+        let pushed = watchers.clone();
+        let on_push = move |push: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
+            match push.kind {
+                PushKind::Message => {
+                    // data = [channel, payload]; the payload is the lock name.
+                    if let Some(Value::BulkString(name)) = push.data.get(1) {
+                        if let Ok(name) = std::str::from_utf8(name) {
+                            pushed.wake(name);
+                        }
+                    }
+                }
+                // Releases may have gone unseen while disconnected: every
+                // waiter looks again (and fails fast if Redis is still down).
+                PushKind::Disconnection => pushed.wake_all(),
+                _ => {}
+            }
+            Ok(())
+        };
+        let subscriber = ConnectionManager::new_lazy_with_config(
+            Client::open(resp3).map_err(bad_url)?,
+            config().set_push_sender(on_push).set_automatic_resubscription(),
+        )
+        .map_err(bad_url)?;
+
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                conn,
+                subscriber: subscriber.clone(),
+                scripts: Scripts::new(),
+                prefix: prefix.to_owned(),
+                timeout,
+                high_water: AtomicU64::new(0),
+                watchers,
+            }),
+        };
+        tokio::spawn(run_subscriptions(
+            subscriber,
+            requests_rx,
+            store.inner.prefix.clone(),
+            timeout,
+        ));
+        Ok(store)
+    }
+
+    pub(crate) fn watchers(&self) -> &Watchers {
+        &self.inner.watchers
+    }
+
+    fn key(&self, name: &str) -> String {
+        lease_key(&self.inner.prefix, name)
+    }
+
+    /// Records a fence seen in a reply, raising the floor for later grants.
+    fn saw_fence(&self, fence: u64) {
+        self.inner.high_water.fetch_max(fence, Ordering::Relaxed);
+    }
+
+    /// Runs one Redis call under the store timeout.
+    async fn call<T>(&self, op: &'static str, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
+        bounded(op, self.inner.timeout, fut).await
+    }
+
+    pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
+        let mut conn = self.inner.conn.clone();
+        let floor = self.inner.high_water.load(Ordering::Relaxed);
+        let reply: Vec<Value> = self
+            .call(
+                "acquire",
+                self.inner
+                    .scripts
+                    .acquire
+                    .key(self.key(&spec.name))
+                    .arg(&spec.token)
+                    .arg(spec.ttl_ms)
+                    .arg(&spec.holder)
+                    .arg(floor)
+                    .invoke_async(&mut conn),
+            )
+            .await?;
+        let fence = uint(&reply, 1)?;
+        self.saw_fence(fence);
+        if int(&reply, 0)? == 1 {
+            Ok(Acquired::Granted { fence })
+        } else {
+            Ok(Acquired::Held(LeaseInfo {
+                holder: text(&reply, 3)?,
+                fence,
+                remaining_ms: uint(&reply, 2)?,
+                ttl_ms: 0,
+                granted_at_unix_ms: uint(&reply, 4)?,
+            }))
+        }
+    }
+
+    pub(crate) async fn renew(&self, name: &str, token: &str, ttl_ms: Option<u64>) -> Result<Checked<Renewed>> {
+        let mut conn = self.inner.conn.clone();
+        let reply: Vec<Value> = self
+            .call(
+                "renew",
+                self.inner
+                    .scripts
+                    .renew
+                    .key(self.key(name))
+                    .arg(token)
+                    .arg(ttl_ms.unwrap_or(0))
+                    .invoke_async(&mut conn),
+            )
+            .await?;
+        let fence = uint(&reply, 2)?;
+        self.saw_fence(fence);
+        Ok(match int(&reply, 0)? {
+            1 => Checked::Done(Renewed { ttl_ms: uint(&reply, 1)?, fence }),
+            0 => Checked::NotHeld,
+            _ => Checked::NotOwner { fence },
+        })
+    }
+
+    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
+        let mut conn = self.inner.conn.clone();
+        let key = self.key(name);
+        let reply: i64 = self
+            .call(
+                "release",
+                self.inner
+                    .scripts
+                    .release
+                    .key(&key)
+                    .arg(token)
+                    .arg(release_channel(&key))
+                    .arg(name)
+                    .invoke_async(&mut conn),
+            )
+            .await?;
+        Ok(match reply {
+            1 => Checked::Done(()),
+            0 => Checked::NotHeld,
+            _ => {
+                // The script does not return the other owner's fence on this
+                // path (release is hot; mismatch is rare): describe for it.
+                let fence = self.describe(name).await?.map_or(0, |l| l.fence);
+                Checked::NotOwner { fence }
+            }
+        })
+    }
+
+    pub(crate) async fn describe(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        let mut conn = self.inner.conn.clone();
+        let reply: Vec<Value> = self
+            .call(
+                "describe",
+                self.inner.scripts.describe.key(self.key(name)).invoke_async(&mut conn),
+            )
+            .await?;
+        if int(&reply, 0)? == 0 {
+            return Ok(None);
+        }
+        let info = LeaseInfo {
+            fence: uint(&reply, 1)?,
+            remaining_ms: uint(&reply, 2)?,
+            holder: text(&reply, 3)?,
+            granted_at_unix_ms: uint(&reply, 4)?,
+            ttl_ms: uint(&reply, 5)?,
+        };
+        self.saw_fence(info.fence);
+        Ok(Some(info))
+    }
+
+    pub(crate) async fn watch(&self, name: &str) -> Result<Watch> {
+        self.inner.watchers.watch(name).await
+    }
+
+    /// PINGs both connections: checks Redis, and makes a broken connection
+    /// reconnect (and resubscribe) even when no request is using it.
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let mut sub = self.inner.subscriber.clone();
+        let ping = redis::cmd("PING");
+        let (a, b) = tokio::join!(
+            self.call("ping", ping.query_async::<()>(&mut conn)),
+            self.call("ping", ping.query_async::<()>(&mut sub)),
+        );
+        a.and(b)
+    }
+}
+
+/// `{prefix}{name}`: the braces make `name` the Redis Cluster hash tag.
+pub fn lease_key(prefix: &str, name: &str) -> String {
+    format!("{prefix}{{{name}}}")
+}
+
+fn release_channel(key: &str) -> String {
+    format!("{key}:released")
+}
+
+/// Serves subscribe and unsubscribe requests in the order they were made.
+async fn run_subscriptions(
+    mut conn: ConnectionManager,
+    mut requests: mpsc::UnboundedReceiver<SubscriptionRequest>,
+    prefix: String,
+    timeout: Duration,
+) {
+    while let Some(request) = requests.recv().await {
+        match request {
+            SubscriptionRequest::Subscribe(name, ack) => {
+                let channel = release_channel(&lease_key(&prefix, &name));
+                let _ = ack.send(bounded("subscribe", timeout, conn.subscribe(&channel)).await);
+            }
+            SubscriptionRequest::Unsubscribe(name) => {
+                let channel = release_channel(&lease_key(&prefix, &name));
+                if let Err(e) = bounded("unsubscribe", timeout, conn.unsubscribe(&channel)).await {
+                    // Harmless: a stray subscription only delivers wake-ups
+                    // nobody waits for, and is gone at the next reconnection.
+                    tracing::debug!(error = %e, "unsubscribe failed");
+                }
+            }
+        }
+    }
+}
+
+async fn bounded<T>(op: &'static str, timeout: Duration, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(classify(op, e)),
+        Err(_) => Err(Error::Unavailable(format!(
+            "Redis did not answer {op} within {} ms (the store timeout)",
+            timeout.as_millis()
+        ))),
+    }
+}
+
+/// A reply we cannot read is our bug; anything else (connection refused,
+/// reset, LOADING, READONLY after a failover...) is the store being
+/// unavailable, which a retry may cure.
+fn classify(op: &str, e: RedisError) -> Error {
+    match e.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType | ErrorKind::InvalidClientConfig => {
+            Error::Internal(format!("Redis {op}: {e}"))
+        }
+        _ => Error::Unavailable(format!("Redis is unavailable ({op}: {e})")),
+    }
+}
+
+fn field<'a>(reply: &'a [Value], i: usize) -> Result<&'a Value> {
+    reply
+        .get(i)
+        .ok_or_else(|| Error::Internal(format!("script reply has no element {i}: {reply:?}")))
+}
+
+fn int(reply: &[Value], i: usize) -> Result<i64> {
+    match field(reply, i)? {
+        Value::Int(n) => Ok(*n),
+        other => Err(Error::Internal(format!("script reply element {i} is not an integer: {other:?}"))),
+    }
+}
+
+fn uint(reply: &[Value], i: usize) -> Result<u64> {
+    // PTTL can answer -1/-2 in a race with expiry: no time left.
+    Ok(int(reply, i)?.max(0) as u64)
+}
+
+fn text(reply: &[Value], i: usize) -> Result<String> {
+    match field(reply, i)? {
+        Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Nil => Ok(String::new()),
+        other => Err(Error::Internal(format!("script reply element {i} is not a string: {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_put_the_name_in_a_cluster_hash_tag() {
+        assert_eq!(lease_key("leasehold:", "jobs/nightly"), "leasehold:{jobs/nightly}");
+        assert_eq!(release_channel(&lease_key("p:", "a")), "p:{a}:released");
+    }
+
+    #[test]
+    fn unreadable_replies_are_internal_errors_not_outages() {
+        assert!(matches!(int(&[Value::Nil], 0), Err(Error::Internal(_))));
+        assert!(matches!(int(&[], 0), Err(Error::Internal(_))));
+        assert_eq!(uint(&[Value::Int(-2)], 0).unwrap(), 0);
+    }
+}
