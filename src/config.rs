@@ -12,7 +12,11 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
 
     /// Address of the HTTP endpoint serving Prometheus metrics at /metrics.
-    #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", default_value = "127.0.0.1:7421")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_METRICS_LISTEN",
+        default_value = "127.0.0.1:7421"
+    )]
     pub metrics_listen: SocketAddr,
 
     /// Where leases live: `memory` (embedded, this process only) or a Redis
@@ -158,7 +162,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => n.checked_mul(1_000),
         "m" => n.checked_mul(60_000),
         "h" => n.checked_mul(3_600_000),
-        _ => return Err(format!("'{text}' has unknown unit '{unit}': use ms, s, m or h")),
+        _ => {
+            return Err(format!(
+                "'{text}' has unknown unit '{unit}': use ms, s, m or h"
+            ))
+        }
     };
     ms.map(Duration::from_millis)
         .ok_or_else(|| format!("'{text}' is too large"))

@@ -124,7 +124,11 @@ mod tests {
         assert_eq!(status.code(), Code::Aborted);
         assert!(status.message().contains("'pod-a'"), "{}", status.message());
         assert!(status.message().contains("1200 ms"), "{}", status.message());
-        assert!(status.message().contains("wait_timeout_ms"), "{}", status.message());
+        assert!(
+            status.message().contains("wait_timeout_ms"),
+            "{}",
+            status.message()
+        );
     }
 
     #[test]
@@ -132,8 +136,17 @@ mod tests {
         let cases = [
             (Error::InvalidArgument("x".into()), Code::InvalidArgument),
             (Error::NotHeld { name: "a".into() }, Code::NotFound),
-            (Error::NotOwner { name: "a".into(), fence: 1 }, Code::FailedPrecondition),
-            (Error::ResourceExhausted("x".into()), Code::ResourceExhausted),
+            (
+                Error::NotOwner {
+                    name: "a".into(),
+                    fence: 1,
+                },
+                Code::FailedPrecondition,
+            ),
+            (
+                Error::ResourceExhausted("x".into()),
+                Code::ResourceExhausted,
+            ),
             (Error::Unavailable("x".into()), Code::Unavailable),
             (Error::Cancelled, Code::Cancelled),
             (Error::Internal("x".into()), Code::Internal),

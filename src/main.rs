@@ -42,7 +42,12 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("cannot listen on {} (--listen): {e}", config.listen))?;
     let metrics = TcpListener::bind(config.metrics_listen)
         .await
-        .map_err(|e| format!("cannot listen on {} (--metrics-listen): {e}", config.metrics_listen))?;
+        .map_err(|e| {
+            format!(
+                "cannot listen on {} (--metrics-listen): {e}",
+                config.metrics_listen
+            )
+        })?;
     leasehold::server::run(grpc, metrics, config, leasehold::shutdown::signal()).await?;
     Ok(())
 }

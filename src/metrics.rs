@@ -103,11 +103,16 @@ impl Metrics {
                     "lease_acquire_wait_seconds",
                     "Time an Acquire waited for a held lock before its grant.",
                 )
-                .buckets(vec![0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0]),
+                .buckets(vec![
+                    0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0,
+                ]),
             )
             .expect("valid"),
-            waiters: IntGauge::new("lease_waiters", "Acquire calls waiting now on this replica.")
-                .expect("valid"),
+            waiters: IntGauge::new(
+                "lease_waiters",
+                "Acquire calls waiting now on this replica.",
+            )
+            .expect("valid"),
             store_errors: IntCounter::new(
                 "store_errors_total",
                 "Store calls that failed (timeout, connection error, unexpected answer).",

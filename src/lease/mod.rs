@@ -133,7 +133,12 @@ impl Leases {
             .map_err(|_| Error::Internal("the acquire task ended without an answer".into()))?
     }
 
-    async fn acquire_task(self, spec: GrantSpec, wait: Duration, mut caller: oneshot::Sender<Result<Granted>>) {
+    async fn acquire_task(
+        self,
+        spec: GrantSpec,
+        wait: Duration,
+        mut caller: oneshot::Sender<Result<Granted>>,
+    ) {
         let started = Instant::now();
         let result = self
             .acquire_until(&spec, started, started + wait, &mut caller)
@@ -162,7 +167,9 @@ impl Leases {
         }
         if let Err(Ok(granted)) = caller.send(result) {
             tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
-            if let Ok(Checked::Done(())) = self.count_errors(self.inner.store.release(&spec.name, &spec.token).await) {
+            if let Ok(Checked::Done(())) =
+                self.count_errors(self.inner.store.release(&spec.name, &spec.token).await)
+            {
                 m.released.inc();
             }
         }
@@ -186,13 +193,15 @@ impl Leases {
             return Err(held_error(spec, held, started));
         }
 
-        let _slot = Arc::clone(&self.inner.waiter_slots).try_acquire_owned().map_err(|_| {
-            Error::ResourceExhausted(format!(
-                "{} Acquire calls are already waiting on this broker replica (--max-waiters); \
+        let _slot = Arc::clone(&self.inner.waiter_slots)
+            .try_acquire_owned()
+            .map_err(|_| {
+                Error::ResourceExhausted(format!(
+                    "{} Acquire calls are already waiting on this broker replica (--max-waiters); \
                  retry later or on another replica",
-                self.inner.limits.max_waiters
-            ))
-        })?;
+                    self.inner.limits.max_waiters
+                ))
+            })?;
         let _gauge = GaugeGuard::inc(&self.inner.metrics.waiters);
         let watch = self.count_errors(store.watch(&spec.name).await)?;
         let mut shutdown = self.inner.shutdown.subscribe();
@@ -270,12 +279,17 @@ impl Leases {
             Checked::NotHeld => {
                 self.inner.metrics.lost(LossReason::Expired);
                 tracing::info!(lock = %name, "a holder found its lease gone (expired or lost)");
-                Err(Error::NotHeld { name: name.to_owned() })
+                Err(Error::NotHeld {
+                    name: name.to_owned(),
+                })
             }
             Checked::NotOwner { fence } => {
                 self.inner.metrics.lost(LossReason::NotOwner);
                 tracing::info!(lock = %name, current_fence = fence, "a former holder presented a stale token");
-                Err(Error::NotOwner { name: name.to_owned(), fence })
+                Err(Error::NotOwner {
+                    name: name.to_owned(),
+                    fence,
+                })
             }
         }
     }

@@ -16,7 +16,10 @@ pub fn generate() -> crate::Result<String> {
 /// Whether `token` has the form of an owner token (only such a token can
 /// ever match a lease, so anything else is refused before the store).
 pub fn is_well_formed(token: &str) -> bool {
-    token.len() == TOKEN_LEN && token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    token.len() == TOKEN_LEN
+        && token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Displays a token's first 4 characters only: enough to correlate log lines

@@ -10,7 +10,9 @@ use crate::{config::Limits, error::Error, Result};
 /// out `{` and `}` (Redis Cluster hash tags), spaces and control characters.
 pub fn name(limits: &Limits, name: &str) -> Result<()> {
     if name.is_empty() {
-        return Err(Error::InvalidArgument("name is empty: give the lock a name".into()));
+        return Err(Error::InvalidArgument(
+            "name is empty: give the lock a name".into(),
+        ));
     }
     if name.len() > limits.max_name_len {
         return Err(Error::InvalidArgument(format!(
@@ -53,7 +55,10 @@ pub fn ttl(limits: &Limits, ttl_ms: u64, default: Option<Duration>) -> Result<Op
     if ttl_ms == 0 {
         return Ok(default.map(|d| d.as_millis() as u64));
     }
-    let (min, max) = (limits.ttl_min.as_millis() as u64, limits.ttl_max.as_millis() as u64);
+    let (min, max) = (
+        limits.ttl_min.as_millis() as u64,
+        limits.ttl_max.as_millis() as u64,
+    );
     if ttl_ms < min || ttl_ms > max {
         return Err(Error::InvalidArgument(format!(
             "ttl_ms is {ttl_ms}; it must lie within {min}..={max} ms (--ttl-min, --ttl-max), \

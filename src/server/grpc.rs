@@ -25,7 +25,10 @@ impl LeaseholdService {
 
 #[tonic::async_trait]
 impl Leasehold for LeaseholdService {
-    async fn acquire(&self, request: Request<AcquireRequest>) -> Result<Response<AcquireResponse>, Status> {
+    async fn acquire(
+        &self,
+        request: Request<AcquireRequest>,
+    ) -> Result<Response<AcquireResponse>, Status> {
         let r = request.into_inner();
         let granted = self
             .leases
@@ -48,7 +51,10 @@ impl Leasehold for LeaseholdService {
         }))
     }
 
-    async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
+    async fn renew(
+        &self,
+        request: Request<RenewRequest>,
+    ) -> Result<Response<RenewResponse>, Status> {
         let r = request.into_inner();
         let renewed = self.leases.renew(&r.name, &r.owner_token, r.ttl_ms).await?;
         Ok(Response::new(RenewResponse {
@@ -57,13 +63,19 @@ impl Leasehold for LeaseholdService {
         }))
     }
 
-    async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
+    async fn release(
+        &self,
+        request: Request<ReleaseRequest>,
+    ) -> Result<Response<ReleaseResponse>, Status> {
         let r = request.into_inner();
         self.leases.release(&r.name, &r.owner_token).await?;
         Ok(Response::new(ReleaseResponse {}))
     }
 
-    async fn describe(&self, request: Request<DescribeRequest>) -> Result<Response<DescribeResponse>, Status> {
+    async fn describe(
+        &self,
+        request: Request<DescribeRequest>,
+    ) -> Result<Response<DescribeResponse>, Status> {
         let d = self.leases.describe(&request.into_inner().name).await?;
         let local_waiters = u32::try_from(d.local_waiters).unwrap_or(u32::MAX);
         Ok(Response::new(match d.lease {

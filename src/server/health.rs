@@ -15,7 +15,12 @@ const SERVICES: [&str; 2] = ["", "leasehold.v1.Leasehold"];
 
 /// Pings the store every `interval` (each ping bounded by the store timeout)
 /// until `stop` turns true.
-pub async fn watch_store(leases: Leases, reporter: HealthReporter, interval: Duration, mut stop: watch::Receiver<bool>) {
+pub async fn watch_store(
+    leases: Leases,
+    reporter: HealthReporter,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut last: Option<bool> = None;
     loop {
         let result = tokio::select! {
@@ -24,7 +29,11 @@ pub async fn watch_store(leases: Leases, reporter: HealthReporter, interval: Dur
         };
         let up = result.is_ok();
         if last != Some(up) {
-            let status = if up { ServingStatus::Serving } else { ServingStatus::NotServing };
+            let status = if up {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
             for service in SERVICES {
                 reporter.set_service_status(service, status).await;
             }

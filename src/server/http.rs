@@ -5,7 +5,10 @@
 use std::convert::Infallible;
 
 use http_body_util::Full;
-use hyper::{body::Bytes, header, server::conn::http1, service::service_fn, Method, Request, Response, StatusCode};
+use hyper::{
+    body::Bytes, header, server::conn::http1, service::service_fn, Method, Request, Response,
+    StatusCode,
+};
 use hyper_util::rt::TokioIo;
 use tokio::{net::TcpListener, sync::watch};
 
@@ -30,7 +33,10 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, mut shutdown: watch:
                 let metrics = metrics.clone();
                 async move { Ok::<_, Infallible>(respond(&req, &metrics)) }
             });
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
                 tracing::debug!(error = %e, "metrics connection ended with an error");
             }
         });
@@ -57,8 +63,9 @@ fn respond(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
     response
 }

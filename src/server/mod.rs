@@ -92,9 +92,18 @@ mod tests {
 
     #[test]
     fn store_urls_are_logged_without_passwords() {
-        assert_eq!(redact_url("redis://:s3cret@redis:6379/0"), "redis://:***@redis:6379/0");
-        assert_eq!(redact_url("rediss://app:pw@r:6380"), "rediss://app:***@r:6380");
-        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact_url("redis://:s3cret@redis:6379/0"),
+            "redis://:***@redis:6379/0"
+        );
+        assert_eq!(
+            redact_url("rediss://app:pw@r:6380"),
+            "rediss://app:***@r:6380"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
         assert_eq!(redact_url("memory"), "memory");
     }
 }

@@ -97,7 +97,9 @@ impl MemoryStore {
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
         let now = Instant::now();
         match self.inner.leases.entry(spec.name.clone()) {
-            MapEntry::Occupied(e) if e.get().expires_at > now => Ok(Acquired::Held(e.get().info(now))),
+            MapEntry::Occupied(e) if e.get().expires_at > now => {
+                Ok(Acquired::Held(e.get().info(now)))
+            }
             entry => {
                 let fence = self.next_fence();
                 let lease = Lease {
@@ -114,7 +116,12 @@ impl MemoryStore {
         }
     }
 
-    pub(crate) async fn renew(&self, name: &str, token: &str, ttl_ms: Option<u64>) -> Result<Checked<Renewed>> {
+    pub(crate) async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Checked<Renewed>> {
         let now = Instant::now();
         let Some(mut lease) = self.live(name, now) else {
             return Ok(Checked::NotHeld);
@@ -125,7 +132,10 @@ impl MemoryStore {
         let ttl_ms = ttl_ms.unwrap_or(lease.ttl_ms);
         lease.ttl_ms = ttl_ms;
         lease.expires_at = now + Duration::from_millis(ttl_ms);
-        Ok(Checked::Done(Renewed { ttl_ms, fence: lease.fence }))
+        Ok(Checked::Done(Renewed {
+            ttl_ms,
+            fence: lease.fence,
+        }))
     }
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
@@ -133,7 +143,9 @@ impl MemoryStore {
         let outcome = match self.inner.leases.entry(name.to_owned()) {
             MapEntry::Occupied(e) if e.get().expires_at > now => {
                 if e.get().token != token {
-                    return Ok(Checked::NotOwner { fence: e.get().fence });
+                    return Ok(Checked::NotOwner {
+                        fence: e.get().fence,
+                    });
                 }
                 e.remove();
                 Checked::Done(())
@@ -164,8 +176,14 @@ impl MemoryStore {
     }
 
     /// The unexpired lease on `name`, removing it if it expired.
-    fn live(&self, name: &str, now: Instant) -> Option<dashmap::mapref::one::RefMut<'_, String, Lease>> {
-        self.inner.leases.remove_if(name, |_, lease| lease.expires_at <= now);
+    fn live(
+        &self,
+        name: &str,
+        now: Instant,
+    ) -> Option<dashmap::mapref::one::RefMut<'_, String, Lease>> {
+        self.inner
+            .leases
+            .remove_if(name, |_, lease| lease.expires_at <= now);
         self.inner.leases.get_mut(name)
     }
 }
@@ -211,19 +229,36 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lease_expires_exactly_at_its_ttl_on_a_paused_clock() {
         let store = MemoryStore::new();
-        assert!(matches!(store.acquire(&spec("a", "t1", 1_000)).await.unwrap(), Acquired::Granted { .. }));
+        assert!(matches!(
+            store.acquire(&spec("a", "t1", 1_000)).await.unwrap(),
+            Acquired::Granted { .. }
+        ));
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert!(matches!(store.acquire(&spec("a", "t2", 1_000)).await.unwrap(), Acquired::Held(_)));
+        assert!(matches!(
+            store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
+            Acquired::Held(_)
+        ));
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(matches!(store.acquire(&spec("a", "t2", 1_000)).await.unwrap(), Acquired::Granted { .. }));
-        assert_eq!(store.renew("a", "t1", None).await.unwrap(), Checked::NotOwner { fence: store.describe("a").await.unwrap().unwrap().fence });
+        assert!(matches!(
+            store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
+            Acquired::Granted { .. }
+        ));
+        assert_eq!(
+            store.renew("a", "t1", None).await.unwrap(),
+            Checked::NotOwner {
+                fence: store.describe("a").await.unwrap().unwrap().fence
+            }
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_sweeper_forgets_expired_leases() {
         let store = MemoryStore::new();
         for i in 0..100 {
-            store.acquire(&spec(&format!("n{i}"), "t", 500)).await.unwrap();
+            store
+                .acquire(&spec(&format!("n{i}"), "t", 500))
+                .await
+                .unwrap();
         }
         assert_eq!(store.inner.leases.len(), 100);
         tokio::time::sleep(SWEEP_INTERVAL * 2).await;
@@ -232,7 +267,13 @@ mod tests {
 
     #[test]
     fn fences_never_repeat_even_within_one_microsecond() {
-        let store = MemoryStore { inner: Arc::new(Inner { leases: DashMap::new(), high_water: AtomicU64::new(u64::MAX / 2), watchers: Watchers::new(None) }) };
+        let store = MemoryStore {
+            inner: Arc::new(Inner {
+                leases: DashMap::new(),
+                high_water: AtomicU64::new(u64::MAX / 2),
+                watchers: Watchers::new(None),
+            }),
+        };
         let a = store.next_fence();
         let b = store.next_fence();
         assert!(b > a && a > u64::MAX / 2);

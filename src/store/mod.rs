@@ -139,7 +139,12 @@ impl Store {
 
     /// Extends the lease to `ttl_ms` from now (or its own TTL when `None`) if
     /// `token` holds it.
-    pub async fn renew(&self, name: &str, token: &str, ttl_ms: Option<u64>) -> Result<Checked<Renewed>> {
+    pub async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Checked<Renewed>> {
         dispatch!(self, s => s.renew(name, token, ttl_ms).await)
     }
 

@@ -86,9 +86,11 @@ impl RedisStore {
     pub fn open(url: &str, prefix: &str, timeout: Duration) -> Result<Self> {
         let bad_url = |e: RedisError| Error::InvalidArgument(format!("bad Redis URL: {e}"));
         let info = url.into_connection_info().map_err(bad_url)?;
-        let resp3 = info
-            .clone()
-            .set_redis_settings(info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3));
+        let resp3 = info.clone().set_redis_settings(
+            info.redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3),
+        );
         let config = || {
             ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(timeout))
@@ -97,8 +99,9 @@ impl RedisStore {
                 .set_min_delay(Duration::from_millis(50))
                 .set_max_delay(Duration::from_millis(500))
         };
-        let conn = ConnectionManager::new_lazy_with_config(Client::open(info).map_err(bad_url)?, config())
-            .map_err(bad_url)?;
+        let conn =
+            ConnectionManager::new_lazy_with_config(Client::open(info).map_err(bad_url)?, config())
+                .map_err(bad_url)?;
 
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(requests));
@@ -122,7 +125,9 @@ impl RedisStore {
         };
         let subscriber = ConnectionManager::new_lazy_with_config(
             Client::open(resp3).map_err(bad_url)?,
-            config().set_push_sender(on_push).set_automatic_resubscription(),
+            config()
+                .set_push_sender(on_push)
+                .set_automatic_resubscription(),
         )
         .map_err(bad_url)?;
 
@@ -160,7 +165,11 @@ impl RedisStore {
     }
 
     /// Runs one Redis call under the store timeout.
-    async fn call<T>(&self, op: &'static str, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
         bounded(op, self.inner.timeout, fut).await
     }
 
@@ -196,7 +205,12 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn renew(&self, name: &str, token: &str, ttl_ms: Option<u64>) -> Result<Checked<Renewed>> {
+    pub(crate) async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Checked<Renewed>> {
         let mut conn = self.inner.conn.clone();
         let reply: Vec<Value> = self
             .call(
@@ -213,7 +227,10 @@ impl RedisStore {
         let fence = uint(&reply, 2)?;
         self.saw_fence(fence);
         Ok(match int(&reply, 0)? {
-            1 => Checked::Done(Renewed { ttl_ms: uint(&reply, 1)?, fence }),
+            1 => Checked::Done(Renewed {
+                ttl_ms: uint(&reply, 1)?,
+                fence,
+            }),
             0 => Checked::NotHeld,
             _ => Checked::NotOwner { fence },
         })
@@ -252,7 +269,11 @@ impl RedisStore {
         let reply: Vec<Value> = self
             .call(
                 "describe",
-                self.inner.scripts.describe.key(self.key(name)).invoke_async(&mut conn),
+                self.inner
+                    .scripts
+                    .describe
+                    .key(self.key(name))
+                    .invoke_async(&mut conn),
             )
             .await?;
         if int(&reply, 0)? == 0 {
@@ -321,7 +342,11 @@ async fn run_subscriptions(
     }
 }
 
-async fn bounded<T>(op: &'static str, timeout: Duration, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
+async fn bounded<T>(
+    op: &'static str,
+    timeout: Duration,
+    fut: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T> {
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(classify(op, e)),
@@ -353,7 +378,9 @@ fn field<'a>(reply: &'a [Value], i: usize) -> Result<&'a Value> {
 fn int(reply: &[Value], i: usize) -> Result<i64> {
     match field(reply, i)? {
         Value::Int(n) => Ok(*n),
-        other => Err(Error::Internal(format!("script reply element {i} is not an integer: {other:?}"))),
+        other => Err(Error::Internal(format!(
+            "script reply element {i} is not an integer: {other:?}"
+        ))),
     }
 }
 
@@ -367,7 +394,9 @@ fn text(reply: &[Value], i: usize) -> Result<String> {
         Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
         Value::SimpleString(s) => Ok(s.clone()),
         Value::Nil => Ok(String::new()),
-        other => Err(Error::Internal(format!("script reply element {i} is not a string: {other:?}"))),
+        other => Err(Error::Internal(format!(
+            "script reply element {i} is not a string: {other:?}"
+        ))),
     }
 }
 
@@ -377,7 +406,10 @@ mod tests {
 
     #[test]
     fn keys_put_the_name_in_a_cluster_hash_tag() {
-        assert_eq!(lease_key("leasehold:", "jobs/nightly"), "leasehold:{jobs/nightly}");
+        assert_eq!(
+            lease_key("leasehold:", "jobs/nightly"),
+            "leasehold:{jobs/nightly}"
+        );
         assert_eq!(release_channel(&lease_key("p:", "a")), "p:{a}:released");
     }
 

@@ -69,17 +69,13 @@ impl Watchers {
     /// reach it.
     pub(crate) async fn watch(&self, name: &str) -> Result<Watch> {
         let slot = {
-            let slot = self
-                .inner
-                .slots
-                .entry(name.to_owned())
-                .or_insert_with(|| {
-                    Arc::new(Slot {
-                        notify: Notify::new(),
-                        count: AtomicUsize::new(0),
-                        subscribed: OnceCell::new(),
-                    })
-                });
+            let slot = self.inner.slots.entry(name.to_owned()).or_insert_with(|| {
+                Arc::new(Slot {
+                    notify: Notify::new(),
+                    count: AtomicUsize::new(0),
+                    subscribed: OnceCell::new(),
+                })
+            });
             slot.count.fetch_add(1, Ordering::SeqCst);
             Arc::clone(&slot)
         };
@@ -98,7 +94,9 @@ impl Watchers {
                     let (tx, rx) = oneshot::channel();
                     subscriptions
                         .send(SubscriptionRequest::Subscribe(name.to_owned(), tx))
-                        .map_err(|_| Error::Unavailable("the store's subscription task has stopped".into()))?;
+                        .map_err(|_| {
+                            Error::Unavailable("the store's subscription task has stopped".into())
+                        })?;
                     rx.await.map_err(|_| {
                         Error::Unavailable("the store's subscription task has stopped".into())
                     })?

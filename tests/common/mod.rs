@@ -1,0 +1,288 @@
+//! Shared test harness: a real `redis-server` on a free loopback port, and
+//! brokers served in-process on `127.0.0.1:0` listeners.
+
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader},
+    net::{SocketAddr, TcpListener as StdListener},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use leasehold::{
+    config::ServeConfig,
+    proto::{leasehold_client::LeaseholdClient, AcquireRequest, Lease},
+};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tonic::transport::Channel;
+
+/// The redis-server binary: `$LEASEHOLD_REDIS_SERVER`, or `redis-server` on
+/// the PATH (`scripts/test` installs it).
+fn redis_binary() -> String {
+    std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A redis-server child process, killed on drop. No persistence: a restart
+/// comes back empty, like a Redis that lost its data.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts redis-server on a free loopback port and waits until it accepts
+    /// connections.
+    pub fn start() -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            if let Some(child) = spawn_redis(port) {
+                return RedisServer {
+                    port,
+                    child: Some(child),
+                };
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a fresh, empty server on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        for _ in 0..50 {
+            if let Some(child) = spawn_redis(self.port) {
+                self.child = Some(child);
+                return;
+            }
+            // The port can linger briefly after the kill.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart on port {}", self.port);
+    }
+
+    /// A plain connection for inspecting or tampering with the data.
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("valid URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test redis")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Spawns redis-server and waits for its "Ready to accept connections" line;
+/// `None` if it exited first (port taken).
+fn spawn_redis(port: u16) -> Option<Child> {
+    let mut child = Command::new(redis_binary())
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "notice",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run '{}' ({e}): install redis-server (scripts/test does) \
+                 or set LEASEHOLD_REDIS_SERVER",
+                redis_binary()
+            )
+        });
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut ready = Some(tx);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("Ready to accept connections") {
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(());
+                }
+            }
+            // Keep draining so redis never blocks on a full pipe.
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(()) => Some(child),
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    }
+}
+
+/// A broker served in-process until dropped or stopped.
+pub struct Broker {
+    /// gRPC address.
+    pub addr: SocketAddr,
+    /// HTTP metrics address.
+    pub metrics_addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<leasehold::Result<()>>>,
+}
+
+impl Broker {
+    /// A broker on `store` with default settings, checking the store's
+    /// health every 100 ms.
+    pub async fn start(store: &str) -> Self {
+        Self::start_with(store, |_| {}).await
+    }
+
+    /// A broker on `store`, with `adjust` applied to the default config.
+    pub async fn start_with(store: &str, adjust: impl FnOnce(&mut ServeConfig)) -> Self {
+        let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind grpc");
+        let metrics = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind metrics");
+        let addr = grpc.local_addr().unwrap();
+        let metrics_addr = metrics.local_addr().unwrap();
+        let mut config = ServeConfig::new(addr, metrics_addr, store);
+        config.key_prefix = "test:".into();
+        config.health_interval = Duration::from_millis(100);
+        adjust(&mut config);
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(leasehold::server::run(grpc, metrics, config, async {
+            let _ = rx.await;
+        }));
+        Broker {
+            addr,
+            metrics_addr,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A client connected to this broker.
+    pub async fn client(&self) -> LeaseholdClient<Channel> {
+        LeaseholdClient::new(self.channel().await)
+    }
+
+    /// A channel to this broker (retrying the connect for up to 5 s while
+    /// the server task starts).
+    pub async fn channel(&self) -> Channel {
+        let endpoint = Channel::from_shared(self.url()).expect("valid URL");
+        let mut last = None;
+        for _ in 0..50 {
+            match endpoint.connect().await {
+                Ok(channel) => return channel,
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("cannot connect to the broker at {}: {last:?}", self.addr);
+    }
+
+    /// Shuts the broker down gracefully and waits for it.
+    pub async fn stop(mut self) -> leasehold::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.task
+            .take()
+            .expect("running")
+            .await
+            .expect("server task")
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// An Acquire request.
+pub fn acquire_req(name: &str, ttl_ms: u64, holder: &str, wait_timeout_ms: u64) -> AcquireRequest {
+    AcquireRequest {
+        name: name.into(),
+        ttl_ms,
+        holder: holder.into(),
+        wait_timeout_ms,
+    }
+}
+
+/// Acquires `name` once, expecting a grant.
+pub async fn must_acquire(client: &mut LeaseholdClient<Channel>, name: &str, ttl_ms: u64) -> Lease {
+    client
+        .acquire(acquire_req(name, ttl_ms, "test", 0))
+        .await
+        .unwrap_or_else(|s| panic!("acquire {name}: {s:?}"))
+        .into_inner()
+        .lease
+        .expect("a lease")
+}
+
+/// Fetches `/metrics` from a broker with a plain HTTP/1.1 request.
+pub async fn scrape(addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect metrics");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The value of an unlabelled (or fully labelled) sample in a scrape.
+pub fn sample(scrape: &str, series: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no sample {series} in\n{scrape}"))
+}

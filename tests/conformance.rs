@@ -1,0 +1,230 @@
+//! The store contract, run against both backends: the embedded memory store
+//! and a real redis-server. A backend is correct when every test here passes
+//! on it.
+
+mod common;
+
+use std::time::Duration;
+
+use leasehold::store::{Acquired, Checked, GrantSpec, Store};
+
+fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
+    GrantSpec {
+        name: name.into(),
+        token: token.into(),
+        holder: format!("holder-{token}"),
+        ttl_ms,
+    }
+}
+
+async fn grant(store: &Store, name: &str, token: &str, ttl_ms: u64) -> u64 {
+    match store
+        .acquire(&spec(name, token, ttl_ms))
+        .await
+        .expect("store answers")
+    {
+        Acquired::Granted { fence } => fence,
+        Acquired::Held(h) => panic!("{name} unexpectedly held: {h:?}"),
+    }
+}
+
+/// A free name is granted; a second acquirer is refused and told who holds it.
+async fn grant_then_second_acquirer_refused(store: &Store) {
+    let fence = grant(store, "a", "t1", 5_000).await;
+    match store.acquire(&spec("a", "t2", 5_000)).await.unwrap() {
+        Acquired::Held(held) => {
+            assert_eq!(held.holder, "holder-t1");
+            assert_eq!(held.fence, fence);
+            assert!(
+                held.remaining_ms > 0 && held.remaining_ms <= 5_000,
+                "{held:?}"
+            );
+        }
+        granted => panic!("second acquirer got {granted:?}"),
+    }
+}
+
+/// Renew works for the owner only, and reports the TTL it applied.
+async fn renew_with_right_and_wrong_token(store: &Store) {
+    let fence = grant(store, "a", "t1", 1_000).await;
+    let renewed = store.renew("a", "t1", Some(4_000)).await.unwrap();
+    assert_eq!(
+        renewed,
+        Checked::Done(leasehold::store::Renewed {
+            ttl_ms: 4_000,
+            fence
+        })
+    );
+    let info = store.describe("a").await.unwrap().expect("held");
+    assert_eq!(info.ttl_ms, 4_000);
+    assert!(
+        info.remaining_ms > 1_000,
+        "renewal extended the lease: {info:?}"
+    );
+
+    assert_eq!(
+        store.renew("a", "intruder", Some(4_000)).await.unwrap(),
+        Checked::NotOwner { fence }
+    );
+    assert_eq!(
+        store.renew("b", "t1", None).await.unwrap(),
+        Checked::NotHeld
+    );
+    // `None` keeps the lease's own TTL.
+    assert_eq!(
+        store.renew("a", "t1", None).await.unwrap(),
+        Checked::Done(leasehold::store::Renewed {
+            ttl_ms: 4_000,
+            fence
+        })
+    );
+}
+
+/// Release works for the owner only; a wrong token leaves the lease intact.
+async fn release_with_right_and_wrong_token(store: &Store) {
+    let fence = grant(store, "a", "t1", 5_000).await;
+    assert_eq!(
+        store.release("a", "intruder").await.unwrap(),
+        Checked::NotOwner { fence }
+    );
+    assert_eq!(
+        store.describe("a").await.unwrap().map(|l| l.fence),
+        Some(fence)
+    );
+
+    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::Done(()));
+    assert_eq!(store.describe("a").await.unwrap(), None);
+    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::NotHeld);
+    grant(store, "a", "t2", 5_000).await;
+}
+
+/// A lease nobody renews is gone at its TTL: free for the next acquirer, and
+/// dead for its former owner.
+async fn expiry_frees_the_lock(store: &Store) {
+    let first = grant(store, "a", "t1", 300).await;
+    assert!(matches!(
+        store.acquire(&spec("a", "t2", 300)).await.unwrap(),
+        Acquired::Held(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(store.describe("a").await.unwrap(), None);
+    assert_eq!(
+        store.renew("a", "t1", None).await.unwrap(),
+        Checked::NotHeld
+    );
+    let second = grant(store, "a", "t2", 300).await;
+    assert!(second > first);
+    assert!(matches!(
+        store.renew("a", "t1", None).await.unwrap(),
+        Checked::NotOwner { .. }
+    ));
+}
+
+/// Fences strictly increase per name across releases and expiries, however
+/// fast the grants come, and each name has its own sequence.
+async fn fences_strictly_increase_per_name(store: &Store) {
+    let mut last_a = 0;
+    let mut last_b = 0;
+    for i in 0..200 {
+        let a = grant(store, "a", &format!("a{i}"), 5_000).await;
+        let b = grant(store, "b", &format!("b{i}"), 5_000).await;
+        assert!(a > last_a, "fence of a went from {last_a} to {a}");
+        assert!(b > last_b, "fence of b went from {last_b} to {b}");
+        last_a = a;
+        last_b = b;
+        assert_eq!(
+            store.release("a", &format!("a{i}")).await.unwrap(),
+            Checked::Done(())
+        );
+        assert_eq!(
+            store.release("b", &format!("b{i}")).await.unwrap(),
+            Checked::Done(())
+        );
+    }
+    // After an expiry too.
+    grant(store, "a", "short", 100).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(grant(store, "a", "after", 5_000).await > last_a);
+}
+
+/// Describe tells holder, fence, TTL, remaining time and grant time.
+async fn describe_reports_the_lease(store: &Store) {
+    assert_eq!(store.describe("a").await.unwrap(), None);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let fence = grant(store, "a", "t1", 2_000).await;
+    let info = store.describe("a").await.unwrap().expect("held");
+    assert_eq!(info.holder, "holder-t1");
+    assert_eq!(info.fence, fence);
+    assert_eq!(info.ttl_ms, 2_000);
+    assert!(info.remaining_ms > 0 && info.remaining_ms <= 2_000);
+    // Same host, so the store clock is ours give or take a second.
+    assert!(
+        info.granted_at_unix_ms + 1_000 >= before && info.granted_at_unix_ms <= before + 1_000,
+        "{info:?}"
+    );
+}
+
+/// A watch is woken by a release of its name, and not by other names.
+async fn release_wakes_watchers(store: &Store) {
+    grant(store, "a", "t1", 10_000).await;
+    grant(store, "b", "t2", 10_000).await;
+    let watch = store.watch("a").await.unwrap();
+    assert_eq!(store.local_watchers("a"), 1);
+    {
+        let notified = watch.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+
+        store.release("b", "t2").await.unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), notified.as_mut())
+                .await
+                .is_err(),
+            "a release of b woke a watcher of a"
+        );
+        store.release("a", "t1").await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), notified)
+            .await
+            .expect("the release of a woke its watcher");
+    }
+    drop(watch);
+    assert_eq!(store.local_watchers("a"), 0);
+}
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let store = leasehold::store::Store::Memory(leasehold::store::MemoryStore::new());
+                    super::$test(&store).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let redis = crate::common::RedisServer::start();
+                    let store = leasehold::store::Store::open(&redis.url(), "conf:", std::time::Duration::from_secs(2))
+                        .expect("open redis store");
+                    super::$test(&store).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    grant_then_second_acquirer_refused,
+    renew_with_right_and_wrong_token,
+    release_with_right_and_wrong_token,
+    expiry_frees_the_lock,
+    fences_strictly_increase_per_name,
+    describe_reports_the_lease,
+    release_wakes_watchers,
+);
