@@ -194,6 +194,17 @@ async fn release_wakes_watchers(store: &Store) {
     assert_eq!(store.local_watchers("a"), 0);
 }
 
+/// Acquiring again with the token of the current lease returns that grant
+/// (a retried call must not report the lock as held by someone else).
+async fn acquire_is_idempotent_for_its_own_token(store: &Store) {
+    let fence = grant(store, "a", "t1", 5_000).await;
+    assert_eq!(grant(store, "a", "t1", 5_000).await, fence);
+    assert!(matches!(
+        store.acquire(&spec("a", "t2", 5_000)).await.unwrap(),
+        Acquired::Held(_)
+    ));
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory {
@@ -227,4 +238,5 @@ conformance!(
     fences_strictly_increase_per_name,
     describe_reports_the_lease,
     release_wakes_watchers,
+    acquire_is_idempotent_for_its_own_token,
 );

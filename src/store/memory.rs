@@ -97,6 +97,13 @@ impl MemoryStore {
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
         let now = Instant::now();
         match self.inner.leases.entry(spec.name.clone()) {
+            // The same token again is a repeated call for a grant that
+            // already happened (as in Redis, where the broker may retry).
+            MapEntry::Occupied(e) if e.get().expires_at > now && e.get().token == spec.token => {
+                Ok(Acquired::Granted {
+                    fence: e.get().fence,
+                })
+            }
             MapEntry::Occupied(e) if e.get().expires_at > now => {
                 Ok(Acquired::Held(e.get().info(now)))
             }

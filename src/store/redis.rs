@@ -21,8 +21,8 @@ use std::{
 
 use redis::{
     aio::{ConnectionManager, ConnectionManagerConfig},
-    Client, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Script,
-    Value,
+    Client, ErrorKind, FromRedisValue, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind,
+    RedisError, Script, Value,
 };
 use tokio::sync::mpsc;
 
@@ -173,21 +173,52 @@ impl RedisStore {
         bounded(op, self.inner.timeout, fut).await
     }
 
+    /// Runs `script` on `key` with `args` (by EVALSHA), within the store
+    /// timeout. A call whose connection turns out to be broken (Redis
+    /// restarted, a proxy dropped it) is tried once more on the new
+    /// connection: every script is safe to repeat with the same arguments.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        script: &Script,
+        key: &str,
+        args: &[String],
+    ) -> Result<T> {
+        let deadline = tokio::time::Instant::now() + self.inner.timeout;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut conn = self.inner.conn.clone();
+            let mut invocation = script.prepare_invoke();
+            invocation.key(key);
+            for arg in args {
+                invocation.arg(arg);
+            }
+            match tokio::time::timeout_at(deadline, invocation.invoke_async::<T>(&mut conn)).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) if attempt == 1 && (e.is_connection_dropped() || e.is_io_error()) => {
+                    tracing::debug!(op, error = %e, "Redis connection broken; retrying once");
+                }
+                Ok(Err(e)) => return Err(classify(op, e)),
+                Err(_) => return Err(timed_out(op, self.inner.timeout)),
+            }
+        }
+    }
+
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
-        let mut conn = self.inner.conn.clone();
         let floor = self.inner.high_water.load(Ordering::Relaxed);
+        let args = [
+            spec.token.clone(),
+            spec.ttl_ms.to_string(),
+            spec.holder.clone(),
+            floor.to_string(),
+        ];
         let reply: Vec<Value> = self
-            .call(
+            .eval(
                 "acquire",
-                self.inner
-                    .scripts
-                    .acquire
-                    .key(self.key(&spec.name))
-                    .arg(&spec.token)
-                    .arg(spec.ttl_ms)
-                    .arg(&spec.holder)
-                    .arg(floor)
-                    .invoke_async(&mut conn),
+                &self.inner.scripts.acquire,
+                &self.key(&spec.name),
+                &args,
             )
             .await?;
         let fence = uint(&reply, 1)?;
@@ -211,18 +242,9 @@ impl RedisStore {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
-        let mut conn = self.inner.conn.clone();
+        let args = [token.to_owned(), ttl_ms.unwrap_or(0).to_string()];
         let reply: Vec<Value> = self
-            .call(
-                "renew",
-                self.inner
-                    .scripts
-                    .renew
-                    .key(self.key(name))
-                    .arg(token)
-                    .arg(ttl_ms.unwrap_or(0))
-                    .invoke_async(&mut conn),
-            )
+            .eval("renew", &self.inner.scripts.renew, &self.key(name), &args)
             .await?;
         let fence = uint(&reply, 2)?;
         self.saw_fence(fence);
@@ -237,20 +259,10 @@ impl RedisStore {
     }
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
-        let mut conn = self.inner.conn.clone();
         let key = self.key(name);
+        let args = [token.to_owned(), release_channel(&key), name.to_owned()];
         let reply: i64 = self
-            .call(
-                "release",
-                self.inner
-                    .scripts
-                    .release
-                    .key(&key)
-                    .arg(token)
-                    .arg(release_channel(&key))
-                    .arg(name)
-                    .invoke_async(&mut conn),
-            )
+            .eval("release", &self.inner.scripts.release, &key, &args)
             .await?;
         Ok(match reply {
             1 => Checked::Done(()),
@@ -265,15 +277,12 @@ impl RedisStore {
     }
 
     pub(crate) async fn describe(&self, name: &str) -> Result<Option<LeaseInfo>> {
-        let mut conn = self.inner.conn.clone();
         let reply: Vec<Value> = self
-            .call(
+            .eval(
                 "describe",
-                self.inner
-                    .scripts
-                    .describe
-                    .key(self.key(name))
-                    .invoke_async(&mut conn),
+                &self.inner.scripts.describe,
+                &self.key(name),
+                &[],
             )
             .await?;
         if int(&reply, 0)? == 0 {
@@ -350,11 +359,15 @@ async fn bounded<T>(
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(classify(op, e)),
-        Err(_) => Err(Error::Unavailable(format!(
-            "Redis did not answer {op} within {} ms (the store timeout)",
-            timeout.as_millis()
-        ))),
+        Err(_) => Err(timed_out(op, timeout)),
     }
+}
+
+fn timed_out(op: &str, timeout: Duration) -> Error {
+    Error::Unavailable(format!(
+        "Redis did not answer {op} within {} ms (the store timeout)",
+        timeout.as_millis()
+    ))
 }
 
 /// A reply we cannot read is our bug; anything else (connection refused,

@@ -180,11 +180,13 @@ mod tests {
         let second = watchers.watch("a").await.unwrap();
         assert_eq!(watchers.count("a"), 2);
 
-        let notified = first.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        watchers.wake("a");
-        notified.await;
+        {
+            let notified = first.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            watchers.wake("a");
+            notified.await;
+        }
 
         drop(first);
         assert!(rx.try_recv().is_err(), "unsubscribed while a watch remains");

@@ -6,7 +6,9 @@
 -- ARGV[3]  holder label
 -- ARGV[4]  fence floor: the highest fence the calling broker has seen
 --
--- Returns {1, fence, ttl_ms, "", granted_at_ms} when granted,
+-- Returns {1, fence, ttl_ms, "", granted_at_ms} when granted (also when the
+--         lease is already held with this very token: the broker retries a
+--         call whose connection broke, and the first try may have run),
 --         {0, fence, remaining_ms, holder, granted_at_ms} when someone holds it.
 --
 -- The lease hash has fields o (owner token), f (fence), h (holder label),
@@ -19,9 +21,12 @@
 -- Numbers go back to Redis through string.format('%d'): a plain Lua number
 -- would be written as "1.7e+15" and lose digits.
 local key = KEYS[1]
-if redis.call('HEXISTS', key, 'o') == 1 then
-  local lease = redis.call('HMGET', key, 'f', 'h', 'g')
-  return {0, tonumber(lease[1]), redis.call('PTTL', key), lease[2], tonumber(lease[3])}
+local lease = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't')
+if lease[1] then
+  if lease[1] == ARGV[1] then
+    return {1, tonumber(lease[2]), tonumber(lease[5]), '', tonumber(lease[4])}
+  end
+  return {0, tonumber(lease[2]), redis.call('PTTL', key), lease[3], tonumber(lease[4])}
 end
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])

@@ -1,0 +1,208 @@
+//! Fences never go backwards, even when Redis forgets everything, and Redis
+//! keeps nothing for names that are free.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{must_acquire, Broker, RedisServer};
+use leasehold::{
+    proto::ReleaseRequest,
+    store::{lease_key, Acquired, Checked, GrantSpec, Store, SCRIPTS},
+};
+use redis::AsyncCommands;
+
+fn spec(name: &str, token: &str) -> GrantSpec {
+    GrantSpec {
+        name: name.into(),
+        token: token.into(),
+        holder: "h".into(),
+        ttl_ms: 10_000,
+    }
+}
+
+async fn grant(store: &Store, name: &str, token: &str) -> u64 {
+    match store.acquire(&spec(name, token)).await.unwrap() {
+        Acquired::Granted { fence } => fence,
+        held => panic!("{name} held: {held:?}"),
+    }
+}
+
+/// Every Lua script is valid and loads into a real Redis.
+#[tokio::test]
+async fn every_script_loads_into_redis() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection().await;
+    for (file, source) in SCRIPTS {
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{file} does not load: {e}"));
+        assert_eq!(sha.len(), 40, "{file}");
+    }
+}
+
+/// Redis restarted empty: the next fence of an old name is above every fence
+/// issued before, from a broker that remembers them and from a fresh one.
+#[tokio::test]
+async fn fences_survive_a_redis_restart_that_lost_all_data() {
+    let mut redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let mut client = broker.client().await;
+    let mut highest = 0;
+    for _ in 0..20 {
+        let lease = must_acquire(&mut client, "jobs/nightly", 10_000).await;
+        assert!(lease.fence > highest);
+        highest = lease.fence;
+        client
+            .release(ReleaseRequest {
+                name: lease.name,
+                owner_token: lease.owner_token,
+            })
+            .await
+            .unwrap();
+    }
+    // Leave one lease held at the restart too.
+    let held = must_acquire(&mut client, "jobs/nightly", 10_000).await;
+    highest = highest.max(held.fence);
+
+    redis.restart();
+    let mut conn = redis.connection().await;
+    let keys: usize = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    assert_eq!(keys, 0, "the restarted Redis is empty");
+
+    // A broker that never saw the old fences (its floor is 0)...
+    let fresh = Broker::start(&redis.url()).await;
+    let lease = must_acquire(&mut fresh.client().await, "jobs/nightly", 10_000).await;
+    assert!(
+        lease.fence > highest,
+        "fresh broker: fence {} after {highest}",
+        lease.fence
+    );
+    let after_fresh = lease.fence;
+    drop(fresh);
+
+    // ...and the old broker, which reconnects by itself (the name is freed
+    // from outside so that it can be granted again).
+    let _: () = conn.del(lease_key("test:", "jobs/nightly")).await.unwrap();
+    let lease = must_acquire(&mut client, "jobs/nightly", 10_000).await;
+    assert!(lease.fence > after_fresh);
+}
+
+/// FLUSHALL has the same effect as a restart: fences keep increasing.
+#[tokio::test]
+async fn fences_survive_flushall() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let before = grant(&store, "x", "t1").await;
+    let mut conn = redis.connection().await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let fresh = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    assert!(grant(&fresh, "x", "t2").await > before);
+}
+
+/// A broker's floor keeps fences increasing even if the store's clock is
+/// behind the fences it issued (here: a fence planted far in the future).
+#[tokio::test]
+async fn the_broker_floor_outranks_a_clock_that_fell_behind() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let future_fence: u64 = 1 << 52; // ~ year 2112 in µs
+    let mut conn = redis.connection().await;
+    let _: () = conn
+        .hset_multiple(
+            lease_key("f:", "planted"),
+            &[
+                ("o", "x"),
+                ("f", &future_fence.to_string()),
+                ("h", "h"),
+                ("t", "10000"),
+                ("g", "0"),
+            ],
+        )
+        .await
+        .unwrap();
+    // The broker sees the planted fence...
+    assert_eq!(
+        store.describe("planted").await.unwrap().unwrap().fence,
+        future_fence
+    );
+    // ...so a never-used name gets a fence above it, clock or not.
+    assert!(grant(&store, "other", "t1").await > future_fence);
+}
+
+/// A release whose fence is not yet below the store clock leaves a tombstone
+/// with the fence (and nothing else), expiring once the clock has passed it.
+#[tokio::test]
+async fn a_release_ahead_of_the_clock_keeps_a_short_tombstone() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let mut conn = redis.connection().await;
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let ahead = now_us + 2_000_000; // two seconds ahead of the clock
+    let key = lease_key("f:", "t");
+    let _: () = conn
+        .hset_multiple(
+            &key,
+            &[
+                ("o", "tok"),
+                ("f", &ahead.to_string()),
+                ("h", "h"),
+                ("t", "10000"),
+                ("g", "0"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.release("t", "tok").await.unwrap(), Checked::Done(()));
+    let fields: Vec<String> = conn.hkeys(&key).await.unwrap();
+    assert_eq!(
+        fields,
+        vec!["f".to_owned()],
+        "only the fence survives the release"
+    );
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    assert!(
+        pttl > 0 && pttl <= 2_100,
+        "the tombstone lives until the clock passes the fence: {pttl} ms"
+    );
+    assert!(grant(&store, "t", "next").await > ahead);
+}
+
+/// Redis holds keys only for leases that exist: thousands of distinct names
+/// taken and released (or left to expire) leave nothing behind.
+#[tokio::test]
+async fn redis_keeps_nothing_for_free_names() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let mut conn = redis.connection().await;
+    for i in 0..2_000 {
+        let name = format!("job-{i}");
+        grant(&store, &name, "tok").await;
+        assert_eq!(
+            store.release(&name, "tok").await.unwrap(),
+            Checked::Done(())
+        );
+    }
+    for i in 0..500 {
+        store
+            .acquire(&GrantSpec {
+                ttl_ms: 100,
+                ..spec(&format!("short-{i}"), "tok")
+            })
+            .await
+            .unwrap();
+    }
+    let live: usize = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    assert_eq!(live, 500, "only the 500 unexpired leases have keys");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Redis expires lazily and by sampling; make it look at every key.
+    let _: Vec<String> = conn.keys("*").await.unwrap();
+    let left: usize = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    assert_eq!(left, 0, "expired leases leave no keys");
+}
