@@ -329,3 +329,69 @@ impl Drop for GaugeGuard<'_> {
         self.0.dec();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    fn leases() -> Leases {
+        Leases::new(
+            Store::Memory(MemoryStore::new()),
+            Limits::default(),
+            Metrics::new(),
+        )
+    }
+
+    /// A grant that arrives after its caller went away is released at once,
+    /// not left holding the lock for nobody until its TTL.
+    #[tokio::test]
+    async fn a_grant_whose_caller_left_is_released_at_once() {
+        let leases = leases();
+        let spec = GrantSpec {
+            name: "raced".into(),
+            token: token::generate().unwrap(),
+            holder: "gone".into(),
+            ttl_ms: 60_000,
+        };
+        let (tx, rx) = oneshot::channel();
+        drop(rx); // the caller disconnected while the store granted
+        leases.clone().acquire_task(spec, Duration::ZERO, tx).await;
+        assert_eq!(leases.metrics().acquired.get(), 1, "the store did grant");
+        assert_eq!(
+            leases.metrics().released.get(),
+            1,
+            "and the grant was released"
+        );
+        assert!(leases.describe("raced").await.unwrap().lease.is_none());
+    }
+
+    /// Shutting down ends a wait with UNAVAILABLE instead of holding up the
+    /// graceful shutdown.
+    #[tokio::test]
+    async fn shutdown_ends_waits() {
+        let leases = leases();
+        let args = |holder: &str, wait| AcquireArgs {
+            name: "busy".into(),
+            ttl_ms: 60_000,
+            holder: holder.into(),
+            wait_timeout_ms: wait,
+        };
+        leases.acquire(args("first", 0)).await.unwrap();
+        let waiting = tokio::spawn({
+            let leases = leases.clone();
+            async move { leases.acquire(args("second", 60_000)).await }
+        });
+        // The waiter is registered once the store counts its watch.
+        while leases.describe("busy").await.unwrap().local_waiters == 0 {
+            tokio::task::yield_now().await;
+        }
+        leases.begin_shutdown();
+        let result = waiting.await.unwrap();
+        assert!(
+            matches!(result, Err(Error::Unavailable(ref m)) if m.contains("shutting down")),
+            "{result:?}"
+        );
+        assert_eq!(leases.metrics().waiters.get(), 0);
+    }
+}

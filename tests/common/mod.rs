@@ -286,3 +286,42 @@ pub fn sample(scrape: &str, series: &str) -> f64 {
         })
         .unwrap_or_else(|| panic!("no sample {series} in\n{scrape}"))
 }
+
+/// Waits until `condition` holds, checking every 10 ms, for at most
+/// `limit`: for state owned by another process or task that offers no event
+/// to await (a waiter registered on a broker, a health status).
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Local waiters on `name` as the broker reports them.
+pub async fn local_waiters(client: &mut LeaseholdClient<Channel>, name: &str) -> u32 {
+    client
+        .describe(leasehold::proto::DescribeRequest { name: name.into() })
+        .await
+        .expect("describe")
+        .into_inner()
+        .local_waiters
+}
+
+/// One broker on each kind of store: `memory`, and Redis (the server is
+/// returned so that it lives as long as the test).
+pub async fn brokers_on_each_store() -> Vec<(&'static str, Broker, Option<RedisServer>)> {
+    let redis = RedisServer::start();
+    let on_redis = Broker::start(&redis.url()).await;
+    vec![
+        ("memory", Broker::start("memory").await, None),
+        ("redis", on_redis, Some(redis)),
+    ]
+}
