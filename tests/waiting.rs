@@ -1,0 +1,287 @@
+//! Acquire that waits: woken by the release itself (across brokers) or at the
+//! moment the lease expires, never by a polling interval; bounded by its
+//! timeout; and leaving nothing held when its caller goes away.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    acquire_req, brokers_on_each_store, eventually, local_waiters, must_acquire, Broker,
+    RedisServer,
+};
+use leasehold::proto::{DescribeRequest, ReleaseRequest};
+use tonic::Code;
+
+/// A waiter gets the lock right after the holder releases it, long before the
+/// holder's TTL, on either store.
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_release() {
+    for (store, broker, _redis) in brokers_on_each_store().await {
+        let mut holder = broker.client().await;
+        let held = must_acquire(&mut holder, "w", 30_000).await;
+        let mut waiter = broker.client().await;
+        let waiting = tokio::spawn(async move {
+            waiter
+                .acquire(acquire_req("w", 10_000, "waiter", 20_000))
+                .await
+        });
+        eventually(Duration::from_secs(5), "the waiter to wait", || {
+            let mut c = holder.clone();
+            async move { local_waiters(&mut c, "w").await == 1 }
+        })
+        .await;
+
+        let released = Instant::now();
+        holder
+            .release(ReleaseRequest {
+                name: "w".into(),
+                owner_token: held.owner_token,
+            })
+            .await
+            .unwrap();
+        let granted = waiting
+            .await
+            .unwrap()
+            .expect("the waiter gets the lock")
+            .into_inner();
+        let handoff = released.elapsed();
+        assert!(
+            handoff < Duration::from_secs(2),
+            "{store}: handoff took {handoff:?} with 30 s left on the lease"
+        );
+        assert!(granted.lease.unwrap().fence > held.fence);
+        assert!(granted.waited_ms > 0);
+    }
+}
+
+/// A waiter on one broker is woken by a release made through another broker
+/// on the same Redis.
+#[tokio::test]
+async fn a_release_on_one_broker_wakes_a_waiter_on_another() {
+    let redis = RedisServer::start();
+    let (a, b) = (
+        Broker::start(&redis.url()).await,
+        Broker::start(&redis.url()).await,
+    );
+    let mut holder = a.client().await;
+    let held = must_acquire(&mut holder, "x", 30_000).await;
+    let mut waiter = b.client().await;
+    let mut observer = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire(acquire_req("x", 10_000, "waiter", 20_000))
+            .await
+    });
+    eventually(Duration::from_secs(5), "the waiter to wait", || {
+        let mut c = observer.clone();
+        async move { local_waiters(&mut c, "x").await == 1 }
+    })
+    .await;
+    let released = Instant::now();
+    holder
+        .release(ReleaseRequest {
+            name: "x".into(),
+            owner_token: held.owner_token,
+        })
+        .await
+        .unwrap();
+    waiting.await.unwrap().expect("granted");
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "cross-broker handoff took {:?}",
+        released.elapsed()
+    );
+    assert_eq!(local_waiters(&mut observer, "x").await, 0);
+}
+
+/// A holder that never releases: the waiter gets the lock when the lease
+/// expires, not later.
+#[tokio::test]
+async fn a_waiter_is_woken_at_expiry() {
+    for (store, broker, _redis) in brokers_on_each_store().await {
+        let mut client = broker.client().await;
+        let held = must_acquire(&mut client, "e", 1_000).await;
+        let started = Instant::now();
+        let granted = client
+            .acquire(acquire_req("e", 10_000, "waiter", 10_000))
+            .await
+            .expect("granted at expiry")
+            .into_inner();
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(800),
+            "{store}: granted after {waited:?}, before the 1 s lease could expire"
+        );
+        assert!(
+            waited < Duration::from_millis(2_500),
+            "{store}: granted {waited:?} after a 1 s lease"
+        );
+        assert!(granted.lease.unwrap().fence > held.fence);
+    }
+}
+
+/// A wait that runs out fails with ABORTED and says who holds the lock.
+#[tokio::test]
+async fn a_wait_that_runs_out_is_aborted_with_the_holder_named() {
+    for (store, broker, _redis) in brokers_on_each_store().await {
+        let mut client = broker.client().await;
+        client
+            .acquire(acquire_req("t", 30_000, "pod-a", 0))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let status = client
+            .acquire(acquire_req("t", 10_000, "pod-b", 300))
+            .await
+            .unwrap_err();
+        let waited = started.elapsed();
+        assert_eq!(status.code(), Code::Aborted, "{store}");
+        assert!(
+            status.message().contains("'pod-a'"),
+            "{store}: {}",
+            status.message()
+        );
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+            "{store}: {waited:?}"
+        );
+        // Try-once is refused at once, with a hint to wait.
+        let status = client
+            .acquire(acquire_req("t", 10_000, "pod-b", 0))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Aborted);
+        assert!(
+            status.message().contains("wait_timeout_ms"),
+            "{}",
+            status.message()
+        );
+    }
+}
+
+/// A waiter whose call is cancelled stops waiting, and does not take the lock
+/// when it is released afterwards.
+#[tokio::test]
+async fn a_cancelled_waiter_leaves_nothing_held() {
+    for (store, broker, _redis) in brokers_on_each_store().await {
+        let mut holder = broker.client().await;
+        let held = must_acquire(&mut holder, "c", 30_000).await;
+
+        let mut waiter = broker.client().await;
+        let mut request = tonic::Request::new(acquire_req("c", 30_000, "impatient", 20_000));
+        request.set_timeout(Duration::from_millis(300));
+        let status = waiter.acquire(request).await.unwrap_err();
+        assert!(
+            matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled),
+            "{store}: {status:?}"
+        );
+
+        eventually(
+            Duration::from_secs(5),
+            "the cancelled waiter to leave",
+            || {
+                let mut c = holder.clone();
+                async move { local_waiters(&mut c, "c").await == 0 }
+            },
+        )
+        .await;
+        holder
+            .release(ReleaseRequest {
+                name: "c".into(),
+                owner_token: held.owner_token,
+            })
+            .await
+            .unwrap();
+        let d = holder
+            .describe(DescribeRequest { name: "c".into() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            !d.held,
+            "{store}: the lock is held by {:?} after the only waiter left",
+            d.holder
+        );
+    }
+}
+
+/// Waiters beyond --max-waiters are refused with RESOURCE_EXHAUSTED; the
+/// others keep waiting.
+#[tokio::test]
+async fn waiters_beyond_the_limit_are_refused() {
+    let broker = Broker::start_with("memory", |c| c.limits.max_waiters = 2).await;
+    let mut client = broker.client().await;
+    let held = must_acquire(&mut client, "m", 30_000).await;
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let mut c = client.clone();
+        waiters.push(tokio::spawn(async move {
+            c.acquire(acquire_req("m", 10_000, &format!("w{i}"), 20_000))
+                .await
+        }));
+    }
+    eventually(Duration::from_secs(5), "two waiters", || {
+        let mut c = client.clone();
+        async move { local_waiters(&mut c, "m").await == 2 }
+    })
+    .await;
+    let status = client
+        .acquire(acquire_req("m", 10_000, "w3", 20_000))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(
+        status.message().contains("--max-waiters"),
+        "{}",
+        status.message()
+    );
+
+    // The two admitted waiters both get the lock in turn.
+    client
+        .release(ReleaseRequest {
+            name: "m".into(),
+            owner_token: held.owner_token,
+        })
+        .await
+        .unwrap();
+    let mut granted = 0;
+    for w in waiters {
+        if let Ok(Ok(Ok(r))) = tokio::time::timeout(Duration::from_secs(15), w).await {
+            let lease = r.into_inner().lease.unwrap();
+            client
+                .release(ReleaseRequest {
+                    name: lease.name,
+                    owner_token: lease.owner_token,
+                })
+                .await
+                .unwrap();
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 2);
+}
+
+/// Stopping a broker ends its waits with UNAVAILABLE, promptly.
+#[tokio::test]
+async fn shutdown_ends_waits_with_unavailable() {
+    let broker = Broker::start("memory").await;
+    let mut client = broker.client().await;
+    must_acquire(&mut client, "s", 30_000).await;
+    let mut waiter = client.clone();
+    let waiting =
+        tokio::spawn(async move { waiter.acquire(acquire_req("s", 10_000, "w", 60_000)).await });
+    eventually(Duration::from_secs(5), "the waiter", || {
+        let mut c = client.clone();
+        async move { local_waiters(&mut c, "s").await == 1 }
+    })
+    .await;
+    let stopping = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), broker.stop())
+        .await
+        .expect("shutdown is not held up by the waiter")
+        .expect("clean shutdown");
+    assert!(stopping.elapsed() < Duration::from_secs(5));
+    let status = waiting.await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+}
