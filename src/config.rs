@@ -81,6 +81,15 @@ pub struct Limits {
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
 
+    /// Most leases one KeepAlive heartbeat may name.
+    #[arg(long, env = "LEASEHOLD_MAX_STREAM_LEASES", default_value_t = 10_000)]
+    pub max_stream_leases: usize,
+
+    /// Most heartbeats per second one KeepAlive stream may send; more are
+    /// read later (back-pressure), not dropped.
+    #[arg(long, env = "LEASEHOLD_MAX_STREAM_RATE", default_value_t = 100)]
+    pub max_stream_rate: u32,
+
     /// Longest lock name, in bytes.
     #[arg(long, env = "LEASEHOLD_MAX_NAME_LEN", default_value_t = 256)]
     pub max_name_len: usize,
@@ -98,6 +107,8 @@ impl Default for Limits {
             ttl_default: Duration::from_secs(10),
             max_wait: Duration::from_secs(300),
             max_waiters: 10_000,
+            max_stream_leases: 10_000,
+            max_stream_rate: 100,
             max_name_len: 256,
             max_holder_len: 256,
         }
@@ -122,6 +133,9 @@ impl Limits {
                 "--ttl-default ({:?}) is outside --ttl-min..=--ttl-max ({:?}..={:?})",
                 self.ttl_default, self.ttl_min, self.ttl_max
             ));
+        }
+        if self.max_stream_rate == 0 {
+            return Err("--max-stream-rate must be at least 1".into());
         }
         if self.max_name_len == 0 {
             return Err("--max-name-len must be at least 1".into());

@@ -59,6 +59,8 @@ pub struct Metrics {
     pub acquire_wait: Histogram,
     /// Acquire calls waiting now on this replica.
     pub waiters: IntGauge,
+    /// KeepAlive streams open now on this replica.
+    pub keepalive_streams: IntGauge,
     /// Store calls that failed (timeout, connection, unexpected answer).
     pub store_errors: IntCounter,
     /// 1 while the last store health check succeeded, else 0.
@@ -113,6 +115,11 @@ impl Metrics {
                 "Acquire calls waiting now on this replica.",
             )
             .expect("valid"),
+            keepalive_streams: IntGauge::new(
+                "lease_keepalive_streams",
+                "KeepAlive streams open now on this replica.",
+            )
+            .expect("valid"),
             store_errors: IntCounter::new(
                 "store_errors_total",
                 "Store calls that failed (timeout, connection error, unexpected answer).",
@@ -128,7 +135,8 @@ impl Metrics {
         for reason in LossReason::ALL {
             m.lost.with_label_values(&[reason.as_str()]);
         }
-        let collectors: [Box<dyn prometheus::core::Collector>; 9] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 10] = [
+            Box::new(m.keepalive_streams.clone()),
             Box::new(m.acquired.clone()),
             Box::new(m.released.clone()),
             Box::new(m.lost.clone()),

@@ -8,10 +8,15 @@ use std::time::{Duration, Instant};
 use common::{acquire_req, must_acquire, Broker, RedisServer};
 use tokio_stream::StreamExt;
 use tonic::Code;
-use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+use tonic_health::pb::{
+    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+};
 
 /// Follows the broker's health (service "") until it reports `want`.
-async fn await_health(stream: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>, want: ServingStatus) {
+async fn await_health(
+    stream: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
+    want: ServingStatus,
+) {
     let wait = async {
         while let Some(update) = stream.next().await {
             if update.expect("health update").status() == want {
@@ -27,7 +32,9 @@ async fn await_health(stream: &mut tonic::Streaming<tonic_health::pb::HealthChec
 
 async fn watch_health(broker: &Broker) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
     HealthClient::new(broker.channel().await)
-        .watch(HealthCheckRequest { service: String::new() })
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
         .await
         .expect("health watch")
         .into_inner()
@@ -48,10 +55,17 @@ async fn redis_down_means_unavailable_fast_and_recovery_is_automatic() {
     redis.stop();
     for name in ["during-1", "during-2", "during-3"] {
         let started = Instant::now();
-        let status = client.acquire(acquire_req(name, 10_000, "t", 0)).await.unwrap_err();
+        let status = client
+            .acquire(acquire_req(name, 10_000, "t", 0))
+            .await
+            .unwrap_err();
         assert_eq!(status.code(), Code::Unavailable, "{status:?}");
         assert!(status.message().contains("Redis"), "{}", status.message());
-        assert!(started.elapsed() < Duration::from_secs(2), "UNAVAILABLE took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "UNAVAILABLE took {:?}",
+            started.elapsed()
+        );
     }
     await_health(&mut health, ServingStatus::NotServing).await;
 
@@ -75,9 +89,16 @@ async fn a_redis_that_never_answers_gives_unavailable_not_a_hang() {
     let broker = Broker::start(&url).await;
     let mut client = broker.client().await;
     let started = Instant::now();
-    let status = client.acquire(acquire_req("x", 10_000, "t", 0)).await.unwrap_err();
+    let status = client
+        .acquire(acquire_req("x", 10_000, "t", 0))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
     let mut health = watch_health(&broker).await;
     await_health(&mut health, ServingStatus::NotServing).await;
 }
@@ -92,7 +113,10 @@ async fn a_broker_started_before_redis_serves_once_redis_is_up() {
     let mut health = watch_health(&broker).await;
     await_health(&mut health, ServingStatus::NotServing).await;
     let mut client = broker.client().await;
-    let status = client.acquire(acquire_req("x", 10_000, "t", 0)).await.unwrap_err();
+    let status = client
+        .acquire(acquire_req("x", 10_000, "t", 0))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
 
     redis.restart();

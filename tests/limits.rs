@@ -27,57 +27,173 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
             (acquire_req("ok", 499, "", 0), "--ttl-min"),
             (acquire_req("ok", 3_600_001, "", 0), "--ttl-max"),
             (acquire_req("ok", u64::MAX, "", 0), "--ttl-max"),
-            (acquire_req("ok", 1_000, &long_holder, 0), "--max-holder-len"),
-            (acquire_req("ok", 1_000, "line\nbreak", 0), "control character"),
+            (
+                acquire_req("ok", 1_000, &long_holder, 0),
+                "--max-holder-len",
+            ),
+            (
+                acquire_req("ok", 1_000, "line\nbreak", 0),
+                "control character",
+            ),
             (acquire_req("ok", 1_000, "", 300_001), "--max-wait"),
             (acquire_req("ok", 1_000, "", u64::MAX), "--max-wait"),
         ];
         for (request, hint) in acquires {
             let shown = format!("{:?}", request.name.get(..20).unwrap_or(&request.name));
             let status = c.acquire(request).await.unwrap_err();
-            assert_eq!(status.code(), Code::InvalidArgument, "{store} {shown}: {status:?}");
-            assert!(status.message().contains(hint), "{store} {shown}: '{}' lacks '{hint}'", status.message());
+            assert_eq!(
+                status.code(),
+                Code::InvalidArgument,
+                "{store} {shown}: {status:?}"
+            );
+            assert!(
+                status.message().contains(hint),
+                "{store} {shown}: '{}' lacks '{hint}'",
+                status.message()
+            );
         }
 
         let renews = [
-            (RenewRequest { name: "".into(), owner_token: TOKEN.into(), ttl_ms: 0 }, Code::InvalidArgument, "empty"),
-            (RenewRequest { name: "x".into(), owner_token: "".into(), ttl_ms: 0 }, Code::InvalidArgument, "owner_token is empty"),
-            (RenewRequest { name: "x".into(), owner_token: "guess".into(), ttl_ms: 0 }, Code::InvalidArgument, "32 lowercase hex"),
-            (RenewRequest { name: "x".into(), owner_token: TOKEN.into(), ttl_ms: 10 }, Code::InvalidArgument, "--ttl-min"),
-            (RenewRequest { name: "nobody".into(), owner_token: TOKEN.into(), ttl_ms: 0 }, Code::NotFound, "no lease"),
-            (RenewRequest { name: "bystander".into(), owner_token: TOKEN.into(), ttl_ms: 0 }, Code::FailedPrecondition, "another owner"),
+            (
+                RenewRequest {
+                    name: "".into(),
+                    owner_token: TOKEN.into(),
+                    ttl_ms: 0,
+                },
+                Code::InvalidArgument,
+                "empty",
+            ),
+            (
+                RenewRequest {
+                    name: "x".into(),
+                    owner_token: "".into(),
+                    ttl_ms: 0,
+                },
+                Code::InvalidArgument,
+                "owner_token is empty",
+            ),
+            (
+                RenewRequest {
+                    name: "x".into(),
+                    owner_token: "guess".into(),
+                    ttl_ms: 0,
+                },
+                Code::InvalidArgument,
+                "32 lowercase hex",
+            ),
+            (
+                RenewRequest {
+                    name: "x".into(),
+                    owner_token: TOKEN.into(),
+                    ttl_ms: 10,
+                },
+                Code::InvalidArgument,
+                "--ttl-min",
+            ),
+            (
+                RenewRequest {
+                    name: "nobody".into(),
+                    owner_token: TOKEN.into(),
+                    ttl_ms: 0,
+                },
+                Code::NotFound,
+                "no lease",
+            ),
+            (
+                RenewRequest {
+                    name: "bystander".into(),
+                    owner_token: TOKEN.into(),
+                    ttl_ms: 0,
+                },
+                Code::FailedPrecondition,
+                "another owner",
+            ),
         ];
         for (request, code, hint) in renews {
             let status = c.renew(request).await.unwrap_err();
             assert_eq!(status.code(), code, "{store}: {status:?}");
-            assert!(status.message().contains(hint), "{store}: '{}' lacks '{hint}'", status.message());
+            assert!(
+                status.message().contains(hint),
+                "{store}: '{}' lacks '{hint}'",
+                status.message()
+            );
         }
 
         let releases = [
-            (ReleaseRequest { name: "bad name".into(), owner_token: TOKEN.into() }, Code::InvalidArgument, "allowed are"),
-            (ReleaseRequest { name: "x".into(), owner_token: TOKEN.to_uppercase() }, Code::InvalidArgument, "32 lowercase hex"),
-            (ReleaseRequest { name: "nobody".into(), owner_token: TOKEN.into() }, Code::NotFound, "no lease"),
-            (ReleaseRequest { name: "bystander".into(), owner_token: TOKEN.into() }, Code::FailedPrecondition, "another owner"),
+            (
+                ReleaseRequest {
+                    name: "bad name".into(),
+                    owner_token: TOKEN.into(),
+                },
+                Code::InvalidArgument,
+                "allowed are",
+            ),
+            (
+                ReleaseRequest {
+                    name: "x".into(),
+                    owner_token: TOKEN.to_uppercase(),
+                },
+                Code::InvalidArgument,
+                "32 lowercase hex",
+            ),
+            (
+                ReleaseRequest {
+                    name: "nobody".into(),
+                    owner_token: TOKEN.into(),
+                },
+                Code::NotFound,
+                "no lease",
+            ),
+            (
+                ReleaseRequest {
+                    name: "bystander".into(),
+                    owner_token: TOKEN.into(),
+                },
+                Code::FailedPrecondition,
+                "another owner",
+            ),
         ];
         for (request, code, hint) in releases {
             let status = c.release(request).await.unwrap_err();
             assert_eq!(status.code(), code, "{store}: {status:?}");
-            assert!(status.message().contains(hint), "{store}: '{}' lacks '{hint}'", status.message());
+            assert!(
+                status.message().contains(hint),
+                "{store}: '{}' lacks '{hint}'",
+                status.message()
+            );
         }
 
-        let status = c.describe(DescribeRequest { name: long_name.clone() }).await.unwrap_err();
+        let status = c
+            .describe(DescribeRequest {
+                name: long_name.clone(),
+            })
+            .await
+            .unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument);
 
         // Someone else's lock cannot be taken either.
-        let status = c.acquire(acquire_req("bystander", 1_000, "thief", 0)).await.unwrap_err();
+        let status = c
+            .acquire(acquire_req("bystander", 1_000, "thief", 0))
+            .await
+            .unwrap_err();
         assert_eq!(status.code(), Code::Aborted);
 
         // The bystander's lease is untouched: same fence, still renewable.
-        let d = c.describe(DescribeRequest { name: "bystander".into() }).await.unwrap().into_inner();
-        assert!(d.held && d.fence == bystander.fence, "{store}: {d:?}");
-        c.renew(RenewRequest { name: "bystander".into(), owner_token: bystander.owner_token.clone(), ttl_ms: 0 })
+        let d = c
+            .describe(DescribeRequest {
+                name: "bystander".into(),
+            })
             .await
-            .expect("the bystander still owns its lease");
+            .unwrap()
+            .into_inner();
+        assert!(d.held && d.fence == bystander.fence, "{store}: {d:?}");
+        c.renew(RenewRequest {
+            name: "bystander".into(),
+            owner_token: bystander.owner_token.clone(),
+            ttl_ms: 0,
+        })
+        .await
+        .expect("the bystander still owns its lease");
         // The broker is still serving after all that.
         must_acquire(&mut c, "after", 1_000).await;
     }
@@ -93,10 +209,24 @@ async fn configured_limits_are_enforced() {
     })
     .await;
     let mut c = broker.client().await;
-    let status = c.acquire(acquire_req("123456789", 1_000, "", 0)).await.unwrap_err();
-    assert!(status.message().contains("limit is 8 bytes"), "{}", status.message());
-    let status = c.acquire(acquire_req("short", 6_000, "", 0)).await.unwrap_err();
-    assert!(status.message().contains("500..=5000"), "{}", status.message());
+    let status = c
+        .acquire(acquire_req("123456789", 1_000, "", 0))
+        .await
+        .unwrap_err();
+    assert!(
+        status.message().contains("limit is 8 bytes"),
+        "{}",
+        status.message()
+    );
+    let status = c
+        .acquire(acquire_req("short", 6_000, "", 0))
+        .await
+        .unwrap_err();
+    assert!(
+        status.message().contains("500..=5000"),
+        "{}",
+        status.message()
+    );
     // ttl_ms = 0 takes the configured default.
     assert_eq!(must_acquire(&mut c, "short", 0).await.ttl_ms, 2_000);
 }
@@ -104,7 +234,10 @@ async fn configured_limits_are_enforced() {
 /// A broker refuses to start with limits that contradict each other.
 #[tokio::test]
 async fn contradictory_limits_refuse_to_start() {
-    let broker = common::Broker::start_with("memory", |c| c.limits.ttl_min = std::time::Duration::from_secs(7200)).await;
+    let broker = common::Broker::start_with("memory", |c| {
+        c.limits.ttl_min = std::time::Duration::from_secs(7200)
+    })
+    .await;
     let err = broker.stop().await.unwrap_err();
     assert!(err.to_string().contains("--ttl-min"), "{err}");
 }

@@ -6,7 +6,9 @@ mod common;
 use common::{acquire_req, must_acquire, sample, scrape, Broker, RedisServer};
 use leasehold::proto::{ReleaseRequest, RenewRequest};
 use tokio_stream::StreamExt;
-use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
+use tonic_health::pb::{
+    health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+};
 use tonic_reflection::pb::v1::{
     server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest,
     server_reflection_response::MessageResponse, ServerReflectionRequest,
@@ -22,7 +24,10 @@ async fn reflection_describes_the_api() {
         MessageRequest::ListServices(String::new()),
         MessageRequest::FileContainingSymbol("leasehold.v1.Leasehold".into()),
     ]
-    .map(|message| ServerReflectionRequest { host: String::new(), message_request: Some(message) });
+    .map(|message| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(message),
+    });
     let mut responses = reflection
         .server_reflection_info(tokio_stream::iter(requests))
         .await
@@ -32,8 +37,15 @@ async fn reflection_describes_the_api() {
     match responses.next().await.unwrap().unwrap().message_response {
         Some(MessageResponse::ListServicesResponse(list)) => {
             let names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
-            for want in ["leasehold.v1.Leasehold", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"] {
-                assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
+            for want in [
+                "leasehold.v1.Leasehold",
+                "grpc.health.v1.Health",
+                "grpc.reflection.v1.ServerReflection",
+            ] {
+                assert!(
+                    names.iter().any(|n| n == want),
+                    "{want} missing from {names:?}"
+                );
             }
         }
         other => panic!("expected a service list, got {other:?}"),
@@ -42,7 +54,9 @@ async fn reflection_describes_the_api() {
         Some(MessageResponse::FileDescriptorResponse(files)) => {
             assert!(!files.file_descriptor_proto.is_empty());
             let text = String::from_utf8_lossy(&files.file_descriptor_proto[0]).into_owned();
-            assert!(text.contains("leasehold/v1/leasehold.proto") && text.contains("AcquireRequest"));
+            assert!(
+                text.contains("leasehold/v1/leasehold.proto") && text.contains("AcquireRequest")
+            );
         }
         other => panic!("expected a file descriptor, got {other:?}"),
     }
@@ -55,7 +69,9 @@ async fn health_is_serving_on_a_working_store() {
     let mut health = HealthClient::new(broker.channel().await);
     for service in ["", "leasehold.v1.Leasehold"] {
         let mut watch = health
-            .watch(HealthCheckRequest { service: service.into() })
+            .watch(HealthCheckRequest {
+                service: service.into(),
+            })
             .await
             .unwrap()
             .into_inner();
@@ -81,22 +97,48 @@ async fn metrics_move_with_traffic() {
 
     let a = must_acquire(&mut c, "m1", 10_000).await;
     let b = must_acquire(&mut c, "m2", 10_000).await;
-    c.acquire(acquire_req("m1", 10_000, "other", 0)).await.unwrap_err(); // refused
-    c.renew(RenewRequest { name: a.name.clone(), owner_token: a.owner_token.clone(), ttl_ms: 0 }).await.unwrap();
-    c.release(ReleaseRequest { name: a.name.clone(), owner_token: a.owner_token.clone() }).await.unwrap();
-    // Renewing a released lease is a loss the broker notices.
-    c.renew(RenewRequest { name: a.name, owner_token: a.owner_token, ttl_ms: 0 }).await.unwrap_err();
-    // A stale token on a held lock is another.
-    c.renew(RenewRequest { name: b.name, owner_token: "0123456789abcdef0123456789abcdef".into(), ttl_ms: 0 })
+    c.acquire(acquire_req("m1", 10_000, "other", 0))
         .await
-        .unwrap_err();
+        .unwrap_err(); // refused
+    c.renew(RenewRequest {
+        name: a.name.clone(),
+        owner_token: a.owner_token.clone(),
+        ttl_ms: 0,
+    })
+    .await
+    .unwrap();
+    c.release(ReleaseRequest {
+        name: a.name.clone(),
+        owner_token: a.owner_token.clone(),
+    })
+    .await
+    .unwrap();
+    // Renewing a released lease is a loss the broker notices.
+    c.renew(RenewRequest {
+        name: a.name,
+        owner_token: a.owner_token,
+        ttl_ms: 0,
+    })
+    .await
+    .unwrap_err();
+    // A stale token on a held lock is another.
+    c.renew(RenewRequest {
+        name: b.name,
+        owner_token: "0123456789abcdef0123456789abcdef".into(),
+        ttl_ms: 0,
+    })
+    .await
+    .unwrap_err();
 
     let after = scrape(broker.metrics_addr).await;
     assert_eq!(sample(&after, "lease_acquired_total"), 2.0);
     assert_eq!(sample(&after, "lease_released_total"), 1.0);
     assert_eq!(sample(&after, "lease_acquire_refused_total"), 1.0);
     assert_eq!(sample(&after, "lease_lost_total{reason=\"expired\"}"), 1.0);
-    assert_eq!(sample(&after, "lease_lost_total{reason=\"not_owner\"}"), 1.0);
+    assert_eq!(
+        sample(&after, "lease_lost_total{reason=\"not_owner\"}"),
+        1.0
+    );
     assert_eq!(sample(&after, "heartbeat_latency_seconds_count"), 3.0);
     assert_eq!(sample(&after, "lease_acquire_wait_seconds_count"), 2.0);
     assert_eq!(sample(&after, "lease_waiters"), 0.0);
@@ -110,7 +152,9 @@ async fn metrics_move_with_traffic() {
 async fn the_metrics_port_serves_only_metrics() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let broker = Broker::start("memory").await;
-    let mut stream = tokio::net::TcpStream::connect(broker.metrics_addr).await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(broker.metrics_addr)
+        .await
+        .unwrap();
     stream
         .write_all(b"GET /other HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await

@@ -3,8 +3,11 @@
 //! messages; the store only executes atomic operations; the decisions are
 //! here.
 
+mod keepalive;
 pub mod token;
 pub mod validate;
+
+pub use self::keepalive::{LeaseRef, LeaseState, Session};
 
 use std::{sync::Arc, time::Duration};
 
@@ -108,6 +111,23 @@ impl Leases {
     /// shutdown is not held up by callers waiting for minutes.
     pub fn begin_shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+    }
+
+    /// Resolves when the broker begins to shut down.
+    pub async fn shutting_down(&self) {
+        let mut shutdown = self.inner.shutdown.subscribe();
+        let _ = shutdown.wait_for(|down| *down).await;
+    }
+
+    /// A new KeepAlive session (one per stream).
+    pub fn keepalive_session(&self) -> Session {
+        Session::new(self.clone())
+    }
+
+    /// Counts and logs a lease its holder lost.
+    fn lost(&self, name: &str, reason: LossReason) {
+        self.inner.metrics.lost(reason);
+        tracing::info!(lock = %name, reason = reason.as_str(), "lease lost");
     }
 
     /// Takes the lease, once or waiting (see the proto for the semantics).
@@ -277,15 +297,13 @@ impl Leases {
         match outcome {
             Checked::Done(value) => Ok(value),
             Checked::NotHeld => {
-                self.inner.metrics.lost(LossReason::Expired);
-                tracing::info!(lock = %name, "a holder found its lease gone (expired or lost)");
+                self.lost(name, LossReason::Expired);
                 Err(Error::NotHeld {
                     name: name.to_owned(),
                 })
             }
             Checked::NotOwner { fence } => {
-                self.inner.metrics.lost(LossReason::NotOwner);
-                tracing::info!(lock = %name, current_fence = fence, "a former holder presented a stale token");
+                self.lost(name, LossReason::NotOwner);
                 Err(Error::NotOwner {
                     name: name.to_owned(),
                     fence,

@@ -1,13 +1,16 @@
 //! The `leasehold.v1.Leasehold` gRPC service: converts messages and calls the
 //! lease rules. No store access and no decisions here.
 
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::keepalive;
 
 use crate::{
     lease::{AcquireArgs, Leases},
     proto::{
         leasehold_server::Leasehold, AcquireRequest, AcquireResponse, DescribeRequest,
-        DescribeResponse, Lease, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
+        DescribeResponse, KeepAliveRequest, Lease, ReleaseRequest, ReleaseResponse, RenewRequest,
+        RenewResponse,
     },
 };
 
@@ -25,6 +28,18 @@ impl LeaseholdService {
 
 #[tonic::async_trait]
 impl Leasehold for LeaseholdService {
+    type KeepAliveStream = keepalive::ResponseStream;
+
+    async fn keep_alive(
+        &self,
+        request: Request<Streaming<KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        Ok(Response::new(keepalive::start(
+            self.leases.clone(),
+            request.into_inner(),
+        )))
+    }
+
     async fn acquire(
         &self,
         request: Request<AcquireRequest>,

@@ -4,6 +4,7 @@
 mod grpc;
 mod health;
 mod http;
+mod keepalive;
 
 use std::future::Future;
 

@@ -16,7 +16,7 @@ use std::{
 use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
 use tokio::time::Instant;
 
-use super::{watch::Watchers, Acquired, Checked, GrantSpec, LeaseInfo, Renewed, Watch};
+use super::{watch::Watchers, Acquired, Checked, GrantSpec, LeaseInfo, RenewItem, Renewed, Watch};
 use crate::error::Result;
 
 /// How often expired leases nobody touches are swept from memory.
@@ -143,6 +143,14 @@ impl MemoryStore {
             ttl_ms,
             fence: lease.fence,
         }))
+    }
+
+    pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+        let mut outcomes = Vec::with_capacity(items.len());
+        for item in items {
+            outcomes.push(self.renew(&item.name, &item.token, item.ttl_ms).await?);
+        }
+        Ok(outcomes)
     }
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {

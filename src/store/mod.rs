@@ -89,6 +89,17 @@ pub enum Checked<T> {
     },
 }
 
+/// One lease of a batch renewal.
+#[derive(Clone, Debug)]
+pub struct RenewItem {
+    /// The lock name (validated).
+    pub name: String,
+    /// The presented owner token.
+    pub token: String,
+    /// The new TTL, or `None` to keep the lease's own.
+    pub ttl_ms: Option<u64>,
+}
+
 /// A renewal that was applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Renewed {
@@ -146,6 +157,12 @@ impl Store {
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
         dispatch!(self, s => s.renew(name, token, ttl_ms).await)
+    }
+
+    /// Renews every item, in one store round trip; one outcome per item, in
+    /// order.
+    pub async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+        dispatch!(self, s => s.renew_many(items).await)
     }
 
     /// Deletes the lease if `token` holds it, and wakes the name's waiters on

@@ -22,13 +22,13 @@ use std::{
 use redis::{
     aio::{ConnectionManager, ConnectionManagerConfig},
     Client, ErrorKind, FromRedisValue, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind,
-    RedisError, Script, Value,
+    RedisError, Script, ServerErrorKind, Value,
 };
 use tokio::sync::mpsc;
 
 use super::{
     watch::{SubscriptionRequest, Watchers},
-    Acquired, Checked, GrantSpec, LeaseInfo, Renewed, Watch,
+    Acquired, Checked, GrantSpec, LeaseInfo, RenewItem, Renewed, Watch,
 };
 use crate::error::{Error, Result};
 
@@ -174,9 +174,7 @@ impl RedisStore {
     }
 
     /// Runs `script` on `key` with `args` (by EVALSHA), within the store
-    /// timeout. A call whose connection turns out to be broken (Redis
-    /// restarted, a proxy dropped it) is tried once more on the new
-    /// connection: every script is safe to repeat with the same arguments.
+    /// timeout.
     async fn eval<T: FromRedisValue>(
         &self,
         op: &'static str,
@@ -184,25 +182,40 @@ impl RedisStore {
         key: &str,
         args: &[String],
     ) -> Result<T> {
-        let deadline = tokio::time::Instant::now() + self.inner.timeout;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let mut conn = self.inner.conn.clone();
+        self.retrying(op, |mut conn| async move {
             let mut invocation = script.prepare_invoke();
             invocation.key(key);
             for arg in args {
                 invocation.arg(arg);
             }
-            match tokio::time::timeout_at(deadline, invocation.invoke_async::<T>(&mut conn)).await {
+            invocation.invoke_async::<T>(&mut conn).await
+        })
+        .await
+    }
+
+    /// Runs `attempt` within the store timeout. An attempt whose connection
+    /// turns out to be broken (Redis restarted, a proxy dropped it) is made
+    /// once more on the new connection: every script is safe to repeat with
+    /// the same arguments.
+    async fn retrying<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.inner.timeout;
+        for first in [true, false] {
+            match tokio::time::timeout_at(deadline, attempt(self.inner.conn.clone())).await {
                 Ok(Ok(value)) => return Ok(value),
-                Ok(Err(e)) if attempt == 1 && (e.is_connection_dropped() || e.is_io_error()) => {
+                Ok(Err(e)) if first && (e.is_connection_dropped() || e.is_io_error()) => {
                     tracing::debug!(op, error = %e, "Redis connection broken; retrying once");
                 }
                 Ok(Err(e)) => return Err(classify(op, e)),
                 Err(_) => return Err(timed_out(op, self.inner.timeout)),
             }
         }
+        Err(Error::Unavailable(format!(
+            "Redis connection broken twice during {op}"
+        )))
     }
 
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
@@ -246,11 +259,56 @@ impl RedisStore {
         let reply: Vec<Value> = self
             .eval("renew", &self.inner.scripts.renew, &self.key(name), &args)
             .await?;
-        let fence = uint(&reply, 2)?;
+        self.renewal(&reply)
+    }
+
+    /// Renews every item in one round trip: a pipeline of `EVALSHA renew`
+    /// (one script per lease keeps each key in its own Cluster slot).
+    pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let script = &self.inner.scripts.renew;
+        let mut pipe = redis::pipe();
+        for item in items {
+            let mut invocation = script.prepare_invoke();
+            invocation
+                .key(self.key(&item.name))
+                .arg(&item.token)
+                .arg(item.ttl_ms.unwrap_or(0));
+            pipe.invoke_script(&invocation);
+        }
+        let pipe = &pipe;
+        let replies: Vec<Vec<Value>> = self
+            .retrying("renew_many", |mut conn| async move {
+                match pipe.query_async(&mut conn).await {
+                    // A pipeline does not load scripts by itself (after a
+                    // Redis restart): load and send again.
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script.prepare_invoke().load_async(&mut conn).await?;
+                        pipe.query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            })
+            .await?;
+        if replies.len() != items.len() {
+            return Err(Error::Internal(format!(
+                "{} replies to a pipeline of {} renewals",
+                replies.len(),
+                items.len()
+            )));
+        }
+        replies.iter().map(|reply| self.renewal(reply)).collect()
+    }
+
+    /// Reads a renew.lua reply.
+    fn renewal(&self, reply: &[Value]) -> Result<Checked<Renewed>> {
+        let fence = uint(reply, 2)?;
         self.saw_fence(fence);
-        Ok(match int(&reply, 0)? {
+        Ok(match int(reply, 0)? {
             1 => Checked::Done(Renewed {
-                ttl_ms: uint(&reply, 1)?,
+                ttl_ms: uint(reply, 1)?,
                 fence,
             }),
             0 => Checked::NotHeld,

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::{
     io::{BufRead, BufReader},
     net::{SocketAddr, TcpListener as StdListener},

@@ -1,0 +1,282 @@
+//! Heartbeat sessions: what one KeepAlive stream renews, and what its end
+//! means.
+//!
+//! A session is stateless towards the client (each heartbeat names the
+//! leases to renew) but remembers, per lease it renewed, the fence and the
+//! earliest moment the lease could expire. That memory lets it tell the
+//! holder *why* a lease is gone (a lease missing before it could have expired
+//! was lost by the store, not by the clock) and, when the stream ends
+//! abruptly, check at the TTL whether the lease was resumed elsewhere or ran
+//! out (`lease_lost_total{reason="expired"}`).
+
+use std::{collections::HashMap, time::Duration};
+
+use tokio::time::{sleep_until, Instant};
+
+use super::{validate, Leases};
+use crate::{
+    error::{Error, Result},
+    metrics::LossReason,
+    store::{Checked, RenewItem},
+};
+
+/// One lease named in a heartbeat.
+#[derive(Clone, Debug)]
+pub struct LeaseRef {
+    /// Lock name.
+    pub name: String,
+    /// Owner token.
+    pub owner_token: String,
+    /// New TTL; 0 keeps the lease's own.
+    pub ttl_ms: u64,
+}
+
+/// What became of one lease in a heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Renewed for `ttl_ms`.
+    Alive {
+        /// The TTL applied.
+        ttl_ms: u64,
+        /// The lease's fence.
+        fence: u64,
+    },
+    /// Gone for good.
+    Lost {
+        /// Why.
+        reason: LossReason,
+        /// The current holder's fence, for `NotOwner`; else 0.
+        fence: u64,
+        /// For people.
+        message: String,
+    },
+    /// The store did not answer; the lease may still be alive.
+    Unconfirmed {
+        /// For people.
+        message: String,
+    },
+    /// Malformed entry.
+    Rejected {
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A lease this session renewed.
+#[derive(Clone, Copy, Debug)]
+struct Tracked {
+    fence: u64,
+    /// The earliest moment the store may expire it: the renewal was applied
+    /// after this session sent it, so the lease lives at least until then.
+    expires_no_sooner_than: Instant,
+}
+
+/// The state of one KeepAlive stream.
+pub struct Session {
+    leases: Leases,
+    tracked: HashMap<String, Tracked>,
+    /// Rate limit (GCRA): the theoretical arrival time of the next heartbeat.
+    next_arrival: Instant,
+}
+
+impl Session {
+    pub(super) fn new(leases: Leases) -> Self {
+        leases.metrics().keepalive_streams.inc();
+        Session {
+            leases,
+            tracked: HashMap::new(),
+            next_arrival: Instant::now(),
+        }
+    }
+
+    /// Waits as long as needed to keep this stream within
+    /// `--max-stream-rate` heartbeats per second (with a burst of one
+    /// second's worth). The caller reads the next heartbeat only afterwards,
+    /// so a flood is slowed by HTTP/2 flow control, not buffered.
+    pub async fn throttle(&mut self) {
+        let rate = self.leases.inner.limits.max_stream_rate.max(1);
+        let interval = Duration::from_secs(1) / rate;
+        let burst = Duration::from_secs(1).saturating_sub(interval);
+        let now = Instant::now();
+        let arrival = self.next_arrival.max(now);
+        if arrival > now + burst {
+            sleep_until(arrival - burst).await;
+        }
+        self.next_arrival = arrival + interval;
+    }
+
+    /// Renews the leases of one heartbeat, in one store round trip, and says
+    /// what became of each (same order). Fails only when the heartbeat breaks
+    /// a stream limit; the stream should then end with that error.
+    pub async fn heartbeat(&mut self, leases: Vec<LeaseRef>) -> Result<Vec<(String, LeaseState)>> {
+        let inner = &self.leases.inner;
+        let limits = &inner.limits;
+        if leases.len() > limits.max_stream_leases {
+            return Err(Error::ResourceExhausted(format!(
+                "a heartbeat names {} leases; the limit is {} per stream (--max-stream-leases): \
+                 spread them over several streams",
+                leases.len(),
+                limits.max_stream_leases
+            )));
+        }
+
+        let mut states: Vec<Option<LeaseState>> = Vec::with_capacity(leases.len());
+        let mut items = Vec::with_capacity(leases.len());
+        for lease in &leases {
+            let checked = validate::name(limits, &lease.name)
+                .and_then(|()| validate::owner_token(&lease.owner_token))
+                .and_then(|()| validate::ttl(limits, lease.ttl_ms, None));
+            match checked {
+                Ok(ttl_ms) => {
+                    states.push(None);
+                    items.push(RenewItem {
+                        name: lease.name.clone(),
+                        token: lease.owner_token.clone(),
+                        ttl_ms,
+                    });
+                }
+                Err(e) => states.push(Some(LeaseState::Rejected {
+                    message: e.to_string(),
+                })),
+            }
+        }
+
+        let sent = Instant::now();
+        let outcomes = self
+            .leases
+            .count_errors(inner.store.renew_many(&items).await);
+        if !items.is_empty() {
+            inner
+                .metrics
+                .heartbeat_latency
+                .observe(sent.elapsed().as_secs_f64());
+        }
+        let now = Instant::now();
+        let mut next_tracked = HashMap::with_capacity(items.len());
+        let mut outcomes = match outcomes {
+            Ok(outcomes) => outcomes.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => {
+                // Unknown fate: keep tracking what we knew until we know more.
+                for item in &items {
+                    if let Some(t) = self.tracked.get(&item.name) {
+                        next_tracked.insert(item.name.clone(), *t);
+                    }
+                }
+                let message = e.to_string();
+                items.iter().map(|_| Err(message.clone())).collect()
+            }
+        }
+        .into_iter();
+
+        for (item, slot) in items.iter().zip(states.iter_mut().filter(|s| s.is_none())) {
+            let state = match outcomes.next().expect("one outcome per item") {
+                Err(message) => LeaseState::Unconfirmed { message },
+                Ok(Checked::Done(renewed)) => {
+                    next_tracked.insert(
+                        item.name.clone(),
+                        Tracked {
+                            fence: renewed.fence,
+                            expires_no_sooner_than: sent + Duration::from_millis(renewed.ttl_ms),
+                        },
+                    );
+                    LeaseState::Alive {
+                        ttl_ms: renewed.ttl_ms,
+                        fence: renewed.fence,
+                    }
+                }
+                Ok(Checked::NotHeld) => {
+                    let lost_early = self
+                        .tracked
+                        .get(&item.name)
+                        .is_some_and(|t| now < t.expires_no_sooner_than);
+                    let (reason, message) = if lost_early {
+                        (
+                            LossReason::StoreLost,
+                            "the store lost the lease before it could have expired \
+                             (restarted empty, flushed, or the key was deleted)",
+                        )
+                    } else {
+                        (
+                            LossReason::Expired,
+                            "the lease expired before this renewal reached the store",
+                        )
+                    };
+                    self.leases.lost(&item.name, reason);
+                    LeaseState::Lost {
+                        reason,
+                        fence: 0,
+                        message: message.to_owned(),
+                    }
+                }
+                Ok(Checked::NotOwner { fence }) => {
+                    self.leases.lost(&item.name, LossReason::NotOwner);
+                    LeaseState::Lost {
+                        reason: LossReason::NotOwner,
+                        fence,
+                        message: format!(
+                            "the lease expired and the lock was granted again (current fence {fence})"
+                        ),
+                    }
+                }
+            };
+            *slot = Some(state);
+        }
+        // Leases the client no longer names are no longer this session's.
+        self.tracked = next_tracked;
+        Ok(leases
+            .into_iter()
+            .zip(states)
+            .map(|(lease, state)| {
+                let state = state.unwrap_or_else(|| LeaseState::Unconfirmed {
+                    message: "internal error: no outcome".into(),
+                });
+                (lease.name, state)
+            })
+            .collect())
+    }
+
+    /// The client closed the stream cleanly: its leases are its own business
+    /// (released, or handed to another stream).
+    pub fn finish(self) {}
+
+    /// The stream broke (client died, network failed). Renewals stop; the
+    /// leases run out their TTL unless the client resumes them elsewhere. At
+    /// the TTL, each lease not resumed is counted as lost (expired).
+    pub fn abandon(mut self) {
+        let tracked = std::mem::take(&mut self.tracked);
+        if tracked.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            leases = tracked.len(),
+            "KeepAlive stream broke; its leases run out their TTL"
+        );
+        let leases = self.leases.clone();
+        tokio::spawn(async move {
+            let latest = tracked.values().map(|t| t.expires_no_sooner_than).max();
+            if let Some(latest) = latest {
+                // A little past the TTL, so the store has expired them.
+                let mut shutdown = leases.inner.shutdown.subscribe();
+                tokio::select! {
+                    () = sleep_until(latest + Duration::from_millis(250)) => {}
+                    _ = shutdown.wait_for(|down| *down) => return,
+                }
+            }
+            for (name, t) in tracked {
+                match leases.inner.store.describe(&name).await {
+                    Ok(Some(lease)) if lease.fence == t.fence => {} // resumed elsewhere
+                    Ok(_) => leases.lost(&name, LossReason::Expired),
+                    Err(e) => {
+                        tracing::debug!(lock = %name, error = %e, "could not check an abandoned lease")
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.leases.metrics().keepalive_streams.dec();
+    }
+}

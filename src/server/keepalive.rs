@@ -1,0 +1,126 @@
+//! The KeepAlive stream pump: reads heartbeats, hands them to the session,
+//! writes the answers. Transport concerns only (back-pressure, shutdown, how
+//! the stream ended); what a heartbeat means is `lease::Session`'s business.
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use crate::{
+    lease::{LeaseRef, LeaseState, Leases, Session},
+    metrics::LossReason,
+    proto::{self, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseStatus},
+};
+
+/// Answers queued per stream before the pump stops reading: a client that
+/// does not read its answers slows its own stream, and nothing grows.
+const OUTBOX: usize = 4;
+
+/// The response stream type of KeepAlive.
+pub type ResponseStream = ReceiverStream<Result<KeepAliveResponse, Status>>;
+
+/// Starts pumping `inbound` and returns the response stream.
+pub fn start(leases: Leases, inbound: Streaming<KeepAliveRequest>) -> ResponseStream {
+    let (tx, rx) = mpsc::channel(OUTBOX);
+    let session = leases.keepalive_session();
+    tokio::spawn(pump(leases, session, inbound, tx));
+    ReceiverStream::new(rx)
+}
+
+async fn pump(
+    leases: Leases,
+    mut session: Session,
+    mut inbound: Streaming<KeepAliveRequest>,
+    tx: mpsc::Sender<Result<KeepAliveResponse, Status>>,
+) {
+    let shutdown = leases.shutting_down();
+    tokio::pin!(shutdown);
+    loop {
+        let next = tokio::select! {
+            () = session.throttle() => tokio::select! {
+                next = inbound.message() => next,
+                () = &mut shutdown => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let request = match next {
+            Ok(Some(request)) => request,
+            Ok(None) => return session.finish(),
+            Err(status) => {
+                tracing::debug!(code = ?status.code(), "KeepAlive stream ended by the client or network");
+                return session.abandon();
+            }
+        };
+        let seq = request.seq;
+        let refs = request
+            .leases
+            .into_iter()
+            .map(|l| LeaseRef {
+                name: l.name,
+                owner_token: l.owner_token,
+                ttl_ms: l.ttl_ms,
+            })
+            .collect();
+        let answer = match session.heartbeat(refs).await {
+            Ok(states) => Ok(KeepAliveResponse {
+                seq,
+                leases: states
+                    .into_iter()
+                    .map(|(name, state)| status(name, state))
+                    .collect(),
+            }),
+            Err(e) => Err(Status::from(e)),
+        };
+        let fatal = answer.is_err();
+        let sent = tokio::select! {
+            sent = tx.send(answer) => sent.is_ok(),
+            () = &mut shutdown => break,
+        };
+        if !sent || fatal {
+            return session.abandon();
+        }
+    }
+    // Shutting down: tell the client to go elsewhere. Its leases stay alive
+    // in the store for their TTL, for it to resume on another replica.
+    let _ = tx.try_send(Err(Status::unavailable(
+        "the broker is shutting down; reconnect (to any replica) and resume your leases",
+    )));
+}
+
+fn status(name: String, state: LeaseState) -> LeaseStatus {
+    let mut s = LeaseStatus {
+        name,
+        ..Default::default()
+    };
+    match state {
+        LeaseState::Alive { ttl_ms, fence } => {
+            s.set_state(State::Alive);
+            s.ttl_ms = ttl_ms;
+            s.fence = fence;
+        }
+        LeaseState::Lost {
+            reason,
+            fence,
+            message,
+        } => {
+            s.set_state(State::Lost);
+            s.set_reason(match reason {
+                LossReason::Expired => proto::LossReason::Expired,
+                LossReason::NotOwner => proto::LossReason::NotOwner,
+                LossReason::StoreLost => proto::LossReason::StoreLost,
+                LossReason::Revoked => proto::LossReason::Revoked,
+            });
+            s.fence = fence;
+            s.message = message;
+        }
+        LeaseState::Unconfirmed { message } => {
+            s.set_state(State::Unconfirmed);
+            s.message = message;
+        }
+        LeaseState::Rejected { message } => {
+            s.set_state(State::Rejected);
+            s.message = message;
+        }
+    }
+    s
+}
