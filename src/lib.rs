@@ -12,6 +12,8 @@
 //!   renewals, releases, owner tokens. Knows nothing of gRPC.
 //! * [`store`]: atomic lease operations and release notifications, in Redis
 //!   (Lua scripts in `src/store/lua/`) or in memory; one contract.
+//! * [`client`]: the Rust client: leases that keep themselves alive over one
+//!   KeepAlive stream and signal their loss.
 //! * [`metrics`]: Prometheus metrics.
 //! * [`server`]: the tonic services (thin), health, reflection, `/metrics`.
 //! * [`shutdown`]: signal handling.
@@ -19,6 +21,7 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod lease;

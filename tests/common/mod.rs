@@ -171,6 +171,17 @@ impl Broker {
     /// A broker on `store`, with `adjust` applied to the default config.
     pub async fn start_with(store: &str, adjust: impl FnOnce(&mut ServeConfig)) -> Self {
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind grpc");
+        Self::serve(grpc, store, adjust).await
+    }
+
+    /// A broker on `store` serving at `addr` (e.g. where a stopped broker
+    /// served: a restart).
+    pub async fn start_at(addr: SocketAddr, store: &str) -> Self {
+        let grpc = TcpListener::bind(addr).await.expect("bind the old address");
+        Self::serve(grpc, store, |_| {}).await
+    }
+
+    async fn serve(grpc: TcpListener, store: &str, adjust: impl FnOnce(&mut ServeConfig)) -> Self {
         let metrics = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind metrics");

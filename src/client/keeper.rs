@@ -1,0 +1,206 @@
+//! The keeper: one task per client that keeps every lease of the client
+//! alive over one KeepAlive stream, and reconnects (with backoff) when the
+//! stream breaks, resuming the leases by owner token.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Weak},
+    time::Duration,
+};
+
+use tokio::{
+    sync::mpsc,
+    time::{sleep, sleep_until, Instant},
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+use super::{Held, LossReason, Shared};
+use crate::proto::{self, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseRef};
+
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Heartbeats never come closer together than this, whatever the TTL.
+const MIN_INTERVAL: Duration = Duration::from_millis(50);
+/// How often an idle keeper checks whether its client is gone.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// Runs until the client and all its leases are dropped.
+pub(crate) async fn run(shared: Weak<Shared>) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let Some(client) = shared.upgrade() else {
+            return;
+        };
+        if client.snapshot().is_empty() {
+            // Idle: wait for a lease without keeping the client alive.
+            tokio::select! {
+                () = client.added.notified() => {}
+                () = sleep(IDLE_CHECK) => {}
+            }
+            continue;
+        }
+        let (tx, rx) = mpsc::channel(4);
+        match client
+            .grpc
+            .clone()
+            .keep_alive(ReceiverStream::new(rx))
+            .await
+        {
+            Ok(response) => {
+                backoff = MIN_BACKOFF;
+                session(&client, tx, response.into_inner()).await;
+            }
+            Err(status) => {
+                tracing::debug!(code = ?status.code(), message = status.message(), "KeepAlive stream failed to open");
+                drop(client);
+                sleep(jitter(backoff)).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Heartbeats over one stream until it breaks, stalls, or no lease is left
+/// (then it ends cleanly).
+async fn session(
+    shared: &Shared,
+    tx: mpsc::Sender<KeepAliveRequest>,
+    mut responses: Streaming<KeepAliveResponse>,
+) {
+    let mut seq = 0u64;
+    // Heartbeats awaiting their answer: seq -> (send time, leases in order).
+    let mut pending: BTreeMap<u64, (Instant, Vec<Arc<Held>>)> = BTreeMap::new();
+    // Beat at once: after a reconnection this resumes the leases.
+    let mut next_beat = Instant::now();
+    loop {
+        tokio::select! {
+            () = sleep_until(next_beat) => {
+                let leases = live_leases(shared);
+                if leases.is_empty() {
+                    return; // dropping `tx` half-closes: a clean end
+                }
+                let interval = beat_interval(&leases);
+                let now = Instant::now();
+                if pending.values().next().is_some_and(|(sent, _)| now.duration_since(*sent) > (interval * 2).max(Duration::from_secs(1))) {
+                    tracing::debug!("KeepAlive stream stalled; reconnecting");
+                    return;
+                }
+                seq += 1;
+                let request = KeepAliveRequest {
+                    seq,
+                    leases: leases
+                        .iter()
+                        .map(|h| LeaseRef { name: h.name.clone(), owner_token: h.token.clone(), ttl_ms: 0 })
+                        .collect(),
+                };
+                if tx.try_send(request).is_err() {
+                    tracing::debug!("KeepAlive stream not draining; reconnecting");
+                    return;
+                }
+                pending.insert(seq, (now, leases));
+                next_beat = now + interval;
+            }
+            message = responses.message() => match message {
+                Ok(Some(response)) => apply(shared, &mut pending, response),
+                Ok(None) => return,
+                Err(status) => {
+                    tracing::debug!(code = ?status.code(), message = status.message(), "KeepAlive stream ended");
+                    return;
+                }
+            },
+            () = shared.added.notified() => {
+                // A new lease may have a shorter TTL than the current beat.
+                let leases = shared.snapshot();
+                next_beat = next_beat.min(Instant::now() + beat_interval(&leases));
+            }
+        }
+    }
+}
+
+/// The registered leases still alive; lost ones (or ones past their local
+/// deadline) are dropped from the registry and, best effort, released so the
+/// next holder need not wait for their TTL.
+fn live_leases(shared: &Shared) -> Vec<Arc<Held>> {
+    let mut live = Vec::new();
+    for held in shared.snapshot() {
+        match held.loss() {
+            None => live.push(held),
+            Some(reason) => {
+                shared.forget(&held);
+                if reason == LossReason::DeadlinePassed {
+                    let mut grpc = shared.grpc.clone();
+                    let (name, owner_token) = (held.name.clone(), held.token.clone());
+                    tokio::spawn(async move {
+                        let _ = grpc
+                            .release(proto::ReleaseRequest { name, owner_token })
+                            .await;
+                    });
+                }
+            }
+        }
+    }
+    live
+}
+
+/// A third of the shortest TTL.
+fn beat_interval(leases: &[Arc<Held>]) -> Duration {
+    leases
+        .iter()
+        .map(|h| h.ttl / 3)
+        .min()
+        .unwrap_or(Duration::from_secs(1))
+        .max(MIN_INTERVAL)
+}
+
+fn apply(
+    shared: &Shared,
+    pending: &mut BTreeMap<u64, (Instant, Vec<Arc<Held>>)>,
+    response: KeepAliveResponse,
+) {
+    let Some((sent, leases)) = pending.remove(&response.seq) else {
+        return;
+    };
+    // Answers come in order: older heartbeats still pending got none.
+    pending.retain(|&seq, _| seq > response.seq);
+    for (held, status) in leases.iter().zip(response.leases) {
+        if status.name != held.name {
+            continue;
+        }
+        let reason = match status.state() {
+            State::Alive => {
+                held.renewed(sent, status.ttl_ms);
+                continue;
+            }
+            State::Unconfirmed | State::Unspecified => continue,
+            State::Rejected => {
+                tracing::warn!(lock = %held.name, message = %status.message, "broker rejected a lease");
+                LossReason::Expired
+            }
+            State::Lost => match status.reason() {
+                proto::LossReason::NotOwner => LossReason::NotOwner,
+                proto::LossReason::StoreLost => LossReason::StoreLost,
+                proto::LossReason::Revoked => LossReason::Revoked,
+                // Gone before our own (early) deadline: it cannot have
+                // expired, so the store lost it. The broker cannot always
+                // tell (e.g. on a stream's first heartbeat); we can.
+                proto::LossReason::Expired | proto::LossReason::Unspecified
+                    if Instant::now() < *held.deadline.borrow() =>
+                {
+                    LossReason::StoreLost
+                }
+                proto::LossReason::Expired | proto::LossReason::Unspecified => LossReason::Expired,
+            },
+        };
+        held.mark_lost(reason);
+        shared.forget(held);
+    }
+}
+
+/// `d` scaled by a random factor in [0.5, 1.5), so clients that lost the same
+/// broker do not reconnect in lockstep.
+fn jitter(d: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    let _ = getrandom::fill(&mut byte);
+    d.mul_f64(0.5 + f64::from(byte[0]) / 256.0)
+}

@@ -1,0 +1,503 @@
+//! The Rust client: leases that keep themselves alive and say when they are
+//! lost, before the application can act on a lease it no longer holds.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::client::{AcquireOptions, Client};
+//!
+//! # async fn write_report(_fence: u64) {}
+//! # async fn example() -> Result<(), leasehold::client::ClientError> {
+//! let client = Client::connect("http://127.0.0.1:7420").await?;
+//! let opts = AcquireOptions::new().ttl(Duration::from_secs(10)).wait(Duration::from_secs(30));
+//! let lease = client.acquire("jobs/nightly", opts).await?;
+//! tokio::select! {
+//!     // Hand the fence to the storage with every write.
+//!     () = write_report(lease.fence()) => lease.release().await?,
+//!     // Fires as soon as the lease is lost, or its deadline passes unrenewed.
+//!     reason = lease.lost() => eprintln!("lock lost ({reason}); stopped writing"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A [`Client`] keeps one KeepAlive stream for all its leases, renewing each
+//! every third of its TTL, reconnecting with backoff (to any of its brokers)
+//! and resuming by owner token. Each lease's *local deadline* is computed
+//! from the time the request was sent (PRODUCT.md §1.7), less a safety margin
+//! (a tenth of the TTL by default), so latency, late timers and clock skew can
+//! only make it end early; [`Lease::lost`] fires at that deadline if no
+//! renewal confirmed the lease by then, even if the broker is unreachable.
+
+mod keeper;
+
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use tokio::{
+    sync::{watch, Notify},
+    time::{sleep_until, Instant},
+};
+use tonic::{transport::Channel, Code};
+
+use crate::proto::{
+    leasehold_client::LeaseholdClient, AcquireRequest, DescribeRequest, DescribeResponse,
+    ReleaseRequest,
+};
+
+/// Why a lease was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    /// The broker found the lease expired.
+    Expired,
+    /// The lease expired and the lock was granted to someone else.
+    NotOwner,
+    /// The store lost the lease (restarted empty, flushed).
+    StoreLost,
+    /// An operator revoked the lease.
+    Revoked,
+    /// No renewal confirmed the lease before its local deadline (the broker
+    /// was unreachable, or the process was paused).
+    DeadlinePassed,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "expired",
+            LossReason::NotOwner => "granted to another owner",
+            LossReason::StoreLost => "lost by the store",
+            LossReason::Revoked => "revoked",
+            LossReason::DeadlinePassed => "deadline passed without a confirmed renewal",
+        })
+    }
+}
+
+/// What can go wrong in the client.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The broker URL is malformed, or no connection could be made.
+    #[error("cannot reach the broker: {0}")]
+    Connect(String),
+    /// The lock is held by someone else (and any wait ran out).
+    #[error("{0}")]
+    NotAcquired(String),
+    /// The lease was already lost.
+    #[error("the lease was lost: {0}")]
+    Lost(LossReason),
+    /// The broker refused the call.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(tonic::Status),
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(status: tonic::Status) -> Self {
+        match status.code() {
+            Code::Aborted => ClientError::NotAcquired(status.message().to_owned()),
+            _ => ClientError::Status(status),
+        }
+    }
+}
+
+/// How to acquire.
+#[derive(Clone, Debug)]
+pub struct AcquireOptions {
+    ttl: Duration,
+    wait: Duration,
+    holder: String,
+    margin: Option<Duration>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AcquireOptions {
+    /// TTL 10 s, no wait, holder `hostname:pid`, safety margin a tenth of
+    /// the TTL.
+    pub fn new() -> Self {
+        AcquireOptions {
+            ttl: Duration::from_secs(10),
+            wait: Duration::ZERO,
+            holder: default_holder(),
+            margin: None,
+        }
+    }
+
+    /// How long before the computed deadline the lease counts as lost:
+    /// time for the application to stop writing (and for timers firing late)
+    /// before the broker could expire the lease. Default: a tenth of the TTL.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// The lease TTL (renewed every third of it).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long to wait if the lock is held (0: try once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The label shown to others by Describe.
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+}
+
+/// `hostname:pid`, so an operator can find the holder.
+pub fn default_holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// A lease as the keeper tracks it.
+pub(crate) struct Held {
+    pub(crate) name: String,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) ttl: Duration,
+    /// Subtracted from every deadline (see `AcquireOptions::safety_margin`).
+    pub(crate) margin: Duration,
+    /// The local deadline; only moves forward.
+    pub(crate) deadline: watch::Sender<Instant>,
+    /// Set once, when the lease is lost.
+    pub(crate) lost: watch::Sender<Option<LossReason>>,
+}
+
+impl Held {
+    /// Records a renewal confirmed for a heartbeat sent at `sent`. A lease
+    /// whose deadline already passed stays lost: the application may have
+    /// seen it lost, and must not see it come back.
+    pub(crate) fn renewed(&self, sent: Instant, ttl_ms: u64) {
+        if self.loss().is_some() {
+            return;
+        }
+        let deadline = (sent + Duration::from_millis(ttl_ms))
+            .checked_sub(self.margin)
+            .unwrap_or(sent);
+        self.deadline.send_if_modified(|d| {
+            let later = deadline > *d;
+            if later {
+                *d = deadline;
+            }
+            later
+        });
+    }
+
+    /// Marks the lease lost (the first reason wins).
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        self.lost.send_if_modified(|r| {
+            let first = r.is_none();
+            if first {
+                *r = Some(reason);
+            }
+            first
+        });
+    }
+
+    /// The loss reason, if lost, counting a passed deadline as a loss.
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        if let Some(reason) = *self.lost.borrow() {
+            return Some(reason);
+        }
+        if Instant::now() >= *self.deadline.borrow() {
+            self.mark_lost(LossReason::DeadlinePassed);
+            return Some(LossReason::DeadlinePassed);
+        }
+        None
+    }
+}
+
+/// State shared by a client, its leases and its keeper task.
+pub(crate) struct Shared {
+    pub(crate) grpc: LeaseholdClient<Channel>,
+    /// Live leases by name. A std mutex: held for map operations only, never
+    /// across an await.
+    pub(crate) leases: Mutex<HashMap<String, Arc<Held>>>,
+    /// Wakes the keeper when a lease is added.
+    pub(crate) added: Notify,
+}
+
+impl Shared {
+    pub(crate) fn snapshot(&self) -> Vec<Arc<Held>> {
+        self.leases
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Removes `held` if it is still the registered lease of its name.
+    pub(crate) fn forget(&self, held: &Arc<Held>) {
+        if let Ok(mut leases) = self.leases.lock() {
+            if leases.get(&held.name).is_some_and(|h| Arc::ptr_eq(h, held)) {
+                leases.remove(&held.name);
+            }
+        }
+    }
+}
+
+/// A connection to the broker (or to several replicas); cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+impl Client {
+    /// Connects to one broker, e.g. `http://127.0.0.1:7420`.
+    pub async fn connect(url: impl Into<String>) -> Result<Client, ClientError> {
+        Self::connect_any([url.into()]).await
+    }
+
+    /// Connects to several broker replicas; calls and the KeepAlive stream go
+    /// to whichever is up.
+    pub async fn connect_any(
+        urls: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<Client, ClientError> {
+        let mut endpoints = Vec::new();
+        for url in urls {
+            let url = url.into();
+            let endpoint = Channel::from_shared(url.clone())
+                .map_err(|e| ClientError::Connect(format!("bad broker URL '{url}': {e}")))?
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_timeout(Duration::from_secs(5));
+            endpoints.push(endpoint);
+        }
+        let channel = match endpoints.len() {
+            0 => return Err(ClientError::Connect("no broker URL given".into())),
+            1 => endpoints[0]
+                .connect()
+                .await
+                .map_err(|e| ClientError::Connect(format!("{e}: {}", source_chain(&e))))?,
+            _ => Channel::balance_list(endpoints.into_iter()),
+        };
+        let shared = Arc::new(Shared {
+            grpc: LeaseholdClient::new(channel),
+            leases: Mutex::new(HashMap::new()),
+            added: Notify::new(),
+        });
+        tokio::spawn(keeper::run(Arc::downgrade(&shared)));
+        Ok(Client { shared })
+    }
+
+    /// Takes the lease on `name`; it keeps itself alive until released,
+    /// dropped or lost.
+    pub async fn acquire(&self, name: &str, opts: AcquireOptions) -> Result<Lease, ClientError> {
+        let sent = Instant::now();
+        let response = self
+            .shared
+            .grpc
+            .clone()
+            .acquire(AcquireRequest {
+                name: name.to_owned(),
+                ttl_ms: opts.ttl.as_millis() as u64,
+                holder: opts.holder,
+                wait_timeout_ms: opts.wait.as_millis() as u64,
+            })
+            .await?
+            .into_inner();
+        let lease = response
+            .lease
+            .ok_or_else(|| ClientError::Status(tonic::Status::internal("grant without a lease")))?;
+        // The grant happened no sooner than `waited_ms` after we sent.
+        let granted_no_sooner_than = sent + Duration::from_millis(response.waited_ms);
+        let ttl = Duration::from_millis(lease.ttl_ms);
+        let margin = opts.margin.unwrap_or(ttl / 10).min(ttl);
+        let deadline = (granted_no_sooner_than + ttl)
+            .checked_sub(margin)
+            .unwrap_or(granted_no_sooner_than);
+        let held = Arc::new(Held {
+            name: lease.name,
+            token: lease.owner_token,
+            fence: lease.fence,
+            ttl,
+            margin,
+            deadline: watch::Sender::new(deadline),
+            lost: watch::Sender::new(None),
+        });
+        if let Ok(mut leases) = self.shared.leases.lock() {
+            leases.insert(held.name.clone(), Arc::clone(&held));
+        }
+        self.shared.added.notify_one();
+        Ok(Lease {
+            held,
+            shared: Arc::clone(&self.shared),
+            done: false,
+        })
+    }
+
+    /// Who holds `name` (no owner token).
+    pub async fn describe(&self, name: &str) -> Result<DescribeResponse, ClientError> {
+        Ok(self
+            .shared
+            .grpc
+            .clone()
+            .describe(DescribeRequest {
+                name: name.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Releases a lease known only by its name and token (e.g. taken by
+    /// another process).
+    pub async fn release_token(&self, name: &str, owner_token: &str) -> Result<(), ClientError> {
+        release(&self.shared, name, owner_token).await
+    }
+}
+
+async fn release(shared: &Shared, name: &str, owner_token: &str) -> Result<(), ClientError> {
+    match shared
+        .grpc
+        .clone()
+        .release(ReleaseRequest {
+            name: name.to_owned(),
+            owner_token: owner_token.to_owned(),
+        })
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(s) if s.code() == Code::NotFound => Err(ClientError::Lost(LossReason::Expired)),
+        Err(s) if s.code() == Code::FailedPrecondition => {
+            Err(ClientError::Lost(LossReason::NotOwner))
+        }
+        Err(s) => Err(s.into()),
+    }
+}
+
+/// A held lease. Kept alive in the background; released by
+/// [`release`](Lease::release) or, best effort, when dropped.
+pub struct Lease {
+    held: Arc<Held>,
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.held.name)
+            .field("fence", &self.held.fence)
+            .field(
+                "owner_token",
+                &crate::lease::token::Redacted(&self.held.token).to_string(),
+            )
+            .finish()
+    }
+}
+
+impl Lease {
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.held.name
+    }
+
+    /// The fencing token: attach it to every write made under this lease.
+    pub fn fence(&self) -> u64 {
+        self.held.fence
+    }
+
+    /// The owner token (a secret: do not log it).
+    pub fn owner_token(&self) -> &str {
+        &self.held.token
+    }
+
+    /// The lease TTL.
+    pub fn ttl(&self) -> Duration {
+        self.held.ttl
+    }
+
+    /// The local deadline: the lease is valid at least until then (it is
+    /// computed from send times, less the safety margin), unless the broker
+    /// says it is lost. Moves forward with each renewal.
+    pub fn deadline(&self) -> Instant {
+        *self.held.deadline.borrow()
+    }
+
+    /// Whether the lease is lost (or its deadline passed), checked now.
+    pub fn is_lost(&self) -> bool {
+        self.held.loss().is_some()
+    }
+
+    /// `Err(reason)` if the lease is lost: call it before each write.
+    pub fn check(&self) -> Result<(), LossReason> {
+        self.held.loss().map_or(Ok(()), Err)
+    }
+
+    /// Resolves when the lease is lost or its deadline passes unrenewed.
+    pub async fn lost(&self) -> LossReason {
+        let mut lost = self.held.lost.subscribe();
+        let mut deadline = self.held.deadline.subscribe();
+        loop {
+            if let Some(reason) = self.held.loss() {
+                return reason;
+            }
+            let at = *deadline.borrow_and_update();
+            tokio::select! {
+                _ = lost.changed() => {}
+                _ = deadline.changed() => {}
+                () = sleep_until(at) => {}
+            }
+        }
+    }
+
+    /// Stops renewing and releases the lease. Fails with
+    /// [`ClientError::Lost`] if it was already gone: then your lease ran out
+    /// while you held it.
+    pub async fn release(mut self) -> Result<(), ClientError> {
+        self.done = true;
+        self.shared.forget(&self.held);
+        if let Some(reason) = *self.held.lost.borrow() {
+            return Err(ClientError::Lost(reason));
+        }
+        release(&self.shared, &self.held.name, &self.held.token).await
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.shared.forget(&self.held);
+        if self.held.lost.borrow().is_some() {
+            return;
+        }
+        // Best effort: release in the background if a runtime is there; the
+        // TTL frees the lock otherwise.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (shared, held) = (Arc::clone(&self.shared), Arc::clone(&self.held));
+            runtime.spawn(async move {
+                let _ = release(&shared, &held.name, &held.token).await;
+            });
+        }
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        parts.push(s.to_string());
+        source = s.source();
+    }
+    parts.join(": ")
+}

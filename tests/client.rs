@@ -1,0 +1,200 @@
+//! The Rust client: leases keep themselves alive over one stream, survive a
+//! broker restart, and signal their loss (with a reason) before the holder
+//! could act on a lease it no longer has.
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{Broker, RedisServer};
+use leasehold::client::{AcquireOptions, Client, ClientError, LossReason};
+
+fn opts(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .holder("test")
+}
+
+/// A 1 s lease is kept alive for 5 s; nobody else can take it meanwhile.
+#[tokio::test]
+async fn a_lease_keeps_itself_alive() {
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let holder = Client::connect(broker.url()).await.unwrap();
+    let lease = holder.acquire("kept", opts(1_000)).await.unwrap();
+    let rival = Client::connect(broker.url()).await.unwrap();
+    let started = Instant::now();
+    let attempt = rival
+        .acquire("kept", opts(1_000).wait(Duration::from_secs(5)))
+        .await;
+    assert!(
+        matches!(attempt, Err(ClientError::NotAcquired(_))),
+        "{attempt:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(4_900));
+    assert!(!lease.is_lost());
+    assert!(lease.deadline() > tokio::time::Instant::now());
+    let fence = lease.fence();
+    lease.release().await.expect("still ours after 5 s");
+    let next = rival.acquire("kept", opts(1_000)).await.unwrap();
+    assert!(next.fence() > fence);
+}
+
+/// A broker restart: the client reconnects and resumes its lease; nobody
+/// else acquires in between and `lost()` never fires.
+#[tokio::test]
+async fn a_lease_survives_a_broker_restart() {
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let addr = broker.addr;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let lease = client.acquire("survivor", opts(2_000)).await.unwrap();
+
+    broker.stop().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // the restart gap
+    let restarted = Broker::start_at(addr, &redis.url()).await;
+
+    let rival = Client::connect(restarted.url()).await.unwrap();
+    let attempt = tokio::select! {
+        attempt = rival.acquire("survivor", opts(1_000).wait(Duration::from_secs(4))) => attempt,
+        reason = lease.lost() => panic!("lost across the restart: {reason}"),
+    };
+    assert!(
+        matches!(attempt, Err(ClientError::NotAcquired(_))),
+        "{attempt:?}"
+    );
+    assert!(!lease.is_lost());
+    lease.release().await.expect("still ours after the restart");
+}
+
+/// A client given two replicas moves its stream to the other when one stops.
+#[tokio::test]
+async fn a_lease_moves_to_another_replica() {
+    let redis = RedisServer::start();
+    let a = Broker::start(&redis.url()).await;
+    let b = Broker::start(&redis.url()).await;
+    let client = Client::connect_any([a.url(), b.url()]).await.unwrap();
+    let lease = client.acquire("mover", opts(1_500)).await.unwrap();
+    a.stop().await.unwrap();
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(4)) => {}
+        reason = lease.lost() => panic!("lost when one replica stopped: {reason}"),
+    }
+    lease.release().await.expect("still ours");
+    drop(b);
+}
+
+/// The store loses the lease: `lost()` fires with STORE_LOST within about
+/// one heartbeat interval (a third of the TTL).
+#[tokio::test]
+async fn a_lease_lost_by_the_store_is_signalled() {
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let lease = client.acquire("flushed", opts(3_000)).await.unwrap();
+    let mut conn = redis.connection().await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let flushed = Instant::now();
+    let reason = tokio::time::timeout(Duration::from_secs(3), lease.lost())
+        .await
+        .expect("lost() fired");
+    assert_eq!(reason, LossReason::StoreLost);
+    assert!(
+        flushed.elapsed() < Duration::from_millis(2_000),
+        "told after {:?}",
+        flushed.elapsed()
+    );
+    assert!(lease.is_lost() && lease.check() == Err(LossReason::StoreLost));
+    assert!(matches!(
+        lease.release().await,
+        Err(ClientError::Lost(LossReason::StoreLost))
+    ));
+}
+
+/// Heartbeats stall (a proxy stops forwarding, connections stay open):
+/// `lost()` fires from the client's own deadline, before the lease expires
+/// on the broker.
+#[tokio::test]
+async fn a_stalled_connection_is_lost_locally_before_the_broker_expires_it() {
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let proxy = common::proxy::Proxy::start(broker.addr).await;
+    let client = Client::connect(format!("http://{}", proxy.addr()))
+        .await
+        .unwrap();
+    let lease = client.acquire("stalled", opts(2_000)).await.unwrap();
+    // Let a few renewals through first.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!lease.is_lost());
+
+    // Watch the broker-side expiry (absolute, Redis clock = ours: same host).
+    let key = leasehold::store::lease_key("test:", "stalled");
+    let mut conn = redis.connection().await;
+    let watcher = tokio::spawn(async move {
+        let mut last_expiry_ms: i64 = -1;
+        loop {
+            let at: i64 = redis::cmd("PEXPIRETIME")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if at < 0 {
+                return last_expiry_ms; // the key expired
+            }
+            last_expiry_ms = at;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    proxy.stall();
+    let reason = tokio::time::timeout(Duration::from_secs(5), lease.lost())
+        .await
+        .expect("lost() fired");
+    let lost_at_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    let broker_expiry_ms = watcher.await.unwrap();
+    assert!(
+        broker_expiry_ms > 0,
+        "the lease never existed on the broker"
+    );
+    assert!(
+        lost_at_ms <= broker_expiry_ms,
+        "lost() fired at {lost_at_ms}, after the broker-side expiry at {broker_expiry_ms}"
+    );
+}
+
+/// Dropping a lease releases it (best effort, in the background).
+#[tokio::test]
+async fn dropping_a_lease_releases_it() {
+    let broker = Broker::start("memory").await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let lease = client.acquire("dropped", opts(30_000)).await.unwrap();
+    drop(lease);
+    let next = client
+        .acquire("dropped", opts(1_000).wait(Duration::from_secs(5)))
+        .await
+        .expect("freed long before its 30 s TTL");
+    next.release().await.unwrap();
+}
+
+/// An unreachable broker is a clear error, not a hang.
+#[tokio::test]
+async fn connecting_to_nothing_fails_clearly() {
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let started = Instant::now();
+    let err = Client::connect(format!("http://{unused}"))
+        .await
+        .err()
+        .expect("no broker there");
+    assert!(matches!(err, ClientError::Connect(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(6));
+    assert!(matches!(
+        Client::connect("not a url").await,
+        Err(ClientError::Connect(_))
+    ));
+}
