@@ -12,6 +12,8 @@
 //!   renewals, releases, owner tokens. Knows nothing of gRPC.
 //! * [`store`]: atomic lease operations and release notifications, in Redis
 //!   (Lua scripts in `src/store/lua/`) or in memory; one contract.
+//! * [`cli`]: the client commands of the binary (`acquire`, `release`,
+//!   `describe`, `hold`, `run`).
 //! * [`client`]: the Rust client: leases that keep themselves alive over one
 //!   KeepAlive stream and signal their loss.
 //! * [`metrics`]: Prometheus metrics.
@@ -21,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod error;

@@ -1,13 +1,22 @@
 //! The `leasehold` binary: parses the command line, sets up logging and hands
 //! over to the library.
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
-use leasehold::config::{LogFormat, ServeConfig};
+use leasehold::{
+    cli,
+    config::{LogFormat, ServeConfig},
+};
 use tokio::net::TcpListener;
 
 /// Leasehold: a distributed lock broker with fencing tokens.
+///
+/// Exit codes of the client commands: 75 the lock is held by someone else,
+/// 76 the lease was lost (run: the command was stopped), 69 the broker could
+/// not be reached or refused; run otherwise exits with its command's code.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -17,20 +26,47 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Serve(ServeConfig),
+    /// Take a lease once and print it as LEASEHOLD_*= lines (not kept alive).
+    Acquire(cli::AcquireArgs),
+    /// Release a lease by name and owner token.
+    Release(cli::ReleaseArgs),
+    /// Show who holds a lock.
+    Describe(cli::DescribeArgs),
+    /// Take a lease and keep it until Ctrl-C, printing its state.
+    Hold(cli::HoldArgs),
+    /// Run a command while holding a lease; stop it if the lease is lost.
+    ///
+    /// The command gets LEASEHOLD_LOCK and LEASEHOLD_FENCE in its environment
+    /// and runs in its own process group, which is stopped (SIGTERM, then
+    /// SIGKILL after --kill-grace) before the lease could expire if renewals
+    /// stop getting through. Exits with the command's exit code.
+    Run(cli::RunArgs),
 }
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(config) => {
-            init_tracing(config.log_format);
+            init_tracing(config.log_format, "info");
             match serve(config).await {
-                Ok(()) => std::process::ExitCode::SUCCESS,
+                Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "broker stopped");
-                    std::process::ExitCode::FAILURE
+                    ExitCode::FAILURE
                 }
+            }
+        }
+        command => {
+            // Client commands print results on stdout; logs only on request.
+            init_tracing(LogFormat::Pretty, "warn");
+            match command {
+                Command::Acquire(args) => cli::acquire(args).await,
+                Command::Release(args) => cli::release(args).await,
+                Command::Describe(args) => cli::describe(args).await,
+                Command::Hold(args) => cli::hold(args).await,
+                Command::Run(args) => cli::run(args).await,
+                Command::Serve(_) => unreachable!("handled above"),
             }
         }
     }
@@ -52,14 +88,16 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     // Colours only for a person at a terminal, never into log files.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi);
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Pretty => builder.init(),
         LogFormat::Json => builder.json().init(),

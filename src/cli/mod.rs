@@ -1,0 +1,279 @@
+//! The command-line client: `acquire`, `release`, `describe`, `hold` and
+//! `run`. Each command prints what a person or a shell script needs and
+//! exits with a documented code.
+
+mod run;
+
+use std::{process::ExitCode, time::Duration};
+
+use tokio::time::{interval, Instant};
+
+pub use self::run::RunArgs;
+use crate::{
+    client::{default_holder, AcquireOptions, Client, ClientError},
+    config::parse_duration,
+    proto::{leasehold_client::LeaseholdClient, AcquireRequest, DescribeRequest, ReleaseRequest},
+};
+
+/// Exit code: the lock is held by someone else (and any wait ran out). Like
+/// sysexits' EX_TEMPFAIL: try again later.
+pub const EXIT_LOCK_BUSY: u8 = 75;
+/// Exit code: the lease was lost while held (`hold`, and `run`, which killed
+/// its child).
+pub const EXIT_LEASE_LOST: u8 = 76;
+/// Exit code: the broker could not be reached, or refused the request.
+pub const EXIT_BROKER_ERROR: u8 = 69;
+
+/// Where the broker is.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BrokerArgs {
+    /// Broker URL; several, comma-separated, for replicas (any that answers).
+    #[arg(
+        long,
+        env = "LEASEHOLD_BROKER",
+        default_value = "http://127.0.0.1:7420"
+    )]
+    pub broker: String,
+}
+
+impl BrokerArgs {
+    fn urls(&self) -> Vec<String> {
+        self.broker
+            .split(',')
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect()
+    }
+
+    async fn client(&self) -> Result<Client, ExitCode> {
+        Client::connect_any(self.urls()).await.map_err(|e| fail(&e))
+    }
+
+    async fn grpc(&self) -> Result<LeaseholdClient<tonic::transport::Channel>, ExitCode> {
+        let url = self.urls().into_iter().next().unwrap_or_default();
+        LeaseholdClient::connect(url.clone()).await.map_err(|e| {
+            eprintln!("leasehold: cannot reach the broker at {url}: {e}");
+            ExitCode::from(EXIT_BROKER_ERROR)
+        })
+    }
+}
+
+/// What to lock, and how.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LockArgs {
+    /// The lock name.
+    #[arg(long)]
+    pub lock: String,
+    /// Lease TTL (e.g. `10s`).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// How long to wait if the lock is held (`0s`: try once).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub wait: Duration,
+    /// Label shown to others by `describe` (default: hostname:pid).
+    #[arg(long)]
+    pub holder: Option<String>,
+}
+
+impl LockArgs {
+    fn options(&self) -> AcquireOptions {
+        AcquireOptions::new()
+            .ttl(self.ttl)
+            .wait(self.wait)
+            .holder(self.holder.clone().unwrap_or_else(default_holder))
+    }
+}
+
+/// `leasehold acquire`: take a lease once and print it as shell assignments.
+#[derive(clap::Args, Debug)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    #[command(flatten)]
+    lock: LockArgs,
+}
+
+/// `leasehold release`: release a lease by name and owner token.
+#[derive(clap::Args, Debug)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// The lock name.
+    #[arg(long)]
+    lock: String,
+    /// The owner token printed by `acquire`.
+    #[arg(long, env = "LEASEHOLD_TOKEN", hide_env_values = true)]
+    token: String,
+}
+
+/// `leasehold describe`: who holds a lock.
+#[derive(clap::Args, Debug)]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// The lock name.
+    #[arg(long)]
+    lock: String,
+}
+
+/// `leasehold hold`: take a lease and keep it until Ctrl-C or SIGTERM.
+#[derive(clap::Args, Debug)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    #[command(flatten)]
+    lock: LockArgs,
+}
+
+fn fail(e: &ClientError) -> ExitCode {
+    eprintln!("leasehold: {e}");
+    match e {
+        ClientError::NotAcquired(_) => ExitCode::from(EXIT_LOCK_BUSY),
+        ClientError::Lost(_) => ExitCode::from(EXIT_LEASE_LOST),
+        _ => ExitCode::from(EXIT_BROKER_ERROR),
+    }
+}
+
+fn status_exit(status: &tonic::Status) -> ExitCode {
+    eprintln!("leasehold: {}: {}", status.code(), status.message());
+    match status.code() {
+        tonic::Code::Aborted => ExitCode::from(EXIT_LOCK_BUSY),
+        tonic::Code::NotFound | tonic::Code::FailedPrecondition => ExitCode::from(EXIT_LEASE_LOST),
+        _ => ExitCode::from(EXIT_BROKER_ERROR),
+    }
+}
+
+/// Takes the lease once (it is not kept alive: it expires at its TTL unless
+/// renewed) and prints `LEASEHOLD_*=` lines a shell can `eval`.
+pub async fn acquire(args: AcquireArgs) -> ExitCode {
+    let mut grpc = match args.broker.grpc().await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    let request = AcquireRequest {
+        name: args.lock.lock.clone(),
+        ttl_ms: args.lock.ttl.as_millis() as u64,
+        holder: args.lock.holder.clone().unwrap_or_else(default_holder),
+        wait_timeout_ms: args.lock.wait.as_millis() as u64,
+    };
+    match grpc.acquire(request).await {
+        Ok(response) => {
+            let Some(lease) = response.into_inner().lease else {
+                return ExitCode::from(EXIT_BROKER_ERROR);
+            };
+            println!("LEASEHOLD_LOCK={}", lease.name);
+            println!("LEASEHOLD_FENCE={}", lease.fence);
+            println!("LEASEHOLD_TOKEN={}", lease.owner_token);
+            println!("LEASEHOLD_TTL_MS={}", lease.ttl_ms);
+            ExitCode::SUCCESS
+        }
+        Err(status) => status_exit(&status),
+    }
+}
+
+/// Releases a lease by name and token.
+pub async fn release(args: ReleaseArgs) -> ExitCode {
+    let mut grpc = match args.broker.grpc().await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    match grpc
+        .release(ReleaseRequest {
+            name: args.lock,
+            owner_token: args.token,
+        })
+        .await
+    {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(status) => status_exit(&status),
+    }
+}
+
+/// Prints who holds a lock.
+pub async fn describe(args: DescribeArgs) -> ExitCode {
+    let mut grpc = match args.broker.grpc().await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    match grpc
+        .describe(DescribeRequest {
+            name: args.lock.clone(),
+        })
+        .await
+    {
+        Ok(d) => {
+            let d = d.into_inner();
+            if d.held {
+                println!(
+                    "lock={} held=true holder={:?} fence={} remaining_ms={} ttl_ms={} granted_at_unix_ms={} local_waiters={}",
+                    args.lock, d.holder, d.fence, d.remaining_ms, d.ttl_ms, d.granted_at_unix_ms, d.local_waiters
+                );
+            } else {
+                println!(
+                    "lock={} held=false local_waiters={}",
+                    args.lock, d.local_waiters
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(status) => status_exit(&status),
+    }
+}
+
+/// Takes the lease and keeps it alive, printing its state, until Ctrl-C or
+/// SIGTERM (then releases it) or until it is lost.
+///
+/// Every status line is printed only after `Lease::check`, the way an
+/// application should guard each write: a process that was paused past its
+/// deadline reports the loss before anything else.
+pub async fn hold(args: HoldArgs) -> ExitCode {
+    let client = match args.broker.client().await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let lease = match client.acquire(&args.lock.lock, args.lock.options()).await {
+        Ok(lease) => lease,
+        Err(e) => return fail(&e),
+    };
+    println!(
+        "granted lock={} fence={} ttl_ms={}",
+        lease.name(),
+        lease.fence(),
+        lease.ttl().as_millis()
+    );
+    let mut tick = interval((lease.ttl() / 3).max(Duration::from_millis(100)));
+    let stop = crate::shutdown::signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            reason = lease.lost() => {
+                println!("lost lock={} reason={reason:?}", lease.name());
+                return ExitCode::from(EXIT_LEASE_LOST);
+            }
+            () = &mut stop => {
+                let name = lease.name().to_owned();
+                return match lease.release().await {
+                    Ok(()) => {
+                        println!("released lock={name}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(&e),
+                };
+            }
+            _ = tick.tick() => match lease.check() {
+                Ok(()) => println!(
+                    "holding lock={} fence={} valid_for_ms={}",
+                    lease.name(),
+                    lease.fence(),
+                    lease.deadline().saturating_duration_since(Instant::now()).as_millis()
+                ),
+                Err(reason) => {
+                    println!("lost lock={} reason={reason:?}", lease.name());
+                    return ExitCode::from(EXIT_LEASE_LOST);
+                }
+            },
+        }
+    }
+}
+
+pub use self::run::run;
