@@ -1,25 +1,31 @@
 //! Shutdown signals: SIGTERM (Kubernetes, systemd) and SIGINT (Ctrl-C).
 
-/// Resolves at the first SIGTERM or SIGINT.
-pub async fn signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+use std::future::Future;
+
+/// Starts listening for SIGTERM and SIGINT *now* (so a signal that arrives
+/// before the returned future is first polled is not lost, and does not kill
+/// the process), and returns a future that resolves at the first of them.
+pub fn signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => tracing::info!("SIGTERM received"),
-                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+                    _ = int.recv() => tracing::info!("SIGINT received"),
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the broker");
-                let _ = tokio::signal::ctrl_c().await;
+            (term, int) => {
+                let e = term
+                    .err()
+                    .or(int.err())
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                tracing::warn!(error = %e, "cannot listen for signals; stop the process with SIGKILL");
+                std::future::pending::<()>().await;
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -227,6 +227,7 @@ pub async fn describe(args: DescribeArgs) -> ExitCode {
 /// application should guard each write: a process that was paused past its
 /// deadline reports the loss before anything else.
 pub async fn hold(args: HoldArgs) -> ExitCode {
+    let stop = crate::shutdown::signal();
     let client = match args.broker.client().await {
         Ok(c) => c,
         Err(code) => return code,
@@ -242,7 +243,6 @@ pub async fn hold(args: HoldArgs) -> ExitCode {
         lease.ttl().as_millis()
     );
     let mut tick = interval((lease.ttl() / 3).max(Duration::from_millis(100)));
-    let stop = crate::shutdown::signal();
     tokio::pin!(stop);
     loop {
         tokio::select! {

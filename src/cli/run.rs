@@ -49,6 +49,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
         .unwrap_or(lease.ttl() / 5)
         .clamp(Duration::from_millis(50), lease.ttl() / 2);
 
+    // Listen before the child starts, so an early SIGTERM is forwarded.
+    let stop = crate::shutdown::signal();
     let mut command = Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -80,7 +82,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
 
-    let stop = crate::shutdown::signal();
     tokio::pin!(stop);
     loop {
         let stop_at = lease
