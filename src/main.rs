@@ -41,6 +41,9 @@ enum Command {
     /// SIGKILL after --kill-grace) before the lease could expire if renewals
     /// stop getting through. Exits with the command's exit code.
     Run(cli::RunArgs),
+    /// Load generators against a running broker (bounded in time).
+    #[command(subcommand)]
+    Bench(cli::BenchCommand),
 }
 
 #[tokio::main]
@@ -66,6 +69,7 @@ async fn main() -> ExitCode {
                 Command::Describe(args) => cli::describe(args).await,
                 Command::Hold(args) => cli::hold(args).await,
                 Command::Run(args) => cli::run(args).await,
+                Command::Bench(command) => cli::bench(command).await,
                 Command::Serve(_) => unreachable!("handled above"),
             }
         }

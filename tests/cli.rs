@@ -314,3 +314,46 @@ async fn acquire_describe_release_round_trip() {
         Some(EXIT_LEASE_LOST)
     );
 }
+
+/// The heartbeat benchmark runs end to end and prints one row per lease count.
+#[tokio::test]
+async fn the_keepalive_benchmark_runs() {
+    let broker = Broker::start("memory").await;
+    let mut command = leasehold(&broker);
+    command
+        .args([
+            "bench",
+            "keepalive",
+            "--leases",
+            "1,20",
+            "--duration",
+            "200ms",
+        ])
+        .stdout(Stdio::piped());
+    let child = command.spawn().unwrap();
+    let pid = child.id().unwrap();
+    let output = child.wait_with_output().await.unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert_eq!((rows[0][0], rows[1][0]), ("1", "20"));
+    for row in rows {
+        let beats: u64 = row[1].parse().unwrap();
+        let p50: u64 = row[2].parse().unwrap();
+        let p99: u64 = row[3].parse().unwrap();
+        assert!(beats > 0 && p50 > 0 && p50 <= p99, "{text}");
+    }
+    // It cleans up after itself.
+    let client = Client::connect(broker.url()).await.unwrap();
+    for lease in ["1/0", "20/0", "20/19"] {
+        assert!(
+            !held(&client, &format!("bench/keepalive/{pid}/{lease}")).await,
+            "{lease} left held"
+        );
+    }
+}

@@ -2,13 +2,17 @@
 //! `run`. Each command prints what a person or a shell script needs and
 //! exits with a documented code.
 
+mod bench;
 mod run;
 
 use std::{process::ExitCode, time::Duration};
 
 use tokio::time::{interval, Instant};
 
-pub use self::run::RunArgs;
+pub use self::{
+    bench::{bench, BenchCommand},
+    run::RunArgs,
+};
 use crate::{
     client::{default_holder, AcquireOptions, Client, ClientError},
     config::parse_duration,
@@ -51,10 +55,16 @@ impl BrokerArgs {
 
     async fn grpc(&self) -> Result<LeaseholdClient<tonic::transport::Channel>, ExitCode> {
         let url = self.urls().into_iter().next().unwrap_or_default();
-        LeaseholdClient::connect(url.clone()).await.map_err(|e| {
+        let unreachable = |e: &dyn std::fmt::Display| {
             eprintln!("leasehold: cannot reach the broker at {url}: {e}");
             ExitCode::from(EXIT_BROKER_ERROR)
-        })
+        };
+        let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+            .map_err(|e| unreachable(&e))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true);
+        let channel = endpoint.connect().await.map_err(|e| unreachable(&e))?;
+        Ok(LeaseholdClient::new(channel))
     }
 }
 

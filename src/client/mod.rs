@@ -277,6 +277,8 @@ impl Client {
                 .map_err(|e| ClientError::Connect(format!("bad broker URL '{url}': {e}")))?
                 .connect_timeout(Duration::from_secs(5))
                 .tcp_nodelay(true)
+                .initial_stream_window_size(Some(1 << 20))
+                .initial_connection_window_size(Some(4 << 20))
                 .http2_keep_alive_interval(Duration::from_secs(10))
                 .keep_alive_timeout(Duration::from_secs(5));
             endpoints.push(endpoint);

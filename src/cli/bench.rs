@@ -1,0 +1,161 @@
+//! `leasehold bench`: load generators against a running broker, bounded in
+//! time, printing the figures quoted in README.md and BENCHMARKS.md.
+
+use std::{
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{BrokerArgs, EXIT_BROKER_ERROR};
+use crate::{
+    config::parse_duration,
+    proto::{
+        lease_status::State, leasehold_client::LeaseholdClient, AcquireRequest, KeepAliveRequest,
+        Lease, LeaseRef, ReleaseRequest,
+    },
+};
+
+/// `leasehold bench ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Heartbeat round trips on one KeepAlive stream holding N leases: each
+    /// heartbeat renews all N (one store round trip) and the next is sent
+    /// when the answer arrives.
+    Keepalive(KeepaliveArgs),
+}
+
+/// Arguments of `bench keepalive`.
+#[derive(clap::Args, Debug)]
+pub struct KeepaliveArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// Leases on the stream (comma-separated for several runs, e.g. `1,1000`).
+    #[arg(long, default_value = "1,1000", value_delimiter = ',')]
+    leases: Vec<usize>,
+    /// How long to send heartbeats, per run.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+}
+
+/// Runs a benchmark.
+pub async fn bench(command: BenchCommand) -> ExitCode {
+    match command {
+        BenchCommand::Keepalive(args) => keepalive(args).await,
+    }
+}
+
+async fn keepalive(args: KeepaliveArgs) -> ExitCode {
+    let mut grpc = match args.broker.grpc().await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    println!(
+        "{:>8} {:>8} {:>10} {:>10} {:>10} {:>12}",
+        "leases", "beats", "p50_us", "p99_us", "max_us", "renewals/s"
+    );
+    for &n in &args.leases {
+        match keepalive_run(&mut grpc, n, args.duration).await {
+            Ok(()) => {}
+            Err(e) => {
+                eprintln!("leasehold bench: {e}");
+                return ExitCode::from(EXIT_BROKER_ERROR);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+async fn keepalive_run(
+    grpc: &mut LeaseholdClient<tonic::transport::Channel>,
+    n: usize,
+    duration: Duration,
+) -> Result<(), String> {
+    let run = std::process::id();
+    let mut leases: Vec<Lease> = Vec::with_capacity(n);
+    for i in 0..n {
+        let response = grpc
+            .acquire(AcquireRequest {
+                name: format!("bench/keepalive/{run}/{n}/{i}"),
+                ttl_ms: 60_000,
+                holder: "leasehold-bench".into(),
+                wait_timeout_ms: 0,
+            })
+            .await
+            .map_err(|s| format!("acquire: {}", s.message()))?;
+        leases.extend(response.into_inner().lease);
+    }
+    let refs: Vec<LeaseRef> = leases
+        .iter()
+        .map(|l| LeaseRef {
+            name: l.name.clone(),
+            owner_token: l.owner_token.clone(),
+            ttl_ms: 0,
+        })
+        .collect();
+
+    let (tx, rx) = mpsc::channel(1);
+    let mut responses = grpc
+        .keep_alive(ReceiverStream::new(rx))
+        .await
+        .map_err(|s| format!("keep_alive: {}", s.message()))?
+        .into_inner();
+    let mut rtts = Vec::new();
+    let started = Instant::now();
+    let mut seq = 0u64;
+    // The first 10 heartbeats warm up connections and caches; not counted.
+    while seq < 10 || started.elapsed() < duration {
+        seq += 1;
+        let sent = Instant::now();
+        tx.send(KeepAliveRequest {
+            seq,
+            leases: refs.clone(),
+        })
+        .await
+        .map_err(|_| "the stream closed".to_owned())?;
+        let response = responses
+            .message()
+            .await
+            .map_err(|s| format!("heartbeat: {}", s.message()))?
+            .ok_or("the stream ended")?;
+        let rtt = sent.elapsed();
+        if let Some(bad) = response.leases.iter().find(|s| s.state() != State::Alive) {
+            return Err(format!(
+                "lease {} not alive: {:?} {}",
+                bad.name,
+                bad.state(),
+                bad.message
+            ));
+        }
+        if seq > 10 {
+            rtts.push(rtt);
+        }
+    }
+    drop(tx);
+    let elapsed = started.elapsed().as_secs_f64();
+    rtts.sort();
+    let pct = |p: f64| {
+        rtts.get(((rtts.len() as f64 * p) as usize).min(rtts.len().saturating_sub(1)))
+            .map_or(0, |d| d.as_micros())
+    };
+    println!(
+        "{:>8} {:>8} {:>10} {:>10} {:>10} {:>12.0}",
+        n,
+        rtts.len(),
+        pct(0.50),
+        pct(0.99),
+        rtts.last().map_or(0, |d| d.as_micros()),
+        (seq as f64 * n as f64) / elapsed
+    );
+    for lease in leases {
+        let _ = grpc
+            .release(ReleaseRequest {
+                name: lease.name,
+                owner_token: lease.owner_token,
+            })
+            .await;
+    }
+    Ok(())
+}
