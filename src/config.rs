@@ -21,7 +21,12 @@ pub struct ServeConfig {
 
     /// Where leases live: `memory` (embedded, this process only) or a Redis
     /// URL such as `redis://127.0.0.1:6379/0` (shared by every replica).
-    #[arg(long, env = "LEASEHOLD_STORE", default_value = "memory")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_STORE",
+        default_value = "memory",
+        hide_env_values = true
+    )]
     pub store: String,
 
     /// Prefix of every Redis key and channel the broker uses, so that several

@@ -70,85 +70,92 @@ pub struct Metrics {
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Self {
-        let registry = Registry::new();
+        let r = Registry::new();
         let m = Metrics {
-            acquired: IntCounter::new("lease_acquired_total", "Leases granted.").expect("valid"),
-            released: IntCounter::new("lease_released_total", "Leases released by their holder.")
-                .expect("valid"),
-            lost: IntCounterVec::new(
-                Opts::new(
-                    "lease_lost_total",
-                    "Leases lost by their holder (expired, not_owner, store_lost, revoked), \
-                     counted when the broker notices.",
+            acquired: register(
+                &r,
+                IntCounter::new("lease_acquired_total", "Leases granted."),
+            ),
+            released: register(
+                &r,
+                IntCounter::new("lease_released_total", "Leases released by their holder."),
+            ),
+            lost: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "lease_lost_total",
+                        "Leases lost by their holder (expired, not_owner, store_lost, revoked), \
+                         counted when the broker notices.",
+                    ),
+                    &["reason"],
                 ),
-                &["reason"],
-            )
-            .expect("valid"),
-            acquire_refused: IntCounter::new(
-                "lease_acquire_refused_total",
-                "Acquire calls that did not obtain the lock (held, or the wait ran out).",
-            )
-            .expect("valid"),
-            heartbeat_latency: Histogram::with_opts(
-                HistogramOpts::new(
-                    "heartbeat_latency_seconds",
-                    "Store round trip of a lease renewal.",
-                )
-                .buckets(vec![
-                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                    0.5, 1.0,
-                ]),
-            )
-            .expect("valid"),
-            acquire_wait: Histogram::with_opts(
-                HistogramOpts::new(
-                    "lease_acquire_wait_seconds",
-                    "Time an Acquire waited for a held lock before its grant.",
-                )
-                .buckets(vec![
-                    0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0,
-                ]),
-            )
-            .expect("valid"),
-            waiters: IntGauge::new(
-                "lease_waiters",
-                "Acquire calls waiting now on this replica.",
-            )
-            .expect("valid"),
-            keepalive_streams: IntGauge::new(
-                "lease_keepalive_streams",
-                "KeepAlive streams open now on this replica.",
-            )
-            .expect("valid"),
-            store_errors: IntCounter::new(
-                "store_errors_total",
-                "Store calls that failed (timeout, connection error, unexpected answer).",
-            )
-            .expect("valid"),
-            store_up: IntGauge::new(
-                "store_up",
-                "1 while the last store health check succeeded, else 0.",
-            )
-            .expect("valid"),
-            registry,
+            ),
+            acquire_refused: register(
+                &r,
+                IntCounter::new(
+                    "lease_acquire_refused_total",
+                    "Acquire calls that did not obtain the lock (held, or the wait ran out).",
+                ),
+            ),
+            heartbeat_latency: register(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "heartbeat_latency_seconds",
+                        "Store round trip of a lease renewal (one per heartbeat, whatever \
+                         the number of leases it renews).",
+                    )
+                    .buckets(vec![
+                        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                        0.25, 0.5, 1.0,
+                    ]),
+                ),
+            ),
+            acquire_wait: register(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "lease_acquire_wait_seconds",
+                        "Time from Acquire to grant (0 when the lock was free).",
+                    )
+                    .buckets(vec![
+                        0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0,
+                    ]),
+                ),
+            ),
+            waiters: register(
+                &r,
+                IntGauge::new(
+                    "lease_waiters",
+                    "Acquire calls waiting now on this replica.",
+                ),
+            ),
+            keepalive_streams: register(
+                &r,
+                IntGauge::new(
+                    "lease_keepalive_streams",
+                    "KeepAlive streams open now on this replica.",
+                ),
+            ),
+            store_errors: register(
+                &r,
+                IntCounter::new(
+                    "store_errors_total",
+                    "Store calls that failed (timeout, connection error, unexpected answer).",
+                ),
+            ),
+            store_up: register(
+                &r,
+                IntGauge::new(
+                    "store_up",
+                    "1 while the last store health check succeeded, else 0.",
+                ),
+            ),
+            registry: r,
         };
         for reason in LossReason::ALL {
             m.lost.with_label_values(&[reason.as_str()]);
-        }
-        let collectors: [Box<dyn prometheus::core::Collector>; 10] = [
-            Box::new(m.keepalive_streams.clone()),
-            Box::new(m.acquired.clone()),
-            Box::new(m.released.clone()),
-            Box::new(m.lost.clone()),
-            Box::new(m.acquire_refused.clone()),
-            Box::new(m.heartbeat_latency.clone()),
-            Box::new(m.acquire_wait.clone()),
-            Box::new(m.waiters.clone()),
-            Box::new(m.store_errors.clone()),
-            Box::new(m.store_up.clone()),
-        ];
-        for c in collectors {
-            m.registry.register(c).expect("metric names are unique");
         }
         m
     }
@@ -165,6 +172,20 @@ impl Metrics {
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
+}
+
+/// Registers a metric built from constant definitions: failure is a bug in
+/// this file (a bad or repeated name), caught by every test that starts a
+/// broker, never a runtime condition.
+fn register<M>(registry: &Registry, metric: prometheus::Result<M>) -> M
+where
+    M: prometheus::core::Collector + Clone + 'static,
+{
+    let metric = metric.expect("metric definitions are valid");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("metric names are unique");
+    metric
 }
 
 impl Default for Metrics {

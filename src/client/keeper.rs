@@ -41,18 +41,16 @@ pub(crate) async fn run(shared: Weak<Shared>) {
             continue;
         }
         let (tx, rx) = mpsc::channel(4);
-        match client
-            .grpc
-            .clone()
-            .keep_alive(ReceiverStream::new(rx))
-            .await
-        {
+        let (index, mut broker) = client.broker();
+        match broker.keep_alive(ReceiverStream::new(rx)).await {
             Ok(response) => {
                 backoff = MIN_BACKOFF;
                 session(&client, tx, response.into_inner()).await;
             }
             Err(status) => {
                 tracing::debug!(code = ?status.code(), message = status.message(), "KeepAlive stream failed to open");
+                // Try the next replica (if any) after the backoff.
+                client.unreachable(index);
                 drop(client);
                 sleep(jitter(backoff)).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -129,10 +127,10 @@ fn live_leases(shared: &Shared) -> Vec<Arc<Held>> {
             Some(reason) => {
                 shared.forget(&held);
                 if reason == LossReason::DeadlinePassed {
-                    let mut grpc = shared.grpc.clone();
+                    let (_, mut broker) = shared.broker();
                     let (name, owner_token) = (held.name.clone(), held.token.clone());
                     tokio::spawn(async move {
-                        let _ = grpc
+                        let _ = broker
                             .release(proto::ReleaseRequest { name, owner_token })
                             .await;
                     });

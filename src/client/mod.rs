@@ -33,7 +33,10 @@ mod keeper;
 use std::{
     collections::HashMap,
     fmt,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -227,7 +230,10 @@ impl Held {
 
 /// State shared by a client, its leases and its keeper task.
 pub(crate) struct Shared {
-    pub(crate) grpc: LeaseholdClient<Channel>,
+    /// One channel per broker replica, in the order given.
+    brokers: Vec<LeaseholdClient<Channel>>,
+    /// The replica calls go to; moves on when it cannot be reached.
+    current: AtomicUsize,
     /// Live leases by name. A std mutex: held for map operations only, never
     /// across an await.
     pub(crate) leases: Mutex<HashMap<String, Arc<Held>>>,
@@ -236,6 +242,46 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The current replica: its index (for [`Shared::unreachable`]) and a
+    /// client for it.
+    pub(crate) fn broker(&self) -> (usize, LeaseholdClient<Channel>) {
+        let index = self.current.load(Ordering::Relaxed);
+        (index, self.brokers[index % self.brokers.len()].clone())
+    }
+
+    /// The replica at `index` could not be reached: move on to the next
+    /// (unless another caller already did).
+    pub(crate) fn unreachable(&self, index: usize) {
+        let _ = self.current.compare_exchange(
+            index,
+            index.wrapping_add(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Runs a unary call on the current replica, moving on to the next while
+    /// replicas cannot be reached. Only a failure to connect moves on: the
+    /// request never left this process, so sending it elsewhere cannot apply
+    /// it twice.
+    pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut(LeaseholdClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let mut attempts = self.brokers.len();
+        loop {
+            let (index, broker) = self.broker();
+            match call(broker).await {
+                Err(status) if attempts > 1 && not_connected(&status) => {
+                    self.unreachable(index);
+                    attempts -= 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
     pub(crate) fn snapshot(&self) -> Vec<Arc<Held>> {
         self.leases
             .lock()
@@ -265,8 +311,9 @@ impl Client {
         Self::connect_any([url.into()]).await
     }
 
-    /// Connects to several broker replicas; calls and the KeepAlive stream go
-    /// to whichever is up.
+    /// Connects to several broker replicas: calls and the KeepAlive stream go
+    /// to one of them and move to the next when it cannot be reached. Fails
+    /// only if none can be reached now.
     pub async fn connect_any(
         urls: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<Client, ClientError> {
@@ -283,16 +330,39 @@ impl Client {
                 .keep_alive_timeout(Duration::from_secs(5));
             endpoints.push(endpoint);
         }
-        let channel = match endpoints.len() {
-            0 => return Err(ClientError::Connect("no broker URL given".into())),
-            1 => endpoints[0]
-                .connect()
-                .await
-                .map_err(|e| ClientError::Connect(format!("{e}: {}", source_chain(&e))))?,
-            _ => Channel::balance_list(endpoints.into_iter()),
+        if endpoints.is_empty() {
+            return Err(ClientError::Connect("no broker URL given".into()));
+        }
+        // Start with the first replica that answers; the others connect
+        // when they are needed.
+        let mut first = None;
+        let mut errors = Vec::new();
+        for (index, endpoint) in endpoints.iter().enumerate() {
+            match endpoint.connect().await {
+                Ok(channel) => {
+                    first = Some((index, channel));
+                    break;
+                }
+                Err(e) => errors.push(format!("{}: {e}: {}", endpoint.uri(), source_chain(&e))),
+            }
+        }
+        let Some((current, channel)) = first else {
+            return Err(ClientError::Connect(errors.join("; ")));
         };
+        let brokers = endpoints
+            .iter()
+            .enumerate()
+            .map(|(index, endpoint)| {
+                LeaseholdClient::new(if index == current {
+                    channel.clone()
+                } else {
+                    endpoint.connect_lazy()
+                })
+            })
+            .collect();
         let shared = Arc::new(Shared {
-            grpc: LeaseholdClient::new(channel),
+            brokers,
+            current: AtomicUsize::new(current),
             leases: Mutex::new(HashMap::new()),
             added: Notify::new(),
         });
@@ -304,15 +374,17 @@ impl Client {
     /// dropped or lost.
     pub async fn acquire(&self, name: &str, opts: AcquireOptions) -> Result<Lease, ClientError> {
         let sent = Instant::now();
+        let request = AcquireRequest {
+            name: name.to_owned(),
+            ttl_ms: opts.ttl.as_millis() as u64,
+            holder: opts.holder,
+            wait_timeout_ms: opts.wait.as_millis() as u64,
+        };
         let response = self
             .shared
-            .grpc
-            .clone()
-            .acquire(AcquireRequest {
-                name: name.to_owned(),
-                ttl_ms: opts.ttl.as_millis() as u64,
-                holder: opts.holder,
-                wait_timeout_ms: opts.wait.as_millis() as u64,
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.acquire(request).await }
             })
             .await?
             .into_inner();
@@ -348,12 +420,14 @@ impl Client {
 
     /// Who holds `name` (no owner token).
     pub async fn describe(&self, name: &str) -> Result<DescribeResponse, ClientError> {
+        let request = DescribeRequest {
+            name: name.to_owned(),
+        };
         Ok(self
             .shared
-            .grpc
-            .clone()
-            .describe(DescribeRequest {
-                name: name.to_owned(),
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.describe(request).await }
             })
             .await?
             .into_inner())
@@ -367,12 +441,14 @@ impl Client {
 }
 
 async fn release(shared: &Shared, name: &str, owner_token: &str) -> Result<(), ClientError> {
+    let request = ReleaseRequest {
+        name: name.to_owned(),
+        owner_token: owner_token.to_owned(),
+    };
     match shared
-        .grpc
-        .clone()
-        .release(ReleaseRequest {
-            name: name.to_owned(),
-            owner_token: owner_token.to_owned(),
+        .call(|mut broker| {
+            let request = request.clone();
+            async move { broker.release(request).await }
         })
         .await
     {
@@ -492,6 +568,30 @@ impl Drop for Lease {
             });
         }
     }
+}
+
+/// Whether a call failed because no connection to the broker could be made
+/// (so the request was never sent).
+fn not_connected(status: &tonic::Status) -> bool {
+    if status.code() != Code::Unavailable {
+        return false;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::TimedOut
+            ) {
+                return true;
+            }
+        }
+        if e.to_string().contains("connect error") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 fn source_chain(e: &dyn std::error::Error) -> String {

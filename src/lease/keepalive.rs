@@ -169,7 +169,11 @@ impl Session {
         .into_iter();
 
         for (item, slot) in items.iter().zip(states.iter_mut().filter(|s| s.is_none())) {
-            let state = match outcomes.next().expect("one outcome per item") {
+            // Both stores answer every item (Redis checks the count).
+            let outcome = outcomes
+                .next()
+                .unwrap_or_else(|| Err("no answer from the store".into()));
+            let state = match outcome {
                 Err(message) => LeaseState::Unconfirmed { message },
                 Ok(Checked::Done(renewed)) => {
                     next_tracked.insert(

@@ -46,6 +46,9 @@ pub async fn run(
         config.health_interval,
         stop_rx.clone(),
     ));
+    let metrics_addr = metrics_listener
+        .local_addr()
+        .map_err(|e| Error::Internal(e.to_string()))?;
     tokio::spawn(http::serve(metrics_listener, metrics, stop_rx));
 
     let reflection = tonic_reflection::server::Builder::configure()
@@ -56,7 +59,7 @@ pub async fn run(
 
     tracing::info!(
         grpc = %grpc.local_addr().map_err(|e| Error::Internal(e.to_string()))?,
-        metrics = %config.metrics_listen,
+        metrics = %metrics_addr,
         store = %redact_url(&config.store),
         "serving"
     );
