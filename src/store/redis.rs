@@ -440,7 +440,7 @@ fn classify(op: &str, e: RedisError) -> Error {
     }
 }
 
-fn field<'a>(reply: &'a [Value], i: usize) -> Result<&'a Value> {
+fn field(reply: &[Value], i: usize) -> Result<&Value> {
     reply
         .get(i)
         .ok_or_else(|| Error::Internal(format!("script reply has no element {i}: {reply:?}")))
