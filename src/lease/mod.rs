@@ -54,7 +54,8 @@ pub struct Lease {
 pub struct Granted {
     /// The lease.
     pub lease: Lease,
-    /// Time spent waiting for it.
+    /// Time from the call's arrival to the sending of the attempt that got
+    /// the grant (0 when the lock was free).
     pub waited: Duration,
 }
 
@@ -163,14 +164,17 @@ impl Leases {
         let result = self
             .acquire_until(&spec, started, started + wait, &mut caller)
             .await
-            .map(|fence| Granted {
+            .map(|(fence, attempt)| Granted {
                 lease: Lease {
                     name: spec.name.clone(),
                     owner_token: spec.token.clone(),
                     fence,
                     ttl_ms: spec.ttl_ms,
                 },
-                waited: started.elapsed(),
+                // Measured to the sending of the granting attempt, not to its
+                // answer: a client adding this to its own send time gets a
+                // moment no later than the grant.
+                waited: attempt.duration_since(started),
             });
         let m = &self.inner.metrics;
         match &result {
@@ -196,17 +200,19 @@ impl Leases {
     }
 
     /// Tries until `deadline`, woken by releases and expiries; returns the
-    /// fence of the grant.
+    /// fence of the grant and when the granting attempt was sent (the lease
+    /// started no sooner).
     async fn acquire_until(
         &self,
         spec: &GrantSpec,
         started: Instant,
         deadline: Instant,
         caller: &mut oneshot::Sender<Result<Granted>>,
-    ) -> Result<u64> {
+    ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
+        let attempt = Instant::now();
         let held = match self.count_errors(store.acquire(spec).await)? {
-            Acquired::Granted { fence } => return Ok(fence),
+            Acquired::Granted { fence } => return Ok((fence, attempt)),
             Acquired::Held(held) => held,
         };
         if Instant::now() >= deadline {
@@ -232,8 +238,9 @@ impl Leases {
             tokio::pin!(notified);
             notified.as_mut().enable();
 
+            let attempt = Instant::now();
             let held = match self.count_errors(store.acquire(spec).await)? {
-                Acquired::Granted { fence } => return Ok(fence),
+                Acquired::Granted { fence } => return Ok((fence, attempt)),
                 Acquired::Held(held) => held,
             };
             let now = Instant::now();
