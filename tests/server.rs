@@ -164,3 +164,36 @@ async fn the_metrics_port_serves_only_metrics() {
     assert!(response.starts_with("HTTP/1.1 404"), "{response}");
     assert!(response.contains("/metrics"));
 }
+
+/// The older v1alpha reflection service, which older grpcurl versions ask,
+/// lists the API too.
+#[tokio::test]
+async fn reflection_v1alpha_lists_the_api() {
+    use tonic_reflection::pb::v1alpha::{
+        server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+        ServerReflectionRequest,
+    };
+    let broker = Broker::start("memory").await;
+    let mut reflection = ServerReflectionClient::new(broker.channel().await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .expect("v1alpha reflection")
+        .into_inner();
+    match responses.next().await.unwrap().unwrap().message_response {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            assert!(
+                list.service
+                    .iter()
+                    .any(|s| s.name == "leasehold.v1.Leasehold"),
+                "{list:?}"
+            );
+        }
+        other => panic!("expected a service list, got {other:?}"),
+    }
+}

@@ -51,11 +51,17 @@ pub async fn run(
         .map_err(|e| Error::Internal(e.to_string()))?;
     tokio::spawn(http::serve(metrics_listener, metrics, stop_rx));
 
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| Error::Internal(format!("reflection service: {e}")))?;
+    // Reflection in both versions: grpcurl and other tools older than the
+    // v1 service still ask v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_error =
+        |e: tonic_reflection::server::Error| Error::Internal(format!("reflection service: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
     tracing::info!(
         grpc = %grpc.local_addr().map_err(|e| Error::Internal(e.to_string()))?,
@@ -74,7 +80,8 @@ pub async fn run(
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(LeaseholdServer::new(LeaseholdService::new(leases)))
         .serve_with_incoming_shutdown(incoming(grpc), async move {
             shutdown.await;
