@@ -43,6 +43,11 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_HEALTH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub health_interval: Duration,
 
+    /// Allow the Revoke RPC, which ends anyone's lease. Off by default: until
+    /// authentication exists, anyone who reaches the port could use it.
+    #[arg(long, env = "LEASEHOLD_ENABLE_REVOKE")]
+    pub enable_revoke: bool,
+
     /// Request limits.
     #[command(flatten)]
     pub limits: Limits,
@@ -82,6 +87,10 @@ pub struct Limits {
     #[arg(long, env = "LEASEHOLD_MAX_WAIT", default_value = "5m", value_parser = parse_duration)]
     pub max_wait: Duration,
 
+    /// Longest lock-delay an Acquire may ask for.
+    #[arg(long, env = "LEASEHOLD_MAX_LOCK_DELAY", default_value = "1m", value_parser = parse_duration)]
+    pub max_lock_delay: Duration,
+
     /// Most Acquire calls that may wait at once on this replica.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
@@ -111,6 +120,7 @@ impl Default for Limits {
             ttl_max: Duration::from_secs(3600),
             ttl_default: Duration::from_secs(10),
             max_wait: Duration::from_secs(300),
+            max_lock_delay: Duration::from_secs(60),
             max_waiters: 10_000,
             max_stream_leases: 10_000,
             max_stream_rate: 100,
@@ -160,6 +170,7 @@ impl ServeConfig {
             key_prefix: "leasehold:".into(),
             store_timeout: Duration::from_secs(1),
             health_interval: Duration::from_secs(1),
+            enable_revoke: false,
             limits: Limits::default(),
             log_format: LogFormat::Pretty,
         }

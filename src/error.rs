@@ -37,6 +37,36 @@ pub enum Error {
         waited_ms: u64,
     },
 
+    /// Acquire did not obtain the lock: it is in its lock-delay after its
+    /// previous holder lost it.
+    #[error(
+        "lock '{name}' is in its lock-delay for another {remaining_ms} ms: its previous lease \
+         (fence {fence}) ended without a release; waited {waited_ms} ms"
+    )]
+    LockDelay {
+        /// The lock name.
+        name: String,
+        /// The fence of the lease that was lost.
+        fence: u64,
+        /// Time until the delay ends.
+        remaining_ms: u64,
+        /// How long this call waited before giving up.
+        waited_ms: u64,
+    },
+
+    /// Renew or release of a lease that an operator revoked.
+    #[error("the lease on '{name}' (fence {fence}) was revoked by an operator")]
+    Revoked {
+        /// The lock name.
+        name: String,
+        /// The revoked lease's fence.
+        fence: u64,
+    },
+
+    /// The operation is not allowed on this broker; the message says why.
+    #[error("{0}")]
+    PermissionDenied(String),
+
     /// Renew or release of a lease that no longer exists.
     #[error(
         "no lease on '{name}': it expired, was released, or the store lost it; \
@@ -90,7 +120,9 @@ impl Error {
     pub fn code(&self) -> Code {
         match self {
             Error::InvalidArgument(_) => Code::InvalidArgument,
-            Error::Held { .. } => Code::Aborted,
+            Error::Held { .. } | Error::LockDelay { .. } => Code::Aborted,
+            Error::Revoked { .. } => Code::NotFound,
+            Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::NotHeld { .. } => Code::NotFound,
             Error::NotOwner { .. } => Code::FailedPrecondition,
             Error::ResourceExhausted(_) => Code::ResourceExhausted,

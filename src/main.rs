@@ -32,6 +32,10 @@ enum Command {
     Release(cli::ReleaseArgs),
     /// Show who holds a lock.
     Describe(cli::DescribeArgs),
+    /// Say whether a fence is the current holder's (exit 0) or not (76).
+    CheckFence(cli::CheckFenceArgs),
+    /// End anyone's lease on a lock (the broker needs --enable-revoke).
+    Revoke(cli::RevokeArgs),
     /// Take a lease and keep it until Ctrl-C, printing its state.
     Hold(cli::HoldArgs),
     /// Run a command while holding a lease; stop it if the lease is lost.
@@ -68,6 +72,8 @@ async fn main() -> ExitCode {
                 Command::Release(args) => cli::release(args).await,
                 Command::Describe(args) => cli::describe(args).await,
                 Command::Hold(args) => cli::hold(args).await,
+                Command::CheckFence(args) => cli::check_fence(args).await,
+                Command::Revoke(args) => cli::revoke(args).await,
                 Command::Run(args) => cli::run(args).await,
                 Command::Bench(command) => cli::bench(command).await,
                 Command::Serve(_) => unreachable!("handled above"),

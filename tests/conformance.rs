@@ -14,6 +14,7 @@ fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
         token: token.into(),
         holder: format!("holder-{token}"),
         ttl_ms,
+        lock_delay_ms: 0,
     }
 }
 
@@ -24,7 +25,7 @@ async fn grant(store: &Store, name: &str, token: &str, ttl_ms: u64) -> u64 {
         .expect("store answers")
     {
         Acquired::Granted { fence } => fence,
-        Acquired::Held(h) => panic!("{name} unexpectedly held: {h:?}"),
+        blocked => panic!("{name} unexpectedly not granted: {blocked:?}"),
     }
 }
 
@@ -55,7 +56,7 @@ async fn renew_with_right_and_wrong_token(store: &Store) {
             fence
         })
     );
-    let info = store.describe("a").await.unwrap().expect("held");
+    let info = store.describe("a").await.unwrap().lease.expect("held");
     assert_eq!(info.ttl_ms, 4_000);
     assert!(
         info.remaining_ms > 1_000,
@@ -88,12 +89,12 @@ async fn release_with_right_and_wrong_token(store: &Store) {
         Checked::NotOwner { fence }
     );
     assert_eq!(
-        store.describe("a").await.unwrap().map(|l| l.fence),
+        store.describe("a").await.unwrap().lease.map(|l| l.fence),
         Some(fence)
     );
 
     assert_eq!(store.release("a", "t1").await.unwrap(), Checked::Done(()));
-    assert_eq!(store.describe("a").await.unwrap(), None);
+    assert_eq!(store.describe("a").await.unwrap().lease, None);
     assert_eq!(store.release("a", "t1").await.unwrap(), Checked::NotHeld);
     grant(store, "a", "t2", 5_000).await;
 }
@@ -107,7 +108,7 @@ async fn expiry_frees_the_lock(store: &Store) {
         Acquired::Held(_)
     ));
     tokio::time::sleep(Duration::from_millis(450)).await;
-    assert_eq!(store.describe("a").await.unwrap(), None);
+    assert_eq!(store.describe("a").await.unwrap().lease, None);
     assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
         Checked::NotHeld
@@ -149,13 +150,13 @@ async fn fences_strictly_increase_per_name(store: &Store) {
 
 /// Describe tells holder, fence, TTL, remaining time and grant time.
 async fn describe_reports_the_lease(store: &Store) {
-    assert_eq!(store.describe("a").await.unwrap(), None);
+    assert_eq!(store.describe("a").await.unwrap().lease, None);
     let before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
     let fence = grant(store, "a", "t1", 2_000).await;
-    let info = store.describe("a").await.unwrap().expect("held");
+    let info = store.describe("a").await.unwrap().lease.expect("held");
     assert_eq!(info.holder, "holder-t1");
     assert_eq!(info.fence, fence);
     assert_eq!(info.ttl_ms, 2_000);
@@ -205,6 +206,70 @@ async fn acquire_is_idempotent_for_its_own_token(store: &Store) {
     ));
 }
 
+fn delayed(spec: GrantSpec, lock_delay_ms: u64) -> GrantSpec {
+    GrantSpec { lock_delay_ms, ..spec }
+}
+
+/// After a lease with a lock-delay expires, nobody gets the name until the
+/// delay ends; then the next grant has a higher fence.
+async fn lock_delay_follows_an_expiry(store: &Store) {
+    let first = match store.acquire(&delayed(spec("a", "t1", 200), 600)).await.unwrap() {
+        Acquired::Granted { fence } => fence,
+        other => panic!("{other:?}"),
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let described = store.describe("a").await.unwrap();
+    assert_eq!(described.lease, None, "the lease itself has expired");
+    assert!(described.lock_delay_remaining_ms > 0 && described.lock_delay_remaining_ms <= 600, "{described:?}");
+    match store.acquire(&spec("a", "t2", 1_000)).await.unwrap() {
+        Acquired::Delayed { fence, remaining_ms } => {
+            assert_eq!(fence, first);
+            assert!(remaining_ms > 0 && remaining_ms <= 600);
+        }
+        other => panic!("granted during the lock-delay: {other:?}"),
+    }
+    assert_eq!(store.renew("a", "t1", None).await.unwrap(), Checked::NotHeld, "the expired lease stays dead");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(grant(store, "a", "t2", 1_000).await > first);
+}
+
+/// A release is voluntary: it starts no lock-delay.
+async fn a_release_starts_no_lock_delay(store: &Store) {
+    assert!(matches!(store.acquire(&delayed(spec("a", "t1", 5_000), 5_000)).await.unwrap(), Acquired::Granted { .. }));
+    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::Done(()));
+    assert_eq!(store.describe("a").await.unwrap().lock_delay_remaining_ms, 0);
+    grant(store, "a", "t2", 1_000).await;
+}
+
+/// Revoke ends a lease: its holder is told REVOKED, the next grant has a
+/// higher fence, and a free name has nothing to revoke.
+async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store) {
+    assert_eq!(store.revoke("a").await.unwrap(), None);
+    let fence = grant(store, "a", "t1", 10_000).await;
+    let watch = store.watch("a").await.unwrap();
+    let notified = watch.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    assert_eq!(store.revoke("a").await.unwrap(), Some(fence));
+    tokio::time::timeout(Duration::from_secs(5), notified).await.expect("revoke wakes waiters");
+    assert_eq!(store.renew("a", "t1", None).await.unwrap(), Checked::Revoked { fence });
+    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::NotHeld);
+    assert_eq!(store.describe("a").await.unwrap().lease, None);
+    let next = grant(store, "a", "t2", 10_000).await;
+    assert!(next > fence);
+    // The revoked holder now meets the new owner.
+    assert_eq!(store.renew("a", "t1", None).await.unwrap(), Checked::NotOwner { fence: next });
+}
+
+/// Revoking a lease with a lock-delay starts the delay at once.
+async fn revoke_starts_the_lock_delay(store: &Store) {
+    assert!(matches!(store.acquire(&delayed(spec("a", "t1", 10_000), 400)).await.unwrap(), Acquired::Granted { .. }));
+    store.revoke("a").await.unwrap().expect("revoked");
+    assert!(matches!(store.acquire(&spec("a", "t2", 1_000)).await.unwrap(), Acquired::Delayed { .. }));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    grant(store, "a", "t2", 1_000).await;
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory {
@@ -239,4 +304,8 @@ conformance!(
     describe_reports_the_lease,
     release_wakes_watchers,
     acquire_is_idempotent_for_its_own_token,
+    lock_delay_follows_an_expiry,
+    a_release_starts_no_lock_delay,
+    revoke_ends_a_lease_and_tells_its_holder,
+    revoke_starts_the_lock_delay,
 );

@@ -18,6 +18,7 @@ fn spec(name: &str, token: &str) -> GrantSpec {
         token: token.into(),
         holder: "h".into(),
         ttl_ms: 10_000,
+        lock_delay_ms: 0,
     }
 }
 
@@ -26,6 +27,26 @@ async fn grant(store: &Store, name: &str, token: &str) -> u64 {
         Acquired::Granted { fence } => fence,
         held => panic!("{name} held: {held:?}"),
     }
+}
+
+/// Writes a 10-second lease with `token` and `fence` straight into Redis, as
+/// acquire.lua would (fields documented there).
+async fn plant(conn: &mut redis::aio::MultiplexedConnection, key: &str, token: &str, fence: u64) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let fields = [
+        ("o", token.to_owned()),
+        ("f", fence.to_string()),
+        ("h", "h".to_owned()),
+        ("t", "10000".to_owned()),
+        ("g", now_ms.to_string()),
+        ("e", (now_ms + 10_000).to_string()),
+        ("d", "0".to_owned()),
+    ];
+    let _: () = conn.hset_multiple(key, &fields).await.unwrap();
+    let _: () = conn.pexpire(key, 10_000).await.unwrap();
 }
 
 /// Every Lua script is valid and loads into a real Redis.
@@ -111,22 +132,10 @@ async fn the_broker_floor_outranks_a_clock_that_fell_behind() {
     let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
     let future_fence: u64 = 1 << 52; // ~ year 2112 in µs
     let mut conn = redis.connection().await;
-    let _: () = conn
-        .hset_multiple(
-            lease_key("f:", "planted"),
-            &[
-                ("o", "x"),
-                ("f", &future_fence.to_string()),
-                ("h", "h"),
-                ("t", "10000"),
-                ("g", "0"),
-            ],
-        )
-        .await
-        .unwrap();
+    plant(&mut conn, &lease_key("f:", "planted"), "x", future_fence).await;
     // The broker sees the planted fence...
     assert_eq!(
-        store.describe("planted").await.unwrap().unwrap().fence,
+        store.describe("planted").await.unwrap().lease.unwrap().fence,
         future_fence
     );
     // ...so a never-used name gets a fence above it, clock or not.
@@ -146,19 +155,7 @@ async fn a_release_ahead_of_the_clock_keeps_a_short_tombstone() {
         .as_micros() as u64;
     let ahead = now_us + 2_000_000; // two seconds ahead of the clock
     let key = lease_key("f:", "t");
-    let _: () = conn
-        .hset_multiple(
-            &key,
-            &[
-                ("o", "tok"),
-                ("f", &ahead.to_string()),
-                ("h", "h"),
-                ("t", "10000"),
-                ("g", "0"),
-            ],
-        )
-        .await
-        .unwrap();
+    plant(&mut conn, &key, "tok", ahead).await;
     assert_eq!(store.release("t", "tok").await.unwrap(), Checked::Done(()));
     let fields: Vec<String> = conn.hkeys(&key).await.unwrap();
     assert_eq!(

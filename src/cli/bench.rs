@@ -82,6 +82,7 @@ async fn keepalive_run(
                 ttl_ms: 60_000,
                 holder: "leasehold-bench".into(),
                 wait_timeout_ms: 0,
+                lock_delay_ms: 0,
             })
             .await
             .map_err(|s| format!("acquire: {}", s.message()))?;

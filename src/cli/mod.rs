@@ -16,7 +16,10 @@ pub use self::{
 use crate::{
     client::{default_holder, AcquireOptions, Client, ClientError},
     config::parse_duration,
-    proto::{leasehold_client::LeaseholdClient, AcquireRequest, DescribeRequest, ReleaseRequest},
+    proto::{
+        leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest, ReleaseRequest,
+        RevokeRequest,
+    },
 };
 
 /// Exit code: the lock is held by someone else (and any wait ran out). Like
@@ -83,6 +86,10 @@ pub struct LockArgs {
     /// Label shown to others by `describe` (default: hostname:pid).
     #[arg(long)]
     pub holder: Option<String>,
+    /// After an involuntary end of the lease (expiry, revoke), keep the lock
+    /// from everyone for this long (e.g. `10s`).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub lock_delay: Duration,
 }
 
 impl LockArgs {
@@ -91,6 +98,7 @@ impl LockArgs {
             .ttl(self.ttl)
             .wait(self.wait)
             .holder(self.holder.clone().unwrap_or_else(default_holder))
+            .lock_delay(self.lock_delay)
     }
 }
 
@@ -124,6 +132,29 @@ pub struct DescribeArgs {
     /// The lock name.
     #[arg(long)]
     lock: String,
+}
+
+/// `leasehold revoke`: end anyone's lease (broker needs --enable-revoke).
+#[derive(clap::Args, Debug)]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// The lock name.
+    #[arg(long)]
+    lock: String,
+}
+
+/// `leasehold check-fence`: is this fence the current holder's?
+#[derive(clap::Args, Debug)]
+pub struct CheckFenceArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// The lock name.
+    #[arg(long)]
+    lock: String,
+    /// The fence to check (e.g. from LEASEHOLD_FENCE).
+    #[arg(long, env = "LEASEHOLD_FENCE")]
+    fence: u64,
 }
 
 /// `leasehold hold`: take a lease and keep it until Ctrl-C or SIGTERM.
@@ -165,6 +196,7 @@ pub async fn acquire(args: AcquireArgs) -> ExitCode {
         ttl_ms: args.lock.ttl.as_millis() as u64,
         holder: args.lock.holder.clone().unwrap_or_else(default_holder),
         wait_timeout_ms: args.lock.wait.as_millis() as u64,
+        lock_delay_ms: args.lock.lock_delay.as_millis() as u64,
     };
     match grpc.acquire(request).await {
         Ok(response) => {
@@ -225,6 +257,41 @@ pub async fn describe(args: DescribeArgs) -> ExitCode {
                 );
             }
             ExitCode::SUCCESS
+        }
+        Err(status) => status_exit(&status),
+    }
+}
+
+/// Revokes the current lease on a lock and prints its fence.
+pub async fn revoke(args: RevokeArgs) -> ExitCode {
+    let mut grpc = match args.broker.grpc().await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    match grpc.revoke(RevokeRequest { name: args.lock.clone() }).await {
+        Ok(r) => {
+            println!("revoked lock={} fence={}", args.lock, r.into_inner().fence);
+            ExitCode::SUCCESS
+        }
+        Err(status) => status_exit(&status),
+    }
+}
+
+/// Exits 0 if the fence is the current holder's, 76 if not.
+pub async fn check_fence(args: CheckFenceArgs) -> ExitCode {
+    let mut grpc = match args.broker.grpc().await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    match grpc.check_fence(CheckFenceRequest { name: args.lock.clone(), fence: args.fence }).await {
+        Ok(r) => {
+            let r = r.into_inner();
+            println!("lock={} fence={} current={} current_fence={}", args.lock, args.fence, r.current, r.current_fence);
+            if r.current {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_LEASE_LOST)
+            }
         }
         Err(status) => status_exit(&status),
     }

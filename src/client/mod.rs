@@ -47,8 +47,8 @@ use tokio::{
 use tonic::{transport::Channel, Code};
 
 use crate::proto::{
-    leasehold_client::LeaseholdClient, AcquireRequest, DescribeRequest, DescribeResponse,
-    ReleaseRequest,
+    leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
+    DescribeResponse, ReleaseRequest, RevokeRequest,
 };
 
 /// Why a lease was lost.
@@ -112,6 +112,7 @@ pub struct AcquireOptions {
     wait: Duration,
     holder: String,
     margin: Option<Duration>,
+    lock_delay: Duration,
 }
 
 impl Default for AcquireOptions {
@@ -129,7 +130,15 @@ impl AcquireOptions {
             wait: Duration::ZERO,
             holder: default_holder(),
             margin: None,
+            lock_delay: Duration::ZERO,
         }
+    }
+
+    /// Lock-delay: if this lease ends involuntarily (expiry, revoke), nobody
+    /// gets the lock for this long afterwards. Default: none.
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
     }
 
     /// How long before the computed deadline the lease counts as lost:
@@ -379,6 +388,7 @@ impl Client {
             ttl_ms: opts.ttl.as_millis() as u64,
             holder: opts.holder,
             wait_timeout_ms: opts.wait.as_millis() as u64,
+            lock_delay_ms: opts.lock_delay.as_millis() as u64,
         };
         let response = self
             .shared
@@ -431,6 +441,36 @@ impl Client {
             })
             .await?
             .into_inner())
+    }
+
+    /// Whether `fence` is the fence of the current lease on `name`, and the
+    /// current fence (0 if free).
+    pub async fn check_fence(&self, name: &str, fence: u64) -> Result<(bool, u64), ClientError> {
+        let request = CheckFenceRequest { name: name.to_owned(), fence };
+        let r = self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.check_fence(request).await }
+            })
+            .await?
+            .into_inner();
+        Ok((r.current, r.current_fence))
+    }
+
+    /// Ends the current lease on `name`, whoever holds it (the broker must
+    /// run with `--enable-revoke`). Returns the revoked lease's fence.
+    pub async fn revoke(&self, name: &str) -> Result<u64, ClientError> {
+        let request = RevokeRequest { name: name.to_owned() };
+        Ok(self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.revoke(request).await }
+            })
+            .await?
+            .into_inner()
+            .fence)
     }
 
     /// Releases a lease known only by its name and token (e.g. taken by

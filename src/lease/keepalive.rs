@@ -212,6 +212,12 @@ impl Session {
                         message: message.to_owned(),
                     }
                 }
+                // Counted as lost when it was revoked.
+                Ok(Checked::Revoked { fence }) => LeaseState::Lost {
+                    reason: LossReason::Revoked,
+                    fence,
+                    message: "an operator revoked the lease".into(),
+                },
                 Ok(Checked::NotOwner { fence }) => {
                     self.leases.lost(&item.name, LossReason::NotOwner);
                     LeaseState::Lost {
@@ -267,7 +273,7 @@ impl Session {
                 }
             }
             for (name, t) in tracked {
-                match leases.inner.store.describe(&name).await {
+                match leases.inner.store.describe(&name).await.map(|d| d.lease) {
                     Ok(Some(lease)) if lease.fence == t.fence => {} // resumed elsewhere
                     Ok(_) => leases.lost(&name, LossReason::Expired),
                     Err(e) => {

@@ -34,6 +34,8 @@ pub struct AcquireArgs {
     pub holder: String,
     /// How long to wait for a held lock; 0 to try once.
     pub wait_timeout_ms: u64,
+    /// Lock-delay after an involuntary end of the lease; 0 for none.
+    pub lock_delay_ms: u64,
 }
 
 /// A granted lease, with the secret that proves it.
@@ -66,6 +68,8 @@ pub struct Description {
     pub lease: Option<LeaseInfo>,
     /// Acquire calls waiting for the name on this replica.
     pub local_waiters: usize,
+    /// When free: time left of a lock-delay.
+    pub lock_delay_remaining_ms: u64,
 }
 
 struct Inner {
@@ -76,6 +80,8 @@ struct Inner {
     waiter_slots: Arc<Semaphore>,
     /// Flips to true when the broker shuts down, ending every wait.
     shutdown: watch::Sender<bool>,
+    /// Whether Revoke is allowed (`--enable-revoke`).
+    allow_revoke: bool,
 }
 
 /// The lease service; cheap to clone.
@@ -85,8 +91,8 @@ pub struct Leases {
 }
 
 impl Leases {
-    /// A lease service over `store`.
-    pub fn new(store: Store, limits: Limits, metrics: Metrics) -> Self {
+    /// A lease service over `store`. `allow_revoke` enables [`Leases::revoke`].
+    pub fn new(store: Store, limits: Limits, metrics: Metrics, allow_revoke: bool) -> Self {
         Leases {
             inner: Arc::new(Inner {
                 waiter_slots: Arc::new(Semaphore::new(limits.max_waiters)),
@@ -94,6 +100,7 @@ impl Leases {
                 limits,
                 metrics,
                 shutdown: watch::Sender::new(false),
+                allow_revoke,
             }),
         }
     }
@@ -139,11 +146,13 @@ impl Leases {
         let ttl_ms = validate::ttl(limits, args.ttl_ms, Some(limits.ttl_default))?
             .unwrap_or(limits.ttl_default.as_millis() as u64);
         let wait = validate::wait(limits, args.wait_timeout_ms)?;
+        let lock_delay_ms = validate::lock_delay(limits, args.lock_delay_ms)?;
         let spec = GrantSpec {
             name: args.name,
             token: token::generate()?,
             holder: args.holder,
             ttl_ms,
+            lock_delay_ms,
         };
         // The attempt runs in its own task: if the caller goes away, a store
         // call in flight still completes, and a grant it produced is released
@@ -186,7 +195,7 @@ impl Leases {
                     holder = %spec.holder, token = %token::Redacted(&spec.token), "granted"
                 );
             }
-            Err(Error::Held { .. }) => m.acquire_refused.inc(),
+            Err(Error::Held { .. } | Error::LockDelay { .. }) => m.acquire_refused.inc(),
             Err(_) => {}
         }
         if let Err(Ok(granted)) = caller.send(result) {
@@ -211,12 +220,12 @@ impl Leases {
     ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
         let attempt = Instant::now();
-        let held = match self.count_errors(store.acquire(spec).await)? {
+        let blocked = match self.count_errors(store.acquire(spec).await)? {
             Acquired::Granted { fence } => return Ok((fence, attempt)),
-            Acquired::Held(held) => held,
+            blocked => blocked,
         };
         if Instant::now() >= deadline {
-            return Err(held_error(spec, held, started));
+            return Err(not_obtained(spec, blocked, started));
         }
 
         let _slot = Arc::clone(&self.inner.waiter_slots)
@@ -239,17 +248,23 @@ impl Leases {
             notified.as_mut().enable();
 
             let attempt = Instant::now();
-            let held = match self.count_errors(store.acquire(spec).await)? {
+            let blocked = match self.count_errors(store.acquire(spec).await)? {
                 Acquired::Granted { fence } => return Ok((fence, attempt)),
-                Acquired::Held(held) => held,
+                blocked => blocked,
             };
             let now = Instant::now();
             if now >= deadline {
-                return Err(held_error(spec, held, started));
+                return Err(not_obtained(spec, blocked, started));
             }
-            // The lease cannot outlive its remaining time without a renewal,
-            // which we would not hear of: look again when it would expire.
-            let expiry = now + Duration::from_millis(held.remaining_ms.max(1));
+            // The lease cannot outlive its remaining time without a renewal
+            // (which we would not hear of), nor the lock-delay its end: look
+            // again then.
+            let remaining_ms = match &blocked {
+                Acquired::Held(held) => held.remaining_ms,
+                Acquired::Delayed { remaining_ms, .. } => *remaining_ms,
+                Acquired::Granted { .. } => 0,
+            };
+            let expiry = now + Duration::from_millis(remaining_ms.max(1));
             tokio::select! {
                 () = &mut notified => {}
                 () = sleep_until(expiry.min(deadline)) => {}
@@ -292,11 +307,43 @@ impl Leases {
     /// Who holds `name`.
     pub async fn describe(&self, name: &str) -> Result<Description> {
         validate::name(&self.inner.limits, name)?;
-        let lease = self.count_errors(self.inner.store.describe(name).await)?;
+        let described = self.count_errors(self.inner.store.describe(name).await)?;
         Ok(Description {
-            lease,
+            lease: described.lease,
             local_waiters: self.inner.store.local_watchers(name),
+            lock_delay_remaining_ms: described.lock_delay_remaining_ms,
         })
+    }
+
+    /// Whether `fence` is the fence of the current lease on `name` (Chubby's
+    /// CheckSequencer), and the current fence (0 if the name is free).
+    pub async fn check_fence(&self, name: &str, fence: u64) -> Result<(bool, u64)> {
+        validate::name(&self.inner.limits, name)?;
+        let described = self.count_errors(self.inner.store.describe(name).await)?;
+        let current = described.lease.map_or(0, |l| l.fence);
+        Ok((fence != 0 && current == fence, current))
+    }
+
+    /// Ends the current lease on `name`, whoever holds it (an operator's
+    /// action, allowed only with `--enable-revoke`). Its holder hears REVOKED
+    /// at its next renewal, its lock-delay starts, waiters are woken, and the
+    /// next grant gets a higher fence. Returns the revoked lease's fence.
+    pub async fn revoke(&self, name: &str) -> Result<u64> {
+        if !self.inner.allow_revoke {
+            return Err(Error::PermissionDenied(
+                "Revoke is disabled on this broker; start it with --enable-revoke \
+                 (LEASEHOLD_ENABLE_REVOKE=true) to allow it"
+                    .into(),
+            ));
+        }
+        validate::name(&self.inner.limits, name)?;
+        match self.count_errors(self.inner.store.revoke(name).await)? {
+            Some(fence) => {
+                self.lost(name, LossReason::Revoked);
+                Ok(fence)
+            }
+            None => Err(Error::NotHeld { name: name.to_owned() }),
+        }
     }
 
     /// Turns a mismatch into the error the owner must hear, counting the loss.
@@ -316,6 +363,11 @@ impl Leases {
                     fence,
                 })
             }
+            // Counted when it was revoked.
+            Checked::Revoked { fence } => Err(Error::Revoked {
+                name: name.to_owned(),
+                fence,
+            }),
         }
     }
 
@@ -329,13 +381,25 @@ impl Leases {
     }
 }
 
-fn held_error(spec: &GrantSpec, held: LeaseInfo, started: Instant) -> Error {
-    Error::Held {
-        name: spec.name.clone(),
-        holder: held.holder,
-        fence: held.fence,
-        remaining_ms: held.remaining_ms,
-        waited_ms: started.elapsed().as_millis() as u64,
+/// The error for an Acquire that ends without the lock.
+fn not_obtained(spec: &GrantSpec, blocked: Acquired, started: Instant) -> Error {
+    let name = spec.name.clone();
+    let waited_ms = started.elapsed().as_millis() as u64;
+    match blocked {
+        Acquired::Held(held) => Error::Held {
+            name,
+            holder: held.holder,
+            fence: held.fence,
+            remaining_ms: held.remaining_ms,
+            waited_ms,
+        },
+        Acquired::Delayed { fence, remaining_ms } => Error::LockDelay {
+            name,
+            fence,
+            remaining_ms,
+            waited_ms,
+        },
+        Acquired::Granted { .. } => Error::Internal("a grant reported as a refusal".into()),
     }
 }
 
@@ -365,6 +429,7 @@ mod tests {
             Store::Memory(MemoryStore::new()),
             Limits::default(),
             Metrics::new(),
+            false,
         )
     }
 
@@ -378,6 +443,7 @@ mod tests {
             token: token::generate().unwrap(),
             holder: "gone".into(),
             ttl_ms: 60_000,
+            lock_delay_ms: 0,
         };
         let (tx, rx) = oneshot::channel();
         drop(rx); // the caller disconnected while the store granted
@@ -401,6 +467,7 @@ mod tests {
             ttl_ms: 60_000,
             holder: holder.into(),
             wait_timeout_ms: wait,
+            lock_delay_ms: 0,
         };
         leases.acquire(args("first", 0)).await.unwrap();
         let waiting = tokio::spawn({

@@ -80,6 +80,17 @@ pub fn wait(limits: &Limits, wait_ms: u64) -> Result<Duration> {
     Ok(Duration::from_millis(wait_ms))
 }
 
+/// Checks a requested lock-delay.
+pub fn lock_delay(limits: &Limits, delay_ms: u64) -> Result<u64> {
+    let max = limits.max_lock_delay.as_millis() as u64;
+    if delay_ms > max {
+        return Err(Error::InvalidArgument(format!(
+            "lock_delay_ms is {delay_ms}; the limit is {max} ms (--max-lock-delay)"
+        )));
+    }
+    Ok(delay_ms)
+}
+
 /// Checks an owner token's form.
 pub fn owner_token(token: &str) -> Result<()> {
     if token::is_well_formed(token) {

@@ -8,9 +8,10 @@ use super::keepalive;
 use crate::{
     lease::{AcquireArgs, Leases},
     proto::{
-        leasehold_server::Leasehold, AcquireRequest, AcquireResponse, DescribeRequest,
+        leasehold_server::Leasehold, AcquireRequest, AcquireResponse, CheckFenceRequest,
+        CheckFenceResponse, DescribeRequest,
         DescribeResponse, KeepAliveRequest, Lease, ReleaseRequest, ReleaseResponse, RenewRequest,
-        RenewResponse,
+        RenewResponse, RevokeRequest, RevokeResponse,
     },
 };
 
@@ -52,6 +53,7 @@ impl Leasehold for LeaseholdService {
                 ttl_ms: r.ttl_ms,
                 holder: r.holder,
                 wait_timeout_ms: r.wait_timeout_ms,
+                lock_delay_ms: r.lock_delay_ms,
             })
             .await?;
         let lease = granted.lease;
@@ -102,11 +104,28 @@ impl Leasehold for LeaseholdService {
                 ttl_ms: l.ttl_ms,
                 granted_at_unix_ms: l.granted_at_unix_ms,
                 local_waiters,
+                lock_delay_ms: l.lock_delay_ms,
+                lock_delay_remaining_ms: 0,
             },
             None => DescribeResponse {
                 local_waiters,
+                lock_delay_remaining_ms: d.lock_delay_remaining_ms,
                 ..Default::default()
             },
         }))
+    }
+
+    async fn check_fence(
+        &self,
+        request: Request<CheckFenceRequest>,
+    ) -> Result<Response<CheckFenceResponse>, Status> {
+        let r = request.into_inner();
+        let (current, current_fence) = self.leases.check_fence(&r.name, r.fence).await?;
+        Ok(Response::new(CheckFenceResponse { current, current_fence }))
+    }
+
+    async fn revoke(&self, request: Request<RevokeRequest>) -> Result<Response<RevokeResponse>, Status> {
+        let fence = self.leases.revoke(&request.into_inner().name).await?;
+        Ok(Response::new(RevokeResponse { fence }))
     }
 }

@@ -16,7 +16,9 @@ use std::{
 use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
 use tokio::time::Instant;
 
-use super::{watch::Watchers, Acquired, Checked, GrantSpec, LeaseInfo, RenewItem, Renewed, Watch};
+use super::{
+    watch::Watchers, Acquired, Checked, Described, GrantSpec, LeaseInfo, RenewItem, Renewed, Watch,
+};
 use crate::error::Result;
 
 /// How often expired leases nobody touches are swept from memory.
@@ -28,10 +30,27 @@ struct Lease {
     fence: u64,
     ttl_ms: u64,
     granted_at_unix_ms: u64,
+    lock_delay: Duration,
+    /// When the lease ends unless renewed.
     expires_at: Instant,
+    /// When the name becomes grantable after an involuntary end: the expiry
+    /// plus the lock-delay, or the revocation plus the lock-delay.
+    delay_ends: Instant,
+    /// Revoked by an operator: kept (as a tombstone) so its holder learns why.
+    revoked: bool,
 }
 
 impl Lease {
+    fn live(&self, now: Instant) -> bool {
+        !self.revoked && now < self.expires_at
+    }
+
+    /// The entry is of no more use: the lease ended, its delay ran out, and
+    /// (if revoked) its holder can no longer be expecting it.
+    fn spent(&self, now: Instant) -> bool {
+        now >= self.expires_at && now >= self.delay_ends
+    }
+
     fn info(&self, now: Instant) -> LeaseInfo {
         LeaseInfo {
             holder: self.holder.clone(),
@@ -39,6 +58,7 @@ impl Lease {
             remaining_ms: ceil_ms(self.expires_at.saturating_duration_since(now)),
             ttl_ms: self.ttl_ms,
             granted_at_unix_ms: self.granted_at_unix_ms,
+            lock_delay_ms: self.lock_delay.as_millis() as u64,
         }
     }
 }
@@ -97,27 +117,34 @@ impl MemoryStore {
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
         let now = Instant::now();
         match self.inner.leases.entry(spec.name.clone()) {
-            // The same token again is a repeated call for a grant that
-            // already happened (as in Redis, where the broker may retry).
-            MapEntry::Occupied(e) if e.get().expires_at > now && e.get().token == spec.token => {
-                Ok(Acquired::Granted {
-                    fence: e.get().fence,
-                })
+            MapEntry::Occupied(e) if e.get().live(now) => {
+                // The same token again is a repeated call for a grant that
+                // already happened (as in Redis, where the broker may retry).
+                if e.get().token == spec.token {
+                    Ok(Acquired::Granted { fence: e.get().fence })
+                } else {
+                    Ok(Acquired::Held(e.get().info(now)))
+                }
             }
-            MapEntry::Occupied(e) if e.get().expires_at > now => {
-                Ok(Acquired::Held(e.get().info(now)))
-            }
+            MapEntry::Occupied(e) if now < e.get().delay_ends => Ok(Acquired::Delayed {
+                fence: e.get().fence,
+                remaining_ms: ceil_ms(e.get().delay_ends - now),
+            }),
             entry => {
                 let fence = self.next_fence();
-                let lease = Lease {
+                let ttl = Duration::from_millis(spec.ttl_ms);
+                let lock_delay = Duration::from_millis(spec.lock_delay_ms);
+                entry.insert(Lease {
                     token: spec.token.clone(),
                     holder: spec.holder.clone(),
                     fence,
                     ttl_ms: spec.ttl_ms,
                     granted_at_unix_ms: unix_micros() / 1_000,
-                    expires_at: now + Duration::from_millis(spec.ttl_ms),
-                };
-                entry.insert(lease);
+                    lock_delay,
+                    expires_at: now + ttl,
+                    delay_ends: now + ttl + lock_delay,
+                    revoked: false,
+                });
                 Ok(Acquired::Granted { fence })
             }
         }
@@ -130,15 +157,26 @@ impl MemoryStore {
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
         let now = Instant::now();
-        let Some(mut lease) = self.live(name, now) else {
+        let Some(mut lease) = self.inner.leases.get_mut(name) else {
             return Ok(Checked::NotHeld);
         };
+        if lease.revoked {
+            return Ok(if lease.token == token {
+                Checked::Revoked { fence: lease.fence }
+            } else {
+                Checked::NotHeld
+            });
+        }
+        if !lease.live(now) {
+            return Ok(Checked::NotHeld);
+        }
         if lease.token != token {
             return Ok(Checked::NotOwner { fence: lease.fence });
         }
         let ttl_ms = ttl_ms.unwrap_or(lease.ttl_ms);
         lease.ttl_ms = ttl_ms;
         lease.expires_at = now + Duration::from_millis(ttl_ms);
+        lease.delay_ends = lease.expires_at + lease.lock_delay;
         Ok(Checked::Done(Renewed {
             ttl_ms,
             fence: lease.fence,
@@ -155,31 +193,47 @@ impl MemoryStore {
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         let now = Instant::now();
-        let outcome = match self.inner.leases.entry(name.to_owned()) {
-            MapEntry::Occupied(e) if e.get().expires_at > now => {
+        match self.inner.leases.entry(name.to_owned()) {
+            MapEntry::Occupied(e) if e.get().live(now) => {
                 if e.get().token != token {
-                    return Ok(Checked::NotOwner {
-                        fence: e.get().fence,
-                    });
+                    return Ok(Checked::NotOwner { fence: e.get().fence });
                 }
+                // Voluntary: no lock-delay.
                 e.remove();
-                Checked::Done(())
             }
-            MapEntry::Occupied(e) => {
-                e.remove();
-                Checked::NotHeld
-            }
-            MapEntry::Vacant(_) => Checked::NotHeld,
-        };
-        if outcome == Checked::Done(()) {
-            self.inner.watchers.wake(name);
+            _ => return Ok(Checked::NotHeld),
         }
-        Ok(outcome)
+        self.inner.watchers.wake(name);
+        Ok(Checked::Done(()))
     }
 
-    pub(crate) async fn describe(&self, name: &str) -> Result<Option<LeaseInfo>> {
+    pub(crate) async fn revoke(&self, name: &str) -> Result<Option<u64>> {
         let now = Instant::now();
-        Ok(self.live(name, now).map(|lease| lease.info(now)))
+        let fence = match self.inner.leases.get_mut(name) {
+            Some(mut lease) if lease.live(now) => {
+                lease.revoked = true;
+                lease.delay_ends = now + lease.lock_delay;
+                lease.fence
+            }
+            _ => return Ok(None),
+        };
+        self.inner.watchers.wake(name);
+        Ok(Some(fence))
+    }
+
+    pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
+        let now = Instant::now();
+        Ok(match self.inner.leases.get(name) {
+            Some(lease) if lease.live(now) => Described {
+                lease: Some(lease.info(now)),
+                lock_delay_remaining_ms: 0,
+            },
+            Some(lease) => Described {
+                lease: None,
+                lock_delay_remaining_ms: ceil_ms(lease.delay_ends.saturating_duration_since(now)),
+            },
+            None => Described::default(),
+        })
     }
 
     pub(crate) async fn watch(&self, name: &str) -> Result<Watch> {
@@ -189,18 +243,6 @@ impl MemoryStore {
     pub(crate) async fn ping(&self) -> Result<()> {
         Ok(())
     }
-
-    /// The unexpired lease on `name`, removing it if it expired.
-    fn live(
-        &self,
-        name: &str,
-        now: Instant,
-    ) -> Option<dashmap::mapref::one::RefMut<'_, String, Lease>> {
-        self.inner
-            .leases
-            .remove_if(name, |_, lease| lease.expires_at <= now);
-        self.inner.leases.get_mut(name)
-    }
 }
 
 async fn sweep(inner: Weak<Inner>) {
@@ -208,7 +250,7 @@ async fn sweep(inner: Weak<Inner>) {
         tokio::time::sleep(SWEEP_INTERVAL).await;
         let Some(inner) = inner.upgrade() else { return };
         let now = Instant::now();
-        inner.leases.retain(|_, lease| lease.expires_at > now);
+        inner.leases.retain(|_, lease| !lease.spent(now));
     }
 }
 
@@ -237,6 +279,7 @@ mod tests {
             token: token.into(),
             holder: "t".into(),
             ttl_ms,
+            lock_delay_ms: 0,
         }
     }
 
@@ -261,7 +304,7 @@ mod tests {
         assert_eq!(
             store.renew("a", "t1", None).await.unwrap(),
             Checked::NotOwner {
-                fence: store.describe("a").await.unwrap().unwrap().fence
+                fence: store.describe("a").await.unwrap().lease.unwrap().fence
             }
         );
     }

@@ -24,6 +24,10 @@
 //!   store keeps nothing for a name that is free: its size is bounded by the
 //!   leases that exist, not by the names ever used.
 //! * The store's clock decides expiry. Remaining times are what the store says.
+//! * Lock-delay (Chubby, Consul): a lease granted with a delay leaves the name
+//!   ungrantable for that long after an involuntary end (expiry, revoke), so
+//!   that a paused holder's in-flight work dies out first. A release starts
+//!   no delay.
 
 mod memory;
 mod redis;
@@ -46,6 +50,9 @@ pub struct GrantSpec {
     pub holder: String,
     /// Lease TTL in milliseconds.
     pub ttl_ms: u64,
+    /// Lock-delay in milliseconds: after an involuntary end of this lease
+    /// (expiry, revoke) the name cannot be granted for this long. 0: none.
+    pub lock_delay_ms: u64,
 }
 
 /// A lease as the store describes it to anyone (no owner token).
@@ -61,6 +68,17 @@ pub struct LeaseInfo {
     pub ttl_ms: u64,
     /// Grant time by the store's clock, in ms since the Unix epoch.
     pub granted_at_unix_ms: u64,
+    /// The lease's lock-delay.
+    pub lock_delay_ms: u64,
+}
+
+/// What the store knows of a name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Described {
+    /// The current lease, if the name is held.
+    pub lease: Option<LeaseInfo>,
+    /// When free: time left of a lock-delay (0 if none).
+    pub lock_delay_remaining_ms: u64,
 }
 
 /// The outcome of an acquire attempt.
@@ -73,6 +91,13 @@ pub enum Acquired {
     },
     /// Someone holds the name.
     Held(LeaseInfo),
+    /// The name is free but in its lock-delay after an involuntary loss.
+    Delayed {
+        /// The fence of the lease that was lost.
+        fence: u64,
+        /// Time until the delay ends.
+        remaining_ms: u64,
+    },
 }
 
 /// The outcome of a renew or release.
@@ -85,6 +110,11 @@ pub enum Checked<T> {
     /// Another owner holds the name: its fence.
     NotOwner {
         /// The current holder's fence.
+        fence: u64,
+    },
+    /// This very lease was revoked by an operator.
+    Revoked {
+        /// The revoked lease's fence.
         fence: u64,
     },
 }
@@ -171,8 +201,15 @@ impl Store {
         dispatch!(self, s => s.release(name, token).await)
     }
 
-    /// The current lease on `name`, if any.
-    pub async fn describe(&self, name: &str) -> Result<Option<LeaseInfo>> {
+    /// Ends the current lease on `name`, whoever holds it; its lock-delay
+    /// starts now and waiters are woken. The fence of the revoked lease, or
+    /// `None` if the name was not held.
+    pub async fn revoke(&self, name: &str) -> Result<Option<u64>> {
+        dispatch!(self, s => s.revoke(name).await)
+    }
+
+    /// The current lease on `name`, if any, and any lock-delay running.
+    pub async fn describe(&self, name: &str) -> Result<Described> {
         dispatch!(self, s => s.describe(name).await)
     }
 

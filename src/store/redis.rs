@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use super::{
     watch::{SubscriptionRequest, Watchers},
-    Acquired, Checked, GrantSpec, LeaseInfo, RenewItem, Renewed, Watch,
+    Acquired, Checked, Described, GrantSpec, LeaseInfo, RenewItem, Renewed, Watch,
 };
 use crate::error::{Error, Result};
 
@@ -38,6 +38,7 @@ struct Scripts {
     acquire: Script,
     renew: Script,
     release: Script,
+    revoke: Script,
     describe: Script,
 }
 
@@ -47,6 +48,7 @@ impl Scripts {
             acquire: Script::new(include_str!("lua/acquire.lua")),
             renew: Script::new(include_str!("lua/renew.lua")),
             release: Script::new(include_str!("lua/release.lua")),
+            revoke: Script::new(include_str!("lua/revoke.lua")),
             describe: Script::new(include_str!("lua/describe.lua")),
         }
     }
@@ -54,10 +56,11 @@ impl Scripts {
 
 /// Every script source with its file name, for tests that load each one
 /// into a real Redis.
-pub const SCRIPTS: [(&str, &str); 4] = [
+pub const SCRIPTS: [(&str, &str); 5] = [
     ("acquire.lua", include_str!("lua/acquire.lua")),
     ("renew.lua", include_str!("lua/renew.lua")),
     ("release.lua", include_str!("lua/release.lua")),
+    ("revoke.lua", include_str!("lua/revoke.lua")),
     ("describe.lua", include_str!("lua/describe.lua")),
 ];
 
@@ -225,6 +228,7 @@ impl RedisStore {
             spec.ttl_ms.to_string(),
             spec.holder.clone(),
             floor.to_string(),
+            spec.lock_delay_ms.to_string(),
         ];
         let reply: Vec<Value> = self
             .eval(
@@ -236,17 +240,21 @@ impl RedisStore {
             .await?;
         let fence = uint(&reply, 1)?;
         self.saw_fence(fence);
-        if int(&reply, 0)? == 1 {
-            Ok(Acquired::Granted { fence })
-        } else {
-            Ok(Acquired::Held(LeaseInfo {
+        Ok(match int(&reply, 0)? {
+            1 => Acquired::Granted { fence },
+            2 => Acquired::Delayed {
+                fence,
+                remaining_ms: uint(&reply, 2)?,
+            },
+            _ => Acquired::Held(LeaseInfo {
                 holder: text(&reply, 3)?,
                 fence,
                 remaining_ms: uint(&reply, 2)?,
                 ttl_ms: 0,
                 granted_at_unix_ms: uint(&reply, 4)?,
-            }))
-        }
+                lock_delay_ms: 0,
+            }),
+        })
     }
 
     pub(crate) async fn renew(
@@ -312,6 +320,7 @@ impl RedisStore {
                 fence,
             }),
             0 => Checked::NotHeld,
+            -2 => Checked::Revoked { fence },
             _ => Checked::NotOwner { fence },
         })
     }
@@ -328,33 +337,43 @@ impl RedisStore {
             _ => {
                 // The script does not return the other owner's fence on this
                 // path (release is hot; mismatch is rare): describe for it.
-                let fence = self.describe(name).await?.map_or(0, |l| l.fence);
+                let fence = self.describe(name).await?.lease.map_or(0, |l| l.fence);
                 Checked::NotOwner { fence }
             }
         })
     }
 
-    pub(crate) async fn describe(&self, name: &str) -> Result<Option<LeaseInfo>> {
+    pub(crate) async fn revoke(&self, name: &str) -> Result<Option<u64>> {
+        let key = self.key(name);
+        let args = [release_channel(&key), name.to_owned()];
         let reply: Vec<Value> = self
-            .eval(
-                "describe",
-                &self.inner.scripts.describe,
-                &self.key(name),
-                &[],
-            )
+            .eval("revoke", &self.inner.scripts.revoke, &key, &args)
             .await?;
+        Ok((int(&reply, 0)? == 1).then_some(uint(&reply, 1)?))
+    }
+
+    pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
+        let reply: Vec<Value> = self
+            .eval("describe", &self.inner.scripts.describe, &self.key(name), &[])
+            .await?;
+        self.saw_fence(uint(&reply, 1)?);
         if int(&reply, 0)? == 0 {
-            return Ok(None);
+            return Ok(Described {
+                lease: None,
+                lock_delay_remaining_ms: uint(&reply, 2)?,
+            });
         }
-        let info = LeaseInfo {
-            fence: uint(&reply, 1)?,
-            remaining_ms: uint(&reply, 2)?,
-            holder: text(&reply, 3)?,
-            granted_at_unix_ms: uint(&reply, 4)?,
-            ttl_ms: uint(&reply, 5)?,
-        };
-        self.saw_fence(info.fence);
-        Ok(Some(info))
+        Ok(Described {
+            lease: Some(LeaseInfo {
+                fence: uint(&reply, 1)?,
+                remaining_ms: uint(&reply, 2)?,
+                holder: text(&reply, 3)?,
+                granted_at_unix_ms: uint(&reply, 4)?,
+                ttl_ms: uint(&reply, 5)?,
+                lock_delay_ms: uint(&reply, 6)?,
+            }),
+            lock_delay_remaining_ms: 0,
+        })
     }
 
     pub(crate) async fn watch(&self, name: &str) -> Result<Watch> {

@@ -2,11 +2,24 @@
 --
 -- KEYS[1]  the lease hash of the name
 --
--- Returns {1, fence, remaining_ms, holder, granted_at_ms, ttl_ms} when held,
---         {0} when free.
+-- Returns {1, fence, remaining_ms, holder, granted_at_ms, ttl_ms, lock_delay_ms}
+--         when held,
+--         {0, fence, delay_remaining_ms} when free: fence is the last one
+--         Redis remembers (0 if none) and delay_remaining_ms the time left of
+--         a lock-delay (0 if none).
 local key = KEYS[1]
-local lease = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't')
-if not lease[1] then
-  return {0}
+local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u')
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local fence = tonumber(l[2] or '0')
+if l[1] then
+  local expiry = tonumber(l[6])
+  if now_ms < expiry then
+    return {1, fence, expiry - now_ms, l[3], tonumber(l[4]), tonumber(l[5]), tonumber(l[7] or '0')}
+  end
+  return {0, fence, math.max(0, expiry + tonumber(l[7] or '0') - now_ms)}
 end
-return {1, tonumber(lease[2]), redis.call('PTTL', key), lease[3], tonumber(lease[4]), tonumber(lease[5])}
+if l[8] then
+  return {0, fence, math.max(0, tonumber(l[8]) - now_ms)}
+end
+return {0, fence, 0}

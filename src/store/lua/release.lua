@@ -1,4 +1,5 @@
--- release.lua: delete a lease, only for its owner, and wake its waiters.
+-- release.lua: delete a lease, only for its owner, and wake its waiters. A
+-- release is voluntary: it starts no lock-delay.
 --
 -- KEYS[1]  the lease hash of the name
 -- ARGV[1]  owner token
@@ -15,18 +16,19 @@
 -- tombstone keep the fence, just until the clock has passed it: acquire.lua
 -- then continues from it, and no later grant can repeat a fence.
 local key = KEYS[1]
-local owner = redis.call('HGET', key, 'o')
-if not owner then
-  return 0
-end
-if owner ~= ARGV[1] then
-  return -1
-end
-local fence = tonumber(redis.call('HGET', key, 'f'))
+local l = redis.call('HMGET', key, 'o', 'f', 'e')
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+if not l[1] or math.floor(now_us / 1000) >= tonumber(l[3]) then
+  return 0
+end
+if l[1] ~= ARGV[1] then
+  return -1
+end
+local fence = tonumber(l[2])
 if fence >= now_us then
-  redis.call('HDEL', key, 'o', 'h', 't', 'g')
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'f', l[2])
   redis.call('PEXPIRE', key, math.floor((fence - now_us) / 1000) + 1)
 else
   redis.call('DEL', key)

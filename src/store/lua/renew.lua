@@ -6,20 +6,29 @@
 --
 -- Returns {1, ttl_ms, fence} when renewed,
 --         {0, 0, 0} when no lease exists (expired, released, lost),
---         {-1, 0, fence} when another owner holds it (its fence).
+--         {-1, 0, fence} when another owner holds it (its fence),
+--         {-2, 0, fence} when this lease was revoked.
 local key = KEYS[1]
-local lease = redis.call('HMGET', key, 'o', 'f', 't')
-if not lease[1] then
+local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'r')
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if not l[1] then
+  if l[6] == ARGV[1] then
+    return {-2, 0, tonumber(l[2])}
+  end
   return {0, 0, 0}
 end
-if lease[1] ~= ARGV[1] then
-  return {-1, 0, tonumber(lease[2])}
+if now_ms >= tonumber(l[4]) then
+  -- Expired; the key only lives on for its lock-delay.
+  return {0, 0, 0}
+end
+if l[1] ~= ARGV[1] then
+  return {-1, 0, tonumber(l[2])}
 end
 local ttl = ARGV[2]
 if ttl == '0' then
-  ttl = lease[3]
-else
-  redis.call('HSET', key, 't', ttl)
+  ttl = l[3]
 end
-redis.call('PEXPIRE', key, ttl)
-return {1, tonumber(ttl), tonumber(lease[2])}
+redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
+redis.call('PEXPIRE', key, tonumber(ttl) + tonumber(l[5] or '0'))
+return {1, tonumber(ttl), tonumber(l[2])}

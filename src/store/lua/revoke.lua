@@ -1,0 +1,28 @@
+-- revoke.lua: end the current lease of a name, whoever holds it (an
+-- operator's action). Its holder is told REVOKED at its next renewal; the
+-- lease's lock-delay, if any, starts now; waiters are woken.
+--
+-- KEYS[1]  the lease hash of the name
+-- ARGV[1]  the name's release channel
+-- ARGV[2]  the lock name (the message published on the channel)
+--
+-- Returns {1, fence} when a lease was revoked, {0, 0} when none was held.
+--
+-- The key becomes a tombstone: f (the fence, so the next grant is above it),
+-- r (the revoked token, so its holder learns why) and u (the end of the
+-- lock-delay). It lives until the revoked lease would have expired (so the
+-- holder hears of the revocation rather than of an expiry) or the delay
+-- ends, whichever is later.
+local key = KEYS[1]
+local l = redis.call('HMGET', key, 'o', 'f', 'e', 'd')
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if not l[1] or now_ms >= tonumber(l[3]) then
+  return {0, 0}
+end
+local delay_end = now_ms + tonumber(l[4] or '0')
+redis.call('DEL', key)
+redis.call('HSET', key, 'f', l[2], 'r', l[1], 'u', string.format('%d', delay_end))
+redis.call('PEXPIRE', key, math.max(tonumber(l[3]), delay_end) - now_ms + 1)
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return {1, tonumber(l[2])}
