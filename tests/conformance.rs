@@ -207,37 +207,63 @@ async fn acquire_is_idempotent_for_its_own_token(store: &Store) {
 }
 
 fn delayed(spec: GrantSpec, lock_delay_ms: u64) -> GrantSpec {
-    GrantSpec { lock_delay_ms, ..spec }
+    GrantSpec {
+        lock_delay_ms,
+        ..spec
+    }
 }
 
 /// After a lease with a lock-delay expires, nobody gets the name until the
 /// delay ends; then the next grant has a higher fence.
 async fn lock_delay_follows_an_expiry(store: &Store) {
-    let first = match store.acquire(&delayed(spec("a", "t1", 200), 600)).await.unwrap() {
+    let first = match store
+        .acquire(&delayed(spec("a", "t1", 200), 600))
+        .await
+        .unwrap()
+    {
         Acquired::Granted { fence } => fence,
         other => panic!("{other:?}"),
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let described = store.describe("a").await.unwrap();
     assert_eq!(described.lease, None, "the lease itself has expired");
-    assert!(described.lock_delay_remaining_ms > 0 && described.lock_delay_remaining_ms <= 600, "{described:?}");
+    assert!(
+        described.lock_delay_remaining_ms > 0 && described.lock_delay_remaining_ms <= 600,
+        "{described:?}"
+    );
     match store.acquire(&spec("a", "t2", 1_000)).await.unwrap() {
-        Acquired::Delayed { fence, remaining_ms } => {
+        Acquired::Delayed {
+            fence,
+            remaining_ms,
+        } => {
             assert_eq!(fence, first);
             assert!(remaining_ms > 0 && remaining_ms <= 600);
         }
         other => panic!("granted during the lock-delay: {other:?}"),
     }
-    assert_eq!(store.renew("a", "t1", None).await.unwrap(), Checked::NotHeld, "the expired lease stays dead");
+    assert_eq!(
+        store.renew("a", "t1", None).await.unwrap(),
+        Checked::NotHeld,
+        "the expired lease stays dead"
+    );
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(grant(store, "a", "t2", 1_000).await > first);
 }
 
 /// A release is voluntary: it starts no lock-delay.
 async fn a_release_starts_no_lock_delay(store: &Store) {
-    assert!(matches!(store.acquire(&delayed(spec("a", "t1", 5_000), 5_000)).await.unwrap(), Acquired::Granted { .. }));
+    assert!(matches!(
+        store
+            .acquire(&delayed(spec("a", "t1", 5_000), 5_000))
+            .await
+            .unwrap(),
+        Acquired::Granted { .. }
+    ));
     assert_eq!(store.release("a", "t1").await.unwrap(), Checked::Done(()));
-    assert_eq!(store.describe("a").await.unwrap().lock_delay_remaining_ms, 0);
+    assert_eq!(
+        store.describe("a").await.unwrap().lock_delay_remaining_ms,
+        0
+    );
     grant(store, "a", "t2", 1_000).await;
 }
 
@@ -251,21 +277,38 @@ async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store) {
     tokio::pin!(notified);
     notified.as_mut().enable();
     assert_eq!(store.revoke("a").await.unwrap(), Some(fence));
-    tokio::time::timeout(Duration::from_secs(5), notified).await.expect("revoke wakes waiters");
-    assert_eq!(store.renew("a", "t1", None).await.unwrap(), Checked::Revoked { fence });
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("revoke wakes waiters");
+    assert_eq!(
+        store.renew("a", "t1", None).await.unwrap(),
+        Checked::Revoked { fence }
+    );
     assert_eq!(store.release("a", "t1").await.unwrap(), Checked::NotHeld);
     assert_eq!(store.describe("a").await.unwrap().lease, None);
     let next = grant(store, "a", "t2", 10_000).await;
     assert!(next > fence);
     // The revoked holder now meets the new owner.
-    assert_eq!(store.renew("a", "t1", None).await.unwrap(), Checked::NotOwner { fence: next });
+    assert_eq!(
+        store.renew("a", "t1", None).await.unwrap(),
+        Checked::NotOwner { fence: next }
+    );
 }
 
 /// Revoking a lease with a lock-delay starts the delay at once.
 async fn revoke_starts_the_lock_delay(store: &Store) {
-    assert!(matches!(store.acquire(&delayed(spec("a", "t1", 10_000), 400)).await.unwrap(), Acquired::Granted { .. }));
+    assert!(matches!(
+        store
+            .acquire(&delayed(spec("a", "t1", 10_000), 400))
+            .await
+            .unwrap(),
+        Acquired::Granted { .. }
+    ));
     store.revoke("a").await.unwrap().expect("revoked");
-    assert!(matches!(store.acquire(&spec("a", "t2", 1_000)).await.unwrap(), Acquired::Delayed { .. }));
+    assert!(matches!(
+        store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
+        Acquired::Delayed { .. }
+    ));
     tokio::time::sleep(Duration::from_millis(500)).await;
     grant(store, "a", "t2", 1_000).await;
 }

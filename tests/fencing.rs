@@ -135,7 +135,13 @@ async fn the_broker_floor_outranks_a_clock_that_fell_behind() {
     plant(&mut conn, &lease_key("f:", "planted"), "x", future_fence).await;
     // The broker sees the planted fence...
     assert_eq!(
-        store.describe("planted").await.unwrap().lease.unwrap().fence,
+        store
+            .describe("planted")
+            .await
+            .unwrap()
+            .lease
+            .unwrap()
+            .fence,
         future_fence
     );
     // ...so a never-used name gets a fence above it, clock or not.

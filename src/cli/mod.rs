@@ -17,8 +17,8 @@ use crate::{
     client::{default_holder, AcquireOptions, Client, ClientError},
     config::parse_duration,
     proto::{
-        leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest, ReleaseRequest,
-        RevokeRequest,
+        leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
+        ReleaseRequest, RevokeRequest,
     },
 };
 
@@ -268,7 +268,12 @@ pub async fn revoke(args: RevokeArgs) -> ExitCode {
         Ok(g) => g,
         Err(code) => return code,
     };
-    match grpc.revoke(RevokeRequest { name: args.lock.clone() }).await {
+    match grpc
+        .revoke(RevokeRequest {
+            name: args.lock.clone(),
+        })
+        .await
+    {
         Ok(r) => {
             println!("revoked lock={} fence={}", args.lock, r.into_inner().fence);
             ExitCode::SUCCESS
@@ -283,10 +288,19 @@ pub async fn check_fence(args: CheckFenceArgs) -> ExitCode {
         Ok(g) => g,
         Err(code) => return code,
     };
-    match grpc.check_fence(CheckFenceRequest { name: args.lock.clone(), fence: args.fence }).await {
+    match grpc
+        .check_fence(CheckFenceRequest {
+            name: args.lock.clone(),
+            fence: args.fence,
+        })
+        .await
+    {
         Ok(r) => {
             let r = r.into_inner();
-            println!("lock={} fence={} current={} current_fence={}", args.lock, args.fence, r.current, r.current_fence);
+            println!(
+                "lock={} fence={} current={} current_fence={}",
+                args.lock, args.fence, r.current, r.current_fence
+            );
             if r.current {
                 ExitCode::SUCCESS
             } else {

@@ -446,7 +446,10 @@ impl Client {
     /// Whether `fence` is the fence of the current lease on `name`, and the
     /// current fence (0 if free).
     pub async fn check_fence(&self, name: &str, fence: u64) -> Result<(bool, u64), ClientError> {
-        let request = CheckFenceRequest { name: name.to_owned(), fence };
+        let request = CheckFenceRequest {
+            name: name.to_owned(),
+            fence,
+        };
         let r = self
             .shared
             .call(|mut broker| {
@@ -461,7 +464,9 @@ impl Client {
     /// Ends the current lease on `name`, whoever holds it (the broker must
     /// run with `--enable-revoke`). Returns the revoked lease's fence.
     pub async fn revoke(&self, name: &str) -> Result<u64, ClientError> {
-        let request = RevokeRequest { name: name.to_owned() };
+        let request = RevokeRequest {
+            name: name.to_owned(),
+        };
         Ok(self
             .shared
             .call(|mut broker| {

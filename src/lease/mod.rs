@@ -342,7 +342,9 @@ impl Leases {
                 self.lost(name, LossReason::Revoked);
                 Ok(fence)
             }
-            None => Err(Error::NotHeld { name: name.to_owned() }),
+            None => Err(Error::NotHeld {
+                name: name.to_owned(),
+            }),
         }
     }
 
@@ -393,7 +395,10 @@ fn not_obtained(spec: &GrantSpec, blocked: Acquired, started: Instant) -> Error 
             remaining_ms: held.remaining_ms,
             waited_ms,
         },
-        Acquired::Delayed { fence, remaining_ms } => Error::LockDelay {
+        Acquired::Delayed {
+            fence,
+            remaining_ms,
+        } => Error::LockDelay {
             name,
             fence,
             remaining_ms,

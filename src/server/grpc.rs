@@ -9,9 +9,9 @@ use crate::{
     lease::{AcquireArgs, Leases},
     proto::{
         leasehold_server::Leasehold, AcquireRequest, AcquireResponse, CheckFenceRequest,
-        CheckFenceResponse, DescribeRequest,
-        DescribeResponse, KeepAliveRequest, Lease, ReleaseRequest, ReleaseResponse, RenewRequest,
-        RenewResponse, RevokeRequest, RevokeResponse,
+        CheckFenceResponse, DescribeRequest, DescribeResponse, KeepAliveRequest, Lease,
+        ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse, RevokeRequest,
+        RevokeResponse,
     },
 };
 
@@ -121,10 +121,16 @@ impl Leasehold for LeaseholdService {
     ) -> Result<Response<CheckFenceResponse>, Status> {
         let r = request.into_inner();
         let (current, current_fence) = self.leases.check_fence(&r.name, r.fence).await?;
-        Ok(Response::new(CheckFenceResponse { current, current_fence }))
+        Ok(Response::new(CheckFenceResponse {
+            current,
+            current_fence,
+        }))
     }
 
-    async fn revoke(&self, request: Request<RevokeRequest>) -> Result<Response<RevokeResponse>, Status> {
+    async fn revoke(
+        &self,
+        request: Request<RevokeRequest>,
+    ) -> Result<Response<RevokeResponse>, Status> {
         let fence = self.leases.revoke(&request.into_inner().name).await?;
         Ok(Response::new(RevokeResponse { fence }))
     }

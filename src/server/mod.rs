@@ -36,7 +36,12 @@ pub async fn run(
     config.limits.check().map_err(Error::InvalidArgument)?;
     let store = Store::open(&config.store, &config.key_prefix, config.store_timeout)?;
     let metrics = Metrics::new();
-    let leases = Leases::new(store, config.limits.clone(), metrics.clone(), config.enable_revoke);
+    let leases = Leases::new(
+        store,
+        config.limits.clone(),
+        metrics.clone(),
+        config.enable_revoke,
+    );
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();

@@ -121,7 +121,9 @@ impl MemoryStore {
                 // The same token again is a repeated call for a grant that
                 // already happened (as in Redis, where the broker may retry).
                 if e.get().token == spec.token {
-                    Ok(Acquired::Granted { fence: e.get().fence })
+                    Ok(Acquired::Granted {
+                        fence: e.get().fence,
+                    })
                 } else {
                     Ok(Acquired::Held(e.get().info(now)))
                 }
@@ -196,7 +198,9 @@ impl MemoryStore {
         match self.inner.leases.entry(name.to_owned()) {
             MapEntry::Occupied(e) if e.get().live(now) => {
                 if e.get().token != token {
-                    return Ok(Checked::NotOwner { fence: e.get().fence });
+                    return Ok(Checked::NotOwner {
+                        fence: e.get().fence,
+                    });
                 }
                 // Voluntary: no lock-delay.
                 e.remove();

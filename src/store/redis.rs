@@ -354,7 +354,12 @@ impl RedisStore {
 
     pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
         let reply: Vec<Value> = self
-            .eval("describe", &self.inner.scripts.describe, &self.key(name), &[])
+            .eval(
+                "describe",
+                &self.inner.scripts.describe,
+                &self.key(name),
+                &[],
+            )
             .await?;
         self.saw_fence(uint(&reply, 1)?);
         if int(&reply, 0)? == 0 {
