@@ -39,6 +39,17 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_STORE_TIMEOUT", default_value = "1s", value_parser = parse_duration)]
     pub store_timeout: Duration,
 
+    /// Redis replicas that must acknowledge every grant and renewal (Redis
+    /// WAIT) before it counts, so that a failover to a replica cannot hand
+    /// out a fence again or forget a renewal. 0 (the default) waits for none.
+    #[arg(long, env = "LEASEHOLD_REPLICA_ACKS", default_value_t = 0)]
+    pub replica_acks: u32,
+
+    /// How long to wait for those acknowledgements; past it the call fails
+    /// with UNAVAILABLE. Must be below --store-timeout.
+    #[arg(long, env = "LEASEHOLD_REPLICA_ACK_TIMEOUT", default_value = "500ms", value_parser = parse_duration)]
+    pub replica_ack_timeout: Duration,
+
     /// How often the store is pinged to keep the health status current.
     #[arg(long, env = "LEASEHOLD_HEALTH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub health_interval: Duration,
@@ -160,6 +171,28 @@ impl Limits {
 }
 
 impl ServeConfig {
+    /// Checks the settings that must agree with each other.
+    pub fn check(&self) -> Result<(), String> {
+        self.limits.check()?;
+        if self.replica_acks > 0 && self.replica_ack_timeout >= self.store_timeout {
+            return Err(format!(
+                "--replica-ack-timeout ({:?}) must be below --store-timeout ({:?})",
+                self.replica_ack_timeout, self.store_timeout
+            ));
+        }
+        Ok(())
+    }
+
+    /// The store options these settings give.
+    pub fn store_options(&self) -> crate::store::StoreOptions {
+        crate::store::StoreOptions {
+            key_prefix: self.key_prefix.clone(),
+            timeout: self.store_timeout,
+            replica_acks: self.replica_acks,
+            replica_ack_timeout: self.replica_ack_timeout,
+        }
+    }
+
     /// A configuration with every default, serving on the given addresses:
     /// what tests and embedders start from.
     pub fn new(listen: SocketAddr, metrics_listen: SocketAddr, store: impl Into<String>) -> Self {
@@ -169,6 +202,8 @@ impl ServeConfig {
             store: store.into(),
             key_prefix: "leasehold:".into(),
             store_timeout: Duration::from_secs(1),
+            replica_acks: 0,
+            replica_ack_timeout: Duration::from_millis(500),
             health_interval: Duration::from_secs(1),
             enable_revoke: false,
             limits: Limits::default(),

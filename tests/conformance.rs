@@ -329,7 +329,7 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $test() {
                     let redis = crate::common::RedisServer::start();
-                    let store = leasehold::store::Store::open(&redis.url(), "conf:", std::time::Duration::from_secs(2))
+                    let store = leasehold::store::Store::open(&redis.url(), &leasehold::store::StoreOptions::new("conf:", std::time::Duration::from_secs(2)))
                         .expect("open redis store");
                     super::$test(&store).await;
                 }

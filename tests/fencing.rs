@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{must_acquire, Broker, RedisServer};
 use leasehold::{
     proto::ReleaseRequest,
-    store::{lease_key, Acquired, Checked, GrantSpec, Store, SCRIPTS},
+    store::{lease_key, Acquired, Checked, GrantSpec, Store, StoreOptions, SCRIPTS},
 };
 use redis::AsyncCommands;
 
@@ -116,11 +116,19 @@ async fn fences_survive_a_redis_restart_that_lost_all_data() {
 #[tokio::test]
 async fn fences_survive_flushall() {
     let redis = RedisServer::start();
-    let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let store = Store::open(
+        &redis.url(),
+        &StoreOptions::new("f:", Duration::from_secs(2)),
+    )
+    .unwrap();
     let before = grant(&store, "x", "t1").await;
     let mut conn = redis.connection().await;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
-    let fresh = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let fresh = Store::open(
+        &redis.url(),
+        &StoreOptions::new("f:", Duration::from_secs(2)),
+    )
+    .unwrap();
     assert!(grant(&fresh, "x", "t2").await > before);
 }
 
@@ -129,7 +137,11 @@ async fn fences_survive_flushall() {
 #[tokio::test]
 async fn the_broker_floor_outranks_a_clock_that_fell_behind() {
     let redis = RedisServer::start();
-    let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let store = Store::open(
+        &redis.url(),
+        &StoreOptions::new("f:", Duration::from_secs(2)),
+    )
+    .unwrap();
     let future_fence: u64 = 1 << 52; // ~ year 2112 in µs
     let mut conn = redis.connection().await;
     plant(&mut conn, &lease_key("f:", "planted"), "x", future_fence).await;
@@ -153,7 +165,11 @@ async fn the_broker_floor_outranks_a_clock_that_fell_behind() {
 #[tokio::test]
 async fn a_release_ahead_of_the_clock_keeps_a_short_tombstone() {
     let redis = RedisServer::start();
-    let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let store = Store::open(
+        &redis.url(),
+        &StoreOptions::new("f:", Duration::from_secs(2)),
+    )
+    .unwrap();
     let mut conn = redis.connection().await;
     let now_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -182,7 +198,11 @@ async fn a_release_ahead_of_the_clock_keeps_a_short_tombstone() {
 #[tokio::test]
 async fn redis_keeps_nothing_for_free_names() {
     let redis = RedisServer::start();
-    let store = Store::open(&redis.url(), "f:", Duration::from_secs(2)).unwrap();
+    let store = Store::open(
+        &redis.url(),
+        &StoreOptions::new("f:", Duration::from_secs(2)),
+    )
+    .unwrap();
     let mut conn = redis.connection().await;
     for i in 0..2_000 {
         let name = format!("job-{i}");

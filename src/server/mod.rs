@@ -33,8 +33,8 @@ pub async fn run(
     config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    config.limits.check().map_err(Error::InvalidArgument)?;
-    let store = Store::open(&config.store, &config.key_prefix, config.store_timeout)?;
+    config.check().map_err(Error::InvalidArgument)?;
+    let store = Store::open(&config.store, &config.store_options())?;
     let metrics = Metrics::new();
     let leases = Leases::new(
         store,

@@ -39,6 +39,33 @@ pub use self::watch::Watch;
 
 use crate::error::Result;
 
+/// How to reach and use a store.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Prefix of every Redis key and channel.
+    pub key_prefix: String,
+    /// A store call slower than this fails with UNAVAILABLE.
+    pub timeout: std::time::Duration,
+    /// Redis replicas that must acknowledge every grant and renewal (Redis
+    /// `WAIT`) before it counts; 0 for none.
+    pub replica_acks: u32,
+    /// How long to wait for those acknowledgements.
+    pub replica_ack_timeout: std::time::Duration,
+}
+
+impl StoreOptions {
+    /// Options with `key_prefix` and `timeout`, and no replica
+    /// acknowledgements.
+    pub fn new(key_prefix: impl Into<String>, timeout: std::time::Duration) -> Self {
+        StoreOptions {
+            key_prefix: key_prefix.into(),
+            timeout,
+            replica_acks: 0,
+            replica_ack_timeout: std::time::Duration::from_millis(500),
+        }
+    }
+}
+
 /// What a grant writes.
 #[derive(Clone, Debug)]
 pub struct GrantSpec {
@@ -161,11 +188,11 @@ macro_rules! dispatch {
 impl Store {
     /// Opens the store a `--store` value names: `memory` or a `redis://` /
     /// `rediss://` URL.
-    pub fn open(url: &str, key_prefix: &str, timeout: std::time::Duration) -> Result<Store> {
+    pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
         if url == "memory" {
             Ok(Store::Memory(MemoryStore::new()))
         } else if url.starts_with("redis://") || url.starts_with("rediss://") {
-            Ok(Store::Redis(RedisStore::open(url, key_prefix, timeout)?))
+            Ok(Store::Redis(RedisStore::open(url, options)?))
         } else {
             Err(crate::Error::InvalidArgument(format!(
                 "unknown store '{url}': use 'memory' or a redis:// URL"

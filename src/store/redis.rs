@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use super::{
     watch::{SubscriptionRequest, Watchers},
-    Acquired, Checked, Described, GrantSpec, LeaseInfo, RenewItem, Renewed, Watch,
+    Acquired, Checked, Described, GrantSpec, LeaseInfo, RenewItem, Renewed, StoreOptions, Watch,
 };
 use crate::error::{Error, Result};
 
@@ -70,6 +70,10 @@ struct Inner {
     scripts: Scripts,
     prefix: String,
     timeout: Duration,
+    /// Replicas that must acknowledge each grant and renewal (WAIT), and how
+    /// long to wait for them; 0: no WAIT.
+    replica_acks: u32,
+    replica_ack_timeout: Duration,
     /// Highest fence this replica has seen, passed to every grant as a floor:
     /// if Redis lost its data *and* its clock stepped back, fences issued from
     /// here still do not go backwards.
@@ -86,7 +90,8 @@ pub struct RedisStore {
 impl RedisStore {
     /// Connects lazily to the Redis at `url`: the broker starts (and reports
     /// NOT_SERVING) even while Redis is down, and connects when it is up.
-    pub fn open(url: &str, prefix: &str, timeout: Duration) -> Result<Self> {
+    pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
+        let (prefix, timeout) = (options.key_prefix.as_str(), options.timeout);
         let bad_url = |e: RedisError| Error::InvalidArgument(format!("bad Redis URL: {e}"));
         let info = url.into_connection_info().map_err(bad_url)?;
         let resp3 = info.clone().set_redis_settings(
@@ -141,6 +146,8 @@ impl RedisStore {
                 scripts: Scripts::new(),
                 prefix: prefix.to_owned(),
                 timeout,
+                replica_acks: options.replica_acks,
+                replica_ack_timeout: options.replica_ack_timeout,
                 high_water: AtomicU64::new(0),
                 watchers,
             }),
@@ -230,14 +237,34 @@ impl RedisStore {
             floor.to_string(),
             spec.lock_delay_ms.to_string(),
         ];
-        let reply: Vec<Value> = self
-            .eval(
-                "acquire",
-                &self.inner.scripts.acquire,
-                &self.key(&spec.name),
-                &args,
-            )
-            .await?;
+        let key = self.key(&spec.name);
+        let reply: Vec<Value> = if self.inner.replica_acks == 0 {
+            self.eval("acquire", &self.inner.scripts.acquire, &key, &args)
+                .await?
+        } else {
+            let script = &self.inner.scripts.acquire;
+            let mut invocation = script.prepare_invoke();
+            invocation.key(&key);
+            for arg in &args {
+                invocation.arg(arg);
+            }
+            let mut pipe = redis::pipe();
+            pipe.invoke_script(&invocation);
+            let (mut replies, acks) = self.pipeline_acknowledged("acquire", script, pipe).await?;
+            let reply = match replies.pop() {
+                Some(Value::Array(reply)) => reply,
+                other => return Err(Error::Internal(format!("acquire reply: {other:?}"))),
+            };
+            if let Err(e) = self.check_acks(acks) {
+                if int(&reply, 0)? == 1 {
+                    // Not on enough replicas: a failover could forget it and
+                    // grant its fence again. Take it back; report no grant.
+                    let _ = self.release(&spec.name, &spec.token).await;
+                }
+                return Err(e);
+            }
+            reply
+        };
         let fence = uint(&reply, 1)?;
         self.saw_fence(fence);
         Ok(match int(&reply, 0)? {
@@ -263,6 +290,18 @@ impl RedisStore {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
+        if self.inner.replica_acks > 0 {
+            let item = RenewItem {
+                name: name.to_owned(),
+                token: token.to_owned(),
+                ttl_ms,
+            };
+            return self
+                .renew_many(std::slice::from_ref(&item))
+                .await?
+                .pop()
+                .ok_or_else(|| Error::Internal("no renewal outcome".into()));
+        }
         let args = [token.to_owned(), ttl_ms.unwrap_or(0).to_string()];
         let reply: Vec<Value> = self
             .eval("renew", &self.inner.scripts.renew, &self.key(name), &args)
@@ -286,20 +325,15 @@ impl RedisStore {
                 .arg(item.ttl_ms.unwrap_or(0));
             pipe.invoke_script(&invocation);
         }
-        let pipe = &pipe;
-        let replies: Vec<Vec<Value>> = self
-            .retrying("renew_many", |mut conn| async move {
-                match pipe.query_async(&mut conn).await {
-                    // A pipeline does not load scripts by itself (after a
-                    // Redis restart): load and send again.
-                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        script.prepare_invoke().load_async(&mut conn).await?;
-                        pipe.query_async(&mut conn).await
-                    }
-                    other => other,
-                }
-            })
-            .await?;
+        let replies = if self.inner.replica_acks == 0 {
+            self.pipeline("renew_many", script, &pipe).await?
+        } else {
+            let (replies, acks) = self
+                .pipeline_acknowledged("renew_many", script, pipe)
+                .await?;
+            self.check_acks(acks)?;
+            replies
+        };
         if replies.len() != items.len() {
             return Err(Error::Internal(format!(
                 "{} replies to a pipeline of {} renewals",
@@ -307,7 +341,66 @@ impl RedisStore {
                 items.len()
             )));
         }
-        replies.iter().map(|reply| self.renewal(reply)).collect()
+        replies
+            .into_iter()
+            .map(|reply| match reply {
+                Value::Array(reply) => self.renewal(&reply),
+                other => Err(Error::Internal(format!("renew reply: {other:?}"))),
+            })
+            .collect()
+    }
+
+    /// Sends a pipeline of invocations of `script` in one round trip, within
+    /// the store timeout. A pipeline does not load scripts by itself (after a
+    /// Redis restart): on NOSCRIPT it loads the script and sends again.
+    async fn pipeline(
+        &self,
+        op: &'static str,
+        script: &Script,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<Value>> {
+        self.retrying(op, |mut conn| async move {
+            match pipe.query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.prepare_invoke().load_async(&mut conn).await?;
+                    pipe.query_async(&mut conn).await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
+    /// Runs `pipe` followed by `WAIT replicas timeout` on the same
+    /// connection (WAIT counts the writes of its own connection); returns the
+    /// replies of `pipe` and the number of replicas that acknowledged.
+    async fn pipeline_acknowledged(
+        &self,
+        op: &'static str,
+        script: &Script,
+        mut pipe: redis::Pipeline,
+    ) -> Result<(Vec<Value>, i64)> {
+        pipe.cmd("WAIT")
+            .arg(self.inner.replica_acks)
+            .arg(self.inner.replica_ack_timeout.as_millis() as u64);
+        let mut replies = self.pipeline(op, script, &pipe).await?;
+        match replies.pop() {
+            Some(Value::Int(acks)) => Ok((replies, acks)),
+            other => Err(Error::Internal(format!("WAIT reply: {other:?}"))),
+        }
+    }
+
+    /// UNAVAILABLE unless `acks` replicas acknowledged.
+    fn check_acks(&self, acks: i64) -> Result<()> {
+        if acks >= i64::from(self.inner.replica_acks) {
+            return Ok(());
+        }
+        Err(Error::Unavailable(format!(
+            "only {acks} of the {} Redis replicas required (--replica-acks) acknowledged the write \
+             within {} ms; not granted or renewed, so that a failover cannot undo it",
+            self.inner.replica_acks,
+            self.inner.replica_ack_timeout.as_millis()
+        )))
     }
 
     /// Reads a renew.lua reply.

@@ -38,22 +38,60 @@ fn free_port() -> u16 {
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts redis-server on a free loopback port and waits until it accepts
     /// connections.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a replica of `primary` (it syncs in the background; see
+    /// [`RedisServer::await_replicas`]).
+    pub fn start_replica_of(primary: &RedisServer) -> Self {
+        Self::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()])
+    }
+
+    fn start_with(extra: &[&str]) -> Self {
         for _ in 0..5 {
             let port = free_port();
-            if let Some(child) = spawn_redis(port) {
+            if let Some(child) = spawn_redis(port, extra) {
+                let extra = extra.iter().map(|s| s.to_string()).collect();
                 return RedisServer {
                     port,
                     child: Some(child),
+                    extra,
                 };
             }
         }
         panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    /// Waits until `n` replicas are connected and in sync with this server.
+    pub async fn await_replicas(&self, n: usize) {
+        let mut conn = self.connection().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let online = info
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .count();
+            if online >= n {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "replicas never came online:\n{info}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// `redis://127.0.0.1:PORT/`.
@@ -73,7 +111,8 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.stop();
         for _ in 0..50 {
-            if let Some(child) = spawn_redis(self.port) {
+            let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+            if let Some(child) = spawn_redis(self.port, &extra) {
                 self.child = Some(child);
                 return;
             }
@@ -101,8 +140,9 @@ impl Drop for RedisServer {
 
 /// Spawns redis-server and waits for its "Ready to accept connections" line;
 /// `None` if it exited first (port taken).
-fn spawn_redis(port: u16) -> Option<Child> {
+fn spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
     let mut child = Command::new(redis_binary())
+        .args(extra)
         .args([
             "--port",
             &port.to_string(),
