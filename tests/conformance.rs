@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use leasehold::store::{Acquired, Checked, GrantSpec, Store};
+use leasehold::store::{Acquired, Checked, Event, GrantSpec, Store};
 
 fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
     GrantSpec {
@@ -172,7 +172,7 @@ async fn describe_reports_the_lease(store: &Store) {
 async fn release_wakes_watchers(store: &Store) {
     grant(store, "a", "t1", 10_000).await;
     grant(store, "b", "t2", 10_000).await;
-    let watch = store.watch("a").await.unwrap();
+    let watch = store.watch("a", Event::Released).await.unwrap();
     assert_eq!(store.local_watchers("a"), 1);
     {
         let notified = watch.notified();
@@ -272,7 +272,7 @@ async fn a_release_starts_no_lock_delay(store: &Store) {
 async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store) {
     assert_eq!(store.revoke("a").await.unwrap(), None);
     let fence = grant(store, "a", "t1", 10_000).await;
-    let watch = store.watch("a").await.unwrap();
+    let watch = store.watch("a", Event::Released).await.unwrap();
     let notified = watch.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();
@@ -313,6 +313,25 @@ async fn revoke_starts_the_lock_delay(store: &Store) {
     grant(store, "a", "t2", 1_000).await;
 }
 
+/// A grant wakes the watchers of the name's grants (election observers).
+async fn a_grant_wakes_grant_watchers(store: &Store) {
+    let watch = store.watch("a", Event::Granted).await.unwrap();
+    let notified = watch.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    grant(store, "b", "t1", 10_000).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), notified.as_mut())
+            .await
+            .is_err(),
+        "a grant of b woke a watcher of a"
+    );
+    grant(store, "a", "t1", 10_000).await;
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the grant of a woke its watcher");
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory {
@@ -351,4 +370,5 @@ conformance!(
     a_release_starts_no_lock_delay,
     revoke_ends_a_lease_and_tells_its_holder,
     revoke_starts_the_lock_delay,
+    a_grant_wakes_grant_watchers,
 );

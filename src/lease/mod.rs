@@ -20,7 +20,7 @@ use crate::{
     config::Limits,
     error::{Error, Result},
     metrics::{LossReason, Metrics},
-    store::{Acquired, Checked, GrantSpec, LeaseInfo, Renewed, Store},
+    store::{Acquired, Checked, Event, GrantSpec, LeaseInfo, Renewed, Store},
 };
 
 /// What a caller asks of Acquire (fields as in the proto).
@@ -238,7 +238,7 @@ impl Leases {
                 ))
             })?;
         let _gauge = GaugeGuard::inc(&self.inner.metrics.waiters);
-        let watch = self.count_errors(store.watch(&spec.name).await)?;
+        let watch = self.count_errors(store.watch(&spec.name, Event::Released).await)?;
         let mut shutdown = self.inner.shutdown.subscribe();
         loop {
             // Armed before the attempt, so a release between the attempt and

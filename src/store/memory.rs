@@ -17,7 +17,7 @@ use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
 use tokio::time::Instant;
 
 use super::{
-    watch::Watchers, Acquired, Checked, Described, GrantSpec, LeaseInfo, RenewItem, Renewed, Watch,
+    watch::Watchers, Acquired, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem, Renewed,
 };
 use crate::error::Result;
 
@@ -147,6 +147,9 @@ impl MemoryStore {
                     delay_ends: now + ttl + lock_delay,
                     revoked: false,
                 });
+                self.inner
+                    .watchers
+                    .wake(&self.channel(&spec.name, Event::Granted));
                 Ok(Acquired::Granted { fence })
             }
         }
@@ -207,7 +210,9 @@ impl MemoryStore {
             }
             _ => return Ok(Checked::NotHeld),
         }
-        self.inner.watchers.wake(name);
+        self.inner
+            .watchers
+            .wake(&self.channel(name, Event::Released));
         Ok(Checked::Done(()))
     }
 
@@ -221,7 +226,9 @@ impl MemoryStore {
             }
             _ => return Ok(None),
         };
-        self.inner.watchers.wake(name);
+        self.inner
+            .watchers
+            .wake(&self.channel(name, Event::Released));
         Ok(Some(fence))
     }
 
@@ -240,8 +247,9 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) async fn watch(&self, name: &str) -> Result<Watch> {
-        self.inner.watchers.watch(name).await
+    /// The key of `event` of `name` in the watchers registry.
+    pub(crate) fn channel(&self, name: &str, event: Event) -> String {
+        format!("{}:{name}", event.suffix())
     }
 
     pub(crate) async fn ping(&self) -> Result<()> {

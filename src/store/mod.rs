@@ -166,6 +166,24 @@ pub struct Renewed {
     pub fence: u64,
 }
 
+/// What a [`Watch`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The name's lease ended by release or revocation (what waiters need).
+    Released,
+    /// The name was granted (what leader observers need, besides releases).
+    Granted,
+}
+
+impl Event {
+    fn suffix(self) -> &'static str {
+        match self {
+            Event::Released => "released",
+            Event::Granted => "granted",
+        }
+    }
+}
+
 /// A lease store: one of the backends (enum dispatch keeps calls static and
 /// lets new backends, such as Sentinel or Cluster, join as variants).
 #[derive(Clone)]
@@ -240,17 +258,17 @@ impl Store {
         dispatch!(self, s => s.describe(name).await)
     }
 
-    /// Starts watching `name` for releases. When this returns, every later
-    /// release of the name wakes the watch (on Redis: the subscription is
-    /// confirmed), so a caller that tries to acquire *after* `watch` and then
-    /// awaits [`Watch::notified`] cannot miss a release in between.
-    pub async fn watch(&self, name: &str) -> Result<Watch> {
-        dispatch!(self, s => s.watch(name).await)
+    /// Starts watching `name` for `event`. When this returns, every later
+    /// such event wakes the watch (on Redis: the subscription is confirmed),
+    /// so a caller that looks at the name *after* `watch` and then awaits
+    /// [`Watch::notified`] cannot miss an event in between.
+    pub async fn watch(&self, name: &str, event: Event) -> Result<Watch> {
+        dispatch!(self, s => s.watchers().watch(&s.channel(name, event)).await)
     }
 
-    /// Callers watching `name` on this replica.
+    /// Callers waiting on this replica for releases of `name`.
     pub fn local_watchers(&self, name: &str) -> usize {
-        dispatch!(self, s => s.watchers().count(name))
+        dispatch!(self, s => s.watchers().count(&s.channel(name, Event::Released)))
     }
 
     /// Checks that the store answers.

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use super::{
     watch::{SubscriptionRequest, Watchers},
-    Acquired, Checked, Described, GrantSpec, LeaseInfo, RenewItem, Renewed, StoreOptions, Watch,
+    Acquired, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem, Renewed, StoreOptions,
 };
 use crate::error::{Error, Result};
 
@@ -117,10 +117,10 @@ impl RedisStore {
         let on_push = move |push: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
             match push.kind {
                 PushKind::Message => {
-                    // data = [channel, payload]; the payload is the lock name.
-                    if let Some(Value::BulkString(name)) = push.data.get(1) {
-                        if let Ok(name) = std::str::from_utf8(name) {
-                            pushed.wake(name);
+                    // data = [channel, payload]; watches are keyed by channel.
+                    if let Some(Value::BulkString(channel)) = push.data.first() {
+                        if let Ok(channel) = std::str::from_utf8(channel) {
+                            pushed.wake(channel);
                         }
                     }
                 }
@@ -152,12 +152,7 @@ impl RedisStore {
                 watchers,
             }),
         };
-        tokio::spawn(run_subscriptions(
-            subscriber,
-            requests_rx,
-            store.inner.prefix.clone(),
-            timeout,
-        ));
+        tokio::spawn(run_subscriptions(subscriber, requests_rx, timeout));
         Ok(store)
     }
 
@@ -236,6 +231,8 @@ impl RedisStore {
             spec.holder.clone(),
             floor.to_string(),
             spec.lock_delay_ms.to_string(),
+            self.channel(&spec.name, Event::Granted),
+            spec.name.clone(),
         ];
         let key = self.key(&spec.name);
         let reply: Vec<Value> = if self.inner.replica_acks == 0 {
@@ -420,7 +417,11 @@ impl RedisStore {
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         let key = self.key(name);
-        let args = [token.to_owned(), release_channel(&key), name.to_owned()];
+        let args = [
+            token.to_owned(),
+            self.channel(name, Event::Released),
+            name.to_owned(),
+        ];
         let reply: i64 = self
             .eval("release", &self.inner.scripts.release, &key, &args)
             .await?;
@@ -438,7 +439,7 @@ impl RedisStore {
 
     pub(crate) async fn revoke(&self, name: &str) -> Result<Option<u64>> {
         let key = self.key(name);
-        let args = [release_channel(&key), name.to_owned()];
+        let args = [self.channel(name, Event::Released), name.to_owned()];
         let reply: Vec<Value> = self
             .eval("revoke", &self.inner.scripts.revoke, &key, &args)
             .await?;
@@ -474,8 +475,9 @@ impl RedisStore {
         })
     }
 
-    pub(crate) async fn watch(&self, name: &str) -> Result<Watch> {
-        self.inner.watchers.watch(name).await
+    /// The pub/sub channel of `event` of `name`; watches are keyed by it.
+    pub(crate) fn channel(&self, name: &str, event: Event) -> String {
+        format!("{}:{}", self.key(name), event.suffix())
     }
 
     /// PINGs both connections: checks Redis, and makes a broken connection
@@ -497,25 +499,18 @@ pub fn lease_key(prefix: &str, name: &str) -> String {
     format!("{prefix}{{{name}}}")
 }
 
-fn release_channel(key: &str) -> String {
-    format!("{key}:released")
-}
-
 /// Serves subscribe and unsubscribe requests in the order they were made.
 async fn run_subscriptions(
     mut conn: ConnectionManager,
     mut requests: mpsc::UnboundedReceiver<SubscriptionRequest>,
-    prefix: String,
     timeout: Duration,
 ) {
     while let Some(request) = requests.recv().await {
         match request {
-            SubscriptionRequest::Subscribe(name, ack) => {
-                let channel = release_channel(&lease_key(&prefix, &name));
+            SubscriptionRequest::Subscribe(channel, ack) => {
                 let _ = ack.send(bounded("subscribe", timeout, conn.subscribe(&channel)).await);
             }
-            SubscriptionRequest::Unsubscribe(name) => {
-                let channel = release_channel(&lease_key(&prefix, &name));
+            SubscriptionRequest::Unsubscribe(channel) => {
                 if let Err(e) = bounded("unsubscribe", timeout, conn.unsubscribe(&channel)).await {
                     // Harmless: a stray subscription only delivers wake-ups
                     // nobody waits for, and is gone at the next reconnection.
@@ -598,7 +593,7 @@ mod tests {
             lease_key("leasehold:", "jobs/nightly"),
             "leasehold:{jobs/nightly}"
         );
-        assert_eq!(release_channel(&lease_key("p:", "a")), "p:{a}:released");
+        assert_eq!(lease_key("p:", "a/b"), "p:{a/b}");
     }
 
     #[test]

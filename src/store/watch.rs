@@ -1,12 +1,13 @@
-//! Local registry of callers waiting for a name to be released.
+//! Local registry of callers waiting for an event of a name (its release,
+//! its grant), keyed by the event's channel (`{prefix}{name}:released`...).
 //!
-//! Each name with at least one waiter on this replica has a slot holding a
-//! [`Notify`]. A release (seen directly by the memory store, or as a Redis
-//! pub/sub message) wakes every waiter of the name. For Redis, the first
-//! waiter of a name subscribes to the name's channel and the last one to
-//! leave unsubscribes; both requests go, in order, through one channel to the
-//! task that owns the subscription connection, so an unsubscribe can never
-//! overtake a later subscribe of the same name.
+//! Each channel with at least one watcher on this replica has a slot holding
+//! a [`Notify`]. An event (seen directly by the memory store, or as a Redis
+//! pub/sub message) wakes every watcher of the channel. For Redis, the first
+//! watcher of a channel subscribes to it and the last one to leave
+//! unsubscribes; both requests go, in order, through one queue to the task
+//! that owns the subscription connection, so an unsubscribe can never
+//! overtake a later subscribe of the same channel.
 
 use std::sync::{
     atomic::{AtomicUsize, Ordering},
@@ -21,9 +22,9 @@ use crate::error::{Error, Result};
 /// A request to the subscription task.
 #[derive(Debug)]
 pub(crate) enum SubscriptionRequest {
-    /// Subscribe to the name's channel; answer once Redis confirmed it.
+    /// Subscribe to the channel; answer once Redis confirmed it.
     Subscribe(String, oneshot::Sender<Result<()>>),
-    /// Unsubscribe from the name's channel.
+    /// Unsubscribe from the channel.
     Unsubscribe(String),
 }
 

@@ -8,6 +8,8 @@
 -- ARGV[4]  fence floor: the highest fence the calling broker has seen
 -- ARGV[5]  lock-delay in milliseconds (0: none): after an involuntary end of
 --          this lease (expiry, revoke) nobody gets the lock for that long
+-- ARGV[6]  the name's grant channel (observers of an election listen there)
+-- ARGV[7]  the lock name (the message published on the channel)
 --
 -- Returns {1, fence, ttl_ms, "", granted_at_ms} when granted (also when the
 --         lease is already held with this very token: the broker retries a
@@ -62,4 +64,5 @@ redis.call('HSET', key,
   'e', string.format('%d', now_ms + ttl),
   'd', ARGV[5])
 redis.call('PEXPIRE', key, ttl + delay)
+redis.call('PUBLISH', ARGV[6], ARGV[7])
 return {1, fence, ttl, '', now_ms}
