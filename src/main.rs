@@ -36,6 +36,10 @@ enum Command {
     CheckFence(cli::CheckFenceArgs),
     /// End anyone's lease on a lock (the broker needs --enable-revoke).
     Revoke(cli::RevokeArgs),
+    /// Campaign in an election, then hold the leadership until Ctrl-C.
+    Elect(cli::ElectArgs),
+    /// Print an election's leader, then every change.
+    Observe(cli::ObserveArgs),
     /// Take a lease and keep it until Ctrl-C, printing its state.
     Hold(cli::HoldArgs),
     /// Run a command while holding a lease; stop it if the lease is lost.
@@ -72,6 +76,8 @@ async fn main() -> ExitCode {
                 Command::Release(args) => cli::release(args).await,
                 Command::Describe(args) => cli::describe(args).await,
                 Command::Hold(args) => cli::hold(args).await,
+                Command::Elect(args) => cli::elect(args).await,
+                Command::Observe(args) => cli::observe(args).await,
                 Command::CheckFence(args) => cli::check_fence(args).await,
                 Command::Revoke(args) => cli::revoke(args).await,
                 Command::Run(args) => cli::run(args).await,

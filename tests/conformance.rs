@@ -172,8 +172,8 @@ async fn describe_reports_the_lease(store: &Store) {
 async fn release_wakes_watchers(store: &Store) {
     grant(store, "a", "t1", 10_000).await;
     grant(store, "b", "t2", 10_000).await;
-    let watch = store.watch("a", Event::Released).await.unwrap();
-    assert_eq!(store.local_watchers("a"), 1);
+    let watch = store.watch("a", Event::Released, true).await.unwrap();
+    assert_eq!(store.local_waiters("a"), 1);
     {
         let notified = watch.notified();
         tokio::pin!(notified);
@@ -192,7 +192,7 @@ async fn release_wakes_watchers(store: &Store) {
             .expect("the release of a woke its watcher");
     }
     drop(watch);
-    assert_eq!(store.local_watchers("a"), 0);
+    assert_eq!(store.local_waiters("a"), 0);
 }
 
 /// Acquiring again with the token of the current lease returns that grant
@@ -272,7 +272,7 @@ async fn a_release_starts_no_lock_delay(store: &Store) {
 async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store) {
     assert_eq!(store.revoke("a").await.unwrap(), None);
     let fence = grant(store, "a", "t1", 10_000).await;
-    let watch = store.watch("a", Event::Released).await.unwrap();
+    let watch = store.watch("a", Event::Released, true).await.unwrap();
     let notified = watch.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();
@@ -315,7 +315,8 @@ async fn revoke_starts_the_lock_delay(store: &Store) {
 
 /// A grant wakes the watchers of the name's grants (election observers).
 async fn a_grant_wakes_grant_watchers(store: &Store) {
-    let watch = store.watch("a", Event::Granted).await.unwrap();
+    let watch = store.watch("a", Event::Granted, false).await.unwrap();
+    assert_eq!(store.local_waiters("a"), 0, "an observer is not a waiter");
     let notified = watch.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();

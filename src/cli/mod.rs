@@ -157,6 +157,35 @@ pub struct CheckFenceArgs {
     fence: u64,
 }
 
+/// `leasehold elect`: campaign, then hold the leadership until Ctrl-C.
+#[derive(clap::Args, Debug)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// The election.
+    #[arg(long)]
+    election: String,
+    /// This candidate's value (an address, an id), shown to observers.
+    #[arg(long)]
+    value: String,
+    /// Leadership lease TTL.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// How long to campaign before giving up.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    wait: Duration,
+}
+
+/// `leasehold observe`: print every change of an election's leadership.
+#[derive(clap::Args, Debug)]
+pub struct ObserveArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// The election.
+    #[arg(long)]
+    election: String,
+}
+
 /// `leasehold hold`: take a lease and keep it until Ctrl-C or SIGTERM.
 #[derive(clap::Args, Debug)]
 pub struct HoldArgs {
@@ -308,6 +337,53 @@ pub async fn check_fence(args: CheckFenceArgs) -> ExitCode {
             }
         }
         Err(status) => status_exit(&status),
+    }
+}
+
+/// Campaigns, then holds the leadership like `hold` (the lock is the
+/// election, the holder label the value).
+pub async fn elect(args: ElectArgs) -> ExitCode {
+    hold(HoldArgs {
+        broker: args.broker,
+        lock: LockArgs {
+            lock: args.election,
+            ttl: args.ttl,
+            wait: args.wait,
+            holder: Some(args.value),
+            lock_delay: Duration::ZERO,
+        },
+    })
+    .await
+}
+
+/// Prints the leadership of an election, then each change, until Ctrl-C.
+pub async fn observe(args: ObserveArgs) -> ExitCode {
+    let stop = crate::shutdown::signal();
+    tokio::pin!(stop);
+    let client = match args.broker.client().await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let mut observation = match client.observe(&args.election).await {
+        Ok(o) => o,
+        Err(e) => return fail(&e),
+    };
+    loop {
+        let change = tokio::select! {
+            change = observation.next() => change,
+            () = &mut stop => return ExitCode::SUCCESS,
+        };
+        match change {
+            Some(Ok(Some(leader))) => {
+                println!(
+                    "leader election={} value={:?} term={}",
+                    args.election, leader.value, leader.term
+                )
+            }
+            Some(Ok(None)) => println!("no-leader election={}", args.election),
+            Some(Err(e)) => return fail(&e),
+            None => return ExitCode::from(EXIT_BROKER_ERROR),
+        }
     }
 }
 

@@ -48,7 +48,7 @@ use tonic::{transport::Channel, Code};
 
 use crate::proto::{
     leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
-    DescribeResponse, ReleaseRequest, RevokeRequest,
+    DescribeResponse, LeaderRequest, ReleaseRequest, RevokeRequest,
 };
 
 /// Why a lease was lost.
@@ -443,6 +443,52 @@ impl Client {
             .into_inner())
     }
 
+    /// Waits (up to `opts.wait`) to become the leader of `election` with
+    /// `value`. The lease returned is the leadership: kept alive like any
+    /// lease, its fence is the leader's term; release it to resign.
+    pub async fn campaign(
+        &self,
+        election: &str,
+        value: &str,
+        opts: AcquireOptions,
+    ) -> Result<Lease, ClientError> {
+        // An election is a lock whose holder label is the leader's value.
+        self.acquire(election, opts.holder(value)).await
+    }
+
+    /// The current leader of `election`, if any.
+    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>, ClientError> {
+        let request = LeaderRequest {
+            election: election.to_owned(),
+        };
+        let r = self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.leader(request).await }
+            })
+            .await?
+            .into_inner();
+        Ok(LeaderInfo::from_message(r))
+    }
+
+    /// Follows the leadership of `election`: the first item is the
+    /// leadership now, then every change in order.
+    pub async fn observe(&self, election: &str) -> Result<Observation, ClientError> {
+        let request = LeaderRequest {
+            election: election.to_owned(),
+        };
+        let stream = self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.observe(request).await }
+            })
+            .await?
+            .into_inner();
+        Ok(Observation { stream })
+    }
+
     /// Whether `fence` is the fence of the current lease on `name`, and the
     /// current fence (0 if free).
     pub async fn check_fence(&self, name: &str, fence: u64) -> Result<(bool, u64), ClientError> {
@@ -503,6 +549,41 @@ async fn release(shared: &Shared, name: &str, owner_token: &str) -> Result<(), C
             Err(ClientError::Lost(LossReason::NotOwner))
         }
         Err(s) => Err(s.into()),
+    }
+}
+
+/// An election's leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The value it campaigned with.
+    pub value: String,
+    /// Its term (its lease's fence).
+    pub term: u64,
+}
+
+impl LeaderInfo {
+    fn from_message(r: crate::proto::LeaderResponse) -> Option<Self> {
+        r.present.then_some(LeaderInfo {
+            value: r.value,
+            term: r.term,
+        })
+    }
+}
+
+/// The changes of an election's leadership (see [`Client::observe`]).
+pub struct Observation {
+    stream: tonic::Streaming<crate::proto::LeaderResponse>,
+}
+
+impl Observation {
+    /// The next leadership (`None` inside: no leader); `None` when the
+    /// stream ended (the broker shut down: observe again).
+    pub async fn next(&mut self) -> Option<Result<Option<LeaderInfo>, ClientError>> {
+        match self.stream.message().await {
+            Ok(Some(r)) => Some(Ok(LeaderInfo::from_message(r))),
+            Ok(None) => None,
+            Err(status) => Some(Err(status.into())),
+        }
     }
 }
 

@@ -3,11 +3,15 @@
 //! messages; the store only executes atomic operations; the decisions are
 //! here.
 
+mod election;
 mod keepalive;
 pub mod token;
 pub mod validate;
 
-pub use self::keepalive::{LeaseRef, LeaseState, Session};
+pub use self::{
+    election::{Leader, Observer},
+    keepalive::{LeaseRef, LeaseState, Session},
+};
 
 use std::{sync::Arc, time::Duration};
 
@@ -238,7 +242,7 @@ impl Leases {
                 ))
             })?;
         let _gauge = GaugeGuard::inc(&self.inner.metrics.waiters);
-        let watch = self.count_errors(store.watch(&spec.name, Event::Released).await)?;
+        let watch = self.count_errors(store.watch(&spec.name, Event::Released, true).await)?;
         let mut shutdown = self.inner.shutdown.subscribe();
         loop {
             // Armed before the attempt, so a release between the attempt and
@@ -310,7 +314,7 @@ impl Leases {
         let described = self.count_errors(self.inner.store.describe(name).await)?;
         Ok(Description {
             lease: described.lease,
-            local_waiters: self.inner.store.local_watchers(name),
+            local_waiters: self.inner.store.local_waiters(name),
             lock_delay_remaining_ms: described.lock_delay_remaining_ms,
         })
     }

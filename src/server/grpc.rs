@@ -1,17 +1,18 @@
 //! The `leasehold.v1.Leasehold` gRPC service: converts messages and calls the
 //! lease rules. No store access and no decisions here.
 
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::keepalive;
-
 use crate::{
-    lease::{AcquireArgs, Leases},
+    lease::{AcquireArgs, Leader, Leases},
     proto::{
-        leasehold_server::Leasehold, AcquireRequest, AcquireResponse, CheckFenceRequest,
-        CheckFenceResponse, DescribeRequest, DescribeResponse, KeepAliveRequest, Lease,
-        ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse, RevokeRequest,
-        RevokeResponse,
+        leasehold_server::Leasehold, AcquireRequest, AcquireResponse, CampaignRequest,
+        CampaignResponse, CheckFenceRequest, CheckFenceResponse, DescribeRequest, DescribeResponse,
+        KeepAliveRequest, LeaderRequest, LeaderResponse, Lease, ReleaseRequest, ReleaseResponse,
+        RenewRequest, RenewResponse, ResignRequest, ResignResponse, RevokeRequest, RevokeResponse,
     },
 };
 
@@ -56,15 +57,9 @@ impl Leasehold for LeaseholdService {
                 lock_delay_ms: r.lock_delay_ms,
             })
             .await?;
-        let lease = granted.lease;
         Ok(Response::new(AcquireResponse {
-            lease: Some(Lease {
-                name: lease.name,
-                owner_token: lease.owner_token,
-                fence: lease.fence,
-                ttl_ms: lease.ttl_ms,
-            }),
             waited_ms: granted.waited.as_millis() as u64,
+            lease: Some(lease_message(granted.lease)),
         }))
     }
 
@@ -127,11 +122,93 @@ impl Leasehold for LeaseholdService {
         }))
     }
 
+    async fn campaign(
+        &self,
+        request: Request<CampaignRequest>,
+    ) -> Result<Response<CampaignResponse>, Status> {
+        let r = request.into_inner();
+        let granted = self
+            .leases
+            .campaign(&r.election, &r.value, r.ttl_ms, r.wait_timeout_ms)
+            .await?;
+        Ok(Response::new(CampaignResponse {
+            waited_ms: granted.waited.as_millis() as u64,
+            lease: Some(lease_message(granted.lease)),
+        }))
+    }
+
+    async fn leader(
+        &self,
+        request: Request<LeaderRequest>,
+    ) -> Result<Response<LeaderResponse>, Status> {
+        let leader = self.leases.leader(&request.into_inner().election).await?;
+        Ok(Response::new(leader_message(leader)))
+    }
+
+    type ObserveStream = ReceiverStream<Result<LeaderResponse, Status>>;
+
+    async fn observe(
+        &self,
+        request: Request<LeaderRequest>,
+    ) -> Result<Response<Self::ObserveStream>, Status> {
+        let mut observer = self.leases.observe(&request.into_inner().election).await?;
+        // One change in flight at most: a slow reader slows its own stream.
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                let change = tokio::select! {
+                    change = observer.next() => change,
+                    () = tx.closed() => return,
+                };
+                let end = change.is_err();
+                if tx
+                    .send(change.map(leader_message).map_err(Status::from))
+                    .await
+                    .is_err()
+                    || end
+                {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn resign(
+        &self,
+        request: Request<ResignRequest>,
+    ) -> Result<Response<ResignResponse>, Status> {
+        let r = request.into_inner();
+        self.leases.release(&r.election, &r.owner_token).await?;
+        Ok(Response::new(ResignResponse {}))
+    }
+
     async fn revoke(
         &self,
         request: Request<RevokeRequest>,
     ) -> Result<Response<RevokeResponse>, Status> {
         let fence = self.leases.revoke(&request.into_inner().name).await?;
         Ok(Response::new(RevokeResponse { fence }))
+    }
+}
+
+fn lease_message(lease: crate::lease::Lease) -> Lease {
+    Lease {
+        name: lease.name,
+        owner_token: lease.owner_token,
+        fence: lease.fence,
+        ttl_ms: lease.ttl_ms,
+    }
+}
+
+fn leader_message(leader: Option<Leader>) -> LeaderResponse {
+    match leader {
+        Some(l) => LeaderResponse {
+            present: true,
+            value: l.value,
+            term: l.term,
+            remaining_ms: l.remaining_ms,
+        },
+        None => LeaderResponse::default(),
     }
 }

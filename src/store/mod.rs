@@ -262,13 +262,16 @@ impl Store {
     /// such event wakes the watch (on Redis: the subscription is confirmed),
     /// so a caller that looks at the name *after* `watch` and then awaits
     /// [`Watch::notified`] cannot miss an event in between.
-    pub async fn watch(&self, name: &str, event: Event) -> Result<Watch> {
-        dispatch!(self, s => s.watchers().watch(&s.channel(name, event)).await)
+    ///
+    /// `waiter`: the caller waits to acquire (counted by
+    /// [`Store::local_waiters`]) rather than observes.
+    pub async fn watch(&self, name: &str, event: Event, waiter: bool) -> Result<Watch> {
+        dispatch!(self, s => s.watchers().watch(&s.channel(name, event), waiter).await)
     }
 
-    /// Callers waiting on this replica for releases of `name`.
-    pub fn local_watchers(&self, name: &str) -> usize {
-        dispatch!(self, s => s.watchers().count(&s.channel(name, Event::Released)))
+    /// Callers waiting on this replica to acquire `name`.
+    pub fn local_waiters(&self, name: &str) -> usize {
+        dispatch!(self, s => s.watchers().waiters(&s.channel(name, Event::Released)))
     }
 
     /// Checks that the store answers.

@@ -32,6 +32,9 @@ struct Slot {
     notify: Notify,
     /// Watches of this name alive now; changed only under the map entry lock.
     count: AtomicUsize,
+    /// Of those, the ones of callers waiting to acquire (what Describe
+    /// reports); the others observe (an election's Observe stream).
+    waiters: AtomicUsize,
     /// Set once the subscription for this slot is confirmed.
     subscribed: OnceCell<()>,
 }
@@ -52,6 +55,7 @@ pub(crate) struct Watchers {
 /// interest (and the subscription, if it was the last).
 pub struct Watch {
     name: String,
+    waiter: bool,
     slot: Arc<Slot>,
     inner: Arc<Inner>,
 }
@@ -68,22 +72,27 @@ impl Watchers {
 
     /// Registers a watch on `name`; returns once releases of the name will
     /// reach it.
-    pub(crate) async fn watch(&self, name: &str) -> Result<Watch> {
+    pub(crate) async fn watch(&self, name: &str, waiter: bool) -> Result<Watch> {
         let slot = {
             let slot = self.inner.slots.entry(name.to_owned()).or_insert_with(|| {
                 Arc::new(Slot {
                     notify: Notify::new(),
                     count: AtomicUsize::new(0),
+                    waiters: AtomicUsize::new(0),
                     subscribed: OnceCell::new(),
                 })
             });
             slot.count.fetch_add(1, Ordering::SeqCst);
+            if waiter {
+                slot.waiters.fetch_add(1, Ordering::SeqCst);
+            }
             Arc::clone(&slot)
         };
         // Built before subscribing, so that a failed subscription still
         // unregisters on drop.
         let watch = Watch {
             name: name.to_owned(),
+            waiter,
             slot,
             inner: Arc::clone(&self.inner),
         };
@@ -123,11 +132,11 @@ impl Watchers {
     }
 
     /// Watches of `name` alive now.
-    pub(crate) fn count(&self, name: &str) -> usize {
+    pub(crate) fn waiters(&self, name: &str) -> usize {
         self.inner
             .slots
             .get(name)
-            .map_or(0, |s| s.count.load(Ordering::SeqCst))
+            .map_or(0, |s| s.waiters.load(Ordering::SeqCst))
     }
 }
 
@@ -145,6 +154,9 @@ impl Drop for Watch {
         // Decrement under the entry lock, so that a concurrent `watch` either
         // sees this slot alive or creates a fresh one after it is gone.
         if let Entry::Occupied(entry) = self.inner.slots.entry(self.name.clone()) {
+            if self.waiter && Arc::ptr_eq(entry.get(), &self.slot) {
+                entry.get().waiters.fetch_sub(1, Ordering::SeqCst);
+            }
             if Arc::ptr_eq(entry.get(), &self.slot)
                 && entry.get().count.fetch_sub(1, Ordering::SeqCst) == 1
             {
@@ -168,7 +180,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(tx));
         let w = watchers.clone();
-        let first = tokio::spawn(async move { w.watch("a").await });
+        let first = tokio::spawn(async move { w.watch("a", true).await });
         match rx.recv().await {
             Some(SubscriptionRequest::Subscribe(name, ack)) => {
                 assert_eq!(name, "a");
@@ -178,8 +190,8 @@ mod tests {
         }
         let first = first.await.unwrap().unwrap();
         // A second watch of the same name does not subscribe again.
-        let second = watchers.watch("a").await.unwrap();
-        assert_eq!(watchers.count("a"), 2);
+        let second = watchers.watch("a", true).await.unwrap();
+        assert_eq!(watchers.waiters("a"), 2);
 
         {
             let notified = first.notified();
@@ -193,7 +205,7 @@ mod tests {
         assert!(rx.try_recv().is_err(), "unsubscribed while a watch remains");
         drop(second);
         assert!(matches!(rx.try_recv(), Ok(SubscriptionRequest::Unsubscribe(n)) if n == "a"));
-        assert_eq!(watchers.count("a"), 0);
+        assert_eq!(watchers.waiters("a"), 0);
     }
 
     #[tokio::test]
@@ -201,11 +213,11 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(tx));
         let w = watchers.clone();
-        let attempt = tokio::spawn(async move { w.watch("b").await });
+        let attempt = tokio::spawn(async move { w.watch("b", true).await });
         if let Some(SubscriptionRequest::Subscribe(_, ack)) = rx.recv().await {
             ack.send(Err(Error::Unavailable("down".into()))).unwrap();
         }
         assert!(attempt.await.unwrap().is_err());
-        assert_eq!(watchers.count("b"), 0);
+        assert_eq!(watchers.waiters("b"), 0);
     }
 }

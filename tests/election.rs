@@ -1,0 +1,215 @@
+//! Leader election: candidates as real processes, a leader killed with
+//! SIGKILL, a new leader within the TTL, terms strictly increasing, and an
+//! observer that sees every change in order.
+
+mod common;
+
+use std::{
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use common::{Broker, RedisServer};
+use leasehold::client::{AcquireOptions, Client, LeaderInfo};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader, Lines},
+    process::{Child, ChildStdout, Command},
+};
+
+struct Candidate {
+    value: String,
+    child: Child,
+    out: Lines<BufReader<ChildStdout>>,
+}
+
+fn candidate(broker: &Broker, value: &str) -> Candidate {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "elect",
+            "--election",
+            "svc/primary",
+            "--value",
+            value,
+            "--ttl",
+            "1s",
+            "--wait",
+            "60s",
+        ])
+        .env("LEASEHOLD_BROKER", broker.url())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap()).lines();
+    Candidate {
+        value: value.into(),
+        child,
+        out,
+    }
+}
+
+/// The next leader (skipping "no leader" events, which may or may not show
+/// between two leaders); every event is recorded.
+async fn next_leader(
+    observation: &mut leasehold::client::Observation,
+    seen: &mut Vec<Option<LeaderInfo>>,
+) -> LeaderInfo {
+    loop {
+        let change = tokio::time::timeout(Duration::from_secs(10), observation.next())
+            .await
+            .expect("a change within 10 s")
+            .expect("the stream goes on")
+            .expect("no error");
+        seen.push(change.clone());
+        if let Some(leader) = change {
+            return leader;
+        }
+    }
+}
+
+#[tokio::test]
+async fn leaders_follow_each_other_and_observers_see_every_change() {
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let mut observation = client.observe("svc/primary").await.unwrap();
+    let mut seen = Vec::new();
+    let first = observation.next().await.unwrap().unwrap();
+    assert_eq!(first, None, "no leader before any campaign");
+    seen.push(first);
+
+    let mut candidates: Vec<Candidate> = ["cand-a", "cand-b", "cand-c"]
+        .iter()
+        .map(|v| candidate(&broker, v))
+        .collect();
+    let mut leader = next_leader(&mut observation, &mut seen).await;
+    let mut terms = vec![leader.term];
+    for round in 0..3 {
+        assert_eq!(
+            client.leader("svc/primary").await.unwrap().as_ref(),
+            Some(&leader)
+        );
+        let index = candidates
+            .iter()
+            .position(|c| c.value == leader.value)
+            .expect("a candidate leads");
+        let mut elected = candidates.remove(index);
+        let line = elected.out.next_line().await.unwrap().unwrap();
+        assert!(line.starts_with("granted lock=svc/primary"), "{line}");
+        assert!(
+            line.contains(&format!("fence={}", leader.term)),
+            "{line} vs term {}",
+            leader.term
+        );
+        if round < 2 {
+            // Kill the leader: the next one takes over when its lease expires.
+            elected.child.start_kill().unwrap();
+            elected.child.wait().await.unwrap();
+            let killed = Instant::now();
+            leader = next_leader(&mut observation, &mut seen).await;
+            assert!(
+                killed.elapsed() < Duration::from_millis(2_500),
+                "new leader {:?} after the kill (TTL 1 s)",
+                killed.elapsed()
+            );
+            terms.push(leader.term);
+        } else {
+            // The last leader resigns (SIGTERM releases): observers see no
+            // leader at once.
+            // SAFETY: kill() has no memory-safety preconditions.
+            unsafe { libc::kill(elected.child.id().unwrap() as libc::pid_t, libc::SIGTERM) };
+            let resigned = Instant::now();
+            let change = tokio::time::timeout(Duration::from_secs(5), observation.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert_eq!(change, None);
+            assert!(
+                resigned.elapsed() < Duration::from_millis(900),
+                "resignation seen after {:?}",
+                resigned.elapsed()
+            );
+            seen.push(change);
+        }
+    }
+    assert!(
+        terms.windows(2).all(|w| w[1] > w[0]),
+        "terms did not strictly increase: {terms:?}"
+    );
+    let leaders: Vec<u64> = seen.iter().flatten().map(|l| l.term).collect();
+    assert!(
+        leaders.windows(2).all(|w| w[1] > w[0]),
+        "observed out of order: {seen:?}"
+    );
+    // Someone can campaign again after all that.
+    let lease = client
+        .campaign("svc/primary", "in-test", AcquireOptions::new())
+        .await
+        .unwrap();
+    assert!(lease.fence() > *terms.last().unwrap());
+}
+
+/// The election RPCs as other languages call them: Campaign, Leader,
+/// Resign; a second candidate that does not wait is refused.
+#[tokio::test]
+async fn campaign_leader_and_resign_over_grpc() {
+    use leasehold::proto::{CampaignRequest, LeaderRequest, ResignRequest};
+    let broker = Broker::start("memory").await;
+    let mut grpc = broker.client().await;
+    let campaign = |value: &str| CampaignRequest {
+        election: "jobs/scheduler".into(),
+        value: value.into(),
+        ttl_ms: 5_000,
+        wait_timeout_ms: 0,
+    };
+    let lease = grpc
+        .campaign(campaign("10.0.0.7:8080"))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
+    let leader = grpc
+        .leader(LeaderRequest {
+            election: "jobs/scheduler".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(leader.present);
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("10.0.0.7:8080", lease.fence)
+    );
+    let status = grpc.campaign(campaign("10.0.0.8:8080")).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Aborted);
+    assert!(
+        status.message().contains("10.0.0.7:8080"),
+        "{}",
+        status.message()
+    );
+
+    grpc.resign(ResignRequest {
+        election: "jobs/scheduler".into(),
+        owner_token: lease.owner_token,
+    })
+    .await
+    .unwrap();
+    let leader = grpc
+        .leader(LeaderRequest {
+            election: "jobs/scheduler".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!leader.present);
+    let next = grpc
+        .campaign(campaign("10.0.0.8:8080"))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
+    assert!(next.fence > lease.fence, "terms increase");
+}
