@@ -54,6 +54,22 @@ pub enum Error {
         waited_ms: u64,
     },
 
+    /// Acquire did not obtain the lock: it is free, but callers queued
+    /// earlier come first.
+    #[error(
+        "lock '{name}' has {queued} callers waiting for it in line, who come first; \
+         waited {waited_ms} ms{hint}",
+        hint = if *waited_ms == 0 { "; set wait_timeout_ms to join the line" } else { "" }
+    )]
+    Queued {
+        /// The lock name.
+        name: String,
+        /// The queue's length.
+        queued: u64,
+        /// How long this call waited before giving up.
+        waited_ms: u64,
+    },
+
     /// Renew or release of a lease that an operator revoked.
     #[error("the lease on '{name}' (fence {fence}) was revoked by an operator")]
     Revoked {
@@ -120,7 +136,7 @@ impl Error {
     pub fn code(&self) -> Code {
         match self {
             Error::InvalidArgument(_) => Code::InvalidArgument,
-            Error::Held { .. } | Error::LockDelay { .. } => Code::Aborted,
+            Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. } => Code::Aborted,
             Error::Revoked { .. } => Code::NotFound,
             Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::NotHeld { .. } => Code::NotFound,

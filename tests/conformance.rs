@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use leasehold::store::{Acquired, Checked, Event, GrantSpec, Store};
+use leasehold::store::{Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, Store};
 
 fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
     GrantSpec {
@@ -15,6 +15,7 @@ fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
         holder: format!("holder-{token}"),
         ttl_ms,
         lock_delay_ms: 0,
+        queued: false,
     }
 }
 
@@ -33,7 +34,9 @@ async fn grant(store: &Store, name: &str, token: &str, ttl_ms: u64) -> u64 {
 async fn grant_then_second_acquirer_refused(store: &Store) {
     let fence = grant(store, "a", "t1", 5_000).await;
     match store.acquire(&spec("a", "t2", 5_000)).await.unwrap() {
-        Acquired::Held(held) => {
+        Acquired::Blocked(held) => {
+            assert_eq!(held.by, BlockedBy::Holder);
+            assert_eq!((held.position, held.queued), (0, 0), "a try does not queue");
             assert_eq!(held.holder, "holder-t1");
             assert_eq!(held.fence, fence);
             assert!(
@@ -105,7 +108,10 @@ async fn expiry_frees_the_lock(store: &Store) {
     let first = grant(store, "a", "t1", 300).await;
     assert!(matches!(
         store.acquire(&spec("a", "t2", 300)).await.unwrap(),
-        Acquired::Held(_)
+        Acquired::Blocked(Blocked {
+            by: BlockedBy::Holder,
+            ..
+        })
     ));
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(store.describe("a").await.unwrap().lease, None);
@@ -202,7 +208,10 @@ async fn acquire_is_idempotent_for_its_own_token(store: &Store) {
     assert_eq!(grant(store, "a", "t1", 5_000).await, fence);
     assert!(matches!(
         store.acquire(&spec("a", "t2", 5_000)).await.unwrap(),
-        Acquired::Held(_)
+        Acquired::Blocked(Blocked {
+            by: BlockedBy::Holder,
+            ..
+        })
     ));
 }
 
@@ -232,10 +241,12 @@ async fn lock_delay_follows_an_expiry(store: &Store) {
         "{described:?}"
     );
     match store.acquire(&spec("a", "t2", 1_000)).await.unwrap() {
-        Acquired::Delayed {
+        Acquired::Blocked(Blocked {
+            by: BlockedBy::LockDelay,
             fence,
             remaining_ms,
-        } => {
+            ..
+        }) => {
             assert_eq!(fence, first);
             assert!(remaining_ms > 0 && remaining_ms <= 600);
         }
@@ -307,7 +318,10 @@ async fn revoke_starts_the_lock_delay(store: &Store) {
     store.revoke("a").await.unwrap().expect("revoked");
     assert!(matches!(
         store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
-        Acquired::Delayed { .. }
+        Acquired::Blocked(Blocked {
+            by: BlockedBy::LockDelay,
+            ..
+        })
     ));
     tokio::time::sleep(Duration::from_millis(500)).await;
     grant(store, "a", "t2", 1_000).await;
@@ -331,6 +345,99 @@ async fn a_grant_wakes_grant_watchers(store: &Store) {
     tokio::time::timeout(Duration::from_secs(5), notified)
         .await
         .expect("the grant of a woke its watcher");
+}
+
+fn waiting(spec: GrantSpec) -> GrantSpec {
+    GrantSpec {
+        queued: true,
+        ..spec
+    }
+}
+
+/// Waiters are served in arrival order: a free lock goes to the first in
+/// line, a later waiter or a caller trying once is refused meanwhile, and a
+/// waiter that leaves lets the next one in at once.
+async fn waiters_are_served_in_arrival_order(store: &Store) {
+    let holder = grant(store, "a", "t0", 10_000).await;
+    let place = |outcome: Acquired| match outcome {
+        Acquired::Blocked(b) => (b.by, b.position, b.queued),
+        granted => panic!("{granted:?}"),
+    };
+    assert_eq!(
+        place(
+            store
+                .acquire(&waiting(spec("a", "w1", 1_000)))
+                .await
+                .unwrap()
+        ),
+        (BlockedBy::Holder, 1, 1)
+    );
+    assert_eq!(
+        place(
+            store
+                .acquire(&waiting(spec("a", "w2", 1_000)))
+                .await
+                .unwrap()
+        ),
+        (BlockedBy::Holder, 2, 2)
+    );
+    assert_eq!(
+        place(
+            store
+                .acquire(&waiting(spec("a", "w3", 1_000)))
+                .await
+                .unwrap()
+        ),
+        (BlockedBy::Holder, 3, 3)
+    );
+    // Coming back keeps one's place.
+    assert_eq!(
+        place(
+            store
+                .acquire(&waiting(spec("a", "w2", 1_000)))
+                .await
+                .unwrap()
+        ),
+        (BlockedBy::Holder, 2, 3)
+    );
+    assert_eq!(store.describe("a").await.unwrap().waiters, 3);
+
+    store.release("a", "t0").await.unwrap();
+    // Free, but w1 comes first: w2, w3 and a try are refused.
+    assert_eq!(
+        place(
+            store
+                .acquire(&waiting(spec("a", "w2", 1_000)))
+                .await
+                .unwrap()
+        ),
+        (BlockedBy::Queue, 2, 3)
+    );
+    assert_eq!(
+        place(store.acquire(&spec("a", "try", 1_000)).await.unwrap()),
+        (BlockedBy::Queue, 0, 3)
+    );
+    // w1 leaves the line (its call ended): w2 is next, and gets it.
+    store.dequeue("a", "w1").await.unwrap();
+    assert_eq!(
+        place(
+            store
+                .acquire(&waiting(spec("a", "w3", 1_000)))
+                .await
+                .unwrap()
+        ),
+        (BlockedBy::Queue, 2, 2)
+    );
+    let w2 = grant(store, "a", "w2", 1_000).await;
+    assert!(w2 > holder);
+    assert_eq!(store.describe("a").await.unwrap().waiters, 1);
+    store.release("a", "w2").await.unwrap();
+    grant(store, "a", "w3", 1_000).await;
+    assert_eq!(
+        store.describe("a").await.unwrap().waiters,
+        0,
+        "the queue is empty again"
+    );
 }
 
 macro_rules! conformance {
@@ -372,4 +479,5 @@ conformance!(
     revoke_ends_a_lease_and_tells_its_holder,
     revoke_starts_the_lock_delay,
     a_grant_wakes_grant_watchers,
+    waiters_are_served_in_arrival_order,
 );

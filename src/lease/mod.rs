@@ -24,7 +24,10 @@ use crate::{
     config::Limits,
     error::{Error, Result},
     metrics::{LossReason, Metrics},
-    store::{Acquired, Checked, Event, GrantSpec, LeaseInfo, Renewed, Store},
+    store::{
+        Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, LeaseInfo, Renewed, Store,
+        QUEUE_REFRESH,
+    },
 };
 
 /// What a caller asks of Acquire (fields as in the proto).
@@ -72,6 +75,8 @@ pub struct Description {
     pub lease: Option<LeaseInfo>,
     /// Acquire calls waiting for the name on this replica.
     pub local_waiters: usize,
+    /// Acquire calls queued for the name on every replica.
+    pub waiters: u64,
     /// When free: time left of a lock-delay.
     pub lock_delay_remaining_ms: u64,
 }
@@ -157,6 +162,7 @@ impl Leases {
             holder: args.holder,
             ttl_ms,
             lock_delay_ms,
+            queued: !wait.is_zero(),
         };
         // The attempt runs in its own task: if the caller goes away, a store
         // call in flight still completes, and a grant it produced is released
@@ -199,7 +205,9 @@ impl Leases {
                     holder = %spec.holder, token = %token::Redacted(&spec.token), "granted"
                 );
             }
-            Err(Error::Held { .. } | Error::LockDelay { .. }) => m.acquire_refused.inc(),
+            Err(Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. }) => {
+                m.acquire_refused.inc()
+            }
             Err(_) => {}
         }
         if let Err(Ok(granted)) = caller.send(result) {
@@ -214,7 +222,9 @@ impl Leases {
 
     /// Tries until `deadline`, woken by releases and expiries; returns the
     /// fence of the grant and when the granting attempt was sent (the lease
-    /// started no sooner).
+    /// started no sooner). A caller that waits holds a place in the name's
+    /// queue (in the store, across replicas) and leaves it however the wait
+    /// ends.
     async fn acquire_until(
         &self,
         spec: &GrantSpec,
@@ -226,12 +236,28 @@ impl Leases {
         let attempt = Instant::now();
         let blocked = match self.count_errors(store.acquire(spec).await)? {
             Acquired::Granted { fence } => return Ok((fence, attempt)),
-            blocked => blocked,
+            Acquired::Blocked(blocked) => blocked,
         };
-        if Instant::now() >= deadline {
+        if !spec.queued {
             return Err(not_obtained(spec, blocked, started));
         }
+        let result = self.wait_in_line(spec, started, deadline, caller).await;
+        if result.is_err() {
+            // Give up the place in line at once, so the next waiter is not
+            // kept waiting for it to lapse.
+            let _ = self.count_errors(store.dequeue(&spec.name, &spec.token).await);
+        }
+        result
+    }
 
+    async fn wait_in_line(
+        &self,
+        spec: &GrantSpec,
+        started: Instant,
+        deadline: Instant,
+        caller: &mut oneshot::Sender<Result<Granted>>,
+    ) -> Result<(u64, Instant)> {
+        let store = &self.inner.store;
         let _slot = Arc::clone(&self.inner.waiter_slots)
             .try_acquire_owned()
             .map_err(|_| {
@@ -254,24 +280,19 @@ impl Leases {
             let attempt = Instant::now();
             let blocked = match self.count_errors(store.acquire(spec).await)? {
                 Acquired::Granted { fence } => return Ok((fence, attempt)),
-                blocked => blocked,
+                Acquired::Blocked(blocked) => blocked,
             };
             let now = Instant::now();
             if now >= deadline {
                 return Err(not_obtained(spec, blocked, started));
             }
-            // The lease cannot outlive its remaining time without a renewal
-            // (which we would not hear of), nor the lock-delay its end: look
-            // again then.
-            let remaining_ms = match &blocked {
-                Acquired::Held(held) => held.remaining_ms,
-                Acquired::Delayed { remaining_ms, .. } => *remaining_ms,
-                Acquired::Granted { .. } => 0,
-            };
-            let expiry = now + Duration::from_millis(remaining_ms.max(1));
+            // Woken by a release (pushed); else look again when the lease
+            // would expire or the delay end (nobody announces those), and at
+            // least every QUEUE_REFRESH to keep our place in line.
+            let wake = now + Duration::from_millis(blocked.remaining_ms.max(1)).min(QUEUE_REFRESH);
             tokio::select! {
                 () = &mut notified => {}
-                () = sleep_until(expiry.min(deadline)) => {}
+                () = sleep_until(wake.min(deadline)) => {}
                 () = caller.closed() => return Err(Error::Cancelled),
                 _ = shutdown.wait_for(|down| *down) => {
                     return Err(Error::Unavailable(
@@ -315,6 +336,7 @@ impl Leases {
         Ok(Description {
             lease: described.lease,
             local_waiters: self.inner.store.local_waiters(name),
+            waiters: described.waiters,
             lock_delay_remaining_ms: described.lock_delay_remaining_ms,
         })
     }
@@ -388,27 +410,28 @@ impl Leases {
 }
 
 /// The error for an Acquire that ends without the lock.
-fn not_obtained(spec: &GrantSpec, blocked: Acquired, started: Instant) -> Error {
+fn not_obtained(spec: &GrantSpec, blocked: Blocked, started: Instant) -> Error {
     let name = spec.name.clone();
     let waited_ms = started.elapsed().as_millis() as u64;
-    match blocked {
-        Acquired::Held(held) => Error::Held {
+    match blocked.by {
+        BlockedBy::Holder => Error::Held {
             name,
-            holder: held.holder,
-            fence: held.fence,
-            remaining_ms: held.remaining_ms,
+            holder: blocked.holder,
+            fence: blocked.fence,
+            remaining_ms: blocked.remaining_ms,
             waited_ms,
         },
-        Acquired::Delayed {
-            fence,
-            remaining_ms,
-        } => Error::LockDelay {
+        BlockedBy::LockDelay => Error::LockDelay {
             name,
-            fence,
-            remaining_ms,
+            fence: blocked.fence,
+            remaining_ms: blocked.remaining_ms,
             waited_ms,
         },
-        Acquired::Granted { .. } => Error::Internal("a grant reported as a refusal".into()),
+        BlockedBy::Queue => Error::Queued {
+            name,
+            queued: blocked.queued,
+            waited_ms,
+        },
     }
 }
 
@@ -453,6 +476,7 @@ mod tests {
             holder: "gone".into(),
             ttl_ms: 60_000,
             lock_delay_ms: 0,
+            queued: false,
         };
         let (tx, rx) = oneshot::channel();
         drop(rx); // the caller disconnected while the store granted

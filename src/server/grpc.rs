@@ -101,10 +101,12 @@ impl Leasehold for LeaseholdService {
                 local_waiters,
                 lock_delay_ms: l.lock_delay_ms,
                 lock_delay_remaining_ms: 0,
+                waiters: d.waiters,
             },
             None => DescribeResponse {
                 local_waiters,
                 lock_delay_remaining_ms: d.lock_delay_remaining_ms,
+                waiters: d.waiters,
                 ..Default::default()
             },
         }))

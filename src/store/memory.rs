@@ -6,6 +6,7 @@
 //! increase per name without remembering any name that is free.
 
 use std::{
+    collections::VecDeque,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Weak,
@@ -17,7 +18,8 @@ use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
 use tokio::time::Instant;
 
 use super::{
-    watch::Watchers, Acquired, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem, Renewed,
+    watch::Watchers, Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo,
+    RenewItem, Renewed, QUEUE_LIFETIME,
 };
 use crate::error::Result;
 
@@ -65,6 +67,10 @@ impl Lease {
 
 struct Inner {
     leases: DashMap<String, Lease>,
+    /// Wait queues: waiter tokens in arrival order, with the moment each
+    /// must have called again by. When a name needs both maps, the queue is
+    /// locked first.
+    queues: DashMap<String, VecDeque<(String, Instant)>>,
     /// Highest fence issued by this process.
     high_water: AtomicU64,
     watchers: Watchers,
@@ -88,6 +94,7 @@ impl MemoryStore {
     pub fn new() -> Self {
         let inner = Arc::new(Inner {
             leases: DashMap::new(),
+            queues: DashMap::new(),
             high_water: AtomicU64::new(0),
             watchers: Watchers::new(None),
         });
@@ -116,23 +123,105 @@ impl MemoryStore {
 
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
         let now = Instant::now();
-        match self.inner.leases.entry(spec.name.clone()) {
-            MapEntry::Occupied(e) if e.get().live(now) => {
-                // The same token again is a repeated call for a grant that
-                // already happened (as in Redis, where the broker may retry).
-                if e.get().token == spec.token {
-                    Ok(Acquired::Granted {
-                        fence: e.get().fence,
-                    })
-                } else {
-                    Ok(Acquired::Held(e.get().info(now)))
+        let mut queue = self.inner.queues.entry(spec.name.clone()).or_default();
+        // Waiters that stopped calling (their call ended) leave.
+        queue.retain(|(_, deadline)| *deadline > now);
+        let outcome = self.acquire_in_line(spec, &mut queue, now);
+        let empty = queue.is_empty();
+        drop(queue);
+        if empty {
+            self.inner.queues.remove_if(&spec.name, |_, q| q.is_empty());
+        }
+        if matches!(outcome, Acquired::Granted { .. }) {
+            self.inner
+                .watchers
+                .wake(&self.channel(&spec.name, Event::Granted));
+        }
+        Ok(outcome)
+    }
+
+    /// acquire.lua, in memory (see there).
+    fn acquire_in_line(
+        &self,
+        spec: &GrantSpec,
+        queue: &mut VecDeque<(String, Instant)>,
+        now: Instant,
+    ) -> Acquired {
+        // Joins the queue (or renews the caller's place); its position.
+        let wait_in_line = |queue: &mut VecDeque<(String, Instant)>| -> u64 {
+            if !spec.queued {
+                return 0;
+            }
+            let deadline = now + QUEUE_LIFETIME;
+            match queue.iter().position(|(token, _)| *token == spec.token) {
+                Some(i) => {
+                    queue[i].1 = deadline;
+                    i as u64 + 1
+                }
+                None => {
+                    queue.push_back((spec.token.clone(), deadline));
+                    queue.len() as u64
                 }
             }
-            MapEntry::Occupied(e) if now < e.get().delay_ends => Ok(Acquired::Delayed {
-                fence: e.get().fence,
-                remaining_ms: ceil_ms(e.get().delay_ends - now),
-            }),
+        };
+        let blocked = |by, fence, remaining: Duration, holder: &str, position, queued: usize| {
+            Acquired::Blocked(Blocked {
+                by,
+                fence,
+                remaining_ms: ceil_ms(remaining).max(1),
+                holder: holder.to_owned(),
+                position,
+                queued: queued as u64,
+            })
+        };
+        match self.inner.leases.entry(spec.name.clone()) {
+            MapEntry::Occupied(e) if e.get().live(now) => {
+                let lease = e.get();
+                // The same token again is a repeated call for a grant that
+                // already happened (as in Redis, where the broker may retry).
+                if lease.token == spec.token {
+                    return Acquired::Granted { fence: lease.fence };
+                }
+                let position = wait_in_line(queue);
+                blocked(
+                    BlockedBy::Holder,
+                    lease.fence,
+                    lease.expires_at - now,
+                    &lease.holder,
+                    position,
+                    queue.len(),
+                )
+            }
+            MapEntry::Occupied(e) if now < e.get().delay_ends => {
+                let position = wait_in_line(queue);
+                blocked(
+                    BlockedBy::LockDelay,
+                    e.get().fence,
+                    e.get().delay_ends - now,
+                    "",
+                    position,
+                    queue.len(),
+                )
+            }
             entry => {
+                match queue.front() {
+                    Some((first, deadline)) if *first != spec.token => {
+                        let (fence, remaining) = (0, *deadline - now);
+                        let position = wait_in_line(queue);
+                        return blocked(
+                            BlockedBy::Queue,
+                            fence,
+                            remaining,
+                            "",
+                            position,
+                            queue.len(),
+                        );
+                    }
+                    Some(_) => {
+                        queue.pop_front();
+                    }
+                    None => {}
+                }
                 let fence = self.next_fence();
                 let ttl = Duration::from_millis(spec.ttl_ms);
                 let lock_delay = Duration::from_millis(spec.lock_delay_ms);
@@ -147,12 +236,29 @@ impl MemoryStore {
                     delay_ends: now + ttl + lock_delay,
                     revoked: false,
                 });
-                self.inner
-                    .watchers
-                    .wake(&self.channel(&spec.name, Event::Granted));
-                Ok(Acquired::Granted { fence })
+                Acquired::Granted { fence }
             }
         }
+    }
+
+    pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
+        let Some(mut queue) = self.inner.queues.get_mut(name) else {
+            return Ok(());
+        };
+        let was_first = queue.front().is_some_and(|(first, _)| first == token);
+        queue.retain(|(t, _)| t != token);
+        let empty = queue.is_empty();
+        drop(queue);
+        if empty {
+            self.inner.queues.remove_if(name, |_, q| q.is_empty());
+        }
+        if was_first {
+            // The next in line may take a free lock now.
+            self.inner
+                .watchers
+                .wake(&self.channel(name, Event::Released));
+        }
+        Ok(())
     }
 
     pub(crate) async fn renew(
@@ -234,16 +340,24 @@ impl MemoryStore {
 
     pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
         let now = Instant::now();
+        let waiters = self.inner.queues.get(name).map_or(0, |q| {
+            q.iter().filter(|(_, deadline)| *deadline > now).count() as u64
+        });
         Ok(match self.inner.leases.get(name) {
             Some(lease) if lease.live(now) => Described {
                 lease: Some(lease.info(now)),
                 lock_delay_remaining_ms: 0,
+                waiters,
             },
             Some(lease) => Described {
                 lease: None,
                 lock_delay_remaining_ms: ceil_ms(lease.delay_ends.saturating_duration_since(now)),
+                waiters,
             },
-            None => Described::default(),
+            None => Described {
+                waiters,
+                ..Described::default()
+            },
         })
     }
 
@@ -263,6 +377,10 @@ async fn sweep(inner: Weak<Inner>) {
         let Some(inner) = inner.upgrade() else { return };
         let now = Instant::now();
         inner.leases.retain(|_, lease| !lease.spent(now));
+        inner.queues.retain(|_, queue| {
+            queue.retain(|(_, deadline)| *deadline > now);
+            !queue.is_empty()
+        });
     }
 }
 
@@ -292,6 +410,7 @@ mod tests {
             holder: "t".into(),
             ttl_ms,
             lock_delay_ms: 0,
+            queued: false,
         }
     }
 
@@ -306,7 +425,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(999)).await;
         assert!(matches!(
             store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
-            Acquired::Held(_)
+            Acquired::Blocked(_)
         ));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(matches!(
@@ -340,6 +459,7 @@ mod tests {
         let store = MemoryStore {
             inner: Arc::new(Inner {
                 leases: DashMap::new(),
+                queues: DashMap::new(),
                 high_water: AtomicU64::new(u64::MAX / 2),
                 watchers: Watchers::new(None),
             }),

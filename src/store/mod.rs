@@ -80,7 +80,19 @@ pub struct GrantSpec {
     /// Lock-delay in milliseconds: after an involuntary end of this lease
     /// (expiry, revoke) the name cannot be granted for this long. 0: none.
     pub lock_delay_ms: u64,
+    /// The caller waits: if not granted, it joins the name's queue (or
+    /// renews its place). Waiters are granted in arrival order; a caller that
+    /// tries once never jumps a queue either.
+    pub queued: bool,
 }
+
+/// How long a queued waiter keeps its place without calling again. The
+/// waiting loop calls at least every [`QUEUE_REFRESH`], so a live waiter
+/// never lapses, and the waiters of a broker that died leave within this.
+pub const QUEUE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How often a waiting caller renews its place in the queue.
+pub const QUEUE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A lease as the store describes it to anyone (no owner token).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +118,8 @@ pub struct Described {
     pub lease: Option<LeaseInfo>,
     /// When free: time left of a lock-delay (0 if none).
     pub lock_delay_remaining_ms: u64,
+    /// Callers queued for the name, on every broker.
+    pub waiters: u64,
 }
 
 /// The outcome of an acquire attempt.
@@ -116,15 +130,37 @@ pub enum Acquired {
         /// The fencing token of this grant.
         fence: u64,
     },
+    /// Not granted, and why.
+    Blocked(Blocked),
+}
+
+/// Why an acquire attempt was not granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockedBy {
     /// Someone holds the name.
-    Held(LeaseInfo),
+    Holder,
     /// The name is free but in its lock-delay after an involuntary loss.
-    Delayed {
-        /// The fence of the lease that was lost.
-        fence: u64,
-        /// Time until the delay ends.
-        remaining_ms: u64,
-    },
+    LockDelay,
+    /// The name is free but callers queued earlier come first.
+    Queue,
+}
+
+/// An acquire attempt that was not granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// Why.
+    pub by: BlockedBy,
+    /// The current (or, in a lock-delay, the lost) lease's fence.
+    pub fence: u64,
+    /// When it is worth trying again: the lease's expiry, the delay's end, or
+    /// when the first in line must have called again.
+    pub remaining_ms: u64,
+    /// The current holder's label (empty unless held).
+    pub holder: String,
+    /// The caller's place in the queue (1 = next); 0 if not queued.
+    pub position: u64,
+    /// The queue's length.
+    pub queued: u64,
 }
 
 /// The outcome of a renew or release.
@@ -267,6 +303,12 @@ impl Store {
     /// [`Store::local_waiters`]) rather than observes.
     pub async fn watch(&self, name: &str, event: Event, waiter: bool) -> Result<Watch> {
         dispatch!(self, s => s.watchers().watch(&s.channel(name, event), waiter).await)
+    }
+
+    /// Takes a waiter out of the name's queue (its wait ended without a
+    /// grant), waking the next in line if it was first.
+    pub async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
+        dispatch!(self, s => s.dequeue(name, token).await)
     }
 
     /// Callers waiting on this replica to acquire `name`.

@@ -28,7 +28,8 @@ use tokio::sync::mpsc;
 
 use super::{
     watch::{SubscriptionRequest, Watchers},
-    Acquired, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem, Renewed, StoreOptions,
+    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem,
+    Renewed, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -39,6 +40,7 @@ struct Scripts {
     renew: Script,
     release: Script,
     revoke: Script,
+    dequeue: Script,
     describe: Script,
 }
 
@@ -49,6 +51,7 @@ impl Scripts {
             renew: Script::new(include_str!("lua/renew.lua")),
             release: Script::new(include_str!("lua/release.lua")),
             revoke: Script::new(include_str!("lua/revoke.lua")),
+            dequeue: Script::new(include_str!("lua/dequeue.lua")),
             describe: Script::new(include_str!("lua/describe.lua")),
         }
     }
@@ -56,11 +59,12 @@ impl Scripts {
 
 /// Every script source with its file name, for tests that load each one
 /// into a real Redis.
-pub const SCRIPTS: [(&str, &str); 5] = [
+pub const SCRIPTS: [(&str, &str); 6] = [
     ("acquire.lua", include_str!("lua/acquire.lua")),
     ("renew.lua", include_str!("lua/renew.lua")),
     ("release.lua", include_str!("lua/release.lua")),
     ("revoke.lua", include_str!("lua/revoke.lua")),
+    ("dequeue.lua", include_str!("lua/dequeue.lua")),
     ("describe.lua", include_str!("lua/describe.lua")),
 ];
 
@@ -184,12 +188,14 @@ impl RedisStore {
         &self,
         op: &'static str,
         script: &Script,
-        key: &str,
+        keys: &[&str],
         args: &[String],
     ) -> Result<T> {
         self.retrying(op, |mut conn| async move {
             let mut invocation = script.prepare_invoke();
-            invocation.key(key);
+            for key in keys {
+                invocation.key(*key);
+            }
             for arg in args {
                 invocation.arg(arg);
             }
@@ -233,15 +239,21 @@ impl RedisStore {
             spec.lock_delay_ms.to_string(),
             self.channel(&spec.name, Event::Granted),
             spec.name.clone(),
+            if spec.queued { "1" } else { "0" }.to_owned(),
+            QUEUE_LIFETIME.as_millis().to_string(),
         ];
         let key = self.key(&spec.name);
+        let (queue, alive) = queue_keys(&key);
+        let keys = [key.as_str(), queue.as_str(), alive.as_str()];
         let reply: Vec<Value> = if self.inner.replica_acks == 0 {
-            self.eval("acquire", &self.inner.scripts.acquire, &key, &args)
+            self.eval("acquire", &self.inner.scripts.acquire, &keys, &args)
                 .await?
         } else {
             let script = &self.inner.scripts.acquire;
             let mut invocation = script.prepare_invoke();
-            invocation.key(&key);
+            for key in keys {
+                invocation.key(key);
+            }
             for arg in &args {
                 invocation.arg(arg);
             }
@@ -264,21 +276,39 @@ impl RedisStore {
         };
         let fence = uint(&reply, 1)?;
         self.saw_fence(fence);
-        Ok(match int(&reply, 0)? {
-            1 => Acquired::Granted { fence },
-            2 => Acquired::Delayed {
-                fence,
-                remaining_ms: uint(&reply, 2)?,
-            },
-            _ => Acquired::Held(LeaseInfo {
-                holder: text(&reply, 3)?,
-                fence,
-                remaining_ms: uint(&reply, 2)?,
-                ttl_ms: 0,
-                granted_at_unix_ms: uint(&reply, 4)?,
-                lock_delay_ms: 0,
-            }),
-        })
+        let by = match int(&reply, 0)? {
+            1 => return Ok(Acquired::Granted { fence }),
+            0 => BlockedBy::Holder,
+            2 => BlockedBy::LockDelay,
+            _ => BlockedBy::Queue,
+        };
+        Ok(Acquired::Blocked(Blocked {
+            by,
+            fence,
+            remaining_ms: uint(&reply, 2)?,
+            holder: text(&reply, 3)?,
+            position: uint(&reply, 5)?,
+            queued: uint(&reply, 6)?,
+        }))
+    }
+
+    pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
+        let key = self.key(name);
+        let (queue, alive) = queue_keys(&key);
+        let args = [
+            token.to_owned(),
+            self.channel(name, Event::Released),
+            name.to_owned(),
+        ];
+        let _: i64 = self
+            .eval(
+                "dequeue",
+                &self.inner.scripts.dequeue,
+                &[&queue, &alive],
+                &args,
+            )
+            .await?;
+        Ok(())
     }
 
     pub(crate) async fn renew(
@@ -301,7 +331,12 @@ impl RedisStore {
         }
         let args = [token.to_owned(), ttl_ms.unwrap_or(0).to_string()];
         let reply: Vec<Value> = self
-            .eval("renew", &self.inner.scripts.renew, &self.key(name), &args)
+            .eval(
+                "renew",
+                &self.inner.scripts.renew,
+                &[&self.key(name)],
+                &args,
+            )
             .await?;
         self.renewal(&reply)
     }
@@ -423,7 +458,7 @@ impl RedisStore {
             name.to_owned(),
         ];
         let reply: i64 = self
-            .eval("release", &self.inner.scripts.release, &key, &args)
+            .eval("release", &self.inner.scripts.release, &[&key], &args)
             .await?;
         Ok(match reply {
             1 => Checked::Done(()),
@@ -441,17 +476,19 @@ impl RedisStore {
         let key = self.key(name);
         let args = [self.channel(name, Event::Released), name.to_owned()];
         let reply: Vec<Value> = self
-            .eval("revoke", &self.inner.scripts.revoke, &key, &args)
+            .eval("revoke", &self.inner.scripts.revoke, &[&key], &args)
             .await?;
         Ok((int(&reply, 0)? == 1).then_some(uint(&reply, 1)?))
     }
 
     pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
+        let key = self.key(name);
+        let (_, alive) = queue_keys(&key);
         let reply: Vec<Value> = self
             .eval(
                 "describe",
                 &self.inner.scripts.describe,
-                &self.key(name),
+                &[&key, &alive],
                 &[],
             )
             .await?;
@@ -460,9 +497,11 @@ impl RedisStore {
             return Ok(Described {
                 lease: None,
                 lock_delay_remaining_ms: uint(&reply, 2)?,
+                waiters: uint(&reply, 3)?,
             });
         }
         Ok(Described {
+            waiters: uint(&reply, 7)?,
             lease: Some(LeaseInfo {
                 fence: uint(&reply, 1)?,
                 remaining_ms: uint(&reply, 2)?,
@@ -492,6 +531,12 @@ impl RedisStore {
         );
         a.and(b)
     }
+}
+
+/// The wait queue and the waiters' liveness of the name whose lease key is
+/// `key` (same hash tag, same Cluster slot).
+fn queue_keys(key: &str) -> (String, String) {
+    (format!("{key}:queue"), format!("{key}:alive"))
 }
 
 /// `{prefix}{name}`: the braces make `name` the Redis Cluster hash tag.

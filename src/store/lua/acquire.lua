@@ -1,7 +1,11 @@
--- acquire.lua: grant the lease on a lock name if nobody holds it and it is
--- not in its lock-delay.
+-- acquire.lua: grant the lease on a lock name if nobody holds it, it is not
+-- in its lock-delay, and nobody queued before the caller is still waiting.
 --
 -- KEYS[1]  the lease hash of the name: {prefix}{name}
+-- KEYS[2]  the wait queue of the name (a list of waiter tokens, in arrival
+--          order): {prefix}{name}:queue
+-- KEYS[3]  the liveness of each queued waiter (a sorted set, token -> ms
+--          deadline): {prefix}{name}:alive
 -- ARGV[1]  owner token of the new lease
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  holder label
@@ -10,13 +14,24 @@
 --          this lease (expiry, revoke) nobody gets the lock for that long
 -- ARGV[6]  the name's grant channel (observers of an election listen there)
 -- ARGV[7]  the lock name (the message published on the channel)
+-- ARGV[8]  '1' if the caller waits (then it joins the queue, or refreshes its
+--          place, when not granted), '0' if it tries once
+-- ARGV[9]  how long a queued waiter stays without coming back, in ms: its
+--          broker calls again before that while the waiter lives, so the
+--          waiters of a broker that died leave the queue by themselves
 --
 -- Returns {1, fence, ttl_ms, "", granted_at_ms} when granted (also when the
 --         lease is already held with this very token: the broker retries a
 --         call whose connection broke, and the first try may have run),
---         {0, fence, remaining_ms, holder, granted_at_ms} when someone holds it,
---         {2, fence, remaining_ms, holder, granted_at_ms} when it is in its
---         lock-delay (remaining_ms: until the delay ends).
+--         {0, fence, remaining_ms, holder, granted_at_ms, position, queued}
+--         when someone holds it,
+--         {2, fence, remaining_ms, holder, granted_at_ms, position, queued}
+--         when it is in its lock-delay (remaining_ms: until the delay ends),
+--         {3, fence, remaining_ms, "", 0, position, queued} when it is free
+--         but waiters queued earlier come first (remaining_ms: until the
+--         first of them must have called again, or left the queue).
+--         position: the caller's place in the queue (1 = next; 0 = not in
+--         it); queued: the queue's length.
 --
 -- The lease hash has fields o (owner token), f (fence), h (holder label),
 -- t (TTL ms), g (grant time ms), e (expiry time ms) and d (lock-delay ms),
@@ -30,27 +45,66 @@
 -- the clock once Redis has forgotten it (expired, released, or data lost).
 -- Numbers go back to Redis through string.format('%d'): a plain Lua number
 -- would be written as "1.7e+15" and lose digits.
-local key = KEYS[1]
+local key, queue, alive = KEYS[1], KEYS[2], KEYS[3]
+local token = ARGV[1]
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now_ms = math.floor(now_us / 1000)
+
+-- Waiters that stopped calling (their call ended with their broker) leave.
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
+  redis.call('LREM', queue, 0, gone)
+  redis.call('ZREM', alive, gone)
+end
+
+-- Joins the queue (or renews the caller's place); returns its position.
+local function wait_in_line()
+  if ARGV[8] ~= '1' then
+    return 0
+  end
+  local life = tonumber(ARGV[9])
+  if not redis.call('ZSCORE', alive, token) then
+    redis.call('RPUSH', queue, token)
+  end
+  redis.call('ZADD', alive, now_ms + life, token)
+  redis.call('PEXPIRE', queue, life)
+  redis.call('PEXPIRE', alive, life)
+  return (redis.call('LPOS', queue, token) or -1) + 1
+end
+
 local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u')
 if l[1] then
   local expiry = tonumber(l[6])
   if now_ms < expiry then
-    if l[1] == ARGV[1] then
+    if l[1] == token then
       return {1, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4])}
     end
-    return {0, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4])}
+    local position = wait_in_line()
+    return {0, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4]), position, redis.call('LLEN', queue)}
   end
   local delay_end = expiry + tonumber(l[7] or '0')
   if now_ms < delay_end then
-    return {2, tonumber(l[2]), delay_end - now_ms, l[3], tonumber(l[4])}
+    local position = wait_in_line()
+    return {2, tonumber(l[2]), delay_end - now_ms, l[3], tonumber(l[4]), position, redis.call('LLEN', queue)}
   end
 elseif l[8] and now_ms < tonumber(l[8]) then
-  return {2, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0}
+  local position = wait_in_line()
+  return {2, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0, position, redis.call('LLEN', queue)}
+end
+
+-- Free: the first in line gets it.
+local first = redis.call('LINDEX', queue, 0)
+if first and first ~= token then
+  local position = wait_in_line()
+  local first_deadline = tonumber(redis.call('ZSCORE', alive, first) or now_ms)
+  return {3, tonumber(l[2] or '0'), math.max(1, first_deadline - now_ms), '', 0, position, redis.call('LLEN', queue)}
+end
+if first then
+  redis.call('LPOP', queue)
+  redis.call('ZREM', alive, token)
 end
 local last = tonumber(l[2] or '0')
+-- Grant.
 local fence = math.max(last + 1, now_us, tonumber(ARGV[4]) + 1)
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[5])

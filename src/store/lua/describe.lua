@@ -1,25 +1,28 @@
 -- describe.lua: the current lease of a name, without its owner token.
 --
 -- KEYS[1]  the lease hash of the name
+-- KEYS[2]  the liveness of the name's queued waiters (see acquire.lua)
 --
--- Returns {1, fence, remaining_ms, holder, granted_at_ms, ttl_ms, lock_delay_ms}
+-- Returns {1, fence, remaining_ms, holder, granted_at_ms, ttl_ms, lock_delay_ms, waiters}
 --         when held,
---         {0, fence, delay_remaining_ms} when free: fence is the last one
---         Redis remembers (0 if none) and delay_remaining_ms the time left of
---         a lock-delay (0 if none).
+--         {0, fence, delay_remaining_ms, waiters} when free: fence is the last
+--         one Redis remembers (0 if none) and delay_remaining_ms the time
+--         left of a lock-delay (0 if none).
+--         waiters: callers queued for the name, on every broker, still alive.
 local key = KEYS[1]
 local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u')
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local fence = tonumber(l[2] or '0')
+local waiters = redis.call('ZCOUNT', KEYS[2], now_ms, '+inf')
 if l[1] then
   local expiry = tonumber(l[6])
   if now_ms < expiry then
-    return {1, fence, expiry - now_ms, l[3], tonumber(l[4]), tonumber(l[5]), tonumber(l[7] or '0')}
+    return {1, fence, expiry - now_ms, l[3], tonumber(l[4]), tonumber(l[5]), tonumber(l[7] or '0'), waiters}
   end
-  return {0, fence, math.max(0, expiry + tonumber(l[7] or '0') - now_ms)}
+  return {0, fence, math.max(0, expiry + tonumber(l[7] or '0') - now_ms), waiters}
 end
 if l[8] then
-  return {0, fence, math.max(0, tonumber(l[8]) - now_ms)}
+  return {0, fence, math.max(0, tonumber(l[8]) - now_ms), waiters}
 end
-return {0, fence, 0}
+return {0, fence, 0, waiters}
