@@ -26,7 +26,8 @@ fn redis_binary() -> String {
     std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
 }
 
-fn free_port() -> u16 {
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -286,6 +287,61 @@ impl Drop for Broker {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+    }
+}
+
+/// A broker as a separate `leasehold serve` process (for tests that kill it
+/// with SIGKILL); killed on drop.
+pub struct BrokerProcess {
+    /// gRPC address.
+    pub addr: SocketAddr,
+    child: std::process::Child,
+}
+
+impl BrokerProcess {
+    /// Starts `leasehold serve` on `store` and waits until it accepts calls.
+    pub async fn start(store: &str) -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args([
+                "serve",
+                "--listen",
+                &addr.to_string(),
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--store", store, "--key-prefix", "test:"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn leasehold serve");
+        let broker = BrokerProcess { addr, child };
+        broker.client().await; // it is up once a connection succeeds
+        broker
+    }
+
+    /// A client of it (retrying the connect for up to 10 s while it starts).
+    pub async fn client(&self) -> LeaseholdClient<Channel> {
+        let endpoint = Channel::from_shared(format!("http://{}", self.addr)).expect("valid URL");
+        for _ in 0..100 {
+            if let Ok(channel) = endpoint.connect().await {
+                return LeaseholdClient::new(channel);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("leasehold serve never came up at {}", self.addr);
+    }
+
+    /// SIGKILL: the broker dies without a word.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
