@@ -102,6 +102,10 @@ pub struct Limits {
     #[arg(long, env = "LEASEHOLD_MAX_LOCK_DELAY", default_value = "1m", value_parser = parse_duration)]
     pub max_lock_delay: Duration,
 
+    /// Most permits a semaphore may have (an Acquire's `limit`).
+    #[arg(long, env = "LEASEHOLD_MAX_SEMAPHORE_LIMIT", default_value_t = 1_000)]
+    pub max_semaphore_limit: u32,
+
     /// Most Acquire calls that may wait at once on this replica.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
@@ -132,6 +136,7 @@ impl Default for Limits {
             ttl_default: Duration::from_secs(10),
             max_wait: Duration::from_secs(300),
             max_lock_delay: Duration::from_secs(60),
+            max_semaphore_limit: 1_000,
             max_waiters: 10_000,
             max_stream_leases: 10_000,
             max_stream_rate: 100,

@@ -15,6 +15,7 @@ fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
         holder: format!("holder-{token}"),
         ttl_ms,
         lock_delay_ms: 0,
+        limit: 1,
         queued: false,
     }
 }
@@ -440,6 +441,67 @@ async fn waiters_are_served_in_arrival_order(store: &Store) {
     );
 }
 
+fn permit(name: &str, token: &str, ttl_ms: u64, limit: u32) -> GrantSpec {
+    GrantSpec {
+        limit,
+        ..spec(name, token, ttl_ms)
+    }
+}
+
+/// A semaphore grants up to its limit, each permit with its own token and a
+/// rising fence; a release or an expiry frees one permit; permits renew and
+/// release like leases; and a lock and a semaphore never share a name.
+async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
+    let mut fences = Vec::new();
+    for t in ["p1", "p2", "p3"] {
+        match store.acquire(&permit("s", t, 10_000, 3)).await.unwrap() {
+            Acquired::Granted { fence } => fences.push(fence),
+            other => panic!("{t}: {other:?}"),
+        }
+    }
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
+    assert!(matches!(
+        store.acquire(&permit("s", "p4", 10_000, 3)).await.unwrap(),
+        Acquired::Blocked(Blocked {
+            by: BlockedBy::Holder,
+            ..
+        })
+    ));
+    let described = store.describe("s").await.unwrap();
+    assert_eq!((described.lease, described.permits), (None, 3));
+    // A plain lock on the name is refused while permits are held.
+    assert!(matches!(
+        store.acquire(&spec("s", "lock", 1_000)).await.unwrap(),
+        Acquired::Blocked(_)
+    ));
+
+    assert_eq!(
+        store.renew("s", "p2", Some(5_000)).await.unwrap(),
+        Checked::Done(leasehold::store::Renewed {
+            ttl_ms: 5_000,
+            fence: fences[1]
+        })
+    );
+    assert_eq!(store.release("s", "p2").await.unwrap(), Checked::Done(()));
+    assert_eq!(store.release("s", "p2").await.unwrap(), Checked::NotHeld);
+    let p4 = match store.acquire(&permit("s", "p4", 300, 3)).await.unwrap() {
+        Acquired::Granted { fence } => fence,
+        other => panic!("a released permit was not freed: {other:?}"),
+    };
+    assert!(p4 > fences[2]);
+    // Expiry frees a permit too.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(
+        store.renew("s", "p4", None).await.unwrap(),
+        Checked::NotHeld
+    );
+    assert!(matches!(
+        store.acquire(&permit("s", "p5", 10_000, 3)).await.unwrap(),
+        Acquired::Granted { .. }
+    ));
+    assert_eq!(store.describe("s").await.unwrap().permits, 3);
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory {
@@ -480,4 +542,5 @@ conformance!(
     revoke_starts_the_lock_delay,
     a_grant_wakes_grant_watchers,
     waiters_are_served_in_arrival_order,
+    a_semaphore_grants_up_to_its_limit,
 );

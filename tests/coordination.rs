@@ -187,3 +187,63 @@ async fn revoke_ends_a_lease_and_its_holder_is_told() {
         1.0
     );
 }
+
+/// A semaphore with limit 3 and 10 contenders over two brokers: never more
+/// than 3 holders at once, and every contender gets its turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_never_has_more_holders_than_its_limit() {
+    use std::sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    };
+    let redis = RedisServer::start();
+    let brokers = [
+        Broker::start(&redis.url()).await,
+        Broker::start(&redis.url()).await,
+    ];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let client = Client::connect(brokers[i % 2].url()).await.unwrap();
+        let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+        tasks.push(tokio::spawn(async move {
+            let mut fences = Vec::new();
+            for _ in 0..5 {
+                let permit = client
+                    .acquire("pool", opts(10_000).limit(3).wait(Duration::from_secs(30)))
+                    .await
+                    .unwrap_or_else(|e| panic!("contender {i}: {e}"));
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                fences.push(permit.fence());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+            }
+            fences
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .expect("no contender starves")
+                .unwrap(),
+        );
+    }
+    assert!(
+        most.load(Ordering::SeqCst) <= 3,
+        "{} holders at once",
+        most.load(Ordering::SeqCst)
+    );
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        3,
+        "the semaphore never had 3 holders: not exercised"
+    );
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 50, "every permit has its own fence");
+}

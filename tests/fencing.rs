@@ -19,6 +19,7 @@ fn spec(name: &str, token: &str) -> GrantSpec {
         holder: "h".into(),
         ttl_ms: 10_000,
         lock_delay_ms: 0,
+        limit: 1,
         queued: false,
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{acquire_req, brokers_on_each_store, must_acquire};
-use leasehold::proto::{DescribeRequest, ReleaseRequest, RenewRequest};
+use leasehold::proto::{AcquireRequest, DescribeRequest, ReleaseRequest, RenewRequest};
 use tonic::Code;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -37,6 +37,28 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
             ),
             (acquire_req("ok", 1_000, "", 300_001), "--max-wait"),
             (acquire_req("ok", 1_000, "", u64::MAX), "--max-wait"),
+            (
+                AcquireRequest {
+                    limit: 1_001,
+                    ..acquire_req("ok", 1_000, "", 0)
+                },
+                "--max-semaphore-limit",
+            ),
+            (
+                AcquireRequest {
+                    lock_delay_ms: 60_001,
+                    ..acquire_req("ok", 1_000, "", 0)
+                },
+                "--max-lock-delay",
+            ),
+            (
+                AcquireRequest {
+                    limit: 3,
+                    lock_delay_ms: 1_000,
+                    ..acquire_req("ok", 1_000, "", 0)
+                },
+                "a semaphore (limit > 1) has no lock-delay",
+            ),
         ];
         for (request, hint) in acquires {
             let shown = format!("{:?}", request.name.get(..20).unwrap_or(&request.name));

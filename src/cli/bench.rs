@@ -83,6 +83,7 @@ async fn keepalive_run(
                 holder: "leasehold-bench".into(),
                 wait_timeout_ms: 0,
                 lock_delay_ms: 0,
+                limit: 0,
             })
             .await
             .map_err(|s| format!("acquire: {}", s.message()))?;

@@ -90,6 +90,9 @@ pub struct LockArgs {
     /// from everyone for this long (e.g. `10s`).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub lock_delay: Duration,
+    /// Make the lock a semaphore: up to this many holders at once.
+    #[arg(long, default_value_t = 1)]
+    pub limit: u32,
 }
 
 impl LockArgs {
@@ -99,6 +102,7 @@ impl LockArgs {
             .wait(self.wait)
             .holder(self.holder.clone().unwrap_or_else(default_holder))
             .lock_delay(self.lock_delay)
+            .limit(self.limit)
     }
 }
 
@@ -226,6 +230,7 @@ pub async fn acquire(args: AcquireArgs) -> ExitCode {
         holder: args.lock.holder.clone().unwrap_or_else(default_holder),
         wait_timeout_ms: args.lock.wait.as_millis() as u64,
         lock_delay_ms: args.lock.lock_delay.as_millis() as u64,
+        limit: args.lock.limit,
     };
     match grpc.acquire(request).await {
         Ok(response) => {
@@ -276,13 +281,22 @@ pub async fn describe(args: DescribeArgs) -> ExitCode {
             let d = d.into_inner();
             if d.held {
                 println!(
-                    "lock={} held=true holder={:?} fence={} remaining_ms={} ttl_ms={} granted_at_unix_ms={} local_waiters={}",
-                    args.lock, d.holder, d.fence, d.remaining_ms, d.ttl_ms, d.granted_at_unix_ms, d.local_waiters
+                    "lock={} held=true holder={:?} fence={} remaining_ms={} ttl_ms={} granted_at_unix_ms={} \
+                     lock_delay_ms={} waiters={} local_waiters={}",
+                    args.lock,
+                    d.holder,
+                    d.fence,
+                    d.remaining_ms,
+                    d.ttl_ms,
+                    d.granted_at_unix_ms,
+                    d.lock_delay_ms,
+                    d.waiters,
+                    d.local_waiters
                 );
             } else {
                 println!(
-                    "lock={} held=false local_waiters={}",
-                    args.lock, d.local_waiters
+                    "lock={} held=false permits_held={} lock_delay_remaining_ms={} waiters={} local_waiters={}",
+                    args.lock, d.permits_held, d.lock_delay_remaining_ms, d.waiters, d.local_waiters
                 );
             }
             ExitCode::SUCCESS
@@ -351,6 +365,7 @@ pub async fn elect(args: ElectArgs) -> ExitCode {
             wait: args.wait,
             holder: Some(args.value),
             lock_delay: Duration::ZERO,
+            limit: 1,
         },
     })
     .await

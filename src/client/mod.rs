@@ -113,6 +113,7 @@ pub struct AcquireOptions {
     holder: String,
     margin: Option<Duration>,
     lock_delay: Duration,
+    limit: u32,
 }
 
 impl Default for AcquireOptions {
@@ -131,7 +132,15 @@ impl AcquireOptions {
             holder: default_holder(),
             margin: None,
             lock_delay: Duration::ZERO,
+            limit: 1,
         }
+    }
+
+    /// Make the name a semaphore: up to `limit` leases at once (each with
+    /// its own token and fence). Every caller of the name must agree on it.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
     }
 
     /// Lock-delay: if this lease ends involuntarily (expiry, revoke), nobody
@@ -389,6 +398,7 @@ impl Client {
             holder: opts.holder,
             wait_timeout_ms: opts.wait.as_millis() as u64,
             lock_delay_ms: opts.lock_delay.as_millis() as u64,
+            limit: opts.limit,
         };
         let response = self
             .shared

@@ -42,6 +42,7 @@ impl Leases {
             holder: value.to_owned(),
             wait_timeout_ms,
             lock_delay_ms: 0,
+            limit: 1,
         })
         .await
     }

@@ -43,6 +43,9 @@ pub struct AcquireArgs {
     pub wait_timeout_ms: u64,
     /// Lock-delay after an involuntary end of the lease; 0 for none.
     pub lock_delay_ms: u64,
+    /// Leases the name may have at once: 0 or 1 for a lock, more for a
+    /// semaphore.
+    pub limit: u32,
 }
 
 /// A granted lease, with the secret that proves it.
@@ -77,6 +80,8 @@ pub struct Description {
     pub local_waiters: usize,
     /// Acquire calls queued for the name on every replica.
     pub waiters: u64,
+    /// Semaphore permits held now.
+    pub permits: u64,
     /// When free: time left of a lock-delay.
     pub lock_delay_remaining_ms: u64,
 }
@@ -156,12 +161,14 @@ impl Leases {
             .unwrap_or(limits.ttl_default.as_millis() as u64);
         let wait = validate::wait(limits, args.wait_timeout_ms)?;
         let lock_delay_ms = validate::lock_delay(limits, args.lock_delay_ms)?;
+        let limit = validate::limit(limits, args.limit, lock_delay_ms)?;
         let spec = GrantSpec {
             name: args.name,
             token: token::generate()?,
             holder: args.holder,
             ttl_ms,
             lock_delay_ms,
+            limit,
             queued: !wait.is_zero(),
         };
         // The attempt runs in its own task: if the caller goes away, a store
@@ -337,6 +344,7 @@ impl Leases {
             lease: described.lease,
             local_waiters: self.inner.store.local_waiters(name),
             waiters: described.waiters,
+            permits: described.permits,
             lock_delay_remaining_ms: described.lock_delay_remaining_ms,
         })
     }
@@ -476,6 +484,7 @@ mod tests {
             holder: "gone".into(),
             ttl_ms: 60_000,
             lock_delay_ms: 0,
+            limit: 1,
             queued: false,
         };
         let (tx, rx) = oneshot::channel();
@@ -501,6 +510,7 @@ mod tests {
             holder: holder.into(),
             wait_timeout_ms: wait,
             lock_delay_ms: 0,
+            limit: 0,
         };
         leases.acquire(args("first", 0)).await.unwrap();
         let waiting = tokio::spawn({

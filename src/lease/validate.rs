@@ -91,6 +91,22 @@ pub fn lock_delay(limits: &Limits, delay_ms: u64) -> Result<u64> {
     Ok(delay_ms)
 }
 
+/// Resolves a semaphore limit: 0 and 1 mean a plain lock.
+pub fn limit(limits: &Limits, limit: u32, lock_delay_ms: u64) -> Result<u32> {
+    if limit > limits.max_semaphore_limit {
+        return Err(Error::InvalidArgument(format!(
+            "limit is {limit}; the most permits a semaphore may have is {} (--max-semaphore-limit)",
+            limits.max_semaphore_limit
+        )));
+    }
+    if limit > 1 && lock_delay_ms > 0 {
+        return Err(Error::InvalidArgument(
+            "lock_delay_ms applies to locks only; a semaphore (limit > 1) has no lock-delay".into(),
+        ));
+    }
+    Ok(limit.max(1))
+}
+
 /// Checks an owner token's form.
 pub fn owner_token(token: &str) -> Result<()> {
     if token::is_well_formed(token) {

@@ -55,6 +55,7 @@ impl Leasehold for LeaseholdService {
                 holder: r.holder,
                 wait_timeout_ms: r.wait_timeout_ms,
                 lock_delay_ms: r.lock_delay_ms,
+                limit: r.limit,
             })
             .await?;
         Ok(Response::new(AcquireResponse {
@@ -102,11 +103,13 @@ impl Leasehold for LeaseholdService {
                 lock_delay_ms: l.lock_delay_ms,
                 lock_delay_remaining_ms: 0,
                 waiters: d.waiters,
+                permits_held: d.permits,
             },
             None => DescribeResponse {
                 local_waiters,
                 lock_delay_remaining_ms: d.lock_delay_remaining_ms,
                 waiters: d.waiters,
+                permits_held: d.permits,
                 ..Default::default()
             },
         }))

@@ -65,8 +65,18 @@ impl Lease {
     }
 }
 
+/// One semaphore permit (semaphore_acquire.lua, in memory).
+struct Permit {
+    fence: u64,
+    ttl_ms: u64,
+    expires_at: Instant,
+}
+
 struct Inner {
     leases: DashMap<String, Lease>,
+    /// Semaphore permits by name, then by owner token. Locked after `leases`
+    /// when both are needed.
+    permits: DashMap<String, std::collections::HashMap<String, Permit>>,
     /// Wait queues: waiter tokens in arrival order, with the moment each
     /// must have called again by. When a name needs both maps, the queue is
     /// locked first.
@@ -94,6 +104,7 @@ impl MemoryStore {
     pub fn new() -> Self {
         let inner = Arc::new(Inner {
             leases: DashMap::new(),
+            permits: DashMap::new(),
             queues: DashMap::new(),
             high_water: AtomicU64::new(0),
             watchers: Watchers::new(None),
@@ -126,7 +137,11 @@ impl MemoryStore {
         let mut queue = self.inner.queues.entry(spec.name.clone()).or_default();
         // Waiters that stopped calling (their call ended) leave.
         queue.retain(|(_, deadline)| *deadline > now);
-        let outcome = self.acquire_in_line(spec, &mut queue, now);
+        let outcome = if spec.limit > 1 {
+            self.acquire_permit(spec, &mut queue, now)
+        } else {
+            self.acquire_in_line(spec, &mut queue, now)
+        };
         let empty = queue.is_empty();
         drop(queue);
         if empty {
@@ -140,6 +155,71 @@ impl MemoryStore {
         Ok(outcome)
     }
 
+    /// semaphore_acquire.lua, in memory (see there).
+    fn acquire_permit(
+        &self,
+        spec: &GrantSpec,
+        queue: &mut VecDeque<(String, Instant)>,
+        now: Instant,
+    ) -> Acquired {
+        let position = |queue: &mut VecDeque<(String, Instant)>| join_queue(spec, queue, now);
+        let blocked = |by, fence, remaining: Duration, holder: &str, position, queued: usize| {
+            Acquired::Blocked(Blocked {
+                by,
+                fence,
+                remaining_ms: ceil_ms(remaining).max(1),
+                holder: holder.to_owned(),
+                position,
+                queued: queued as u64,
+            })
+        };
+        // A name held as a plain lock has no permit to give.
+        if let Some(lease) = self.inner.leases.get(&spec.name) {
+            if lease.live(now) {
+                let (fence, remaining, holder) =
+                    (lease.fence, lease.expires_at - now, lease.holder.clone());
+                drop(lease);
+                let p = position(queue);
+                return blocked(BlockedBy::Holder, fence, remaining, &holder, p, queue.len());
+            }
+        }
+        let mut permits = self.inner.permits.entry(spec.name.clone()).or_default();
+        permits.retain(|_, p| p.expires_at > now);
+        if let Some(mine) = permits.get(&spec.token) {
+            return Acquired::Granted { fence: mine.fence };
+        }
+        if permits.len() >= spec.limit as usize {
+            let first = permits
+                .values()
+                .min_by_key(|p| p.expires_at)
+                .map(|p| (p.fence, p.expires_at - now));
+            let (fence, remaining) = first.unwrap_or((0, Duration::from_millis(1)));
+            let p = position(queue);
+            return blocked(BlockedBy::Holder, fence, remaining, "", p, queue.len());
+        }
+        match queue.front() {
+            Some((first, deadline)) if *first != spec.token => {
+                let remaining = *deadline - now;
+                let p = position(queue);
+                return blocked(BlockedBy::Queue, 0, remaining, "", p, queue.len());
+            }
+            Some(_) => {
+                queue.pop_front();
+            }
+            None => {}
+        }
+        let fence = self.next_fence();
+        permits.insert(
+            spec.token.clone(),
+            Permit {
+                fence,
+                ttl_ms: spec.ttl_ms,
+                expires_at: now + Duration::from_millis(spec.ttl_ms),
+            },
+        );
+        Acquired::Granted { fence }
+    }
+
     /// acquire.lua, in memory (see there).
     fn acquire_in_line(
         &self,
@@ -147,23 +227,7 @@ impl MemoryStore {
         queue: &mut VecDeque<(String, Instant)>,
         now: Instant,
     ) -> Acquired {
-        // Joins the queue (or renews the caller's place); its position.
-        let wait_in_line = |queue: &mut VecDeque<(String, Instant)>| -> u64 {
-            if !spec.queued {
-                return 0;
-            }
-            let deadline = now + QUEUE_LIFETIME;
-            match queue.iter().position(|(token, _)| *token == spec.token) {
-                Some(i) => {
-                    queue[i].1 = deadline;
-                    i as u64 + 1
-                }
-                None => {
-                    queue.push_back((spec.token.clone(), deadline));
-                    queue.len() as u64
-                }
-            }
-        };
+        let wait_in_line = |queue: &mut VecDeque<(String, Instant)>| join_queue(spec, queue, now);
         let blocked = |by, fence, remaining: Duration, holder: &str, position, queued: usize| {
             Acquired::Blocked(Blocked {
                 by,
@@ -204,6 +268,25 @@ impl MemoryStore {
                 )
             }
             entry => {
+                // Held as a semaphore: blocked until its permits are gone.
+                let first_permit = self.inner.permits.get(&spec.name).and_then(|permits| {
+                    permits
+                        .values()
+                        .filter(|p| p.expires_at > now)
+                        .map(|p| p.expires_at)
+                        .min()
+                });
+                if let Some(expiry) = first_permit {
+                    let position = wait_in_line(queue);
+                    return blocked(
+                        BlockedBy::Holder,
+                        0,
+                        expiry - now,
+                        "(semaphore permits)",
+                        position,
+                        queue.len(),
+                    );
+                }
                 match queue.front() {
                     Some((first, deadline)) if *first != spec.token => {
                         let (fence, remaining) = (0, *deadline - now);
@@ -269,7 +352,7 @@ impl MemoryStore {
     ) -> Result<Checked<Renewed>> {
         let now = Instant::now();
         let Some(mut lease) = self.inner.leases.get_mut(name) else {
-            return Ok(Checked::NotHeld);
+            return Ok(self.renew_permit(name, token, ttl_ms, now));
         };
         if lease.revoked {
             return Ok(if lease.token == token {
@@ -294,6 +377,30 @@ impl MemoryStore {
         }))
     }
 
+    /// renew.lua's permit branch, in memory.
+    fn renew_permit(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+        now: Instant,
+    ) -> Checked<Renewed> {
+        let Some(mut permits) = self.inner.permits.get_mut(name) else {
+            return Checked::NotHeld;
+        };
+        match permits.get_mut(token) {
+            Some(permit) if permit.expires_at > now => {
+                permit.ttl_ms = ttl_ms.unwrap_or(permit.ttl_ms);
+                permit.expires_at = now + Duration::from_millis(permit.ttl_ms);
+                Checked::Done(Renewed {
+                    ttl_ms: permit.ttl_ms,
+                    fence: permit.fence,
+                })
+            }
+            _ => Checked::NotHeld,
+        }
+    }
+
     pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
         let mut outcomes = Vec::with_capacity(items.len());
         for item in items {
@@ -314,7 +421,14 @@ impl MemoryStore {
                 // Voluntary: no lock-delay.
                 e.remove();
             }
-            _ => return Ok(Checked::NotHeld),
+            _ => {
+                let released = self.inner.permits.get_mut(name).is_some_and(|mut permits| {
+                    permits.remove(token).is_some_and(|p| p.expires_at > now)
+                });
+                if !released {
+                    return Ok(Checked::NotHeld);
+                }
+            }
         }
         self.inner
             .watchers
@@ -343,19 +457,25 @@ impl MemoryStore {
         let waiters = self.inner.queues.get(name).map_or(0, |q| {
             q.iter().filter(|(_, deadline)| *deadline > now).count() as u64
         });
+        let permits = self.inner.permits.get(name).map_or(0, |p| {
+            p.values().filter(|p| p.expires_at > now).count() as u64
+        });
         Ok(match self.inner.leases.get(name) {
             Some(lease) if lease.live(now) => Described {
                 lease: Some(lease.info(now)),
                 lock_delay_remaining_ms: 0,
                 waiters,
+                permits,
             },
             Some(lease) => Described {
                 lease: None,
                 lock_delay_remaining_ms: ceil_ms(lease.delay_ends.saturating_duration_since(now)),
                 waiters,
+                permits,
             },
             None => Described {
                 waiters,
+                permits,
                 ..Described::default()
             },
         })
@@ -371,12 +491,35 @@ impl MemoryStore {
     }
 }
 
+/// Joins the queue (or renews the caller's place) if the caller waits; its
+/// position (0 if it does not wait).
+fn join_queue(spec: &GrantSpec, queue: &mut VecDeque<(String, Instant)>, now: Instant) -> u64 {
+    if !spec.queued {
+        return 0;
+    }
+    let deadline = now + QUEUE_LIFETIME;
+    match queue.iter().position(|(token, _)| *token == spec.token) {
+        Some(i) => {
+            queue[i].1 = deadline;
+            i as u64 + 1
+        }
+        None => {
+            queue.push_back((spec.token.clone(), deadline));
+            queue.len() as u64
+        }
+    }
+}
+
 async fn sweep(inner: Weak<Inner>) {
     loop {
         tokio::time::sleep(SWEEP_INTERVAL).await;
         let Some(inner) = inner.upgrade() else { return };
         let now = Instant::now();
         inner.leases.retain(|_, lease| !lease.spent(now));
+        inner.permits.retain(|_, permits| {
+            permits.retain(|_, p| p.expires_at > now);
+            !permits.is_empty()
+        });
         inner.queues.retain(|_, queue| {
             queue.retain(|(_, deadline)| *deadline > now);
             !queue.is_empty()
@@ -410,6 +553,7 @@ mod tests {
             holder: "t".into(),
             ttl_ms,
             lock_delay_ms: 0,
+            limit: 1,
             queued: false,
         }
     }
@@ -459,6 +603,7 @@ mod tests {
         let store = MemoryStore {
             inner: Arc::new(Inner {
                 leases: DashMap::new(),
+                permits: DashMap::new(),
                 queues: DashMap::new(),
                 high_water: AtomicU64::new(u64::MAX / 2),
                 watchers: Watchers::new(None),

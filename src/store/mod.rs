@@ -80,6 +80,9 @@ pub struct GrantSpec {
     /// Lock-delay in milliseconds: after an involuntary end of this lease
     /// (expiry, revoke) the name cannot be granted for this long. 0: none.
     pub lock_delay_ms: u64,
+    /// How many leases the name may have at once: 1 for a lock, more for a
+    /// semaphore (each permit its own lease, token and fence).
+    pub limit: u32,
     /// The caller waits: if not granted, it joins the name's queue (or
     /// renews its place). Waiters are granted in arrival order; a caller that
     /// tries once never jumps a queue either.
@@ -120,6 +123,8 @@ pub struct Described {
     pub lock_delay_remaining_ms: u64,
     /// Callers queued for the name, on every broker.
     pub waiters: u64,
+    /// Semaphore permits held now (0 for a plain lock).
+    pub permits: u64,
 }
 
 /// The outcome of an acquire attempt.

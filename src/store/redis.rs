@@ -41,6 +41,7 @@ struct Scripts {
     release: Script,
     revoke: Script,
     dequeue: Script,
+    semaphore_acquire: Script,
     describe: Script,
 }
 
@@ -52,6 +53,7 @@ impl Scripts {
             release: Script::new(include_str!("lua/release.lua")),
             revoke: Script::new(include_str!("lua/revoke.lua")),
             dequeue: Script::new(include_str!("lua/dequeue.lua")),
+            semaphore_acquire: Script::new(include_str!("lua/semaphore_acquire.lua")),
             describe: Script::new(include_str!("lua/describe.lua")),
         }
     }
@@ -59,12 +61,16 @@ impl Scripts {
 
 /// Every script source with its file name, for tests that load each one
 /// into a real Redis.
-pub const SCRIPTS: [(&str, &str); 6] = [
+pub const SCRIPTS: [(&str, &str); 7] = [
     ("acquire.lua", include_str!("lua/acquire.lua")),
     ("renew.lua", include_str!("lua/renew.lua")),
     ("release.lua", include_str!("lua/release.lua")),
     ("revoke.lua", include_str!("lua/revoke.lua")),
     ("dequeue.lua", include_str!("lua/dequeue.lua")),
+    (
+        "semaphore_acquire.lua",
+        include_str!("lua/semaphore_acquire.lua"),
+    ),
     ("describe.lua", include_str!("lua/describe.lua")),
 ];
 
@@ -168,6 +174,16 @@ impl RedisStore {
         lease_key(&self.inner.prefix, name)
     }
 
+    fn keys(&self, name: &str) -> NameKeys {
+        let lease = self.key(name);
+        NameKeys {
+            queue: format!("{lease}:queue"),
+            alive: format!("{lease}:alive"),
+            permits: format!("{lease}:permits"),
+            lease,
+        }
+    }
+
     /// Records a fence seen in a reply, raising the floor for later grants.
     fn saw_fence(&self, fence: u64) {
         self.inner.high_water.fetch_max(fence, Ordering::Relaxed);
@@ -230,26 +246,56 @@ impl RedisStore {
     }
 
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
-        let floor = self.inner.high_water.load(Ordering::Relaxed);
-        let args = [
-            spec.token.clone(),
-            spec.ttl_ms.to_string(),
-            spec.holder.clone(),
-            floor.to_string(),
-            spec.lock_delay_ms.to_string(),
-            self.channel(&spec.name, Event::Granted),
-            spec.name.clone(),
-            if spec.queued { "1" } else { "0" }.to_owned(),
-            QUEUE_LIFETIME.as_millis().to_string(),
-        ];
-        let key = self.key(&spec.name);
-        let (queue, alive) = queue_keys(&key);
-        let keys = [key.as_str(), queue.as_str(), alive.as_str()];
-        let reply: Vec<Value> = if self.inner.replica_acks == 0 {
-            self.eval("acquire", &self.inner.scripts.acquire, &keys, &args)
-                .await?
+        let floor = self.inner.high_water.load(Ordering::Relaxed).to_string();
+        let k = self.keys(&spec.name);
+        let queued = if spec.queued { "1" } else { "0" }.to_owned();
+        let queue_life = QUEUE_LIFETIME.as_millis().to_string();
+        let (script, keys, args) = if spec.limit > 1 {
+            (
+                &self.inner.scripts.semaphore_acquire,
+                [
+                    k.permits.as_str(),
+                    k.queue.as_str(),
+                    k.alive.as_str(),
+                    k.lease.as_str(),
+                ],
+                vec![
+                    spec.token.clone(),
+                    spec.ttl_ms.to_string(),
+                    spec.holder.clone(),
+                    floor,
+                    spec.limit.to_string(),
+                    self.channel(&spec.name, Event::Granted),
+                    spec.name.clone(),
+                    queued,
+                    queue_life,
+                ],
+            )
         } else {
-            let script = &self.inner.scripts.acquire;
+            (
+                &self.inner.scripts.acquire,
+                [
+                    k.lease.as_str(),
+                    k.queue.as_str(),
+                    k.alive.as_str(),
+                    k.permits.as_str(),
+                ],
+                vec![
+                    spec.token.clone(),
+                    spec.ttl_ms.to_string(),
+                    spec.holder.clone(),
+                    floor,
+                    spec.lock_delay_ms.to_string(),
+                    self.channel(&spec.name, Event::Granted),
+                    spec.name.clone(),
+                    queued,
+                    queue_life,
+                ],
+            )
+        };
+        let reply: Vec<Value> = if self.inner.replica_acks == 0 {
+            self.eval("acquire", script, &keys, &args).await?
+        } else {
             let mut invocation = script.prepare_invoke();
             for key in keys {
                 invocation.key(key);
@@ -293,8 +339,7 @@ impl RedisStore {
     }
 
     pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
-        let key = self.key(name);
-        let (queue, alive) = queue_keys(&key);
+        let NameKeys { queue, alive, .. } = self.keys(name);
         let args = [
             token.to_owned(),
             self.channel(name, Event::Released),
@@ -330,11 +375,12 @@ impl RedisStore {
                 .ok_or_else(|| Error::Internal("no renewal outcome".into()));
         }
         let args = [token.to_owned(), ttl_ms.unwrap_or(0).to_string()];
+        let k = self.keys(name);
         let reply: Vec<Value> = self
             .eval(
                 "renew",
                 &self.inner.scripts.renew,
-                &[&self.key(name)],
+                &[&k.lease, &k.permits],
                 &args,
             )
             .await?;
@@ -350,9 +396,11 @@ impl RedisStore {
         let script = &self.inner.scripts.renew;
         let mut pipe = redis::pipe();
         for item in items {
+            let k = self.keys(&item.name);
             let mut invocation = script.prepare_invoke();
             invocation
-                .key(self.key(&item.name))
+                .key(k.lease)
+                .key(k.permits)
                 .arg(&item.token)
                 .arg(item.ttl_ms.unwrap_or(0));
             pipe.invoke_script(&invocation);
@@ -457,8 +505,14 @@ impl RedisStore {
             self.channel(name, Event::Released),
             name.to_owned(),
         ];
+        let permits = self.keys(name).permits;
         let reply: i64 = self
-            .eval("release", &self.inner.scripts.release, &[&key], &args)
+            .eval(
+                "release",
+                &self.inner.scripts.release,
+                &[&key, &permits],
+                &args,
+            )
             .await?;
         Ok(match reply {
             1 => Checked::Done(()),
@@ -482,13 +536,12 @@ impl RedisStore {
     }
 
     pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
-        let key = self.key(name);
-        let (_, alive) = queue_keys(&key);
+        let k = self.keys(name);
         let reply: Vec<Value> = self
             .eval(
                 "describe",
                 &self.inner.scripts.describe,
-                &[&key, &alive],
+                &[&k.lease, &k.alive, &k.permits],
                 &[],
             )
             .await?;
@@ -498,10 +551,12 @@ impl RedisStore {
                 lease: None,
                 lock_delay_remaining_ms: uint(&reply, 2)?,
                 waiters: uint(&reply, 3)?,
+                permits: uint(&reply, 4)?,
             });
         }
         Ok(Described {
             waiters: uint(&reply, 7)?,
+            permits: uint(&reply, 8)?,
             lease: Some(LeaseInfo {
                 fence: uint(&reply, 1)?,
                 remaining_ms: uint(&reply, 2)?,
@@ -533,10 +588,16 @@ impl RedisStore {
     }
 }
 
-/// The wait queue and the waiters' liveness of the name whose lease key is
-/// `key` (same hash tag, same Cluster slot).
-fn queue_keys(key: &str) -> (String, String) {
-    (format!("{key}:queue"), format!("{key}:alive"))
+/// The keys of one name; all share its hash tag, hence its Cluster slot.
+struct NameKeys {
+    /// The lease hash: `{prefix}{name}`.
+    lease: String,
+    /// The wait queue (a list of waiter tokens).
+    queue: String,
+    /// The liveness of the queued waiters (a sorted set).
+    alive: String,
+    /// The semaphore permits (a hash).
+    permits: String,
 }
 
 /// `{prefix}{name}`: the braces make `name` the Redis Cluster hash tag.

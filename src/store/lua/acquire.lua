@@ -6,6 +6,8 @@
 --          order): {prefix}{name}:queue
 -- KEYS[3]  the liveness of each queued waiter (a sorted set, token -> ms
 --          deadline): {prefix}{name}:alive
+-- KEYS[4]  the permits of the name (semaphore_acquire.lua): while any is
+--          held, the name cannot be granted as a plain lock
 -- ARGV[1]  owner token of the new lease
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  holder label
@@ -45,7 +47,7 @@
 -- the clock once Redis has forgotten it (expired, released, or data lost).
 -- Numbers go back to Redis through string.format('%d'): a plain Lua number
 -- would be written as "1.7e+15" and lose digits.
-local key, queue, alive = KEYS[1], KEYS[2], KEYS[3]
+local key, queue, alive, permits = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -90,6 +92,24 @@ if l[1] then
 elseif l[8] and now_ms < tonumber(l[8]) then
   local position = wait_in_line()
   return {2, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0, position, redis.call('LLEN', queue)}
+end
+
+-- Held as a semaphore: blocked until its permits are gone.
+if redis.call('EXISTS', permits) == 1 then
+  local entries = redis.call('HGETALL', permits)
+  local first_expiry
+  for i = 1, #entries, 2 do
+    if entries[i] ~= '_f' then
+      local expiry = tonumber(string.match(entries[i + 1], '^%d+|(%d+)|'))
+      if expiry > now_ms and (not first_expiry or expiry < first_expiry) then
+        first_expiry = expiry
+      end
+    end
+  end
+  if first_expiry then
+    local position = wait_in_line()
+    return {0, tonumber(l[2] or '0'), first_expiry - now_ms, '(semaphore permits)', 0, position, redis.call('LLEN', queue)}
+  end
 end
 
 -- Free: the first in line gets it.

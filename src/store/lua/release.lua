@@ -2,6 +2,8 @@
 -- release is voluntary: it starts no lock-delay.
 --
 -- KEYS[1]  the lease hash of the name
+-- KEYS[2]  the permits of the name, if it is a semaphore: a token not found
+--          in KEYS[1] may be a permit
 -- ARGV[1]  owner token
 -- ARGV[2]  the name's release channel
 -- ARGV[3]  the lock name (the message published on the channel)
@@ -20,6 +22,12 @@ local l = redis.call('HMGET', key, 'o', 'f', 'e')
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 if not l[1] or math.floor(now_us / 1000) >= tonumber(l[3]) then
+  local permit = redis.call('HGET', KEYS[2], ARGV[1])
+  if permit and tonumber(string.match(permit, '^%d+|(%d+)|')) > math.floor(now_us / 1000) then
+    redis.call('HDEL', KEYS[2], ARGV[1])
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
+    return 1
+  end
   return 0
 end
 if l[1] ~= ARGV[1] then

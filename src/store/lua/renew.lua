@@ -1,6 +1,8 @@
 -- renew.lua: extend a lease, only for its owner.
 --
 -- KEYS[1]  the lease hash of the name
+-- KEYS[2]  the permits of the name, if it is a semaphore (see
+--          semaphore_acquire.lua): a token not found in KEYS[1] may be a permit
 -- ARGV[1]  owner token
 -- ARGV[2]  new TTL in milliseconds, or 0 to keep the lease's own TTL
 --
@@ -15,6 +17,21 @@ local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if not l[1] then
   if l[6] == ARGV[1] then
     return {-2, 0, tonumber(l[2])}
+  end
+  local permit = redis.call('HGET', KEYS[2], ARGV[1])
+  if permit then
+    local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+    if tonumber(expiry) > now_ms then
+      if ARGV[2] ~= '0' then
+        ttl = ARGV[2]
+      end
+      redis.call('HSET', KEYS[2], ARGV[1],
+        string.format('%d|%d|%d|%d|', fence, now_ms + tonumber(ttl), ttl, granted) .. holder)
+      if redis.call('PTTL', KEYS[2]) < tonumber(ttl) then
+        redis.call('PEXPIRE', KEYS[2], ttl)
+      end
+      return {1, tonumber(ttl), tonumber(fence)}
+    end
   end
   return {0, 0, 0}
 end

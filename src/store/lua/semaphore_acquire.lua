@@ -1,0 +1,110 @@
+-- semaphore_acquire.lua: grant one of `limit` permits on a name, if one is
+-- free and nobody queued before the caller is still waiting.
+--
+-- KEYS[1]  the permits of the name (a hash, owner token -> permit):
+--          {prefix}{name}:permits; the field "_f" keeps the name's last fence
+-- KEYS[2]  the wait queue of the name (as in acquire.lua)
+-- KEYS[3]  the liveness of each queued waiter (as in acquire.lua)
+-- KEYS[4]  the lease hash of the name: a name held as a plain lock has no
+--          free permit
+-- ARGV[1]  owner token of the new permit
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  holder label
+-- ARGV[4]  fence floor: the highest fence the calling broker has seen
+-- ARGV[5]  limit: how many permits may be held at once
+-- ARGV[6]  the name's grant channel
+-- ARGV[7]  the lock name (the message published on the channel)
+-- ARGV[8]  '1' if the caller waits (joins the queue when not granted)
+-- ARGV[9]  how long a queued waiter keeps its place without calling again, ms
+--
+-- Returns as acquire.lua: {1, fence, ttl_ms, "", granted_at_ms} when granted
+-- (or already granted to this token); {0, fence, remaining_ms, holder,
+-- granted_at_ms, position, queued} when every permit is held (fence and
+-- holder of the permit that expires first, remaining_ms until then);
+-- {3, ...} when a permit is free but waiters queued earlier come first.
+--
+-- A permit is "fence|expiry_ms|ttl_ms|granted_ms|holder". Expired permits are
+-- dropped here; the key expires with its longest permit. Fences follow the
+-- rule of acquire.lua, over all the permits of the name.
+local permits, queue, alive, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token = ARGV[1]
+local time = redis.call('TIME')
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now_ms = math.floor(now_us / 1000)
+
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
+  redis.call('LREM', queue, 0, gone)
+  redis.call('ZREM', alive, gone)
+end
+
+local function wait_in_line()
+  if ARGV[8] ~= '1' then
+    return 0
+  end
+  local life = tonumber(ARGV[9])
+  if not redis.call('ZSCORE', alive, token) then
+    redis.call('RPUSH', queue, token)
+  end
+  redis.call('ZADD', alive, now_ms + life, token)
+  redis.call('PEXPIRE', queue, life)
+  redis.call('PEXPIRE', alive, life)
+  return (redis.call('LPOS', queue, token) or -1) + 1
+end
+
+-- A name held as a plain lock has no permit to give.
+local plain = redis.call('HMGET', lease, 'o', 'f', 'h', 'g', 'e')
+if plain[1] and now_ms < tonumber(plain[5]) then
+  local position = wait_in_line()
+  return {0, tonumber(plain[2]), tonumber(plain[5]) - now_ms, plain[3], tonumber(plain[4]), position, redis.call('LLEN', queue)}
+end
+
+local last = tonumber(redis.call('HGET', permits, '_f') or '0')
+local live, latest = 0, now_ms
+local first_expiry, first_fence, first_holder, first_granted
+local entries = redis.call('HGETALL', permits)
+for i = 1, #entries, 2 do
+  local owner, permit = entries[i], entries[i + 1]
+  if owner ~= '_f' then
+    local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+    expiry = tonumber(expiry)
+    if expiry <= now_ms then
+      redis.call('HDEL', permits, owner)
+    else
+      if owner == token then
+        return {1, tonumber(fence), tonumber(ttl), '', tonumber(granted)}
+      end
+      live = live + 1
+      latest = math.max(latest, expiry)
+      if not first_expiry or expiry < first_expiry then
+        first_expiry, first_fence, first_holder, first_granted = expiry, tonumber(fence), holder, tonumber(granted)
+      end
+    end
+  end
+end
+
+if live >= tonumber(ARGV[5]) then
+  local position = wait_in_line()
+  return {0, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('LLEN', queue)}
+end
+
+local first = redis.call('LINDEX', queue, 0)
+if first and first ~= token then
+  local position = wait_in_line()
+  local first_deadline = tonumber(redis.call('ZSCORE', alive, first) or now_ms)
+  return {3, last, math.max(1, first_deadline - now_ms), '', 0, position, redis.call('LLEN', queue)}
+end
+if first then
+  redis.call('LPOP', queue)
+  redis.call('ZREM', alive, token)
+end
+
+-- Grant.
+local fence = math.max(last + 1, now_us, tonumber(ARGV[4]) + 1)
+local ttl = tonumber(ARGV[2])
+local expiry = now_ms + ttl
+redis.call('HSET', permits,
+  token, string.format('%d|%d|%d|%d|', fence, expiry, ttl, now_ms) .. ARGV[3],
+  '_f', string.format('%d', fence))
+redis.call('PEXPIRE', permits, math.max(latest, expiry) - now_ms)
+redis.call('PUBLISH', ARGV[6], ARGV[7])
+return {1, fence, ttl, '', now_ms}
