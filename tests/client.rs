@@ -198,3 +198,18 @@ async fn connecting_to_nothing_fails_clearly() {
         Err(ClientError::Connect(_))
     ));
 }
+
+/// One client may hold several permits of a semaphore; all are kept alive.
+#[tokio::test]
+async fn one_client_keeps_several_permits_alive() {
+    let broker = Broker::start("memory").await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let a = client.acquire("pool", opts(1_000).limit(2)).await.unwrap();
+    let b = client.acquire("pool", opts(1_000).limit(2)).await.unwrap();
+    assert_ne!(a.fence(), b.fence());
+    tokio::time::sleep(Duration::from_secs(3)).await; // three TTLs
+    assert!(!a.is_lost() && !b.is_lost());
+    assert_eq!(client.describe("pool").await.unwrap().permits_held, 2);
+    a.release().await.expect("a still held");
+    b.release().await.expect("b still held");
+}

@@ -252,7 +252,8 @@ pub(crate) struct Shared {
     brokers: Vec<LeaseholdClient<Channel>>,
     /// The replica calls go to; moves on when it cannot be reached.
     current: AtomicUsize,
-    /// Live leases by name. A std mutex: held for map operations only, never
+    /// Live leases by owner token (a client may hold several permits of one
+    /// semaphore). A std mutex: held for map operations only, never
     /// across an await.
     pub(crate) leases: Mutex<HashMap<String, Arc<Held>>>,
     /// Wakes the keeper when a lease is added.
@@ -307,11 +308,11 @@ impl Shared {
             .unwrap_or_default()
     }
 
-    /// Removes `held` if it is still the registered lease of its name.
+    /// Removes `held` from the leases to keep alive.
     pub(crate) fn forget(&self, held: &Arc<Held>) {
         if let Ok(mut leases) = self.leases.lock() {
-            if leases.get(&held.name).is_some_and(|h| Arc::ptr_eq(h, held)) {
-                leases.remove(&held.name);
+            if leases.get(&held.token).is_some_and(|h| Arc::ptr_eq(h, held)) {
+                leases.remove(&held.token);
             }
         }
     }
@@ -428,7 +429,7 @@ impl Client {
             lost: watch::Sender::new(None),
         });
         if let Ok(mut leases) = self.shared.leases.lock() {
-            leases.insert(held.name.clone(), Arc::clone(&held));
+            leases.insert(held.token.clone(), Arc::clone(&held));
         }
         self.shared.added.notify_one();
         Ok(Lease {
