@@ -311,7 +311,10 @@ impl Shared {
     /// Removes `held` from the leases to keep alive.
     pub(crate) fn forget(&self, held: &Arc<Held>) {
         if let Ok(mut leases) = self.leases.lock() {
-            if leases.get(&held.token).is_some_and(|h| Arc::ptr_eq(h, held)) {
+            if leases
+                .get(&held.token)
+                .is_some_and(|h| Arc::ptr_eq(h, held))
+            {
                 leases.remove(&held.token);
             }
         }

@@ -49,6 +49,26 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
+    /// Starts redis-server with an append-only file (fsync on every write) in
+    /// a fresh directory, so that a restart keeps the data.
+    pub fn start_persistent() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-redis-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let dir = dir.to_string_lossy().into_owned();
+        Self::start_with(&[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            &dir,
+        ])
+    }
+
     /// Starts a replica of `primary` (it syncs in the background; see
     /// [`RedisServer::await_replicas`]).
     pub fn start_replica_of(primary: &RedisServer) -> Self {
@@ -143,7 +163,6 @@ impl Drop for RedisServer {
 /// `None` if it exited first (port taken).
 fn spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
     let mut child = Command::new(redis_binary())
-        .args(extra)
         .args([
             "--port",
             &port.to_string(),
@@ -158,6 +177,8 @@ fn spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
             "--loglevel",
             "notice",
         ])
+        // After the defaults, so that they override them.
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -295,6 +316,7 @@ impl Drop for Broker {
 pub struct BrokerProcess {
     /// gRPC address.
     pub addr: SocketAddr,
+    store: String,
     child: std::process::Child,
 }
 
@@ -302,7 +324,17 @@ impl BrokerProcess {
     /// Starts `leasehold serve` on `store` and waits until it accepts calls.
     pub async fn start(store: &str) -> Self {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        let broker = BrokerProcess {
+            addr,
+            store: store.to_owned(),
+            child: Self::spawn(addr, store),
+        };
+        broker.client().await; // it is up once a connection succeeds
+        broker
+    }
+
+    fn spawn(addr: SocketAddr, store: &str) -> std::process::Child {
+        std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args([
                 "serve",
                 "--listen",
@@ -314,10 +346,19 @@ impl BrokerProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawn leasehold serve");
-        let broker = BrokerProcess { addr, child };
-        broker.client().await; // it is up once a connection succeeds
-        broker
+            .expect("spawn leasehold serve")
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// SIGKILL, then a new process on the same address.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.child = Self::spawn(self.addr, &self.store);
+        self.client().await;
     }
 
     /// A client of it (retrying the connect for up to 10 s while it starts).

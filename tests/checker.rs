@@ -1,0 +1,533 @@
+//! The mutual-exclusion checker: many clients over several broker processes
+//! on one Redis take a lock, write to a fenced resource while they hold it,
+//! and release, while faults are injected. Every grant, write and release is
+//! recorded, then checked:
+//!
+//! (a) fences are unique, and a grant that completed before another began has
+//!     the lower fence (fences follow real-time grant order);
+//! (b) the fenced resource never accepted a write with a fence lower than one
+//!     it had accepted (the model refuses them: a refusal is the fence
+//!     catching a stale holder, which only a paused holder may cause);
+//! (c) no two clients held the lock at once by their own account: each
+//!     holding interval runs from the grant's arrival to the client's last
+//!     moment of belief (release sent, or loss noticed), and they must not
+//!     overlap;
+//! (d) no lease was lost without its holder being told before its next write.
+//!
+//! Each scenario prints one line of figures. `LEASEHOLD_CHECK_SECS` sets how
+//! long each runs (default 6 s; RELIABILITY.md has figures from longer runs):
+//!
+//! ```sh
+//! LEASEHOLD_CHECK_SECS=60 cargo test --release --test checker -- --nocapture --test-threads 1
+//! ```
+
+mod common;
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use common::{proxy::Proxy, BrokerProcess, RedisServer};
+use leasehold::client::{AcquireOptions, Client, ClientError};
+
+const CLIENTS: usize = 32;
+const BROKERS: usize = 3;
+const TTL: Duration = Duration::from_millis(1_000);
+
+fn run_for() -> Duration {
+    let secs = std::env::var("LEASEHOLD_CHECK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    Duration::from_secs(secs)
+}
+
+/// A storage layer that keeps the highest fence it accepted and refuses
+/// lower ones (what the fencing token is for).
+#[derive(Default)]
+struct FencedResource {
+    highest: u64,
+    accepted: u64,
+    rejected: u64,
+}
+
+impl FencedResource {
+    fn write(&mut self, fence: u64) -> bool {
+        if fence < self.highest {
+            self.rejected += 1;
+            return false;
+        }
+        self.highest = fence;
+        self.accepted += 1;
+        true
+    }
+}
+
+/// One lease as its client lived it.
+#[derive(Clone, Debug)]
+struct Held {
+    client: usize,
+    fence: u64,
+    /// When the Acquire was sent and when its grant arrived.
+    requested: Instant,
+    granted: Instant,
+    /// The last moment the client believed it held the lease.
+    until: Instant,
+    /// The lease ended without a clean release.
+    lost: bool,
+    /// The client library told the holder of the loss: at a check before a
+    /// write, or in the release's answer.
+    told: bool,
+    /// Told only by the release's answer (after its last write).
+    told_at_release: bool,
+    /// Writes refused by the resource: made by a holder that was paused.
+    stale_writes_refused: u64,
+    /// The client was paused (modelled GC pause) while holding.
+    paused: bool,
+}
+
+#[derive(Default)]
+struct Record {
+    held: Mutex<Vec<Held>>,
+    resource: Mutex<FencedResource>,
+    ops: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// Fault knobs that a scenario turns on.
+#[derive(Clone, Copy, Default)]
+struct Faults {
+    /// Chance per hold that the holder is paused past its TTL between its
+    /// check and its write (the GC pause of the fencing story).
+    pause_probability: f64,
+    /// Redis may lose its data: a holder then learns of its loss only at
+    /// its next heartbeat (or release), and until then the fence alone keeps
+    /// the resource safe. Overlaps and refused writes are allowed for leases
+    /// whose holder did learn of their loss.
+    store_may_lose: bool,
+}
+
+struct Cluster {
+    redis: Arc<Mutex<RedisServer>>,
+    brokers: Vec<BrokerProcess>,
+}
+
+impl Cluster {
+    async fn start(redis: RedisServer) -> Cluster {
+        let mut brokers = Vec::new();
+        for _ in 0..BROKERS {
+            brokers.push(BrokerProcess::start(&redis.url()).await);
+        }
+        Cluster {
+            redis: Arc::new(Mutex::new(redis)),
+            brokers,
+        }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.brokers.iter().map(BrokerProcess::url).collect()
+    }
+}
+
+fn random_below(n: u64) -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).unwrap();
+    u64::from_le_bytes(bytes) % n.max(1)
+}
+
+fn chance(p: f64) -> bool {
+    (random_below(1_000_000) as f64) < p * 1_000_000.0
+}
+
+/// One client's life: take the lock, write while holding it, release; until
+/// `stop`. Records every lease.
+async fn client_loop(
+    id: usize,
+    client: Client,
+    proxy: Option<Arc<Proxy>>,
+    record: Arc<Record>,
+    faults: Faults,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        record.ops.fetch_add(1, Ordering::Relaxed);
+        let requested = Instant::now();
+        let lease = match client
+            .acquire(
+                "checked",
+                AcquireOptions::new()
+                    .ttl(TTL)
+                    .wait(Duration::from_millis(1_500))
+                    .holder(format!("c{id}")),
+            )
+            .await
+        {
+            Ok(lease) => lease,
+            Err(ClientError::NotAcquired(_)) => continue,
+            Err(_) => {
+                // Faults make calls fail (UNAVAILABLE); that is allowed.
+                record.errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let mut held = Held {
+            client: id,
+            fence: lease.fence(),
+            requested,
+            granted: Instant::now(),
+            until: Instant::now(),
+            lost: false,
+            told: false,
+            told_at_release: false,
+            stale_writes_refused: 0,
+            paused: false,
+        };
+        let writes = 1 + random_below(4);
+        for _ in 0..writes {
+            if lease.check().is_err() {
+                held.lost = true;
+                held.told = true;
+                break;
+            }
+            held.until = Instant::now();
+            if let Some(proxy) = proxy.as_ref().filter(|_| chance(faults.pause_probability)) {
+                // The whole client is paused after the check, before the
+                // write (a GC pause): its heartbeats stop too, so the lease
+                // expires and the lock moves on; the late write carries the
+                // old fence.
+                held.paused = true;
+                proxy.stall();
+                tokio::time::sleep(TTL + Duration::from_millis(500)).await;
+                proxy.pass();
+            }
+            if !record.resource.lock().unwrap().write(held.fence) {
+                held.stale_writes_refused += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(random_below(40))).await;
+        }
+        if !held.lost {
+            held.until = held
+                .until
+                .max(Instant::now().min(lease.deadline().into_std()));
+            match lease.release().await {
+                Ok(()) => {}
+                Err(ClientError::Lost(_)) => {
+                    // Gone by the time the release arrived (it expired after
+                    // the last write while the release was on its way, or
+                    // the store lost it).
+                    held.lost = true;
+                    held.told = true;
+                    held.told_at_release = true;
+                }
+                Err(_) => {
+                    record.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        record.held.lock().unwrap().push(held);
+    }
+}
+
+/// Violations found in a record, one line each.
+fn check(record: &Record, faults: Faults) -> Vec<String> {
+    let mut violations = Vec::new();
+    let mut held = record.held.lock().unwrap().clone();
+    held.sort_by_key(|h| h.granted);
+
+    // (a) unique fences, in real-time grant order: a grant that arrived
+    // before another was requested has the lower fence.
+    let mut fences: Vec<u64> = held.iter().map(|h| h.fence).collect();
+    fences.sort_unstable();
+    let before = fences.len();
+    fences.dedup();
+    if fences.len() != before {
+        violations.push(format!(
+            "(a) {} fences were granted twice",
+            before - fences.len()
+        ));
+    }
+    let mut highest_so_far = Vec::with_capacity(held.len());
+    for h in &held {
+        highest_so_far.push(h.fence.max(highest_so_far.last().copied().unwrap_or(0)));
+    }
+    for b in &held {
+        let earlier = held.partition_point(|a| a.granted < b.requested);
+        if earlier > 0 && highest_so_far[earlier - 1] >= b.fence {
+            violations.push(format!(
+                "(a) fence {} was granted after a higher or equal fence had been",
+                b.fence
+            ));
+        }
+    }
+
+    // (b) refused writes come only from paused holders (or, when the store
+    // may lose data, from holders that learned their lease was lost).
+    for h in &held {
+        let excused = h.paused || (faults.store_may_lose && h.lost);
+        if h.stale_writes_refused > 0 && !excused {
+            violations.push(format!(
+                "(b) client {} (fence {}) had a write refused without being paused",
+                h.client, h.fence
+            ));
+        }
+    }
+
+    // (c) holding intervals never overlap: each grant arrives after every
+    // earlier holder's last moment of belief.
+    let mut latest: Option<&Held> = None;
+    for h in &held {
+        if let Some(earlier) = latest {
+            let excused = faults.store_may_lose && earlier.lost;
+            if h.granted < earlier.until && earlier.client != h.client && !excused {
+                violations.push(format!(
+                    "(c) client {} (fence {}) still held the lock {:?} after client {} (fence {}) got it",
+                    earlier.client,
+                    earlier.fence,
+                    earlier.until - h.granted,
+                    h.client,
+                    h.fence
+                ));
+            }
+        }
+        if latest.is_none_or(|l| h.until > l.until) {
+            latest = Some(h);
+        }
+    }
+
+    // (d) no lease lost unnoticed: every lease not released cleanly was
+    // reported lost to its holder by the client library. (Acting on a lost
+    // lease before being told would show in (b) or (c).)
+    for h in &held {
+        if h.lost && !h.told {
+            violations.push(format!(
+                "(d) client {} lost fence {} without being told",
+                h.client, h.fence
+            ));
+        }
+    }
+    violations
+}
+
+/// Runs `CLIENTS` clients for the scenario's time, with `inject` running
+/// faults meanwhile; prints the figures and asserts no violation.
+async fn scenario<F, Fut>(
+    name: &str,
+    faults: Faults,
+    clients: Vec<(Client, Option<Arc<Proxy>>)>,
+    inject: F,
+) where
+    F: FnOnce(Arc<AtomicBool>) -> Fut,
+    Fut: std::future::Future<Output = u64>,
+{
+    let record = Arc::new(Record::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (id, (client, proxy)) in clients.into_iter().enumerate() {
+        tasks.push(tokio::spawn(client_loop(
+            id,
+            client,
+            proxy,
+            Arc::clone(&record),
+            faults,
+            Arc::clone(&stop),
+        )));
+    }
+    let injected = inject(Arc::clone(&stop)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        // A client can be mid-wait: bounded by its wait and a pause.
+        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    }
+    let violations = check(&record, faults);
+    let held = record.held.lock().unwrap();
+    let resource = record.resource.lock().unwrap();
+    let lost = held.iter().filter(|h| h.lost).count();
+    let told = held.iter().filter(|h| h.lost && h.told).count();
+    let told_at_release = held.iter().filter(|h| h.told_at_release).count();
+    let pauses = held.iter().filter(|h| h.paused).count() as u64;
+    println!(
+        "scenario={name} ops={} grants={} writes_accepted={} writes_refused={} faults={} \
+         call_errors={} leases_lost={lost} lost_and_told={told} (at_release={told_at_release}) violations={}",
+        record.ops.load(Ordering::Relaxed),
+        held.len(),
+        resource.accepted,
+        resource.rejected,
+        injected + pauses,
+        record.errors.load(Ordering::Relaxed),
+        violations.len()
+    );
+    assert!(
+        violations.is_empty(),
+        "{name}: violations:\n{}",
+        violations.join("\n")
+    );
+    assert!(
+        held.len() >= 5,
+        "{name}: only {} grants: the scenario did not exercise the lock",
+        held.len()
+    );
+}
+
+/// Clients connected to every broker.
+async fn clients_of(cluster: &Cluster) -> Vec<(Client, Option<Arc<Proxy>>)> {
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push((
+            Client::connect_any(cluster.urls()).await.expect("connect"),
+            None,
+        ));
+    }
+    clients
+}
+
+/// Clients each behind a proxy of its own (to one broker each), so that
+/// one client's network can be cut or stalled.
+async fn proxied_clients_of(cluster: &Cluster) -> Vec<(Client, Option<Arc<Proxy>>)> {
+    let mut clients = Vec::new();
+    for i in 0..CLIENTS {
+        let proxy = Arc::new(Proxy::start(cluster.brokers[i % BROKERS].addr).await);
+        let client = Client::connect(format!("http://{}", proxy.addr()))
+            .await
+            .expect("connect");
+        clients.push((client, Some(proxy)));
+    }
+    clients
+}
+
+/// No faults: the baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baseline() {
+    let cluster = Cluster::start(RedisServer::start()).await;
+    let clients = clients_of(&cluster).await;
+    scenario("baseline", Faults::default(), clients, |_| async {
+        tokio::time::sleep(run_for()).await;
+        0
+    })
+    .await;
+}
+
+/// Holders paused past their TTL between their check and their write: the
+/// late writes carry old fences and the resource refuses them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_pauses() {
+    let cluster = Cluster::start(RedisServer::start()).await;
+    let clients = proxied_clients_of(&cluster).await;
+    scenario(
+        "gc_pauses",
+        Faults {
+            pause_probability: 0.2,
+            ..Faults::default()
+        },
+        clients,
+        |_| async {
+            tokio::time::sleep(run_for()).await;
+            0
+        },
+    )
+    .await;
+}
+
+/// Clients whose connections die mid-hold (a killed process, a cut cable):
+/// every client talks through its own proxy, and random proxies drop all
+/// their connections and black-hole the new ones for longer than the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cut_off() {
+    let cluster = Cluster::start(RedisServer::start()).await;
+    let clients = proxied_clients_of(&cluster).await;
+    let proxies: Vec<Arc<Proxy>> = clients.iter().filter_map(|(_, p)| p.clone()).collect();
+    scenario(
+        "clients_cut_off",
+        Faults::default(),
+        clients,
+        |_| async move {
+            let end = Instant::now() + run_for();
+            let mut faults = 0;
+            while Instant::now() < end {
+                let proxy = &proxies[random_below(CLIENTS as u64) as usize];
+                proxy.stall();
+                proxy.drop_connections();
+                faults += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let healed = &proxies[random_below(CLIENTS as u64) as usize];
+                healed.pass();
+            }
+            for proxy in &proxies {
+                proxy.pass();
+            }
+            faults
+        },
+    )
+    .await;
+}
+
+/// Broker processes killed with SIGKILL and restarted, one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_killed() {
+    let mut cluster = Cluster::start(RedisServer::start()).await;
+    let clients = clients_of(&cluster).await;
+    let brokers = std::mem::take(&mut cluster.brokers);
+    let brokers = Arc::new(tokio::sync::Mutex::new(brokers));
+    let killer = Arc::clone(&brokers);
+    scenario(
+        "brokers_killed",
+        Faults::default(),
+        clients,
+        |_| async move {
+            let end = Instant::now() + run_for();
+            let mut faults = 0;
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                let mut brokers = killer.lock().await;
+                let victim = random_below(BROKERS as u64) as usize;
+                brokers[victim].restart().await;
+                faults += 1;
+            }
+            faults
+        },
+    )
+    .await;
+}
+
+/// Redis stopped and restarted empty (no persistence): every lease is lost
+/// and its holder told; fences keep rising.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty() {
+    let cluster = Cluster::start(RedisServer::start()).await;
+    redis_restarts("redis_restarted_empty", cluster, true).await;
+}
+
+/// Redis stopped and restarted with its append-only file: leases survive
+/// when the restart is shorter than their TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_persistent() {
+    let cluster = Cluster::start(RedisServer::start_persistent()).await;
+    redis_restarts("redis_restarted_persistent", cluster, false).await;
+}
+
+async fn redis_restarts(name: &str, cluster: Cluster, store_may_lose: bool) {
+    let clients = clients_of(&cluster).await;
+    let restarter = Arc::clone(&cluster.redis);
+    let faults = Faults {
+        store_may_lose,
+        ..Faults::default()
+    };
+    scenario(name, faults, clients, |_| async move {
+        let end = Instant::now() + run_for();
+        let mut faults = 0;
+        while Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            let redis = Arc::clone(&restarter);
+            tokio::task::spawn_blocking(move || redis.lock().unwrap().restart())
+                .await
+                .unwrap();
+            faults += 1;
+        }
+        faults
+    })
+    .await;
+}
