@@ -146,6 +146,28 @@ mod tests {
         assert!(message(name(&l, "a b")).contains("' '"));
     }
 
+    /// Property: for random names, `name` accepts exactly those of 1..=256
+    /// bytes drawn from the allowed set, and never panics.
+    #[test]
+    fn random_names_are_judged_by_the_rule() {
+        let l = Limits::default();
+        let alphabet: Vec<char> = "ab.Z9_:/-{} é\0\n".chars().collect();
+        let mut seed = [0u8; 4096];
+        getrandom::fill(&mut seed).unwrap();
+        for chunk in seed.chunks(16) {
+            let len = usize::from(chunk[0]) * 2 % 300;
+            let candidate: String = (0..len)
+                .map(|i| alphabet[usize::from(chunk[i % 16]) % alphabet.len()])
+                .collect();
+            let allowed = !candidate.is_empty()
+                && candidate.len() <= 256
+                && candidate
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".:_/-".contains(c));
+            assert_eq!(name(&l, &candidate).is_ok(), allowed, "{candidate:?}");
+        }
+    }
+
     #[test]
     fn ttls_are_bounded_and_zero_means_default() {
         let l = Limits::default();

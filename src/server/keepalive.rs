@@ -47,7 +47,11 @@ async fn pump(
             Ok(Some(request)) => request,
             Ok(None) => return session.finish(),
             Err(status) => {
-                tracing::debug!(code = ?status.code(), "KeepAlive stream ended by the client or network");
+                // The client went away, or sent something unreadable (a
+                // message over the size limit...): tell it, if it still
+                // listens, rather than end the stream without a word.
+                tracing::debug!(code = ?status.code(), message = status.message(), "KeepAlive stream ended on a read error");
+                let _ = tx.try_send(Err(status));
                 return session.abandon();
             }
         };
