@@ -25,6 +25,9 @@ pub enum BenchCommand {
     /// heartbeat renews all N (one store round trip) and the next is sent
     /// when the answer arrives.
     Keepalive(KeepaliveArgs),
+    /// A bounded soak: starts its own broker, keeps N leases alive over S
+    /// streams, and reports the broker's RSS, heartbeat p99 and lost leases.
+    Soak(super::soak::SoakArgs),
 }
 
 /// Arguments of `bench keepalive`.
@@ -44,6 +47,7 @@ pub struct KeepaliveArgs {
 pub async fn bench(command: BenchCommand) -> ExitCode {
     match command {
         BenchCommand::Keepalive(args) => keepalive(args).await,
+        BenchCommand::Soak(args) => super::soak::soak(args).await,
     }
 }
 

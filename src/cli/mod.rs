@@ -4,6 +4,7 @@
 
 mod bench;
 mod run;
+mod soak;
 
 use std::{process::ExitCode, time::Duration};
 

@@ -1,0 +1,266 @@
+//! `leasehold bench soak`: a bounded soak. It starts a broker of its own (a
+//! child `leasehold serve`, so that its memory can be watched), takes N
+//! leases, keeps them alive over S KeepAlive streams (each stream renews its
+//! share every interval), and reports the broker's RSS, the heartbeat round
+//! trip p99 and the leases lost, every 10 seconds and at the end. Exits 1 if
+//! any lease was lost.
+
+use std::{
+    process::{ExitCode, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::EXIT_BROKER_ERROR;
+use crate::{
+    config::parse_duration,
+    proto::{
+        lease_status::State, leasehold_client::LeaseholdClient, AcquireRequest, KeepAliveRequest,
+        LeaseRef,
+    },
+};
+
+/// Arguments of `bench soak`.
+#[derive(clap::Args, Debug)]
+pub struct SoakArgs {
+    /// Store of the broker under test: `memory` or a Redis URL.
+    #[arg(long, default_value = "memory")]
+    store: String,
+    /// Leases kept alive.
+    #[arg(long, default_value_t = 10_000)]
+    leases: usize,
+    /// KeepAlive streams they are spread over.
+    #[arg(long, default_value_t = 100)]
+    streams: usize,
+    /// Time between two heartbeats of a stream.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Lease TTL.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// How long to run.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    duration: Duration,
+}
+
+/// Round trips and losses, shared by the streams.
+#[derive(Default)]
+struct Tally {
+    rtts_us: Mutex<Vec<u64>>,
+    lost: AtomicU64,
+    heartbeats: AtomicU64,
+}
+
+/// Runs the soak; see the module doc.
+pub async fn soak(args: SoakArgs) -> ExitCode {
+    match run(args).await {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("leasehold bench soak: {e}");
+            ExitCode::from(EXIT_BROKER_ERROR)
+        }
+    }
+}
+
+async fn run(args: SoakArgs) -> Result<u64, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut broker = tokio::process::Command::new(exe)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--store",
+            &args.store,
+            "--max-stream-leases",
+            &args.leases.max(1).to_string(),
+        ])
+        .args(["--key-prefix", &format!("soak{}:", std::process::id())])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start the broker: {e}"))?;
+    let pid = broker.id().ok_or("the broker exited at once")?;
+    let url = format!("http://127.0.0.1:{port}");
+    let mut grpc = None;
+    for _ in 0..100 {
+        if let Ok(client) = LeaseholdClient::connect(url.clone()).await {
+            grpc = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let grpc = grpc.ok_or("the broker did not come up")?;
+
+    // Take the leases, 64 calls at a time.
+    let mut refs = Vec::with_capacity(args.leases);
+    for chunk in (0..args.leases).collect::<Vec<_>>().chunks(64) {
+        let calls = chunk.iter().map(|i| {
+            let mut grpc = grpc.clone();
+            let request = AcquireRequest {
+                name: format!("soak/{i}"),
+                ttl_ms: args.ttl.as_millis() as u64,
+                holder: "soak".into(),
+                wait_timeout_ms: 0,
+                lock_delay_ms: 0,
+                limit: 0,
+            };
+            async move { grpc.acquire(request).await }
+        });
+        for result in futures_util::future::join_all(calls).await {
+            let lease = result
+                .map_err(|s| format!("acquire: {}", s.message()))?
+                .into_inner()
+                .lease
+                .ok_or("no lease")?;
+            refs.push(LeaseRef {
+                name: lease.name,
+                owner_token: lease.owner_token,
+                ttl_ms: 0,
+            });
+        }
+    }
+    let rss_start = rss_mib(pid);
+    println!(
+        "soak: {} leases over {} streams, heartbeat every {:?}, TTL {:?}, for {:?}; broker RSS {:.1} MiB",
+        args.leases, args.streams, args.interval, args.ttl, args.duration, rss_start
+    );
+
+    let tally = Arc::new(Tally::default());
+    let started = Instant::now();
+    let end = started + args.duration;
+    let per_stream = args.leases.div_ceil(args.streams.max(1)).max(1);
+    let mut tasks = Vec::new();
+    for share in refs.chunks(per_stream) {
+        tasks.push(tokio::spawn(stream(
+            grpc.clone(),
+            share.to_vec(),
+            args.interval,
+            end,
+            Arc::clone(&tally),
+        )));
+    }
+
+    println!(
+        "{:>8} {:>10} {:>12} {:>12} {:>8}",
+        "t_s", "rss_mib", "heartbeats", "p99_us", "lost"
+    );
+    let mut report = tokio::time::interval(Duration::from_secs(10));
+    report.tick().await;
+    let mut peak = rss_start;
+    while Instant::now() < end {
+        report.tick().await;
+        let rss = rss_mib(pid);
+        peak = peak.max(rss);
+        let window: Vec<u64> =
+            std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(|e| e.into_inner()));
+        println!(
+            "{:>8} {:>10.1} {:>12} {:>12} {:>8}",
+            started.elapsed().as_secs(),
+            rss,
+            tally.heartbeats.load(Ordering::Relaxed),
+            percentile(window, 0.99),
+            tally.lost.load(Ordering::Relaxed)
+        );
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let lost = tally.lost.load(Ordering::Relaxed);
+    let rss_end = rss_mib(pid);
+    println!(
+        "soak done: heartbeats={} lost={lost} rss_start_mib={rss_start:.1} rss_peak_mib={:.1} rss_end_mib={rss_end:.1}",
+        tally.heartbeats.load(Ordering::Relaxed),
+        peak.max(rss_end)
+    );
+    let _ = broker.start_kill();
+    Ok(lost)
+}
+
+/// One stream: a heartbeat naming all of `leases` every `interval`.
+async fn stream(
+    mut grpc: LeaseholdClient<tonic::transport::Channel>,
+    leases: Vec<LeaseRef>,
+    interval: Duration,
+    end: Instant,
+    tally: Arc<Tally>,
+) {
+    let (tx, rx) = mpsc::channel(1);
+    let Ok(response) = grpc.keep_alive(ReceiverStream::new(rx)).await else {
+        tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
+        return;
+    };
+    let mut responses = response.into_inner();
+    let mut tick = tokio::time::interval(interval);
+    let mut seq = 0;
+    while Instant::now() < end {
+        tick.tick().await;
+        seq += 1;
+        let sent = Instant::now();
+        if tx
+            .send(KeepAliveRequest {
+                seq,
+                leases: leases.clone(),
+            })
+            .await
+            .is_err()
+        {
+            break;
+        }
+        match responses.message().await {
+            Ok(Some(answer)) => {
+                let rtt = sent.elapsed().as_micros() as u64;
+                let lost = answer
+                    .leases
+                    .iter()
+                    .filter(|s| s.state() == State::Lost)
+                    .count();
+                tally.lost.fetch_add(lost as u64, Ordering::Relaxed);
+                tally.heartbeats.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut rtts) = tally.rtts_us.lock() {
+                    rtts.push(rtt);
+                }
+            }
+            _ => {
+                tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+}
+
+fn percentile(mut values: Vec<u64>, p: f64) -> u64 {
+    if values.is_empty() {
+        return 0;
+    }
+    values.sort_unstable();
+    values[((values.len() as f64 * p) as usize).min(values.len() - 1)]
+}
+
+/// Resident memory of a process, from /proc (Linux).
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
