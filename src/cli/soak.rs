@@ -198,9 +198,11 @@ async fn stream(
     mut grpc: LeaseholdClient<tonic::transport::Channel>,
     leases: Vec<LeaseRef>,
     interval: Duration,
+    offset: Duration,
     end: Instant,
     tally: Arc<Tally>,
 ) {
+    tokio::time::sleep(offset).await;
     let (tx, rx) = mpsc::channel(1);
     let Ok(response) = grpc.keep_alive(ReceiverStream::new(rx)).await else {
         tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
