@@ -147,13 +147,20 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     let end = started + args.duration;
     let per_stream = args.leases.div_ceil(args.streams.max(1)).max(1);
     let mut tasks = Vec::new();
-    for share in refs.chunks(per_stream) {
+    let shares: Vec<Vec<LeaseRef>> = refs.chunks(per_stream).map(<[LeaseRef]>::to_vec).collect();
+    let count = shares.len() as u32;
+    for (i, share) in shares.into_iter().enumerate() {
+        // Streams spread over the interval, as independent clients would be,
+        // rather than all beating at the same instant.
+        let offset = args.interval * i as u32 / count;
+        let tally = Arc::clone(&tally);
         tasks.push(tokio::spawn(stream(
             grpc.clone(),
-            share.to_vec(),
+            share,
             args.interval,
+            offset,
             end,
-            Arc::clone(&tally),
+            tally,
         )));
     }
 
