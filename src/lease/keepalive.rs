@@ -20,8 +20,8 @@ use crate::{
     store::{Checked, RenewItem},
 };
 
-/// One lease named in a heartbeat.
-#[derive(Clone, Debug)]
+/// One lease named in a heartbeat (`Debug` redacts the token).
+#[derive(Clone)]
 pub struct LeaseRef {
     /// Lock name.
     pub name: String,
@@ -29,6 +29,16 @@ pub struct LeaseRef {
     pub owner_token: String,
     /// New TTL; 0 keeps the lease's own.
     pub ttl_ms: u64,
+}
+
+impl std::fmt::Debug for LeaseRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseRef")
+            .field("name", &self.name)
+            .field("owner_token", &super::token::Redacted(&self.owner_token))
+            .field("ttl_ms", &self.ttl_ms)
+            .finish()
+    }
 }
 
 /// What became of one lease in a heartbeat.

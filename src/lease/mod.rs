@@ -48,8 +48,8 @@ pub struct AcquireArgs {
     pub limit: u32,
 }
 
-/// A granted lease, with the secret that proves it.
-#[derive(Clone, Debug)]
+/// A granted lease, with the secret that proves it (redacted by `Debug`).
+#[derive(Clone)]
 pub struct Lease {
     /// Lock name.
     pub name: String,
@@ -59,6 +59,17 @@ pub struct Lease {
     pub fence: u64,
     /// Validity from the moment the store applied it.
     pub ttl_ms: u64,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.name)
+            .field("owner_token", &token::Redacted(&self.owner_token))
+            .field("fence", &self.fence)
+            .field("ttl_ms", &self.ttl_ms)
+            .finish()
+    }
 }
 
 /// The result of a successful Acquire.

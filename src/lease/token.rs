@@ -26,6 +26,12 @@ pub fn is_well_formed(token: &str) -> bool {
 /// of one lease, useless for taking it over.
 pub struct Redacted<'a>(pub &'a str);
 
+impl fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 impl fmt::Display for Redacted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let prefix = self.0.get(..4).unwrap_or("");
@@ -50,6 +56,45 @@ mod tests {
         assert!(!is_well_formed(""));
         assert!(!is_well_formed(&"A".repeat(TOKEN_LEN)));
         assert!(!is_well_formed(&"a".repeat(TOKEN_LEN + 1)));
+    }
+
+    #[test]
+    fn debug_output_of_lease_types_never_shows_a_token() {
+        let token = generate().unwrap();
+        let lease = crate::lease::Lease {
+            name: "n".into(),
+            owner_token: token.clone(),
+            fence: 1,
+            ttl_ms: 1,
+        };
+        let spec = crate::store::GrantSpec {
+            name: "n".into(),
+            token: token.clone(),
+            holder: "h".into(),
+            ttl_ms: 1,
+            lock_delay_ms: 0,
+            limit: 1,
+            queued: false,
+        };
+        let item = crate::store::RenewItem {
+            name: "n".into(),
+            token: token.clone(),
+            ttl_ms: None,
+        };
+        let lease_ref = crate::lease::LeaseRef {
+            name: "n".into(),
+            owner_token: token.clone(),
+            ttl_ms: 0,
+        };
+        for shown in [
+            format!("{lease:?}"),
+            format!("{spec:?}"),
+            format!("{item:?}"),
+            format!("{lease_ref:?}"),
+        ] {
+            assert!(!shown.contains(&token), "{shown}");
+            assert!(shown.contains(&token[..4]), "{shown}");
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub use self::memory::MemoryStore;
 pub use self::redis::{lease_key, RedisStore, SCRIPTS};
 pub use self::watch::Watch;
 
-use crate::error::Result;
+use crate::{error::Result, lease::token::Redacted};
 
 /// How to reach and use a store.
 #[derive(Clone, Debug)]
@@ -66,8 +66,8 @@ impl StoreOptions {
     }
 }
 
-/// What a grant writes.
-#[derive(Clone, Debug)]
+/// What a grant writes (`Debug` redacts the token).
+#[derive(Clone)]
 pub struct GrantSpec {
     /// The lock name (validated).
     pub name: String,
@@ -187,8 +187,8 @@ pub enum Checked<T> {
     },
 }
 
-/// One lease of a batch renewal.
-#[derive(Clone, Debug)]
+/// One lease of a batch renewal (`Debug` redacts the token).
+#[derive(Clone)]
 pub struct RenewItem {
     /// The lock name (validated).
     pub name: String,
@@ -196,6 +196,30 @@ pub struct RenewItem {
     pub token: String,
     /// The new TTL, or `None` to keep the lease's own.
     pub ttl_ms: Option<u64>,
+}
+
+impl std::fmt::Debug for GrantSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrantSpec")
+            .field("name", &self.name)
+            .field("token", &Redacted(&self.token))
+            .field("holder", &self.holder)
+            .field("ttl_ms", &self.ttl_ms)
+            .field("lock_delay_ms", &self.lock_delay_ms)
+            .field("limit", &self.limit)
+            .field("queued", &self.queued)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for RenewItem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenewItem")
+            .field("name", &self.name)
+            .field("token", &Redacted(&self.token))
+            .field("ttl_ms", &self.ttl_ms)
+            .finish()
+    }
 }
 
 /// A renewal that was applied.
