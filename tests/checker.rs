@@ -495,6 +495,46 @@ async fn brokers_killed() {
     .await;
 }
 
+/// The network between the brokers and Redis misbehaves: all broker-Redis
+/// traffic goes through a proxy that in turn adds 20 ms of latency, drops
+/// every connection, and stalls for 1.5 s (past the store timeout: calls
+/// fail with UNAVAILABLE, leases can expire meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_link_faults() {
+    let redis = RedisServer::start();
+    let redis_addr = redis.url().trim_start_matches("redis://").trim_end_matches('/').parse().unwrap();
+    let link = Arc::new(Proxy::start(redis_addr).await);
+    let via_link = format!("redis://{}/", link.addr());
+    let mut brokers = Vec::new();
+    for _ in 0..BROKERS {
+        brokers.push(BrokerProcess::start(&via_link).await);
+    }
+    let cluster = Cluster { redis: Arc::new(Mutex::new(redis)), brokers };
+    let clients = clients_of(&cluster).await;
+    let faults = Faults { store_may_lose: false, ..Faults::default() };
+    scenario("redis_link_faults", faults, clients, |_| async move {
+        let end = Instant::now() + run_for();
+        let mut faults = 0;
+        while Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            match faults % 3 {
+                0 => link.set_latency(Duration::from_millis(20)),
+                1 => link.drop_connections(),
+                _ => {
+                    link.stall();
+                    tokio::time::sleep(Duration::from_millis(1_500)).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            link.set_latency(Duration::ZERO);
+            link.pass();
+            faults += 1;
+        }
+        faults
+    })
+    .await;
+}
+
 /// Redis stopped and restarted empty (no persistence): every lease is lost
 /// and its holder told; fences keep rising.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
