@@ -502,16 +502,27 @@ async fn brokers_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_link_faults() {
     let redis = RedisServer::start();
-    let redis_addr = redis.url().trim_start_matches("redis://").trim_end_matches('/').parse().unwrap();
+    let redis_addr = redis
+        .url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
     let link = Arc::new(Proxy::start(redis_addr).await);
     let via_link = format!("redis://{}/", link.addr());
     let mut brokers = Vec::new();
     for _ in 0..BROKERS {
         brokers.push(BrokerProcess::start(&via_link).await);
     }
-    let cluster = Cluster { redis: Arc::new(Mutex::new(redis)), brokers };
+    let cluster = Cluster {
+        redis: Arc::new(Mutex::new(redis)),
+        brokers,
+    };
     let clients = clients_of(&cluster).await;
-    let faults = Faults { store_may_lose: false, ..Faults::default() };
+    let faults = Faults {
+        store_may_lose: false,
+        ..Faults::default()
+    };
     scenario("redis_link_faults", faults, clients, |_| async move {
         let end = Instant::now() + run_for();
         let mut faults = 0;

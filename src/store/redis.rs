@@ -320,22 +320,12 @@ impl RedisStore {
             }
             reply
         };
-        let fence = uint(&reply, 1)?;
-        self.saw_fence(fence);
-        let by = match int(&reply, 0)? {
-            1 => return Ok(Acquired::Granted { fence }),
-            0 => BlockedBy::Holder,
-            2 => BlockedBy::LockDelay,
-            _ => BlockedBy::Queue,
-        };
-        Ok(Acquired::Blocked(Blocked {
-            by,
-            fence,
-            remaining_ms: uint(&reply, 2)?,
-            holder: text(&reply, 3)?,
-            position: uint(&reply, 5)?,
-            queued: uint(&reply, 6)?,
-        }))
+        let acquired = acquire_reply(&reply)?;
+        self.saw_fence(match &acquired {
+            Acquired::Granted { fence } => *fence,
+            Acquired::Blocked(blocked) => blocked.fence,
+        });
+        Ok(acquired)
     }
 
     pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
@@ -485,17 +475,8 @@ impl RedisStore {
 
     /// Reads a renew.lua reply.
     fn renewal(&self, reply: &[Value]) -> Result<Checked<Renewed>> {
-        let fence = uint(reply, 2)?;
-        self.saw_fence(fence);
-        Ok(match int(reply, 0)? {
-            1 => Checked::Done(Renewed {
-                ttl_ms: uint(reply, 1)?,
-                fence,
-            }),
-            0 => Checked::NotHeld,
-            -2 => Checked::Revoked { fence },
-            _ => Checked::NotOwner { fence },
-        })
+        self.saw_fence(uint(reply, 2)?);
+        renew_reply(reply)
     }
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
@@ -658,6 +639,41 @@ fn classify(op: &str, e: RedisError) -> Error {
     }
 }
 
+/// Reads an acquire.lua / semaphore_acquire.lua reply.
+fn acquire_reply(reply: &[Value]) -> Result<Acquired> {
+    let fence = uint(reply, 1)?;
+    let by = match int(reply, 0)? {
+        1 => return Ok(Acquired::Granted { fence }),
+        0 => BlockedBy::Holder,
+        2 => BlockedBy::LockDelay,
+        3 => BlockedBy::Queue,
+        other => return Err(Error::Internal(format!("acquire reply code {other}"))),
+    };
+    Ok(Acquired::Blocked(Blocked {
+        by,
+        fence,
+        remaining_ms: uint(reply, 2)?,
+        holder: text(reply, 3)?,
+        position: uint(reply, 5)?,
+        queued: uint(reply, 6)?,
+    }))
+}
+
+/// Reads a renew.lua reply.
+fn renew_reply(reply: &[Value]) -> Result<Checked<Renewed>> {
+    let fence = uint(reply, 2)?;
+    Ok(match int(reply, 0)? {
+        1 => Checked::Done(Renewed {
+            ttl_ms: uint(reply, 1)?,
+            fence,
+        }),
+        0 => Checked::NotHeld,
+        -1 => Checked::NotOwner { fence },
+        -2 => Checked::Revoked { fence },
+        other => return Err(Error::Internal(format!("renew reply code {other}"))),
+    })
+}
+
 fn field(reply: &[Value], i: usize) -> Result<&Value> {
     reply
         .get(i)
@@ -700,6 +716,71 @@ mod tests {
             "leasehold:{jobs/nightly}"
         );
         assert_eq!(lease_key("p:", "a/b"), "p:{a/b}");
+    }
+
+    /// A random value tree, as a broken or hostile Redis could answer.
+    fn random_value(bytes: &mut impl Iterator<Item = u8>, depth: u32) -> Value {
+        match bytes.next().unwrap_or(0) % 6 {
+            0 => Value::Nil,
+            1 => Value::Int(i64::from(bytes.next().unwrap_or(0) as i8) * 1_000_003),
+            2 => Value::BulkString(bytes.take(3).collect()),
+            3 => Value::SimpleString("OK".into()),
+            4 if depth < 3 => {
+                let n = bytes.next().unwrap_or(0) % 9;
+                Value::Array((0..n).map(|_| random_value(bytes, depth + 1)).collect())
+            }
+            _ => Value::Okay,
+        }
+    }
+
+    /// Property: whatever Redis answers, reading it gives a result or an
+    /// internal error, never a panic; and well-formed replies read right.
+    #[test]
+    fn script_replies_are_read_without_panicking() {
+        let mut seed = vec![0u8; 64 * 1024];
+        getrandom::fill(&mut seed).unwrap();
+        let mut bytes = seed.into_iter();
+        for _ in 0..5_000 {
+            let reply = match random_value(&mut bytes, 0) {
+                Value::Array(items) => items,
+                other => vec![other],
+            };
+            let _ = acquire_reply(&reply);
+            let _ = renew_reply(&reply);
+        }
+        let granted = [
+            Value::Int(1),
+            Value::Int(42),
+            Value::Int(1_000),
+            Value::BulkString(vec![]),
+            Value::Int(7),
+        ];
+        assert_eq!(
+            acquire_reply(&granted).unwrap(),
+            Acquired::Granted { fence: 42 }
+        );
+        let mut queued = [3, 9, 250, 0, 0, 2, 5].map(Value::Int);
+        queued[3] = Value::BulkString(Vec::new());
+        let Acquired::Blocked(blocked) = acquire_reply(&queued).unwrap() else {
+            panic!("not blocked")
+        };
+        assert_eq!(
+            (
+                blocked.by,
+                blocked.remaining_ms,
+                blocked.position,
+                blocked.queued
+            ),
+            (BlockedBy::Queue, 250, 2, 5)
+        );
+        assert_eq!(
+            renew_reply(&[-2, 0, 9].map(Value::Int)).unwrap(),
+            Checked::Revoked { fence: 9 }
+        );
+        assert!(matches!(
+            renew_reply(&[7, 0, 9].map(Value::Int)),
+            Err(Error::Internal(_))
+        ));
     }
 
     #[test]
