@@ -1,0 +1,229 @@
+//! The checker with real processes: holders are `leasehold run` processes
+//! whose child writes its fence to a fenced resource (a small TCP service in
+//! this test, which keeps the highest fence it accepted and refuses lower
+//! ones), over two broker processes on one Redis. Meanwhile random holders
+//! are killed with SIGKILL (the child dies with `run`) or paused with
+//! SIGSTOP past their TTL and resumed with SIGCONT (the whole process group,
+//! as a GC pause or a frozen VM would).
+//!
+//! Checked: a write is refused only if it comes from a holder that was
+//! paused (its lease expired meanwhile and the lock moved on: the fence
+//! catches the late write); any other refusal means two holders overlapped.
+//! `LEASEHOLD_CHECK_SECS` sets the duration (default 6 s).
+
+mod common;
+
+use std::{
+    collections::HashSet,
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use common::{BrokerProcess, RedisServer};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    net::TcpListener,
+    process::Command,
+};
+
+#[derive(Default)]
+struct Resource {
+    highest: u64,
+    accepted: u64,
+    /// Refused writes: (fence, pid of the `leasehold run` that wrote).
+    refused: Vec<(u64, u32)>,
+}
+
+/// Serves the fenced resource: each line "FENCE PID" is a write, answered
+/// "ok" or "refused".
+async fn serve_resource(listener: TcpListener, resource: Arc<Mutex<Resource>>) {
+    while let Ok((socket, _)) = listener.accept().await {
+        let resource = Arc::clone(&resource);
+        tokio::spawn(async move {
+            let (read, mut write) = socket.into_split();
+            let mut lines = BufReader::new(read).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut parts = line.split_whitespace();
+                let (Some(Ok(fence)), Some(Ok(pid))) = (
+                    parts.next().map(str::parse::<u64>),
+                    parts.next().map(str::parse::<u32>),
+                ) else {
+                    break;
+                };
+                let accepted = {
+                    let mut r = resource.lock().unwrap();
+                    if fence >= r.highest {
+                        r.highest = fence;
+                        r.accepted += 1;
+                        true
+                    } else {
+                        r.refused.push((fence, pid));
+                        false
+                    }
+                };
+                if write
+                    .write_all(if accepted { b"ok\n" } else { b"refused\n" })
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill() has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_processes_killed_and_paused() {
+    let secs: u64 = std::env::var("LEASEHOLD_CHECK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    let redis = RedisServer::start();
+    let brokers = [
+        BrokerProcess::start(&redis.url()).await,
+        BrokerProcess::start(&redis.url()).await,
+    ];
+    let broker_urls = format!("{},{}", brokers[0].url(), brokers[1].url());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let resource = Arc::new(Mutex::new(Resource::default()));
+    tokio::spawn(serve_resource(listener, Arc::clone(&resource)));
+
+    // The child: three writes of its fence, tagged with its parent's pid
+    // (the `leasehold run` that holds the lease).
+    let child = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; for i in 1 2 3; do echo \"$LEASEHOLD_FENCE $PPID\" >&3; read -r answer <&3; sleep 0.05; done"
+    );
+    let running: Arc<Mutex<HashSet<u32>>> = Arc::default();
+    let paused: Arc<Mutex<HashSet<u32>>> = Arc::default();
+    let runs = Arc::new(Mutex::new((0u64, 0u64))); // (runs, runs that ended with 76: lease lost)
+    let end = Instant::now() + Duration::from_secs(secs);
+
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let (child, broker_urls, running, runs) = (
+            child.clone(),
+            broker_urls.clone(),
+            Arc::clone(&running),
+            Arc::clone(&runs),
+        );
+        workers.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+                    .args([
+                        "run",
+                        "--lock",
+                        "checked",
+                        "--ttl",
+                        "1s",
+                        "--wait",
+                        "3s",
+                        "--kill-grace",
+                        "200ms",
+                        "--",
+                    ])
+                    .args(["bash", "-c", &child])
+                    .env("LEASEHOLD_BROKER", &broker_urls)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .unwrap();
+                let pid = run.id().unwrap();
+                running.lock().unwrap().insert(pid);
+                let status = run.wait().await.unwrap();
+                running.lock().unwrap().remove(&pid);
+                let mut runs = runs.lock().unwrap();
+                runs.0 += 1;
+                if status.code() == Some(76) {
+                    runs.1 += 1;
+                }
+            }
+        }));
+    }
+
+    // Faults: every 400 ms, SIGKILL or SIGSTOP (for 1.5 s, past the TTL) a
+    // random running holder.
+    let (mut kills, mut pauses) = (0, 0);
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let victim = running.lock().unwrap().iter().next().copied();
+        let Some(pid) = victim else { continue };
+        let mut coin = [0u8; 1];
+        getrandom::fill(&mut coin).unwrap();
+        if coin[0] % 2 == 0 {
+            signal(pid, libc::SIGKILL);
+            kills += 1;
+        } else {
+            // The whole holder: `run` and its child's process group.
+            paused.lock().unwrap().insert(pid);
+            let group: Vec<u32> = child_pids(pid);
+            signal(pid, libc::SIGSTOP);
+            for g in &group {
+                signal(*g, libc::SIGSTOP);
+            }
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            for g in &group {
+                signal(*g, libc::SIGCONT);
+            }
+            signal(pid, libc::SIGCONT);
+            pauses += 1;
+        }
+    }
+    for worker in workers {
+        let _ = tokio::time::timeout(Duration::from_secs(15), worker).await;
+    }
+
+    let resource = resource.lock().unwrap();
+    let paused = paused.lock().unwrap();
+    let (runs, lost) = *runs.lock().unwrap();
+    let unexplained: Vec<_> = resource
+        .refused
+        .iter()
+        .filter(|(_, pid)| !paused.contains(pid))
+        .collect();
+    println!(
+        "scenario=holder_processes runs={runs} runs_lost_lease={lost} kills={kills} pauses={pauses} \
+         writes_accepted={} writes_refused={} violations={}",
+        resource.accepted,
+        resource.refused.len(),
+        unexplained.len()
+    );
+    assert!(
+        unexplained.is_empty(),
+        "writes refused from holders that were never paused: {unexplained:?}"
+    );
+    assert!(
+        resource.accepted >= 10,
+        "only {} writes: not exercised",
+        resource.accepted
+    );
+    drop(brokers);
+}
+
+/// The direct children of `pid` (from /proc; a child belongs to the thread
+/// that forked it), to stop a holder's child too.
+fn child_pids(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|children| {
+            children
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
