@@ -163,16 +163,6 @@ impl MemoryStore {
         now: Instant,
     ) -> Acquired {
         let position = |queue: &mut VecDeque<(String, Instant)>| join_queue(spec, queue, now);
-        let blocked = |by, fence, remaining: Duration, holder: &str, position, queued: usize| {
-            Acquired::Blocked(Blocked {
-                by,
-                fence,
-                remaining_ms: ceil_ms(remaining).max(1),
-                holder: holder.to_owned(),
-                position,
-                queued: queued as u64,
-            })
-        };
         // A name held as a plain lock has no permit to give.
         if let Some(lease) = self.inner.leases.get(&spec.name) {
             if lease.live(now) {
@@ -228,16 +218,6 @@ impl MemoryStore {
         now: Instant,
     ) -> Acquired {
         let wait_in_line = |queue: &mut VecDeque<(String, Instant)>| join_queue(spec, queue, now);
-        let blocked = |by, fence, remaining: Duration, holder: &str, position, queued: usize| {
-            Acquired::Blocked(Blocked {
-                by,
-                fence,
-                remaining_ms: ceil_ms(remaining).max(1),
-                holder: holder.to_owned(),
-                position,
-                queued: queued as u64,
-            })
-        };
         match self.inner.leases.entry(spec.name.clone()) {
             MapEntry::Occupied(e) if e.get().live(now) => {
                 let lease = e.get();
@@ -489,6 +469,25 @@ impl MemoryStore {
     pub(crate) async fn ping(&self) -> Result<()> {
         Ok(())
     }
+}
+
+/// An attempt that was not granted.
+fn blocked(
+    by: BlockedBy,
+    fence: u64,
+    remaining: Duration,
+    holder: &str,
+    position: u64,
+    queued: usize,
+) -> Acquired {
+    Acquired::Blocked(Blocked {
+        by,
+        fence,
+        remaining_ms: ceil_ms(remaining).max(1),
+        holder: holder.to_owned(),
+        position,
+        queued: queued as u64,
+    })
 }
 
 /// Joins the queue (or renews the caller's place) if the caller waits; its

@@ -45,33 +45,46 @@ struct Scripts {
     describe: Script,
 }
 
+/// The scripts that take a place in the wait queue start with its code
+/// (Redis scripts cannot call one another).
+const ACQUIRE: &str = concat!(
+    include_str!("lua/queue.lua"),
+    include_str!("lua/acquire.lua")
+);
+const SEMAPHORE_ACQUIRE: &str = concat!(
+    include_str!("lua/queue.lua"),
+    include_str!("lua/semaphore_acquire.lua")
+);
+const RENEW: &str = include_str!("lua/renew.lua");
+const RELEASE: &str = include_str!("lua/release.lua");
+const REVOKE: &str = include_str!("lua/revoke.lua");
+const DEQUEUE: &str = include_str!("lua/dequeue.lua");
+const DESCRIBE: &str = include_str!("lua/describe.lua");
+
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            acquire: Script::new(include_str!("lua/acquire.lua")),
-            renew: Script::new(include_str!("lua/renew.lua")),
-            release: Script::new(include_str!("lua/release.lua")),
-            revoke: Script::new(include_str!("lua/revoke.lua")),
-            dequeue: Script::new(include_str!("lua/dequeue.lua")),
-            semaphore_acquire: Script::new(include_str!("lua/semaphore_acquire.lua")),
-            describe: Script::new(include_str!("lua/describe.lua")),
+            acquire: Script::new(ACQUIRE),
+            renew: Script::new(RENEW),
+            release: Script::new(RELEASE),
+            revoke: Script::new(REVOKE),
+            dequeue: Script::new(DEQUEUE),
+            semaphore_acquire: Script::new(SEMAPHORE_ACQUIRE),
+            describe: Script::new(DESCRIBE),
         }
     }
 }
 
-/// Every script source with its file name, for tests that load each one
-/// into a real Redis.
+/// Every script as Redis runs it, with its file name, for tests that load
+/// each one into a real Redis.
 pub const SCRIPTS: [(&str, &str); 7] = [
-    ("acquire.lua", include_str!("lua/acquire.lua")),
-    ("renew.lua", include_str!("lua/renew.lua")),
-    ("release.lua", include_str!("lua/release.lua")),
-    ("revoke.lua", include_str!("lua/revoke.lua")),
-    ("dequeue.lua", include_str!("lua/dequeue.lua")),
-    (
-        "semaphore_acquire.lua",
-        include_str!("lua/semaphore_acquire.lua"),
-    ),
-    ("describe.lua", include_str!("lua/describe.lua")),
+    ("acquire.lua", ACQUIRE),
+    ("renew.lua", RENEW),
+    ("release.lua", RELEASE),
+    ("revoke.lua", REVOKE),
+    ("dequeue.lua", DEQUEUE),
+    ("semaphore_acquire.lua", SEMAPHORE_ACQUIRE),
+    ("describe.lua", DESCRIBE),
 ];
 
 struct Inner {

@@ -18,9 +18,7 @@
 -- ARGV[7]  the lock name (the message published on the channel)
 -- ARGV[8]  '1' if the caller waits (then it joins the queue, or refreshes its
 --          place, when not granted), '0' if it tries once
--- ARGV[9]  how long a queued waiter stays without coming back, in ms: its
---          broker calls again before that while the waiter lives, so the
---          waiters of a broker that died leave the queue by themselves
+-- ARGV[9]  how long a queued waiter keeps its place (see queue.lua)
 --
 -- Returns {1, fence, ttl_ms, "", granted_at_ms} when granted (also when the
 --         lease is already held with this very token: the broker retries a
@@ -47,32 +45,8 @@
 -- the clock once Redis has forgotten it (expired, released, or data lost).
 -- Numbers go back to Redis through string.format('%d'): a plain Lua number
 -- would be written as "1.7e+15" and lose digits.
-local key, queue, alive, permits = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token = ARGV[1]
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
-
--- Waiters that stopped calling (their call ended with their broker) leave.
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
-  redis.call('LREM', queue, 0, gone)
-  redis.call('ZREM', alive, gone)
-end
-
--- Joins the queue (or renews the caller's place); returns its position.
-local function wait_in_line()
-  if ARGV[8] ~= '1' then
-    return 0
-  end
-  local life = tonumber(ARGV[9])
-  if not redis.call('ZSCORE', alive, token) then
-    redis.call('RPUSH', queue, token)
-  end
-  redis.call('ZADD', alive, now_ms + life, token)
-  redis.call('PEXPIRE', queue, life)
-  redis.call('PEXPIRE', alive, life)
-  return (redis.call('LPOS', queue, token) or -1) + 1
-end
+-- (queue.lua comes first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
+local key, permits = KEYS[1], KEYS[4]
 
 local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u')
 if l[1] then
@@ -113,15 +87,9 @@ if redis.call('EXISTS', permits) == 1 then
 end
 
 -- Free: the first in line gets it.
-local first = redis.call('LINDEX', queue, 0)
-if first and first ~= token then
-  local position = wait_in_line()
-  local first_deadline = tonumber(redis.call('ZSCORE', alive, first) or now_ms)
-  return {3, tonumber(l[2] or '0'), math.max(1, first_deadline - now_ms), '', 0, position, redis.call('LLEN', queue)}
-end
-if first then
-  redis.call('LPOP', queue)
-  redis.call('ZREM', alive, token)
+local queued = take_turn(tonumber(l[2] or '0'))
+if queued then
+  return queued
 end
 local last = tonumber(l[2] or '0')
 -- Grant.

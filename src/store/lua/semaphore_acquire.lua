@@ -26,30 +26,8 @@
 -- A permit is "fence|expiry_ms|ttl_ms|granted_ms|holder". Expired permits are
 -- dropped here; the key expires with its longest permit. Fences follow the
 -- rule of acquire.lua, over all the permits of the name.
-local permits, queue, alive, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token = ARGV[1]
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
-
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
-  redis.call('LREM', queue, 0, gone)
-  redis.call('ZREM', alive, gone)
-end
-
-local function wait_in_line()
-  if ARGV[8] ~= '1' then
-    return 0
-  end
-  local life = tonumber(ARGV[9])
-  if not redis.call('ZSCORE', alive, token) then
-    redis.call('RPUSH', queue, token)
-  end
-  redis.call('ZADD', alive, now_ms + life, token)
-  redis.call('PEXPIRE', queue, life)
-  redis.call('PEXPIRE', alive, life)
-  return (redis.call('LPOS', queue, token) or -1) + 1
-end
+-- (queue.lua comes first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
+local permits, lease = KEYS[1], KEYS[4]
 
 -- A name held as a plain lock has no permit to give.
 local plain = redis.call('HMGET', lease, 'o', 'f', 'h', 'g', 'e')
@@ -87,15 +65,9 @@ if live >= tonumber(ARGV[5]) then
   return {0, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('LLEN', queue)}
 end
 
-local first = redis.call('LINDEX', queue, 0)
-if first and first ~= token then
-  local position = wait_in_line()
-  local first_deadline = tonumber(redis.call('ZSCORE', alive, first) or now_ms)
-  return {3, last, math.max(1, first_deadline - now_ms), '', 0, position, redis.call('LLEN', queue)}
-end
-if first then
-  redis.call('LPOP', queue)
-  redis.call('ZREM', alive, token)
+local queued = take_turn(last)
+if queued then
+  return queued
 end
 
 -- Grant.
