@@ -357,3 +357,49 @@ async fn the_keepalive_benchmark_runs() {
         );
     }
 }
+
+/// The cycles benchmark runs end to end against a broker of its own and
+/// straight against Redis, and prints its rows.
+#[tokio::test]
+async fn the_cycles_benchmark_runs() {
+    let redis = RedisServer::start();
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "bench",
+            "cycles",
+            "--store",
+            &redis.url(),
+            "--workers",
+            "1,2",
+            "--contended",
+            "2",
+            "--duration",
+            "300ms",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for row in [
+        "uncontended, 1 workers",
+        "uncontended, 2 workers",
+        "one lock, 2 waiters",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row:?} in\n{text}"));
+        let first: f64 = line[row.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(first > 0.0, "{line}");
+    }
+}

@@ -28,6 +28,9 @@ pub enum BenchCommand {
     /// A bounded soak: starts its own broker, keeps N leases alive over S
     /// streams, and reports the broker's RSS, heartbeat p99 and lost leases.
     Soak(super::soak::SoakArgs),
+    /// Acquire+release cycles through a broker and straight against Redis
+    /// with the same scripts (the ratio), then one contended lock.
+    Cycles(super::cycles::CyclesArgs),
 }
 
 /// Arguments of `bench keepalive`.
@@ -48,6 +51,7 @@ pub async fn bench(command: BenchCommand) -> ExitCode {
     match command {
         BenchCommand::Keepalive(args) => keepalive(args).await,
         BenchCommand::Soak(args) => super::soak::soak(args).await,
+        BenchCommand::Cycles(args) => super::cycles::cycles(args).await,
     }
 }
 
@@ -164,4 +168,51 @@ async fn keepalive_run(
             .await;
     }
     Ok(())
+}
+
+/// Starts a broker of the bench's own (`leasehold serve` on a free loopback
+/// port, with `extra` flags) on `store`, and connects to it. The child is
+/// killed when dropped.
+pub(super) async fn start_broker(
+    store: &str,
+    extra: &[&str],
+    key_prefix: &str,
+) -> Result<
+    (
+        tokio::process::Child,
+        LeaseholdClient<tonic::transport::Channel>,
+    ),
+    String,
+> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let broker = tokio::process::Command::new(exe)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--store", store, "--key-prefix", key_prefix])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start the broker: {e}"))?;
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .map_err(|e| e.to_string())?
+        .tcp_nodelay(true);
+    for _ in 0..100 {
+        if let Ok(channel) = endpoint.connect().await {
+            return Ok((broker, LeaseholdClient::new(channel)));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the broker did not come up".into())
 }

@@ -3,6 +3,7 @@
 //! exits with a documented code.
 
 mod bench;
+mod cycles;
 mod run;
 mod soak;
 

@@ -6,7 +6,7 @@
 //! any lease was lost.
 
 use std::{
-    process::{ExitCode, Stdio},
+    process::ExitCode,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -70,43 +70,14 @@ pub async fn soak(args: SoakArgs) -> ExitCode {
 }
 
 async fn run(args: SoakArgs) -> Result<u64, String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut broker = tokio::process::Command::new(exe)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .args([
-            "--store",
-            &args.store,
-            "--max-stream-leases",
-            &args.leases.max(1).to_string(),
-        ])
-        .args(["--key-prefix", &format!("soak{}:", std::process::id())])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start the broker: {e}"))?;
-    let pid = broker.id().ok_or("the broker exited at once")?;
-    let url = format!("http://127.0.0.1:{port}");
-    let mut grpc = None;
-    for _ in 0..100 {
-        if let Ok(client) = LeaseholdClient::connect(url.clone()).await {
-            grpc = Some(client);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let grpc = grpc.ok_or("the broker did not come up")?;
+    let max_leases = args.leases.max(1).to_string();
+    let (mut broker, grpc) = super::bench::start_broker(
+        &args.store,
+        &["--max-stream-leases", &max_leases],
+        &format!("soak{}:", std::process::id()),
+    )
+    .await?;
+    let pid = broker.id().ok_or("the broker exited")?;
 
     // Take the leases, 64 calls at a time.
     let mut refs = Vec::with_capacity(args.leases);
