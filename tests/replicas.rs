@@ -11,9 +11,11 @@ use leasehold::proto::{DescribeRequest, RenewRequest};
 use tonic::Code;
 
 async fn acked_broker(primary: &RedisServer) -> Broker {
+    // Generous: replicas acknowledge slowly on a loaded 2-core machine.
     Broker::start_with(&primary.url(), |c| {
         c.replica_acks = 1;
-        c.replica_ack_timeout = Duration::from_millis(300);
+        c.replica_ack_timeout = Duration::from_millis(1_500);
+        c.store_timeout = Duration::from_secs(2);
     })
     .await
 }
