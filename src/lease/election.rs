@@ -91,7 +91,9 @@ impl Observer {
     /// grants and releases (pushed by the store) and by the current leader's
     /// expiry time; never polls.
     pub async fn next(&mut self) -> Result<Option<Leader>> {
-        let mut shutdown = self.leases.inner.shutdown.subscribe();
+        let leases = self.leases.clone();
+        let shutdown = leases.shutting_down();
+        tokio::pin!(shutdown);
         loop {
             let released = self.released.notified();
             let granted = self.granted.notified();
@@ -115,7 +117,7 @@ impl Observer {
                 () = &mut released => {}
                 () = &mut granted => {}
                 () = sleep(until - Instant::now()) => {}
-                _ = shutdown.wait_for(|down| *down) => {
+                () = &mut shutdown => {
                     return Err(crate::Error::Unavailable(
                         "the broker is shutting down; observe on another replica".into(),
                     ));

@@ -276,10 +276,10 @@ impl Session {
             let latest = tracked.values().map(|t| t.expires_no_sooner_than).max();
             if let Some(latest) = latest {
                 // A little past the TTL, so the store has expired them.
-                let mut shutdown = leases.inner.shutdown.subscribe();
+
                 tokio::select! {
                     () = sleep_until(latest + Duration::from_millis(250)) => {}
-                    _ = shutdown.wait_for(|down| *down) => return,
+                    () = leases.shutting_down() => return,
                 }
             }
             for (name, t) in tracked {

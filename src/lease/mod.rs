@@ -287,7 +287,8 @@ impl Leases {
             })?;
         let _gauge = GaugeGuard::inc(&self.inner.metrics.waiters);
         let watch = self.count_errors(store.watch(&spec.name, Event::Released, true).await)?;
-        let mut shutdown = self.inner.shutdown.subscribe();
+        let shutdown = self.shutting_down();
+        tokio::pin!(shutdown);
         loop {
             // Armed before the attempt, so a release between the attempt and
             // the wait below still wakes us.
@@ -312,7 +313,7 @@ impl Leases {
                 () = &mut notified => {}
                 () = sleep_until(wake.min(deadline)) => {}
                 () = caller.closed() => return Err(Error::Cancelled),
-                _ = shutdown.wait_for(|down| *down) => {
+                () = &mut shutdown => {
                     return Err(Error::Unavailable(
                         "the broker is shutting down; retry on another replica".into(),
                     ))
