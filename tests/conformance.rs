@@ -179,7 +179,7 @@ async fn describe_reports_the_lease(store: &Store) {
 async fn release_wakes_watchers(store: &Store) {
     grant(store, "a", "t1", 10_000).await;
     grant(store, "b", "t2", 10_000).await;
-    let watch = store.watch("a", Event::Released, true).await.unwrap();
+    let watch = store.watch("a", Event::Released, Some("w")).await.unwrap();
     assert_eq!(store.local_waiters("a"), 1);
     {
         let notified = watch.notified();
@@ -284,7 +284,7 @@ async fn a_release_starts_no_lock_delay(store: &Store) {
 async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store) {
     assert_eq!(store.revoke("a").await.unwrap(), None);
     let fence = grant(store, "a", "t1", 10_000).await;
-    let watch = store.watch("a", Event::Released, true).await.unwrap();
+    let watch = store.watch("a", Event::Released, Some("w")).await.unwrap();
     let notified = watch.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();
@@ -330,7 +330,7 @@ async fn revoke_starts_the_lock_delay(store: &Store) {
 
 /// A grant wakes the watchers of the name's grants (election observers).
 async fn a_grant_wakes_grant_watchers(store: &Store) {
-    let watch = store.watch("a", Event::Granted, false).await.unwrap();
+    let watch = store.watch("a", Event::Granted, None).await.unwrap();
     assert_eq!(store.local_waiters("a"), 0, "an observer is not a waiter");
     let notified = watch.notified();
     tokio::pin!(notified);
@@ -441,6 +441,44 @@ async fn waiters_are_served_in_arrival_order(store: &Store) {
     );
 }
 
+/// A release wakes the waiter first in line (and every observer), not the
+/// waiters behind it, who could not take the lock; when the first leaves
+/// the line, the next is woken.
+async fn a_release_wakes_only_the_first_in_line(store: &Store) {
+    use futures_util::FutureExt;
+    const FIRST: &str = "1111111111111111aaaaaaaaaaaaaaaa";
+    const SECOND: &str = "2222222222222222bbbbbbbbbbbbbbbb";
+    grant(store, "a", "t0", 10_000).await;
+    for token in [FIRST, SECOND] {
+        let blocked = store.acquire(&waiting(spec("a", token, 1_000))).await;
+        assert!(matches!(blocked, Ok(Acquired::Blocked(_))), "{blocked:?}");
+    }
+    let first = store.watch("a", Event::Released, Some(FIRST)).await.unwrap();
+    let second = store.watch("a", Event::Released, Some(SECOND)).await.unwrap();
+    let observer = store.watch("a", Event::Released, None).await.unwrap();
+    assert_eq!(store.local_waiters("a"), 2);
+
+    store.release("a", "t0").await.unwrap();
+    // One event reaches the three watches at once: once the observer has it,
+    // the others have had it too, or never will.
+    tokio::time::timeout(Duration::from_secs(5), observer.notified())
+        .await
+        .expect("the release reached the observer");
+    assert!(first.notified().now_or_never().is_some(), "first in line woken");
+    assert!(
+        second.notified().now_or_never().is_none(),
+        "the second in line was woken by a release it could not use"
+    );
+
+    // The first gives up its place: the second is next, and is woken.
+    store.dequeue("a", FIRST).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), second.notified())
+        .await
+        .expect("the next in line is woken when the first leaves");
+    grant(store, "a", SECOND, 1_000).await;
+    assert_eq!(store.describe("a").await.unwrap().waiters, 0);
+}
+
 fn permit(name: &str, token: &str, ttl_ms: u64, limit: u32) -> GrantSpec {
     GrantSpec {
         limit,
@@ -542,5 +580,6 @@ conformance!(
     revoke_starts_the_lock_delay,
     a_grant_wakes_grant_watchers,
     waiters_are_served_in_arrival_order,
+    a_release_wakes_only_the_first_in_line,
     a_semaphore_grants_up_to_its_limit,
 );

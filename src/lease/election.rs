@@ -62,8 +62,8 @@ impl Leases {
         validate::name(&self.inner.limits, election)?;
         let store = &self.inner.store;
         // Subscribed before the first look, so no change can slip between.
-        let released = self.count_errors(store.watch(election, Event::Released, false).await)?;
-        let granted = self.count_errors(store.watch(election, Event::Granted, false).await)?;
+        let released = self.count_errors(store.watch(election, Event::Released, None).await)?;
+        let granted = self.count_errors(store.watch(election, Event::Granted, None).await)?;
         Ok(Observer {
             leases: self.clone(),
             election: election.to_owned(),

@@ -18,7 +18,7 @@ use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
 use tokio::time::Instant;
 
 use super::{
-    watch::Watchers, Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo,
+    watch::{waiter_id, Watchers}, Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo,
     RenewItem, Renewed, QUEUE_LIFETIME,
 };
 use crate::error::Result;
@@ -150,7 +150,7 @@ impl MemoryStore {
         if matches!(outcome, Acquired::Granted { .. }) {
             self.inner
                 .watchers
-                .wake(&self.channel(&spec.name, Event::Granted));
+                .wake(&self.channel(&spec.name, Event::Granted), "");
         }
         Ok(outcome)
     }
@@ -310,17 +310,15 @@ impl MemoryStore {
         };
         let was_first = queue.front().is_some_and(|(first, _)| first == token);
         queue.retain(|(t, _)| t != token);
-        let empty = queue.is_empty();
         drop(queue);
-        if empty {
-            self.inner.queues.remove_if(name, |_, q| q.is_empty());
-        }
         if was_first {
             // The next in line may take a free lock now.
+            let next = self.next_in_line(name);
             self.inner
                 .watchers
-                .wake(&self.channel(name, Event::Released));
+                .wake(&self.channel(name, Event::Released), waiter_id(&next));
         }
+        self.inner.queues.remove_if(name, |_, q| q.is_empty());
         Ok(())
     }
 
@@ -391,7 +389,7 @@ impl MemoryStore {
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         let now = Instant::now();
-        match self.inner.leases.entry(name.to_owned()) {
+        let next = match self.inner.leases.entry(name.to_owned()) {
             MapEntry::Occupied(e) if e.get().live(now) => {
                 if e.get().token != token {
                     return Ok(Checked::NotOwner {
@@ -400,6 +398,8 @@ impl MemoryStore {
                 }
                 // Voluntary: no lock-delay.
                 e.remove();
+                // Only the first in line can take it: wake just that waiter.
+                self.next_in_line(name)
             }
             _ => {
                 let released = self.inner.permits.get_mut(name).is_some_and(|mut permits| {
@@ -408,12 +408,28 @@ impl MemoryStore {
                 if !released {
                     return Ok(Checked::NotHeld);
                 }
+                // A free permit may serve more than the first in line.
+                String::new()
             }
-        }
+        };
         self.inner
             .watchers
-            .wake(&self.channel(name, Event::Released));
+            .wake(&self.channel(name, Event::Released), waiter_id(&next));
         Ok(Checked::Done(()))
+    }
+
+    /// The token of the first live waiter in the name's queue, or empty.
+    fn next_in_line(&self, name: &str) -> String {
+        let now = Instant::now();
+        self.inner
+            .queues
+            .get(name)
+            .and_then(|q| {
+                q.iter()
+                    .find(|(_, deadline)| *deadline > now)
+                    .map(|(t, _)| t.clone())
+            })
+            .unwrap_or_default()
     }
 
     pub(crate) async fn revoke(&self, name: &str) -> Result<Option<u64>> {
@@ -428,7 +444,7 @@ impl MemoryStore {
         };
         self.inner
             .watchers
-            .wake(&self.channel(name, Event::Released));
+            .wake(&self.channel(name, Event::Released), "");
         Ok(Some(fence))
     }
 

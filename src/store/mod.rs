@@ -328,9 +328,10 @@ impl Store {
     /// so a caller that looks at the name *after* `watch` and then awaits
     /// [`Watch::notified`] cannot miss an event in between.
     ///
-    /// `waiter`: the caller waits to acquire (counted by
-    /// [`Store::local_waiters`]) rather than observes.
-    pub async fn watch(&self, name: &str, event: Event, waiter: bool) -> Result<Watch> {
+    /// `waiter`: the token of a caller waiting to acquire (counted by
+    /// [`Store::local_waiters`], and woken by a release only when it is first
+    /// in line), or `None` for an observer (woken by every event).
+    pub async fn watch(&self, name: &str, event: Event, waiter: Option<&str>) -> Result<Watch> {
         dispatch!(self, s => s.watchers().watch(&s.channel(name, event), waiter).await)
     }
 

@@ -140,10 +140,15 @@ impl RedisStore {
         let on_push = move |push: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
             match push.kind {
                 PushKind::Message => {
-                    // data = [channel, payload]; watches are keyed by channel.
-                    if let Some(Value::BulkString(channel)) = push.data.first() {
-                        if let Ok(channel) = std::str::from_utf8(channel) {
-                            pushed.wake(channel);
+                    // data = [channel, message]; watches are keyed by channel,
+                    // and the message names the waiter to wake (release.lua).
+                    if let [Value::BulkString(channel), Value::BulkString(next), ..] =
+                        push.data.as_slice()
+                    {
+                        if let (Ok(channel), Ok(next)) =
+                            (std::str::from_utf8(channel), std::str::from_utf8(next))
+                        {
+                            pushed.wake(channel, next);
                         }
                     }
                 }
@@ -279,7 +284,6 @@ impl RedisStore {
                     floor,
                     spec.limit.to_string(),
                     self.channel(&spec.name, Event::Granted),
-                    spec.name.clone(),
                     queued,
                     queue_life,
                 ],
@@ -300,7 +304,6 @@ impl RedisStore {
                     floor,
                     spec.lock_delay_ms.to_string(),
                     self.channel(&spec.name, Event::Granted),
-                    spec.name.clone(),
                     queued,
                     queue_life,
                 ],
@@ -343,11 +346,7 @@ impl RedisStore {
 
     pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
         let NameKeys { queue, alive, .. } = self.keys(name);
-        let args = [
-            token.to_owned(),
-            self.channel(name, Event::Released),
-            name.to_owned(),
-        ];
+        let args = [token.to_owned(), self.channel(name, Event::Released)];
         let _: i64 = self
             .eval(
                 "dequeue",
@@ -493,18 +492,13 @@ impl RedisStore {
     }
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
-        let key = self.key(name);
-        let args = [
-            token.to_owned(),
-            self.channel(name, Event::Released),
-            name.to_owned(),
-        ];
-        let permits = self.keys(name).permits;
+        let k = self.keys(name);
+        let args = [token.to_owned(), self.channel(name, Event::Released)];
         let reply: i64 = self
             .eval(
                 "release",
                 &self.inner.scripts.release,
-                &[&key, &permits],
+                &[&k.lease, &k.permits, &k.queue, &k.alive],
                 &args,
             )
             .await?;
@@ -522,7 +516,7 @@ impl RedisStore {
 
     pub(crate) async fn revoke(&self, name: &str) -> Result<Option<u64>> {
         let key = self.key(name);
-        let args = [self.channel(name, Event::Released), name.to_owned()];
+        let args = [self.channel(name, Event::Released)];
         let reply: Vec<Value> = self
             .eval("revoke", &self.inner.scripts.revoke, &[&key], &args)
             .await?;

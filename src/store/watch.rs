@@ -1,23 +1,35 @@
 //! Local registry of callers waiting for an event of a name (its release,
 //! its grant), keyed by the event's channel (`{prefix}{name}:released`...).
 //!
-//! Each channel with at least one watcher on this replica has a slot holding
-//! a [`Notify`]. An event (seen directly by the memory store, or as a Redis
-//! pub/sub message) wakes every watcher of the channel. For Redis, the first
-//! watcher of a channel subscribes to it and the last one to leave
-//! unsubscribes; both requests go, in order, through one queue to the task
-//! that owns the subscription connection, so an unsubscribe can never
-//! overtake a later subscribe of the same channel.
+//! Each channel with at least one watch on this replica has a slot listing
+//! its watches, each with a [`Notify`] of its own. An event (seen directly by
+//! the memory store, or as a Redis pub/sub message) names the waiter first in
+//! the name's queue, if any: only that waiter is woken, with every observer
+//! (an election's Observe stream). The others could not take the lock anyway
+//! (the queue is FIFO), so waking them would only cost a script run each per
+//! handoff. An event that names nobody wakes every watch.
+//!
+//! For Redis, the first watch of a channel subscribes to it and the last one
+//! to leave unsubscribes; both requests go, in order, through one queue to
+//! the task that owns the subscription connection, so an unsubscribe can
+//! never overtake a later subscribe of the same channel.
 
 use std::sync::{
-    atomic::{AtomicUsize, Ordering},
-    Arc,
+    atomic::{AtomicU64, Ordering},
+    Arc, Mutex, MutexGuard, PoisonError,
 };
 
 use dashmap::{mapref::entry::Entry, DashMap};
 use tokio::sync::{futures::Notified, mpsc, oneshot, Notify, OnceCell};
 
 use crate::error::{Error, Result};
+
+/// How a waiter is named in events: the first 16 hex digits (64 bits) of its
+/// token. Enough to tell the waiters of one name apart, and the token itself
+/// (which becomes the owner token on a grant) is never published.
+pub(crate) fn waiter_id(token: &str) -> &str {
+    token.get(..16).unwrap_or(token)
+}
 
 /// A request to the subscription task.
 #[derive(Debug)]
@@ -28,19 +40,32 @@ pub(crate) enum SubscriptionRequest {
     Unsubscribe(String),
 }
 
+/// One watch, as its slot knows it.
+struct Member {
+    id: u64,
+    /// The waiter id ([`waiter_id`]) of a caller waiting to acquire; `None`
+    /// for an observer.
+    waiter: Option<Box<str>>,
+    notify: Arc<Notify>,
+}
+
 struct Slot {
-    notify: Notify,
-    /// Watches of this name alive now; changed only under the map entry lock.
-    count: AtomicUsize,
-    /// Of those, the ones of callers waiting to acquire (what Describe
-    /// reports); the others observe (an election's Observe stream).
-    waiters: AtomicUsize,
+    /// The watches of this channel; changed only under the map entry lock.
+    members: Mutex<Vec<Member>>,
     /// Set once the subscription for this slot is confirmed.
     subscribed: OnceCell<()>,
 }
 
+impl Slot {
+    fn members(&self) -> MutexGuard<'_, Vec<Member>> {
+        // Nothing panics while holding it; a poisoned list is still whole.
+        self.members.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 struct Inner {
     slots: DashMap<String, Arc<Slot>>,
+    next_id: AtomicU64,
     /// `None` for stores that see every release themselves (memory).
     subscriptions: Option<mpsc::UnboundedSender<SubscriptionRequest>>,
 }
@@ -51,11 +76,12 @@ pub(crate) struct Watchers {
     inner: Arc<Inner>,
 }
 
-/// One caller's interest in the releases of one name. Dropping it ends the
+/// One caller's interest in the events of one name. Dropping it ends the
 /// interest (and the subscription, if it was the last).
 pub struct Watch {
-    name: String,
-    waiter: bool,
+    channel: String,
+    id: u64,
+    notify: Arc<Notify>,
     slot: Arc<Slot>,
     inner: Arc<Inner>,
 }
@@ -65,34 +91,38 @@ impl Watchers {
         Watchers {
             inner: Arc::new(Inner {
                 slots: DashMap::new(),
+                next_id: AtomicU64::new(0),
                 subscriptions,
             }),
         }
     }
 
-    /// Registers a watch on `name`; returns once releases of the name will
-    /// reach it.
-    pub(crate) async fn watch(&self, name: &str, waiter: bool) -> Result<Watch> {
+    /// Registers a watch on `channel`; returns once its events will reach
+    /// it. `waiter`: the token of a caller waiting to acquire (woken when it
+    /// is first in line), or `None` for an observer (woken by every event).
+    pub(crate) async fn watch(&self, channel: &str, waiter: Option<&str>) -> Result<Watch> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
         let slot = {
-            let slot = self.inner.slots.entry(name.to_owned()).or_insert_with(|| {
+            let slot = self.inner.slots.entry(channel.to_owned()).or_insert_with(|| {
                 Arc::new(Slot {
-                    notify: Notify::new(),
-                    count: AtomicUsize::new(0),
-                    waiters: AtomicUsize::new(0),
+                    members: Mutex::new(Vec::new()),
                     subscribed: OnceCell::new(),
                 })
             });
-            slot.count.fetch_add(1, Ordering::SeqCst);
-            if waiter {
-                slot.waiters.fetch_add(1, Ordering::SeqCst);
-            }
+            slot.members().push(Member {
+                id,
+                waiter: waiter.map(|t| waiter_id(t).into()),
+                notify: Arc::clone(&notify),
+            });
             Arc::clone(&slot)
         };
         // Built before subscribing, so that a failed subscription still
         // unregisters on drop.
         let watch = Watch {
-            name: name.to_owned(),
-            waiter,
+            channel: channel.to_owned(),
+            id,
+            notify,
             slot,
             inner: Arc::clone(&self.inner),
         };
@@ -103,7 +133,7 @@ impl Watchers {
                 .get_or_try_init(|| async {
                     let (tx, rx) = oneshot::channel();
                     subscriptions
-                        .send(SubscriptionRequest::Subscribe(name.to_owned(), tx))
+                        .send(SubscriptionRequest::Subscribe(channel.to_owned(), tx))
                         .map_err(|_| {
                             Error::Unavailable("the store's subscription task has stopped".into())
                         })?;
@@ -116,10 +146,21 @@ impl Watchers {
         Ok(watch)
     }
 
-    /// Wakes every watch of `name` on this replica.
-    pub(crate) fn wake(&self, name: &str) {
-        if let Some(slot) = self.inner.slots.get(name) {
-            slot.notify.notify_waiters();
+    /// An event on `channel`. `next`: the waiter id of the first in line
+    /// (only it is woken, with every observer), or empty to wake every
+    /// watch. A wake-up reaching a watch that is not waiting is kept for its
+    /// next wait, so a caller busy with an attempt does not miss it.
+    pub(crate) fn wake(&self, channel: &str, next: &str) {
+        if let Some(slot) = self.inner.slots.get(channel) {
+            for member in slot.members().iter() {
+                let woken = match &member.waiter {
+                    None => true,
+                    Some(id) => next.is_empty() || **id == *next,
+                };
+                if woken {
+                    member.notify.notify_one();
+                }
+            }
         }
     }
 
@@ -127,44 +168,50 @@ impl Watchers {
     /// have gone unseen, so every waiter must look again.
     pub(crate) fn wake_all(&self) {
         for slot in self.inner.slots.iter() {
-            slot.notify.notify_waiters();
+            for member in slot.members().iter() {
+                member.notify.notify_one();
+            }
         }
     }
 
-    /// Watches of `name` alive now.
-    pub(crate) fn waiters(&self, name: &str) -> usize {
-        self.inner
-            .slots
-            .get(name)
-            .map_or(0, |s| s.waiters.load(Ordering::SeqCst))
+    /// Watches of `channel` by callers waiting to acquire, alive now.
+    pub(crate) fn waiters(&self, channel: &str) -> usize {
+        self.inner.slots.get(channel).map_or(0, |s| {
+            s.members().iter().filter(|m| m.waiter.is_some()).count()
+        })
     }
 }
 
 impl Watch {
-    /// Resolves at the next release of the name. Create it (and `enable` it)
-    /// *before* the acquire attempt whose failure makes you wait, so that a
-    /// release between the attempt and the wait is not missed.
+    /// Resolves at the next event that wakes this watch, or at once if one
+    /// came since the last wait. Creating it *before* the look at the name
+    /// that makes you wait is not needed for correctness (wake-ups are kept),
+    /// but harmless.
     pub fn notified(&self) -> Notified<'_> {
-        self.slot.notify.notified()
+        self.notify.notified()
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        // Decrement under the entry lock, so that a concurrent `watch` either
+        // Removed under the entry lock, so that a concurrent `watch` either
         // sees this slot alive or creates a fresh one after it is gone.
-        if let Entry::Occupied(entry) = self.inner.slots.entry(self.name.clone()) {
-            if self.waiter && Arc::ptr_eq(entry.get(), &self.slot) {
-                entry.get().waiters.fetch_sub(1, Ordering::SeqCst);
+        if let Entry::Occupied(entry) = self.inner.slots.entry(self.channel.clone()) {
+            if !Arc::ptr_eq(entry.get(), &self.slot) {
+                return;
             }
-            if Arc::ptr_eq(entry.get(), &self.slot)
-                && entry.get().count.fetch_sub(1, Ordering::SeqCst) == 1
-            {
+            let empty = {
+                let mut members = entry.get().members();
+                members.retain(|m| m.id != self.id);
+                members.is_empty()
+            };
+            if empty {
                 entry.remove();
                 if let Some(subscriptions) = &self.inner.subscriptions {
                     // Sent while the entry lock is held: ordered before any
-                    // later subscribe of the same name.
-                    let _ = subscriptions.send(SubscriptionRequest::Unsubscribe(self.name.clone()));
+                    // later subscribe of the same channel.
+                    let _ =
+                        subscriptions.send(SubscriptionRequest::Unsubscribe(self.channel.clone()));
                 }
             }
         }
@@ -173,14 +220,54 @@ impl Drop for Watch {
 
 #[cfg(test)]
 mod tests {
+    use futures_util::FutureExt;
+
     use super::*;
+
+    const T1: &str = "0123456789abcdef0123456789abcdef";
+    const T2: &str = "fedcba9876543210fedcba9876543210";
+
+    #[tokio::test]
+    async fn an_event_wakes_the_first_in_line_and_the_observers_only() {
+        let watchers = Watchers::new(None);
+        let first = watchers.watch("c", Some(T1)).await.unwrap();
+        let second = watchers.watch("c", Some(T2)).await.unwrap();
+        let observer = watchers.watch("c", None).await.unwrap();
+        assert_eq!(watchers.waiters("c"), 2);
+
+        // Sent while nobody waits: kept for the next wait.
+        watchers.wake("c", waiter_id(T1));
+        assert!(first.notified().now_or_never().is_some());
+        assert!(second.notified().now_or_never().is_none());
+        assert!(observer.notified().now_or_never().is_some());
+        // Consumed: the next wait waits.
+        assert!(first.notified().now_or_never().is_none());
+
+        // First in line is a waiter of another replica: observers only.
+        watchers.wake("c", "0000000000000000");
+        assert!(first.notified().now_or_never().is_none());
+        assert!(second.notified().now_or_never().is_none());
+        assert!(observer.notified().now_or_never().is_some());
+
+        // Nobody named: everyone.
+        watchers.wake("c", "");
+        assert!(first.notified().now_or_never().is_some());
+        assert!(second.notified().now_or_never().is_some());
+        assert!(observer.notified().now_or_never().is_some());
+
+        watchers.wake_all();
+        assert!(second.notified().now_or_never().is_some());
+        drop((first, second, observer));
+        assert_eq!(watchers.waiters("c"), 0);
+        assert!(watchers.inner.slots.is_empty());
+    }
 
     #[tokio::test]
     async fn release_wakes_a_watch_and_the_last_drop_unsubscribes() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(tx));
         let w = watchers.clone();
-        let first = tokio::spawn(async move { w.watch("a", true).await });
+        let first = tokio::spawn(async move { w.watch("a", Some(T1)).await });
         match rx.recv().await {
             Some(SubscriptionRequest::Subscribe(name, ack)) => {
                 assert_eq!(name, "a");
@@ -190,14 +277,14 @@ mod tests {
         }
         let first = first.await.unwrap().unwrap();
         // A second watch of the same name does not subscribe again.
-        let second = watchers.watch("a", true).await.unwrap();
+        let second = watchers.watch("a", Some(T2)).await.unwrap();
         assert_eq!(watchers.waiters("a"), 2);
 
         {
             let notified = first.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            watchers.wake("a");
+            watchers.wake("a", "");
             notified.await;
         }
 
@@ -213,7 +300,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(tx));
         let w = watchers.clone();
-        let attempt = tokio::spawn(async move { w.watch("b", true).await });
+        let attempt = tokio::spawn(async move { w.watch("b", Some(T1)).await });
         if let Some(SubscriptionRequest::Subscribe(_, ack)) = rx.recv().await {
             ack.send(Err(Error::Unavailable("down".into()))).unwrap();
         }

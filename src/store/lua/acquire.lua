@@ -14,11 +14,11 @@
 -- ARGV[4]  fence floor: the highest fence the calling broker has seen
 -- ARGV[5]  lock-delay in milliseconds (0: none): after an involuntary end of
 --          this lease (expiry, revoke) nobody gets the lock for that long
--- ARGV[6]  the name's grant channel (observers of an election listen there)
--- ARGV[7]  the lock name (the message published on the channel)
--- ARGV[8]  '1' if the caller waits (then it joins the queue, or refreshes its
+-- ARGV[6]  the name's grant channel (observers of an election listen there;
+--          the message is empty: it names no waiter, see release.lua)
+-- ARGV[7]  '1' if the caller waits (then it joins the queue, or refreshes its
 --          place, when not granted), '0' if it tries once
--- ARGV[9]  how long a queued waiter keeps its place (see queue.lua)
+-- ARGV[8]  how long a queued waiter keeps its place (see queue.lua)
 --
 -- Returns {1, fence, ttl_ms, "", granted_at_ms} when granted (also when the
 --         lease is already held with this very token: the broker retries a
@@ -106,5 +106,5 @@ redis.call('HSET', key,
   'e', string.format('%d', now_ms + ttl),
   'd', ARGV[5])
 redis.call('PEXPIRE', key, ttl + delay)
-redis.call('PUBLISH', ARGV[6], ARGV[7])
+redis.call('PUBLISH', ARGV[6], '')
 return {1, fence, ttl, '', now_ms}

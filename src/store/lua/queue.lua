@@ -3,8 +3,8 @@
 --
 -- Expects KEYS[2] (the queue: a list of waiter tokens, in arrival order),
 -- KEYS[3] (the waiters' liveness: a sorted set, token -> ms deadline),
--- ARGV[1] (the caller's token), ARGV[8] ('1' if the caller waits) and
--- ARGV[9] (how long a waiter keeps its place without calling again, ms: its
+-- ARGV[1] (the caller's token), ARGV[7] ('1' if the caller waits) and
+-- ARGV[8] (how long a waiter keeps its place without calling again, ms: its
 -- broker calls again before that while the waiter lives, so the waiters of a
 -- broker that died leave the queue by themselves).
 --
@@ -23,10 +23,10 @@ end
 -- Joins the queue (or renews the caller's place) if the caller waits;
 -- returns its position (1 = next; 0 = not in the queue).
 local function wait_in_line()
-  if ARGV[8] ~= '1' then
+  if ARGV[7] ~= '1' then
     return 0
   end
-  local life = tonumber(ARGV[9])
+  local life = tonumber(ARGV[8])
   if not redis.call('ZSCORE', alive, token) then
     redis.call('RPUSH', queue, token)
   end

@@ -3,8 +3,9 @@
 -- lease's lock-delay, if any, starts now; waiters are woken.
 --
 -- KEYS[1]  the lease hash of the name
--- ARGV[1]  the name's release channel
--- ARGV[2]  the lock name (the message published on the channel)
+-- ARGV[1]  the name's release channel (the message is empty: the lock is in
+--          its lock-delay, if any, so every waiter looks again; see
+--          release.lua)
 --
 -- Returns {1, fence} when a lease was revoked, {0, 0} when none was held.
 --
@@ -24,5 +25,5 @@ local delay_end = now_ms + tonumber(l[4] or '0')
 redis.call('DEL', key)
 redis.call('HSET', key, 'f', l[2], 'r', l[1], 'u', string.format('%d', delay_end))
 redis.call('PEXPIRE', key, math.max(tonumber(l[3]), delay_end) - now_ms + 1)
-redis.call('PUBLISH', ARGV[1], ARGV[2])
+redis.call('PUBLISH', ARGV[1], '')
 return {1, tonumber(l[2])}

@@ -12,10 +12,9 @@
 -- ARGV[3]  holder label
 -- ARGV[4]  fence floor: the highest fence the calling broker has seen
 -- ARGV[5]  limit: how many permits may be held at once
--- ARGV[6]  the name's grant channel
--- ARGV[7]  the lock name (the message published on the channel)
--- ARGV[8]  '1' if the caller waits (joins the queue when not granted)
--- ARGV[9]  how long a queued waiter keeps its place without calling again, ms
+-- ARGV[6]  the name's grant channel (the message is empty, as in acquire.lua)
+-- ARGV[7]  '1' if the caller waits (joins the queue when not granted)
+-- ARGV[8]  how long a queued waiter keeps its place without calling again, ms
 --
 -- Returns as acquire.lua: {1, fence, ttl_ms, "", granted_at_ms} when granted
 -- (or already granted to this token); {0, fence, remaining_ms, holder,
@@ -78,5 +77,5 @@ redis.call('HSET', permits,
   token, string.format('%d|%d|%d|%d|', fence, expiry, ttl, now_ms) .. ARGV[3],
   '_f', string.format('%d', fence))
 redis.call('PEXPIRE', permits, math.max(latest, expiry) - now_ms)
-redis.call('PUBLISH', ARGV[6], ARGV[7])
+redis.call('PUBLISH', ARGV[6], '')
 return {1, fence, ttl, '', now_ms}
