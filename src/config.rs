@@ -59,6 +59,13 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_ENABLE_REVOKE")]
     pub enable_revoke: bool,
 
+    /// Threads that run requests: 0 for one per core. 1 runs everything on
+    /// one thread, with no hand-offs between threads: the cheapest per
+    /// request, and the fastest where the broker shares a small machine with
+    /// Redis (see BENCHMARKS.md); more spread the load over more cores.
+    #[arg(long, env = "LEASEHOLD_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
     /// Request limits.
     #[command(flatten)]
     pub limits: Limits,
@@ -211,6 +218,7 @@ impl ServeConfig {
             replica_ack_timeout: Duration::from_millis(500),
             health_interval: Duration::from_secs(1),
             enable_revoke: false,
+            worker_threads: 0,
             limits: Limits::default(),
             log_format: LogFormat::Pretty,
         }

@@ -54,9 +54,34 @@ enum Command {
     Bench(cli::BenchCommand),
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The broker's threads are its own setting; every other command (a
+    // client, a load generator) has little to do at once and runs on one
+    // thread, which costs least per call and leaves the cores to the broker
+    // and Redis when they share the machine.
+    let runtime = match &cli.command {
+        Command::Serve(config) if config.worker_threads != 1 => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if config.worker_threads > 1 {
+                builder.worker_threads(config.worker_threads);
+            }
+            builder.enable_all().build()
+        }
+        _ => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    };
+    match runtime {
+        Ok(runtime) => runtime.block_on(dispatch(cli)),
+        Err(e) => {
+            eprintln!("leasehold: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(config) => {
             init_tracing(config.log_format, "info");
