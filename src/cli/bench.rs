@@ -170,26 +170,30 @@ async fn keepalive_run(
     Ok(())
 }
 
+/// A broker of the bench's own: a child `leasehold serve`, killed when
+/// dropped.
+pub(super) struct OwnBroker {
+    /// The child process (for its pid: RSS and CPU are read from /proc).
+    pub child: tokio::process::Child,
+    /// A client connected to it.
+    pub grpc: LeaseholdClient<tonic::transport::Channel>,
+    /// Its URL, for child processes of the bench (`leasehold hold`).
+    pub url: String,
+}
+
 /// Starts a broker of the bench's own (`leasehold serve` on a free loopback
-/// port, with `extra` flags) on `store`, and connects to it. The child is
-/// killed when dropped.
+/// port, with `extra` flags) on `store`, and connects to it.
 pub(super) async fn start_broker(
     store: &str,
     extra: &[&str],
     key_prefix: &str,
-) -> Result<
-    (
-        tokio::process::Child,
-        LeaseholdClient<tonic::transport::Channel>,
-    ),
-    String,
-> {
+) -> Result<OwnBroker, String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
         .port();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let broker = tokio::process::Command::new(exe)
+    let child = tokio::process::Command::new(exe)
         .args([
             "serve",
             "--listen",
@@ -205,12 +209,17 @@ pub(super) async fn start_broker(
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start the broker: {e}"))?;
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+    let url = format!("http://127.0.0.1:{port}");
+    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
         .map_err(|e| e.to_string())?
         .tcp_nodelay(true);
     for _ in 0..100 {
         if let Ok(channel) = endpoint.connect().await {
-            return Ok((broker, LeaseholdClient::new(channel)));
+            return Ok(OwnBroker {
+                child,
+                grpc: LeaseholdClient::new(channel),
+                url,
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

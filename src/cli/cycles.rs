@@ -9,11 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::EXIT_BROKER_ERROR;
+use super::{bench::OwnBroker, EXIT_BROKER_ERROR};
 use crate::{
     config::parse_duration,
     lease::token,
-    proto::{leasehold_client::LeaseholdClient, AcquireRequest, ReleaseRequest},
+    proto::{leasehold_client::LeaseholdClient, AcquireRequest, DescribeRequest, ReleaseRequest},
     store::{Acquired, GrantSpec, Store, StoreOptions},
 };
 
@@ -38,6 +38,13 @@ pub struct CyclesArgs {
     /// load generator, broker and Redis share two cores; 0 is one per core.
     #[arg(long, default_value_t = 1)]
     broker_worker_threads: usize,
+    /// Failovers to measure (0 to skip): a holder process killed with
+    /// SIGKILL while a waiter is in line.
+    #[arg(long, default_value_t = 3)]
+    failovers: usize,
+    /// TTL of the lease whose holder is killed.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    failover_ttl: Duration,
 }
 
 /// Runs the scenarios; see the module doc.
@@ -72,7 +79,7 @@ impl Run {
 async fn run(args: CyclesArgs) -> Result<(), String> {
     let run_id = std::process::id();
     let threads = args.broker_worker_threads.to_string();
-    let (_broker, grpc) = super::bench::start_broker(
+    let broker = super::bench::start_broker(
         &args.store,
         &["--worker-threads", &threads],
         &format!("cycles{run_id}:"),
@@ -95,7 +102,7 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?
     };
-    let result = scenarios(&args, &grpc, &direct, direct_runtime.handle()).await;
+    let result = scenarios(&args, &broker, &direct, direct_runtime.handle()).await;
     // Dropping a runtime may block; not allowed inside this one.
     direct_runtime.shutdown_background();
     result
@@ -103,10 +110,11 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
 
 async fn scenarios(
     args: &CyclesArgs,
-    grpc: &LeaseholdClient<tonic::transport::Channel>,
+    broker: &OwnBroker,
     direct: &Store,
     direct_runtime: &tokio::runtime::Handle,
 ) -> Result<(), String> {
+    let grpc = &broker.grpc;
     println!(
         "{:<24} {:>12} {:>12} {:>7} {:>22} {:>22}",
         "scenario",
@@ -144,7 +152,181 @@ async fn scenarios(
     if args.contended > 0 {
         contended(grpc, args.contended, args.duration).await?;
     }
+    if args.failovers > 0 {
+        let ttl = args.failover_ttl;
+        let broker_runs = failover_broker(broker, ttl, args.failovers).await?;
+        let direct_runs = direct_runtime
+            .spawn(failover_direct(direct.clone(), ttl, args.failovers))
+            .await
+            .map_err(|e| e.to_string())??;
+        for (side, runs) in [("broker", broker_runs), ("direct", direct_runs)] {
+            let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
+            let late = |d: &Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+            println!(
+                "{:<24} kill -9 -> next grant {} ms; expiry -> grant {} ms (TTL {} ms)",
+                format!("holder killed, {side}"),
+                runs.iter().map(|r| ms(&r.kill_to_grant)).collect::<Vec<_>>().join(" / "),
+                runs.iter().map(|r| late(&r.expiry_to_grant)).collect::<Vec<_>>().join(" / "),
+                ttl.as_millis()
+            );
+        }
+    }
     Ok(())
+}
+
+/// One failover: from the holder's death to the waiter's grant, and from the
+/// lease's expiry (as the store reported its remaining time right after the
+/// kill) to the grant.
+struct Failover {
+    kill_to_grant: Duration,
+    expiry_to_grant: Duration,
+}
+
+/// A `leasehold hold` process keeps a lease alive over KeepAlive; a waiter
+/// queues for the lock; the holder is killed with SIGKILL. Nothing tells the
+/// broker: the waiter must be granted when the lease expires.
+async fn failover_broker(
+    broker: &OwnBroker,
+    ttl: Duration,
+    runs: usize,
+) -> Result<Vec<Failover>, String> {
+    use tokio::io::AsyncBufReadExt;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut results = Vec::new();
+    for run in 0..runs {
+        let name = format!("bench/failover/{}/{run}", std::process::id());
+        let mut holder = tokio::process::Command::new(&exe)
+            .args(["hold", "--broker", &broker.url, "--lock", &name])
+            .args(["--ttl", &format!("{}ms", ttl.as_millis())])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start leasehold hold: {e}"))?;
+        let stdout = holder.stdout.take().ok_or("no stdout")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        match lines.next_line().await {
+            Ok(Some(line)) if line.starts_with("granted") => {}
+            other => return Err(format!("leasehold hold did not get the lock: {other:?}")),
+        }
+        // Let it renew a few times, so it dies at a random point of its
+        // heartbeat period, as a real holder would.
+        tokio::time::sleep(ttl + Duration::from_millis(getrandom::u64().unwrap_or(0) % 700)).await;
+
+        let mut waiter = broker.grpc.clone();
+        let request = AcquireRequest {
+            name: name.clone(),
+            ttl_ms: 10_000,
+            wait_timeout_ms: 3 * ttl.as_millis() as u64 + 5_000,
+            ..Default::default()
+        };
+        let granted = tokio::spawn(async move {
+            let lease = waiter.acquire(request).await;
+            (Instant::now(), lease)
+        });
+        // The waiter is in line before the kill.
+        let mut describer = broker.grpc.clone();
+        loop {
+            let described = describer
+                .describe(DescribeRequest { name: name.clone() })
+                .await
+                .map_err(|s| format!("describe: {}", s.message()))?
+                .into_inner();
+            if described.waiters > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        holder.start_kill().map_err(|e| e.to_string())?;
+        let killed = Instant::now();
+        let _ = holder.wait().await;
+        let remaining = describer
+            .describe(DescribeRequest { name: name.clone() })
+            .await
+            .map_err(|s| format!("describe: {}", s.message()))?
+            .into_inner()
+            .remaining_ms;
+        let expiry = killed + Duration::from_millis(remaining);
+        let (at, lease) = granted.await.map_err(|e| e.to_string())?;
+        let lease = lease
+            .map_err(|s| format!("the waiter was not granted: {}", s.message()))?
+            .into_inner()
+            .lease
+            .ok_or("no lease")?;
+        let _ = describer
+            .release(ReleaseRequest {
+                name: lease.name,
+                owner_token: lease.owner_token,
+            })
+            .await;
+        results.push(Failover {
+            kill_to_grant: at.duration_since(killed),
+            expiry_to_grant: at.saturating_duration_since(expiry),
+        });
+    }
+    Ok(results)
+}
+
+/// The same against Redis directly: the holder renews every TTL/3 and stops
+/// (dies) at a random point; the waiter tries again when the script says the
+/// lease will have expired (the broker's own rule, minus the broker).
+async fn failover_direct(store: Store, ttl: Duration, runs: usize) -> Result<Vec<Failover>, String> {
+    let ttl_ms = ttl.as_millis() as u64;
+    let mut results = Vec::new();
+    for run in 0..runs {
+        let name = format!("bench/failover/{}/{run}", std::process::id());
+        let holder = spec(&name, ttl_ms)?;
+        match store.acquire(&holder).await.map_err(|e| e.to_string())? {
+            Acquired::Granted { .. } => {}
+            blocked => return Err(format!("direct holder refused: {blocked:?}")),
+        }
+        let keeper = {
+            let (store, name, token) = (store.clone(), name.clone(), holder.token.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(ttl / 3);
+                loop {
+                    tick.tick().await;
+                    let _ = store.renew(&name, &token, None).await;
+                }
+            })
+        };
+        tokio::time::sleep(ttl + Duration::from_millis(getrandom::u64().unwrap_or(0) % 700)).await;
+        keeper.abort();
+        let _ = keeper.await;
+        let killed = Instant::now();
+        let waiter = GrantSpec {
+            queued: true,
+            ..spec(&name, 10_000)?
+        };
+        let mut expiry = None;
+        let at = loop {
+            match store.acquire(&waiter).await.map_err(|e| e.to_string())? {
+                Acquired::Granted { .. } => break Instant::now(),
+                Acquired::Blocked(blocked) => {
+                    let wake = Instant::now() + Duration::from_millis(blocked.remaining_ms.max(1));
+                    expiry.get_or_insert(wake);
+                    tokio::time::sleep_until(wake.into()).await;
+                }
+            }
+        };
+        let _ = store.release(&name, &waiter.token).await;
+        results.push(Failover {
+            kill_to_grant: at.duration_since(killed),
+            expiry_to_grant: at.saturating_duration_since(expiry.unwrap_or(killed)),
+        });
+    }
+    Ok(results)
+}
+
+fn spec(name: &str, ttl_ms: u64) -> Result<GrantSpec, String> {
+    Ok(GrantSpec {
+        name: name.to_owned(),
+        token: token::generate().map_err(|e| e.to_string())?,
+        holder: String::new(),
+        ttl_ms,
+        lock_delay_ms: 0,
+        limit: 1,
+        queued: false,
+    })
 }
 
 async fn uncontended_broker(

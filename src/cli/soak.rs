@@ -71,7 +71,11 @@ pub async fn soak(args: SoakArgs) -> ExitCode {
 
 async fn run(args: SoakArgs) -> Result<u64, String> {
     let max_leases = args.leases.max(1).to_string();
-    let (mut broker, grpc) = super::bench::start_broker(
+    let super::bench::OwnBroker {
+        child: mut broker,
+        grpc,
+        ..
+    } = super::bench::start_broker(
         &args.store,
         &["--max-stream-leases", &max_leases],
         &format!("soak{}:", std::process::id()),
