@@ -479,6 +479,45 @@ async fn a_release_wakes_only_the_first_in_line(store: &Store) {
     assert_eq!(store.describe("a").await.unwrap().waiters, 0);
 }
 
+/// A batch renewal answers every lease, in order, whatever its outcome, over
+/// several script runs (a batch above 250 leases) in one call.
+async fn renew_many_answers_each_lease_in_order(store: &Store) {
+    use leasehold::store::{RenewItem, Renewed};
+    const N: usize = 600;
+    let mut items = Vec::new();
+    let mut fences = Vec::new();
+    for i in 0..N {
+        let name = format!("batch/{i}");
+        fences.push(grant(store, &name, &format!("t{i}"), 5_000).await);
+        items.push(RenewItem {
+            name,
+            token: format!("t{i}"),
+            ttl_ms: Some(8_000),
+        });
+    }
+    // Spoil a few, on both sides of the 250-lease script boundary.
+    items[3].token = "intruder".into();
+    store.release("batch/251", "t251").await.unwrap();
+    items[599].name = "batch/never-held".into();
+
+    let outcomes = store.renew_many(&items).await.unwrap();
+    assert_eq!(outcomes.len(), N);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let expected = match i {
+            3 => Checked::NotOwner { fence: fences[3] },
+            251 | 599 => Checked::NotHeld,
+            _ => Checked::Done(Renewed {
+                ttl_ms: 8_000,
+                fence: fences[i],
+            }),
+        };
+        assert_eq!(*outcome, expected, "lease {i}");
+    }
+    let info = store.describe("batch/300").await.unwrap().lease.expect("held");
+    assert_eq!(info.ttl_ms, 8_000);
+    assert!(info.remaining_ms > 5_000, "{info:?}");
+}
+
 fn permit(name: &str, token: &str, ttl_ms: u64, limit: u32) -> GrantSpec {
     GrantSpec {
         limit,
@@ -581,5 +620,6 @@ conformance!(
     a_grant_wakes_grant_watchers,
     waiters_are_served_in_arrival_order,
     a_release_wakes_only_the_first_in_line,
+    renew_many_answers_each_lease_in_order,
     a_semaphore_grants_up_to_its_limit,
 );

@@ -31,6 +31,10 @@ pub enum BenchCommand {
     /// Acquire+release cycles through a broker and straight against Redis
     /// with the same scripts (the ratio), then one contended lock.
     Cycles(super::cycles::CyclesArgs),
+    /// N leases kept alive over S KeepAlive streams through a broker and
+    /// renewed straight against Redis with the same batching: renewal
+    /// latency, losses, CPU and memory of broker and Redis.
+    Heartbeats(super::heartbeats::HeartbeatsArgs),
 }
 
 /// Arguments of `bench keepalive`.
@@ -52,6 +56,7 @@ pub async fn bench(command: BenchCommand) -> ExitCode {
         BenchCommand::Keepalive(args) => keepalive(args).await,
         BenchCommand::Soak(args) => super::soak::soak(args).await,
         BenchCommand::Cycles(args) => super::cycles::cycles(args).await,
+        BenchCommand::Heartbeats(args) => super::heartbeats::heartbeats(args).await,
     }
 }
 

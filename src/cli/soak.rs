@@ -51,10 +51,10 @@ pub struct SoakArgs {
 
 /// Round trips and losses, shared by the streams.
 #[derive(Default)]
-struct Tally {
-    rtts_us: Mutex<Vec<u64>>,
-    lost: AtomicU64,
-    heartbeats: AtomicU64,
+pub(super) struct Tally {
+    pub rtts_us: Mutex<Vec<u64>>,
+    pub lost: AtomicU64,
+    pub heartbeats: AtomicU64,
 }
 
 /// Runs the soak; see the module doc.
@@ -176,7 +176,7 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
 }
 
 /// One stream: a heartbeat naming all of `leases` every `interval`.
-async fn stream(
+pub(super) async fn stream(
     mut grpc: LeaseholdClient<tonic::transport::Channel>,
     leases: Vec<LeaseRef>,
     interval: Duration,
@@ -229,7 +229,7 @@ async fn stream(
     }
 }
 
-fn percentile(mut values: Vec<u64>, p: f64) -> u64 {
+pub(super) fn percentile(mut values: Vec<u64>, p: f64) -> u64 {
     if values.is_empty() {
         return 0;
     }
@@ -238,7 +238,7 @@ fn percentile(mut values: Vec<u64>, p: f64) -> u64 {
 }
 
 /// Resident memory of a process, from /proc (Linux).
-fn rss_mib(pid: u32) -> f64 {
+pub(super) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {

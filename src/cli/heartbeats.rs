@@ -1,0 +1,430 @@
+//! `leasehold bench heartbeats`: N leases kept alive over S KeepAlive streams
+//! through a broker of the bench's own and, in the same run, renewed straight
+//! against Redis with the same script and batching (one pipeline per stream's
+//! share, the floor), each for the same time. Reports the renewal round trip
+//! p50/p99, leases lost, and the CPU and memory of broker and Redis.
+
+use std::{
+    process::ExitCode,
+    sync::{atomic::Ordering, Arc},
+    time::{Duration, Instant},
+};
+
+use super::{
+    bench::{start_broker, OwnBroker},
+    soak::{percentile, rss_mib, stream, Tally},
+    EXIT_BROKER_ERROR,
+};
+use crate::{
+    config::parse_duration,
+    lease::token,
+    proto::{AcquireRequest, LeaseRef, ReleaseRequest},
+    store::{Acquired, Checked, GrantSpec, RenewItem, Store, StoreOptions},
+};
+
+/// Arguments of `bench heartbeats`.
+#[derive(clap::Args, Debug)]
+pub struct HeartbeatsArgs {
+    /// Redis URL: the broker under test runs on it, and the direct baseline
+    /// talks to it.
+    #[arg(long)]
+    store: String,
+    /// Lease counts, one run each (comma-separated).
+    #[arg(long, default_value = "10000,100000", value_delimiter = ',')]
+    leases: Vec<usize>,
+    /// KeepAlive streams the leases are spread over (direct: batches).
+    #[arg(long, default_value_t = 100)]
+    streams: usize,
+    /// Time between two heartbeats of a stream.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Lease TTL.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// How long each side keeps its leases alive, per run.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    duration: Duration,
+    /// `--worker-threads` of the broker under test (0: one per core).
+    #[arg(long, default_value_t = 1)]
+    broker_worker_threads: usize,
+}
+
+/// Runs the scenario; see the module doc.
+pub async fn heartbeats(args: HeartbeatsArgs) -> ExitCode {
+    match run(args).await {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("leasehold bench heartbeats: {e}");
+            ExitCode::from(EXIT_BROKER_ERROR)
+        }
+    }
+}
+
+/// What one side measured.
+struct Measured {
+    rtts_us: Vec<u64>,
+    lost: u64,
+    broker_rss_mib: Option<(f64, f64)>,
+    broker_cpu: Option<f64>,
+    redis_cpu: f64,
+    redis_rss_mib: f64,
+    redis_used_mib: f64,
+}
+
+async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
+    let most = args.leases.iter().copied().max().unwrap_or(1);
+    let per_stream = most.div_ceil(args.streams.max(1)).max(1).to_string();
+    let threads = args.broker_worker_threads.to_string();
+    let prefix = format!("beats{}:", std::process::id());
+    let broker = start_broker(
+        &args.store,
+        &[
+            "--max-stream-leases",
+            &per_stream,
+            "--worker-threads",
+            &threads,
+        ],
+        &prefix,
+    )
+    .await?;
+    let redis = redis::Client::open(args.store.as_str())
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("cannot reach Redis: {e}"))?;
+    // The direct side on its own thread-per-core runtime, as in `cycles`.
+    let direct_runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let direct = {
+        let _inside = direct_runtime.enter();
+        Store::open(
+            &args.store,
+            &StoreOptions::new(format!("{prefix}d:"), Duration::from_secs(2)),
+        )
+        .map_err(|e| e.to_string())?
+    };
+    println!(
+        "{} streams, a heartbeat each every {:?}, TTL {:?}, {:?} per side",
+        args.streams, args.interval, args.ttl, args.duration
+    );
+    println!(
+        "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>10} {:>15} {:>12}",
+        "leases",
+        "side",
+        "renewal p50/p99",
+        "lost",
+        "broker RSS MiB",
+        "broker CPU",
+        "Redis CPU",
+        "Redis RSS MiB",
+        "Redis data"
+    );
+    let mut lost = 0;
+    let mut result = Ok(());
+    for &n in &args.leases {
+        let sides = [
+            ("broker", through_broker(&args, &broker, &mut redis.clone(), n).await),
+            (
+                "direct",
+                match direct_runtime
+                    .spawn(direct_side(
+                        args.clone_shape(),
+                        direct.clone(),
+                        redis.clone(),
+                        n,
+                    ))
+                    .await
+                {
+                    Ok(measured) => measured,
+                    Err(e) => Err(e.to_string()),
+                },
+            ),
+        ];
+        for (side, measured) in sides {
+            let m = match measured {
+                Ok(m) => m,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            lost += m.lost;
+            println!(
+                "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>9.0}% {:>15.1} {:>9.1} MiB",
+                n,
+                side,
+                format!(
+                    "{:.2}/{:.2} ms",
+                    percentile(m.rtts_us.clone(), 0.5) as f64 / 1e3,
+                    percentile(m.rtts_us, 0.99) as f64 / 1e3
+                ),
+                m.lost,
+                m.broker_rss_mib
+                    .map_or("-".into(), |(start, peak)| format!("{start:.1} -> {peak:.1}")),
+                m.broker_cpu
+                    .map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
+                m.redis_cpu * 100.0,
+                m.redis_rss_mib,
+                m.redis_used_mib
+            );
+        }
+        if result.is_err() {
+            break;
+        }
+    }
+    direct_runtime.shutdown_background();
+    result.map(|()| lost)
+}
+
+impl HeartbeatsArgs {
+    /// The settings the direct side needs (a copy it can own).
+    fn clone_shape(&self) -> Shape {
+        Shape {
+            streams: self.streams.max(1),
+            interval: self.interval,
+            ttl: self.ttl,
+            duration: self.duration,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Shape {
+    streams: usize,
+    interval: Duration,
+    ttl: Duration,
+    duration: Duration,
+}
+
+/// Redis's CPU seconds so far, RSS and dataset size (MiB), from INFO.
+async fn redis_info(redis: &mut redis::aio::MultiplexedConnection) -> Result<(f64, f64, f64), String> {
+    let info: String = redis::cmd("INFO")
+        .query_async(redis)
+        .await
+        .map_err(|e| format!("INFO: {e}"))?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((
+        field("used_cpu_sys") + field("used_cpu_user"),
+        field("used_memory_rss") / 1048576.0,
+        field("used_memory") / 1048576.0,
+    ))
+}
+
+/// CPU seconds a process has used (user + system), from /proc (Linux).
+fn cpu_seconds(pid: u32) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name (which may hold spaces), from 3.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) / ticks)
+        })
+        .unwrap_or(0.0)
+}
+
+async fn through_broker(
+    args: &HeartbeatsArgs,
+    broker: &OwnBroker,
+    redis: &mut redis::aio::MultiplexedConnection,
+    n: usize,
+) -> Result<Measured, String> {
+    let pid = broker.child.id().ok_or("the broker exited")?;
+    let run = format!("{}/{n}", std::process::id());
+    let mut refs = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
+        let calls = chunk.iter().map(|i| {
+            let mut grpc = broker.grpc.clone();
+            let request = AcquireRequest {
+                name: format!("beats/{run}/{i}"),
+                ttl_ms: args.ttl.as_millis() as u64,
+                holder: "bench".into(),
+                ..Default::default()
+            };
+            async move { grpc.acquire(request).await }
+        });
+        for result in futures_util::future::join_all(calls).await {
+            let lease = result
+                .map_err(|s| format!("acquire: {}", s.message()))?
+                .into_inner()
+                .lease
+                .ok_or("no lease")?;
+            refs.push(LeaseRef {
+                name: lease.name,
+                owner_token: lease.owner_token,
+                ttl_ms: 0,
+            });
+        }
+    }
+
+    let tally = Arc::new(Tally::default());
+    let (cpu_before, _, _) = redis_info(redis).await?;
+    let broker_cpu_before = cpu_seconds(pid);
+    let rss_start = rss_mib(pid);
+    let started = Instant::now();
+    let end = started + args.duration;
+    let per_stream = n.div_ceil(args.streams.max(1)).max(1);
+    let shares: Vec<Vec<LeaseRef>> = refs.chunks(per_stream).map(<[LeaseRef]>::to_vec).collect();
+    let count = shares.len() as u32;
+    let mut tasks = Vec::new();
+    for (i, share) in shares.into_iter().enumerate() {
+        let offset = args.interval * i as u32 / count;
+        tasks.push(tokio::spawn(stream(
+            broker.grpc.clone(),
+            share,
+            args.interval,
+            offset,
+            end,
+            Arc::clone(&tally),
+        )));
+    }
+    let mut peak = rss_start;
+    let (mut redis_rss, mut redis_used) = (0.0f64, 0.0f64);
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        peak = peak.max(rss_mib(pid));
+        let (_, rss, used) = redis_info(redis).await?;
+        (redis_rss, redis_used) = (redis_rss.max(rss), redis_used.max(used));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let broker_cpu = (cpu_seconds(pid) - broker_cpu_before) / elapsed;
+    let (cpu_after, _, _) = redis_info(redis).await?;
+
+    for chunk in refs.chunks(64) {
+        let calls = chunk.iter().map(|r| {
+            let mut grpc = broker.grpc.clone();
+            let request = ReleaseRequest {
+                name: r.name.clone(),
+                owner_token: r.owner_token.clone(),
+            };
+            async move { grpc.release(request).await }
+        });
+        futures_util::future::join_all(calls).await;
+    }
+    let rtts_us = std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(Measured {
+        rtts_us,
+        lost: tally.lost.load(Ordering::Relaxed),
+        broker_rss_mib: Some((rss_start, peak)),
+        broker_cpu: Some(broker_cpu),
+        redis_cpu: (cpu_after - cpu_before) / elapsed,
+        redis_rss_mib: redis_rss,
+        redis_used_mib: redis_used,
+    })
+}
+
+/// The floor: the same leases renewed by the store layer itself, one
+/// pipeline per share every interval, shares spread over the interval.
+async fn direct_side(
+    shape: Shape,
+    store: Store,
+    mut redis: redis::aio::MultiplexedConnection,
+    n: usize,
+) -> Result<Measured, String> {
+    let run = format!("{}/{n}", std::process::id());
+    let ttl_ms = shape.ttl.as_millis() as u64;
+    let mut items = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
+        let mut specs = Vec::new();
+        for i in chunk {
+            specs.push(GrantSpec {
+                name: format!("beats/{run}/{i}"),
+                token: token::generate().map_err(|e| e.to_string())?,
+                holder: "bench".into(),
+                ttl_ms,
+                lock_delay_ms: 0,
+                limit: 1,
+                queued: false,
+            });
+        }
+        let grants = futures_util::future::join_all(specs.iter().map(|s| store.acquire(s))).await;
+        for (spec, granted) in specs.into_iter().zip(grants) {
+            match granted.map_err(|e| e.to_string())? {
+                Acquired::Granted { .. } => items.push(RenewItem {
+                    name: spec.name,
+                    token: spec.token,
+                    ttl_ms: None,
+                }),
+                blocked => return Err(format!("direct acquire refused: {blocked:?}")),
+            }
+        }
+    }
+
+    let (cpu_before, _, _) = redis_info(&mut redis).await?;
+    let started = Instant::now();
+    let end = started + shape.duration;
+    let per_batch = n.div_ceil(shape.streams).max(1);
+    let batches: Vec<Vec<RenewItem>> = items.chunks(per_batch).map(<[RenewItem]>::to_vec).collect();
+    let count = batches.len() as u32;
+    let tally = Arc::new(Tally::default());
+    let mut tasks = Vec::new();
+    for (i, batch) in batches.into_iter().enumerate() {
+        let (store, tally) = (store.clone(), Arc::clone(&tally));
+        let offset = shape.interval * i as u32 / count;
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(offset).await;
+            let mut tick = tokio::time::interval(shape.interval);
+            while Instant::now() < end {
+                tick.tick().await;
+                let sent = Instant::now();
+                match store.renew_many(&batch).await {
+                    Ok(outcomes) => {
+                        let rtt = sent.elapsed().as_micros() as u64;
+                        let lost = outcomes
+                            .iter()
+                            .filter(|o| !matches!(o, Checked::Done(_)))
+                            .count();
+                        tally.lost.fetch_add(lost as u64, Ordering::Relaxed);
+                        tally.heartbeats.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut rtts) = tally.rtts_us.lock() {
+                            rtts.push(rtt);
+                        }
+                    }
+                    Err(_) => {
+                        tally.lost.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    let (mut redis_rss, mut redis_used) = (0.0f64, 0.0f64);
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (_, rss, used) = redis_info(&mut redis).await?;
+        (redis_rss, redis_used) = (redis_rss.max(rss), redis_used.max(used));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (cpu_after, _, _) = redis_info(&mut redis).await?;
+    for chunk in items.chunks(64) {
+        futures_util::future::join_all(chunk.iter().map(|i| store.release(&i.name, &i.token)))
+            .await;
+    }
+    let rtts_us = std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(Measured {
+        rtts_us,
+        lost: tally.lost.load(Ordering::Relaxed),
+        broker_rss_mib: None,
+        broker_cpu: None,
+        redis_cpu: (cpu_after - cpu_before) / elapsed,
+        redis_rss_mib: redis_rss,
+        redis_used_mib: redis_used,
+    })
+}

@@ -1,0 +1,20 @@
+-- renew_many.lua: extend a batch of leases in one script run, each only for
+-- its owner. One run per batch instead of one per lease: a heartbeat of 1,000
+-- leases costs Redis a fraction of 1,000 EVALSHA (measured in BENCHMARKS.md).
+-- (renew_lease.lua comes first: renew().)
+--
+-- KEYS[2i-1], KEYS[2i]  the lease hash and the permits of lease i
+-- ARGV[2i-1], ARGV[2i]  its owner token and new TTL (0: keep its own)
+--
+-- Returns one renew() reply per lease, in order.
+--
+-- All the keys of a batch must live on one Redis node: fine on one Redis;
+-- on a Cluster the broker must batch per slot (names have their own hash
+-- tags).
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local replies = {}
+for i = 1, #KEYS / 2 do
+  replies[i] = renew(KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i], now_ms)
+end
+return replies
