@@ -16,5 +16,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;
+    // etcd's lease and lock API, client only: the load generator's etcd
+    // comparison (`leasehold bench ... --etcd`).
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(false)
+        .compile_fds(protox::compile(
+            ["proto/etcd/rpc.proto", "proto/etcd/v3lock.proto"],
+            ["proto"],
+        )?)?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 
 use std::{
     process::ExitCode,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -45,6 +45,10 @@ pub struct CyclesArgs {
     /// TTL of the lease whose holder is killed.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     failover_ttl: Duration,
+    /// An etcd endpoint (e.g. `http://127.0.0.1:2379`): run the same
+    /// scenarios with etcd's v3 lock service too.
+    #[arg(long)]
+    etcd: Option<String>,
 }
 
 /// Runs the scenarios; see the module doc.
@@ -60,13 +64,13 @@ pub async fn cycles(args: CyclesArgs) -> ExitCode {
 
 /// Latencies (µs) and a count of completed cycles.
 #[derive(Default)]
-struct Run {
-    cycles: u64,
-    latencies_us: Vec<u64>,
+pub(super) struct Run {
+    pub cycles: u64,
+    pub latencies_us: Vec<u64>,
 }
 
 impl Run {
-    fn percentile(&self, p: f64) -> u64 {
+    pub(super) fn percentile(&self, p: f64) -> u64 {
         let mut sorted = self.latencies_us.clone();
         sorted.sort_unstable();
         sorted
@@ -124,21 +128,25 @@ async fn scenarios(
         "broker p50/p99/p999 µs",
         "direct p50/p99/p999 µs"
     );
+    let etcd = match &args.etcd {
+        Some(url) => Some(super::etcd::Etcd::connect(url).await?),
+        None => None,
+    };
+    let per_s = |r: &Run| r.cycles as f64 / args.duration.as_secs_f64();
+    let tail = |r: &Run| {
+        format!(
+            "{}/{}/{}",
+            r.percentile(0.5),
+            r.percentile(0.99),
+            r.percentile(0.999)
+        )
+    };
     for &workers in &args.workers {
         let broker = uncontended_broker(grpc, workers, args.duration).await?;
         let direct = direct_runtime
             .spawn(uncontended_direct(direct.clone(), workers, args.duration))
             .await
             .map_err(|e| e.to_string())??;
-        let per_s = |r: &Run| r.cycles as f64 / args.duration.as_secs_f64();
-        let tail = |r: &Run| {
-            format!(
-                "{}/{}/{}",
-                r.percentile(0.5),
-                r.percentile(0.99),
-                r.percentile(0.999)
-            )
-        };
         println!(
             "{:<24} {:>12.0} {:>12.0} {:>7.2} {:>22} {:>22}",
             format!("uncontended, {workers} workers"),
@@ -148,9 +156,25 @@ async fn scenarios(
             tail(&broker),
             tail(&direct)
         );
+        if let Some(etcd) = &etcd {
+            let etcd = super::etcd::uncontended(etcd, workers, args.duration).await?;
+            println!(
+                "{:<24} {:>12.0} cycles/s on etcd; broker/etcd {:.1}x; etcd Lock p50/p99/p999 {} µs",
+                format!("uncontended, {workers} workers"),
+                per_s(&etcd),
+                per_s(&broker) / per_s(&etcd).max(1.0),
+                tail(&etcd)
+            );
+        }
     }
     if args.contended > 0 {
-        contended(grpc, args.contended, args.duration).await?;
+        let label = format!("one lock, {} waiters", args.contended);
+        let (run, grants) = contended(grpc, args.contended, args.duration).await?;
+        print_contended(&label, &run, &grants, args.duration);
+        if let Some(etcd) = &etcd {
+            let (run, grants) = super::etcd::contended(etcd, args.contended, args.duration).await?;
+            print_contended(&format!("{label}, etcd"), &run, &grants, args.duration);
+        }
     }
     if args.failovers > 0 {
         let ttl = args.failover_ttl;
@@ -159,14 +183,21 @@ async fn scenarios(
             .spawn(failover_direct(direct.clone(), ttl, args.failovers))
             .await
             .map_err(|e| e.to_string())??;
-        for (side, runs) in [("broker", broker_runs), ("direct", direct_runs)] {
+        let mut sides = vec![("broker", broker_runs), ("direct", direct_runs)];
+        if let Some(etcd) = &etcd {
+            sides.push(("etcd", super::etcd::failover(etcd, ttl, args.failovers).await?));
+        }
+        for (side, runs) in sides {
             let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
-            let late = |d: &Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+            let late = |f: &Failover| {
+                f.expiry_to_grant
+                    .map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64() * 1e3))
+            };
             println!(
                 "{:<24} kill -9 -> next grant {} ms; expiry -> grant {} ms (TTL {} ms)",
                 format!("holder killed, {side}"),
                 runs.iter().map(|r| ms(&r.kill_to_grant)).collect::<Vec<_>>().join(" / "),
-                runs.iter().map(|r| late(&r.expiry_to_grant)).collect::<Vec<_>>().join(" / "),
+                runs.iter().map(late).collect::<Vec<_>>().join(" / "),
                 ttl.as_millis()
             );
         }
@@ -177,9 +208,10 @@ async fn scenarios(
 /// One failover: from the holder's death to the waiter's grant, and from the
 /// lease's expiry (as the store reported its remaining time right after the
 /// kill) to the grant.
-struct Failover {
-    kill_to_grant: Duration,
-    expiry_to_grant: Duration,
+pub(super) struct Failover {
+    pub kill_to_grant: Duration,
+    /// `None` where the expiry is not known (etcd).
+    pub expiry_to_grant: Option<Duration>,
 }
 
 /// A `leasehold hold` process keeps a lease alive over KeepAlive; a waiter
@@ -239,13 +271,17 @@ async fn failover_broker(
         holder.start_kill().map_err(|e| e.to_string())?;
         let killed = Instant::now();
         let _ = holder.wait().await;
+        // The lease's expiry by the store's answer, timed from the asking:
+        // no later than the true expiry, so the lateness below is an upper
+        // bound.
+        let asked = Instant::now();
         let remaining = describer
             .describe(DescribeRequest { name: name.clone() })
             .await
             .map_err(|s| format!("describe: {}", s.message()))?
             .into_inner()
             .remaining_ms;
-        let expiry = killed + Duration::from_millis(remaining);
+        let expiry = asked + Duration::from_millis(remaining);
         let (at, lease) = granted.await.map_err(|e| e.to_string())?;
         let lease = lease
             .map_err(|s| format!("the waiter was not granted: {}", s.message()))?
@@ -260,7 +296,7 @@ async fn failover_broker(
             .await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant: at.saturating_duration_since(expiry),
+            expiry_to_grant: Some(at.saturating_duration_since(expiry)),
         });
     }
     Ok(results)
@@ -311,7 +347,7 @@ async fn failover_direct(store: Store, ttl: Duration, runs: usize) -> Result<Vec
         let _ = store.release(&name, &waiter.token).await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant: at.saturating_duration_since(expiry.unwrap_or(killed)),
+            expiry_to_grant: Some(at.saturating_duration_since(expiry.unwrap_or(killed))),
         });
     }
     Ok(results)
@@ -409,7 +445,7 @@ async fn uncontended_direct(
     merge(tasks).await
 }
 
-async fn merge(tasks: Vec<tokio::task::JoinHandle<Result<Run, String>>>) -> Result<Run, String> {
+pub(super) async fn merge(tasks: Vec<tokio::task::JoinHandle<Result<Run, String>>>) -> Result<Run, String> {
     let mut total = Run::default();
     for task in tasks {
         let run = task.await.map_err(|e| e.to_string())??;
@@ -419,22 +455,71 @@ async fn merge(tasks: Vec<tokio::task::JoinHandle<Result<Run, String>>>) -> Resu
     Ok(total)
 }
 
+/// The handoffs of one contended lock, shared by its workers: each grant is
+/// timed from the release before it.
+#[derive(Clone, Default)]
+pub(super) struct Handoffs {
+    last_release: Arc<Mutex<Option<Instant>>>,
+    samples_us: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Handoffs {
+    /// A worker got the lock.
+    pub(super) fn granted(&self) {
+        let now = Instant::now();
+        if let Some(released) = *self.last_release.lock().unwrap_or_else(PoisonError::into_inner) {
+            self.samples_us
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(now.duration_since(released).as_micros() as u64);
+        }
+    }
+
+    /// A worker is about to release it.
+    pub(super) fn releasing(&self) {
+        *self.last_release.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// The handoffs as a run (cycles: grants in all; latencies: handoffs).
+    pub(super) fn run(&self, grants: &[u64]) -> Run {
+        Run {
+            cycles: grants.iter().sum(),
+            latencies_us: std::mem::take(
+                &mut *self.samples_us.lock().unwrap_or_else(PoisonError::into_inner),
+            ),
+        }
+    }
+}
+
+/// Prints a contended run: handoffs per second, handoff latency and fairness
+/// (fewest / most grants per worker).
+fn print_contended(label: &str, run: &Run, grants: &[u64], duration: Duration) {
+    let (min, max) = (
+        grants.iter().min().copied().unwrap_or(0),
+        grants.iter().max().copied().unwrap_or(0),
+    );
+    println!(
+        "{label:<24} {:>12.0} handoffs/s; handoff p50/p99 {}/{} µs; grants per worker min/max {min}/{max} ({:.2})",
+        run.cycles as f64 / duration.as_secs_f64(),
+        run.percentile(0.5),
+        run.percentile(0.99),
+        min as f64 / max.max(1) as f64
+    );
+}
+
 /// `waiters` workers on one lock, each waiting for it, holding it for no
-/// time and releasing it: handoffs per second, handoff latency (release to
-/// the next grant) and fairness (fewest / most grants per worker).
+/// time and releasing it. Returns the handoffs and each worker's grants.
 async fn contended(
     grpc: &LeaseholdClient<tonic::transport::Channel>,
     waiters: usize,
     duration: Duration,
-) -> Result<(), String> {
+) -> Result<(Run, Vec<u64>), String> {
     let end = Instant::now() + duration;
     let name = format!("bench/contended/{}", std::process::id());
-    let last_release: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let handoffs_us: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let handoffs = Handoffs::default();
     let mut tasks = Vec::new();
     for _ in 0..waiters {
-        let (mut grpc, name) = (grpc.clone(), name.clone());
-        let (last_release, handoffs_us) = (Arc::clone(&last_release), Arc::clone(&handoffs_us));
+        let (mut grpc, name, handoffs) = (grpc.clone(), name.clone(), handoffs.clone());
         tasks.push(tokio::spawn(async move {
             let mut grants = 0u64;
             while Instant::now() < end {
@@ -447,16 +532,10 @@ async fn contended(
                 let Ok(response) = grpc.acquire(request).await else {
                     continue;
                 };
-                let granted = Instant::now();
+                handoffs.granted();
                 let lease = response.into_inner().lease.ok_or("no lease")?;
-                if let Some(released) = *last_release.lock().map_err(|e| e.to_string())? {
-                    handoffs_us
-                        .lock()
-                        .map_err(|e| e.to_string())?
-                        .push(granted.duration_since(released).as_micros() as u64);
-                }
                 grants += 1;
-                *last_release.lock().map_err(|e| e.to_string())? = Some(Instant::now());
+                handoffs.releasing();
                 grpc.release(ReleaseRequest {
                     name: lease.name,
                     owner_token: lease.owner_token,
@@ -471,21 +550,5 @@ async fn contended(
     for task in tasks {
         grants.push(task.await.map_err(|e| e.to_string())??);
     }
-    let run = Run {
-        cycles: grants.iter().sum(),
-        latencies_us: std::mem::take(&mut *handoffs_us.lock().map_err(|e| e.to_string())?),
-    };
-    let (min, max) = (
-        grants.iter().min().copied().unwrap_or(0),
-        grants.iter().max().copied().unwrap_or(0),
-    );
-    println!(
-        "{:<24} {:>12.0} handoffs/s; handoff p50/p99 {}/{} µs; grants per worker min/max {min}/{max} ({:.2})",
-        format!("one lock, {waiters} waiters"),
-        run.cycles as f64 / duration.as_secs_f64(),
-        run.percentile(0.5),
-        run.percentile(0.99),
-        min as f64 / max.max(1) as f64
-    );
-    Ok(())
+    Ok((handoffs.run(&grants), grants))
 }

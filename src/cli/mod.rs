@@ -4,6 +4,7 @@
 
 mod bench;
 mod cycles;
+mod etcd;
 mod heartbeats;
 mod run;
 mod soak;

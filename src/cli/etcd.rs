@@ -1,0 +1,202 @@
+//! The etcd side of `leasehold bench cycles --etcd URL`: the same scenarios
+//! with etcd's v3 lock service, as an etcd user would take a lock (a lease
+//! per worker, `Lock` with it, `Unlock`), so that the comparison can be
+//! reproduced with etcd from Debian's packages.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use super::cycles::{Failover, Handoffs, Run};
+use crate::proto::etcd::{
+    etcdserverpb::{lease_client::LeaseClient, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest},
+    v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest},
+};
+
+/// A connection to etcd.
+#[derive(Clone)]
+pub(super) struct Etcd {
+    lease: LeaseClient<Channel>,
+    lock: LockClient<Channel>,
+}
+
+impl Etcd {
+    pub(super) async fn connect(url: &str) -> Result<Self, String> {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .map_err(|e| format!("--etcd {url}: {e}"))?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|e| format!("cannot reach etcd at {url}: {e}"))?;
+        Ok(Etcd {
+            lease: LeaseClient::new(channel.clone()),
+            lock: LockClient::new(channel),
+        })
+    }
+
+    async fn grant(&mut self, ttl: Duration) -> Result<i64, String> {
+        Ok(self
+            .lease
+            .lease_grant(LeaseGrantRequest {
+                ttl: ttl.as_secs().max(1) as i64,
+                id: 0,
+            })
+            .await
+            .map_err(|s| format!("etcd LeaseGrant: {}", s.message()))?
+            .into_inner()
+            .id)
+    }
+
+    async fn revoke(&mut self, id: i64) {
+        let _ = self.lease.lease_revoke(LeaseRevokeRequest { id }).await;
+    }
+
+    /// Waits for the lock, then holds it with `lease`; returns its key.
+    async fn lock(&mut self, name: &str, lease: i64) -> Result<Vec<u8>, String> {
+        Ok(self
+            .lock
+            .lock(LockRequest {
+                name: name.as_bytes().to_vec(),
+                lease,
+            })
+            .await
+            .map_err(|s| format!("etcd Lock: {}", s.message()))?
+            .into_inner()
+            .key)
+    }
+
+    async fn unlock(&mut self, key: Vec<u8>) -> Result<(), String> {
+        self.lock
+            .unlock(UnlockRequest { key })
+            .await
+            .map_err(|s| format!("etcd Unlock: {}", s.message()))?;
+        Ok(())
+    }
+
+    /// Keeps `lease` alive (a heartbeat every third of its TTL) until the
+    /// task is aborted: aborting it is the holder's death.
+    fn keep_alive(&self, lease: i64, ttl: Duration) -> tokio::task::JoinHandle<()> {
+        let mut client = self.lease.clone();
+        tokio::spawn(async move {
+            let (tx, rx) = mpsc::channel(1);
+            // Queued before the call: etcd answers the call's headers only
+            // once the first request arrives.
+            if tx.send(LeaseKeepAliveRequest { id: lease }).await.is_err() {
+                return;
+            }
+            let Ok(response) = client.lease_keep_alive(ReceiverStream::new(rx)).await else {
+                return;
+            };
+            let mut answers = response.into_inner();
+            let mut tick = tokio::time::interval(ttl / 3);
+            tick.tick().await;
+            loop {
+                if !matches!(answers.message().await, Ok(Some(_))) {
+                    return;
+                }
+                tick.tick().await;
+                if tx.send(LeaseKeepAliveRequest { id: lease }).await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+}
+
+/// Each worker takes a lease of its own once, then cycles Lock+Unlock on a
+/// lock of its own.
+pub(super) async fn uncontended(etcd: &Etcd, workers: usize, duration: Duration) -> Result<Run, String> {
+    let end = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let mut etcd = etcd.clone();
+        let name = format!("bench/cycles/{}/{workers}/{w}", std::process::id());
+        tasks.push(tokio::spawn(async move {
+            let lease = etcd.grant(Duration::from_secs(60)).await?;
+            let mut run = Run::default();
+            while Instant::now() < end {
+                let started = Instant::now();
+                let key = etcd.lock(&name, lease).await?;
+                run.latencies_us.push(started.elapsed().as_micros() as u64);
+                etcd.unlock(key).await?;
+                run.cycles += 1;
+            }
+            etcd.revoke(lease).await;
+            Ok::<Run, String>(run)
+        }));
+    }
+    super::cycles::merge(tasks).await
+}
+
+/// `waiters` workers on one lock (etcd queues them by revision): handoffs,
+/// handoff latency (Unlock sent to the next Lock answered), and the grants
+/// of each worker.
+pub(super) async fn contended(
+    etcd: &Etcd,
+    waiters: usize,
+    duration: Duration,
+) -> Result<(Run, Vec<u64>), String> {
+    let end = Instant::now() + duration;
+    let name = format!("bench/contended/{}", std::process::id());
+    let handoffs = Handoffs::default();
+    let mut tasks = Vec::new();
+    for _ in 0..waiters {
+        let (mut etcd, name, handoffs) = (etcd.clone(), name.clone(), handoffs.clone());
+        tasks.push(tokio::spawn(async move {
+            let lease = etcd.grant(Duration::from_secs(60)).await?;
+            let mut grants = 0u64;
+            while Instant::now() < end {
+                let key = etcd.lock(&name, lease).await?;
+                handoffs.granted();
+                grants += 1;
+                handoffs.releasing();
+                etcd.unlock(key).await?;
+            }
+            etcd.revoke(lease).await;
+            Ok::<u64, String>(grants)
+        }));
+    }
+    let mut grants = Vec::new();
+    for task in tasks {
+        grants.push(task.await.map_err(|e| e.to_string())??);
+    }
+    Ok((handoffs.run(&grants), grants))
+}
+
+/// A holder keeps a lease of `ttl` alive and holds the lock; a waiter calls
+/// Lock; the holder dies (its keep-alive stops). etcd frees the lock when the
+/// lease expires.
+pub(super) async fn failover(etcd: &Etcd, ttl: Duration, runs: usize) -> Result<Vec<Failover>, String> {
+    let mut results = Vec::new();
+    for run in 0..runs {
+        let mut holder = etcd.clone();
+        let name = format!("bench/failover/{}/{run}", std::process::id());
+        let lease = holder.grant(ttl).await?;
+        let keeper = holder.keep_alive(lease, ttl);
+        holder.lock(&name, lease).await?;
+        tokio::time::sleep(ttl + Duration::from_millis(getrandom::u64().unwrap_or(0) % 700)).await;
+
+        let mut waiter = etcd.clone();
+        let waiter_lease = waiter.grant(Duration::from_secs(60)).await?;
+        let wait_name = name.clone();
+        let granted = tokio::spawn(async move {
+            let key = waiter.lock(&wait_name, waiter_lease).await;
+            (Instant::now(), key, waiter)
+        });
+        // Give the waiter's Lock time to reach etcd before the death (etcd
+        // has no way to tell that someone waits).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        keeper.abort();
+        let killed = Instant::now();
+        let (at, key, mut waiter) = granted.await.map_err(|e| e.to_string())?;
+        waiter.unlock(key?).await?;
+        waiter.revoke(waiter_lease).await;
+        results.push(Failover {
+            kill_to_grant: at.duration_since(killed),
+            expiry_to_grant: None,
+        });
+    }
+    Ok(results)
+}
