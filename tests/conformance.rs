@@ -453,8 +453,14 @@ async fn a_release_wakes_only_the_first_in_line(store: &Store) {
         let blocked = store.acquire(&waiting(spec("a", token, 1_000))).await;
         assert!(matches!(blocked, Ok(Acquired::Blocked(_))), "{blocked:?}");
     }
-    let first = store.watch("a", Event::Released, Some(FIRST)).await.unwrap();
-    let second = store.watch("a", Event::Released, Some(SECOND)).await.unwrap();
+    let first = store
+        .watch("a", Event::Released, Some(FIRST))
+        .await
+        .unwrap();
+    let second = store
+        .watch("a", Event::Released, Some(SECOND))
+        .await
+        .unwrap();
     let observer = store.watch("a", Event::Released, None).await.unwrap();
     assert_eq!(store.local_waiters("a"), 2);
 
@@ -464,7 +470,10 @@ async fn a_release_wakes_only_the_first_in_line(store: &Store) {
     tokio::time::timeout(Duration::from_secs(5), observer.notified())
         .await
         .expect("the release reached the observer");
-    assert!(first.notified().now_or_never().is_some(), "first in line woken");
+    assert!(
+        first.notified().now_or_never().is_some(),
+        "first in line woken"
+    );
     assert!(
         second.notified().now_or_never().is_none(),
         "the second in line was woken by a release it could not use"
@@ -513,7 +522,12 @@ async fn renew_many_answers_each_lease_in_order(store: &Store) {
         };
         assert_eq!(*outcome, expected, "lease {i}");
     }
-    let info = store.describe("batch/300").await.unwrap().lease.expect("held");
+    let info = store
+        .describe("batch/300")
+        .await
+        .unwrap()
+        .lease
+        .expect("held");
     assert_eq!(info.ttl_ms, 8_000);
     assert!(info.remaining_ms > 5_000, "{info:?}");
 }

@@ -230,3 +230,27 @@ pub(super) async fn start_broker(
     }
     Err("the broker did not come up".into())
 }
+
+/// The store layer opened straight on `store` (the direct baseline), on a
+/// runtime of its own with a thread per core: measured faster for it than
+/// one thread, so the baseline is the best this client library does. Shut
+/// the runtime down with `shutdown_background` (dropping it inside another
+/// runtime would block).
+pub(super) fn direct_store(
+    store: &str,
+    key_prefix: &str,
+) -> Result<(tokio::runtime::Runtime, crate::store::Store), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let opened = {
+        let _inside = runtime.enter();
+        crate::store::Store::open(
+            store,
+            &crate::store::StoreOptions::new(key_prefix.to_owned(), Duration::from_secs(2)),
+        )
+        .map_err(|e| e.to_string())?
+    };
+    Ok((runtime, opened))
+}

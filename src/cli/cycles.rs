@@ -14,7 +14,7 @@ use crate::{
     config::parse_duration,
     lease::token,
     proto::{leasehold_client::LeaseholdClient, AcquireRequest, DescribeRequest, ReleaseRequest},
-    store::{Acquired, GrantSpec, Store, StoreOptions},
+    store::{Acquired, GrantSpec, Store},
 };
 
 /// Arguments of `bench cycles`.
@@ -94,18 +94,8 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
     // direct baseline on a runtime with a thread per core (measured faster
     // for it at 16 workers, and never slower). The baseline stays the best
     // this client library does.
-    let direct_runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let direct = {
-        let _inside = direct_runtime.enter();
-        Store::open(
-            &args.store,
-            &StoreOptions::new(format!("cycles{run_id}d:"), Duration::from_secs(1)),
-        )
-        .map_err(|e| e.to_string())?
-    };
+    let (direct_runtime, direct) =
+        super::bench::direct_store(&args.store, &format!("cycles{run_id}d:"))?;
     let result = scenarios(&args, &broker, &direct, direct_runtime.handle()).await;
     // Dropping a runtime may block; not allowed inside this one.
     direct_runtime.shutdown_background();
@@ -185,7 +175,10 @@ async fn scenarios(
             .map_err(|e| e.to_string())??;
         let mut sides = vec![("broker", broker_runs), ("direct", direct_runs)];
         if let Some(etcd) = &etcd {
-            sides.push(("etcd", super::etcd::failover(etcd, ttl, args.failovers).await?));
+            sides.push((
+                "etcd",
+                super::etcd::failover(etcd, ttl, args.failovers).await?,
+            ));
         }
         for (side, runs) in sides {
             let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
@@ -196,7 +189,10 @@ async fn scenarios(
             println!(
                 "{:<24} kill -9 -> next grant {} ms; expiry -> grant {} ms (TTL {} ms)",
                 format!("holder killed, {side}"),
-                runs.iter().map(|r| ms(&r.kill_to_grant)).collect::<Vec<_>>().join(" / "),
+                runs.iter()
+                    .map(|r| ms(&r.kill_to_grant))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
                 runs.iter().map(late).collect::<Vec<_>>().join(" / "),
                 ttl.as_millis()
             );
@@ -305,7 +301,11 @@ async fn failover_broker(
 /// The same against Redis directly: the holder renews every TTL/3 and stops
 /// (dies) at a random point; the waiter tries again when the script says the
 /// lease will have expired (the broker's own rule, minus the broker).
-async fn failover_direct(store: Store, ttl: Duration, runs: usize) -> Result<Vec<Failover>, String> {
+async fn failover_direct(
+    store: Store,
+    ttl: Duration,
+    runs: usize,
+) -> Result<Vec<Failover>, String> {
     let ttl_ms = ttl.as_millis() as u64;
     let mut results = Vec::new();
     for run in 0..runs {
@@ -445,7 +445,9 @@ async fn uncontended_direct(
     merge(tasks).await
 }
 
-pub(super) async fn merge(tasks: Vec<tokio::task::JoinHandle<Result<Run, String>>>) -> Result<Run, String> {
+pub(super) async fn merge(
+    tasks: Vec<tokio::task::JoinHandle<Result<Run, String>>>,
+) -> Result<Run, String> {
     let mut total = Run::default();
     for task in tasks {
         let run = task.await.map_err(|e| e.to_string())??;
@@ -467,7 +469,11 @@ impl Handoffs {
     /// A worker got the lock.
     pub(super) fn granted(&self) {
         let now = Instant::now();
-        if let Some(released) = *self.last_release.lock().unwrap_or_else(PoisonError::into_inner) {
+        if let Some(released) = *self
+            .last_release
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
             self.samples_us
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -477,7 +483,10 @@ impl Handoffs {
 
     /// A worker is about to release it.
     pub(super) fn releasing(&self) {
-        *self.last_release.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        *self
+            .last_release
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 
     /// The handoffs as a run (cycles: grants in all; latencies: handoffs).
@@ -485,7 +494,10 @@ impl Handoffs {
         Run {
             cycles: grants.iter().sum(),
             latencies_us: std::mem::take(
-                &mut *self.samples_us.lock().unwrap_or_else(PoisonError::into_inner),
+                &mut *self
+                    .samples_us
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
             ),
         }
     }

@@ -11,7 +11,9 @@ use tonic::transport::Channel;
 
 use super::cycles::{Failover, Handoffs, Run};
 use crate::proto::etcd::{
-    etcdserverpb::{lease_client::LeaseClient, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest},
+    etcdserverpb::{
+        lease_client::LeaseClient, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    },
     v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest},
 };
 
@@ -107,7 +109,11 @@ impl Etcd {
 
 /// Each worker takes a lease of its own once, then cycles Lock+Unlock on a
 /// lock of its own.
-pub(super) async fn uncontended(etcd: &Etcd, workers: usize, duration: Duration) -> Result<Run, String> {
+pub(super) async fn uncontended(
+    etcd: &Etcd,
+    workers: usize,
+    duration: Duration,
+) -> Result<Run, String> {
     let end = Instant::now() + duration;
     let mut tasks = Vec::new();
     for w in 0..workers {
@@ -168,7 +174,11 @@ pub(super) async fn contended(
 /// A holder keeps a lease of `ttl` alive and holds the lock; a waiter calls
 /// Lock; the holder dies (its keep-alive stops). etcd frees the lock when the
 /// lease expires.
-pub(super) async fn failover(etcd: &Etcd, ttl: Duration, runs: usize) -> Result<Vec<Failover>, String> {
+pub(super) async fn failover(
+    etcd: &Etcd,
+    ttl: Duration,
+    runs: usize,
+) -> Result<Vec<Failover>, String> {
     let mut results = Vec::new();
     for run in 0..runs {
         let mut holder = etcd.clone();

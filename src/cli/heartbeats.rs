@@ -11,15 +11,15 @@ use std::{
 };
 
 use super::{
-    bench::{start_broker, OwnBroker},
-    soak::{percentile, rss_mib, stream, Tally},
+    bench::{direct_store, start_broker, OwnBroker},
+    soak::{acquire_many, percentile, rss_mib, stream, Tally},
     EXIT_BROKER_ERROR,
 };
 use crate::{
     config::parse_duration,
     lease::token,
-    proto::{AcquireRequest, LeaseRef, ReleaseRequest},
-    store::{Acquired, Checked, GrantSpec, RenewItem, Store, StoreOptions},
+    proto::{LeaseRef, ReleaseRequest},
+    store::{Acquired, Checked, GrantSpec, RenewItem, Store},
 };
 
 /// Arguments of `bench heartbeats`.
@@ -94,18 +94,7 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
         .await
         .map_err(|e| format!("cannot reach Redis: {e}"))?;
     // The direct side on its own thread-per-core runtime, as in `cycles`.
-    let direct_runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let direct = {
-        let _inside = direct_runtime.enter();
-        Store::open(
-            &args.store,
-            &StoreOptions::new(format!("{prefix}d:"), Duration::from_secs(2)),
-        )
-        .map_err(|e| e.to_string())?
-    };
+    let (direct_runtime, direct) = direct_store(&args.store, &format!("{prefix}d:"))?;
     println!(
         "{} streams, a heartbeat each every {:?}, TTL {:?}, {:?} per side",
         args.streams, args.interval, args.ttl, args.duration
@@ -126,7 +115,10 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
     let mut result = Ok(());
     for &n in &args.leases {
         let sides = [
-            ("broker", through_broker(&args, &broker, &mut redis.clone(), n).await),
+            (
+                "broker",
+                through_broker(&args, &broker, &mut redis.clone(), n).await,
+            ),
             (
                 "direct",
                 match direct_runtime
@@ -162,8 +154,9 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
                     percentile(m.rtts_us, 0.99) as f64 / 1e3
                 ),
                 m.lost,
-                m.broker_rss_mib
-                    .map_or("-".into(), |(start, peak)| format!("{start:.1} -> {peak:.1}")),
+                m.broker_rss_mib.map_or("-".into(), |(start, peak)| format!(
+                    "{start:.1} -> {peak:.1}"
+                )),
                 m.broker_cpu
                     .map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
                 m.redis_cpu * 100.0,
@@ -200,7 +193,9 @@ struct Shape {
 }
 
 /// Redis's CPU seconds so far, RSS and dataset size (MiB), from INFO.
-async fn redis_info(redis: &mut redis::aio::MultiplexedConnection) -> Result<(f64, f64, f64), String> {
+async fn redis_info(
+    redis: &mut redis::aio::MultiplexedConnection,
+) -> Result<(f64, f64, f64), String> {
     let info: String = redis::cmd("INFO")
         .query_async(redis)
         .await
@@ -243,31 +238,8 @@ async fn through_broker(
 ) -> Result<Measured, String> {
     let pid = broker.child.id().ok_or("the broker exited")?;
     let run = format!("{}/{n}", std::process::id());
-    let mut refs = Vec::with_capacity(n);
-    for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
-        let calls = chunk.iter().map(|i| {
-            let mut grpc = broker.grpc.clone();
-            let request = AcquireRequest {
-                name: format!("beats/{run}/{i}"),
-                ttl_ms: args.ttl.as_millis() as u64,
-                holder: "bench".into(),
-                ..Default::default()
-            };
-            async move { grpc.acquire(request).await }
-        });
-        for result in futures_util::future::join_all(calls).await {
-            let lease = result
-                .map_err(|s| format!("acquire: {}", s.message()))?
-                .into_inner()
-                .lease
-                .ok_or("no lease")?;
-            refs.push(LeaseRef {
-                name: lease.name,
-                owner_token: lease.owner_token,
-                ttl_ms: 0,
-            });
-        }
-    }
+    let names = (0..n).map(|i| format!("beats/{run}/{i}"));
+    let refs = acquire_many(&broker.grpc, names, args.ttl, "bench").await?;
 
     let tally = Arc::new(Tally::default());
     let (cpu_before, _, _) = redis_info(redis).await?;

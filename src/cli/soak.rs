@@ -83,34 +83,8 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     .await?;
     let pid = broker.id().ok_or("the broker exited")?;
 
-    // Take the leases, 64 calls at a time.
-    let mut refs = Vec::with_capacity(args.leases);
-    for chunk in (0..args.leases).collect::<Vec<_>>().chunks(64) {
-        let calls = chunk.iter().map(|i| {
-            let mut grpc = grpc.clone();
-            let request = AcquireRequest {
-                name: format!("soak/{i}"),
-                ttl_ms: args.ttl.as_millis() as u64,
-                holder: "soak".into(),
-                wait_timeout_ms: 0,
-                lock_delay_ms: 0,
-                limit: 0,
-            };
-            async move { grpc.acquire(request).await }
-        });
-        for result in futures_util::future::join_all(calls).await {
-            let lease = result
-                .map_err(|s| format!("acquire: {}", s.message()))?
-                .into_inner()
-                .lease
-                .ok_or("no lease")?;
-            refs.push(LeaseRef {
-                name: lease.name,
-                owner_token: lease.owner_token,
-                ttl_ms: 0,
-            });
-        }
-    }
+    let names = (0..args.leases).map(|i| format!("soak/{i}"));
+    let refs = acquire_many(&grpc, names, args.ttl, "soak").await?;
     let rss_start = rss_mib(pid);
     println!(
         "soak: {} leases over {} streams, heartbeat every {:?}, TTL {:?}, for {:?}; broker RSS {:.1} MiB",
@@ -227,6 +201,42 @@ pub(super) async fn stream(
             }
         }
     }
+}
+
+/// Takes a lease on each name, 64 calls at a time.
+pub(super) async fn acquire_many(
+    grpc: &LeaseholdClient<tonic::transport::Channel>,
+    names: impl Iterator<Item = String>,
+    ttl: Duration,
+    holder: &str,
+) -> Result<Vec<LeaseRef>, String> {
+    let names: Vec<String> = names.collect();
+    let mut refs = Vec::with_capacity(names.len());
+    for chunk in names.chunks(64) {
+        let calls = chunk.iter().map(|name| {
+            let mut grpc = grpc.clone();
+            let request = AcquireRequest {
+                name: name.clone(),
+                ttl_ms: ttl.as_millis() as u64,
+                holder: holder.to_owned(),
+                ..Default::default()
+            };
+            async move { grpc.acquire(request).await }
+        });
+        for result in futures_util::future::join_all(calls).await {
+            let lease = result
+                .map_err(|s| format!("acquire: {}", s.message()))?
+                .into_inner()
+                .lease
+                .ok_or("no lease")?;
+            refs.push(LeaseRef {
+                name: lease.name,
+                owner_token: lease.owner_token,
+                ttl_ms: 0,
+            });
+        }
+    }
+    Ok(refs)
 }
 
 pub(super) fn percentile(mut values: Vec<u64>, p: f64) -> u64 {

@@ -286,7 +286,11 @@ impl Leases {
                 ))
             })?;
         let _gauge = GaugeGuard::inc(&self.inner.metrics.waiters);
-        let watch = self.count_errors(store.watch(&spec.name, Event::Released, Some(&spec.token)).await)?;
+        let watch = self.count_errors(
+            store
+                .watch(&spec.name, Event::Released, Some(&spec.token))
+                .await,
+        )?;
         let shutdown = self.shutting_down();
         tokio::pin!(shutdown);
         loop {

@@ -18,8 +18,9 @@ use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
 use tokio::time::Instant;
 
 use super::{
-    watch::{waiter_id, Watchers}, Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo,
-    RenewItem, Renewed, QUEUE_LIFETIME,
+    watch::{waiter_id, Watchers},
+    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem,
+    Renewed, QUEUE_LIFETIME,
 };
 use crate::error::Result;
 

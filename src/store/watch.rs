@@ -104,12 +104,16 @@ impl Watchers {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
         let slot = {
-            let slot = self.inner.slots.entry(channel.to_owned()).or_insert_with(|| {
-                Arc::new(Slot {
-                    members: Mutex::new(Vec::new()),
-                    subscribed: OnceCell::new(),
-                })
-            });
+            let slot = self
+                .inner
+                .slots
+                .entry(channel.to_owned())
+                .or_insert_with(|| {
+                    Arc::new(Slot {
+                        members: Mutex::new(Vec::new()),
+                        subscribed: OnceCell::new(),
+                    })
+                });
             slot.members().push(Member {
                 id,
                 waiter: waiter.map(|t| waiter_id(t).into()),
