@@ -175,13 +175,64 @@ async fn keepalive_run(
     Ok(())
 }
 
+/// A gRPC client over one bare HTTP/2 connection. tonic's `Channel` sends
+/// every call through a buffer task (for load balancing and reconnection),
+/// one more hand-off per call that a load generator, sharing the machine
+/// with what it measures, cannot afford: this calls hyper's connection
+/// directly. It does not reconnect.
+pub(super) type BenchClient = LeaseholdClient<H2>;
+
+/// hyper's HTTP/2 request sender as the service a tonic client calls.
+#[derive(Clone)]
+pub(super) struct H2(hyper::client::conn::http2::SendRequest<tonic::body::Body>);
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for H2 {
+    type Response = tonic::codegen::http::Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(self.0.send_request(request))
+    }
+}
+
+/// Connects a [`BenchClient`] to `addr` (Nagle off, the broker's window
+/// sizes).
+pub(super) async fn bench_client(addr: std::net::SocketAddr) -> Result<BenchClient, String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("cannot reach the broker at {addr}: {e}"))?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(1 << 20)
+            .initial_connection_window_size(4 << 20)
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .map_err(|e| format!("HTTP/2 handshake with {addr}: {e}"))?;
+    tokio::spawn(connection);
+    let origin = format!("http://{addr}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    Ok(LeaseholdClient::with_origin(H2(sender), origin))
+}
+
 /// A broker of the bench's own: a child `leasehold serve`, killed when
 /// dropped.
 pub(super) struct OwnBroker {
     /// The child process (for its pid: RSS and CPU are read from /proc).
     pub child: tokio::process::Child,
     /// A client connected to it.
-    pub grpc: LeaseholdClient<tonic::transport::Channel>,
+    pub grpc: BenchClient,
     /// Its URL, for child processes of the bench (`leasehold hold`).
     pub url: String,
 }
@@ -215,16 +266,10 @@ pub(super) async fn start_broker(
         .spawn()
         .map_err(|e| format!("cannot start the broker: {e}"))?;
     let url = format!("http://127.0.0.1:{port}");
-    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-        .map_err(|e| e.to_string())?
-        .tcp_nodelay(true);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     for _ in 0..100 {
-        if let Ok(channel) = endpoint.connect().await {
-            return Ok(OwnBroker {
-                child,
-                grpc: LeaseholdClient::new(channel),
-                url,
-            });
+        if let Ok(grpc) = bench_client(addr).await {
+            return Ok(OwnBroker { child, grpc, url });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -13,7 +13,7 @@ use super::{bench::OwnBroker, EXIT_BROKER_ERROR};
 use crate::{
     config::parse_duration,
     lease::token,
-    proto::{leasehold_client::LeaseholdClient, AcquireRequest, DescribeRequest, ReleaseRequest},
+    proto::{AcquireRequest, DescribeRequest, ReleaseRequest},
     store::{Acquired, GrantSpec, Store},
 };
 
@@ -366,7 +366,7 @@ fn spec(name: &str, ttl_ms: u64) -> Result<GrantSpec, String> {
 }
 
 async fn uncontended_broker(
-    grpc: &LeaseholdClient<tonic::transport::Channel>,
+    grpc: &super::bench::BenchClient,
     workers: usize,
     duration: Duration,
 ) -> Result<Run, String> {
@@ -522,7 +522,7 @@ fn print_contended(label: &str, run: &Run, grants: &[u64], duration: Duration) {
 /// `waiters` workers on one lock, each waiting for it, holding it for no
 /// time and releasing it. Returns the handoffs and each worker's grants.
 async fn contended(
-    grpc: &LeaseholdClient<tonic::transport::Channel>,
+    grpc: &super::bench::BenchClient,
     waiters: usize,
     duration: Duration,
 ) -> Result<(Run, Vec<u64>), String> {

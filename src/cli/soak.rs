@@ -20,10 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::EXIT_BROKER_ERROR;
 use crate::{
     config::parse_duration,
-    proto::{
-        lease_status::State, leasehold_client::LeaseholdClient, AcquireRequest, KeepAliveRequest,
-        LeaseRef,
-    },
+    proto::{lease_status::State, AcquireRequest, KeepAliveRequest, LeaseRef},
 };
 
 /// Arguments of `bench soak`.
@@ -151,7 +148,7 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
 
 /// One stream: a heartbeat naming all of `leases` every `interval`.
 pub(super) async fn stream(
-    mut grpc: LeaseholdClient<tonic::transport::Channel>,
+    mut grpc: super::bench::BenchClient,
     leases: Vec<LeaseRef>,
     interval: Duration,
     offset: Duration,
@@ -205,7 +202,7 @@ pub(super) async fn stream(
 
 /// Takes a lease on each name, 64 calls at a time.
 pub(super) async fn acquire_many(
-    grpc: &LeaseholdClient<tonic::transport::Channel>,
+    grpc: &super::bench::BenchClient,
     names: impl Iterator<Item = String>,
     ttl: Duration,
     holder: &str,

@@ -132,7 +132,13 @@ impl RedisStore {
     pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
         let (prefix, timeout) = (options.key_prefix.as_str(), options.timeout);
         let bad_url = |e: RedisError| Error::InvalidArgument(format!("bad Redis URL: {e}"));
-        let info = url.into_connection_info().map_err(bad_url)?;
+        // Nagle off (redis-rs leaves it on): a command written while an
+        // earlier one is unacknowledged would wait for that ACK, which Redis
+        // may delay up to 40 ms.
+        let info = url
+            .into_connection_info()
+            .map_err(bad_url)?
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let resp3 = info.clone().set_redis_settings(
             info.redis_settings()
                 .clone()
