@@ -375,6 +375,10 @@ async fn the_cycles_benchmark_runs() {
             "2",
             "--duration",
             "300ms",
+            "--failovers",
+            "1",
+            "--failover-ttl",
+            "1s",
         ])
         .output()
         .await
@@ -385,6 +389,24 @@ async fn the_cycles_benchmark_runs() {
         "{text}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    // A killed holder's lock goes to the waiter when its lease expires:
+    // within its TTL of the kill (generous slack for a loaded machine), and
+    // not long after the expiry (no polling).
+    for side in ["broker", "direct"] {
+        let row = format!("holder killed, {side}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&row))
+            .unwrap_or_else(|| panic!("no row {row:?} in\n{text}"));
+        let numbers: Vec<f64> = line
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        // "kill 9 -> next grant K ms; expiry -> grant E ms (TTL 1000 ms)"
+        let (kill_to_grant, expiry_to_grant) = (numbers[1], numbers[2]);
+        assert!(kill_to_grant <= 1_000.0 + 750.0, "{line}");
+        assert!(expiry_to_grant <= 500.0, "{line}");
+    }
     for row in [
         "uncontended, 1 workers",
         "uncontended, 2 workers",
@@ -402,4 +424,40 @@ async fn the_cycles_benchmark_runs() {
             .unwrap();
         assert!(first > 0.0, "{line}");
     }
+}
+
+/// The heartbeat benchmark keeps leases alive through a broker of its own
+/// and straight against Redis, loses none, and reports both sides.
+#[tokio::test]
+async fn the_heartbeats_benchmark_runs() {
+    let redis = RedisServer::start();
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["bench", "heartbeats", "--store", &redis.url()])
+        .args(["--leases", "300", "--streams", "6", "--interval", "500ms"])
+        .args(["--ttl", "5s", "--duration", "2s"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "leases lost, or the run failed: {text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for side in ["broker", "direct"] {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq(["300", side]))
+            .unwrap_or_else(|| panic!("no {side} row in\n{text}"));
+        let lost: u64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+        assert_eq!(lost, 0, "{line}");
+    }
+    // Every lease was released afterwards: Redis holds no lease of the run.
+    let mut redis_conn = redis.connection().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("beats*")
+        .query_async(&mut redis_conn)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
 }
