@@ -132,9 +132,10 @@ impl RedisStore {
     pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
         let (prefix, timeout) = (options.key_prefix.as_str(), options.timeout);
         let bad_url = |e: RedisError| Error::InvalidArgument(format!("bad Redis URL: {e}"));
-        // Nagle off (redis-rs leaves it on): a command written while an
-        // earlier one is unacknowledged would wait for that ACK, which Redis
-        // may delay up to 40 ms.
+        // Nagle off (redis-rs leaves it on; Jedis and Lettuce turn it off):
+        // with it, the last partial segment of a large pipeline (a heartbeat
+        // of 1,000 leases is about 100 kB) waits until the segments before
+        // it are acknowledged, and the receiver may delay that ACK 40 ms.
         let info = url
             .into_connection_info()
             .map_err(bad_url)?
