@@ -1,0 +1,33 @@
+"""Python client for Leasehold, a distributed lock broker.
+
+A lease is exclusive ownership of a lock name for a bounded time, with a
+fencing token that storage can use to refuse the writes of a holder that was
+paused past its TTL::
+
+    from leasehold import Client
+
+    with Client("127.0.0.1:7420") as client:
+        with client.acquire("jobs/nightly", ttl=10, wait=30) as lease:
+            lease.on_lost(lambda reason: print("lost:", reason))
+            lease.check()
+            write_report(fence=lease.fence)
+
+See README.md for the rules the client follows.
+"""
+
+from ._client import Client, Description, FenceCheck, Leader, default_holder
+from ._lease import Lease
+from .errors import LeaseholdError, LeaseLost, LossReason, NotAcquired
+
+__all__ = [
+    "Client",
+    "Description",
+    "FenceCheck",
+    "Leader",
+    "Lease",
+    "LeaseholdError",
+    "LeaseLost",
+    "LossReason",
+    "NotAcquired",
+    "default_holder",
+]

@@ -1,0 +1,251 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LossReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOSS_REASON_UNSPECIFIED: _ClassVar[LossReason]
+    EXPIRED: _ClassVar[LossReason]
+    NOT_OWNER: _ClassVar[LossReason]
+    STORE_LOST: _ClassVar[LossReason]
+    REVOKED: _ClassVar[LossReason]
+LOSS_REASON_UNSPECIFIED: LossReason
+EXPIRED: LossReason
+NOT_OWNER: LossReason
+STORE_LOST: LossReason
+REVOKED: LossReason
+
+class Lease(_message.Message):
+    __slots__ = ("name", "owner_token", "fence", "ttl_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner_token: str
+    fence: int
+    ttl_ms: int
+    def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., fence: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("name", "ttl_ms", "holder", "wait_timeout_ms", "lock_delay_ms", "limit")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    ttl_ms: int
+    holder: str
+    wait_timeout_ms: int
+    lock_delay_ms: int
+    limit: int
+    def __init__(self, name: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., holder: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ("lease", "waited_ms")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    waited_ms: int
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., waited_ms: _Optional[int] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("name", "owner_token", "ttl_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner_token: str
+    ttl_ms: int
+    def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("ttl_ms", "fence")
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    ttl_ms: int
+    fence: int
+    def __init__(self, ttl_ms: _Optional[int] = ..., fence: _Optional[int] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("name", "owner_token")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner_token: str
+    def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DescribeResponse(_message.Message):
+    __slots__ = ("held", "holder", "fence", "remaining_ms", "ttl_ms", "granted_at_unix_ms", "local_waiters", "lock_delay_ms", "lock_delay_remaining_ms", "waiters", "permits_held")
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_WAITERS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_HELD_FIELD_NUMBER: _ClassVar[int]
+    held: bool
+    holder: str
+    fence: int
+    remaining_ms: int
+    ttl_ms: int
+    granted_at_unix_ms: int
+    local_waiters: int
+    lock_delay_ms: int
+    lock_delay_remaining_ms: int
+    waiters: int
+    permits_held: int
+    def __init__(self, held: _Optional[bool] = ..., holder: _Optional[str] = ..., fence: _Optional[int] = ..., remaining_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., granted_at_unix_ms: _Optional[int] = ..., local_waiters: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., lock_delay_remaining_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., permits_held: _Optional[int] = ...) -> None: ...
+
+class CheckFenceRequest(_message.Message):
+    __slots__ = ("name", "fence")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    fence: int
+    def __init__(self, name: _Optional[str] = ..., fence: _Optional[int] = ...) -> None: ...
+
+class CheckFenceResponse(_message.Message):
+    __slots__ = ("current", "current_fence")
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FENCE_FIELD_NUMBER: _ClassVar[int]
+    current: bool
+    current_fence: int
+    def __init__(self, current: _Optional[bool] = ..., current_fence: _Optional[int] = ...) -> None: ...
+
+class RevokeRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RevokeResponse(_message.Message):
+    __slots__ = ("fence",)
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    fence: int
+    def __init__(self, fence: _Optional[int] = ...) -> None: ...
+
+class KeepAliveRequest(_message.Message):
+    __slots__ = ("seq", "leases")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    def __init__(self, seq: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
+
+class LeaseRef(_message.Message):
+    __slots__ = ("name", "owner_token", "ttl_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner_token: str
+    ttl_ms: int
+    def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class KeepAliveResponse(_message.Message):
+    __slots__ = ("seq", "leases")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseStatus]
+    def __init__(self, seq: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseStatus, _Mapping]]] = ...) -> None: ...
+
+class LeaseStatus(_message.Message):
+    __slots__ = ("name", "state", "ttl_ms", "fence", "reason", "message")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[LeaseStatus.State]
+        ALIVE: _ClassVar[LeaseStatus.State]
+        LOST: _ClassVar[LeaseStatus.State]
+        UNCONFIRMED: _ClassVar[LeaseStatus.State]
+        REJECTED: _ClassVar[LeaseStatus.State]
+    STATE_UNSPECIFIED: LeaseStatus.State
+    ALIVE: LeaseStatus.State
+    LOST: LeaseStatus.State
+    UNCONFIRMED: LeaseStatus.State
+    REJECTED: LeaseStatus.State
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state: LeaseStatus.State
+    ttl_ms: int
+    fence: int
+    reason: LossReason
+    message: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[LeaseStatus.State, str]] = ..., ttl_ms: _Optional[int] = ..., fence: _Optional[int] = ..., reason: _Optional[_Union[LossReason, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CampaignRequest(_message.Message):
+    __slots__ = ("election", "value", "ttl_ms", "wait_timeout_ms")
+    ELECTION_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    election: str
+    value: str
+    ttl_ms: int
+    wait_timeout_ms: int
+    def __init__(self, election: _Optional[str] = ..., value: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., wait_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class CampaignResponse(_message.Message):
+    __slots__ = ("lease", "waited_ms")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    waited_ms: int
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., waited_ms: _Optional[int] = ...) -> None: ...
+
+class LeaderRequest(_message.Message):
+    __slots__ = ("election",)
+    ELECTION_FIELD_NUMBER: _ClassVar[int]
+    election: str
+    def __init__(self, election: _Optional[str] = ...) -> None: ...
+
+class LeaderResponse(_message.Message):
+    __slots__ = ("present", "value", "term", "remaining_ms")
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    present: bool
+    value: str
+    term: int
+    remaining_ms: int
+    def __init__(self, present: _Optional[bool] = ..., value: _Optional[str] = ..., term: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
+
+class ResignRequest(_message.Message):
+    __slots__ = ("election", "owner_token")
+    ELECTION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    election: str
+    owner_token: str
+    def __init__(self, election: _Optional[str] = ..., owner_token: _Optional[str] = ...) -> None: ...
+
+class ResignResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,75 @@
+"""A TCP proxy whose connections can be cut, to break KeepAlive streams
+without losing the broker's (in-memory) leases."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class Proxy:
+    def __init__(self, upstream_port: int):
+        self._upstream = ("127.0.0.1", upstream_port)
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self.accepted = 0
+        self._accepted_cv = threading.Condition(self._lock)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self._upstream)
+            except OSError:
+                down.close()
+                continue
+            with self._lock:
+                self._sockets += [down, up]
+                self.accepted += 1
+                self._accepted_cv.notify_all()
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def wait_accepted(self, count: int, timeout: float) -> bool:
+        with self._lock:
+            return self._accepted_cv.wait_for(lambda: self.accepted >= count, timeout)
+
+    def cut(self) -> None:
+        """Breaks every open connection (as a network failure would)."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.cut()
