@@ -1,7 +1,9 @@
 //! The files around the broker agree with what it serves: every metric the
 //! Prometheus rules (deploy/prometheus/rules.yaml) and the Grafana dashboard
-//! (deploy/grafana/leasehold-dashboard.json) query exists in `/metrics`, and
-//! the README's "Metrics" table lists exactly the families the broker serves.
+//! (deploy/grafana/leasehold-dashboard.json) query exists in `/metrics`, the
+//! README's "Metrics reference" table lists exactly the families the broker
+//! serves, and its "Configuration reference" table exactly the flags,
+//! environment variables and defaults of `leasehold serve --help`.
 
 mod common;
 
@@ -280,5 +282,86 @@ async fn readme_metrics_table_matches_what_is_served() {
     assert!(
         not_served.is_empty(),
         "in README.md's Metrics table but not served: {not_served:?}"
+    );
+}
+
+/// One flag of `leasehold serve`: its environment variable and default.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Flag {
+    flag: String,
+    env: String,
+    default: String,
+}
+
+/// The flags `leasehold serve --help` documents (clap's long help: a
+/// `--flag <VALUE>` line, then `[env: NAME=]` and `[default: X]` lines). A
+/// switch without a default is "off".
+fn help_flags(help: &str) -> BTreeSet<Flag> {
+    let mut flags = BTreeSet::new();
+    let mut current: Option<Flag> = None;
+    for line in help.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("--") {
+            flags.extend(current.take());
+            let name = rest.split_whitespace().next().unwrap_or_default();
+            if name != "help" {
+                current = Some(Flag {
+                    flag: format!("--{name}"),
+                    env: String::new(),
+                    default: "off".into(),
+                });
+            }
+        } else if let Some(flag) = current.as_mut() {
+            if let Some(env) = line.strip_prefix("[env: ") {
+                flag.env = env.trim_end_matches(']').trim_end_matches('=').to_owned();
+            } else if let Some(default) = line.strip_prefix("[default: ") {
+                flag.default = default.trim_end_matches(']').to_owned();
+            }
+        }
+    }
+    flags.extend(current);
+    flags
+}
+
+/// The rows of the README's "Configuration reference" table.
+fn readme_flags(readme: &str) -> BTreeSet<Flag> {
+    let section = readme
+        .split("\n## Configuration reference")
+        .nth(1)
+        .expect("README has a Configuration reference section");
+    let section = section.split("\n## ").next().unwrap_or_default();
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `--"))
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let unquote = |c: &str| c.trim_matches('`').to_owned();
+            Flag {
+                flag: unquote(cells[1]),
+                env: unquote(cells[2]),
+                default: unquote(cells[3]),
+            }
+        })
+        .collect()
+}
+
+/// The README's configuration reference lists every flag of `leasehold
+/// serve`, with its environment variable and default, and nothing else.
+#[test]
+fn readme_configuration_table_matches_serve_help() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("run leasehold serve --help");
+    assert!(output.status.success());
+    let help = help_flags(&String::from_utf8_lossy(&output.stdout));
+    assert!(help.len() > 10, "help parsed: {help:?}");
+    let readme = readme_flags(&repo_file("README.md"));
+    let missing: Vec<_> = help.difference(&readme).collect();
+    let extra: Vec<_> = readme.difference(&help).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "README's configuration table and `leasehold serve --help` differ:\n  \
+         in --help, not (or not so) in README: {missing:?}\n  \
+         in README, not (or not so) in --help: {extra:?}"
     );
 }
