@@ -58,7 +58,10 @@ impl Lease {
         LeaseInfo {
             holder: self.holder.clone(),
             fence: self.fence,
-            remaining_ms: ceil_ms(self.expires_at.saturating_duration_since(now)),
+            // At most the TTL: `now` may be read just before a renewal that
+            // another task applies, which would otherwise show a few µs more
+            // (rounded up to a whole ms) than any renewal grants.
+            remaining_ms: ceil_ms(self.expires_at.saturating_duration_since(now)).min(self.ttl_ms),
             ttl_ms: self.ttl_ms,
             granted_at_unix_ms: self.granted_at_unix_ms,
             lock_delay_ms: self.lock_delay.as_millis() as u64,

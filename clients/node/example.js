@@ -1,0 +1,43 @@
+// Takes a lock, "writes" under it with its fence, and releases it.
+//
+//   node example.js [broker address, default 127.0.0.1:7420] [lock name]
+import { connect, status } from './leasehold.js';
+
+const target = process.argv[2] ?? process.env.LEASEHOLD_ADDR ?? '127.0.0.1:7420';
+const name = process.argv[3] ?? 'examples/node';
+
+// A stand-in for the storage the lock protects. It keeps the highest fence it
+// has accepted and refuses lower ones: that, not the lock alone, is what stops
+// a holder that was paused past its TTL from overwriting newer data.
+const storage = {
+  highestFence: 0n,
+  write(key, value, fence) {
+    if (fence < this.highestFence) throw new Error(`write refused: fence ${fence} < ${this.highestFence}`);
+    this.highestFence = fence;
+    console.log(`wrote ${key}=${value} with fence ${fence}`);
+  },
+};
+
+const client = connect(target);
+try {
+  let lease;
+  try {
+    lease = await client.acquire(name, { ttlMs: 5000, waitMs: 10_000, holder: `node-example:${process.pid}` });
+  } catch (err) {
+    if (err.code === status.ABORTED) throw new Error(`busy: ${err.details}`); // names the holder
+    throw err;
+  }
+  console.log(`acquired ${lease.name} with fence ${lease.fence} (waited ${lease.waitedMs} ms)`);
+  lease.lost.then((reason) => console.error(`lock lost (${reason}): stopping`));
+
+  for (let i = 1; i <= 3; i++) {
+    if (lease.lostReason) break; // stop writing once the lease is known lost
+    storage.write(`row${i}`, `value${i}`, lease.fence);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+
+  await lease.release();
+  console.log(`released ${lease.name}`);
+} finally {
+  await client.close();
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs the Node.js example client's tests against a real broker (memory store).
+#
+# Safe to run again: installs the locked dependencies (npm ci) only when
+# node_modules is missing or package-lock.json changed since the last install,
+# then runs `node --test`. Installs no Node and builds nothing: the broker
+# binary is $LEASEHOLD_BIN, or target/debug/leasehold (cargo build --bin leasehold).
+# Extra arguments go to node --test, e.g. ./run-tests.sh --test-name-pattern=fence
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$here"
+
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "error: node and npm are needed (Node.js >= 18); install them first" >&2
+  exit 1
+fi
+major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "$major" -lt 18 ]; then
+  echo "error: Node.js >= 18 is needed, found $(node --version)" >&2
+  exit 1
+fi
+
+bin="${LEASEHOLD_BIN:-$repo/target/debug/leasehold}"
+if [ ! -x "$bin" ]; then
+  echo "error: broker binary not found at $bin" >&2
+  echo "  build it with 'cargo build --bin leasehold' in $repo, or set LEASEHOLD_BIN to a leasehold binary" >&2
+  exit 1
+fi
+export LEASEHOLD_BIN="$bin"
+
+stamp="node_modules/.leasehold-installed"
+want="$(sha256sum package-lock.json | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  npm ci --no-audit --no-fund
+  echo "$want" > "$stamp"
+fi
+
+exec node --test "$@" test/*.test.js
