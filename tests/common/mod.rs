@@ -69,6 +69,17 @@ impl RedisServer {
         ])
     }
 
+    /// Starts redis-server that requires `password` (`requirepass`); connect
+    /// with [`RedisServer::url_with_password`].
+    pub fn start_with_password(password: &str) -> Self {
+        Self::start_with(&["--requirepass", password])
+    }
+
+    /// `redis://:PASSWORD@127.0.0.1:PORT/`.
+    pub fn url_with_password(&self, password: &str) -> String {
+        format!("redis://:{password}@127.0.0.1:{}/", self.port)
+    }
+
     /// Starts a replica of `primary` (it syncs in the background; see
     /// [`RedisServer::await_replicas`]).
     pub fn start_replica_of(primary: &RedisServer) -> Self {
@@ -316,37 +327,75 @@ impl Drop for Broker {
 pub struct BrokerProcess {
     /// gRPC address.
     pub addr: SocketAddr,
-    store: String,
+    /// Metrics address.
+    pub metrics_addr: SocketAddr,
+    launch: Launch,
     child: std::process::Child,
+}
+
+/// How a [`BrokerProcess`] is started (again, on restart).
+struct Launch {
+    addr: SocketAddr,
+    metrics_addr: SocketAddr,
+    store: String,
+    extra: Vec<String>,
+    /// Where its stderr (the logs, at `RUST_LOG`, default `debug`) is
+    /// appended; `None` discards them.
+    log: Option<std::path::PathBuf>,
 }
 
 impl BrokerProcess {
     /// Starts `leasehold serve` on `store` and waits until it accepts calls.
     pub async fn start(store: &str) -> Self {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let broker = BrokerProcess {
-            addr,
+        Self::start_logged(store, &[], None).await
+    }
+
+    /// Starts `leasehold serve` on `store` with `extra` flags, its logs
+    /// appended to `log` when given.
+    pub async fn start_logged(store: &str, extra: &[&str], log: Option<&std::path::Path>) -> Self {
+        let launch = Launch {
+            addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            metrics_addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
             store: store.to_owned(),
-            child: Self::spawn(addr, store),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            log: log.map(|p| p.to_owned()),
+        };
+        let broker = BrokerProcess {
+            addr: launch.addr,
+            metrics_addr: launch.metrics_addr,
+            child: Self::spawn(&launch),
+            launch,
         };
         broker.client().await; // it is up once a connection succeeds
         broker
     }
 
-    fn spawn(addr: SocketAddr, store: &str) -> std::process::Child {
-        std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    fn spawn(launch: &Launch) -> std::process::Child {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
             .args([
                 "serve",
                 "--listen",
-                &addr.to_string(),
+                &launch.addr.to_string(),
                 "--metrics-listen",
-                "127.0.0.1:0",
+                &launch.metrics_addr.to_string(),
             ])
-            .args(["--store", store, "--key-prefix", "test:"])
+            .args(["--store", &launch.store, "--key-prefix", "test:"])
+            .args(&launch.extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn leasehold serve")
+            .stderr(Stdio::null());
+        if let Some(path) = &launch.log {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .expect("open the broker log");
+            command.stderr(Stdio::from(file)).env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "debug".into()),
+            );
+        }
+        command.spawn().expect("spawn leasehold serve")
     }
 
     /// `http://ADDR`.
@@ -357,7 +406,7 @@ impl BrokerProcess {
     /// SIGKILL, then a new process on the same address.
     pub async fn restart(&mut self) {
         self.kill();
-        self.child = Self::spawn(self.addr, &self.store);
+        self.child = Self::spawn(&self.launch);
         self.client().await;
     }
 
