@@ -2,7 +2,7 @@
 //! variable of the same name (`--store` / `LEASEHOLD_STORE`), so the same
 //! binary is configured the same way on a laptop and in a Kubernetes pod.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 /// How the broker serves: addresses, store, timeouts, limits, logs.
 #[derive(clap::Args, Clone, Debug)]
@@ -65,6 +65,22 @@ pub struct ServeConfig {
     /// Redis (see BENCHMARKS.md); more spread the load over more cores.
     #[arg(long, env = "LEASEHOLD_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
+
+    /// Server certificate chain (PEM, leaf first) for TLS on the gRPC port,
+    /// with --tls-key. Without it the port speaks plaintext. Reloaded on
+    /// SIGHUP.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "LEASEHOLD_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA certificates (PEM) that clients' certificates must chain to: makes
+    /// TLS mutual (a client without such a certificate cannot connect).
+    /// Reloaded on SIGHUP.
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 
     /// Request limits.
     #[command(flatten)]
@@ -192,6 +208,12 @@ impl ServeConfig {
                 self.replica_ack_timeout, self.store_timeout
             ));
         }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err("--tls-cert and --tls-key go together: give both, or neither".into());
+        }
+        if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
+            return Err("--tls-client-ca needs --tls-cert and --tls-key".into());
+        }
         Ok(())
     }
 
@@ -203,6 +225,15 @@ impl ServeConfig {
             replica_acks: self.replica_acks,
             replica_ack_timeout: self.replica_ack_timeout,
         }
+    }
+
+    /// The TLS files, if TLS is on (both --tls-cert and --tls-key given).
+    pub fn tls_files(&self) -> Option<crate::server::tls::TlsFiles> {
+        Some(crate::server::tls::TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
     }
 
     /// A configuration with every default, serving on the given addresses:
@@ -219,6 +250,9 @@ impl ServeConfig {
             health_interval: Duration::from_secs(1),
             enable_revoke: false,
             worker_threads: 0,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
             limits: Limits::default(),
             log_format: LogFormat::Pretty,
         }

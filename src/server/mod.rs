@@ -5,8 +5,9 @@ mod grpc;
 mod health;
 mod http;
 mod keepalive;
+pub mod tls;
 
-use std::future::Future;
+use std::{future::Future, sync::Arc};
 
 use tokio::{net::TcpListener, sync::watch};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -34,6 +35,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     config.check().map_err(Error::InvalidArgument)?;
+    // Loaded before anything starts: a bad certificate stops the broker at
+    // once, with the file named.
+    let tls = match config.tls_files() {
+        Some(files) => Some(Arc::new(tls::Tls::load(files)?)),
+        None => None,
+    };
     let store = Store::open(&config.store, &config.store_options())?;
     let metrics = Metrics::new();
     let leases = Leases::new(
@@ -72,10 +79,18 @@ pub async fn run(
         grpc = %grpc.local_addr().map_err(|e| Error::Internal(e.to_string()))?,
         metrics = %metrics_addr,
         store = %redact_url(&config.store),
+        tls = match &tls {
+            None => "off",
+            Some(tls) if tls.mutual() => "mutual",
+            Some(_) => "on",
+        },
         "serving"
     );
+    if let Some(tls) = &tls {
+        tokio::spawn(reload_on_sighup(Arc::clone(tls)));
+    }
     let on_shutdown = leases.clone();
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         // A heartbeat naming thousands of leases fits the flow-control
         // window, instead of waiting for window updates mid-message.
         .initial_stream_window_size(Some(1 << 20))
@@ -87,15 +102,44 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(LeaseholdServer::new(LeaseholdService::new(leases)))
-        .serve_with_incoming_shutdown(incoming(grpc), async move {
-            shutdown.await;
-            tracing::info!("shutting down: ending waits, finishing calls in flight");
-            on_shutdown.begin_shutdown();
-            let _ = stop_tx.send(true);
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("gRPC server: {e}")))
+        .add_service(LeaseholdServer::new(LeaseholdService::new(leases)));
+    let stopping = async move {
+        shutdown.await;
+        tracing::info!("shutting down: ending waits, finishing calls in flight");
+        on_shutdown.begin_shutdown();
+        let _ = stop_tx.send(true);
+    };
+    match tls {
+        None => {
+            router
+                .serve_with_incoming_shutdown(incoming(grpc), stopping)
+                .await
+        }
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(tls::incoming(grpc, tls), stopping)
+                .await
+        }
+    }
+    .map_err(|e| Error::Internal(format!("gRPC server: {e}")))
+}
+
+/// Reloads the TLS files on every SIGHUP; a failed reload keeps the current
+/// certificates and says why.
+async fn reload_on_sighup(tls: Arc<tls::Tls>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: TLS files will not be reloaded");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => tracing::info!("TLS certificate reloaded"),
+            Err(e) => {
+                tracing::warn!(error = %e, "TLS reload failed; keeping the current certificate")
+            }
+        }
+    }
 }
 
 /// Accepted connections, with Nagle's algorithm off: answers are small and

@@ -366,8 +366,31 @@ impl BrokerProcess {
             child: Self::spawn(&launch),
             launch,
         };
-        broker.client().await; // it is up once a connection succeeds
+        broker.wait_up().await;
         broker
+    }
+
+    /// Waits until it accepts calls: a plaintext connection succeeds or,
+    /// with TLS on, its port accepts TCP connections.
+    async fn wait_up(&self) {
+        if !self.launch.extra.iter().any(|f| f == "--tls-cert") {
+            self.client().await;
+            return;
+        }
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(self.addr).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("leasehold serve never came up at {}", self.addr);
+    }
+
+    /// Sends it SIGHUP (reload the TLS files).
+    pub fn hang_up(&self) {
+        // SAFETY: kill(2) on our own child's pid.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) };
+        assert_eq!(sent, 0, "SIGHUP not sent");
     }
 
     fn spawn(launch: &Launch) -> std::process::Child {
@@ -407,7 +430,7 @@ impl BrokerProcess {
     pub async fn restart(&mut self) {
         self.kill();
         self.child = Self::spawn(&self.launch);
-        self.client().await;
+        self.wait_up().await;
     }
 
     /// A client of it (retrying the connect for up to 10 s while it starts).

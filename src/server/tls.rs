@@ -1,0 +1,168 @@
+//! TLS on the gRPC port: the server certificate and key from PEM files,
+//! optionally a client CA that makes TLS mutual (clients must present a
+//! certificate it signed), and reloading all three without a restart
+//! (`SIGHUP`): certificates are rotated by replacing the files (cert-manager,
+//! a Kubernetes Secret volume) and a restart would drop every KeepAlive
+//! stream.
+//!
+//! Handshakes run in a task per connection with a deadline, so a client that
+//! connects and says nothing holds no more than its own socket.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{
+    rustls::{
+        self,
+        pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
+        server::WebPkiClientVerifier,
+        RootCertStore, ServerConfig,
+    },
+    server::TlsStream,
+    TlsAcceptor,
+};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::error::{Error, Result};
+
+/// How long a client may take to complete its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the TLS material is (`--tls-cert`, `--tls-key`, `--tls-client-ca`).
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The server's certificate chain (PEM), leaf first.
+    pub cert: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA certificates (PEM) that client certificates must chain to; `None`
+    /// for server-only TLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The server's TLS configuration, swapped whole on reload.
+pub struct Tls {
+    files: TlsFiles,
+    config: RwLock<Arc<ServerConfig>>,
+}
+
+impl Tls {
+    /// Loads the files; an unreadable or invalid file is an error naming it.
+    pub fn load(files: TlsFiles) -> Result<Self> {
+        let config = build(&files)?;
+        Ok(Tls {
+            files,
+            config: RwLock::new(Arc::new(config)),
+        })
+    }
+
+    /// Reads the files again. On success new connections use them (those
+    /// already open keep their session); on error the current configuration
+    /// stays.
+    pub fn reload(&self) -> Result<()> {
+        let config = Arc::new(build(&self.files)?);
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        Ok(())
+    }
+
+    fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(Arc::clone(
+            &self.config.read().unwrap_or_else(|e| e.into_inner()),
+        ))
+    }
+
+    /// Whether clients must present a certificate.
+    pub fn mutual(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+}
+
+fn invalid(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!("{what} {}: {e}", path.display()))
+}
+
+fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| invalid(path, what, e))?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| invalid(path, what, e))?;
+    if certs.is_empty() {
+        return Err(invalid(path, what, "no PEM certificate in the file"));
+    }
+    Ok(certs)
+}
+
+fn build(files: &TlsFiles) -> Result<ServerConfig> {
+    let chain = certificates(&files.cert, "--tls-cert")?;
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| invalid(&files.key, "--tls-key", e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Internal(format!("TLS: {e}")))?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certificates(ca, "--tls-client-ca")? {
+                roots
+                    .add(cert)
+                    .map_err(|e| invalid(ca, "--tls-client-ca", e))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| invalid(ca, "--tls-client-ca", e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| invalid(&files.key, "--tls-cert/--tls-key", e))?;
+    // gRPC is HTTP/2 only.
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// Accepted connections after their TLS handshake, Nagle off (see
+/// `super::incoming`). Stops accepting once the server drops the stream.
+pub(super) fn incoming(
+    listener: TcpListener,
+    tls: Arc<Tls>,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = tx.closed() => return,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, most likely: wait, do not spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+            }
+            let (acceptor, tx) = (tls.acceptor(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}

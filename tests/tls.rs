@@ -1,0 +1,261 @@
+//! TLS on the gRPC port (issue 8, point 1): a TLS broker refuses plaintext
+//! clients and clients that do not trust its CA, mutual TLS admits only
+//! clients with a certificate from the client CA, and SIGHUP makes new
+//! connections use replaced certificate files. Certificates are generated
+//! here (rcgen); no key is committed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{acquire_req, BrokerProcess};
+use leasehold::proto::leasehold_client::LeaseholdClient;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// A certificate authority that signs server and client certificates.
+struct Ca {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Self {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            pem,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A leaf certificate for `names` (DNS names or IP addresses): (cert PEM,
+    /// key PEM).
+    fn issue(&self, names: &[&str]) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// A fresh directory for one test's files.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-tls-{test}-{}-{}",
+        std::process::id(),
+        common::free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes the server's certificate and key (atomically, as a Secret volume
+/// update does) and returns their paths.
+fn write_server(dir: &Path, (cert, key): &(String, String)) -> (String, String) {
+    let write = |name: &str, text: &str| {
+        let tmp = dir.join(format!("{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+        dir.join(name).to_string_lossy().into_owned()
+    };
+    (write("server.crt", cert), write("server.key", key))
+}
+
+/// A TLS client of `broker` trusting `ca`, presenting `identity` if given.
+async fn tls_client(
+    broker: &BrokerProcess,
+    ca: &str,
+    identity: Option<&(String, String)>,
+) -> Result<LeaseholdClient<Channel>, tonic::transport::Error> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .domain_name("localhost");
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let channel = Endpoint::from_shared(format!("https://{}", broker.addr))
+        .unwrap()
+        .tls_config(tls)?
+        .connect()
+        .await?;
+    Ok(LeaseholdClient::new(channel))
+}
+
+/// Whether an Acquire through this client succeeds.
+async fn works(client: Result<LeaseholdClient<Channel>, tonic::transport::Error>) -> bool {
+    match client {
+        Ok(mut client) => client
+            .acquire(acquire_req(
+                &format!("tls/{}", common::free_port()),
+                5_000,
+                "t",
+                0,
+            ))
+            .await
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn tls_refuses_plaintext_and_untrusted_clients() {
+    let dir = scratch("server");
+    let ca = Ca::new("leasehold test CA");
+    let (cert, key) = write_server(&dir, &ca.issue(&["localhost", "127.0.0.1"]));
+    let broker =
+        BrokerProcess::start_logged("memory", &["--tls-cert", &cert, "--tls-key", &key], None)
+            .await;
+
+    assert!(
+        works(tls_client(&broker, &ca.pem, None).await).await,
+        "a client trusting the CA works"
+    );
+
+    let plaintext = Endpoint::from_shared(format!("http://{}", broker.addr))
+        .unwrap()
+        .connect()
+        .await
+        .map(LeaseholdClient::new);
+    assert!(!works(plaintext).await, "a plaintext client was served");
+
+    let other = Ca::new("some other CA");
+    assert!(
+        !works(tls_client(&broker, &other.pem, None).await).await,
+        "a client trusting another CA connected"
+    );
+}
+
+#[tokio::test]
+async fn mutual_tls_admits_only_clients_certified_by_the_client_ca() {
+    let dir = scratch("mutual");
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let (cert, key) = write_server(&dir, &server_ca.issue(&["localhost"]));
+    let client_ca_path = dir.join("clients.crt");
+    std::fs::write(&client_ca_path, &client_ca.pem).unwrap();
+    let broker = BrokerProcess::start_logged(
+        "memory",
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            client_ca_path.to_str().unwrap(),
+        ],
+        None,
+    )
+    .await;
+
+    let good = client_ca.issue(&["app.example"]);
+    assert!(
+        works(tls_client(&broker, &server_ca.pem, Some(&good)).await).await,
+        "a client with a certificate from the client CA works"
+    );
+    assert!(
+        !works(tls_client(&broker, &server_ca.pem, None).await).await,
+        "a client without a certificate was served"
+    );
+    let stranger = Ca::new("stranger CA").issue(&["app.example"]);
+    assert!(
+        !works(tls_client(&broker, &server_ca.pem, Some(&stranger)).await).await,
+        "a client certified by another CA was served"
+    );
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_certificate() {
+    let dir = scratch("reload");
+    let log = dir.join("broker.log");
+    let old_ca = Ca::new("old CA");
+    let (cert, key) = write_server(&dir, &old_ca.issue(&["localhost"]));
+    let broker = BrokerProcess::start_logged(
+        "memory",
+        &["--tls-cert", &cert, "--tls-key", &key],
+        Some(&log),
+    )
+    .await;
+    assert!(works(tls_client(&broker, &old_ca.pem, None).await).await);
+
+    // The files are replaced by a certificate from another CA, then SIGHUP.
+    let new_ca = Ca::new("new CA");
+    write_server(&dir, &new_ca.issue(&["localhost"]));
+    broker.hang_up();
+    // The broker says when it has reloaded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("TLS certificate reloaded")
+    {
+        assert!(std::time::Instant::now() < deadline, "no reload logged");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        works(tls_client(&broker, &new_ca.pem, None).await).await,
+        "new connections get the new certificate"
+    );
+    assert!(
+        !works(tls_client(&broker, &old_ca.pem, None).await).await,
+        "the old certificate is still served"
+    );
+
+    // A broken file: the reload fails, the current certificate stays.
+    std::fs::write(dir.join("server.crt"), "not a certificate").unwrap();
+    broker.hang_up();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("TLS reload failed")
+    {
+        assert!(std::time::Instant::now() < deadline + std::time::Duration::from_secs(10));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(works(tls_client(&broker, &new_ca.pem, None).await).await);
+}
+
+#[tokio::test]
+async fn a_missing_certificate_stops_the_broker_naming_the_file() {
+    let dir = scratch("missing");
+    let missing = dir.join("nowhere.crt");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--tls-cert",
+            missing.to_str().unwrap(),
+            "--tls-key",
+            missing.to_str().unwrap(),
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "the broker started without its certificate"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--tls-cert") && stderr.contains("nowhere.crt"),
+        "the error does not name the flag and file: {stderr}"
+    );
+
+    let half = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--tls-cert", missing.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !half.status.success(),
+        "--tls-cert without --tls-key was accepted"
+    );
+}
