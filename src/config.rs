@@ -82,6 +82,28 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
 
+    /// CA certificates (PEM) that a `rediss://` store's certificate must
+    /// chain to, instead of the system's roots.
+    #[arg(long, env = "LEASEHOLD_STORE_CA")]
+    pub store_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for a `rediss://` store that requires one
+    /// (Redis's `tls-auth-clients`), with --store-client-key.
+    #[arg(
+        long,
+        env = "LEASEHOLD_STORE_CLIENT_CERT",
+        requires = "store_client_key"
+    )]
+    pub store_client_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --store-client-cert.
+    #[arg(
+        long,
+        env = "LEASEHOLD_STORE_CLIENT_KEY",
+        requires = "store_client_cert"
+    )]
+    pub store_client_key: Option<PathBuf>,
+
     /// Request limits.
     #[command(flatten)]
     pub limits: Limits,
@@ -214,17 +236,34 @@ impl ServeConfig {
         if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
             return Err("--tls-client-ca needs --tls-cert and --tls-key".into());
         }
+        if self.store_client_cert.is_some() != self.store_client_key.is_some() {
+            return Err(
+                "--store-client-cert and --store-client-key go together: give both, or neither"
+                    .into(),
+            );
+        }
         Ok(())
     }
 
     /// The store options these settings give.
-    pub fn store_options(&self) -> crate::store::StoreOptions {
-        crate::store::StoreOptions {
+    /// The store options these settings give; reads the store's TLS files
+    /// (an unreadable one is an error naming it).
+    pub fn store_options(&self) -> Result<crate::store::StoreOptions, String> {
+        let read = |flag: &str, path: &Option<PathBuf>| -> Result<Option<Vec<u8>>, String> {
+            path.as_ref()
+                .map(|p| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display())))
+                .transpose()
+        };
+        let client_cert = read("--store-client-cert", &self.store_client_cert)?;
+        let client_key = read("--store-client-key", &self.store_client_key)?;
+        Ok(crate::store::StoreOptions {
             key_prefix: self.key_prefix.clone(),
             timeout: self.store_timeout,
             replica_acks: self.replica_acks,
             replica_ack_timeout: self.replica_ack_timeout,
-        }
+            tls_ca: read("--store-ca", &self.store_ca)?,
+            tls_client: client_cert.zip(client_key),
+        })
     }
 
     /// The TLS files, if TLS is on (both --tls-cert and --tls-key given).
@@ -253,6 +292,9 @@ impl ServeConfig {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            store_ca: None,
+            store_client_cert: None,
+            store_client_key: None,
             limits: Limits::default(),
             log_format: LogFormat::Pretty,
         }

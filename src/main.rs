@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the broker.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Take a lease once and print it as LEASEHOLD_*= lines (not kept alive).
     Acquire(cli::AcquireArgs),
     /// Release a lease by name and owner token.
@@ -85,7 +85,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(config) => {
             init_tracing(config.log_format, "info");
-            match serve(config).await {
+            match serve(*config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "broker stopped");

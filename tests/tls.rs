@@ -259,3 +259,79 @@ async fn a_missing_certificate_stops_the_broker_naming_the_file() {
         "--tls-cert without --tls-key was accepted"
     );
 }
+
+/// The broker reaches a Redis that speaks only TLS and requires a client
+/// certificate, verifying it against a private CA, and logs in as an ACL
+/// user (the default user is off): `rediss://user:password@...` with
+/// --store-ca, --store-client-cert and --store-client-key. Without the CA,
+/// it cannot verify Redis and serves nothing.
+#[tokio::test]
+async fn rediss_with_a_private_ca_a_client_certificate_and_an_acl_user() {
+    let dir = scratch("rediss");
+    let ca = Ca::new("redis CA");
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let (server_cert, server_key) = ca.issue(&["127.0.0.1"]);
+    let (client_cert, client_key) = ca.issue(&["leasehold-broker"]);
+    let ca_path = write("ca.crt", &ca.pem);
+    let redis = common::RedisServer::start_tls(
+        &write("redis.crt", &server_cert),
+        &write("redis.key", &server_key),
+        &ca_path,
+        &[
+            "--user",
+            "default",
+            "off",
+            "--user",
+            "broker",
+            "on",
+            ">s3cret-acl",
+            "~*",
+            "&*",
+            "+@all",
+        ],
+    );
+    let url = format!("rediss://broker:s3cret-acl@127.0.0.1:{}/", redis.port());
+    let client_cert = write("client.crt", &client_cert);
+    let client_key = write("client.key", &client_key);
+
+    let broker = BrokerProcess::start_logged(
+        &url,
+        &[
+            "--store-ca",
+            &ca_path,
+            "--store-client-cert",
+            &client_cert,
+            "--store-client-key",
+            &client_key,
+        ],
+        None,
+    )
+    .await;
+    let mut client = broker.client().await;
+    let lease = common::must_acquire(&mut client, "rediss/a", 5_000).await;
+    assert!(lease.fence > 0);
+
+    // The system's roots do not know the private CA: nothing is served.
+    let unverified = BrokerProcess::start_logged(
+        &url,
+        &[
+            "--store-client-cert",
+            &client_cert,
+            "--store-client-key",
+            &client_key,
+        ],
+        None,
+    )
+    .await;
+    let refused = unverified
+        .client()
+        .await
+        .acquire(acquire_req("rediss/b", 5_000, "t", 0))
+        .await
+        .expect_err("served without verifying Redis");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+}

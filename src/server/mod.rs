@@ -41,7 +41,10 @@ pub async fn run(
         Some(files) => Some(Arc::new(tls::Tls::load(files)?)),
         None => None,
     };
-    let store = Store::open(&config.store, &config.store_options())?;
+    let store = Store::open(
+        &config.store,
+        &config.store_options().map_err(Error::InvalidArgument)?,
+    )?;
     let metrics = Metrics::new();
     let leases = Leases::new(
         store,

@@ -51,6 +51,12 @@ pub struct StoreOptions {
     pub replica_acks: u32,
     /// How long to wait for those acknowledgements.
     pub replica_ack_timeout: std::time::Duration,
+    /// For a `rediss://` store: the CA certificates (PEM) to verify the
+    /// server with, instead of the system's roots.
+    pub tls_ca: Option<Vec<u8>>,
+    /// For a `rediss://` store: a client certificate and key (PEM), for a
+    /// Redis that requires them (`tls-auth-clients yes`, its default).
+    pub tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl StoreOptions {
@@ -62,6 +68,8 @@ impl StoreOptions {
             timeout,
             replica_acks: 0,
             replica_ack_timeout: std::time::Duration::from_millis(500),
+            tls_ca: None,
+            tls_client: None,
         }
     }
 }

@@ -153,8 +153,23 @@ impl RedisStore {
                 .set_min_delay(Duration::from_millis(50))
                 .set_max_delay(Duration::from_millis(500))
         };
+        // rediss:// with a private CA or a client certificate; otherwise the
+        // URL alone (rediss:// then verifies against the system's roots).
+        let client = |info: redis::ConnectionInfo| match (&options.tls_ca, &options.tls_client) {
+            (None, None) => Client::open(info),
+            (ca, cert) => Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: cert.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }),
+                    root_cert: ca.clone(),
+                },
+            ),
+        };
         let conn =
-            ConnectionManager::new_lazy_with_config(Client::open(info).map_err(bad_url)?, config())
+            ConnectionManager::new_lazy_with_config(client(info).map_err(bad_url)?, config())
                 .map_err(bad_url)?;
 
         let (requests, requests_rx) = mpsc::unbounded_channel();
@@ -183,7 +198,7 @@ impl RedisStore {
             Ok(())
         };
         let subscriber = ConnectionManager::new_lazy_with_config(
-            Client::open(resp3).map_err(bad_url)?,
+            client(resp3).map_err(bad_url)?,
             config()
                 .set_push_sender(on_push)
                 .set_automatic_resubscription(),

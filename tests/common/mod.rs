@@ -75,6 +75,43 @@ impl RedisServer {
         Self::start_with(&["--requirepass", password])
     }
 
+    /// Starts redis-server speaking TLS only (no plaintext port), with the
+    /// given certificate, key and client CA files (clients must present a
+    /// certificate from that CA), and `extra` settings. Its port is
+    /// [`RedisServer::port`]: `rediss://127.0.0.1:PORT/`.
+    pub fn start_tls(cert: &str, key: &str, ca: &str, extra: &[&str]) -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let tls_port = port.to_string();
+            let mut args = vec![
+                "--port",
+                "0",
+                "--tls-port",
+                &tls_port,
+                "--tls-cert-file",
+                cert,
+                "--tls-key-file",
+                key,
+                "--tls-ca-cert-file",
+                ca,
+            ];
+            args.extend_from_slice(extra);
+            if let Some(child) = spawn_redis(port, &args) {
+                return RedisServer {
+                    port,
+                    child: Some(child),
+                    extra: args.iter().map(|s| s.to_string()).collect(),
+                };
+            }
+        }
+        panic!("redis-server (TLS) did not start on any of 5 free ports");
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `redis://:PASSWORD@127.0.0.1:PORT/`.
     pub fn url_with_password(&self, password: &str) -> String {
         format!("redis://:{password}@127.0.0.1:{}/", self.port)
