@@ -111,38 +111,33 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
         "Redis RSS MiB",
         "Redis data"
     );
+    let outcome = measure(&args, &broker, &redis, &direct, direct_runtime.handle()).await;
+    // Dropping a runtime may block; not allowed inside this one.
+    direct_runtime.shutdown_background();
+    outcome
+}
+
+/// Both sides for each lease count, a row each; the leases lost in all.
+async fn measure(
+    args: &HeartbeatsArgs,
+    broker: &OwnBroker,
+    redis: &redis::aio::MultiplexedConnection,
+    direct: &Store,
+    direct_runtime: &tokio::runtime::Handle,
+) -> Result<u64, String> {
     let mut lost = 0;
-    let mut result = Ok(());
     for &n in &args.leases {
-        let sides = [
-            (
-                "broker",
-                through_broker(&args, &broker, &mut redis.clone(), n).await,
-            ),
-            (
-                "direct",
-                match direct_runtime
-                    .spawn(direct_side(
-                        args.clone_shape(),
-                        direct.clone(),
-                        redis.clone(),
-                        n,
-                    ))
-                    .await
-                {
-                    Ok(measured) => measured,
-                    Err(e) => Err(e.to_string()),
-                },
-            ),
-        ];
-        for (side, measured) in sides {
-            let m = match measured {
-                Ok(m) => m,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
+        let through = through_broker(args, broker, &mut redis.clone(), n).await?;
+        let floor = direct_runtime
+            .spawn(direct_side(
+                args.clone_shape(),
+                direct.clone(),
+                redis.clone(),
+                n,
+            ))
+            .await
+            .map_err(|e| e.to_string())??;
+        for (side, m) in [("broker", through), ("direct", floor)] {
             lost += m.lost;
             println!(
                 "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>9.0}% {:>15.1} {:>9.1} MiB",
@@ -164,12 +159,8 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
                 m.redis_used_mib
             );
         }
-        if result.is_err() {
-            break;
-        }
     }
-    direct_runtime.shutdown_background();
-    result.map(|()| lost)
+    Ok(lost)
 }
 
 impl HeartbeatsArgs {
