@@ -335,3 +335,70 @@ async fn rediss_with_a_private_ca_a_client_certificate_and_an_acl_user() {
         .expect_err("served without verifying Redis");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
 }
+
+/// The CLI (and the Rust client under it) reaches a broker with mutual TLS
+/// given --broker-ca, --client-cert and --client-key; without a client
+/// certificate it is refused and exits 69.
+#[tokio::test]
+async fn the_cli_speaks_mutual_tls() {
+    let dir = scratch("cli");
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let (cert, key) = write_server(&dir, &server_ca.issue(&["localhost", "127.0.0.1"]));
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let clients_ca = write("clients.crt", &client_ca.pem);
+    let broker_ca = write("broker-ca.crt", &server_ca.pem);
+    let (client_cert, client_key) = client_ca.issue(&["cli.example"]);
+    let (client_cert, client_key) = (
+        write("cli.crt", &client_cert),
+        write("cli.key", &client_key),
+    );
+    let broker = BrokerProcess::start_logged(
+        "memory",
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            &clients_ca,
+        ],
+        None,
+    )
+    .await;
+    let url = format!("https://{}", broker.addr);
+    let acquire = |extra: &[&str]| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["acquire", "--broker", &url, "--broker-ca", &broker_ca])
+            .args([
+                "--lock",
+                &format!("tls/cli/{}", common::free_port()),
+                "--ttl",
+                "5s",
+            ])
+            .args(extra)
+            .output()
+    };
+
+    let granted = acquire(&["--client-cert", &client_cert, "--client-key", &client_key])
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&granted.stdout);
+    assert!(
+        granted.status.success() && stdout.contains("LEASEHOLD_FENCE="),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&granted.stderr)
+    );
+
+    let refused = acquire(&[]).await.unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(69),
+        "without a client certificate: {}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -45,9 +45,41 @@ pub struct BrokerArgs {
         default_value = "http://127.0.0.1:7420"
     )]
     pub broker: String,
+    /// For `https://` brokers: CA certificates (PEM) the broker's
+    /// certificate must chain to (default: the system's roots).
+    #[arg(long, env = "LEASEHOLD_BROKER_CA")]
+    pub broker_ca: Option<std::path::PathBuf>,
+    /// For brokers with mutual TLS: this client's certificate (PEM), with
+    /// --client-key.
+    #[arg(long, env = "LEASEHOLD_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --client-cert.
+    #[arg(long, env = "LEASEHOLD_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<std::path::PathBuf>,
 }
 
 impl BrokerArgs {
+    /// The TLS settings given (files read now; an unreadable one exits 69
+    /// naming it).
+    fn tls(&self) -> Result<crate::client::ClientTls, ExitCode> {
+        let read = |flag: &str, path: &Option<std::path::PathBuf>| {
+            path.as_ref()
+                .map(|p| {
+                    std::fs::read(p).map_err(|e| {
+                        eprintln!("leasehold: {flag} {}: {e}", p.display());
+                        ExitCode::from(EXIT_BROKER_ERROR)
+                    })
+                })
+                .transpose()
+        };
+        let cert = read("--client-cert", &self.client_cert)?;
+        let key = read("--client-key", &self.client_key)?;
+        Ok(crate::client::ClientTls {
+            ca_pem: read("--broker-ca", &self.broker_ca)?,
+            identity: cert.zip(key),
+        })
+    }
+
     fn urls(&self) -> Vec<String> {
         self.broker
             .split(',')
@@ -57,7 +89,10 @@ impl BrokerArgs {
     }
 
     async fn client(&self) -> Result<Client, ExitCode> {
-        Client::connect_any(self.urls()).await.map_err(|e| fail(&e))
+        let tls = self.tls()?;
+        Client::connect_any_with(self.urls(), Some(&tls))
+            .await
+            .map_err(|e| fail(&e))
     }
 
     async fn grpc(&self) -> Result<LeaseholdClient<tonic::transport::Channel>, ExitCode> {
@@ -66,10 +101,16 @@ impl BrokerArgs {
             eprintln!("leasehold: cannot reach the broker at {url}: {e}");
             ExitCode::from(EXIT_BROKER_ERROR)
         };
-        let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+        let mut endpoint = tonic::transport::Endpoint::from_shared(url.clone())
             .map_err(|e| unreachable(&e))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true);
+        if url.starts_with("https://") {
+            let tls = self.tls()?;
+            endpoint = endpoint
+                .tls_config(crate::client::ClientTls::config(Some(&tls)))
+                .map_err(|e| unreachable(&e))?;
+        }
         let channel = endpoint.connect().await.map_err(|e| unreachable(&e))?;
         Ok(LeaseholdClient::new(channel))
     }

@@ -321,6 +321,41 @@ impl Shared {
     }
 }
 
+/// TLS settings for `https://` brokers.
+#[derive(Clone, Default)]
+pub struct ClientTls {
+    /// CA certificates (PEM) the broker's certificate must chain to;
+    /// `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate and its key (PEM), for a broker with mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl ClientTls {
+    /// tonic's TLS configuration for these settings.
+    pub fn config(tls: Option<&ClientTls>) -> tonic::transport::ClientTlsConfig {
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        match tls.and_then(|t| t.ca_pem.as_ref()) {
+            Some(ca) => config = config.ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+            None => config = config.with_native_roots(),
+        }
+        if let Some((cert, key)) = tls.and_then(|t| t.identity.as_ref()) {
+            config = config.identity(tonic::transport::Identity::from_pem(cert, key));
+        }
+        config
+    }
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("ClientTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("identity", &self.identity.is_some())
+            .finish()
+    }
+}
+
 /// A connection to the broker (or to several replicas); cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -339,11 +374,27 @@ impl Client {
     pub async fn connect_any(
         urls: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<Client, ClientError> {
+        Self::connect_any_with(urls, None).await
+    }
+
+    /// [`Client::connect_any`], with TLS settings for `https://` brokers
+    /// (`None`: the system's roots, no client certificate).
+    pub async fn connect_any_with(
+        urls: impl IntoIterator<Item = impl Into<String>>,
+        tls: Option<&ClientTls>,
+    ) -> Result<Client, ClientError> {
         let mut endpoints = Vec::new();
         for url in urls {
             let url = url.into();
             let endpoint = Channel::from_shared(url.clone())
-                .map_err(|e| ClientError::Connect(format!("bad broker URL '{url}': {e}")))?
+                .map_err(|e| ClientError::Connect(format!("bad broker URL '{url}': {e}")))?;
+            let endpoint = match url.starts_with("https://") {
+                true => endpoint
+                    .tls_config(ClientTls::config(tls))
+                    .map_err(|e| ClientError::Connect(format!("TLS settings for '{url}': {e}")))?,
+                false => endpoint,
+            };
+            let endpoint = endpoint
                 .connect_timeout(Duration::from_secs(5))
                 .tcp_nodelay(true)
                 .initial_stream_window_size(Some(1 << 20))
