@@ -489,9 +489,17 @@ impl Handoffs {
             .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 
-    /// The handoffs as a run (cycles: grants in all; latencies: handoffs).
-    pub(super) fn run(&self, grants: &[u64]) -> Run {
-        Run {
+    /// Waits for the workers (each returns its grants) and returns the run
+    /// (cycles: grants in all; latencies: handoffs) and each worker's grants.
+    pub(super) async fn finish(
+        self,
+        workers: Vec<tokio::task::JoinHandle<Result<u64, String>>>,
+    ) -> Result<(Run, Vec<u64>), String> {
+        let mut grants = Vec::new();
+        for worker in workers {
+            grants.push(worker.await.map_err(|e| e.to_string())??);
+        }
+        let run = Run {
             cycles: grants.iter().sum(),
             latencies_us: std::mem::take(
                 &mut *self
@@ -499,7 +507,8 @@ impl Handoffs {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner),
             ),
-        }
+        };
+        Ok((run, grants))
     }
 }
 
@@ -558,9 +567,5 @@ async fn contended(
             Ok::<u64, String>(grants)
         }));
     }
-    let mut grants = Vec::new();
-    for task in tasks {
-        grants.push(task.await.map_err(|e| e.to_string())??);
-    }
-    Ok((handoffs.run(&grants), grants))
+    handoffs.finish(tasks).await
 }

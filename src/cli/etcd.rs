@@ -164,11 +164,7 @@ pub(super) async fn contended(
             Ok::<u64, String>(grants)
         }));
     }
-    let mut grants = Vec::new();
-    for task in tasks {
-        grants.push(task.await.map_err(|e| e.to_string())??);
-    }
-    Ok((handoffs.run(&grants), grants))
+    handoffs.finish(tasks).await
 }
 
 /// A holder keeps a lease of `ttl` alive and holds the lock; a waiter calls
