@@ -1,19 +1,26 @@
 //! No secret leaves the broker: owner tokens (its own and those presented to
-//! it) and the Redis password never appear in its logs (at `debug`), in the
-//! status messages clients get, or in `/metrics`, through a scenario that
-//! takes every path that handles them: grants, waits, heartbeats with right
-//! and wrong tokens, releases, revocation, and Redis going away.
+//! it), bearer tokens (right and wrong) and the Redis password never appear
+//! in its logs (at `debug`), in the status messages clients get, or in
+//! `/metrics`, through a scenario that takes every path that handles them:
+//! authentication, grants, waits, heartbeats with right and wrong tokens,
+//! releases, revocation, a reload of the auth file, and Redis going away.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{acquire_req, must_acquire, scrape, BrokerProcess, RedisServer};
-use leasehold::proto::{
-    CheckFenceRequest, DescribeRequest, KeepAliveRequest, LeaseRef, ReleaseRequest, RevokeRequest,
+use common::{acquire_req, eventually, scrape, BrokerProcess, RedisServer};
+use leasehold::{
+    auth::{generate_token, token_credential},
+    client::Credentials,
+    proto::{
+        CheckFenceRequest, DescribeRequest, KeepAliveRequest, LeaseRef, ReleaseRequest,
+        RevokeRequest,
+    },
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
 
 const PASSWORD: &str = "pw-7f3a9c1e5b2d4f60a8e1c3b5d7f9a2c4";
 /// A token a client presents without owning it: as secret as a real one (it
@@ -28,18 +35,52 @@ async fn no_token_or_password_in_logs_statuses_or_metrics() {
         std::process::id(),
         common::free_port()
     ));
+    let (bearer, wrong_bearer) = (generate_token().unwrap(), generate_token().unwrap());
+    let auth = log.with_extension("auth");
+    std::fs::write(
+        &auth,
+        format!("app use,admin {}\n", token_credential(&bearer)),
+    )
+    .unwrap();
     let broker = BrokerProcess::start_logged(
         &redis.url_with_password(PASSWORD),
-        &["--enable-revoke"],
+        &["--auth-file", auth.to_str().unwrap()],
         Some(&log),
     )
     .await;
-    let mut client = broker.client().await;
-    let mut secrets = vec![PASSWORD.to_owned(), PRESENTED.to_owned()];
+    let channel = Endpoint::from_shared(broker.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = Credentials::bearer(Some(&bearer))
+        .unwrap()
+        .client(channel.clone());
+    let mut secrets = vec![
+        PASSWORD.to_owned(),
+        PRESENTED.to_owned(),
+        bearer.clone(),
+        wrong_bearer.clone(),
+    ];
     let mut statuses = Vec::new();
 
+    // A stranger's token is refused.
+    let refused = Credentials::bearer(Some(&wrong_bearer))
+        .unwrap()
+        .client(channel)
+        .acquire(acquire_req("secrets/a", 5_000, "stranger", 0))
+        .await
+        .expect_err("an unknown token");
+    statuses.push(refused.message().to_owned());
+
     // A grant, and a waiter queued behind it.
-    let held = must_acquire(&mut client, "secrets/a", 5_000).await;
+    let held = client
+        .acquire(acquire_req("secrets/a", 5_000, "test", 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
     secrets.push(held.owner_token.clone());
     let mut waiter_client = client.clone();
     let waiter = tokio::spawn(async move {
@@ -140,6 +181,18 @@ async fn no_token_or_password_in_logs_statuses_or_metrics() {
         .expect_err("revoked");
     statuses.push(revoked.message().to_owned());
 
+    // The auth file is reloaded (the token stays).
+    broker.hang_up();
+    eventually(Duration::from_secs(10), "the auth file is reloaded", || {
+        let log = log.clone();
+        async move {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("auth file reloaded")
+        }
+    })
+    .await;
+
     let metrics = scrape(broker.metrics_addr).await;
 
     // Redis goes away: errors are logged and returned, without the password.
@@ -153,6 +206,7 @@ async fn no_token_or_password_in_logs_statuses_or_metrics() {
 
     let logs = std::fs::read_to_string(&log).expect("the broker's log");
     let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&auth);
     // The capture worked: the scenario's events are in it.
     for event in ["granted", "released"] {
         assert!(
