@@ -65,9 +65,15 @@ pub struct ServeConfig {
     /// token's hash: see `leasehold token`), `cert:<name>` (a client
     /// certificate's CN or DNS/URI SAN) or `anonymous`. With it, every call
     /// needs a credential (unless an `anonymous` line names a tenant), and
-    /// each tenant has its own lock names. Reloaded on SIGHUP.
+    /// each tenant has its own lock names. Reloaded when changed or on
+    /// SIGHUP.
     #[arg(long, env = "LEASEHOLD_AUTH_FILE")]
     pub auth_file: Option<PathBuf>,
+
+    /// How often the TLS and auth files are checked for changes (and
+    /// reloaded when changed), besides on SIGHUP; 0s turns the check off.
+    #[arg(long, env = "LEASEHOLD_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub reload_interval: Duration,
 
     /// Most client connections open at once on the gRPC port; past it, new
     /// connections are closed at once.
@@ -100,8 +106,8 @@ pub struct ServeConfig {
     pub worker_threads: usize,
 
     /// Server certificate chain (PEM, leaf first) for TLS on the gRPC port,
-    /// with --tls-key. Without it the port speaks plaintext. Reloaded on
-    /// SIGHUP.
+    /// with --tls-key. Without it the port speaks plaintext. Reloaded when
+    /// changed or on SIGHUP.
     #[arg(long, env = "LEASEHOLD_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 
@@ -111,7 +117,7 @@ pub struct ServeConfig {
 
     /// CA certificates (PEM) that clients' certificates must chain to: makes
     /// TLS mutual (a client without such a certificate cannot connect).
-    /// Reloaded on SIGHUP.
+    /// Reloaded when changed or on SIGHUP.
     #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
 
@@ -396,6 +402,7 @@ impl ServeConfig {
             health_interval: Duration::from_secs(1),
             enable_revoke: false,
             auth_file: None,
+            reload_interval: Duration::from_secs(10),
             max_connections: 10_000,
             handshake_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1_000,

@@ -524,8 +524,42 @@ async fn sighup_reloads_the_auth_file() {
     );
 }
 
+/// A changed auth file is picked up by itself (as a Kubernetes Secret
+/// update, which sends no signal), within `--reload-interval`.
+#[tokio::test]
+async fn a_changed_auth_file_is_picked_up_without_a_signal() {
+    let tokens = Tokens::new("auth-watch", "");
+    let file = tokens.file.clone();
+    let broker = Broker::start_with("memory", move |c| {
+        c.auth_file = Some(file);
+        c.reload_interval = Duration::from_millis(100);
+    })
+    .await;
+    let newcomer = generate_token().unwrap();
+    let mut client = as_(&broker, Some(&newcomer)).await;
+    let refused = client.describe(describe("x")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    std::fs::write(
+        &tokens.file,
+        format!("payments use {}\n", token_credential(&newcomer)),
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), "the new token is accepted", || {
+        let mut client = client.clone();
+        async move { client.describe(describe("x")).await.is_ok() }
+    })
+    .await;
+    let old = as_(&broker, Some(&tokens.payments))
+        .await
+        .describe(describe("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(old.code(), Code::Unauthenticated);
+}
+
 /// `leasehold token` prints a token and its auth-file line; the CLI sends
-/// the token from LEASEHOLD_TOKEN or --token-file.
+/// the token from LEASEHOLD_AUTH_TOKEN or --auth-token-file, apart from the
+/// owner token that `acquire` prints as LEASEHOLD_TOKEN.
 #[tokio::test]
 async fn the_cli_makes_tokens_and_sends_them() {
     let dir = scratch("auth-cli");
@@ -549,9 +583,9 @@ async fn the_cli_makes_tokens_and_sends_them() {
     let cli = |env_token: Option<&str>, args: &[&str]| {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
         command.args(args).args(["--broker", &broker.url()]);
-        command.env_remove("LEASEHOLD_TOKEN");
+        command.env_remove("LEASEHOLD_AUTH_TOKEN");
         if let Some(t) = env_token {
-            command.env("LEASEHOLD_TOKEN", t);
+            command.env("LEASEHOLD_AUTH_TOKEN", t);
         }
         command.output().unwrap()
     };
@@ -560,13 +594,39 @@ async fn the_cli_makes_tokens_and_sends_them() {
         &["acquire", "--lock", "nightly", "--ttl", "30s"],
     );
     assert!(out.status.success(), "{out:?}");
+    // `eval $(leasehold acquire ...)` sets LEASEHOLD_TOKEN, the owner token,
+    // which `release` reads; the bearer token is another variable.
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let owner = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("LEASEHOLD_TOKEN="))
+        .expect("acquire prints the owner token")
+        .to_owned();
+    assert!(!printed.contains(&token), "the bearer token is not printed");
+    let out = cli(
+        Some(&token),
+        &["acquire", "--lock", "nightly-2", "--ttl", "30s"],
+    );
+    let owner2 = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("LEASEHOLD_TOKEN=").map(str::to_owned))
+        .unwrap();
+    let released = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["release", "--lock", "nightly-2", "--broker", &broker.url()])
+        .env("LEASEHOLD_TOKEN", &owner2)
+        .env("LEASEHOLD_AUTH_TOKEN", &token)
+        .output()
+        .unwrap();
+    assert!(released.status.success(), "{released:?}");
+    assert!(!owner.is_empty());
     let out = cli(
         None,
         &[
             "describe",
             "--lock",
             "nightly",
-            "--token-file",
+            "--auth-token-file",
             token_file.to_str().unwrap(),
         ],
     );

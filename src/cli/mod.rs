@@ -54,10 +54,10 @@ pub struct BrokerArgs {
     #[arg(long, env = "LEASEHOLD_CLIENT_KEY", requires = "client_cert")]
     pub client_key: Option<std::path::PathBuf>,
     /// For brokers with an --auth-file: a file holding the bearer token
-    /// (the token itself is read from a file or the environment, never
-    /// from the command line, where `ps` would show it).
-    #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
-    pub token_file: Option<std::path::PathBuf>,
+    /// (the token itself is read from a file or from LEASEHOLD_AUTH_TOKEN,
+    /// never from the command line, where `ps` would show it).
+    #[arg(long, env = "LEASEHOLD_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<std::path::PathBuf>,
 }
 
 impl BrokerArgs {
@@ -82,15 +82,16 @@ impl BrokerArgs {
         })
     }
 
-    /// The credentials: the token of --token-file, else of the
-    /// environment variable LEASEHOLD_TOKEN.
+    /// The credentials: the token of --auth-token-file, else of the
+    /// environment variable LEASEHOLD_AUTH_TOKEN. (Not LEASEHOLD_TOKEN:
+    /// that is the owner token `acquire` prints and `release` reads.)
     fn credentials(&self) -> Result<crate::client::Credentials, ExitCode> {
-        let token = match &self.token_file {
+        let token = match &self.auth_token_file {
             Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
-                eprintln!("leasehold: --token-file {}: {e}", path.display());
+                eprintln!("leasehold: --auth-token-file {}: {e}", path.display());
                 ExitCode::from(EXIT_BROKER_ERROR)
             })?),
-            None => std::env::var("LEASEHOLD_TOKEN").ok(),
+            None => std::env::var("LEASEHOLD_AUTH_TOKEN").ok(),
         };
         crate::client::Credentials::bearer(
             token.as_deref().map(str::trim).filter(|t| !t.is_empty()),

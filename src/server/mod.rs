@@ -116,7 +116,11 @@ pub async fn run(
         "serving"
     );
     if tls.is_some() || auth.is_some() {
-        tokio::spawn(reload_on_sighup(tls, auth));
+        let reloader = Reloader { tls, auth };
+        if !config.reload_interval.is_zero() {
+            tokio::spawn(reloader.clone().on_change(config.reload_interval));
+        }
+        tokio::spawn(reloader.on_sighup());
     }
     let on_shutdown = leases.clone();
     let router = tonic::transport::Server::builder()
@@ -156,16 +160,56 @@ pub async fn run(
 /// The largest request header block accepted (HTTP/2 SETTINGS).
 const MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
 
-/// Reloads the TLS files and the auth file on every SIGHUP; a failed reload
-/// keeps what was loaded before and says why.
-async fn reload_on_sighup(tls: Option<Arc<tls::Tls>>, auth: Option<Arc<Auth>>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP: TLS and auth files will not be reloaded");
-        return;
-    };
-    while hangups.recv().await.is_some() {
-        if let Some(tls) = &tls {
+/// Reloads the TLS files and the auth file: on SIGHUP, and when a file
+/// changes (Kubernetes updates a mounted Secret in place, and sends no
+/// signal). A failed reload keeps what was loaded before and says why.
+#[derive(Clone)]
+struct Reloader {
+    tls: Option<Arc<tls::Tls>>,
+    auth: Option<Arc<Auth>>,
+}
+
+impl Reloader {
+    async fn on_sighup(self) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!(
+                "cannot listen for SIGHUP: TLS and auth files will not be reloaded on it"
+            );
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            self.reload_tls();
+            self.reload_auth();
+        }
+    }
+
+    /// Looks at the files' modification times and sizes every `interval`
+    /// and reloads what changed. Polling, not inotify: a Secret volume swaps
+    /// a symlink, which file watchers miss unless they watch the directory,
+    /// and a look every few seconds costs nothing.
+    async fn on_change(self, interval: std::time::Duration) {
+        let tls_files = self.tls.as_ref().map(|t| t.paths()).unwrap_or_default();
+        let auth_files: Vec<_> = self.auth.iter().map(|a| a.path().to_owned()).collect();
+        let (mut tls_seen, mut auth_seen) = (stamps(&tls_files), stamps(&auth_files));
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let (tls_now, auth_now) = (stamps(&tls_files), stamps(&auth_files));
+            if tls_now != tls_seen {
+                tls_seen = tls_now;
+                self.reload_tls();
+            }
+            if auth_now != auth_seen {
+                auth_seen = auth_now;
+                self.reload_auth();
+            }
+        }
+    }
+
+    fn reload_tls(&self) {
+        if let Some(tls) = &self.tls {
             match tls.reload() {
                 Ok(()) => tracing::info!("TLS certificate reloaded"),
                 Err(e) => {
@@ -173,7 +217,10 @@ async fn reload_on_sighup(tls: Option<Arc<tls::Tls>>, auth: Option<Arc<Auth>>) {
                 }
             }
         }
-        if let Some(auth) = &auth {
+    }
+
+    fn reload_auth(&self) {
+        if let Some(auth) = &self.auth {
             match auth.reload() {
                 Ok(()) => tracing::info!("auth file reloaded"),
                 Err(e) => {
@@ -182,6 +229,18 @@ async fn reload_on_sighup(tls: Option<Arc<tls::Tls>>, auth: Option<Arc<Auth>>) {
             }
         }
     }
+}
+
+/// What tells a changed file: modification time and size (following
+/// symlinks), or nothing for a file that cannot be read now.
+fn stamps(paths: &[std::path::PathBuf]) -> Vec<Option<(std::time::SystemTime, u64)>> {
+    paths
+        .iter()
+        .map(|p| {
+            let meta = std::fs::metadata(p).ok()?;
+            Some((meta.modified().ok()?, meta.len()))
+        })
+        .collect()
 }
 
 /// A store URL fit for logs: any password replaced by `***`.

@@ -68,6 +68,16 @@ impl Tls {
         ))
     }
 
+    /// The files, for watching.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        let f = &self.files;
+        [Some(&f.cert), Some(&f.key), f.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     /// Whether clients must present a certificate.
     pub fn mutual(&self) -> bool {
         self.files.client_ca.is_some()
