@@ -1,10 +1,16 @@
 // Takes a lock, "writes" under it with its fence, and releases it.
 //
 //   node example.js [broker address, default 127.0.0.1:7420] [lock name]
+//
+// For a TLS broker give an https:// address; LEASEHOLD_BROKER_CA,
+// LEASEHOLD_CLIENT_CERT and LEASEHOLD_CLIENT_KEY name PEM files (as for the
+// Rust CLI).
 import { connect, status } from './leasehold.js';
 
 const target = process.argv[2] ?? process.env.LEASEHOLD_ADDR ?? '127.0.0.1:7420';
 const name = process.argv[3] ?? 'examples/node';
+const env = (key) => process.env[key] || undefined;
+const options = { ca: env('LEASEHOLD_BROKER_CA'), cert: env('LEASEHOLD_CLIENT_CERT'), key: env('LEASEHOLD_CLIENT_KEY') };
 
 // A stand-in for the storage the lock protects. It keeps the highest fence it
 // has accepted and refuses lower ones: that, not the lock alone, is what stops
@@ -18,7 +24,7 @@ const storage = {
   },
 };
 
-const client = connect(target);
+const client = connect(target, options);
 try {
   let lease;
   try {
