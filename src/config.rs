@@ -54,10 +54,43 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_HEALTH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub health_interval: Duration,
 
-    /// Allow the Revoke RPC, which ends anyone's lease. Off by default: until
-    /// authentication exists, anyone who reaches the port could use it.
+    /// Without --auth-file: allow the Revoke RPC, which ends anyone's lease,
+    /// to every caller. Off by default, since anyone who reaches the port
+    /// could use it. With --auth-file, Revoke needs the `admin` permission.
     #[arg(long, env = "LEASEHOLD_ENABLE_REVOKE")]
     pub enable_revoke: bool,
+
+    /// Credentials and tenants, one per line: `<tenant> <permissions>
+    /// <credential>`, the credential being `token:sha256:<hex>` (a bearer
+    /// token's hash: see `leasehold token`), `cert:<name>` (a client
+    /// certificate's CN or DNS/URI SAN) or `anonymous`. With it, every call
+    /// needs a credential (unless an `anonymous` line names a tenant), and
+    /// each tenant has its own lock names. Reloaded on SIGHUP.
+    #[arg(long, env = "LEASEHOLD_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+
+    /// Most client connections open at once on the gRPC port; past it, new
+    /// connections are closed at once.
+    #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// How long a new connection may take to finish its TLS handshake (or,
+    /// without TLS, to send its first bytes) before it is closed.
+    #[arg(long, env = "LEASEHOLD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+
+    /// Most HTTP/2 streams (calls in flight) one connection may have open at
+    /// once; more wait in the client.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_CONCURRENT_STREAMS",
+        default_value_t = 1_000
+    )]
+    pub max_concurrent_streams: u32,
+
+    /// Largest gRPC message accepted or sent, in bytes.
+    #[arg(long, env = "LEASEHOLD_MAX_MESSAGE_SIZE", default_value_t = 4 * 1024 * 1024)]
+    pub max_message_size: usize,
 
     /// Threads that run requests: 0 for one per core. 1 runs everything on
     /// one thread, with no hand-offs between threads: the cheapest per
@@ -171,6 +204,44 @@ pub struct Limits {
     /// Longest holder label, in bytes.
     #[arg(long, env = "LEASEHOLD_MAX_HOLDER_LEN", default_value_t = 256)]
     pub max_holder_len: usize,
+
+    /// Most leases one tenant may hold through this replica; 0 for no cap.
+    /// Applies with --auth-file (without it there are no tenants).
+    #[arg(long, env = "LEASEHOLD_TENANT_MAX_LEASES", default_value_t = 0)]
+    pub tenant_max_leases: usize,
+
+    /// Most Acquire calls one tenant may have waiting on this replica; 0 for
+    /// no cap.
+    #[arg(long, env = "LEASEHOLD_TENANT_MAX_WAITERS", default_value_t = 0)]
+    pub tenant_max_waiters: usize,
+
+    /// Most KeepAlive and Observe streams one tenant may have open on this
+    /// replica; 0 for no cap.
+    #[arg(long, env = "LEASEHOLD_TENANT_MAX_STREAMS", default_value_t = 0)]
+    pub tenant_max_streams: usize,
+
+    /// Most requests per second (calls and stream opens) from one tenant to
+    /// this replica, with a burst of one second's worth; 0 for no cap.
+    #[arg(long, env = "LEASEHOLD_TENANT_MAX_RATE", default_value_t = 0)]
+    pub tenant_max_rate: u32,
+
+    /// Most leases taken through one connection and held; 0 for no cap.
+    #[arg(long, env = "LEASEHOLD_CONN_MAX_LEASES", default_value_t = 0)]
+    pub conn_max_leases: usize,
+
+    /// Most Acquire calls waiting at once on one connection; 0 for no cap.
+    #[arg(long, env = "LEASEHOLD_CONN_MAX_WAITERS", default_value_t = 0)]
+    pub conn_max_waiters: usize,
+
+    /// Most KeepAlive and Observe streams open on one connection; 0 for no
+    /// cap.
+    #[arg(long, env = "LEASEHOLD_CONN_MAX_STREAMS", default_value_t = 0)]
+    pub conn_max_streams: usize,
+
+    /// Most requests per second on one connection, with a burst of one
+    /// second's worth; 0 for no cap.
+    #[arg(long, env = "LEASEHOLD_CONN_MAX_RATE", default_value_t = 0)]
+    pub conn_max_rate: u32,
 }
 
 impl Default for Limits {
@@ -187,11 +258,39 @@ impl Default for Limits {
             max_stream_rate: 100,
             max_name_len: 256,
             max_holder_len: 256,
+            tenant_max_leases: 0,
+            tenant_max_waiters: 0,
+            tenant_max_streams: 0,
+            tenant_max_rate: 0,
+            conn_max_leases: 0,
+            conn_max_waiters: 0,
+            conn_max_streams: 0,
+            conn_max_rate: 0,
         }
     }
 }
 
 impl Limits {
+    /// The caps of each tenant.
+    pub fn tenant_caps(&self) -> crate::lease::Caps {
+        crate::lease::Caps {
+            leases: self.tenant_max_leases,
+            waiters: self.tenant_max_waiters,
+            streams: self.tenant_max_streams,
+            rate: self.tenant_max_rate,
+        }
+    }
+
+    /// The caps of each connection.
+    pub fn conn_caps(&self) -> crate::lease::Caps {
+        crate::lease::Caps {
+            leases: self.conn_max_leases,
+            waiters: self.conn_max_waiters,
+            streams: self.conn_max_streams,
+            rate: self.conn_max_rate,
+        }
+    }
+
     /// Checks that the limits make sense together, so a misconfiguration is
     /// reported at start-up rather than as odd request failures.
     pub fn check(&self) -> Result<(), String> {
@@ -236,6 +335,15 @@ impl ServeConfig {
         if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
             return Err("--tls-client-ca needs --tls-cert and --tls-key".into());
         }
+        if self.max_connections == 0 {
+            return Err("--max-connections must be at least 1".into());
+        }
+        if self.max_concurrent_streams == 0 {
+            return Err("--max-concurrent-streams must be at least 1".into());
+        }
+        if self.handshake_timeout.is_zero() {
+            return Err("--handshake-timeout must be above zero".into());
+        }
         if self.store_client_cert.is_some() != self.store_client_key.is_some() {
             return Err(
                 "--store-client-cert and --store-client-key go together: give both, or neither"
@@ -245,7 +353,6 @@ impl ServeConfig {
         Ok(())
     }
 
-    /// The store options these settings give.
     /// The store options these settings give; reads the store's TLS files
     /// (an unreadable one is an error naming it).
     pub fn store_options(&self) -> Result<crate::store::StoreOptions, String> {
@@ -288,6 +395,11 @@ impl ServeConfig {
             replica_ack_timeout: Duration::from_millis(500),
             health_interval: Duration::from_secs(1),
             enable_revoke: false,
+            auth_file: None,
+            max_connections: 10_000,
+            handshake_timeout: Duration::from_secs(10),
+            max_concurrent_streams: 1_000,
+            max_message_size: 4 * 1024 * 1024,
             worker_threads: 0,
             tls_cert: None,
             tls_key: None,

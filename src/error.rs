@@ -79,7 +79,13 @@ pub enum Error {
         fence: u64,
     },
 
-    /// The operation is not allowed on this broker; the message says why.
+    /// The request carries no credential this broker accepts; the message
+    /// says what it expects (never what was sent).
+    #[error("{0}")]
+    Unauthenticated(String),
+
+    /// The operation is not allowed on this broker, or not to this
+    /// credential; the message says why.
     #[error("{0}")]
     PermissionDenied(String),
 
@@ -138,6 +144,7 @@ impl Error {
             Error::InvalidArgument(_) => Code::InvalidArgument,
             Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. } => Code::Aborted,
             Error::Revoked { .. } => Code::NotFound,
+            Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::NotHeld { .. } => Code::NotFound,
             Error::NotOwner { .. } => Code::FailedPrecondition,
@@ -183,6 +190,8 @@ mod tests {
     fn every_variant_has_its_own_code() {
         let cases = [
             (Error::InvalidArgument("x".into()), Code::InvalidArgument),
+            (Error::Unauthenticated("x".into()), Code::Unauthenticated),
+            (Error::PermissionDenied("x".into()), Code::PermissionDenied),
             (Error::NotHeld { name: "a".into() }, Code::NotFound),
             (
                 Error::NotOwner {

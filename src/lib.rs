@@ -6,6 +6,8 @@
 //!
 //! # Layout
 //!
+//! * [`auth`]: the `--auth-file`: bearer tokens (hashed) and client
+//!   certificate names mapped to tenants and permissions.
 //! * [`config`]: flags and environment variables, request limits.
 //! * [`error`]: the one error type and its mapping to gRPC status codes.
 //! * [`lease`]: the lease rules: validation, grants (once or waiting),
@@ -23,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;

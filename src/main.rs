@@ -34,8 +34,11 @@ enum Command {
     Describe(cli::DescribeArgs),
     /// Say whether a fence is the current holder's (exit 0) or not (76).
     CheckFence(cli::CheckFenceArgs),
-    /// End anyone's lease on a lock (the broker needs --enable-revoke).
+    /// End anyone's lease on a lock (needs the `admin` permission).
     Revoke(cli::RevokeArgs),
+    /// Make a bearer token: the token on stdout, its --auth-file line on
+    /// stderr.
+    Token(cli::TokenArgs),
     /// Campaign in an election, then hold the leadership until Ctrl-C.
     Elect(cli::ElectArgs),
     /// Print an election's leader, then every change.
@@ -105,6 +108,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Command::Observe(args) => cli::observe(args).await,
                 Command::CheckFence(args) => cli::check_fence(args).await,
                 Command::Revoke(args) => cli::revoke(args).await,
+                Command::Token(args) => cli::token(args),
                 Command::Run(args) => cli::run(args).await,
                 Command::Bench(command) => cli::bench(command).await,
                 Command::Serve(_) => unreachable!("handled above"),

@@ -40,6 +40,40 @@ impl LossReason {
     }
 }
 
+/// Why a request was refused before it reached the lease rules (the
+/// `reason` label of `lease_rejected_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// No credential, or one the broker does not know.
+    Unauthenticated,
+    /// A known credential without the permission the call needs.
+    PermissionDenied,
+    /// A tenant's or a connection's cap (leases, waiters, streams, rate).
+    Cap,
+    /// `--max-connections` reached: the connection was closed at once.
+    Connections,
+}
+
+impl Rejection {
+    /// Every reason, so each series exists from start-up at 0.
+    pub const ALL: [Rejection; 4] = [
+        Rejection::Unauthenticated,
+        Rejection::PermissionDenied,
+        Rejection::Cap,
+        Rejection::Connections,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejection::Unauthenticated => "unauthenticated",
+            Rejection::PermissionDenied => "permission_denied",
+            Rejection::Cap => "cap",
+            Rejection::Connections => "connections",
+        }
+    }
+}
+
 /// The broker's metrics, registered in their own registry (cheap to clone:
 /// every field is an `Arc` inside).
 #[derive(Clone)]
@@ -65,6 +99,10 @@ pub struct Metrics {
     pub store_errors: IntCounter,
     /// 1 while the last store health check succeeded, else 0.
     pub store_up: IntGauge,
+    /// Requests and connections refused, by reason.
+    pub rejected: IntCounterVec,
+    /// Client connections open now on this replica.
+    pub connections: IntGauge,
 }
 
 impl Metrics {
@@ -152,10 +190,32 @@ impl Metrics {
                     "1 while the last store health check succeeded, else 0.",
                 ),
             ),
+            rejected: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "lease_rejected_total",
+                        "Requests refused before the lease rules (unauthenticated, \
+                         permission_denied, cap: a tenant or connection limit), and \
+                         connections closed at --max-connections (connections).",
+                    ),
+                    &["reason"],
+                ),
+            ),
+            connections: register(
+                &r,
+                IntGauge::new(
+                    "lease_connections",
+                    "Client connections open now on this replica (gRPC port).",
+                ),
+            ),
             registry: r,
         };
         for reason in LossReason::ALL {
             m.lost.with_label_values(&[reason.as_str()]);
+        }
+        for reason in Rejection::ALL {
+            m.rejected.with_label_values(&[reason.as_str()]);
         }
         m
     }
@@ -163,6 +223,11 @@ impl Metrics {
     /// Counts a lost lease.
     pub fn lost(&self, reason: LossReason) {
         self.lost.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Counts a refused request or connection.
+    pub fn rejected(&self, reason: Rejection) {
+        self.rejected.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// The Prometheus text exposition of every metric.
@@ -186,6 +251,12 @@ where
         .register(Box::new(metric.clone()))
         .expect("metric names are unique");
     metric
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
 }
 
 impl Default for Metrics {

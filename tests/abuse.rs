@@ -22,6 +22,7 @@ async fn bystander_intact(client: &mut LeaseholdClient<Channel>, fence: u64, tok
     let d = client
         .describe(DescribeRequest {
             name: "bystander".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -153,7 +154,12 @@ async fn random_requests_get_statuses() {
                 owner_token: token,
             })
             .await;
-        let _ = client.describe(DescribeRequest { name }).await;
+        let _ = client
+            .describe(DescribeRequest {
+                name,
+                ..Default::default()
+            })
+            .await;
     }
     bystander_intact(&mut client, lease.fence, &lease.owner_token).await;
 }

@@ -53,6 +53,7 @@ async fn twenty_waiters_on_two_brokers_are_served_in_arrival_order() {
                 let d = c
                     .describe(DescribeRequest {
                         name: "fair".into(),
+                        ..Default::default()
                     })
                     .await
                     .unwrap()
@@ -73,6 +74,7 @@ async fn twenty_waiters_on_two_brokers_are_served_in_arrival_order() {
             async move {
                 c.describe(DescribeRequest {
                     name: "fair".into(),
+                    ..Default::default()
                 })
                 .await
                 .unwrap()
@@ -136,6 +138,7 @@ async fn the_waiters_of_a_dead_broker_lapse() {
     >| async move {
         c.describe(DescribeRequest {
             name: "lapse".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

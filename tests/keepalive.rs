@@ -73,7 +73,10 @@ fn pair(lease: &Lease) -> (&str, &str) {
 
 async fn held(client: &mut LeaseholdClient<Channel>, name: &str) -> bool {
     client
-        .describe(DescribeRequest { name: name.into() })
+        .describe(DescribeRequest {
+            name: name.into(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()

@@ -188,6 +188,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
         let status = c
             .describe(DescribeRequest {
                 name: long_name.clone(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -204,6 +205,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
         let d = c
             .describe(DescribeRequest {
                 name: "bystander".into(),
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -79,6 +79,7 @@ async fn without_the_replica_grants_fail_with_unavailable() {
     let d = client
         .describe(DescribeRequest {
             name: "unsafe".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

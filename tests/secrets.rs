@@ -50,6 +50,7 @@ async fn no_token_or_password_in_logs_statuses_or_metrics() {
     while client
         .describe(DescribeRequest {
             name: "secrets/a".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -126,6 +127,7 @@ async fn no_token_or_password_in_logs_statuses_or_metrics() {
     client
         .revoke(RevokeRequest {
             name: "secrets/a".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -6,66 +6,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use common::{acquire_req, BrokerProcess};
+use common::{
+    acquire_req,
+    certs::{scratch, write_server, Ca},
+    BrokerProcess,
+};
 use leasehold::proto::leasehold_client::LeaseholdClient;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-
-/// A certificate authority that signs server and client certificates.
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca {
-            pem,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A leaf certificate for `names` (DNS names or IP addresses): (cert PEM,
-    /// key PEM).
-    fn issue(&self, names: &[&str]) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-/// A fresh directory for one test's files.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-tls-{test}-{}-{}",
-        std::process::id(),
-        common::free_port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Writes the server's certificate and key (atomically, as a Secret volume
-/// update does) and returns their paths.
-fn write_server(dir: &Path, (cert, key): &(String, String)) -> (String, String) {
-    let write = |name: &str, text: &str| {
-        let tmp = dir.join(format!("{name}.tmp"));
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, dir.join(name)).unwrap();
-        dir.join(name).to_string_lossy().into_owned()
-    };
-    (write("server.crt", cert), write("server.key", key))
-}
 
 /// A TLS client of `broker` trusting `ca`, presenting `identity` if given.
 async fn tls_client(

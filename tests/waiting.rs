@@ -194,7 +194,10 @@ async fn a_cancelled_waiter_leaves_nothing_held() {
             .await
             .unwrap();
         let d = holder
-            .describe(DescribeRequest { name: "c".into() })
+            .describe(DescribeRequest {
+                name: "c".into(),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner();

@@ -82,7 +82,7 @@ async fn keepalive(args: KeepaliveArgs) -> ExitCode {
 }
 
 async fn keepalive_run(
-    grpc: &mut LeaseholdClient<tonic::transport::Channel>,
+    grpc: &mut crate::client::Broker,
     n: usize,
     duration: Duration,
 ) -> Result<(), String> {

@@ -255,7 +255,10 @@ async fn failover_broker(
         let mut describer = broker.grpc.clone();
         loop {
             let described = describer
-                .describe(DescribeRequest { name: name.clone() })
+                .describe(DescribeRequest {
+                    name: name.clone(),
+                    ..Default::default()
+                })
                 .await
                 .map_err(|s| format!("describe: {}", s.message()))?
                 .into_inner();
@@ -272,7 +275,10 @@ async fn failover_broker(
         // bound.
         let asked = Instant::now();
         let remaining = describer
-            .describe(DescribeRequest { name: name.clone() })
+            .describe(DescribeRequest {
+                name: name.clone(),
+                ..Default::default()
+            })
             .await
             .map_err(|s| format!("describe: {}", s.message()))?
             .into_inner()

@@ -20,10 +20,7 @@ pub use self::{
 use crate::{
     client::{default_holder, AcquireOptions, Client, ClientError},
     config::parse_duration,
-    proto::{
-        leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
-        ReleaseRequest, RevokeRequest,
-    },
+    proto::{AcquireRequest, CheckFenceRequest, DescribeRequest, ReleaseRequest, RevokeRequest},
 };
 
 /// Exit code: the lock is held by someone else (and any wait ran out). Like
@@ -56,6 +53,11 @@ pub struct BrokerArgs {
     /// The private key (PEM) of --client-cert.
     #[arg(long, env = "LEASEHOLD_CLIENT_KEY", requires = "client_cert")]
     pub client_key: Option<std::path::PathBuf>,
+    /// For brokers with an --auth-file: a file holding the bearer token
+    /// (the token itself is read from a file or the environment, never
+    /// from the command line, where `ps` would show it).
+    #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl BrokerArgs {
@@ -80,6 +82,22 @@ impl BrokerArgs {
         })
     }
 
+    /// The credentials: the token of --token-file, else of the
+    /// environment variable LEASEHOLD_TOKEN.
+    fn credentials(&self) -> Result<crate::client::Credentials, ExitCode> {
+        let token = match &self.token_file {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+                eprintln!("leasehold: --token-file {}: {e}", path.display());
+                ExitCode::from(EXIT_BROKER_ERROR)
+            })?),
+            None => std::env::var("LEASEHOLD_TOKEN").ok(),
+        };
+        crate::client::Credentials::bearer(
+            token.as_deref().map(str::trim).filter(|t| !t.is_empty()),
+        )
+        .map_err(|e| fail(&e))
+    }
+
     fn urls(&self) -> Vec<String> {
         self.broker
             .split(',')
@@ -89,13 +107,16 @@ impl BrokerArgs {
     }
 
     async fn client(&self) -> Result<Client, ExitCode> {
-        let tls = self.tls()?;
-        Client::connect_any_with(self.urls(), Some(&tls))
+        let options = crate::client::ClientOptions {
+            tls: Some(self.tls()?),
+            credentials: self.credentials()?,
+        };
+        Client::connect_any_with(self.urls(), &options)
             .await
             .map_err(|e| fail(&e))
     }
 
-    async fn grpc(&self) -> Result<LeaseholdClient<tonic::transport::Channel>, ExitCode> {
+    async fn grpc(&self) -> Result<crate::client::Broker, ExitCode> {
         let url = self.urls().into_iter().next().unwrap_or_default();
         let unreachable = |e: &dyn std::fmt::Display| {
             eprintln!("leasehold: cannot reach the broker at {url}: {e}");
@@ -112,7 +133,7 @@ impl BrokerArgs {
                 .map_err(|e| unreachable(&e))?;
         }
         let channel = endpoint.connect().await.map_err(|e| unreachable(&e))?;
-        Ok(LeaseholdClient::new(channel))
+        Ok(self.credentials()?.client(channel))
     }
 }
 
@@ -181,9 +202,14 @@ pub struct DescribeArgs {
     /// The lock name.
     #[arg(long)]
     lock: String,
+    /// Another tenant's lock (needs the `admin` permission); default: your
+    /// own.
+    #[arg(long, default_value = "")]
+    tenant: String,
 }
 
-/// `leasehold revoke`: end anyone's lease (broker needs --enable-revoke).
+/// `leasehold revoke`: end anyone's lease (needs the `admin` permission, or
+/// a broker with --enable-revoke and no --auth-file).
 #[derive(clap::Args, Debug)]
 pub struct RevokeArgs {
     #[command(flatten)]
@@ -191,6 +217,60 @@ pub struct RevokeArgs {
     /// The lock name.
     #[arg(long)]
     lock: String,
+    /// Another tenant's lock; default: your own.
+    #[arg(long, default_value = "")]
+    tenant: String,
+}
+
+/// `leasehold token`: make a bearer token for an --auth-file.
+#[derive(clap::Args, Debug)]
+pub struct TokenArgs {
+    /// The tenant the token will be for (goes into the printed line).
+    #[arg(long)]
+    tenant: String,
+    /// Its permissions: `use`, `admin` or `use,admin`.
+    #[arg(long, default_value = "use")]
+    permissions: String,
+    /// Do not make a token: read one from standard input and print the
+    /// --auth-file line for it.
+    #[arg(long)]
+    stdin: bool,
+}
+
+/// Prints a new token on standard output (for the client) and its
+/// --auth-file line on standard error (for the broker): the two never go to
+/// the same place by accident.
+pub fn token(args: TokenArgs) -> ExitCode {
+    let line = format!("{} {} ", args.tenant, args.permissions);
+    let token = if args.stdin {
+        let mut text = String::new();
+        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
+            eprintln!("leasehold: reading the token from standard input: {e}");
+            return ExitCode::from(EXIT_BROKER_ERROR);
+        }
+        text.trim().to_owned()
+    } else {
+        match crate::auth::generate_token() {
+            Ok(token) => token,
+            Err(e) => {
+                eprintln!("leasehold: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    if let Err(e) =
+        crate::auth::check_line(&format!("{line}{}", crate::auth::token_credential(&token)))
+    {
+        eprintln!("leasehold: {e}");
+        return ExitCode::from(2);
+    }
+    if args.stdin {
+        println!("{line}{}", crate::auth::token_credential(&token));
+    } else {
+        println!("{token}");
+        eprintln!("{line}{}", crate::auth::token_credential(&token));
+    }
+    ExitCode::SUCCESS
 }
 
 /// `leasehold check-fence`: is this fence the current holder's?
@@ -319,6 +399,7 @@ pub async fn describe(args: DescribeArgs) -> ExitCode {
     match grpc
         .describe(DescribeRequest {
             name: args.lock.clone(),
+            tenant: args.tenant.clone(),
         })
         .await
     {
@@ -359,6 +440,7 @@ pub async fn revoke(args: RevokeArgs) -> ExitCode {
     match grpc
         .revoke(RevokeRequest {
             name: args.lock.clone(),
+            tenant: args.tenant.clone(),
         })
         .await
     {

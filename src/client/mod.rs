@@ -44,7 +44,12 @@ use tokio::{
     sync::{watch, Notify},
     time::{sleep_until, Instant},
 };
-use tonic::{transport::Channel, Code};
+use tonic::{
+    metadata::{Ascii, MetadataValue},
+    service::interceptor::InterceptedService,
+    transport::Channel,
+    Code,
+};
 
 use crate::proto::{
     leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
@@ -249,7 +254,7 @@ impl Held {
 /// State shared by a client, its leases and its keeper task.
 pub(crate) struct Shared {
     /// One channel per broker replica, in the order given.
-    brokers: Vec<LeaseholdClient<Channel>>,
+    brokers: Vec<Broker>,
     /// The replica calls go to; moves on when it cannot be reached.
     current: AtomicUsize,
     /// Live leases by owner token (a client may hold several permits of one
@@ -263,7 +268,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// The current replica: its index (for [`Shared::unreachable`]) and a
     /// client for it.
-    pub(crate) fn broker(&self) -> (usize, LeaseholdClient<Channel>) {
+    pub(crate) fn broker(&self) -> (usize, Broker) {
         let index = self.current.load(Ordering::Relaxed);
         (index, self.brokers[index % self.brokers.len()].clone())
     }
@@ -285,7 +290,7 @@ impl Shared {
     /// it twice.
     pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
     where
-        F: FnMut(LeaseholdClient<Channel>) -> Fut,
+        F: FnMut(Broker) -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
     {
         let mut attempts = self.brokers.len();
@@ -319,6 +324,75 @@ impl Shared {
             }
         }
     }
+}
+
+/// A gRPC client of one broker, sending the client's credentials with
+/// every call.
+pub type Broker = LeaseholdClient<InterceptedService<Channel, Credentials>>;
+
+/// The credentials sent with every call: a bearer token, for brokers with
+/// an `--auth-file`. (A client certificate is part of [`ClientTls`].)
+#[derive(Clone, Default)]
+pub struct Credentials {
+    bearer: Option<MetadataValue<Ascii>>,
+}
+
+impl Credentials {
+    /// Sends `authorization: Bearer <token>` (`None`: no token).
+    pub fn bearer(token: Option<&str>) -> Result<Self, ClientError> {
+        let bearer = token
+            .map(|t| {
+                let mut value =
+                    MetadataValue::try_from(format!("Bearer {}", t.trim())).map_err(|_| {
+                        ClientError::Connect(
+                            "the bearer token has characters a header cannot carry".into(),
+                        )
+                    })?;
+                // HPACK never-indexed: kept out of header tables and logs.
+                value.set_sensitive(true);
+                Ok::<_, ClientError>(value)
+            })
+            .transpose()?;
+        Ok(Credentials { bearer })
+    }
+
+    /// A client of `channel` sending these credentials.
+    pub fn client(&self, channel: Channel) -> Broker {
+        LeaseholdClient::with_interceptor(channel, self.clone())
+    }
+}
+
+impl tonic::service::Interceptor for Credentials {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(bearer) = &self.bearer {
+            request
+                .metadata_mut()
+                .insert("authorization", bearer.clone());
+        }
+        Ok(request)
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("Credentials")
+            .field("bearer", &self.bearer.is_some())
+            .finish()
+    }
+}
+
+/// How a [`Client`] connects: TLS for `https://` brokers, and a bearer
+/// token for brokers that require one.
+#[derive(Clone, Debug, Default)]
+pub struct ClientOptions {
+    /// TLS settings (`None`: the system's roots, no client certificate).
+    pub tls: Option<ClientTls>,
+    /// The credentials sent with every call.
+    pub credentials: Credentials,
 }
 
 /// TLS settings for `https://` brokers.
@@ -374,15 +448,16 @@ impl Client {
     pub async fn connect_any(
         urls: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<Client, ClientError> {
-        Self::connect_any_with(urls, None).await
+        Self::connect_any_with(urls, &ClientOptions::default()).await
     }
 
-    /// [`Client::connect_any`], with TLS settings for `https://` brokers
-    /// (`None`: the system's roots, no client certificate).
+    /// [`Client::connect_any`], with TLS settings for `https://` brokers and
+    /// credentials.
     pub async fn connect_any_with(
         urls: impl IntoIterator<Item = impl Into<String>>,
-        tls: Option<&ClientTls>,
+        options: &ClientOptions,
     ) -> Result<Client, ClientError> {
+        let tls = options.tls.as_ref();
         let mut endpoints = Vec::new();
         for url in urls {
             let url = url.into();
@@ -426,7 +501,7 @@ impl Client {
             .iter()
             .enumerate()
             .map(|(index, endpoint)| {
-                LeaseholdClient::new(if index == current {
+                options.credentials.client(if index == current {
                     channel.clone()
                 } else {
                     endpoint.connect_lazy()
@@ -495,8 +570,19 @@ impl Client {
 
     /// Who holds `name` (no owner token).
     pub async fn describe(&self, name: &str) -> Result<DescribeResponse, ClientError> {
+        self.describe_in("", name).await
+    }
+
+    /// Who holds `name` in `tenant`'s namespace (empty: the caller's own;
+    /// another's needs the `admin` permission).
+    pub async fn describe_in(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<DescribeResponse, ClientError> {
         let request = DescribeRequest {
             name: name.to_owned(),
+            tenant: tenant.to_owned(),
         };
         Ok(self
             .shared
@@ -572,11 +658,19 @@ impl Client {
         Ok((r.current, r.current_fence))
     }
 
-    /// Ends the current lease on `name`, whoever holds it (the broker must
-    /// run with `--enable-revoke`). Returns the revoked lease's fence.
+    /// Ends the current lease on `name`, whoever holds it (the caller needs
+    /// the `admin` permission; without authentication the broker must run
+    /// with `--enable-revoke`). Returns the revoked lease's fence.
     pub async fn revoke(&self, name: &str) -> Result<u64, ClientError> {
+        self.revoke_in("", name).await
+    }
+
+    /// [`Client::revoke`] of `name` in `tenant`'s namespace (empty: the
+    /// caller's own).
+    pub async fn revoke_in(&self, tenant: &str, name: &str) -> Result<u64, ClientError> {
         let request = RevokeRequest {
             name: name.to_owned(),
+            tenant: tenant.to_owned(),
         };
         Ok(self
             .shared

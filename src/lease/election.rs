@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{validate, AcquireArgs, Granted, Leases};
+use super::{AcquireArgs, Caller, Granted, Leases, Slot};
 use crate::{
     error::Result,
     store::{Event, Watch},
@@ -31,25 +31,34 @@ impl Leases {
     /// any lease (KeepAlive) and given up by Release.
     pub async fn campaign(
         &self,
+        caller: &Caller,
         election: &str,
         value: &str,
         ttl_ms: u64,
         wait_timeout_ms: u64,
     ) -> Result<Granted> {
-        self.acquire(AcquireArgs {
-            name: election.to_owned(),
-            ttl_ms,
-            holder: value.to_owned(),
-            wait_timeout_ms,
-            lock_delay_ms: 0,
-            limit: 1,
-        })
+        self.acquire(
+            caller,
+            AcquireArgs {
+                name: election.to_owned(),
+                ttl_ms,
+                holder: value.to_owned(),
+                wait_timeout_ms,
+                lock_delay_ms: 0,
+                limit: 1,
+            },
+        )
         .await
     }
 
     /// The current leader of `election`, if any.
-    pub async fn leader(&self, election: &str) -> Result<Option<Leader>> {
-        let described = self.describe(election).await?;
+    pub async fn leader(&self, caller: &Caller, election: &str) -> Result<Option<Leader>> {
+        let stored = self.scoped(caller, "", election)?;
+        self.leader_stored(&stored).await
+    }
+
+    async fn leader_stored(&self, stored: &str) -> Result<Option<Leader>> {
+        let described = self.describe_stored(stored).await?;
         Ok(described.lease.map(|l| Leader {
             value: l.holder,
             term: l.fence,
@@ -57,19 +66,22 @@ impl Leases {
         }))
     }
 
-    /// Follows the leadership of `election`.
-    pub async fn observe(&self, election: &str) -> Result<Observer> {
-        validate::name(&self.inner.limits, election)?;
+    /// Follows the leadership of `election`; the observer counts as one of
+    /// the caller's streams until dropped.
+    pub async fn observe(&self, caller: &Caller, election: &str) -> Result<Observer> {
+        let stored = self.scoped(caller, "", election)?;
+        let slots = caller.stream_slot()?;
         let store = &self.inner.store;
         // Subscribed before the first look, so no change can slip between.
-        let released = self.count_errors(store.watch(election, Event::Released, None).await)?;
-        let granted = self.count_errors(store.watch(election, Event::Granted, None).await)?;
+        let released = self.count_errors(store.watch(&stored, Event::Released, None).await)?;
+        let granted = self.count_errors(store.watch(&stored, Event::Granted, None).await)?;
         Ok(Observer {
             leases: self.clone(),
-            election: election.to_owned(),
+            election: stored,
             released,
             granted,
             last: None,
+            _slots: slots,
         })
     }
 }
@@ -78,11 +90,13 @@ impl Leases {
 /// change, in order.
 pub struct Observer {
     leases: Leases,
+    /// The election's store name.
     election: String,
     released: Watch,
     granted: Watch,
     /// The last term reported (`Some(None)`: reported "no leader").
     last: Option<Option<u64>>,
+    _slots: (Slot, Slot),
 }
 
 impl Observer {
@@ -101,7 +115,7 @@ impl Observer {
             released.as_mut().enable();
             granted.as_mut().enable();
 
-            let current = self.leases.leader(&self.election).await?;
+            let current = self.leases.leader_stored(&self.election).await?;
             let term = current.as_ref().map(|l| l.term);
             if self.last != Some(term) {
                 self.last = Some(term);

@@ -13,7 +13,7 @@ use std::{collections::HashMap, time::Duration};
 
 use tokio::time::{sleep_until, Instant};
 
-use super::{validate, Leases};
+use super::{validate, Caller, Leases, Slot};
 use crate::{
     error::{Error, Result},
     metrics::LossReason,
@@ -84,16 +84,22 @@ struct Tracked {
 /// The state of one KeepAlive stream.
 pub struct Session {
     leases: Leases,
+    /// Whose leases these are: names are in its namespace, and the leases
+    /// count against its caps.
+    caller: Caller,
+    _slots: (Slot, Slot),
     tracked: HashMap<String, Tracked>,
     /// Rate limit (GCRA): the theoretical arrival time of the next heartbeat.
     next_arrival: Instant,
 }
 
 impl Session {
-    pub(super) fn new(leases: Leases) -> Self {
+    pub(super) fn new(leases: Leases, caller: Caller, slots: (Slot, Slot)) -> Self {
         leases.metrics().keepalive_streams.inc();
         Session {
             leases,
+            caller,
+            _slots: slots,
             tracked: HashMap::new(),
             next_arrival: Instant::now(),
         }
@@ -140,7 +146,7 @@ impl Session {
                 Ok(ttl_ms) => {
                     states.push(None);
                     items.push(RenewItem {
-                        name: lease.name.clone(),
+                        name: self.caller.tenant().qualify(&lease.name),
                         token: lease.owner_token.clone(),
                         ttl_ms,
                     });
@@ -186,6 +192,11 @@ impl Session {
             let state = match outcome {
                 Err(message) => LeaseState::Unconfirmed { message },
                 Ok(Checked::Done(renewed)) => {
+                    self.caller.hold(
+                        &item.name,
+                        &item.token,
+                        now + Duration::from_millis(renewed.ttl_ms),
+                    );
                     next_tracked.insert(
                         item.name.clone(),
                         Tracked {
@@ -199,6 +210,7 @@ impl Session {
                     }
                 }
                 Ok(Checked::NotHeld) => {
+                    self.caller.forget(&item.name, &item.token);
                     let lost_early = self
                         .tracked
                         .get(&item.name)
@@ -223,12 +235,16 @@ impl Session {
                     }
                 }
                 // Counted as lost when it was revoked.
-                Ok(Checked::Revoked { fence }) => LeaseState::Lost {
-                    reason: LossReason::Revoked,
-                    fence,
-                    message: "an operator revoked the lease".into(),
-                },
+                Ok(Checked::Revoked { fence }) => {
+                    self.caller.forget(&item.name, &item.token);
+                    LeaseState::Lost {
+                        reason: LossReason::Revoked,
+                        fence,
+                        message: "an operator revoked the lease".into(),
+                    }
+                }
                 Ok(Checked::NotOwner { fence }) => {
+                    self.caller.forget(&item.name, &item.token);
                     self.leases.lost(&item.name, LossReason::NotOwner);
                     LeaseState::Lost {
                         reason: LossReason::NotOwner,

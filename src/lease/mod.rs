@@ -5,12 +5,14 @@
 
 mod election;
 mod keepalive;
+mod tenant;
 pub mod token;
 pub mod validate;
 
 pub use self::{
     election::{Leader, Observer},
     keepalive::{LeaseRef, LeaseState, Session},
+    tenant::{Caller, Caps, Permissions, Slot, Tenant, Tenants, Usage, NAMESPACE_SEPARATOR},
 };
 
 use std::{sync::Arc, time::Duration};
@@ -105,8 +107,6 @@ struct Inner {
     waiter_slots: Arc<Semaphore>,
     /// Flips to true when the broker shuts down, ending every wait.
     shutdown: watch::Sender<bool>,
-    /// Whether Revoke is allowed (`--enable-revoke`).
-    allow_revoke: bool,
 }
 
 /// The lease service; cheap to clone.
@@ -116,8 +116,8 @@ pub struct Leases {
 }
 
 impl Leases {
-    /// A lease service over `store`. `allow_revoke` enables [`Leases::revoke`].
-    pub fn new(store: Store, limits: Limits, metrics: Metrics, allow_revoke: bool) -> Self {
+    /// A lease service over `store`.
+    pub fn new(store: Store, limits: Limits, metrics: Metrics) -> Self {
         Leases {
             inner: Arc::new(Inner {
                 waiter_slots: Arc::new(Semaphore::new(limits.max_waiters)),
@@ -125,7 +125,6 @@ impl Leases {
                 limits,
                 metrics,
                 shutdown: watch::Sender::new(false),
-                allow_revoke,
             }),
         }
     }
@@ -152,9 +151,12 @@ impl Leases {
         let _ = shutdown.wait_for(|down| *down).await;
     }
 
-    /// A new KeepAlive session (one per stream).
-    pub fn keepalive_session(&self) -> Session {
-        Session::new(self.clone())
+    /// A new KeepAlive session (one per stream), counted against the
+    /// caller's stream caps until it ends.
+    pub fn keepalive_session(&self, caller: Caller) -> Result<Session> {
+        caller.require_use()?;
+        let slots = caller.stream_slot()?;
+        Ok(Session::new(self.clone(), caller, slots))
     }
 
     /// Counts and logs a lease its holder lost.
@@ -164,7 +166,8 @@ impl Leases {
     }
 
     /// Takes the lease, once or waiting (see the proto for the semantics).
-    pub async fn acquire(&self, args: AcquireArgs) -> Result<Granted> {
+    pub async fn acquire(&self, caller: &Caller, args: AcquireArgs) -> Result<Granted> {
+        caller.require_use()?;
         let limits = &self.inner.limits;
         validate::name(limits, &args.name)?;
         validate::holder(limits, &args.holder)?;
@@ -173,8 +176,9 @@ impl Leases {
         let wait = validate::wait(limits, args.wait_timeout_ms)?;
         let lock_delay_ms = validate::lock_delay(limits, args.lock_delay_ms)?;
         let limit = validate::limit(limits, args.limit, lock_delay_ms)?;
+        caller.check_lease_room()?;
         let spec = GrantSpec {
-            name: args.name,
+            name: caller.tenant().qualify(&args.name),
             token: token::generate()?,
             holder: args.holder,
             ttl_ms,
@@ -186,24 +190,31 @@ impl Leases {
         // call in flight still completes, and a grant it produced is released
         // at once instead of holding the lock for nobody until its TTL.
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(self.clone().acquire_task(spec, wait, tx));
+        tokio::spawn(
+            self.clone()
+                .acquire_task(caller.clone(), args.name, spec, wait, tx),
+        );
         rx.await
             .map_err(|_| Error::Internal("the acquire task ended without an answer".into()))?
     }
 
+    /// `name` is the lock's name as the caller gave it; `spec.name` is its
+    /// name in the store (within the caller's namespace).
     async fn acquire_task(
         self,
+        who: Caller,
+        name: String,
         spec: GrantSpec,
         wait: Duration,
         mut caller: oneshot::Sender<Result<Granted>>,
     ) {
         let started = Instant::now();
         let result = self
-            .acquire_until(&spec, started, started + wait, &mut caller)
+            .acquire_until(&who, &name, &spec, started, started + wait, &mut caller)
             .await
             .map(|(fence, attempt)| Granted {
                 lease: Lease {
-                    name: spec.name.clone(),
+                    name,
                     owner_token: spec.token.clone(),
                     fence,
                     ttl_ms: spec.ttl_ms,
@@ -216,6 +227,11 @@ impl Leases {
         let m = &self.inner.metrics;
         match &result {
             Ok(granted) => {
+                who.hold(
+                    &spec.name,
+                    &spec.token,
+                    Instant::now() + Duration::from_millis(spec.ttl_ms),
+                );
                 m.acquired.inc();
                 m.acquire_wait.observe(granted.waited.as_secs_f64());
                 tracing::debug!(
@@ -235,6 +251,7 @@ impl Leases {
             {
                 m.released.inc();
             }
+            who.forget(&spec.name, &spec.token);
         }
     }
 
@@ -245,6 +262,8 @@ impl Leases {
     /// ends.
     async fn acquire_until(
         &self,
+        who: &Caller,
+        name: &str,
         spec: &GrantSpec,
         started: Instant,
         deadline: Instant,
@@ -257,9 +276,11 @@ impl Leases {
             Acquired::Blocked(blocked) => blocked,
         };
         if !spec.queued {
-            return Err(not_obtained(spec, blocked, started));
+            return Err(not_obtained(name, blocked, started));
         }
-        let result = self.wait_in_line(spec, started, deadline, caller).await;
+        let result = self
+            .wait_in_line(who, name, spec, started, deadline, caller)
+            .await;
         if result.is_err() {
             // Give up the place in line at once, so the next waiter is not
             // kept waiting for it to lapse.
@@ -270,12 +291,15 @@ impl Leases {
 
     async fn wait_in_line(
         &self,
+        who: &Caller,
+        name: &str,
         spec: &GrantSpec,
         started: Instant,
         deadline: Instant,
         caller: &mut oneshot::Sender<Result<Granted>>,
     ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
+        let _caps = who.waiter_slot()?;
         let _slot = Arc::clone(&self.inner.waiter_slots)
             .try_acquire_owned()
             .map_err(|_| {
@@ -307,7 +331,7 @@ impl Leases {
             };
             let now = Instant::now();
             if now >= deadline {
-                return Err(not_obtained(spec, blocked, started));
+                return Err(not_obtained(name, blocked, started));
             }
             // Woken by a release (pushed); else look again when the lease
             // would expire or the delay end (nobody announces those), and at
@@ -327,38 +351,78 @@ impl Leases {
     }
 
     /// Extends a lease (see the proto).
-    pub async fn renew(&self, name: &str, owner_token: &str, ttl_ms: u64) -> Result<Renewed> {
+    pub async fn renew(
+        &self,
+        caller: &Caller,
+        name: &str,
+        owner_token: &str,
+        ttl_ms: u64,
+    ) -> Result<Renewed> {
+        caller.require_use()?;
         let limits = &self.inner.limits;
         validate::name(limits, name)?;
         validate::owner_token(owner_token)?;
         let ttl = validate::ttl(limits, ttl_ms, None)?;
+        let stored = caller.tenant().qualify(name);
         let started = Instant::now();
-        let outcome = self.count_errors(self.inner.store.renew(name, owner_token, ttl).await)?;
+        let outcome = self.count_errors(self.inner.store.renew(&stored, owner_token, ttl).await)?;
         self.inner
             .metrics
             .heartbeat_latency
             .observe(started.elapsed().as_secs_f64());
-        self.checked(name, outcome)
+        match &outcome {
+            Checked::Done(renewed) => caller.hold(
+                &stored,
+                owner_token,
+                Instant::now() + Duration::from_millis(renewed.ttl_ms),
+            ),
+            _ => caller.forget(&stored, owner_token),
+        }
+        self.checked(name, &stored, outcome)
     }
 
     /// Ends a lease (see the proto).
-    pub async fn release(&self, name: &str, owner_token: &str) -> Result<()> {
+    pub async fn release(&self, caller: &Caller, name: &str, owner_token: &str) -> Result<()> {
+        caller.require_use()?;
         validate::name(&self.inner.limits, name)?;
         validate::owner_token(owner_token)?;
-        let outcome = self.count_errors(self.inner.store.release(name, owner_token).await)?;
-        self.checked(name, outcome)?;
+        let stored = caller.tenant().qualify(name);
+        let outcome = self.count_errors(self.inner.store.release(&stored, owner_token).await)?;
+        caller.forget(&stored, owner_token);
+        self.checked(name, &stored, outcome)?;
         self.inner.metrics.released.inc();
-        tracing::debug!(lock = %name, token = %token::Redacted(owner_token), "released");
+        tracing::debug!(lock = %stored, token = %token::Redacted(owner_token), "released");
         Ok(())
     }
 
-    /// Who holds `name`.
-    pub async fn describe(&self, name: &str) -> Result<Description> {
+    /// The store name of `name` in `tenant`'s namespace: the caller's own
+    /// when `tenant` is empty or the caller's, else another tenant's, which
+    /// only an administrator may address.
+    fn scoped(&self, caller: &Caller, tenant: &str, name: &str) -> Result<String> {
         validate::name(&self.inner.limits, name)?;
-        let described = self.count_errors(self.inner.store.describe(name).await)?;
+        if tenant.is_empty() || tenant == caller.tenant().id() {
+            if !caller.permissions().admin {
+                caller.require_use()?;
+            }
+            return Ok(caller.tenant().qualify(name));
+        }
+        caller.require_admin("Naming another tenant's lock")?;
+        validate::tenant(tenant)?;
+        Ok(format!("{tenant}{NAMESPACE_SEPARATOR}{name}"))
+    }
+
+    /// Who holds `name`, in the caller's namespace or (for an
+    /// administrator) in `tenant`'s.
+    pub async fn describe(&self, caller: &Caller, tenant: &str, name: &str) -> Result<Description> {
+        let stored = self.scoped(caller, tenant, name)?;
+        self.describe_stored(&stored).await
+    }
+
+    async fn describe_stored(&self, stored: &str) -> Result<Description> {
+        let described = self.count_errors(self.inner.store.describe(stored).await)?;
         Ok(Description {
             lease: described.lease,
-            local_waiters: self.inner.store.local_waiters(name),
+            local_waiters: self.inner.store.local_waiters(stored),
             waiters: described.waiters,
             permits: described.permits,
             lock_delay_remaining_ms: described.lock_delay_remaining_ms,
@@ -367,29 +431,30 @@ impl Leases {
 
     /// Whether `fence` is the fence of the current lease on `name` (Chubby's
     /// CheckSequencer), and the current fence (0 if the name is free).
-    pub async fn check_fence(&self, name: &str, fence: u64) -> Result<(bool, u64)> {
-        validate::name(&self.inner.limits, name)?;
-        let described = self.count_errors(self.inner.store.describe(name).await)?;
+    pub async fn check_fence(
+        &self,
+        caller: &Caller,
+        name: &str,
+        fence: u64,
+    ) -> Result<(bool, u64)> {
+        let stored = self.scoped(caller, "", name)?;
+        let described = self.count_errors(self.inner.store.describe(&stored).await)?;
         let current = described.lease.map_or(0, |l| l.fence);
         Ok((fence != 0 && current == fence, current))
     }
 
-    /// Ends the current lease on `name`, whoever holds it (an operator's
-    /// action, allowed only with `--enable-revoke`). Its holder hears REVOKED
-    /// at its next renewal, its lock-delay starts, waiters are woken, and the
-    /// next grant gets a higher fence. Returns the revoked lease's fence.
-    pub async fn revoke(&self, name: &str) -> Result<u64> {
-        if !self.inner.allow_revoke {
-            return Err(Error::PermissionDenied(
-                "Revoke is disabled on this broker; start it with --enable-revoke \
-                 (LEASEHOLD_ENABLE_REVOKE=true) to allow it"
-                    .into(),
-            ));
-        }
-        validate::name(&self.inner.limits, name)?;
-        match self.count_errors(self.inner.store.revoke(name).await)? {
+    /// Ends the current lease on `name` (in `tenant`'s namespace, or the
+    /// caller's when empty), whoever holds it: an administrator's action.
+    /// Without authentication every caller is one exactly when the broker
+    /// runs with `--enable-revoke`. Its holder hears REVOKED at its next
+    /// renewal, its lock-delay starts, waiters are woken, and the next grant
+    /// gets a higher fence. Returns the revoked lease's fence.
+    pub async fn revoke(&self, caller: &Caller, tenant: &str, name: &str) -> Result<u64> {
+        caller.require_admin("Revoke")?;
+        let stored = self.scoped(caller, tenant, name)?;
+        match self.count_errors(self.inner.store.revoke(&stored).await)? {
             Some(fence) => {
-                self.lost(name, LossReason::Revoked);
+                self.lost(&stored, LossReason::Revoked);
                 Ok(fence)
             }
             None => Err(Error::NotHeld {
@@ -398,18 +463,19 @@ impl Leases {
         }
     }
 
-    /// Turns a mismatch into the error the owner must hear, counting the loss.
-    fn checked<T>(&self, name: &str, outcome: Checked<T>) -> Result<T> {
+    /// Turns a mismatch into the error the owner must hear, counting the
+    /// loss. `name` is the caller's name of the lock, `stored` the store's.
+    fn checked<T>(&self, name: &str, stored: &str, outcome: Checked<T>) -> Result<T> {
         match outcome {
             Checked::Done(value) => Ok(value),
             Checked::NotHeld => {
-                self.lost(name, LossReason::Expired);
+                self.lost(stored, LossReason::Expired);
                 Err(Error::NotHeld {
                     name: name.to_owned(),
                 })
             }
             Checked::NotOwner { fence } => {
-                self.lost(name, LossReason::NotOwner);
+                self.lost(stored, LossReason::NotOwner);
                 Err(Error::NotOwner {
                     name: name.to_owned(),
                     fence,
@@ -433,9 +499,9 @@ impl Leases {
     }
 }
 
-/// The error for an Acquire that ends without the lock.
-fn not_obtained(spec: &GrantSpec, blocked: Blocked, started: Instant) -> Error {
-    let name = spec.name.clone();
+/// The error for an Acquire of `name` that ends without the lock.
+fn not_obtained(name: &str, blocked: Blocked, started: Instant) -> Error {
+    let name = name.to_owned();
     let waited_ms = started.elapsed().as_millis() as u64;
     match blocked.by {
         BlockedBy::Holder => Error::Held {
@@ -485,7 +551,6 @@ mod tests {
             Store::Memory(MemoryStore::new()),
             Limits::default(),
             Metrics::new(),
-            false,
         )
     }
 
@@ -505,14 +570,22 @@ mod tests {
         };
         let (tx, rx) = oneshot::channel();
         drop(rx); // the caller disconnected while the store granted
-        leases.clone().acquire_task(spec, Duration::ZERO, tx).await;
+        leases
+            .clone()
+            .acquire_task(Caller::local(), "raced".into(), spec, Duration::ZERO, tx)
+            .await;
         assert_eq!(leases.metrics().acquired.get(), 1, "the store did grant");
         assert_eq!(
             leases.metrics().released.get(),
             1,
             "and the grant was released"
         );
-        assert!(leases.describe("raced").await.unwrap().lease.is_none());
+        assert!(leases
+            .describe(&Caller::local(), "", "raced")
+            .await
+            .unwrap()
+            .lease
+            .is_none());
     }
 
     /// Shutting down ends a wait with UNAVAILABLE instead of holding up the
@@ -528,13 +601,20 @@ mod tests {
             lock_delay_ms: 0,
             limit: 0,
         };
-        leases.acquire(args("first", 0)).await.unwrap();
+        let caller = Caller::local();
+        leases.acquire(&caller, args("first", 0)).await.unwrap();
         let waiting = tokio::spawn({
-            let leases = leases.clone();
-            async move { leases.acquire(args("second", 60_000)).await }
+            let (leases, caller) = (leases.clone(), caller.clone());
+            async move { leases.acquire(&caller, args("second", 60_000)).await }
         });
         // The waiter is registered once the store counts its watch.
-        while leases.describe("busy").await.unwrap().local_waiters == 0 {
+        while leases
+            .describe(&caller, "", "busy")
+            .await
+            .unwrap()
+            .local_waiters
+            == 0
+        {
             tokio::task::yield_now().await;
         }
         leases.begin_shutdown();

@@ -32,6 +32,23 @@ pub fn name(limits: &Limits, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a tenant id: 1..=64 of `[A-Za-z0-9_-]` (no `|`, which separates
+/// the tenant from the lock name in the store).
+pub fn tenant(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "tenant '{id}' is not a tenant id: 1 to 64 of A-Z a-z 0-9 _ -"
+        )))
+    }
+}
+
 /// Checks a holder label: at most max bytes, no control characters.
 pub fn holder(limits: &Limits, holder: &str) -> Result<()> {
     if holder.len() > limits.max_holder_len {

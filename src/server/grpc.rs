@@ -1,11 +1,13 @@
 //! The `leasehold.v1.Leasehold` gRPC service: converts messages and calls the
 //! lease rules. No store access and no decisions here.
 
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::keepalive;
+use super::{gate::Gate, keepalive};
 use crate::{
     lease::{AcquireArgs, Leader, Leases},
     proto::{
@@ -19,12 +21,13 @@ use crate::{
 /// The service over the lease rules.
 pub struct LeaseholdService {
     leases: Leases,
+    gate: Arc<Gate>,
 }
 
 impl LeaseholdService {
-    /// Serves `leases`.
-    pub fn new(leases: Leases) -> Self {
-        LeaseholdService { leases }
+    /// Serves `leases` to the callers `gate` lets in.
+    pub fn new(leases: Leases, gate: Arc<Gate>) -> Self {
+        LeaseholdService { leases, gate }
     }
 }
 
@@ -36,8 +39,11 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<Streaming<KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let caller = self.gate.caller(&request)?;
+        let session = self.leases.keepalive_session(caller)?;
         Ok(Response::new(keepalive::start(
             self.leases.clone(),
+            session,
             request.into_inner(),
         )))
     }
@@ -46,17 +52,21 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
+        let caller = self.gate.caller(&request)?;
         let r = request.into_inner();
         let granted = self
             .leases
-            .acquire(AcquireArgs {
-                name: r.name,
-                ttl_ms: r.ttl_ms,
-                holder: r.holder,
-                wait_timeout_ms: r.wait_timeout_ms,
-                lock_delay_ms: r.lock_delay_ms,
-                limit: r.limit,
-            })
+            .acquire(
+                &caller,
+                AcquireArgs {
+                    name: r.name,
+                    ttl_ms: r.ttl_ms,
+                    holder: r.holder,
+                    wait_timeout_ms: r.wait_timeout_ms,
+                    lock_delay_ms: r.lock_delay_ms,
+                    limit: r.limit,
+                },
+            )
             .await?;
         Ok(Response::new(AcquireResponse {
             waited_ms: granted.waited.as_millis() as u64,
@@ -68,8 +78,12 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<RenewRequest>,
     ) -> Result<Response<RenewResponse>, Status> {
+        let caller = self.gate.caller(&request)?;
         let r = request.into_inner();
-        let renewed = self.leases.renew(&r.name, &r.owner_token, r.ttl_ms).await?;
+        let renewed = self
+            .leases
+            .renew(&caller, &r.name, &r.owner_token, r.ttl_ms)
+            .await?;
         Ok(Response::new(RenewResponse {
             ttl_ms: renewed.ttl_ms,
             fence: renewed.fence,
@@ -80,8 +94,11 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
+        let caller = self.gate.caller(&request)?;
         let r = request.into_inner();
-        self.leases.release(&r.name, &r.owner_token).await?;
+        self.leases
+            .release(&caller, &r.name, &r.owner_token)
+            .await?;
         Ok(Response::new(ReleaseResponse {}))
     }
 
@@ -89,7 +106,9 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<DescribeRequest>,
     ) -> Result<Response<DescribeResponse>, Status> {
-        let d = self.leases.describe(&request.into_inner().name).await?;
+        let caller = self.gate.caller(&request)?;
+        let r = request.into_inner();
+        let d = self.leases.describe(&caller, &r.tenant, &r.name).await?;
         let local_waiters = u32::try_from(d.local_waiters).unwrap_or(u32::MAX);
         Ok(Response::new(match d.lease {
             Some(l) => DescribeResponse {
@@ -119,8 +138,9 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<CheckFenceRequest>,
     ) -> Result<Response<CheckFenceResponse>, Status> {
+        let caller = self.gate.caller(&request)?;
         let r = request.into_inner();
-        let (current, current_fence) = self.leases.check_fence(&r.name, r.fence).await?;
+        let (current, current_fence) = self.leases.check_fence(&caller, &r.name, r.fence).await?;
         Ok(Response::new(CheckFenceResponse {
             current,
             current_fence,
@@ -131,10 +151,11 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
+        let caller = self.gate.caller(&request)?;
         let r = request.into_inner();
         let granted = self
             .leases
-            .campaign(&r.election, &r.value, r.ttl_ms, r.wait_timeout_ms)
+            .campaign(&caller, &r.election, &r.value, r.ttl_ms, r.wait_timeout_ms)
             .await?;
         Ok(Response::new(CampaignResponse {
             waited_ms: granted.waited.as_millis() as u64,
@@ -146,7 +167,11 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<LeaderRequest>,
     ) -> Result<Response<LeaderResponse>, Status> {
-        let leader = self.leases.leader(&request.into_inner().election).await?;
+        let caller = self.gate.caller(&request)?;
+        let leader = self
+            .leases
+            .leader(&caller, &request.into_inner().election)
+            .await?;
         Ok(Response::new(leader_message(leader)))
     }
 
@@ -156,7 +181,11 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<LeaderRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
-        let mut observer = self.leases.observe(&request.into_inner().election).await?;
+        let caller = self.gate.caller(&request)?;
+        let mut observer = self
+            .leases
+            .observe(&caller, &request.into_inner().election)
+            .await?;
         // One change in flight at most: a slow reader slows its own stream.
         let (tx, rx) = mpsc::channel(1);
         tokio::spawn(async move {
@@ -183,8 +212,11 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<ResignRequest>,
     ) -> Result<Response<ResignResponse>, Status> {
+        let caller = self.gate.caller(&request)?;
         let r = request.into_inner();
-        self.leases.release(&r.election, &r.owner_token).await?;
+        self.leases
+            .release(&caller, &r.election, &r.owner_token)
+            .await?;
         Ok(Response::new(ResignResponse {}))
     }
 
@@ -192,7 +224,9 @@ impl Leasehold for LeaseholdService {
         &self,
         request: Request<RevokeRequest>,
     ) -> Result<Response<RevokeResponse>, Status> {
-        let fence = self.leases.revoke(&request.into_inner().name).await?;
+        let caller = self.gate.caller(&request)?;
+        let r = request.into_inner();
+        let fence = self.leases.revoke(&caller, &r.tenant, &r.name).await?;
         Ok(Response::new(RevokeResponse { fence }))
     }
 }

@@ -19,10 +19,13 @@ const OUTBOX: usize = 4;
 /// The response stream type of KeepAlive.
 pub type ResponseStream = ReceiverStream<Result<KeepAliveResponse, Status>>;
 
-/// Starts pumping `inbound` and returns the response stream.
-pub fn start(leases: Leases, inbound: Streaming<KeepAliveRequest>) -> ResponseStream {
+/// Starts pumping `inbound` into `session` and returns the response stream.
+pub fn start(
+    leases: Leases,
+    session: Session,
+    inbound: Streaming<KeepAliveRequest>,
+) -> ResponseStream {
     let (tx, rx) = mpsc::channel(OUTBOX);
-    let session = leases.keepalive_session();
     tokio::spawn(pump(leases, session, inbound, tx));
     ReceiverStream::new(rx)
 }

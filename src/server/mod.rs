@@ -1,6 +1,8 @@
 //! The network side: the gRPC server (Leasehold API, health, reflection) and
 //! the HTTP metrics endpoint, started and stopped together by [`run`].
 
+mod conn;
+mod gate;
 mod grpc;
 mod health;
 mod http;
@@ -9,14 +11,17 @@ pub mod tls;
 
 use std::{future::Future, sync::Arc};
 
-use tokio::{net::TcpListener, sync::watch};
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio::{
+    net::TcpListener,
+    sync::{watch, Semaphore},
+};
 
-pub use self::grpc::LeaseholdService;
+pub use self::{conn::ConnInfo, gate::Gate, grpc::LeaseholdService};
 use crate::{
+    auth::Auth,
     config::ServeConfig,
     error::{Error, Result},
-    lease::Leases,
+    lease::{Leases, Tenants},
     metrics::Metrics,
     proto::{self, leasehold_server::LeaseholdServer},
     store::Store,
@@ -41,17 +46,32 @@ pub async fn run(
         Some(files) => Some(Arc::new(tls::Tls::load(files)?)),
         None => None,
     };
+    let auth = match &config.auth_file {
+        Some(path) => Some(Arc::new(Auth::load(path)?)),
+        None => None,
+    };
     let store = Store::open(
         &config.store,
         &config.store_options().map_err(Error::InvalidArgument)?,
     )?;
     let metrics = Metrics::new();
-    let leases = Leases::new(
-        store,
-        config.limits.clone(),
-        metrics.clone(),
-        config.enable_revoke,
-    );
+    let leases = Leases::new(store, config.limits.clone(), metrics.clone());
+    let gate = Arc::new(Gate {
+        auth: auth.clone(),
+        tenants: Tenants::new(
+            config.limits.tenant_caps(),
+            config.limits.conn_caps(),
+            metrics.clone(),
+        ),
+        enable_revoke: config.enable_revoke,
+    });
+    let acceptor = conn::Acceptor {
+        tls: tls.clone(),
+        slots: Arc::new(Semaphore::new(config.max_connections)),
+        handshake_timeout: config.handshake_timeout,
+        caps: config.limits.conn_caps(),
+        metrics: metrics.clone(),
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -65,6 +85,11 @@ pub async fn run(
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
     tokio::spawn(http::serve(metrics_listener, metrics, stop_rx));
+    if auth.is_some() && tls.is_none() {
+        tracing::warn!(
+            "--auth-file without --tls-cert: bearer tokens cross the network in clear text"
+        );
+    }
 
     // Reflection in both versions: grpcurl and other tools older than the
     // v1 service still ask v1alpha.
@@ -87,10 +112,11 @@ pub async fn run(
             Some(tls) if tls.mutual() => "mutual",
             Some(_) => "on",
         },
+        auth = %auth.as_ref().map_or("off".into(), |a| a.path().display().to_string()),
         "serving"
     );
-    if let Some(tls) = &tls {
-        tokio::spawn(reload_on_sighup(Arc::clone(tls)));
+    if tls.is_some() || auth.is_some() {
+        tokio::spawn(reload_on_sighup(tls, auth));
     }
     let on_shutdown = leases.clone();
     let router = tonic::transport::Server::builder()
@@ -102,62 +128,60 @@ pub async fn run(
         // (a partition, a host gone), so their streams end and are counted.
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+        // Bounds on what one connection may ask of HTTP/2: streams open at
+        // once (each an in-flight call), and header size (metadata is a
+        // token and a few short fields; hyper's default is 16 MiB).
+        .max_concurrent_streams(Some(config.max_concurrent_streams))
+        .http2_max_header_list_size(Some(MAX_HEADER_LIST_SIZE))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(LeaseholdServer::new(LeaseholdService::new(leases)));
+        .add_service(
+            LeaseholdServer::new(LeaseholdService::new(leases, gate))
+                .max_decoding_message_size(config.max_message_size)
+                .max_encoding_message_size(config.max_message_size),
+        );
     let stopping = async move {
         shutdown.await;
         tracing::info!("shutting down: ending waits, finishing calls in flight");
         on_shutdown.begin_shutdown();
         let _ = stop_tx.send(true);
     };
-    match tls {
-        None => {
-            router
-                .serve_with_incoming_shutdown(incoming(grpc), stopping)
-                .await
-        }
-        Some(tls) => {
-            router
-                .serve_with_incoming_shutdown(tls::incoming(grpc, tls), stopping)
-                .await
-        }
-    }
-    .map_err(|e| Error::Internal(format!("gRPC server: {e}")))
+    router
+        .serve_with_incoming_shutdown(conn::incoming(grpc, acceptor), stopping)
+        .await
+        .map_err(|e| Error::Internal(format!("gRPC server: {e}")))
 }
 
-/// Reloads the TLS files on every SIGHUP; a failed reload keeps the current
-/// certificates and says why.
-async fn reload_on_sighup(tls: Arc<tls::Tls>) {
+/// The largest request header block accepted (HTTP/2 SETTINGS).
+const MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
+
+/// Reloads the TLS files and the auth file on every SIGHUP; a failed reload
+/// keeps what was loaded before and says why.
+async fn reload_on_sighup(tls: Option<Arc<tls::Tls>>, auth: Option<Arc<Auth>>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP: TLS files will not be reloaded");
+        tracing::warn!("cannot listen for SIGHUP: TLS and auth files will not be reloaded");
         return;
     };
     while hangups.recv().await.is_some() {
-        match tls.reload() {
-            Ok(()) => tracing::info!("TLS certificate reloaded"),
-            Err(e) => {
-                tracing::warn!(error = %e, "TLS reload failed; keeping the current certificate")
+        if let Some(tls) = &tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("TLS certificate reloaded"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS reload failed; keeping the current certificate")
+                }
+            }
+        }
+        if let Some(auth) = &auth {
+            match auth.reload() {
+                Ok(()) => tracing::info!("auth file reloaded"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "auth file reload failed; keeping the current credentials")
+                }
             }
         }
     }
-}
-
-/// Accepted connections, with Nagle's algorithm off: answers are small and
-/// latency-bound, and Nagle's delay meets the peer's delayed ACK in a 40 ms
-/// stall on every message larger than a segment. (Tonic's own `tcp_nodelay`
-/// applies only to listeners it binds itself.)
-fn incoming(
-    listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    TcpListenerStream::new(listener).map(|accepted| {
-        let stream = accepted?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
-    })
 }
 
 /// A store URL fit for logs: any password replaced by `***`.

@@ -5,16 +5,13 @@
 //! a Kubernetes Secret volume) and a restart would drop every KeepAlive
 //! stream.
 //!
-//! Handshakes run in a task per connection with a deadline, so a client that
-//! connects and says nothing holds no more than its own socket.
+//! Handshakes run in a task per connection with a deadline (see `conn`).
 
 use std::{
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
-    time::Duration,
 };
 
-use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{
     rustls::{
         self,
@@ -22,15 +19,10 @@ use tokio_rustls::{
         server::WebPkiClientVerifier,
         RootCertStore, ServerConfig,
     },
-    server::TlsStream,
     TlsAcceptor,
 };
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::{Error, Result};
-
-/// How long a client may take to complete its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the TLS material is (`--tls-cert`, `--tls-key`, `--tls-client-ca`).
 #[derive(Clone, Debug)]
@@ -69,7 +61,8 @@ impl Tls {
         Ok(())
     }
 
-    fn acceptor(&self) -> TlsAcceptor {
+    /// An acceptor with the current configuration.
+    pub(super) fn acceptor(&self) -> TlsAcceptor {
         TlsAcceptor::from(Arc::clone(
             &self.config.read().unwrap_or_else(|e| e.into_inner()),
         ))
@@ -125,44 +118,4 @@ fn build(files: &TlsFiles) -> Result<ServerConfig> {
     // gRPC is HTTP/2 only.
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
-}
-
-/// Accepted connections after their TLS handshake, Nagle off (see
-/// `super::incoming`). Stops accepting once the server drops the stream.
-pub(super) fn incoming(
-    listener: TcpListener,
-    tls: Arc<Tls>,
-) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                () = tx.closed() => return,
-            };
-            let (stream, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors, most likely: wait, do not spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
-            }
-            let (acceptor, tx) = (tls.acceptor(), tx.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(stream)).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
 }

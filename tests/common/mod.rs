@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod proxy;
 
 use std::{
@@ -569,7 +570,10 @@ where
 /// Local waiters on `name` as the broker reports them.
 pub async fn local_waiters(client: &mut LeaseholdClient<Channel>, name: &str) -> u32 {
     client
-        .describe(leasehold::proto::DescribeRequest { name: name.into() })
+        .describe(leasehold::proto::DescribeRequest {
+            name: name.into(),
+            ..Default::default()
+        })
         .await
         .expect("describe")
         .into_inner()

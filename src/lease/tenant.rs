@@ -1,0 +1,642 @@
+//! Who is asking: tenants, their permissions, and the caps on what one
+//! tenant or one connection may take of a broker replica.
+//!
+//! A tenant owns a namespace of lock names. Its locks live in the store
+//! under `tenant|name`: `|` is not allowed in a lock name, so no name a
+//! client can send reaches another tenant's lock, whatever it holds (an
+//! owner token included). Without `--auth-file` there are no tenants: every
+//! caller shares the root namespace, as before authentication existed.
+//!
+//! Caps are counted per broker replica, like `--max-waiters`: the replicas
+//! share nothing but the store, and a quota kept in the store would cost a
+//! round trip on every call and a key outside the lock's Redis Cluster slot.
+//! A client that spreads over N replicas can take N times a cap; the caps
+//! are there to stop one client from exhausting a replica, not to bill.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+use crate::{
+    error::{Error, Result},
+    metrics::{Metrics, Rejection},
+};
+
+/// The separator between a tenant's id and a lock name in the store. Not in
+/// the lock-name alphabet (see `validate::name`), so names cannot forge it.
+pub const NAMESPACE_SEPARATOR: char = '|';
+
+/// Caps on what one tenant, or one connection, may hold at once on a
+/// replica; 0 means no cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// Leases held (granted or renewed through this replica, not yet
+    /// released or expired).
+    pub leases: usize,
+    /// Acquire calls waiting.
+    pub waiters: usize,
+    /// KeepAlive and Observe streams open.
+    pub streams: usize,
+    /// Requests per second (unary calls and stream opens), with a burst of
+    /// one second's worth.
+    pub rate: u32,
+}
+
+/// What a credential allows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Permissions {
+    /// Acquire, renew, release, keep alive, describe: within the tenant's own
+    /// namespace.
+    pub use_locks: bool,
+    /// Revoke, and describe any tenant's locks.
+    pub admin: bool,
+}
+
+/// Whose counters a [`Usage`] keeps: named in the messages of refusals.
+#[derive(Clone, Debug)]
+enum Owner {
+    Tenant(String),
+    Connection,
+}
+
+/// The counters of one tenant or one connection.
+#[derive(Debug)]
+pub struct Usage {
+    owner: Owner,
+    caps: Caps,
+    waiters: AtomicUsize,
+    streams: AtomicUsize,
+    /// Rate limit (GCRA): the theoretical arrival time of the next request.
+    /// A std mutex: held for a few instructions, never across an await.
+    next_arrival: Mutex<Instant>,
+}
+
+impl Usage {
+    /// Counters for one connection.
+    pub fn connection(caps: Caps) -> Arc<Self> {
+        Arc::new(Usage::new(Owner::Connection, caps))
+    }
+
+    fn new(owner: Owner, caps: Caps) -> Self {
+        Usage {
+            owner,
+            caps,
+            waiters: AtomicUsize::new(0),
+            streams: AtomicUsize::new(0),
+            next_arrival: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// "tenant 'x'" or "this connection", and the flag of the cap.
+    fn who(&self, what: &str) -> (String, String) {
+        match &self.owner {
+            Owner::Tenant(id) => (format!("tenant '{id}'"), format!("--tenant-max-{what}")),
+            Owner::Connection => ("this connection".into(), format!("--conn-max-{what}")),
+        }
+    }
+
+    /// Admits one request under the rate cap.
+    fn admit(&self) -> Result<()> {
+        let rate = self.caps.rate;
+        if rate == 0 {
+            return Ok(());
+        }
+        let interval = Duration::from_secs(1) / rate;
+        let burst = Duration::from_secs(1).saturating_sub(interval);
+        let now = Instant::now();
+        let mut next = self.next_arrival.lock().unwrap_or_else(|e| e.into_inner());
+        let arrival = (*next).max(now);
+        if arrival > now + burst {
+            let (who, flag) = self.who("rate");
+            let retry_ms = (arrival - burst - now).as_millis() + 1;
+            return Err(Error::ResourceExhausted(format!(
+                "{who} sent more than {rate} requests per second ({flag}); \
+                 retry in {retry_ms} ms or slow down"
+            )));
+        }
+        *next = arrival + interval;
+        Ok(())
+    }
+
+    /// Takes one of `what` under its cap; given back when the slot drops.
+    fn take(self: &Arc<Self>, kind: SlotKind) -> Result<Slot> {
+        let (counter, cap, what, noun) = match kind {
+            SlotKind::Waiter => (
+                &self.waiters,
+                self.caps.waiters,
+                "waiters",
+                "Acquire calls waiting",
+            ),
+            SlotKind::Stream => (
+                &self.streams,
+                self.caps.streams,
+                "streams",
+                "KeepAlive or Observe streams open",
+            ),
+        };
+        let taken = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (cap == 0 || n < cap).then_some(n + 1)
+        });
+        if taken.is_err() {
+            let (who, flag) = self.who(what);
+            return Err(Error::ResourceExhausted(format!(
+                "{who} already has {cap} {noun} on this broker replica ({flag}); \
+                 end some first"
+            )));
+        }
+        Ok(Slot {
+            usage: Arc::clone(self),
+            kind,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SlotKind {
+    Waiter,
+    Stream,
+}
+
+/// A waiter or stream counted against a tenant's or a connection's cap,
+/// given back on drop.
+#[derive(Debug)]
+pub struct Slot {
+    usage: Arc<Usage>,
+    kind: SlotKind,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let counter = match self.kind {
+            SlotKind::Waiter => &self.usage.waiters,
+            SlotKind::Stream => &self.usage.streams,
+        };
+        counter.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A tenant as a replica knows it: its namespace, its counters and the
+/// leases it holds here. Lives as long as the replica (see [`Tenants`]), so
+/// that a reload of the credentials does not reset its counts.
+#[derive(Debug)]
+pub struct Tenant {
+    /// The tenant's id; empty for the root namespace (no authentication).
+    id: String,
+    /// `id|`, or empty for the root namespace.
+    prefix: String,
+    usage: Arc<Usage>,
+    /// Counted only when a lease cap is set (tenant or connection).
+    ledger: Option<Mutex<Ledger>>,
+    /// Where refusals are counted.
+    metrics: Metrics,
+}
+
+impl Tenant {
+    /// The tenant's id (empty for the root namespace).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The store name of the tenant's lock `name`.
+    pub fn qualify(&self, name: &str) -> String {
+        let mut qualified = String::with_capacity(self.prefix.len() + name.len());
+        qualified.push_str(&self.prefix);
+        qualified.push_str(name);
+        qualified
+    }
+}
+
+/// The tenants a replica has seen, created on first use.
+pub struct Tenants {
+    caps: Caps,
+    conn_caps: Caps,
+    metrics: Metrics,
+    /// A std mutex: looked up once per request, never held across an await.
+    known: Mutex<HashMap<String, Arc<Tenant>>>,
+    root: Arc<Tenant>,
+}
+
+impl Tenants {
+    /// Tenants with these caps per tenant and per connection.
+    pub fn new(caps: Caps, conn_caps: Caps, metrics: Metrics) -> Self {
+        let track = caps.leases > 0 || conn_caps.leases > 0;
+        Tenants {
+            root: Arc::new(Tenant {
+                id: String::new(),
+                prefix: String::new(),
+                // No tenants without authentication: the root namespace is
+                // everyone's, and only the connection caps apply.
+                usage: Arc::new(Usage::new(Owner::Tenant(String::new()), Caps::default())),
+                ledger: track.then(|| Mutex::new(Ledger::default())),
+                metrics: metrics.clone(),
+            }),
+            caps,
+            conn_caps,
+            metrics,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The caps of each connection.
+    pub fn conn_caps(&self) -> Caps {
+        self.conn_caps
+    }
+
+    /// The root namespace: every caller's when the broker has no
+    /// authentication.
+    pub fn root(&self) -> Arc<Tenant> {
+        Arc::clone(&self.root)
+    }
+
+    /// The tenant `id` (`[A-Za-z0-9_-]`, checked where credentials are read).
+    pub fn get(&self, id: &str) -> Arc<Tenant> {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tenant) = known.get(id) {
+            return Arc::clone(tenant);
+        }
+        let tenant = Arc::new(Tenant {
+            id: id.to_owned(),
+            prefix: format!("{id}{NAMESPACE_SEPARATOR}"),
+            usage: Arc::new(Usage::new(Owner::Tenant(id.to_owned()), self.caps)),
+            ledger: (self.caps.leases > 0 || self.conn_caps.leases > 0)
+                .then(|| Mutex::new(Ledger::default())),
+            metrics: self.metrics.clone(),
+        });
+        known.insert(id.to_owned(), Arc::clone(&tenant));
+        tenant
+    }
+
+    /// Counts a refusal by its reason.
+    pub fn rejected(&self, reason: Rejection) {
+        self.metrics.rejected(reason);
+    }
+}
+
+/// Who makes a request: the tenant, what the credential allows, and the
+/// connection it came on.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    tenant: Arc<Tenant>,
+    permissions: Permissions,
+    conn: Arc<Usage>,
+    /// Identifies the connection in the lease ledger.
+    conn_id: u64,
+}
+
+impl Caller {
+    /// A caller of `tenant` with `permissions`, on the connection `conn_id`
+    /// whose counters are `conn`.
+    pub fn new(
+        tenant: Arc<Tenant>,
+        permissions: Permissions,
+        conn: Arc<Usage>,
+        conn_id: u64,
+    ) -> Self {
+        Caller {
+            tenant,
+            permissions,
+            conn,
+            conn_id,
+        }
+    }
+
+    /// A caller with every permission in the root namespace, on a connection
+    /// of its own without caps: for embedding and unit tests.
+    pub fn local() -> Self {
+        Caller::new(
+            Arc::new(Tenant {
+                id: String::new(),
+                prefix: String::new(),
+                usage: Arc::new(Usage::new(Owner::Tenant(String::new()), Caps::default())),
+                ledger: None,
+                metrics: Metrics::new(),
+            }),
+            Permissions {
+                use_locks: true,
+                admin: true,
+            },
+            Usage::connection(Caps::default()),
+            0,
+        )
+    }
+
+    /// The caller's tenant.
+    pub fn tenant(&self) -> &Tenant {
+        &self.tenant
+    }
+
+    /// What the caller may do.
+    pub fn permissions(&self) -> Permissions {
+        self.permissions
+    }
+
+    /// Admits one request under the connection's and the tenant's rate caps.
+    pub fn admit(&self) -> Result<()> {
+        self.counted(
+            Rejection::Cap,
+            self.conn.admit().and_then(|()| self.tenant.usage.admit()),
+        )
+    }
+
+    /// Counts a refusal in `lease_rejected_total`.
+    fn counted<T>(&self, reason: Rejection, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            self.tenant.metrics.rejected(reason);
+        }
+        result
+    }
+
+    /// Fails unless the caller may use locks.
+    pub fn require_use(&self) -> Result<()> {
+        if self.permissions.use_locks {
+            return Ok(());
+        }
+        self.tenant.metrics.rejected(Rejection::PermissionDenied);
+        Err(Error::PermissionDenied(format!(
+            "this credential of tenant '{}' has no 'use' permission: it may not take, renew, \
+             release or describe locks (grant `use` in the --auth-file)",
+            self.tenant.id
+        )))
+    }
+
+    /// Fails unless the caller is an administrator; `action` says what for.
+    pub fn require_admin(&self, action: &str) -> Result<()> {
+        if self.permissions.admin {
+            return Ok(());
+        }
+        self.tenant.metrics.rejected(Rejection::PermissionDenied);
+        Err(Error::PermissionDenied(if self.tenant.id.is_empty() {
+            // No authentication: administration is a switch of the broker.
+            format!(
+                "{action} is disabled on this broker; start it with --enable-revoke \
+                 (LEASEHOLD_ENABLE_REVOKE=true) to allow it, or give administrators \
+                 credentials with `admin` in an --auth-file"
+            )
+        } else {
+            format!(
+                "{action} needs the 'admin' permission, which this credential of tenant '{}' \
+                 does not have",
+                self.tenant.id
+            )
+        }))
+    }
+
+    /// A waiter slot under both caps.
+    pub fn waiter_slot(&self) -> Result<(Slot, Slot)> {
+        self.counted(Rejection::Cap, self.slots(SlotKind::Waiter))
+    }
+
+    /// A stream slot under both caps.
+    pub fn stream_slot(&self) -> Result<(Slot, Slot)> {
+        self.counted(Rejection::Cap, self.slots(SlotKind::Stream))
+    }
+
+    fn slots(&self, kind: SlotKind) -> Result<(Slot, Slot)> {
+        Ok((self.conn.take(kind)?, self.tenant.usage.take(kind)?))
+    }
+
+    /// Fails when the tenant or the connection holds as many leases as its
+    /// cap allows.
+    pub fn check_lease_room(&self) -> Result<()> {
+        self.counted(Rejection::Cap, self.lease_room())
+    }
+
+    fn lease_room(&self) -> Result<()> {
+        let Some(ledger) = &self.tenant.ledger else {
+            return Ok(());
+        };
+        let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+        let (tenant_cap, conn_cap) = (self.tenant.usage.caps.leases, self.conn.caps.leases);
+        let full = |l: &Ledger| {
+            (tenant_cap > 0 && l.held.len() >= tenant_cap)
+                || (conn_cap > 0 && l.per_conn.get(&self.conn_id).copied().unwrap_or(0) >= conn_cap)
+        };
+        if full(&ledger) {
+            ledger.prune(Instant::now());
+        }
+        if !full(&ledger) {
+            return Ok(());
+        }
+        let (who, flag, cap) = if tenant_cap > 0 && ledger.held.len() >= tenant_cap {
+            let (who, flag) = self.tenant.usage.who("leases");
+            (who, flag, tenant_cap)
+        } else {
+            let (who, flag) = self.conn.who("leases");
+            (who, flag, conn_cap)
+        };
+        Err(Error::ResourceExhausted(format!(
+            "{who} already holds {cap} leases on this broker replica ({flag}); \
+             release some first"
+        )))
+    }
+
+    /// Records a lease granted or renewed through this caller, alive until
+    /// `deadline` unless renewed.
+    pub fn hold(&self, store_name: &str, token: &str, deadline: Instant) {
+        if let Some(ledger) = &self.tenant.ledger {
+            let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            ledger.hold(LeaseId::new(store_name, token), deadline, self.conn_id);
+        }
+    }
+
+    /// Forgets a lease that was released or lost.
+    pub fn forget(&self, store_name: &str, token: &str) {
+        if let Some(ledger) = &self.tenant.ledger {
+            let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            ledger.forget(&LeaseId::new(store_name, token));
+        }
+    }
+}
+
+/// A lease in the ledger: its store name and the first 16 hex digits of its
+/// owner token (a semaphore has several leases per name; 64 bits tell them
+/// apart, and the whole token need not be kept).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct LeaseId {
+    name: Box<str>,
+    token: u64,
+}
+
+impl LeaseId {
+    fn new(name: &str, token: &str) -> Self {
+        LeaseId {
+            name: name.into(),
+            token: token
+                .get(..16)
+                .and_then(|t| u64::from_str_radix(t, 16).ok())
+                .unwrap_or(0),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    deadline: Instant,
+    conn: u64,
+}
+
+/// The leases a tenant holds through this replica, by connection.
+#[derive(Debug, Default)]
+struct Ledger {
+    held: HashMap<LeaseId, Held>,
+    per_conn: HashMap<u64, usize>,
+}
+
+impl Ledger {
+    fn hold(&mut self, id: LeaseId, deadline: Instant, conn: u64) {
+        match self.held.get_mut(&id) {
+            // A renewal: the lease stays counted against the connection
+            // that took it.
+            Some(held) => held.deadline = held.deadline.max(deadline),
+            None => {
+                self.held.insert(id, Held { deadline, conn });
+                *self.per_conn.entry(conn).or_default() += 1;
+            }
+        }
+    }
+
+    fn forget(&mut self, id: &LeaseId) {
+        if let Some(held) = self.held.remove(id) {
+            self.uncount(held.conn);
+        }
+    }
+
+    fn uncount(&mut self, conn: u64) {
+        if let Some(n) = self.per_conn.get_mut(&conn) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_conn.remove(&conn);
+            }
+        }
+    }
+
+    /// Drops the leases past their deadline (expired, unless renewed
+    /// through another replica, which then counts them).
+    fn prune(&mut self, now: Instant) {
+        let mut gone = Vec::new();
+        self.held.retain(|_, held| {
+            let alive = held.deadline > now;
+            if !alive {
+                gone.push(held.conn);
+            }
+            alive
+        });
+        for conn in gone {
+            self.uncount(conn);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(leases: usize, waiters: usize, streams: usize, rate: u32) -> Caps {
+        Caps {
+            leases,
+            waiters,
+            streams,
+            rate,
+        }
+    }
+
+    fn caller(tenants: &Tenants, id: &str, conn: u64, conn_usage: &Arc<Usage>) -> Caller {
+        Caller::new(
+            tenants.get(id),
+            Permissions {
+                use_locks: true,
+                admin: false,
+            },
+            Arc::clone(conn_usage),
+            conn,
+        )
+    }
+
+    #[test]
+    fn names_are_qualified_by_tenant_and_cannot_be_forged() {
+        let tenants = Tenants::new(Caps::default(), Caps::default(), Metrics::new());
+        assert_eq!(tenants.get("a").qualify("x"), "a|x");
+        assert_eq!(tenants.root().qualify("a|x"), "a|x");
+        assert_eq!(tenants.root().qualify("x"), "x");
+        assert!(Arc::ptr_eq(&tenants.get("a"), &tenants.get("a")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_are_capped_per_tenant_and_per_connection_and_expire() {
+        let tenants = Tenants::new(caps(3, 0, 0, 0), caps(2, 0, 0, 0), Metrics::new());
+        let conn1 = Usage::connection(tenants.conn_caps());
+        let conn2 = Usage::connection(tenants.conn_caps());
+        let a1 = caller(&tenants, "a", 1, &conn1);
+        let a2 = caller(&tenants, "a", 2, &conn2);
+        let soon = Instant::now() + Duration::from_secs(1);
+        a1.hold("a|x", &"1".repeat(32), soon);
+        a1.hold("a|y", &"2".repeat(32), soon);
+        let e = a1.check_lease_room().unwrap_err().to_string();
+        assert!(
+            e.contains("this connection") && e.contains("--conn-max-leases"),
+            "{e}"
+        );
+        a2.check_lease_room().unwrap();
+        a2.hold("a|z", &"3".repeat(32), soon + Duration::from_secs(10));
+        let e = a2.check_lease_room().unwrap_err().to_string();
+        assert!(
+            e.contains("tenant 'a'") && e.contains("--tenant-max-leases"),
+            "{e}"
+        );
+        // Another tenant is not touched.
+        caller(&tenants, "b", 1, &conn1).check_lease_room().unwrap();
+        // A release frees room; so does an expiry.
+        a1.forget("a|x", &"1".repeat(32));
+        a2.check_lease_room().unwrap();
+        a1.hold("a|x", &"4".repeat(32), soon);
+        assert!(a2.check_lease_room().is_err());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        a2.check_lease_room().unwrap();
+        a1.check_lease_room().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_cap_allows_a_second_of_burst_then_refuses() {
+        let tenants = Tenants::new(caps(0, 0, 0, 10), Caps::default(), Metrics::new());
+        let conn = Usage::connection(tenants.conn_caps());
+        let a = caller(&tenants, "a", 1, &conn);
+        for _ in 0..10 {
+            a.admit().unwrap();
+        }
+        let e = a.admit().unwrap_err().to_string();
+        assert!(
+            e.contains("10 requests per second") && e.contains("--tenant-max-rate"),
+            "{e}"
+        );
+        tokio::time::advance(Duration::from_millis(100)).await;
+        a.admit().unwrap();
+    }
+
+    #[test]
+    fn slots_are_capped_and_given_back() {
+        let tenants = Tenants::new(caps(0, 1, 2, 0), caps(0, 5, 5, 0), Metrics::new());
+        let conn = Usage::connection(tenants.conn_caps());
+        let a = caller(&tenants, "a", 1, &conn);
+        let waiter = a.waiter_slot().unwrap();
+        let e = a.waiter_slot().unwrap_err().to_string();
+        assert!(
+            e.contains("1 Acquire calls waiting") && e.contains("--tenant-max-waiters"),
+            "{e}"
+        );
+        drop(waiter);
+        let _w = a.waiter_slot().unwrap();
+        let _s1 = a.stream_slot().unwrap();
+        let _s2 = a.stream_slot().unwrap();
+        assert!(a.stream_slot().is_err());
+        // The refused attempts gave back what they took of the connection.
+        assert_eq!(conn.streams.load(Ordering::Acquire), 2);
+        assert_eq!(conn.waiters.load(Ordering::Acquire), 1);
+    }
+}

@@ -1,0 +1,602 @@
+//! Authentication, tenants and permissions (issue 8, point 2): a broker with
+//! an `--auth-file` admits calls by bearer token or client certificate,
+//! keeps each tenant's lock names apart (no name and no owner token of one
+//! tenant reaches another's lock), and lets only `admin` credentials revoke
+//! or look into other tenants. Against a real Redis where names meet keys.
+
+mod common;
+
+use std::{path::PathBuf, time::Duration};
+
+use common::{
+    acquire_req,
+    certs::{scratch, write_server, Ca},
+    eventually, sample, scrape, Broker, BrokerProcess, RedisServer,
+};
+use leasehold::{
+    auth::{generate_token, token_credential},
+    client::{Broker as Grpc, Credentials},
+    proto::{
+        lease_status, DescribeRequest, KeepAliveRequest, Lease, LeaseRef, ReleaseRequest,
+        RenewRequest, RevokeRequest,
+    },
+};
+use tonic::{
+    transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity},
+    Code,
+};
+
+/// Tokens for three tenants: payments and billing (`use`), ops (`admin`
+/// only), written into an auth file.
+struct Tokens {
+    payments: String,
+    billing: String,
+    ops: String,
+    file: PathBuf,
+}
+
+impl Tokens {
+    fn new(test: &str, extra: &str) -> Self {
+        let (payments, billing, ops) = (
+            generate_token().unwrap(),
+            generate_token().unwrap(),
+            generate_token().unwrap(),
+        );
+        let file = scratch(test).join("auth");
+        std::fs::write(
+            &file,
+            format!(
+                "# tenant permissions credential\n\
+                 payments use {}\nbilling use {}\nops admin {}\n{extra}",
+                token_credential(&payments),
+                token_credential(&billing),
+                token_credential(&ops),
+            ),
+        )
+        .unwrap();
+        Tokens {
+            payments,
+            billing,
+            ops,
+            file,
+        }
+    }
+}
+
+async fn broker(store: &str, tokens: &Tokens) -> Broker {
+    let file = tokens.file.clone();
+    Broker::start_with(store, move |c| c.auth_file = Some(file)).await
+}
+
+/// A client of `broker` sending `token` (none for `None`).
+async fn as_(broker: &Broker, token: Option<&str>) -> Grpc {
+    Credentials::bearer(token)
+        .unwrap()
+        .client(broker.channel().await)
+}
+
+async fn take(client: &mut Grpc, name: &str) -> Lease {
+    client
+        .acquire(acquire_req(name, 30_000, "h", 0))
+        .await
+        .unwrap_or_else(|s| panic!("acquire {name}: {s:?}"))
+        .into_inner()
+        .lease
+        .unwrap()
+}
+
+fn describe(name: &str) -> DescribeRequest {
+    DescribeRequest {
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+/// Tenant A cannot describe, renew, release, keep alive or revoke tenant B's
+/// lock, not even with B's owner token, and the same name is two locks.
+#[tokio::test]
+async fn tenants_never_reach_each_others_locks() {
+    let redis = RedisServer::start();
+    let tokens = Tokens::new("isolation", "");
+    let broker = broker(&redis.url(), &tokens).await;
+    let mut payments = as_(&broker, Some(&tokens.payments)).await;
+    let mut billing = as_(&broker, Some(&tokens.billing)).await;
+
+    let theirs = take(&mut payments, "ledger").await;
+    // The same name is another lock in billing's namespace: free, and
+    // granted.
+    let d = billing
+        .describe(describe("ledger"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!d.held, "billing sees payments' lock: {d:?}");
+    let ours = take(&mut billing, "ledger").await;
+    assert_ne!(ours.owner_token, theirs.owner_token);
+
+    // Even with payments' owner token, billing reaches only its own lock.
+    let renew = billing
+        .renew(RenewRequest {
+            name: "ledger".into(),
+            owner_token: theirs.owner_token.clone(),
+            ttl_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(renew.code(), Code::FailedPrecondition, "{renew:?}");
+    billing
+        .release(ReleaseRequest {
+            name: "ledger".into(),
+            owner_token: ours.owner_token.clone(),
+        })
+        .await
+        .unwrap();
+    for code in [
+        billing
+            .renew(RenewRequest {
+                name: "ledger".into(),
+                owner_token: theirs.owner_token.clone(),
+                ttl_ms: 0,
+            })
+            .await
+            .unwrap_err()
+            .code(),
+        billing
+            .release(ReleaseRequest {
+                name: "ledger".into(),
+                owner_token: theirs.owner_token.clone(),
+            })
+            .await
+            .unwrap_err()
+            .code(),
+    ] {
+        assert_eq!(code, Code::NotFound);
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(KeepAliveRequest {
+        seq: 1,
+        leases: vec![LeaseRef {
+            name: "ledger".into(),
+            owner_token: theirs.owner_token.clone(),
+            ttl_ms: 0,
+        }],
+    })
+    .await
+    .unwrap();
+    let mut answers = billing
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.message().await.unwrap().unwrap();
+    assert_eq!(answer.leases[0].state(), lease_status::State::Lost);
+    // Names cannot spell another namespace.
+    let forged = billing
+        .describe(describe("payments|ledger"))
+        .await
+        .unwrap_err();
+    assert_eq!(forged.code(), Code::InvalidArgument, "{forged:?}");
+    // A `use` credential may not revoke, nor look into another tenant.
+    let revoke = billing
+        .revoke(RevokeRequest {
+            name: "ledger".into(),
+            tenant: "payments".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(revoke.code(), Code::PermissionDenied, "{revoke:?}");
+    let peek = billing
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "payments".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(peek.code(), Code::PermissionDenied, "{peek:?}");
+
+    // Payments' lease came through all of it untouched.
+    let d = payments
+        .describe(describe("ledger"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(d.held && d.fence == theirs.fence, "{d:?}");
+    payments
+        .renew(RenewRequest {
+            name: "ledger".into(),
+            owner_token: theirs.owner_token,
+            ttl_ms: 0,
+        })
+        .await
+        .expect("payments still holds its lease");
+}
+
+/// Without a credential the broker knows, every call is UNAUTHENTICATED
+/// (streams too), with a message saying what to send and never echoing what
+/// was sent; health stays open, and refusals are counted.
+#[tokio::test]
+async fn calls_without_a_known_credential_are_unauthenticated() {
+    let tokens = Tokens::new("unauthenticated", "");
+    let broker = broker("memory", &tokens).await;
+    let mut anonymous = as_(&broker, None).await;
+    let status = anonymous.describe(describe("x")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+    assert!(
+        status.message().contains("authorization: Bearer"),
+        "{status:?}"
+    );
+
+    let forged = "lh_0000000000000000000000000000000000000000000000000000000000000000";
+    let mut wrong = as_(&broker, Some(forged)).await;
+    let status = wrong
+        .acquire(acquire_req("x", 5_000, "h", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+    assert!(!status.message().contains(forged), "{status:?}");
+    let stream = wrong
+        .keep_alive(tokio_stream::iter(Vec::<KeepAliveRequest>::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(stream.code(), Code::Unauthenticated);
+
+    // Another scheme than Bearer.
+    let mut basic = leasehold::proto::leasehold_client::LeaseholdClient::with_interceptor(
+        broker.channel().await,
+        |mut r: tonic::Request<()>| {
+            r.metadata_mut()
+                .insert("authorization", "Basic dXNlcjpwYXNz".parse().unwrap());
+            Ok(r)
+        },
+    );
+    let status = basic.describe(describe("x")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+    assert!(status.message().contains("Bearer <token>"), "{status:?}");
+
+    let mut health = tonic_health::pb::health_client::HealthClient::new(broker.channel().await);
+    let serving = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health needs no credential");
+    assert_eq!(serving.into_inner().status, 1);
+
+    let text = scrape(broker.metrics_addr).await;
+    assert_eq!(
+        sample(&text, r#"lease_rejected_total{reason="unauthenticated"}"#),
+        4.0,
+        "{text}"
+    );
+}
+
+/// `admin` may describe and revoke any tenant's lock (the holder then hears
+/// it is gone) but, without `use`, may not take locks; `use` may not revoke.
+#[tokio::test]
+async fn permissions_decide_what_a_credential_may_do() {
+    let redis = RedisServer::start();
+    let tokens = Tokens::new("permissions", "");
+    let broker = broker(&redis.url(), &tokens).await;
+    let mut payments = as_(&broker, Some(&tokens.payments)).await;
+    let mut ops = as_(&broker, Some(&tokens.ops)).await;
+    let lease = take(&mut payments, "ledger").await;
+
+    let own = payments
+        .revoke(RevokeRequest {
+            name: "ledger".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(own.code(), Code::PermissionDenied);
+    assert!(own.message().contains("'admin'"), "{own:?}");
+    let take = ops
+        .acquire(acquire_req("mine", 5_000, "ops", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(take.code(), Code::PermissionDenied);
+    assert!(take.message().contains("'use'"), "{take:?}");
+
+    let seen = ops
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "payments".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(seen.held && seen.fence == lease.fence, "{seen:?}");
+    let revoked = ops
+        .revoke(RevokeRequest {
+            name: "ledger".into(),
+            tenant: "payments".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(revoked.fence, lease.fence);
+    let renew = payments
+        .renew(RenewRequest {
+            name: "ledger".into(),
+            owner_token: lease.owner_token,
+            ttl_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(renew.code(), Code::NotFound);
+    assert!(renew.message().contains("revoked"), "{renew:?}");
+    let bad = ops
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "no|such".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+
+    let text = scrape(broker.metrics_addr).await;
+    assert_eq!(
+        sample(&text, r#"lease_rejected_total{reason="permission_denied"}"#),
+        2.0
+    );
+}
+
+/// An `anonymous` line lets callers without credentials in, as that tenant
+/// only; tokens still reach their own tenants.
+#[tokio::test]
+async fn anonymous_callers_get_their_own_tenant_when_the_file_says_so() {
+    let tokens = Tokens::new("anonymous", "public use anonymous\n");
+    let broker = broker("memory", &tokens).await;
+    let mut anonymous = as_(&broker, None).await;
+    let mut payments = as_(&broker, Some(&tokens.payments)).await;
+    take(&mut anonymous, "shared").await;
+    take(&mut payments, "shared").await;
+    let d = anonymous
+        .describe(describe("shared"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.holder, "h");
+    assert!(d.held);
+    let wrong = as_(&broker, Some("lh_not-a-known-token"))
+        .await
+        .describe(describe("shared"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        wrong.code(),
+        Code::Unauthenticated,
+        "a wrong token is not anonymous"
+    );
+}
+
+/// Over mutual TLS, a client certificate's common name or URI SAN (a SPIFFE
+/// ID) names the tenant; a certificate the file does not name is refused
+/// (saying which names it bears); a token, when sent, decides instead.
+#[tokio::test]
+async fn client_certificates_name_tenants() {
+    let dir = scratch("auth-mtls");
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let (cert, key) = write_server(&dir, &server_ca.issue(&["localhost"]));
+    let client_ca_path = dir.join("clients.crt");
+    std::fs::write(&client_ca_path, &client_ca.pem).unwrap();
+    let tokens = Tokens::new(
+        "auth-mtls",
+        "payments use cert:payments-worker\nbilling use cert:spiffe://example.org/billing\n",
+    );
+    let auth_file = tokens.file.clone();
+    let broker = Broker::start_with("memory", move |c| {
+        c.tls_cert = Some(cert.into());
+        c.tls_key = Some(key.into());
+        c.tls_client_ca = Some(client_ca_path);
+        c.auth_file = Some(auth_file);
+    })
+    .await;
+    let connect = |identity: (String, String), token: Option<String>| {
+        let (addr, ca) = (broker.addr, server_ca.pem.clone());
+        async move {
+            let tls = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca))
+                .domain_name("localhost")
+                .identity(Identity::from_pem(identity.0, identity.1));
+            let channel: Channel = Endpoint::from_shared(format!("https://{addr}"))
+                .unwrap()
+                .tls_config(tls)
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            Credentials::bearer(token.as_deref())
+                .unwrap()
+                .client(channel)
+        }
+    };
+
+    let mut by_cn = connect(client_ca.issue_client("payments-worker", &[]), None).await;
+    let mut by_uri = connect(
+        client_ca.issue_client("billing-7f9c", &["spiffe://example.org/billing"]),
+        None,
+    )
+    .await;
+    let mut by_token = connect(
+        client_ca.issue_client("payments-worker", &[]),
+        Some(tokens.billing.clone()),
+    )
+    .await;
+    let mut stranger = connect(client_ca.issue_client("stranger", &[]), None).await;
+
+    let lease = take(&mut by_cn, "cert-lock").await;
+    // Billing (by URI SAN, or by token on a payments certificate) sees its
+    // own namespace, not payments'.
+    for client in [&mut by_uri, &mut by_token] {
+        let d = client
+            .describe(describe("cert-lock"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!d.held, "{d:?}");
+    }
+    take(&mut by_uri, "cert-lock").await;
+    let d = by_token
+        .describe(describe("cert-lock"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(d.held, "token and URI SAN are both billing");
+    let refused = stranger.describe(describe("cert-lock")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    assert!(refused.message().contains("stranger"), "{refused:?}");
+    let d = by_cn
+        .describe(describe("cert-lock"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.fence, lease.fence);
+}
+
+/// SIGHUP reloads the auth file: a token added works, a token removed is
+/// refused from then on, and a broken file keeps the credentials in force.
+#[tokio::test]
+async fn sighup_reloads_the_auth_file() {
+    let tokens = Tokens::new("auth-reload", "");
+    let log = tokens.file.with_file_name("broker.log");
+    let broker = BrokerProcess::start_logged(
+        "memory",
+        &["--auth-file", tokens.file.to_str().unwrap()],
+        Some(&log),
+    )
+    .await;
+    let url = broker.url();
+    let call = |token: String| {
+        let url = url.clone();
+        async move {
+            let channel = Endpoint::from_shared(url).unwrap().connect().await.unwrap();
+            Credentials::bearer(Some(&token))
+                .unwrap()
+                .client(channel)
+                .describe(describe("x"))
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code())
+        }
+    };
+    assert_eq!(call(tokens.payments.clone()).await, Ok(()));
+    let newcomer = generate_token().unwrap();
+    assert_eq!(call(newcomer.clone()).await, Err(Code::Unauthenticated));
+
+    // Rotate: payments' token out, a new one in.
+    std::fs::write(
+        &tokens.file,
+        format!("payments use {}\n", token_credential(&newcomer)),
+    )
+    .unwrap();
+    broker.hang_up();
+    eventually(Duration::from_secs(10), "the new token is accepted", || {
+        let call = call(newcomer.clone());
+        async move { call.await.is_ok() }
+    })
+    .await;
+    assert_eq!(
+        call(tokens.payments.clone()).await,
+        Err(Code::Unauthenticated)
+    );
+
+    std::fs::write(&tokens.file, "payments use token:sha256:oops\n").unwrap();
+    broker.hang_up();
+    eventually(
+        Duration::from_secs(10),
+        "the failed reload is logged",
+        || {
+            let log = log.clone();
+            async move {
+                std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .contains("auth file reload failed")
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        call(newcomer).await,
+        Ok(()),
+        "the broken file changed nothing"
+    );
+}
+
+/// `leasehold token` prints a token and its auth-file line; the CLI sends
+/// the token from LEASEHOLD_TOKEN or --token-file.
+#[tokio::test]
+async fn the_cli_makes_tokens_and_sends_them() {
+    let dir = scratch("auth-cli");
+    let made = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["token", "--tenant", "jobs", "--permissions", "use,admin"])
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let token = String::from_utf8(made.stdout).unwrap().trim().to_owned();
+    let line = String::from_utf8(made.stderr).unwrap().trim().to_owned();
+    assert!(token.starts_with("lh_"), "{token}");
+    assert_eq!(line, format!("jobs use,admin {}", token_credential(&token)));
+    assert!(!line.contains(&token));
+    let file = dir.join("auth");
+    std::fs::write(&file, format!("{line}\n")).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let broker =
+        BrokerProcess::start_logged("memory", &["--auth-file", file.to_str().unwrap()], None).await;
+
+    let cli = |env_token: Option<&str>, args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command.args(args).args(["--broker", &broker.url()]);
+        command.env_remove("LEASEHOLD_TOKEN");
+        if let Some(t) = env_token {
+            command.env("LEASEHOLD_TOKEN", t);
+        }
+        command.output().unwrap()
+    };
+    let out = cli(
+        Some(&token),
+        &["acquire", "--lock", "nightly", "--ttl", "30s"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(
+        None,
+        &[
+            "describe",
+            "--lock",
+            "nightly",
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("held=true"),
+        "{out:?}"
+    );
+    let out = cli(None, &["describe", "--lock", "nightly"]);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Bearer"),
+        "{out:?}"
+    );
+    // --stdin turns a token of one's own into its line.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["token", "--tenant", "jobs", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{token}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        format!("jobs use {}", token_credential(&token))
+    );
+}
