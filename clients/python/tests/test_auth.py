@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import subprocess
 import time
 
 import grpc
@@ -17,22 +16,9 @@ import pytest
 from leasehold import Client, LeaseholdError
 
 from certs import Ca, write
-from conftest import Broker, broker_binary
+from conftest import Broker
 
 TTL = 0.5  # the broker's default --ttl-min
-
-
-def _has_auth_file() -> bool:
-    help_text = subprocess.run(
-        [broker_binary(), "serve", "--help"], capture_output=True, text=True, timeout=30
-    ).stdout
-    return "--auth-file" in help_text
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _needs_auth_file():
-    if not _has_auth_file():
-        pytest.skip("this broker has no `serve --auth-file` yet")
 
 
 def sha256_hex(token: str) -> str:
