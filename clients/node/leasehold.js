@@ -9,7 +9,10 @@
 // - a lease is lost when the broker says LOST or REJECTED, or when its local
 //   deadline passes without a confirmed renewal (broker unreachable, process
 //   paused); a lost lease never comes back;
-// - the owner token is a password: it is never logged or printed in full.
+// - the owner token is a password: it is never logged or printed in full;
+// - so is the bearer token (option `token`): sent as `authorization: Bearer`
+//   metadata on every call and on the KeepAlive stream, never printed at all.
+import { readFileSync } from 'node:fs';
 import { inspect } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import grpc from '@grpc/grpc-js';
@@ -97,8 +100,13 @@ export class Lease {
 }
 
 class Client {
-  constructor(target, credentials) {
-    this._stub = new Leasehold(target, credentials);
+  #token;
+  constructor(target, credentials, { token = null, serverName = null, tls = false } = {}) {
+    const options = serverName ? { 'grpc.ssl_target_name_override': serverName } : {};
+    this._stub = new Leasehold(target, credentials, options);
+    this.target = target;
+    this.tls = tls;
+    this.#token = token;
     this._leases = new Set(); // leases to keep alive
     this._stream = null;
     this._pending = new Map(); // heartbeat seq -> { sent, leases in request order }
@@ -108,9 +116,22 @@ class Client {
     this._closed = false;
   }
 
+  // The metadata of every call: the bearer token, if any. A fresh object per
+  // call (grpc-js's call credentials refuse plaintext channels, so the token
+  // travels as plain call metadata; it is sent over TLS when TLS is on).
+  _metadata() {
+    const md = new grpc.Metadata();
+    if (this.#token) md.set('authorization', `Bearer ${this.#token}`);
+    return md;
+  }
+
+  // What printing a client shows: never the token.
+  [inspect.custom]() { return `Client { target: ${this.target}, tls: ${this.tls}${this.#token ? ', token: <redacted>' : ''} }`; }
+  toString() { return this[inspect.custom](); }
+
   _unary(method, request, timeoutMs = 10_000) {
     return new Promise((resolve, reject) => {
-      this._stub[method](request, { deadline: Date.now() + timeoutMs }, (err, res) => (err ? reject(err) : resolve(res)));
+      this._stub[method](request, this._metadata(), { deadline: Date.now() + timeoutMs }, (err, res) => (err ? reject(err) : resolve(res)));
     });
   }
 
@@ -175,7 +196,7 @@ class Client {
   }
 
   _openStream() {
-    const stream = this._stub.KeepAlive();
+    const stream = this._stub.KeepAlive(this._metadata());
     this._stream = stream;
     stream.on('data', (res) => { if (this._stream === stream) this._apply(res); });
     stream.on('error', () => {}); // reported through 'status' below as well
@@ -235,7 +256,49 @@ class Client {
   }
 }
 
-// `target` is host:port. Plaintext by default, as the broker serves it.
-export function connect(target, credentials = grpc.credentials.createInsecure()) {
-  return new Client(target, credentials);
+// PEM given as a Buffer (or Uint8Array) is used as is; a string is a file path.
+function pem(value, what) {
+  if (value == null) return null;
+  if (typeof value !== 'string') return Buffer.from(value);
+  try {
+    return readFileSync(value);
+  } catch (err) {
+    throw new Error(`cannot read ${what} ${value}: ${err.code ?? err.message}`); // the path, never the contents
+  }
+}
+
+// Visible ASCII, no spaces: what a header value carries. Checked here so a bad
+// token fails at once with a message that does not contain it.
+function checkToken(token) {
+  if (token == null) return null;
+  if (typeof token !== 'string' || !/^[\x21-\x7e]+$/.test(token)) {
+    throw new Error('token must be a non-empty string of visible ASCII without spaces (the token itself is not shown)');
+  }
+  return token;
+}
+
+// `target` is host:port, http://host:port or https://host:port (TLS, as the Rust CLI).
+// Plaintext by default, as the broker serves it without --tls-cert. Options:
+//   tls: true         TLS trusting the system's roots (implied by https://, ca or cert)
+//   ca                CA certificates (PEM) the broker's certificate must chain to
+//   cert, key         this client's certificate and key (PEM), for mutual TLS
+//   serverName        the name the broker's certificate must carry, if not the target's host
+//   token             a bearer token, sent as `authorization: Bearer <token>` on every call
+// PEM values are Buffers, or strings naming files. The second argument may also
+// be ready-made grpc.ChannelCredentials (the older form).
+export function connect(target, options = {}) {
+  if (options instanceof grpc.ChannelCredentials) return new Client(target, options, { tls: options._isSecure?.() ?? true });
+  const { tls, ca, cert, key, serverName, token } = options;
+  let scheme = null;
+  const m = /^(https?):\/\//.exec(target);
+  if (m) { scheme = m[1]; target = target.slice(m[0].length); }
+  target = target.replace(/\/+$/, '');
+  if ((cert == null) !== (key == null)) throw new Error('cert and key go together (mutual TLS needs both)');
+  const secure = scheme === 'https' || tls === true || ca != null || cert != null;
+  if (tls === false && secure) throw new Error('tls: false contradicts an https:// target, a CA or a client certificate');
+  if (scheme === 'http' && secure) throw new Error('an http:// target is plaintext: use https:// (or no scheme) with TLS options');
+  const credentials = secure
+    ? grpc.credentials.createSsl(pem(ca, 'CA file'), pem(key, 'client key'), pem(cert, 'client certificate'))
+    : grpc.credentials.createInsecure();
+  return new Client(target, credentials, { token: checkToken(token), serverName, tls: secure });
 }

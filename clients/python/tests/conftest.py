@@ -8,6 +8,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -23,18 +24,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Broker:
-    """A `leasehold serve --store memory` process."""
+def broker_binary() -> str:
+    binary = os.environ.get("LEASEHOLD_BIN") or str(DEFAULT_BIN)
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"broker binary {binary} not found: build it (cargo build --bin leasehold) or set LEASEHOLD_BIN")
+    return binary
 
-    def __init__(self, log_path: Path):
-        binary = os.environ.get("LEASEHOLD_BIN") or str(DEFAULT_BIN)
-        if not os.access(binary, os.X_OK):
-            pytest.fail(f"broker binary {binary} not found: build it (cargo build --bin leasehold) or set LEASEHOLD_BIN")
+
+class Broker:
+    """A `leasehold serve --store memory` process; ``args`` are more serve
+    flags (TLS files, an auth file)."""
+
+    def __init__(self, log_path: Path, args: Sequence[str] = ()):
+        binary = broker_binary()
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--store", "memory", "--listen", self.address, "--metrics-listen", "127.0.0.1:0"],
+            [binary, "serve", "--store", "memory", "--listen", self.address, "--metrics-listen", "127.0.0.1:0", *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )

@@ -167,6 +167,24 @@ def test_repr_never_contains_the_token(client, name):
     assert token not in repr(lease)
 
 
+def test_repr_never_contains_the_bearer_token(broker):
+    bearer = "s3cret-bearer-token-" + "z" * 16
+    # Not connected to anything that checks tokens: only what it shows.
+    with Client(broker.address, token=bearer) as c:
+        text = repr(c) + str(c)
+        assert bearer not in text and bearer[:4] not in text
+        assert "token=<redacted>" in text and broker.address in text
+    with Client(broker.address) as plain:
+        assert "token" not in repr(plain)
+
+
+def test_an_invalid_bearer_token_is_refused_without_showing_it():
+    for bad in ("", "two words", "line\nbreak", "caf\u00e9"):
+        with pytest.raises(ValueError) as e:
+            Client("127.0.0.1:1", token=bad)
+        assert not bad or bad not in str(e.value)
+
+
 def test_release_of_a_lease_lost_to_another_holder(client, other, name):
     # Someone else frees the lease with its token (as an expiry would) and
     # takes the name: the holder must hear it and must not free the thief's.

@@ -18,6 +18,8 @@ from ._proto import leasehold_pb2_grpc as pb_grpc
 from .errors import LeaseholdError, LeaseLost, LossReason, from_rpc_error
 
 Seconds = Union[float, int, datetime.timedelta]
+#: A PEM file (a path) or PEM text itself (bytes).
+Pem = Union[str, "os.PathLike[str]", bytes]
 
 # gRPC's default reconnect backoff starts at 1 s and grows to 2 minutes: far
 # too slow to resume a lease of a few seconds after a broker restart or a
@@ -43,6 +45,35 @@ def _seconds(value: Seconds, what: str) -> float:
 
 def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
+
+
+def _pem(value: Pem, what: str) -> bytes:
+    """PEM bytes as given, or read from the file named by a path."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    try:
+        with open(value, "rb") as f:
+            return f.read()
+    except OSError as e:
+        # The path only: never the file's contents (it may be a key).
+        raise LeaseholdError(f"cannot read {what} {os.fspath(value)!r}: {e.strerror}") from None
+
+
+def _bearer_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
+    """The ``authorization`` metadata every call carries, or none.
+
+    Checked here so that a bad token fails at once, with a message that does
+    not contain it (gRPC's own complaint about an invalid metadata value
+    might)."""
+    if token is None:
+        return ()
+    if not isinstance(token, str):
+        raise TypeError("token must be a str")
+    # RFC 6750's b64token is narrower; visible ASCII is what a header value
+    # without folding can carry, and what gRPC accepts.
+    if not token or any(not ("!" <= c <= "~") for c in token):
+        raise ValueError("token must be non-empty visible ASCII without spaces (the token itself is not shown)")
+    return (("authorization", f"Bearer {token}"),)
 
 
 def default_holder() -> str:
@@ -92,10 +123,32 @@ class Leader:
 class Client:
     """A connection to a Leasehold broker.
 
-    ``target`` is ``host:port`` (``http://`` and ``https://`` prefixes are
-    accepted; ``https`` uses TLS with the system roots unless ``credentials``
-    are given). Unary calls time out after ``timeout`` seconds (plus the
-    requested wait, for acquire).
+    ``target`` is ``host:port``; ``http://`` and ``https://`` prefixes are
+    accepted, and ``https://`` means TLS (as the Rust CLI's ``--broker``).
+    Unary calls time out after ``timeout`` seconds (plus the requested wait,
+    for acquire).
+
+    TLS and authentication (all optional):
+
+    * ``tls``: ``True`` for TLS trusting the system's roots (gRPC's bundled
+      roots, or the file named by ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``); a
+      path (``str`` or path-like) to a PEM file of CA certificates, or the
+      PEM ``bytes`` themselves, for TLS trusting only those; ``False`` for
+      plaintext. Default: TLS (system roots) for ``https://`` targets or when
+      a client certificate is given, plaintext otherwise.
+    * ``client_cert`` and ``client_key`` (together): this client's
+      certificate chain and private key, each a path or PEM bytes, for a
+      broker with mutual TLS (``--tls-client-ca``). They imply TLS.
+    * ``server_name``: the name the broker's certificate must carry, when it
+      is not the host of ``target`` (e.g. connecting by IP address to a
+      certificate issued for a DNS name).
+    * ``token``: a bearer token, sent as ``authorization: Bearer <token>``
+      metadata on every call, the KeepAlive stream included, for a broker
+      with ``--auth-file``. It is sent on plaintext channels too (e.g. to a
+      broker on loopback); anywhere else, use it with TLS. It never appears
+      in ``repr()``, logs or exception messages.
+    * ``credentials``: ready-made ``grpc.ChannelCredentials`` instead of
+      ``tls``/``client_cert``/``client_key`` (implies TLS).
 
     One background thread keeps every lease of the client alive over one
     KeepAlive stream. Close the client (or use it as a context manager) to
@@ -107,24 +160,55 @@ class Client:
         target: str,
         *,
         timeout: float = 10.0,
+        tls: Union[bool, Pem, None] = None,
+        client_cert: Optional[Pem] = None,
+        client_key: Optional[Pem] = None,
+        server_name: Optional[str] = None,
+        token: Optional[str] = None,
         credentials: Optional[grpc.ChannelCredentials] = None,
         options: Sequence[Tuple[str, object]] = (),
     ):
-        secure = credentials is not None
-        if target.startswith("https://"):
-            target, secure = target[len("https://") :], True
-        elif target.startswith("http://"):
-            target = target[len("http://") :]
+        scheme = None
+        for prefix in ("https://", "http://"):
+            if target.startswith(prefix):
+                scheme, target = prefix[:-3], target[len(prefix) :]
         target = target.rstrip("/")
-        opts = list(_CHANNEL_OPTIONS) + list(options)
-        if secure:
-            self._channel = grpc.secure_channel(target, credentials or grpc.ssl_channel_credentials(), opts)
+        if (client_cert is None) != (client_key is None):
+            raise ValueError("client_cert and client_key go together (mutual TLS needs both)")
+        if credentials is not None and (tls not in (None, True) or client_cert is not None):
+            raise ValueError("give either credentials or tls/client_cert/client_key, not both")
+        wants_tls = (
+            credentials is not None
+            or client_cert is not None
+            or (tls is not None and tls is not False)
+            or scheme == "https"
+        )
+        if tls is False and wants_tls:
+            raise ValueError("tls=False contradicts an https:// target, a client certificate or credentials")
+        if scheme == "http" and wants_tls:
+            raise ValueError("an http:// target is plaintext: use https:// (or no scheme) with TLS options")
+        self._metadata = _bearer_metadata(token)
+
+        opts = list(_CHANNEL_OPTIONS)
+        if server_name is not None:
+            opts.append(("grpc.ssl_target_name_override", server_name))
+        opts += list(options)
+        if wants_tls:
+            if credentials is None:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=None if tls in (None, True) else _pem(tls, "CA file"),
+                    private_key=None if client_key is None else _pem(client_key, "client key"),
+                    certificate_chain=None if client_cert is None else _pem(client_cert, "client certificate"),
+                )
+            self._channel = grpc.secure_channel(target, credentials, opts)
         else:
             self._channel = grpc.insecure_channel(target, opts)
         self.target = target
+        #: Whether the channel uses TLS.
+        self.tls = wants_tls
         self._timeout = timeout
         self._stub = pb_grpc.LeaseholdStub(self._channel)
-        self._keeper = Keeper(self._stub)
+        self._keeper = Keeper(self._stub, self._metadata)
         self._closed = False
 
     # -- leases --------------------------------------------------------------
@@ -170,7 +254,7 @@ class Client:
         # The deadline counts from the time the request was *sent*.
         sent = time.monotonic()
         try:
-            response = self._stub.Acquire(request, timeout=wait_s + self._timeout)
+            response = self._stub.Acquire(request, timeout=wait_s + self._timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return self._hold(response.lease, response.waited_ms, sent, margin)
@@ -187,7 +271,7 @@ class Client:
         )
         sent = time.monotonic()
         try:
-            response = self._stub.Campaign(request, timeout=wait_s + self._timeout)
+            response = self._stub.Campaign(request, timeout=wait_s + self._timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return self._hold(response.lease, response.waited_ms, sent, None)
@@ -223,6 +307,7 @@ class Client:
             self._stub.Release(
                 pb.ReleaseRequest(name=name, owner_token=owner_token),
                 timeout=self._timeout if timeout is None else timeout,
+                metadata=self._metadata,
             )
         except grpc.RpcError as e:
             code = e.code()
@@ -269,7 +354,7 @@ class Client:
     def _unary(self, method, request):
         self._check_open()
         try:
-            return method(request, timeout=self._timeout)
+            return method(request, timeout=self._timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
@@ -302,4 +387,6 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Client(target={self.target!r})"
+        # Whether there is a token, never any of it.
+        token = ", token=<redacted>" if self._metadata else ""
+        return f"Client(target={self.target!r}, tls={self.tls}{token})"

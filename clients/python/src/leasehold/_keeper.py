@@ -65,10 +65,10 @@ class _Stream:
     by a thread of its own and posted to the keeper's inbox, tagged with the
     stream's generation so that news from an abandoned stream is ignored."""
 
-    def __init__(self, stub, gen: int, inbox: "queue.SimpleQueue"):
+    def __init__(self, stub, metadata, gen: int, inbox: "queue.SimpleQueue"):
         self.gen = gen
         self._requests: "queue.Queue[Optional[pb.KeepAliveRequest]]" = queue.Queue()
-        self._call = stub.KeepAlive(self._iterate())
+        self._call = stub.KeepAlive(self._iterate(), metadata=metadata)
         self._reader = threading.Thread(
             target=self._read, args=(inbox,), name=f"leasehold-keepalive-{gen}", daemon=True
         )
@@ -111,8 +111,11 @@ class _Stream:
 
 
 class Keeper:
-    def __init__(self, stub):
+    def __init__(self, stub, metadata=()):
         self._stub = stub
+        # The bearer token's metadata, if any: sent with the stream and the
+        # background releases (never logged).
+        self._metadata = metadata
         self._inbox: "queue.SimpleQueue" = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._leases: Dict[str, _Held] = {}  # by owner token
@@ -149,7 +152,7 @@ class Keeper:
 
         def release() -> None:
             try:
-                self._stub.Release(pb.ReleaseRequest(name=name, owner_token=token), timeout=5)
+                self._stub.Release(pb.ReleaseRequest(name=name, owner_token=token), timeout=5, metadata=self._metadata)
             except Exception:
                 pass
 
@@ -205,7 +208,7 @@ class Keeper:
                 gen += 1
                 pending.clear()
                 log.debug("opening KeepAlive stream %d for %d lease(s)", gen, len(live))
-                stream = _Stream(self._stub, gen, self._inbox)
+                stream = _Stream(self._stub, self._metadata, gen, self._inbox)
                 next_beat = now  # beat at once: after a reconnection this resumes the leases
 
             if stream is not None and now >= next_beat:

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cleasehold/v1/leasehold.proto\x12\x0cleasehold.v1\"I\n\x05Lease\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\x04\"}\n\x0e\x41\x63quireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\x04\x12\x0e\n\x06holder\x18\x03 \x01(\t\x12\x17\n\x0fwait_timeout_ms\x18\x04 \x01(\x04\x12\x15\n\rlock_delay_ms\x18\x05 \x01(\x04\x12\r\n\x05limit\x18\x06 \x01(\r\"H\n\x0f\x41\x63quireResponse\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.leasehold.v1.Lease\x12\x11\n\twaited_ms\x18\x02 \x01(\x04\"A\n\x0cRenewRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x04\".\n\rRenewResponse\x12\x0e\n\x06ttl_ms\x18\x01 \x01(\x04\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x04\"3\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\"\x11\n\x0fReleaseResponse\"\x1f\n\x0f\x44\x65scribeRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xf7\x01\n\x10\x44\x65scribeResponse\x12\x0c\n\x04held\x18\x01 \x01(\x08\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x04\x12\x14\n\x0cremaining_ms\x18\x04 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x05 \x01(\x04\x12\x1a\n\x12granted_at_unix_ms\x18\x06 \x01(\x04\x12\x15\n\rlocal_waiters\x18\x07 \x01(\r\x12\x15\n\rlock_delay_ms\x18\x08 \x01(\x04\x12\x1f\n\x17lock_delay_remaining_ms\x18\t \x01(\x04\x12\x0f\n\x07waiters\x18\n \x01(\x04\x12\x14\n\x0cpermits_held\x18\x0b \x01(\x04\"0\n\x11\x43heckFenceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x04\"<\n\x12\x43heckFenceResponse\x12\x0f\n\x07\x63urrent\x18\x01 \x01(\x08\x12\x15\n\rcurrent_fence\x18\x02 \x01(\x04\"\x1d\n\rRevokeRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1f\n\x0eRevokeResponse\x12\r\n\x05\x66\x65nce\x18\x01 \x01(\x04\"G\n\x10KeepAliveRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12&\n\x06leases\x18\x02 \x03(\x0b\x32\x16.leasehold.v1.LeaseRef\"=\n\x08LeaseRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x04\"K\n\x11KeepAliveResponse\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12)\n\x06leases\x18\x02 \x03(\x0b\x32\x19.leasehold.v1.LeaseStatus\"\xf9\x01\n\x0bLeaseStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x05state\x18\x02 \x01(\x0e\x32\x1f.leasehold.v1.LeaseStatus.State\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x04\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x04\x12(\n\x06reason\x18\x05 \x01(\x0e\x32\x18.leasehold.v1.LossReason\x12\x0f\n\x07message\x18\x06 \x01(\t\"R\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LIVE\x10\x01\x12\x08\n\x04LOST\x10\x02\x12\x0f\n\x0bUNCONFIRMED\x10\x03\x12\x0c\n\x08REJECTED\x10\x04\"[\n\x0f\x43\x61mpaignRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x04\x12\x17\n\x0fwait_timeout_ms\x18\x04 \x01(\x04\"I\n\x10\x43\x61mpaignResponse\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.leasehold.v1.Lease\x12\x11\n\twaited_ms\x18\x02 \x01(\x04\"!\n\rLeaderRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\"T\n\x0eLeaderResponse\x12\x0f\n\x07present\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x14\n\x0cremaining_ms\x18\x04 \x01(\x04\"6\n\rResignRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\"\x10\n\x0eResignResponse*b\n\nLossReason\x12\x1b\n\x17LOSS_REASON_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x45XPIRED\x10\x01\x12\r\n\tNOT_OWNER\x10\x02\x12\x0e\n\nSTORE_LOST\x10\x03\x12\x0b\n\x07REVOKED\x10\x04\x32\xad\x06\n\tLeasehold\x12\x46\n\x07\x41\x63quire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12\x46\n\x07Release\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12I\n\x08\x44\x65scribe\x12\x1d.leasehold.v1.DescribeRequest\x1a\x1e.leasehold.v1.DescribeResponse\x12P\n\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x01\x30\x01\x12O\n\nCheckFence\x12\x1f.leasehold.v1.CheckFenceRequest\x1a .leasehold.v1.CheckFenceResponse\x12\x43\n\x06Revoke\x12\x1b.leasehold.v1.RevokeRequest\x1a\x1c.leasehold.v1.RevokeResponse\x12I\n\x08\x43\x61mpaign\x12\x1d.leasehold.v1.CampaignRequest\x1a\x1e.leasehold.v1.CampaignResponse\x12\x43\n\x06Leader\x12\x1b.leasehold.v1.LeaderRequest\x1a\x1c.leasehold.v1.LeaderResponse\x12\x46\n\x07Observe\x12\x1b.leasehold.v1.LeaderRequest\x1a\x1c.leasehold.v1.LeaderResponse0\x01\x12\x43\n\x06Resign\x12\x1b.leasehold.v1.ResignRequest\x1a\x1c.leasehold.v1.ResignResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cleasehold/v1/leasehold.proto\x12\x0cleasehold.v1\"I\n\x05Lease\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\x04\"}\n\x0e\x41\x63quireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\x04\x12\x0e\n\x06holder\x18\x03 \x01(\t\x12\x17\n\x0fwait_timeout_ms\x18\x04 \x01(\x04\x12\x15\n\rlock_delay_ms\x18\x05 \x01(\x04\x12\r\n\x05limit\x18\x06 \x01(\r\"H\n\x0f\x41\x63quireResponse\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.leasehold.v1.Lease\x12\x11\n\twaited_ms\x18\x02 \x01(\x04\"A\n\x0cRenewRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x04\".\n\rRenewResponse\x12\x0e\n\x06ttl_ms\x18\x01 \x01(\x04\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x04\"3\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\"\x11\n\x0fReleaseResponse\"/\n\x0f\x44\x65scribeRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"\xf7\x01\n\x10\x44\x65scribeResponse\x12\x0c\n\x04held\x18\x01 \x01(\x08\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x03 \x01(\x04\x12\x14\n\x0cremaining_ms\x18\x04 \x01(\x04\x12\x0e\n\x06ttl_ms\x18\x05 \x01(\x04\x12\x1a\n\x12granted_at_unix_ms\x18\x06 \x01(\x04\x12\x15\n\rlocal_waiters\x18\x07 \x01(\r\x12\x15\n\rlock_delay_ms\x18\x08 \x01(\x04\x12\x1f\n\x17lock_delay_remaining_ms\x18\t \x01(\x04\x12\x0f\n\x07waiters\x18\n \x01(\x04\x12\x14\n\x0cpermits_held\x18\x0b \x01(\x04\"0\n\x11\x43heckFenceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66\x65nce\x18\x02 \x01(\x04\"<\n\x12\x43heckFenceResponse\x12\x0f\n\x07\x63urrent\x18\x01 \x01(\x08\x12\x15\n\rcurrent_fence\x18\x02 \x01(\x04\"-\n\rRevokeRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"\x1f\n\x0eRevokeResponse\x12\r\n\x05\x66\x65nce\x18\x01 \x01(\x04\"G\n\x10KeepAliveRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12&\n\x06leases\x18\x02 \x03(\x0b\x32\x16.leasehold.v1.LeaseRef\"=\n\x08LeaseRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x04\"K\n\x11KeepAliveResponse\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12)\n\x06leases\x18\x02 \x03(\x0b\x32\x19.leasehold.v1.LeaseStatus\"\xf9\x01\n\x0bLeaseStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x05state\x18\x02 \x01(\x0e\x32\x1f.leasehold.v1.LeaseStatus.State\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x04\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x04\x12(\n\x06reason\x18\x05 \x01(\x0e\x32\x18.leasehold.v1.LossReason\x12\x0f\n\x07message\x18\x06 \x01(\t\"R\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LIVE\x10\x01\x12\x08\n\x04LOST\x10\x02\x12\x0f\n\x0bUNCONFIRMED\x10\x03\x12\x0c\n\x08REJECTED\x10\x04\"[\n\x0f\x43\x61mpaignRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x04\x12\x17\n\x0fwait_timeout_ms\x18\x04 \x01(\x04\"I\n\x10\x43\x61mpaignResponse\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.leasehold.v1.Lease\x12\x11\n\twaited_ms\x18\x02 \x01(\x04\"!\n\rLeaderRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\"T\n\x0eLeaderResponse\x12\x0f\n\x07present\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x14\n\x0cremaining_ms\x18\x04 \x01(\x04\"6\n\rResignRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x13\n\x0bowner_token\x18\x02 \x01(\t\"\x10\n\x0eResignResponse*b\n\nLossReason\x12\x1b\n\x17LOSS_REASON_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x45XPIRED\x10\x01\x12\r\n\tNOT_OWNER\x10\x02\x12\x0e\n\nSTORE_LOST\x10\x03\x12\x0b\n\x07REVOKED\x10\x04\x32\xad\x06\n\tLeasehold\x12\x46\n\x07\x41\x63quire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12\x46\n\x07Release\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12I\n\x08\x44\x65scribe\x12\x1d.leasehold.v1.DescribeRequest\x1a\x1e.leasehold.v1.DescribeResponse\x12P\n\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x01\x30\x01\x12O\n\nCheckFence\x12\x1f.leasehold.v1.CheckFenceRequest\x1a .leasehold.v1.CheckFenceResponse\x12\x43\n\x06Revoke\x12\x1b.leasehold.v1.RevokeRequest\x1a\x1c.leasehold.v1.RevokeResponse\x12I\n\x08\x43\x61mpaign\x12\x1d.leasehold.v1.CampaignRequest\x1a\x1e.leasehold.v1.CampaignResponse\x12\x43\n\x06Leader\x12\x1b.leasehold.v1.LeaderRequest\x1a\x1c.leasehold.v1.LeaderResponse\x12\x46\n\x07Observe\x12\x1b.leasehold.v1.LeaderRequest\x1a\x1c.leasehold.v1.LeaderResponse0\x01\x12\x43\n\x06Resign\x12\x1b.leasehold.v1.ResignRequest\x1a\x1c.leasehold.v1.ResignResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'leasehold.v1.leasehold_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LOSSREASON']._serialized_start=1796
-  _globals['_LOSSREASON']._serialized_end=1894
+  _globals['_LOSSREASON']._serialized_start=1828
+  _globals['_LOSSREASON']._serialized_end=1926
   _globals['_LEASE']._serialized_start=46
   _globals['_LEASE']._serialized_end=119
   _globals['_ACQUIREREQUEST']._serialized_start=121
@@ -48,39 +48,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RELEASERESPONSE']._serialized_start=490
   _globals['_RELEASERESPONSE']._serialized_end=507
   _globals['_DESCRIBEREQUEST']._serialized_start=509
-  _globals['_DESCRIBEREQUEST']._serialized_end=540
-  _globals['_DESCRIBERESPONSE']._serialized_start=543
-  _globals['_DESCRIBERESPONSE']._serialized_end=790
-  _globals['_CHECKFENCEREQUEST']._serialized_start=792
-  _globals['_CHECKFENCEREQUEST']._serialized_end=840
-  _globals['_CHECKFENCERESPONSE']._serialized_start=842
-  _globals['_CHECKFENCERESPONSE']._serialized_end=902
-  _globals['_REVOKEREQUEST']._serialized_start=904
-  _globals['_REVOKEREQUEST']._serialized_end=933
-  _globals['_REVOKERESPONSE']._serialized_start=935
-  _globals['_REVOKERESPONSE']._serialized_end=966
-  _globals['_KEEPALIVEREQUEST']._serialized_start=968
-  _globals['_KEEPALIVEREQUEST']._serialized_end=1039
-  _globals['_LEASEREF']._serialized_start=1041
-  _globals['_LEASEREF']._serialized_end=1102
-  _globals['_KEEPALIVERESPONSE']._serialized_start=1104
-  _globals['_KEEPALIVERESPONSE']._serialized_end=1179
-  _globals['_LEASESTATUS']._serialized_start=1182
-  _globals['_LEASESTATUS']._serialized_end=1431
-  _globals['_LEASESTATUS_STATE']._serialized_start=1349
-  _globals['_LEASESTATUS_STATE']._serialized_end=1431
-  _globals['_CAMPAIGNREQUEST']._serialized_start=1433
-  _globals['_CAMPAIGNREQUEST']._serialized_end=1524
-  _globals['_CAMPAIGNRESPONSE']._serialized_start=1526
-  _globals['_CAMPAIGNRESPONSE']._serialized_end=1599
-  _globals['_LEADERREQUEST']._serialized_start=1601
-  _globals['_LEADERREQUEST']._serialized_end=1634
-  _globals['_LEADERRESPONSE']._serialized_start=1636
-  _globals['_LEADERRESPONSE']._serialized_end=1720
-  _globals['_RESIGNREQUEST']._serialized_start=1722
-  _globals['_RESIGNREQUEST']._serialized_end=1776
-  _globals['_RESIGNRESPONSE']._serialized_start=1778
-  _globals['_RESIGNRESPONSE']._serialized_end=1794
-  _globals['_LEASEHOLD']._serialized_start=1897
-  _globals['_LEASEHOLD']._serialized_end=2710
+  _globals['_DESCRIBEREQUEST']._serialized_end=556
+  _globals['_DESCRIBERESPONSE']._serialized_start=559
+  _globals['_DESCRIBERESPONSE']._serialized_end=806
+  _globals['_CHECKFENCEREQUEST']._serialized_start=808
+  _globals['_CHECKFENCEREQUEST']._serialized_end=856
+  _globals['_CHECKFENCERESPONSE']._serialized_start=858
+  _globals['_CHECKFENCERESPONSE']._serialized_end=918
+  _globals['_REVOKEREQUEST']._serialized_start=920
+  _globals['_REVOKEREQUEST']._serialized_end=965
+  _globals['_REVOKERESPONSE']._serialized_start=967
+  _globals['_REVOKERESPONSE']._serialized_end=998
+  _globals['_KEEPALIVEREQUEST']._serialized_start=1000
+  _globals['_KEEPALIVEREQUEST']._serialized_end=1071
+  _globals['_LEASEREF']._serialized_start=1073
+  _globals['_LEASEREF']._serialized_end=1134
+  _globals['_KEEPALIVERESPONSE']._serialized_start=1136
+  _globals['_KEEPALIVERESPONSE']._serialized_end=1211
+  _globals['_LEASESTATUS']._serialized_start=1214
+  _globals['_LEASESTATUS']._serialized_end=1463
+  _globals['_LEASESTATUS_STATE']._serialized_start=1381
+  _globals['_LEASESTATUS_STATE']._serialized_end=1463
+  _globals['_CAMPAIGNREQUEST']._serialized_start=1465
+  _globals['_CAMPAIGNREQUEST']._serialized_end=1556
+  _globals['_CAMPAIGNRESPONSE']._serialized_start=1558
+  _globals['_CAMPAIGNRESPONSE']._serialized_end=1631
+  _globals['_LEADERREQUEST']._serialized_start=1633
+  _globals['_LEADERREQUEST']._serialized_end=1666
+  _globals['_LEADERRESPONSE']._serialized_start=1668
+  _globals['_LEADERRESPONSE']._serialized_end=1752
+  _globals['_RESIGNREQUEST']._serialized_start=1754
+  _globals['_RESIGNREQUEST']._serialized_end=1808
+  _globals['_RESIGNRESPONSE']._serialized_start=1810
+  _globals['_RESIGNRESPONSE']._serialized_end=1826
+  _globals['_LEASEHOLD']._serialized_start=1929
+  _globals['_LEASEHOLD']._serialized_end=2742
 # @@protoc_insertion_point(module_scope)

@@ -87,10 +87,12 @@ class ReleaseResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "tenant")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
     __slots__ = ("held", "holder", "fence", "remaining_ms", "ttl_ms", "granted_at_unix_ms", "local_waiters", "lock_delay_ms", "lock_delay_remaining_ms", "waiters", "permits_held")
@@ -135,10 +137,12 @@ class CheckFenceResponse(_message.Message):
     def __init__(self, current: _Optional[bool] = ..., current_fence: _Optional[int] = ...) -> None: ...
 
 class RevokeRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "tenant")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class RevokeResponse(_message.Message):
     __slots__ = ("fence",)

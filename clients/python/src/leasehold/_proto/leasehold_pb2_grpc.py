@@ -185,7 +185,8 @@ class LeaseholdServicer:
         LOST with reason REVOKED at its next heartbeat (NOT_FOUND on Renew); the
         lease's lock-delay starts now; waiters are woken; the next grant gets a
         higher fence. An operator's tool: refused with PERMISSION_DENIED unless
-        the broker runs with --enable-revoke. NOT_FOUND if the name is not held.
+        the caller has the `admin` permission (without an --auth-file: unless the
+        broker runs with --enable-revoke). NOT_FOUND if the name is not held.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
