@@ -5,15 +5,15 @@
 // For a TLS broker give an https:// address; LEASEHOLD_BROKER_CA,
 // LEASEHOLD_CLIENT_CERT and LEASEHOLD_CLIENT_KEY name PEM files. For a broker
 // with an --auth-file, the bearer token is read from the file named by
-// LEASEHOLD_TOKEN_FILE, else from LEASEHOLD_TOKEN (all as for the Rust CLI).
+// LEASEHOLD_AUTH_TOKEN_FILE, else from LEASEHOLD_AUTH_TOKEN (all as for the Rust CLI).
 import { readFileSync } from 'node:fs';
 import { connect, status } from './leasehold.js';
 
 const target = process.argv[2] ?? process.env.LEASEHOLD_ADDR ?? '127.0.0.1:7420';
 const name = process.argv[3] ?? 'examples/node';
 const env = (key) => process.env[key] || undefined;
-const tokenFile = env('LEASEHOLD_TOKEN_FILE');
-const token = (tokenFile ? readFileSync(tokenFile, 'utf8') : env('LEASEHOLD_TOKEN') ?? '').trim() || undefined;
+const tokenFile = env('LEASEHOLD_AUTH_TOKEN_FILE');
+const token = (tokenFile ? readFileSync(tokenFile, 'utf8') : env('LEASEHOLD_AUTH_TOKEN') ?? '').trim() || undefined;
 const options = { ca: env('LEASEHOLD_BROKER_CA'), cert: env('LEASEHOLD_CLIENT_CERT'), key: env('LEASEHOLD_CLIENT_KEY'), token };
 
 // A stand-in for the storage the lock protects. It keeps the highest fence it
