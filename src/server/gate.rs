@@ -28,7 +28,8 @@ impl Gate {
     /// The caller of `request`, admitted under the rate caps; fails with
     /// UNAUTHENTICATED, or RESOURCE_EXHAUSTED past a rate cap.
     pub fn caller<T>(&self, request: &Request<T>) -> Result<Caller> {
-        let (usage, id, cert_names) = match request.extensions().get::<ConnInfo>() {
+        let info = request.extensions().get::<ConnInfo>();
+        let (usage, id, cert_names) = match info {
             Some(info) => (Arc::clone(&info.usage), info.id, &info.cert_names[..]),
             // Served over a transport of the embedder's (tests with an
             // in-process channel): a connection of its own per call.
@@ -47,7 +48,12 @@ impl Gate {
             Some(auth) => {
                 let grant = bearer(request.metadata())
                     .and_then(|token| auth.authenticate(token, cert_names))
-                    .inspect_err(|_| self.tenants.rejected(Rejection::Unauthenticated))?;
+                    .inspect_err(|e| {
+                        self.tenants.rejected(Rejection::Unauthenticated);
+                        // The message says what was missing, never what
+                        // was sent.
+                        tracing::debug!(peer = ?info.map(|i| i.peer), error = %e, "call refused: unauthenticated");
+                    })?;
                 Caller::new(
                     self.tenants.get(&grant.tenant),
                     grant.permissions,
