@@ -84,7 +84,7 @@ pub async fn run(
     let metrics_addr = metrics_listener
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
-    tokio::spawn(http::serve(metrics_listener, metrics, stop_rx));
+    tokio::spawn(http::serve(metrics_listener, metrics, stop_rx.clone()));
     if auth.is_some() && tls.is_none() {
         tracing::warn!(
             "--auth-file without --tls-cert: bearer tokens cross the network in clear text"
@@ -118,9 +118,12 @@ pub async fn run(
     if tls.is_some() || auth.is_some() {
         let reloader = Reloader { tls, auth };
         if !config.reload_interval.is_zero() {
-            tokio::spawn(reloader.clone().on_change(config.reload_interval));
+            tokio::spawn(until_stopped(
+                reloader.clone().on_change(config.reload_interval),
+                stop_rx.clone(),
+            ));
         }
-        tokio::spawn(reloader.on_sighup());
+        tokio::spawn(until_stopped(reloader.on_sighup(), stop_rx));
     }
     let on_shutdown = leases.clone();
     let router = tonic::transport::Server::builder()
@@ -155,6 +158,14 @@ pub async fn run(
         .serve_with_incoming_shutdown(conn::incoming(grpc, acceptor), stopping)
         .await
         .map_err(|e| Error::Internal(format!("gRPC server: {e}")))
+}
+
+/// Runs `task` until the server stops.
+async fn until_stopped(task: impl Future<Output = ()>, mut stop: watch::Receiver<bool>) {
+    tokio::select! {
+        () = task => {}
+        _ = stop.wait_for(|stopped| *stopped) => {}
+    }
 }
 
 /// The largest request header block accepted (HTTP/2 SETTINGS).
