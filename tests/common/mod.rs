@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod topology;
 
 use std::{
     io::{BufRead, BufReader},
