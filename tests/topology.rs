@@ -21,7 +21,11 @@ async fn sentinel_fails_over_to_a_replica_when_the_primary_is_killed() {
     let mut topology = Sentinel::start().await;
     let up = started.elapsed();
     let primary = topology.primary().await;
-    assert_eq!(primary, topology.data_addrs()[0], "the first node is primary");
+    assert_eq!(
+        primary,
+        topology.data_addrs()[0],
+        "the first node is primary"
+    );
     assert_eq!(topology.sentinel_addrs().len(), 3);
     let _: () = query(primary, redis::cmd("SET").arg("before").arg("failover"))
         .await
@@ -37,7 +41,10 @@ async fn sentinel_fails_over_to_a_replica_when_the_primary_is_killed() {
     let new = topology.wait_for_new_primary(FAILOVER_LIMIT).await;
     let failover = kill.elapsed();
     assert_ne!(new, killed);
-    assert!(topology.data_addrs()[1..].contains(&new), "a replica took over");
+    assert!(
+        topology.data_addrs()[1..].contains(&new),
+        "a replica took over"
+    );
     assert_eq!(topology.primary().await, new);
     let value: String = query(new, redis::cmd("GET").arg("before")).await.unwrap();
     assert_eq!(value, "failover");
@@ -94,7 +101,11 @@ async fn cluster_covers_every_slot_and_spreads_hash_tags_over_the_primaries() {
         let holder = cluster.holder_of(&lease).await.expect("stored somewhere");
         let slot = cluster.slot_of(&lease).await;
         assert_eq!(cluster.owner_of_slot(slot).await, holder);
-        assert_eq!(cluster.slot_of(&queue).await, slot, "one hash tag, one slot");
+        assert_eq!(
+            cluster.slot_of(&queue).await,
+            slot,
+            "one hash tag, one slot"
+        );
         assert_eq!(cluster.holder_of(&queue).await, Some(holder));
         holders.insert(holder);
     }
@@ -128,7 +139,10 @@ async fn slot_migration_moves_a_key_and_the_old_owner_answers_moved() {
         .unwrap();
 
     let migration = cluster.start_slot_migration(slot, to).await;
-    assert_eq!((migration.slot, migration.from, migration.to), (slot, from, to));
+    assert_eq!(
+        (migration.slot, migration.from, migration.to),
+        (slot, from, to)
+    );
     // The key is still on the old owner; another of its slot is not: ASK.
     let missing = format!("{key}:queue");
     let value: String = query(from, redis::cmd("GET").arg(&key)).await.unwrap();
@@ -151,11 +165,18 @@ async fn slot_migration_moves_a_key_and_the_old_owner_answers_moved() {
     let moved = query::<Option<String>>(from, redis::cmd("GET").arg(&key))
         .await
         .unwrap_err();
-    assert_eq!(moved.kind(), ErrorKind::Server(ServerErrorKind::Moved), "{moved}");
+    assert_eq!(
+        moved.kind(),
+        ErrorKind::Server(ServerErrorKind::Moved),
+        "{moved}"
+    );
     assert_eq!(moved.redirect_node(), Some((&*to.to_string(), slot)));
     let value: String = query(to, redis::cmd("GET").arg(&key)).await.unwrap();
     assert_eq!(value, "v");
-    let value: String = cluster.query(redis::cmd("GET").arg(&missing)).await.unwrap();
+    let value: String = cluster
+        .query(redis::cmd("GET").arg(&missing))
+        .await
+        .unwrap();
     assert_eq!(value, "w");
     cluster.wait_until_ok(Duration::from_secs(10)).await;
     eprintln!("migration: total {:?}", started.elapsed());
@@ -177,7 +198,12 @@ async fn a_killed_cluster_primary_is_replaced_by_its_replica() {
         .unwrap();
     let primary = cluster.holder_of(&key).await.expect("stored");
     let replicas = cluster.replicas_of(primary).await;
-    assert_eq!(replicas.len(), 1, "one replica each");
+    assert_eq!(
+        replicas.len(),
+        1,
+        "one replica each: {primary} in {:#?}",
+        cluster.view().await
+    );
     let acked: i64 = query(primary, redis::cmd("WAIT").arg(1).arg(5_000))
         .await
         .unwrap();

@@ -115,7 +115,14 @@ fn start_node(kind: &str, extra: impl Fn() -> Vec<String>) -> Node {
     for _ in 0..5 {
         let port = free_port();
         let dir = fresh_dir(kind, port);
-        let mut args = vec!["--dir".to_owned(), dir.to_string_lossy().into_owned()];
+        let mut args = vec![
+            "--dir".to_owned(),
+            dir.to_string_lossy().into_owned(),
+            // A primary otherwise waits 5 s for more replicas before it
+            // streams a full sync to the first.
+            "--repl-diskless-sync-delay".to_owned(),
+            "0".to_owned(),
+        ];
         args.extend(extra());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         if let Some(child) = spawn_redis(port, &args) {
@@ -258,7 +265,11 @@ impl Sentinel {
         let mut data = vec![primary];
         for _ in 0..2 {
             data.push(start_node("sentinel-replica", || {
-                vec!["--replicaof".into(), "127.0.0.1".into(), primary_port.clone()]
+                vec![
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    primary_port.clone(),
+                ]
             }));
         }
         let primary = data[0].addr;
@@ -554,6 +565,38 @@ pub fn parse_cluster_nodes(text: &str) -> Vec<ClusterNode> {
         .collect()
 }
 
+/// Who serves which slots, and which live node replicates which, as one
+/// node sees it.
+#[derive(Debug, PartialEq)]
+struct ClusterLayout {
+    /// (first slot, last slot, primary), sorted.
+    slots: Vec<(u16, u16, SocketAddr)>,
+    /// (replica, its primary) for the live replicas, sorted.
+    replicas: Vec<(SocketAddr, SocketAddr)>,
+}
+
+impl ClusterLayout {
+    fn of(view: &[ClusterNode], live: &[SocketAddr]) -> Self {
+        let mut slots: Vec<_> = view
+            .iter()
+            .filter(|n| n.is_primary())
+            .flat_map(|n| n.slots.iter().map(|&(lo, hi)| (lo, hi, n.addr)))
+            .collect();
+        slots.sort();
+        let mut replicas: Vec<_> = view
+            .iter()
+            .filter(|n| live.contains(&n.addr) && !n.is_primary())
+            .filter_map(|n| {
+                let id = n.primary_id.as_ref()?;
+                let primary = view.iter().find(|p| &p.id == id)?;
+                Some((n.addr, primary.addr))
+            })
+            .collect();
+        replicas.sort();
+        ClusterLayout { slots, replicas }
+    }
+}
+
 /// A slot between MIGRATING on its owner and IMPORTING on its new owner:
 /// the owner answers ASK for keys of the slot it no longer has. Finish it
 /// with [`Cluster::finish_slot_migration`].
@@ -621,7 +664,9 @@ impl Cluster {
             String::from_utf8_lossy(&output.stderr)
         );
         let cluster = Cluster { nodes };
-        cluster.wait_until_ok(START_LIMIT).await;
+        cluster
+            .wait_until_settled(START_LIMIT, Some(primaries * replicas_per_primary))
+            .await;
         cluster.await_replicas_synced(START_LIMIT).await;
         cluster
     }
@@ -752,11 +797,9 @@ impl Cluster {
                         .and_then(|(addr, _)| parse_addr(addr))
                         .ok_or_else(|| e.clone())?;
                 }
-                redis::ErrorKind::Server(ServerErrorKind::ClusterDown | ServerErrorKind::TryAgain)
-                    if Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(POLL).await
-                }
+                redis::ErrorKind::Server(
+                    ServerErrorKind::ClusterDown | ServerErrorKind::TryAgain,
+                ) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
                 _ => return result,
             }
             if Instant::now() >= deadline {
@@ -767,14 +810,22 @@ impl Cluster {
 
     /// Waits until every live node reports cluster_state:ok, all 16384 slots
     /// are served by live primaries, and the live nodes agree on who serves
-    /// each. After a kill this holds only once the dead primary's slots have
-    /// moved to a replica (with no replica, it never holds again).
+    /// each and on which live node replicates which. After a kill this holds
+    /// only once the dead primary's slots have moved to a replica (with no
+    /// replica, it never holds again).
     pub async fn wait_until_ok(&self, limit: Duration) {
+        self.wait_until_settled(limit, None).await;
+    }
+
+    /// [`Cluster::wait_until_ok`], and with `replicas` live replicas known
+    /// to every node when given (they are learnt by gossip after `redis-cli`
+    /// makes them replicas).
+    async fn wait_until_settled(&self, limit: Duration, replicas: Option<usize>) {
         let live = self.live_addrs();
         wait_for(limit, "cluster_state:ok on every live node", || {
             let live = live.clone();
             async move {
-                let mut agreed: Option<Vec<(u16, u16, SocketAddr)>> = None;
+                let mut agreed: Option<ClusterLayout> = None;
                 for &addr in &live {
                     let info: String = query(addr, redis::cmd("CLUSTER").arg("INFO"))
                         .await
@@ -785,28 +836,29 @@ impl Cluster {
                     let text: String = query(addr, redis::cmd("CLUSTER").arg("NODES"))
                         .await
                         .map_err(|e| format!("CLUSTER NODES on {addr}: {e}"))?;
-                    let mut map: Vec<(u16, u16, SocketAddr)> = parse_cluster_nodes(&text)
-                        .into_iter()
-                        .filter(|n| n.is_primary())
-                        .flat_map(|n| {
-                            let addr = n.addr;
-                            n.slots.into_iter().map(move |(lo, hi)| (lo, hi, addr))
-                        })
-                        .collect();
-                    map.sort();
-                    let covered: u32 = map.iter().map(|&(lo, hi, _)| u32::from(hi - lo) + 1).sum();
+                    let layout = ClusterLayout::of(&parse_cluster_nodes(&text), &live);
+                    let covered: u32 = layout
+                        .slots
+                        .iter()
+                        .map(|&(lo, hi, _)| u32::from(hi - lo) + 1)
+                        .sum();
                     if covered != Self::SLOTS {
                         return Err(format!("{addr} sees {covered} slots served:\n{text}"));
                     }
-                    if let Some(&(_, _, dead)) = map.iter().find(|(_, _, a)| !live.contains(a)) {
+                    if let Some(&(_, _, dead)) =
+                        layout.slots.iter().find(|(_, _, a)| !live.contains(a))
+                    {
                         return Err(format!("{addr} has the dead {dead} serving slots:\n{text}"));
                     }
+                    if replicas.is_some_and(|n| layout.replicas.len() != n) {
+                        return Err(format!("{addr} knows replicas {:?}", layout.replicas));
+                    }
                     match &agreed {
-                        None => agreed = Some(map),
-                        Some(first) if *first == map => {}
+                        None => agreed = Some(layout),
+                        Some(first) if *first == layout => {}
                         Some(first) => {
                             return Err(format!(
-                                "{addr} sees slots {map:?}, {} sees {first:?}",
+                                "{addr} sees {layout:?}, {} sees {first:?}",
                                 live[0]
                             ))
                         }
@@ -906,11 +958,18 @@ impl Cluster {
         }
         let node = {
             let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(slot).arg("NODE").arg(&migration.to_id);
+            cmd.arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&migration.to_id);
             cmd
         };
-        query::<()>(to, &node).await.expect("SETSLOT NODE on the new owner");
-        query::<()>(from, &node).await.expect("SETSLOT NODE on the old owner");
+        query::<()>(to, &node)
+            .await
+            .expect("SETSLOT NODE on the new owner");
+        query::<()>(from, &node)
+            .await
+            .expect("SETSLOT NODE on the old owner");
         for primary in self.primaries().await {
             if primary != to && primary != from {
                 // Gossip would tell it too; this is sooner.
