@@ -48,8 +48,10 @@ use super::{free_port, redis_binary, spawn_redis};
 const POLL: Duration = Duration::from_millis(50);
 /// How long a topology may take to come up (loaded 2-core machines).
 const START_LIMIT: Duration = Duration::from_secs(60);
-/// How long one command to one server may take.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one command to one server may take: generous, since a server
+/// starved of CPU (the tests run niced beside builds) can be slow, and a
+/// killed one refuses connections at once anyway.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The redis-cli binary: `$LEASEHOLD_REDIS_CLI`, or `redis-cli` on the PATH
 /// (Debian's redis-server package depends on redis-tools, which has it).
@@ -181,6 +183,28 @@ pub async fn query<T: FromRedisValue>(addr: SocketAddr, cmd: &redis::Cmd) -> Red
     query_asking(addr, false, cmd).await
 }
 
+/// A pipeline to the server at `addr`, on one connection of its own (e.g. a
+/// write and then `WAIT`, which counts only its own connection's writes: a
+/// `WAIT` on a connection that wrote nothing returns at once).
+pub async fn query_pipe<T: FromRedisValue>(
+    addr: SocketAddr,
+    pipe: &redis::Pipeline,
+) -> RedisResult<T> {
+    let attempt = async {
+        let client = redis::Client::open(format!("redis://{addr}/"))?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        pipe.query_async(&mut conn).await
+    };
+    match tokio::time::timeout(QUERY_TIMEOUT, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{addr} did not answer within {QUERY_TIMEOUT:?}"),
+        )
+        .into()),
+    }
+}
+
 /// [`query`], preceded by ASKING on the same connection when `asking`.
 async fn query_asking<T: FromRedisValue>(
     addr: SocketAddr,
@@ -252,8 +276,9 @@ impl Sentinel {
     /// A primary unanswering this long is subjectively down.
     pub const DOWN_AFTER_MS: u64 = 1_000;
     /// Sentinel's failover-timeout: also the time a promotion may take and,
-    /// doubled, the pause before a failed failover is tried again.
-    pub const FAILOVER_TIMEOUT_MS: u64 = 5_000;
+    /// doubled, the pause before a failed failover (a split vote) is tried
+    /// again.
+    pub const FAILOVER_TIMEOUT_MS: u64 = 4_000;
 
     /// Starts the primary, its two replicas (waiting until both are in sync)
     /// and three sentinels, and waits until every sentinel knows both
@@ -766,12 +791,20 @@ impl Cluster {
     }
 
     /// The live primary that has `key` in its data (EXISTS after ASKING on
-    /// each: this finds a key on either side of a slot being migrated).
+    /// each: this finds a key on either side of a slot being migrated; the
+    /// others answer MOVED, or ASK from a migrating slot's old owner).
     pub async fn holder_of(&self, key: &str) -> Option<SocketAddr> {
         for addr in self.primaries().await {
-            let exists = query_asking::<i64>(addr, true, redis::cmd("EXISTS").arg(key)).await;
-            if matches!(exists, Ok(1)) {
-                return Some(addr);
+            match query_asking::<i64>(addr, true, redis::cmd("EXISTS").arg(key)).await {
+                Ok(1) => return Some(addr),
+                Ok(_) => {}
+                // Not its slot; or its slot is migrating and the key is not here.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        redis::ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+                    ) => {}
+                Err(e) => panic!("EXISTS {key} on {addr}: {e}"),
             }
         }
         None
