@@ -3,8 +3,10 @@
 //! sentinels) and [`Cluster`] (N primaries with M replicas each, created with
 //! `redis-cli --cluster create`).
 //!
-//! Every process is a real `redis-server` on a free 127.0.0.1 port, in a
-//! temporary directory of its own (nodes.conf, the sentinel's rewritten
+//! Every process is a real `redis-server` on a free 127.0.0.1 port that no
+//! other topology of the test process has had (a killed node's address stays
+//! dead: nothing else answers the replicas and sentinels still calling it),
+//! in a temporary directory of its own (nodes.conf, the sentinel's rewritten
 //! configuration, replication files), killed with SIGKILL and its directory
 //! removed on drop. The sentinels are `redis-server sentinel.conf --sentinel`:
 //! Debian's redis-server package runs sentinel mode by itself (the
@@ -23,7 +25,9 @@
 //! The harness speaks to each server over a plain single-node redis-rs
 //! connection and follows MOVED and ASK itself ([`Cluster::query`]), so it
 //! needs neither the `sentinel` nor the `cluster-async` feature of redis-rs;
-//! what a broker sees through those is what the tests are for.
+//! what a broker sees through those is what the tests are for. [`query`]
+//! opens a connection per command: since WAIT counts only the writes of its
+//! own connection, a write and its WAIT go together through [`query_pipe`].
 
 use std::{
     collections::BTreeSet,
@@ -34,7 +38,7 @@ use std::{
     process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicUsize, Ordering},
-        mpsc,
+        mpsc, Mutex,
     },
     time::Duration,
 };
@@ -67,6 +71,20 @@ fn loopback(port: u16) -> SocketAddr {
 /// Parses `ip:port` (as in MOVED replies and CLUSTER NODES).
 fn parse_addr(text: &str) -> Option<SocketAddr> {
     text.parse().ok()
+}
+
+/// A loopback port free now that no topology of this test process has had
+/// before: a killed node's port stays unused, so that no other test's server
+/// answers there (the killed primary's replica would resync from it and the
+/// sentinels would make it a replica).
+fn unused_port() -> u16 {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = free_port();
+        if HANDED_OUT.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// An empty directory of its own for the server about to start on `port`.
@@ -115,7 +133,7 @@ impl Drop for Node {
 /// taken too), retrying on other ports like [`super::RedisServer::start`].
 fn start_node(kind: &str, extra: impl Fn() -> Vec<String>) -> Node {
     for _ in 0..5 {
-        let port = free_port();
+        let port = unused_port();
         let dir = fresh_dir(kind, port);
         let mut args = vec![
             "--dir".to_owned(),
@@ -486,7 +504,7 @@ async fn ask_master_addr(sentinel: SocketAddr) -> Result<SocketAddr, String> {
 /// (rewritable) configuration file.
 fn start_sentinel(primary: SocketAddr) -> Node {
     for _ in 0..5 {
-        let port = free_port();
+        let port = unused_port();
         let dir = fresh_dir("sentinel", port);
         let conf = dir.join("sentinel.conf");
         let name = Sentinel::MASTER_NAME;
@@ -664,7 +682,7 @@ impl Cluster {
                         timeout.clone(),
                         // Its own free bus port: port + 10000 may not exist.
                         "--cluster-port".into(),
-                        free_port().to_string(),
+                        unused_port().to_string(),
                     ]
                 })
             })
