@@ -5,6 +5,7 @@
 
 pub mod certs;
 pub mod proxy;
+pub mod topology;
 
 use std::{
     io::{BufRead, BufReader},
