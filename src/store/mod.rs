@@ -31,6 +31,7 @@
 
 mod memory;
 mod redis;
+mod sentinel;
 mod watch;
 
 pub use self::memory::MemoryStore;
@@ -277,16 +278,23 @@ macro_rules! dispatch {
 }
 
 impl Store {
-    /// Opens the store a `--store` value names: `memory` or a `redis://` /
-    /// `rediss://` URL.
+    /// Opens the store a `--store` value names: `memory`, a `redis://` /
+    /// `rediss://` URL, or a `redis+sentinel://` / `rediss+sentinel://` URL.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
+        let redis = [
+            "redis://",
+            "rediss://",
+            "redis+sentinel://",
+            "rediss+sentinel://",
+        ];
         if url == "memory" {
             Ok(Store::Memory(MemoryStore::new()))
-        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        } else if redis.iter().any(|scheme| url.starts_with(scheme)) {
             Ok(Store::Redis(RedisStore::open(url, options)?))
         } else {
             Err(crate::Error::InvalidArgument(format!(
-                "unknown store '{url}': use 'memory' or a redis:// URL"
+                "unknown store '{}': use 'memory', a redis:// URL or a redis+sentinel:// URL",
+                crate::server::redact_url(url)
             )))
         }
     }

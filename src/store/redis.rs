@@ -24,9 +24,11 @@ use redis::{
     Client, ErrorKind, FromRedisValue, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind,
     RedisError, Script, ServerErrorKind, Value,
 };
-use tokio::sync::mpsc;
+use std::sync::{RwLock, Weak};
+use tokio::sync::{mpsc, Notify};
 
 use super::{
+    sentinel::SentinelTarget,
     watch::{SubscriptionRequest, Watchers},
     Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem,
     Renewed, StoreOptions, QUEUE_LIFETIME,
@@ -104,8 +106,16 @@ pub const SCRIPTS: [(&str, &str); 8] = [
 ];
 
 struct Inner {
-    conn: ConnectionManager,
-    subscriber: ConnectionManager,
+    /// The connection for scripts: `None` until the primary is known (a
+    /// Sentinel store asks the sentinels first). A std lock: read to clone
+    /// the manager (an `Arc` inside), written only when the primary moves.
+    conn: RwLock<Option<ConnectionManager>>,
+    /// The subscription connection, as the subscription task has it (for
+    /// health pings).
+    subscriber: RwLock<Option<ConnectionManager>>,
+    /// For a Sentinel store: the sentinels, and a wake-up for the task that
+    /// follows the primary (a failed call may mean a failover).
+    sentinel: Option<(Arc<SentinelTarget>, Notify)>,
     scripts: Scripts,
     prefix: String,
     timeout: Duration,
@@ -120,42 +130,20 @@ struct Inner {
     watchers: Watchers,
 }
 
-/// The Redis store; cheap to clone.
-#[derive(Clone)]
-pub struct RedisStore {
-    inner: Arc<Inner>,
+/// Makes the store's connections, with its TLS settings and timeouts.
+struct Connector {
+    tls_ca: Option<Vec<u8>>,
+    tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    timeout: Duration,
+    watchers: Watchers,
 }
 
-impl RedisStore {
-    /// Connects lazily to the Redis at `url`: the broker starts (and reports
-    /// NOT_SERVING) even while Redis is down, and connects when it is up.
-    pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
-        let (prefix, timeout) = (options.key_prefix.as_str(), options.timeout);
-        let bad_url = |e: RedisError| Error::InvalidArgument(format!("bad Redis URL: {e}"));
-        // Nagle off (redis-rs leaves it on; Jedis and Lettuce turn it off):
-        // with it, the last partial segment of a large pipeline (a heartbeat
-        // of 1,000 leases is about 100 kB) waits until the segments before
-        // it are acknowledged, and the receiver may delay that ACK 40 ms.
-        let info = url
-            .into_connection_info()
-            .map_err(bad_url)?
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let resp3 = info.clone().set_redis_settings(
-            info.redis_settings()
-                .clone()
-                .set_protocol(ProtocolVersion::RESP3),
-        );
-        let config = || {
-            ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout))
-                .set_number_of_retries(2)
-                .set_min_delay(Duration::from_millis(50))
-                .set_max_delay(Duration::from_millis(500))
-        };
-        // rediss:// with a private CA or a client certificate; otherwise the
-        // URL alone (rediss:// then verifies against the system's roots).
-        let client = |info: redis::ConnectionInfo| match (&options.tls_ca, &options.tls_client) {
+impl Connector {
+    /// A client for `info`: with a private CA or a client certificate for
+    /// rediss://, otherwise the URL alone (rediss:// then verifies against
+    /// the system's roots).
+    fn client(&self, info: redis::ConnectionInfo) -> redis::RedisResult<Client> {
+        match (&self.tls_ca, &self.tls_client) {
             (None, None) => Client::open(info),
             (ca, cert) => Client::build_with_tls(
                 info,
@@ -167,14 +155,35 @@ impl RedisStore {
                     root_cert: ca.clone(),
                 },
             ),
-        };
-        let conn =
-            ConnectionManager::new_lazy_with_config(client(info).map_err(bad_url)?, config())
-                .map_err(bad_url)?;
+        }
+    }
 
-        let (requests, requests_rx) = mpsc::unbounded_channel();
-        let watchers = Watchers::new(Some(requests));
-        let pushed = watchers.clone();
+    fn config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500))
+    }
+
+    /// The connection for scripts, connecting lazily (the broker starts,
+    /// and reports NOT_SERVING, while Redis is down).
+    fn commands(&self, info: redis::ConnectionInfo) -> redis::RedisResult<ConnectionManager> {
+        ConnectionManager::new_lazy_with_config(self.client(nodelay(info))?, self.config())
+    }
+
+    /// The subscription connection: RESP3, so that subscriptions and PINGs
+    /// share it; pushed messages wake the watches of their channel, and the
+    /// manager resubscribes by itself after a reconnection.
+    fn subscriber(&self, info: redis::ConnectionInfo) -> redis::RedisResult<ConnectionManager> {
+        let info = nodelay(info);
+        let resp3 = info.clone().set_redis_settings(
+            info.redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3),
+        );
+        let pushed = self.watchers.clone();
         let on_push = move |push: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
             match push.kind {
                 PushKind::Message => {
@@ -197,29 +206,120 @@ impl RedisStore {
             }
             Ok(())
         };
-        let subscriber = ConnectionManager::new_lazy_with_config(
-            client(resp3).map_err(bad_url)?,
-            config()
+        ConnectionManager::new_lazy_with_config(
+            self.client(resp3)?,
+            self.config()
                 .set_push_sender(on_push)
                 .set_automatic_resubscription(),
         )
-        .map_err(bad_url)?;
+    }
+}
 
+/// Nagle off (redis-rs leaves it on; Jedis and Lettuce turn it off): with
+/// it, the last partial segment of a large pipeline (a heartbeat of 1,000
+/// leases is about 100 kB) waits until the segments before it are
+/// acknowledged, and the receiver may delay that ACK 40 ms.
+fn nodelay(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
+    info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
+}
+
+/// How often a Sentinel store asks the sentinels which server is primary
+/// (besides right after a failed call).
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The Redis store; cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl RedisStore {
+    /// Connects lazily to the Redis at `url` (`redis://`, `rediss://`), or
+    /// to the primary the sentinels of a `redis+sentinel://` URL name: the
+    /// broker starts (and reports NOT_SERVING) even while Redis is down, and
+    /// connects when it is up.
+    pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
+        let bad_url = |e: RedisError| Error::InvalidArgument(format!("bad Redis URL: {e}"));
+        let sentinel = SentinelTarget::parse(url)?.map(Arc::new);
+        let (requests, requests_rx) = mpsc::unbounded_channel();
+        let (switches, switches_rx) = mpsc::unbounded_channel();
+        let watchers = Watchers::new(Some(requests));
+        let connector = Arc::new(Connector {
+            tls_ca: options.tls_ca.clone(),
+            tls_client: options.tls_client.clone(),
+            timeout: options.timeout,
+            watchers: watchers.clone(),
+        });
+        let (conn, subscriber) = match &sentinel {
+            Some(_) => (None, None),
+            None => {
+                let info = url.into_connection_info().map_err(bad_url)?;
+                (
+                    Some(connector.commands(info.clone()).map_err(bad_url)?),
+                    Some(connector.subscriber(info).map_err(bad_url)?),
+                )
+            }
+        };
         let store = RedisStore {
             inner: Arc::new(Inner {
-                conn,
-                subscriber: subscriber.clone(),
+                conn: RwLock::new(conn),
+                subscriber: RwLock::new(subscriber.clone()),
+                sentinel: sentinel.clone().map(|s| (s, Notify::new())),
                 scripts: Scripts::new(),
-                prefix: prefix.to_owned(),
-                timeout,
+                prefix: options.key_prefix.clone(),
+                timeout: options.timeout,
                 replica_acks: options.replica_acks,
                 replica_ack_timeout: options.replica_ack_timeout,
                 high_water: AtomicU64::new(0),
-                watchers,
+                watchers: watchers.clone(),
             }),
         };
-        tokio::spawn(run_subscriptions(subscriber, requests_rx, timeout));
+        if let Some(subscriber) = subscriber {
+            let _ = switches.send(subscriber);
+        }
+        tokio::spawn(run_subscriptions(
+            requests_rx,
+            switches_rx,
+            options.timeout,
+            watchers,
+        ));
+        if sentinel.is_some() {
+            tokio::spawn(follow_primary(
+                Arc::downgrade(&store.inner),
+                connector,
+                switches,
+            ));
+        }
         Ok(store)
+    }
+
+    /// The connection for scripts, or UNAVAILABLE while no primary is known.
+    fn conn(&self) -> Result<ConnectionManager> {
+        self.inner
+            .conn
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                Error::Unavailable(
+                    "no Redis primary known yet: the sentinels have not named one".into(),
+                )
+            })
+    }
+
+    /// A call failed in a way a failover would explain: have the primary
+    /// looked up again now rather than at the next tick.
+    fn suspect(&self, e: &RedisError) {
+        if let Some((_, follow)) = &self.inner.sentinel {
+            if e.is_connection_dropped()
+                || e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_refusal()
+                || matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly))
+            {
+                follow.notify_one();
+            }
+        }
     }
 
     pub(crate) fn watchers(&self) -> &Watchers {
@@ -287,13 +387,22 @@ impl RedisStore {
     {
         let deadline = tokio::time::Instant::now() + self.inner.timeout;
         for first in [true, false] {
-            match tokio::time::timeout_at(deadline, attempt(self.inner.conn.clone())).await {
+            match tokio::time::timeout_at(deadline, attempt(self.conn()?)).await {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(e)) if first && (e.is_connection_dropped() || e.is_io_error()) => {
+                    self.suspect(&e);
                     tracing::debug!(op, error = %e, "Redis connection broken; retrying once");
                 }
-                Ok(Err(e)) => return Err(classify(op, e)),
-                Err(_) => return Err(timed_out(op, self.inner.timeout)),
+                Ok(Err(e)) => {
+                    self.suspect(&e);
+                    return Err(classify(op, e));
+                }
+                Err(_) => {
+                    if let Some((_, follow)) = &self.inner.sentinel {
+                        follow.notify_one();
+                    }
+                    return Err(timed_out(op, self.inner.timeout));
+                }
             }
         }
         Err(Error::Unavailable(format!(
@@ -611,8 +720,14 @@ impl RedisStore {
     /// PINGs both connections: checks Redis, and makes a broken connection
     /// reconnect (and resubscribe) even when no request is using it.
     pub(crate) async fn ping(&self) -> Result<()> {
-        let mut conn = self.inner.conn.clone();
-        let mut sub = self.inner.subscriber.clone();
+        let mut conn = self.conn()?;
+        let mut sub = self
+            .inner
+            .subscriber
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| Error::Unavailable("no Redis subscription connection yet".into()))?;
         let ping = redis::cmd("PING");
         let (a, b) = tokio::join!(
             self.call("ping", ping.query_async::<()>(&mut conn)),
@@ -639,25 +754,130 @@ pub fn lease_key(prefix: &str, name: &str) -> String {
     format!("{prefix}{{{name}}}")
 }
 
-/// Serves subscribe and unsubscribe requests in the order they were made.
+/// Serves subscribe and unsubscribe requests in the order they were made,
+/// on the subscription connection it was last given: when the primary moves
+/// (Sentinel), the new connection is subscribed to every channel watched
+/// now, and every watch looks again (events during the move went unseen).
 async fn run_subscriptions(
-    mut conn: ConnectionManager,
     mut requests: mpsc::UnboundedReceiver<SubscriptionRequest>,
+    mut switches: mpsc::UnboundedReceiver<ConnectionManager>,
     timeout: Duration,
+    watchers: Watchers,
 ) {
-    while let Some(request) = requests.recv().await {
-        match request {
-            SubscriptionRequest::Subscribe(channel, ack) => {
-                let _ = ack.send(bounded("subscribe", timeout, conn.subscribe(&channel)).await);
+    let mut conn: Option<ConnectionManager> = None;
+    let mut channels = std::collections::HashSet::new();
+    loop {
+        tokio::select! {
+            // A move first: later requests go to the new primary.
+            biased;
+            switched = switches.recv() => {
+                let Some(mut new) = switched else { return };
+                if conn.is_some() {
+                    for channel in &channels {
+                        if let Err(e) = bounded("subscribe", timeout, new.subscribe(channel)).await {
+                            // The manager resubscribes when it reconnects.
+                            tracing::debug!(error = %e, "resubscribing on the new primary failed");
+                        }
+                    }
+                    watchers.wake_all();
+                }
+                conn = Some(new);
             }
-            SubscriptionRequest::Unsubscribe(channel) => {
-                if let Err(e) = bounded("unsubscribe", timeout, conn.unsubscribe(&channel)).await {
-                    // Harmless: a stray subscription only delivers wake-ups
-                    // nobody waits for, and is gone at the next reconnection.
-                    tracing::debug!(error = %e, "unsubscribe failed");
+            request = requests.recv() => {
+                let Some(request) = request else { return };
+                match request {
+                    SubscriptionRequest::Subscribe(channel, ack) => {
+                        let result = match &mut conn {
+                            Some(conn) => bounded("subscribe", timeout, conn.subscribe(&channel)).await,
+                            None => Err(Error::Unavailable(
+                                "no Redis primary known yet: the sentinels have not named one".into(),
+                            )),
+                        };
+                        if result.is_ok() {
+                            channels.insert(channel);
+                        }
+                        let _ = ack.send(result);
+                    }
+                    SubscriptionRequest::Unsubscribe(channel) => {
+                        channels.remove(&channel);
+                        if let Some(conn) = &mut conn {
+                            if let Err(e) = bounded("unsubscribe", timeout, conn.unsubscribe(&channel)).await {
+                                // Harmless: a stray subscription only delivers
+                                // wake-ups nobody waits for, and is gone at the
+                                // next reconnection.
+                                tracing::debug!(error = %e, "unsubscribe failed");
+                            }
+                        }
+                    }
                 }
             }
         }
+    }
+}
+
+/// Follows the primary of a Sentinel store: asks the sentinels every
+/// [`FOLLOW_INTERVAL`] and when a failed call suggests a failover; when the
+/// primary moved, connects there and hands the new subscription connection
+/// to the subscription task. Ends with the store.
+async fn follow_primary(
+    store: Weak<Inner>,
+    connector: Arc<Connector>,
+    switches: mpsc::UnboundedSender<ConnectionManager>,
+) {
+    let mut current: Option<(String, u16)> = None;
+    let mut failing = false;
+    let client = {
+        let connector = Arc::clone(&connector);
+        move |info: redis::ConnectionInfo| connector.client(info)
+    };
+    loop {
+        let Some(inner) = store.upgrade() else { return };
+        let Some((sentinel, follow)) = &inner.sentinel else {
+            return;
+        };
+        let ask = inner.timeout.min(Duration::from_millis(500));
+        match sentinel.primary(ask, &client).await {
+            Ok(primary) if current.as_ref() != Some(&primary) => {
+                let made = sentinel.node_info(&primary.0, primary.1).and_then(|info| {
+                    let conn = connector.commands(info.clone());
+                    let sub = connector.subscriber(info);
+                    conn.and_then(|c| sub.map(|s| (c, s)))
+                        .map_err(|e| Error::Internal(format!("connecting to the primary: {e}")))
+                });
+                match made {
+                    Ok((conn, sub)) => {
+                        tracing::info!(
+                            master = sentinel.master(),
+                            primary = %format!("{}:{}", primary.0, primary.1),
+                            previous = ?current.as_ref().map(|(h, p)| format!("{h}:{p}")),
+                            "Redis primary (named by Sentinel)"
+                        );
+                        *inner.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(conn);
+                        *inner.subscriber.write().unwrap_or_else(|e| e.into_inner()) =
+                            Some(sub.clone());
+                        let _ = switches.send(sub);
+                        current = Some(primary);
+                        failing = false;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot connect to the primary Sentinel named")
+                    }
+                }
+            }
+            Ok(_) => failing = false,
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, "cannot learn the Redis primary from Sentinel");
+                }
+                failing = true;
+            }
+        }
+        let follow = async { follow.notified().await };
+        tokio::select! {
+            () = follow => {}
+            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+        }
+        drop(inner);
     }
 }
 
