@@ -29,6 +29,7 @@
 //!   that a paused holder's in-flight work dies out first. A release starts
 //!   no delay.
 
+mod cluster;
 mod memory;
 mod redis;
 mod sentinel;
@@ -279,13 +280,16 @@ macro_rules! dispatch {
 
 impl Store {
     /// Opens the store a `--store` value names: `memory`, a `redis://` /
-    /// `rediss://` URL, or a `redis+sentinel://` / `rediss+sentinel://` URL.
+    /// `rediss://` URL, a `redis+sentinel://` URL or a `redis+cluster://`
+    /// URL (each with a TLS variant, `rediss+...`).
     pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
         let redis = [
             "redis://",
             "rediss://",
             "redis+sentinel://",
             "rediss+sentinel://",
+            "redis+cluster://",
+            "rediss+cluster://",
         ];
         if url == "memory" {
             Ok(Store::Memory(MemoryStore::new()))
@@ -293,7 +297,7 @@ impl Store {
             Ok(Store::Redis(RedisStore::open(url, options)?))
         } else {
             Err(crate::Error::InvalidArgument(format!(
-                "unknown store '{}': use 'memory', a redis:// URL or a redis+sentinel:// URL",
+                "unknown store '{}': use 'memory', or a redis://, redis+sentinel:// or redis+cluster:// URL",
                 crate::server::redact_url(url)
             )))
         }

@@ -28,6 +28,7 @@ use std::sync::{RwLock, Weak};
 use tokio::sync::{mpsc, Notify};
 
 use super::{
+    cluster::ClusterTarget,
     sentinel::SentinelTarget,
     watch::{SubscriptionRequest, Watchers},
     Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem,
@@ -105,17 +106,67 @@ pub const SCRIPTS: [(&str, &str); 8] = [
     ("describe.lua", DESCRIBE),
 ];
 
+/// The connection scripts run on.
+#[derive(Clone)]
+enum Conn {
+    /// One server (`redis://`, or the primary Sentinel named).
+    Single(ConnectionManager),
+    /// A cluster: routes each command by its keys' slot, follows MOVED and
+    /// ASK, and learns the new owner of a slot after a failover.
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where the store finds its servers, beyond the first connection.
+enum Topology {
+    /// A fixed address.
+    Single,
+    /// The primary is whatever the sentinels name.
+    Sentinel(Arc<SentinelTarget>),
+    /// Cluster nodes: the subscription moves between them.
+    Cluster(Arc<ClusterTarget>),
+}
+
 struct Inner {
     /// The connection for scripts: `None` until the primary is known (a
     /// Sentinel store asks the sentinels first). A std lock: read to clone
-    /// the manager (an `Arc` inside), written only when the primary moves.
-    conn: RwLock<Option<ConnectionManager>>,
+    /// the connection (an `Arc` inside), written only when the primary
+    /// moves.
+    conn: RwLock<Option<Conn>>,
     /// The subscription connection, as the subscription task has it (for
     /// health pings).
     subscriber: RwLock<Option<ConnectionManager>>,
-    /// For a Sentinel store: the sentinels, and a wake-up for the task that
-    /// follows the primary (a failed call may mean a failover).
-    sentinel: Option<(Arc<SentinelTarget>, Notify)>,
+    topology: Topology,
+    /// Wakes the task that follows the topology (Sentinel, Cluster): a
+    /// failed call may mean a failover.
+    follow: Notify,
     scripts: Scripts,
     prefix: String,
     timeout: Duration,
@@ -165,6 +216,47 @@ impl Connector {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500))
+    }
+
+    /// The connection for a cluster's scripts, connecting lazily. Retries
+    /// are few and short: the store timeout bounds every call, and redis-rs'
+    /// defaults (16 retries, waits from 1.28 s) would outlast it.
+    fn cluster(
+        &self,
+        cluster: &ClusterTarget,
+    ) -> redis::RedisResult<redis::cluster_async::ClusterConnection> {
+        let first = cluster.seeds[0].redis_settings();
+        let mut builder =
+            redis::cluster::ClusterClient::builder(cluster.seeds.iter().cloned().map(nodelay))
+                .retries(3)
+                .min_retry_wait(20)
+                .max_retry_wait(200)
+                .connection_timeout(self.timeout)
+                .response_timeout(self.timeout);
+        if let Some(user) = first.username() {
+            builder = builder.username(user);
+        }
+        if let Some(password) = first.password() {
+            builder = builder.password(password);
+        }
+        if self.tls_ca.is_some() || self.tls_client.is_some() {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: self
+                    .tls_client
+                    .as_ref()
+                    .map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }),
+                root_cert: self.tls_ca.clone(),
+            });
+        }
+        let config = redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(self.timeout)
+            .set_response_timeout(self.timeout);
+        Ok(builder
+            .build()?
+            .get_pending_async_connection_with_config(config))
     }
 
     /// The connection for scripts, connecting lazily (the broker starts,
@@ -240,7 +332,11 @@ impl RedisStore {
     /// connects when it is up.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
         let bad_url = |e: RedisError| Error::InvalidArgument(format!("bad Redis URL: {e}"));
-        let sentinel = SentinelTarget::parse(url)?.map(Arc::new);
+        let topology = match (SentinelTarget::parse(url)?, ClusterTarget::parse(url)?) {
+            (Some(sentinel), _) => Topology::Sentinel(Arc::new(sentinel)),
+            (_, Some(cluster)) => Topology::Cluster(Arc::new(cluster)),
+            _ => Topology::Single,
+        };
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let (switches, switches_rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(requests));
@@ -250,12 +346,18 @@ impl RedisStore {
             timeout: options.timeout,
             watchers: watchers.clone(),
         });
-        let (conn, subscriber) = match &sentinel {
-            Some(_) => (None, None),
-            None => {
+        let (conn, subscriber) = match &topology {
+            Topology::Sentinel(_) => (None, None),
+            Topology::Cluster(cluster) => (
+                Some(Conn::Cluster(connector.cluster(cluster).map_err(bad_url)?)),
+                None,
+            ),
+            Topology::Single => {
                 let info = url.into_connection_info().map_err(bad_url)?;
                 (
-                    Some(connector.commands(info.clone()).map_err(bad_url)?),
+                    Some(Conn::Single(
+                        connector.commands(info.clone()).map_err(bad_url)?,
+                    )),
                     Some(connector.subscriber(info).map_err(bad_url)?),
                 )
             }
@@ -264,7 +366,8 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 conn: RwLock::new(conn),
                 subscriber: RwLock::new(subscriber.clone()),
-                sentinel: sentinel.clone().map(|s| (s, Notify::new())),
+                topology,
+                follow: Notify::new(),
                 scripts: Scripts::new(),
                 prefix: options.key_prefix.clone(),
                 timeout: options.timeout,
@@ -283,18 +386,28 @@ impl RedisStore {
             options.timeout,
             watchers,
         ));
-        if sentinel.is_some() {
-            tokio::spawn(follow_primary(
-                Arc::downgrade(&store.inner),
-                connector,
-                switches,
-            ));
+        match &store.inner.topology {
+            Topology::Single => {}
+            Topology::Sentinel(_) => {
+                tokio::spawn(follow_primary(
+                    Arc::downgrade(&store.inner),
+                    connector,
+                    switches,
+                ));
+            }
+            Topology::Cluster(_) => {
+                tokio::spawn(follow_nodes(
+                    Arc::downgrade(&store.inner),
+                    connector,
+                    switches,
+                ));
+            }
         }
         Ok(store)
     }
 
     /// The connection for scripts, or UNAVAILABLE while no primary is known.
-    fn conn(&self) -> Result<ConnectionManager> {
+    fn conn(&self) -> Result<Conn> {
         self.inner
             .conn
             .read()
@@ -310,16 +423,18 @@ impl RedisStore {
     /// A call failed in a way a failover would explain: have the primary
     /// looked up again now rather than at the next tick.
     fn suspect(&self, e: &RedisError) {
-        if let Some((_, follow)) = &self.inner.sentinel {
-            if e.is_connection_dropped()
-                || e.is_io_error()
-                || e.is_timeout()
-                || e.is_connection_refusal()
-                || matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly))
-            {
-                follow.notify_one();
-            }
+        if e.is_connection_dropped()
+            || e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_refusal()
+            || matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly))
+        {
+            self.inner.follow.notify_one();
         }
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.inner.topology, Topology::Cluster(_))
     }
 
     pub(crate) fn watchers(&self) -> &Watchers {
@@ -382,7 +497,7 @@ impl RedisStore {
     /// the same arguments.
     async fn retrying<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T>
     where
-        F: FnMut(ConnectionManager) -> Fut,
+        F: FnMut(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let deadline = tokio::time::Instant::now() + self.inner.timeout;
@@ -398,9 +513,7 @@ impl RedisStore {
                     return Err(classify(op, e));
                 }
                 Err(_) => {
-                    if let Some((_, follow)) = &self.inner.sentinel {
-                        follow.notify_one();
-                    }
+                    self.inner.follow.notify_one();
                     return Err(timed_out(op, self.inner.timeout));
                 }
             }
@@ -542,6 +655,9 @@ impl RedisStore {
         if items.is_empty() {
             return Ok(Vec::new());
         }
+        if self.is_cluster() {
+            return self.renew_many_by_slot(items).await;
+        }
         let script = &self.inner.scripts.renew_many;
         let mut pipe = redis::pipe();
         for batch in items.chunks(RENEW_BATCH) {
@@ -567,15 +683,7 @@ impl RedisStore {
         };
         let mut outcomes = Vec::with_capacity(items.len());
         for batch in replies {
-            let Value::Array(batch) = batch else {
-                return Err(Error::Internal(format!("renew_many reply: {batch:?}")));
-            };
-            for reply in batch {
-                match reply {
-                    Value::Array(reply) => outcomes.push(self.renewal(&reply)?),
-                    other => return Err(Error::Internal(format!("renew reply: {other:?}"))),
-                }
-            }
+            outcomes.extend(self.renewals(batch)?);
         }
         if outcomes.len() != items.len() {
             return Err(Error::Internal(format!(
@@ -585,6 +693,80 @@ impl RedisStore {
             )));
         }
         Ok(outcomes)
+    }
+
+    /// Reads one run of renew_many.lua: an outcome per lease it renewed.
+    fn renewals(&self, batch: Value) -> Result<Vec<Checked<Renewed>>> {
+        let Value::Array(batch) = batch else {
+            return Err(Error::Internal(format!("renew_many reply: {batch:?}")));
+        };
+        batch
+            .into_iter()
+            .map(|reply| match reply {
+                Value::Array(reply) => self.renewal(&reply),
+                other => Err(Error::Internal(format!("renew reply: {other:?}"))),
+            })
+            .collect()
+    }
+
+    /// [`RedisStore::renew_many`] on a cluster, where a script may touch
+    /// the keys of one slot only: one run per slot (and per
+    /// [`RENEW_BATCH`]), all sent at once; the cluster connection routes
+    /// each to its node.
+    async fn renew_many_by_slot(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+        let mut slots: std::collections::HashMap<_, Vec<usize>> = Default::default();
+        for (i, item) in items.iter().enumerate() {
+            let slot = redis::cluster_routing::Slot::for_key(self.key(&item.name));
+            slots.entry(slot).or_default().push(i);
+        }
+        let script = &self.inner.scripts.renew_many;
+        let runs = slots
+            .values()
+            .flat_map(|indices| indices.chunks(RENEW_BATCH))
+            .map(|batch| async move {
+                let mut invocation = script.prepare_invoke();
+                for &i in batch {
+                    let k = self.keys(&items[i].name);
+                    invocation
+                        .key(k.lease)
+                        .key(k.permits)
+                        .arg(&items[i].token)
+                        .arg(items[i].ttl_ms.unwrap_or(0));
+                }
+                let mut pipe = redis::pipe();
+                pipe.invoke_script(&invocation);
+                let mut replies = if self.inner.replica_acks == 0 {
+                    self.pipeline("renew_many", script, &pipe).await?
+                } else {
+                    let (replies, acks) = self
+                        .pipeline_acknowledged("renew_many", script, pipe)
+                        .await?;
+                    self.check_acks(acks)?;
+                    replies
+                };
+                let reply = replies
+                    .pop()
+                    .ok_or_else(|| Error::Internal("no renew_many reply".into()))?;
+                Ok::<_, Error>((batch, self.renewals(reply)?))
+            });
+        let mut outcomes: Vec<Option<Checked<Renewed>>> = items.iter().map(|_| None).collect();
+        for run in futures_util::future::join_all(runs).await {
+            let (batch, renewed) = run?;
+            if renewed.len() != batch.len() {
+                return Err(Error::Internal(format!(
+                    "{} outcomes for {} renewals",
+                    renewed.len(),
+                    batch.len()
+                )));
+            }
+            for (&i, outcome) in batch.iter().zip(renewed) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| Error::Internal("a renewal without an outcome".into())))
+            .collect()
     }
 
     /// Sends a pipeline of invocations of `script` in one round trip, within
@@ -733,6 +915,10 @@ impl RedisStore {
             self.call("ping", ping.query_async::<()>(&mut conn)),
             self.call("ping", ping.query_async::<()>(&mut sub)),
         );
+        if b.is_err() {
+            // The subscription node may be gone (Cluster): find another.
+            self.inner.follow.notify_one();
+        }
         a.and(b)
     }
 }
@@ -832,7 +1018,7 @@ async fn follow_primary(
     };
     loop {
         let Some(inner) = store.upgrade() else { return };
-        let Some((sentinel, follow)) = &inner.sentinel else {
+        let Topology::Sentinel(sentinel) = &inner.topology else {
             return;
         };
         let ask = inner.timeout.min(Duration::from_millis(500));
@@ -852,7 +1038,8 @@ async fn follow_primary(
                             previous = ?current.as_ref().map(|(h, p)| format!("{h}:{p}")),
                             "Redis primary (named by Sentinel)"
                         );
-                        *inner.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(conn);
+                        *inner.conn.write().unwrap_or_else(|e| e.into_inner()) =
+                            Some(Conn::Single(conn));
                         *inner.subscriber.write().unwrap_or_else(|e| e.into_inner()) =
                             Some(sub.clone());
                         let _ = switches.send(sub);
@@ -872,9 +1059,79 @@ async fn follow_primary(
                 failing = true;
             }
         }
-        let follow = async { follow.notified().await };
         tokio::select! {
-            () = follow => {}
+            () = inner.follow.notified() => {}
+            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+        }
+        drop(inner);
+    }
+}
+
+/// Keeps the subscription of a Cluster store on a live node: checks it
+/// every [`FOLLOW_INTERVAL`] and when a health check fails, and moves it to
+/// the first seed node that answers when it does not. Ends with the store.
+async fn follow_nodes(
+    store: Weak<Inner>,
+    connector: Arc<Connector>,
+    switches: mpsc::UnboundedSender<ConnectionManager>,
+) {
+    let mut current: Option<usize> = None;
+    let mut failing = false;
+    loop {
+        let Some(inner) = store.upgrade() else { return };
+        let Topology::Cluster(cluster) = &inner.topology else {
+            return;
+        };
+        let subscriber = inner
+            .subscriber
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let alive = match subscriber {
+            Some(mut sub) => bounded(
+                "ping",
+                inner.timeout,
+                redis::cmd("PING").query_async::<()>(&mut sub),
+            )
+            .await
+            .is_ok(),
+            None => false,
+        };
+        if !alive {
+            let n = cluster.seeds.len();
+            let start = current.map_or(0, |i| i + 1);
+            let mut moved = false;
+            for i in (start..start + n).map(|i| i % n) {
+                let Ok(mut sub) = connector.subscriber(cluster.seeds[i].clone()) else {
+                    continue;
+                };
+                let ping = redis::cmd("PING");
+                if bounded("ping", inner.timeout, ping.query_async::<()>(&mut sub))
+                    .await
+                    .is_ok()
+                {
+                    tracing::info!(
+                        node = %cluster.seeds[i].addr(),
+                        "Redis Cluster: subscribing for release events on this node"
+                    );
+                    *inner.subscriber.write().unwrap_or_else(|e| e.into_inner()) =
+                        Some(sub.clone());
+                    let _ = switches.send(sub);
+                    current = Some(i);
+                    moved = true;
+                    failing = false;
+                    break;
+                }
+            }
+            if !moved && !failing {
+                tracing::warn!(
+                    "Redis Cluster: no seed node answers; waiters fall back to their timers"
+                );
+                failing = true;
+            }
+        }
+        tokio::select! {
+            () = inner.follow.notified() => {}
             () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
         }
         drop(inner);

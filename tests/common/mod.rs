@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod contract;
 pub mod proxy;
 pub mod topology;
 
