@@ -19,8 +19,11 @@ pub struct ServeConfig {
     )]
     pub metrics_listen: SocketAddr,
 
-    /// Where leases live: `memory` (embedded, this process only) or a Redis
-    /// URL such as `redis://127.0.0.1:6379/0` (shared by every replica).
+    /// Where leases live: `memory` (embedded, this process only) or Redis,
+    /// shared by every replica: `redis://127.0.0.1:6379/0`,
+    /// `redis+sentinel://s1:26379,s2:26379/mymaster` (the primary the
+    /// sentinels name, followed across failovers) or
+    /// `redis+cluster://n1:7000,n2:7000` (seed nodes); `rediss...` for TLS.
     #[arg(
         long,
         env = "LEASEHOLD_STORE",

@@ -34,6 +34,11 @@ pub struct CyclesArgs {
     /// How long each run lasts.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     duration: Duration,
+    /// Brokers under test, sharing the store: the uncontended workers are
+    /// spread over them (the scale-out figure: several stateless brokers on
+    /// one Redis, or on a Redis Cluster).
+    #[arg(long, default_value_t = 1)]
+    brokers: usize,
     /// `--worker-threads` of the broker under test. 1 is the fastest where
     /// load generator, broker and Redis share two cores; 0 is one per core.
     #[arg(long, default_value_t = 1)]
@@ -83,12 +88,17 @@ impl Run {
 async fn run(args: CyclesArgs) -> Result<(), String> {
     let run_id = std::process::id();
     let threads = args.broker_worker_threads.to_string();
-    let broker = super::bench::start_broker(
-        &args.store,
-        &["--worker-threads", &threads],
-        &format!("cycles{run_id}:"),
-    )
-    .await?;
+    let mut brokers = Vec::new();
+    for _ in 0..args.brokers.max(1) {
+        brokers.push(
+            super::bench::start_broker(
+                &args.store,
+                &["--worker-threads", &threads],
+                &format!("cycles{run_id}:"),
+            )
+            .await?,
+        );
+    }
     // Each side runs on the runtime that serves it best on a small machine:
     // the gRPC clients on this process's one thread (fewest hand-offs), the
     // direct baseline on a runtime with a thread per core (measured faster
@@ -96,19 +106,29 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
     // this client library does.
     let (direct_runtime, direct) =
         super::bench::direct_store(&args.store, &format!("cycles{run_id}d:"))?;
-    let result = scenarios(&args, &broker, &direct, direct_runtime.handle()).await;
+    let result = scenarios(&args, &brokers, &direct, direct_runtime.handle()).await;
     // Dropping a runtime may block; not allowed inside this one.
     direct_runtime.shutdown_background();
     result
 }
 
+/// The first of `brokers` runs the contended and failover scenarios; the
+/// uncontended workers are spread over all of them.
 async fn scenarios(
     args: &CyclesArgs,
-    broker: &OwnBroker,
+    brokers: &[OwnBroker],
     direct: &Store,
     direct_runtime: &tokio::runtime::Handle,
 ) -> Result<(), String> {
+    let broker = &brokers[0];
     let grpc = &broker.grpc;
+    let clients: Vec<_> = brokers.iter().map(|b| b.grpc.clone()).collect();
+    if brokers.len() > 1 {
+        println!(
+            "{} brokers; uncontended workers spread over them",
+            brokers.len()
+        );
+    }
     println!(
         "{:<24} {:>12} {:>12} {:>7} {:>22} {:>22}",
         "scenario",
@@ -132,7 +152,7 @@ async fn scenarios(
         )
     };
     for &workers in &args.workers {
-        let broker = uncontended_broker(grpc, workers, args.duration).await?;
+        let broker = uncontended_broker(&clients, workers, args.duration).await?;
         let direct = direct_runtime
             .spawn(uncontended_direct(direct.clone(), workers, args.duration))
             .await
@@ -372,14 +392,14 @@ fn spec(name: &str, ttl_ms: u64) -> Result<GrantSpec, String> {
 }
 
 async fn uncontended_broker(
-    grpc: &super::bench::BenchClient,
+    brokers: &[super::bench::BenchClient],
     workers: usize,
     duration: Duration,
 ) -> Result<Run, String> {
     let end = Instant::now() + duration;
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let mut grpc = grpc.clone();
+        let mut grpc = brokers[w % brokers.len()].clone();
         let name = format!("bench/cycles/{}/{workers}/{w}", std::process::id());
         tasks.push(tokio::spawn(async move {
             let mut run = Run::default();

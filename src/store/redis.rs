@@ -9,6 +9,12 @@
 //!
 //! Every call is bounded by the store timeout and fails with UNAVAILABLE past
 //! it, so a dead Redis never hangs a request.
+//!
+//! Topologies: one server (`redis://`); the primary the sentinels name
+//! (`redis+sentinel://`, followed across failovers: see `sentinel`); or a
+//! Redis Cluster (`redis+cluster://`: scripts through redis-rs' cluster
+//! connection, the subscription on one live node: see `cluster`). Every
+//! script touches the keys of one name only, all in its hash tag's slot.
 
 use std::{
     future::Future,
@@ -348,9 +354,15 @@ impl RedisStore {
         });
         let (conn, subscriber) = match &topology {
             Topology::Sentinel(_) => (None, None),
+            // Subscribed on the first seed to begin with; `follow_nodes`
+            // moves the subscription when that node stops answering.
             Topology::Cluster(cluster) => (
                 Some(Conn::Cluster(connector.cluster(cluster).map_err(bad_url)?)),
-                None,
+                Some(
+                    connector
+                        .subscriber(cluster.seeds[0].clone())
+                        .map_err(bad_url)?,
+                ),
             ),
             Topology::Single => {
                 let info = url.into_connection_info().map_err(bad_url)?;
@@ -1075,7 +1087,7 @@ async fn follow_nodes(
     connector: Arc<Connector>,
     switches: mpsc::UnboundedSender<ConnectionManager>,
 ) {
-    let mut current: Option<usize> = None;
+    let mut current = 0;
     let mut failing = false;
     loop {
         let Some(inner) = store.upgrade() else { return };
@@ -1099,7 +1111,7 @@ async fn follow_nodes(
         };
         if !alive {
             let n = cluster.seeds.len();
-            let start = current.map_or(0, |i| i + 1);
+            let start = current + 1;
             let mut moved = false;
             for i in (start..start + n).map(|i| i % n) {
                 let Ok(mut sub) = connector.subscriber(cluster.seeds[i].clone()) else {
@@ -1117,7 +1129,7 @@ async fn follow_nodes(
                     *inner.subscriber.write().unwrap_or_else(|e| e.into_inner()) =
                         Some(sub.clone());
                     let _ = switches.send(sub);
-                    current = Some(i);
+                    current = i;
                     moved = true;
                     failing = false;
                     break;
