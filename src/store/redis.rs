@@ -964,12 +964,25 @@ async fn run_subscriptions(
 ) {
     let mut conn: Option<ConnectionManager> = None;
     let mut channels = std::collections::HashSet::new();
+    // Once nobody can send another connection (one server: the first was
+    // the last), only requests are served.
+    let mut more_switches = true;
     loop {
+        let switch = async {
+            if more_switches {
+                switches.recv().await
+            } else {
+                std::future::pending().await
+            }
+        };
         tokio::select! {
             // A move first: later requests go to the new primary.
             biased;
-            switched = switches.recv() => {
-                let Some(mut new) = switched else { return };
+            switched = switch => {
+                let Some(mut new) = switched else {
+                    more_switches = false;
+                    continue;
+                };
                 if conn.is_some() {
                     for channel in &channels {
                         if let Err(e) = bounded("subscribe", timeout, new.subscribe(channel)).await {
