@@ -12,7 +12,9 @@ pub mod validate;
 pub use self::{
     election::{Leader, Observer},
     keepalive::{LeaseRef, LeaseState, Session},
-    tenant::{Caller, Caps, Permissions, Slot, Tenant, Tenants, Usage, NAMESPACE_SEPARATOR},
+    tenant::{
+        Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants, Usage, NAMESPACE_SEPARATOR,
+    },
 };
 
 use std::{sync::Arc, time::Duration};
@@ -176,7 +178,7 @@ impl Leases {
         let wait = validate::wait(limits, args.wait_timeout_ms)?;
         let lock_delay_ms = validate::lock_delay(limits, args.lock_delay_ms)?;
         let limit = validate::limit(limits, args.limit, lock_delay_ms)?;
-        caller.check_lease_room()?;
+        let room = caller.reserve_lease()?;
         let spec = GrantSpec {
             name: caller.tenant().qualify(&args.name),
             token: token::generate()?,
@@ -192,7 +194,7 @@ impl Leases {
         let (tx, rx) = oneshot::channel();
         tokio::spawn(
             self.clone()
-                .acquire_task(caller.clone(), args.name, spec, wait, tx),
+                .acquire_task(caller.clone(), room, args.name, spec, wait, tx),
         );
         rx.await
             .map_err(|_| Error::Internal("the acquire task ended without an answer".into()))?
@@ -203,6 +205,7 @@ impl Leases {
     async fn acquire_task(
         self,
         who: Caller,
+        room: LeaseRoom,
         name: String,
         spec: GrantSpec,
         wait: Duration,
@@ -227,7 +230,7 @@ impl Leases {
         let m = &self.inner.metrics;
         match &result {
             Ok(granted) => {
-                who.hold(
+                room.granted(
                     &spec.name,
                     &spec.token,
                     Instant::now() + Duration::from_millis(spec.ttl_ms),
@@ -570,9 +573,17 @@ mod tests {
         };
         let (tx, rx) = oneshot::channel();
         drop(rx); // the caller disconnected while the store granted
+        let caller = Caller::local();
         leases
             .clone()
-            .acquire_task(Caller::local(), "raced".into(), spec, Duration::ZERO, tx)
+            .acquire_task(
+                caller.clone(),
+                caller.reserve_lease().unwrap(),
+                "raced".into(),
+                spec,
+                Duration::ZERO,
+                tx,
+            )
             .await;
         assert_eq!(leases.metrics().acquired.get(), 1, "the store did grant");
         assert_eq!(

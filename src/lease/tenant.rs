@@ -402,35 +402,43 @@ impl Caller {
         Ok((self.conn.take(kind)?, self.tenant.usage.take(kind)?))
     }
 
-    /// Fails when the tenant or the connection holds as many leases as its
-    /// cap allows.
-    pub fn check_lease_room(&self) -> Result<()> {
+    /// Takes room for one more lease under the tenant's and the
+    /// connection's lease caps, or fails when either is full. The room is
+    /// held from now (so that calls in flight together cannot overshoot the
+    /// cap) until the grant is recorded with [`LeaseRoom::granted`], or
+    /// given back when the reservation drops without a grant.
+    pub fn reserve_lease(&self) -> Result<LeaseRoom> {
         self.counted(Rejection::Cap, self.lease_room())
     }
 
-    fn lease_room(&self) -> Result<()> {
+    fn lease_room(&self) -> Result<LeaseRoom> {
         let Some(ledger) = &self.tenant.ledger else {
-            return Ok(());
+            return Ok(LeaseRoom { caller: None });
         };
         let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
         let (tenant_cap, conn_cap) = (self.tenant.usage.caps.leases, self.conn.caps.leases);
         let full = |l: &Ledger| {
-            (tenant_cap > 0 && l.held.len() >= tenant_cap)
+            (tenant_cap > 0 && l.held.len() + l.reserved >= tenant_cap)
                 || (conn_cap > 0 && l.per_conn.get(&self.conn_id).copied().unwrap_or(0) >= conn_cap)
         };
         if full(&ledger) {
             ledger.prune(Instant::now());
         }
         if !full(&ledger) {
-            return Ok(());
+            ledger.reserved += 1;
+            *ledger.per_conn.entry(self.conn_id).or_default() += 1;
+            return Ok(LeaseRoom {
+                caller: Some(self.clone()),
+            });
         }
-        let (who, flag, cap) = if tenant_cap > 0 && ledger.held.len() >= tenant_cap {
-            let (who, flag) = self.tenant.usage.who("leases");
-            (who, flag, tenant_cap)
-        } else {
-            let (who, flag) = self.conn.who("leases");
-            (who, flag, conn_cap)
-        };
+        let (who, flag, cap) =
+            if tenant_cap > 0 && ledger.held.len() + ledger.reserved >= tenant_cap {
+                let (who, flag) = self.tenant.usage.who("leases");
+                (who, flag, tenant_cap)
+            } else {
+                let (who, flag) = self.conn.who("leases");
+                (who, flag, conn_cap)
+            };
         Err(Error::ResourceExhausted(format!(
             "{who} already holds {cap} leases on this broker replica ({flag}); \
              release some first"
@@ -451,6 +459,41 @@ impl Caller {
         if let Some(ledger) = &self.tenant.ledger {
             let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
             ledger.forget(&LeaseId::new(store_name, token));
+        }
+    }
+}
+
+/// Room for one lease under the caps, taken by [`Caller::reserve_lease`].
+#[derive(Debug)]
+pub struct LeaseRoom {
+    /// `None` when no lease cap is set (nothing is counted).
+    caller: Option<Caller>,
+}
+
+impl LeaseRoom {
+    /// The lease was granted: it now counts as held until `deadline`
+    /// (unless renewed), released or forgotten.
+    pub fn granted(mut self, store_name: &str, token: &str, deadline: Instant) {
+        if let Some(caller) = self.caller.take() {
+            if let Some(ledger) = &caller.tenant.ledger {
+                let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+                ledger.reserved -= 1;
+                // The reservation's count on the connection passes to the
+                // lease.
+                ledger.insert_counted(LeaseId::new(store_name, token), deadline, caller.conn_id);
+            }
+        }
+    }
+}
+
+impl Drop for LeaseRoom {
+    fn drop(&mut self) {
+        if let Some(caller) = self.caller.take() {
+            if let Some(ledger) = &caller.tenant.ledger {
+                let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+                ledger.reserved -= 1;
+                ledger.uncount(caller.conn_id);
+            }
         }
     }
 }
@@ -486,7 +529,10 @@ struct Held {
 #[derive(Debug, Default)]
 struct Ledger {
     held: HashMap<LeaseId, Held>,
+    /// Leases and reservations per connection.
     per_conn: HashMap<u64, usize>,
+    /// Room reserved by Acquire calls in flight.
+    reserved: usize,
 }
 
 impl Ledger {
@@ -499,6 +545,15 @@ impl Ledger {
                 self.held.insert(id, Held { deadline, conn });
                 *self.per_conn.entry(conn).or_default() += 1;
             }
+        }
+    }
+
+    /// Records a granted lease whose connection count was taken already
+    /// (by its reservation).
+    fn insert_counted(&mut self, id: LeaseId, deadline: Instant, conn: u64) {
+        if let Some(old) = self.held.insert(id, Held { deadline, conn }) {
+            // Cannot happen (a grant has a new token); keep the counts true.
+            self.uncount(old.conn);
         }
     }
 
@@ -578,28 +633,56 @@ mod tests {
         let soon = Instant::now() + Duration::from_secs(1);
         a1.hold("a|x", &"1".repeat(32), soon);
         a1.hold("a|y", &"2".repeat(32), soon);
-        let e = a1.check_lease_room().unwrap_err().to_string();
+        let e = a1.reserve_lease().unwrap_err().to_string();
         assert!(
             e.contains("this connection") && e.contains("--conn-max-leases"),
             "{e}"
         );
-        a2.check_lease_room().unwrap();
-        a2.hold("a|z", &"3".repeat(32), soon + Duration::from_secs(10));
-        let e = a2.check_lease_room().unwrap_err().to_string();
+        a2.reserve_lease()
+            .unwrap()
+            .granted("a|z", &"3".repeat(32), soon + Duration::from_secs(10));
+        let e = a2.reserve_lease().unwrap_err().to_string();
         assert!(
             e.contains("tenant 'a'") && e.contains("--tenant-max-leases"),
             "{e}"
         );
         // Another tenant is not touched.
-        caller(&tenants, "b", 1, &conn1).check_lease_room().unwrap();
+        caller(&tenants, "b", 1, &conn1).reserve_lease().unwrap();
         // A release frees room; so does an expiry.
         a1.forget("a|x", &"1".repeat(32));
-        a2.check_lease_room().unwrap();
+        drop(a2.reserve_lease().unwrap());
         a1.hold("a|x", &"4".repeat(32), soon);
-        assert!(a2.check_lease_room().is_err());
+        assert!(a2.reserve_lease().is_err());
         tokio::time::advance(Duration::from_secs(2)).await;
-        a2.check_lease_room().unwrap();
-        a1.check_lease_room().unwrap();
+        drop(a2.reserve_lease().unwrap());
+        drop(a1.reserve_lease().unwrap());
+    }
+
+    /// Acquire calls in flight together hold their room: the cap is never
+    /// overshot, and a call that ends without a grant gives its room back.
+    #[tokio::test(start_paused = true)]
+    async fn reservations_keep_concurrent_calls_within_the_cap() {
+        let tenants = Tenants::new(caps(2, 0, 0, 0), caps(0, 0, 0, 0), Metrics::new());
+        let conn = Usage::connection(tenants.conn_caps());
+        let a = caller(&tenants, "a", 1, &conn);
+        let first = a.reserve_lease().unwrap();
+        let second = a.reserve_lease().unwrap();
+        assert!(
+            a.reserve_lease().is_err(),
+            "two calls in flight fill a cap of 2"
+        );
+        drop(second); // not granted
+        let third = a.reserve_lease().unwrap();
+        first.granted(
+            "a|x",
+            &"1".repeat(32),
+            Instant::now() + Duration::from_secs(5),
+        );
+        assert!(a.reserve_lease().is_err());
+        drop(third);
+        let ledger = a.tenant.ledger.as_ref().unwrap().lock().unwrap();
+        assert_eq!((ledger.held.len(), ledger.reserved), (1, 0));
+        assert_eq!(ledger.per_conn.get(&1), Some(&1));
     }
 
     #[tokio::test(start_paused = true)]
