@@ -30,7 +30,7 @@ use crate::{
     metrics::{LossReason, Metrics},
     store::{
         Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, LeaseInfo, Renewed, Store,
-        QUEUE_REFRESH,
+        QUEUE_LIFETIME, QUEUE_REFRESH,
     },
 };
 
@@ -287,9 +287,31 @@ impl Leases {
         if result.is_err() {
             // Give up the place in line at once, so the next waiter is not
             // kept waiting for it to lapse.
-            let _ = self.count_errors(store.dequeue(&spec.name, &spec.token).await);
+            if self
+                .count_errors(store.dequeue(&spec.name, &spec.token).await)
+                .is_err()
+            {
+                tokio::spawn(
+                    self.clone()
+                        .dequeue_later(spec.name.clone(), spec.token.clone()),
+                );
+            }
         }
         result
+    }
+
+    /// A dequeue that failed (the store was unreachable: a failover, say)
+    /// is tried again a few times while the place would still hold, so
+    /// that the line moves as soon as the store is back instead of when the
+    /// place lapses ([`QUEUE_LIFETIME`]).
+    async fn dequeue_later(self, name: String, token: String) {
+        let until = Instant::now() + QUEUE_LIFETIME;
+        while Instant::now() < until {
+            tokio::time::sleep(DEQUEUE_RETRY).await;
+            if self.inner.store.dequeue(&name, &token).await.is_ok() {
+                return;
+            }
+        }
     }
 
     async fn wait_in_line(
@@ -501,6 +523,9 @@ impl Leases {
         result
     }
 }
+
+/// How often [`Leases::dequeue_later`] tries again.
+const DEQUEUE_RETRY: Duration = Duration::from_millis(200);
 
 /// The error for an Acquire of `name` that ends without the lock.
 fn not_obtained(name: &str, blocked: Blocked, started: Instant) -> Error {

@@ -325,6 +325,9 @@ fn nodelay(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
 /// (besides right after a failed call).
 const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The shortest time between two such looks.
+const FOLLOW_GAP: Duration = Duration::from_millis(50);
+
 /// The Redis store; cheap to clone.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -1084,11 +1087,15 @@ async fn follow_primary(
                 failing = true;
             }
         }
+        let asked = tokio::time::Instant::now();
         tokio::select! {
             () = inner.follow.notified() => {}
             () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
         }
         drop(inner);
+        // Failed calls wake this task: during an outage, many. A look every
+        // FOLLOW_GAP at most is soon enough.
+        tokio::time::sleep_until(asked + FOLLOW_GAP).await;
     }
 }
 
@@ -1155,11 +1162,15 @@ async fn follow_nodes(
                 failing = true;
             }
         }
+        let asked = tokio::time::Instant::now();
         tokio::select! {
             () = inner.follow.notified() => {}
             () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
         }
         drop(inner);
+        // Failed calls wake this task: during an outage, many. A look every
+        // FOLLOW_GAP at most is soon enough.
+        tokio::time::sleep_until(asked + FOLLOW_GAP).await;
     }
 }
 
