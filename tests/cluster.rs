@@ -7,18 +7,9 @@
 
 mod common;
 
-use std::{
-    collections::BTreeSet,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::BTreeSet, time::Duration};
 
-use common::{
-    acquire_req,
-    contract::{check, worker},
-    topology::Cluster,
-    Broker,
-};
+use common::{acquire_req, contract::Run, topology::Cluster, Broker};
 use leasehold::proto::{lease_status::State, KeepAliveRequest, LeaseRef};
 use tokio::time::Instant;
 use tonic::Code;
@@ -26,31 +17,6 @@ use tonic::Code;
 /// The Redis key of lock `name` (the test broker's prefix is `test:`).
 fn key(name: &str) -> String {
     leasehold::store::lease_key("test:", name)
-}
-
-/// Waits until `count` grants (of `lock`, or of any lock) asked for after
-/// `since` are in `log`; returns when the first of them arrived.
-async fn grants_after(
-    log: &Mutex<Vec<common::contract::Held>>,
-    lock: Option<&str>,
-    since: Instant,
-    count: usize,
-) -> Instant {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let after: Vec<Instant> = log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|h| h.sent > since && lock.is_none_or(|l| h.lock == l))
-            .map(|h| h.from)
-            .collect();
-        if after.len() >= count {
-            return *after.iter().min().unwrap();
-        }
-        assert!(Instant::now() < deadline, "grants did not resume");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Locks land on every primary; one heartbeat renews leases of many slots;
@@ -161,19 +127,7 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
 
     // The contended run.
     static LOCKS: [&str; 3] = ["a", "b", "c"];
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mut workers = Vec::new();
-    for id in 0..6 {
-        workers.push(tokio::spawn(worker(
-            broker.client().await,
-            id,
-            &LOCKS,
-            Arc::clone(&log),
-        )));
-    }
-    while log.lock().unwrap().len() < 20 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let run = Run::start(&LOCKS, 6, || broker.client()).await;
     // Move the slot of lock "a" to another primary, keys and all.
     // (Its owner by slot: between two grants the lock has no key at all.)
     let from = cluster
@@ -183,7 +137,7 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
     let to = *primaries.iter().find(|p| **p != from).unwrap();
     let migrated_at = Instant::now();
     cluster.migrate_key_slot(&key("a"), to).await;
-    grants_after(&log, Some("a"), migrated_at, 10).await;
+    run.grants_after(Some("a"), migrated_at, 10).await;
 
     // Kill the primary of lock "b"; its replica takes over.
     let victim = cluster
@@ -193,12 +147,9 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
     cluster.kill_node(cluster.index_of(victim));
     cluster.wait_until_ok(Duration::from_secs(30)).await;
     let promoted = killed_at.elapsed();
-    let others = grants_after(&log, None, killed_at, 1).await;
-    let resumed = grants_after(&log, Some("b"), killed_at, 10).await;
-    for w in workers {
-        w.abort();
-        let _ = w.await;
-    }
+    let others = run.grants_after(None, killed_at, 1).await;
+    let resumed = run.grants_after(Some("b"), killed_at, 10).await;
+    run.stop_and_check().await;
     eprintln!(
         "cluster failover, after the kill: cluster ok {} ms; first grant asked for after \
          the kill: of any lock {} ms, of the lock on the killed primary {} ms",
@@ -206,5 +157,4 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
         (others - killed_at).as_millis(),
         (resumed - killed_at).as_millis()
     );
-    check(&log.lock().unwrap());
 }

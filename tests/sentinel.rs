@@ -8,17 +8,9 @@
 
 mod common;
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
 
-use common::{
-    acquire_req,
-    contract::{check, worker},
-    topology::Sentinel,
-    Broker,
-};
+use common::{acquire_req, contract::Run, topology::Sentinel, Broker};
 use leasehold::proto::RenewRequest;
 use tokio::time::Instant;
 use tonic::Code;
@@ -58,20 +50,7 @@ async fn the_broker_follows_a_sentinel_failover() {
     };
 
     static LOCKS: [&str; 2] = ["a", "b"];
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mut workers = Vec::new();
-    for id in 0..4 {
-        workers.push(tokio::spawn(worker(
-            broker.client().await,
-            id,
-            &LOCKS,
-            Arc::clone(&log),
-        )));
-    }
-    // Some grants before the failover.
-    while log.lock().unwrap().len() < 20 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let run = Run::start(&LOCKS, 4, || broker.client()).await;
     let killed_at = Instant::now();
     let old = topology.kill_primary().await;
     let new = topology.wait_for_new_primary(Duration::from_secs(30)).await;
@@ -95,28 +74,8 @@ async fn the_broker_follows_a_sentinel_failover() {
     // Grants resume by themselves on the new primary: count those asked
     // for after the kill (one in flight at the kill may still have been
     // answered by the old primary).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let resumed = loop {
-        let after: Vec<Instant> = log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|h| h.sent > killed_at)
-            .map(|h| h.from)
-            .collect();
-        if after.len() >= 20 {
-            break *after.iter().min().unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "grants did not resume after the failover"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    for w in workers {
-        w.abort();
-        let _ = w.await;
-    }
+    let resumed = run.grants_after(None, killed_at, 20).await;
+    run.stop_and_check().await;
     eprintln!(
         "sentinel failover, after the kill: new primary named {} ms, broker serving {} ms, \
          first contended grant asked for after the kill {} ms",
@@ -125,7 +84,6 @@ async fn the_broker_follows_a_sentinel_failover() {
         (resumed - killed_at).as_millis()
     );
 
-    check(&log.lock().unwrap());
     // The lease acknowledged by a replica before the kill survived it.
     let d = client
         .describe(leasehold::proto::DescribeRequest {

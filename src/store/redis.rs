@@ -1087,16 +1087,22 @@ async fn follow_primary(
                 failing = true;
             }
         }
-        let asked = tokio::time::Instant::now();
-        tokio::select! {
-            () = inner.follow.notified() => {}
-            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
-        }
-        drop(inner);
-        // Failed calls wake this task: during an outage, many. A look every
-        // FOLLOW_GAP at most is soon enough.
-        tokio::time::sleep_until(asked + FOLLOW_GAP).await;
+        next_look(inner).await;
     }
+}
+
+/// Waits for the next look of a topology follower: a failed call's
+/// wake-up, or [`FOLLOW_INTERVAL`]; and at least [`FOLLOW_GAP`] after this
+/// one, since during an outage many calls fail. `inner` is let go before
+/// the gap, so that a store dropped meanwhile ends its follower.
+async fn next_look(inner: Arc<Inner>) {
+    let asked = tokio::time::Instant::now();
+    tokio::select! {
+        () = inner.follow.notified() => {}
+        () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+    }
+    drop(inner);
+    tokio::time::sleep_until(asked + FOLLOW_GAP).await;
 }
 
 /// Keeps the subscription of a Cluster store on a live node: checks it
@@ -1162,15 +1168,7 @@ async fn follow_nodes(
                 failing = true;
             }
         }
-        let asked = tokio::time::Instant::now();
-        tokio::select! {
-            () = inner.follow.notified() => {}
-            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
-        }
-        drop(inner);
-        // Failed calls wake this task: during an outage, many. A look every
-        // FOLLOW_GAP at most is soon enough.
-        tokio::time::sleep_until(asked + FOLLOW_GAP).await;
+        next_look(inner).await;
     }
 }
 

@@ -107,3 +107,71 @@ pub fn check(log: &[Held]) {
         }
     }
 }
+
+/// A contended run in progress: `workers` cycling on `locks`.
+pub struct Run {
+    /// Every grant so far.
+    pub log: Arc<Mutex<Vec<Held>>>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Run {
+    /// Starts `workers` workers on `locks`, each with a client of its own
+    /// from `connect`, and waits for their first 20 grants.
+    pub async fn start<F, Fut>(locks: &'static [&'static str], workers: usize, connect: F) -> Self
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = LeaseholdClient<Channel>>,
+    {
+        let started = Instant::now();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut handles = Vec::new();
+        for id in 0..workers {
+            handles.push(tokio::spawn(worker(
+                connect().await,
+                id,
+                locks,
+                Arc::clone(&log),
+            )));
+        }
+        let run = Run {
+            log,
+            workers: handles,
+        };
+        run.grants_after(None, started, 20).await;
+        run
+    }
+
+    /// Waits until `count` grants (of `lock`, or of any lock) asked for
+    /// after `since` are in the log; returns when the first of them arrived.
+    pub async fn grants_after(&self, lock: Option<&str>, since: Instant, count: usize) -> Instant {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let after: Vec<Instant> = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|h| h.sent > since && lock.is_none_or(|l| h.lock == l))
+                .map(|h| h.from)
+                .collect();
+            if after.len() >= count {
+                return *after.iter().min().unwrap();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{count} grants of {lock:?} did not come within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the workers and checks the contract on every grant they saw.
+    pub async fn stop_and_check(self) {
+        for w in self.workers {
+            w.abort();
+            let _ = w.await;
+        }
+        check(&self.log.lock().unwrap());
+    }
+}

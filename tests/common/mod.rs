@@ -213,7 +213,8 @@ impl Drop for RedisServer {
 /// Spawns redis-server and waits for its "Ready to accept connections" line;
 /// `None` if it exited first (port taken).
 fn spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
-    let mut child = Command::new(redis_binary())
+    let mut command = Command::new(redis_binary());
+    command
         .args([
             "--port",
             &port.to_string(),
@@ -229,7 +230,14 @@ fn spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
             "notice",
         ])
         // After the defaults, so that they override them.
-        .args(extra)
+        .args(extra);
+    spawn_until(command, "Ready to accept connections")
+}
+
+/// Runs `command` (a redis-server) with its stdout piped and waits for a
+/// line containing `ready`; `None` if it exited first (its port was taken).
+fn spawn_until(mut command: Command, ready: &'static str) -> Option<Child> {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -243,15 +251,15 @@ fn spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut ready = Some(tx);
+        let mut tx = Some(tx);
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if line.contains("Ready to accept connections") {
-                if let Some(tx) = ready.take() {
+            if line.contains(ready) {
+                if let Some(tx) = tx.take() {
                     let _ = tx.send(());
                 }
             }
-            // Keep draining so redis never blocks on a full pipe.
+            // Keep draining so the server never blocks on a full pipe.
         }
     });
     match rx.recv_timeout(Duration::from_secs(20)) {

@@ -32,13 +32,12 @@
 use std::{
     collections::BTreeSet,
     future::Future,
-    io::{BufRead, BufReader},
     net::SocketAddr,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicUsize, Ordering},
-        mpsc, Mutex,
+        Mutex,
     },
     time::Duration,
 };
@@ -46,7 +45,7 @@ use std::{
 use redis::{FromRedisValue, RedisResult, ServerErrorKind};
 use tokio::time::Instant;
 
-use super::{free_port, redis_binary, spawn_redis};
+use super::{free_port, redis_binary, spawn_redis, spawn_until};
 
 /// How often a wait asks again.
 const POLL: Duration = Duration::from_millis(50);
@@ -155,44 +154,6 @@ fn start_node(kind: &str, extra: impl Fn() -> Vec<String>) -> Node {
         let _ = std::fs::remove_dir_all(&dir);
     }
     panic!("redis-server ({kind}) did not start on any of 5 free ports");
-}
-
-/// Runs `command` with its stdout piped and waits for a line containing
-/// `ready`; `None` if it exited first (its port was taken).
-fn spawn_until(mut command: Command, ready: &'static str) -> Option<Child> {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run '{}' ({e}): install redis-server (scripts/test does) \
-                 or set LEASEHOLD_REDIS_SERVER",
-                redis_binary()
-            )
-        });
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line.contains(ready) {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(());
-                }
-            }
-            // Keep draining so the server never blocks on a full pipe.
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(()) => Some(child),
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
-    }
 }
 
 /// One command to the server at `addr`, on a connection of its own, bounded
