@@ -13,6 +13,7 @@
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
+use super::url::MultiHost;
 use crate::error::{Error, Result};
 
 /// The seed nodes of a cluster.
@@ -35,47 +36,31 @@ impl ClusterTarget {
     /// Reads a `redis+cluster://` or `rediss+cluster://` URL; `None` for any
     /// other scheme.
     pub fn parse(url: &str) -> Result<Option<Self>> {
-        let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-            ("redis", rest)
-        } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
-            ("rediss", rest)
-        } else {
+        let Some(parsed) = MultiHost::parse(url, "cluster", "node") else {
             return Ok(None);
         };
         let bad = |why: &str| {
             Error::InvalidArgument(format!(
-                "bad Cluster URL: {why}; write {scheme}+cluster://[user:password@]host:port[,host:port...]"
+                "bad Cluster URL: {why}; write redis+cluster://[user:password@]host:port[,host:port...] (rediss+ for TLS)"
             ))
         };
-        let authority = match rest.split_once('/') {
-            Some((authority, "" | "0")) => authority,
-            Some(_) => return Err(bad("a cluster has only database 0")),
-            None => rest,
-        };
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
-            None => (String::new(), authority),
-        };
+        let MultiHost {
+            scheme,
+            userinfo,
+            hosts,
+            path,
+        } = parsed.map_err(|why| bad(&why))?;
+        if !matches!(path, None | Some("" | "0")) {
+            return Err(bad("a cluster has only database 0"));
+        }
         let seeds = hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
+            .into_iter()
             .map(|host| {
-                if host
-                    .rsplit_once(':')
-                    .and_then(|(_, p)| p.parse::<u16>().ok())
-                    .is_none()
-                {
-                    return Err(bad(&format!("node '{host}' has no port")));
-                }
                 format!("{scheme}://{userinfo}{host}")
                     .into_connection_info()
                     .map_err(|e| bad(&e.to_string()))
             })
             .collect::<Result<Vec<_>>>()?;
-        if seeds.is_empty() {
-            return Err(bad("no node address"));
-        }
         Ok(Some(ClusterTarget { seeds }))
     }
 }

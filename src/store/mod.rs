@@ -33,6 +33,7 @@ mod cluster;
 mod memory;
 mod redis;
 mod sentinel;
+mod url;
 mod watch;
 
 pub use self::memory::MemoryStore;

@@ -16,6 +16,7 @@ use std::{sync::Mutex, time::Duration};
 
 use redis::{aio::MultiplexedConnection, ConnectionInfo, IntoConnectionInfo, Value};
 
+use super::url::MultiHost;
 use crate::error::{Error, Result};
 
 /// The sentinels of one master, and how to reach the data nodes.
@@ -50,40 +51,22 @@ impl SentinelTarget {
     /// Reads a `redis+sentinel://` or `rediss+sentinel://` URL; `None` for
     /// any other scheme.
     pub fn parse(url: &str) -> Result<Option<Self>> {
-        let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-            ("redis", rest)
-        } else if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
-            ("rediss", rest)
-        } else {
+        let Some(parsed) = MultiHost::parse(url, "sentinel", "sentinel") else {
             return Ok(None);
         };
         let bad = |why: &str| {
             Error::InvalidArgument(format!(
-                "bad Sentinel URL: {why}; write {scheme}+sentinel://[user:password@]host:port[,host:port...]/master[/db]"
+                "bad Sentinel URL: {why}; write redis+sentinel://[user:password@]host:port[,host:port...]/master[/db] (rediss+ for TLS)"
             ))
         };
-        let (authority, path) = rest.split_once('/').ok_or_else(|| bad("no master name"))?;
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
-            None => (String::new(), authority),
-        };
-        let sentinels: Vec<String> = hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .map(str::to_owned)
-            .collect();
-        if sentinels.is_empty() {
-            return Err(bad("no sentinel address"));
-        }
-        for s in &sentinels {
-            if s.rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok())
-                .is_none()
-            {
-                return Err(bad(&format!("sentinel '{s}' has no port")));
-            }
-        }
+        let MultiHost {
+            scheme,
+            userinfo,
+            hosts,
+            path,
+        } = parsed.map_err(|why| bad(&why))?;
+        let sentinels: Vec<String> = hosts.into_iter().map(str::to_owned).collect();
+        let path = path.ok_or_else(|| bad("no master name"))?;
         let mut parts = path.split('/');
         let master = parts.next().unwrap_or("").to_owned();
         if master.is_empty() {
