@@ -242,12 +242,11 @@ pub struct TokenArgs {
 /// --auth-file line on standard error (for the broker): the two never go to
 /// the same place by accident.
 pub fn token(args: TokenArgs) -> ExitCode {
-    let line = format!("{} {} ", args.tenant, args.permissions);
     let token = if args.stdin {
         let mut text = String::new();
         if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
             eprintln!("leasehold: reading the token from standard input: {e}");
-            return ExitCode::from(EXIT_BROKER_ERROR);
+            return ExitCode::from(2);
         }
         text.trim().to_owned()
     } else {
@@ -259,17 +258,27 @@ pub fn token(args: TokenArgs) -> ExitCode {
             }
         }
     };
-    if let Err(e) =
-        crate::auth::check_line(&format!("{line}{}", crate::auth::token_credential(&token)))
-    {
+    if token.is_empty() {
+        eprintln!("leasehold: the token on standard input is empty");
+        return ExitCode::from(2);
+    }
+    let entry = format!(
+        "{} {} {}",
+        args.tenant,
+        args.permissions,
+        crate::auth::token_credential(&token)
+    );
+    // Checked as the broker will read it: a bad tenant or permission is
+    // said now, not when the broker loads the file.
+    if let Err(e) = crate::auth::check_line(&entry) {
         eprintln!("leasehold: {e}");
         return ExitCode::from(2);
     }
     if args.stdin {
-        println!("{line}{}", crate::auth::token_credential(&token));
+        println!("{entry}");
     } else {
         println!("{token}");
-        eprintln!("{line}{}", crate::auth::token_credential(&token));
+        eprintln!("{entry}");
     }
     ExitCode::SUCCESS
 }
