@@ -1,14 +1,16 @@
-"""Fixtures: a real broker process (memory store) on a free loopback port."""
+"""Fixtures: a real broker process (memory store) on a free loopback port;
+a real redis-server, for brokers that share a store."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import pytest
 
@@ -32,16 +34,16 @@ def broker_binary() -> str:
 
 
 class Broker:
-    """A `leasehold serve --store memory` process; ``args`` are more serve
-    flags (TLS files, an auth file)."""
+    """A `leasehold serve --store memory` process (``store``: another store
+    URL); ``args`` are more serve flags (TLS files, an auth file)."""
 
-    def __init__(self, log_path: Path, args: Sequence[str] = ()):
+    def __init__(self, log_path: Path, args: Sequence[str] = (), store: str = "memory"):
         binary = broker_binary()
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--store", "memory", "--listen", self.address, "--metrics-listen", "127.0.0.1:0", *args],
+            [binary, "serve", "--store", store, "--listen", self.address, "--metrics-listen", "127.0.0.1:0", *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
@@ -73,6 +75,61 @@ class Broker:
             self.proc.kill()
         self.proc.wait(10)
         self._log.close()
+
+
+class RedisServer:
+    """A redis-server process on a free loopback port, without persistence,
+    for brokers that must share a store (the memory store is per process)."""
+
+    def __init__(self, binary: str, log_path: Path):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/"
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        end = time.monotonic() + 20.0
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                pytest.fail(f"redis-server exited with {self.proc.returncode}: {log_path.read_text(errors='replace')}")
+            # Startup only: redis-server answers PING once it is ready.
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        self.stop()
+        pytest.fail(f"redis-server did not answer on port {self.port} within 20s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self._log.close()
+
+
+def redis_binary() -> Optional[str]:
+    """``$LEASEHOLD_REDIS_SERVER``, or ``redis-server`` on the PATH."""
+    return os.environ.get("LEASEHOLD_REDIS_SERVER") or shutil.which("redis-server")
+
+
+@pytest.fixture
+def redis(tmp_path):
+    """A redis-server for one test; the test is skipped without one."""
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip(
+            "redis-server is not on the PATH (nor named by LEASEHOLD_REDIS_SERVER): two brokers "
+            "need a shared store to hand leases over (scripts/test installs it)"
+        )
+    r = RedisServer(binary, tmp_path / "redis.log")
+    yield r
+    r.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,20 @@
 """A TCP proxy whose connections can be cut, to break KeepAlive streams
-without losing the broker's (in-memory) leases."""
+without losing the broker's (in-memory) leases, or delayed, to make a broker
+slow to connect to."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class Proxy:
-    def __init__(self, upstream_port: int):
+    def __init__(self, upstream_port: int, delay: float = 0.0):
+        """``delay``: how long each accepted connection waits before it is
+        connected upstream (so the client's handshake takes that long)."""
         self._upstream = ("127.0.0.1", upstream_port)
+        self._delay = delay
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -27,17 +32,22 @@ class Proxy:
                 down, _ = self._listener.accept()
             except OSError:
                 return
-            try:
-                up = socket.create_connection(self._upstream)
-            except OSError:
-                down.close()
-                continue
-            with self._lock:
-                self._sockets += [down, up]
-                self.accepted += 1
-                self._accepted_cv.notify_all()
-            for a, b in ((down, up), (up, down)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._connect, args=(down,), daemon=True).start()
+
+    def _connect(self, down: socket.socket) -> None:
+        if self._delay:
+            time.sleep(self._delay)
+        try:
+            up = socket.create_connection(self._upstream)
+        except OSError:
+            down.close()
+            return
+        with self._lock:
+            self._sockets += [down, up]
+            self.accepted += 1
+            self._accepted_cv.notify_all()
+        for a, b in ((down, up), (up, down)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import threading
 import time
 
 import pytest
 
-from leasehold import Client, LeaseLost, LossReason, NotAcquired
+from leasehold import Client, LeaseholdError, LeaseLost, LossReason, NotAcquired
 
 from proxy import Proxy
 
@@ -210,6 +211,71 @@ def test_campaign_and_leader(client, other, name):
         other.campaign(name, "node-b", ttl=5)
     leadership.release()
     assert other.leader(name) is None
+
+
+class Collector:
+    """Iterates over an Observation on a thread of its own, so the test can
+    wait for each change with a deadline."""
+
+    END = object()
+
+    def __init__(self, observation):
+        self.observation = observation
+        self.items: "queue.Queue" = queue.Queue()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            for leader in self.observation:
+                self.items.put(leader)
+        except Exception as e:
+            self.items.put(e)
+        self.items.put(self.END)
+
+    def next(self, timeout=5.0):
+        return self.items.get(timeout=timeout)
+
+
+def test_observe_streams_every_change_of_leadership(client, other, name):
+    changes = Collector(other.observe(name))
+    assert changes.next() is None  # as it is now: no leader
+    a = client.campaign(name, "node-a", ttl=5)
+    leader = changes.next()
+    assert leader.value == "node-a" and leader.term == a.fence and leader.remaining > 0
+    a.release()  # resigns: observers hear it at once
+    assert changes.next() is None
+    b = client.campaign(name, "node-b", ttl=5)
+    leader = changes.next()
+    assert leader.value == "node-b" and leader.term == b.fence > a.fence
+    assert other.leader(name).term == b.fence
+    # Cancelling (from another thread) ends the iteration cleanly.
+    changes.observation.cancel()
+    assert changes.next() is Collector.END
+    changes.thread.join(5)
+    b.release()
+
+
+def test_closing_the_client_ends_its_observations(broker, name):
+    c = Client(broker.address)
+    changes = Collector(c.observe(name))
+    assert changes.next() is None
+    c.close()
+    assert changes.next() is Collector.END  # not an error
+
+
+def test_observe_raises_when_its_broker_dies(own_broker, name):
+    with Client(own_broker.address) as c:
+        with c.observe(name) as changes:
+            assert next(changes) is None
+            own_broker.kill()
+            with pytest.raises(LeaseholdError) as e:
+                next(changes)
+            assert e.value.code.name == "UNAVAILABLE"
+        # Observing again fails the same way while no replica is reachable.
+        with pytest.raises(LeaseholdError) as e:
+            c.observe(name)
+        assert e.value.code.name == "UNAVAILABLE"
 
 
 def test_invalid_ttl_is_refused_with_the_broker_message(client, name):

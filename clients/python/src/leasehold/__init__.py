@@ -15,7 +15,7 @@ paused past its TTL::
 See README.md for the rules the client follows.
 """
 
-from ._client import Client, Description, FenceCheck, Leader, default_holder
+from ._client import Client, Description, FenceCheck, Leader, Observation, default_holder
 from ._lease import Lease
 from .errors import LeaseholdError, LeaseLost, LossReason, NotAcquired
 
@@ -29,5 +29,6 @@ __all__ = [
     "LeaseLost",
     "LossReason",
     "NotAcquired",
+    "Observation",
     "default_holder",
 ]

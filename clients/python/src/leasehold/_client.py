@@ -7,14 +7,15 @@ import datetime
 import os
 import socket
 import time
-from typing import Optional, Sequence, Tuple, Union
+import weakref
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
+from ._brokers import Brokers
 from ._keeper import Keeper
 from ._lease import Lease, _Held
 from ._proto import leasehold_pb2 as pb
-from ._proto import leasehold_pb2_grpc as pb_grpc
 from .errors import LeaseholdError, LeaseLost, LossReason, from_rpc_error
 
 Seconds = Union[float, int, datetime.timedelta]
@@ -23,11 +24,16 @@ Pem = Union[str, "os.PathLike[str]", bytes]
 
 # gRPC's default reconnect backoff starts at 1 s and grows to 2 minutes: far
 # too slow to resume a lease of a few seconds after a broker restart or a
-# network blip. HTTP/2 pings notice a dead connection that TCP alone would
-# not (same settings as the Rust client).
+# network blip. gRPC core takes grpc.min_reconnect_backoff_ms as the least
+# time a connection attempt is given (TCP, TLS and HTTP/2 handshakes), not as
+# a backoff: 5 s, the Rust client's connect timeout. (At 100 ms, a broker a
+# few tens of milliseconds away over TLS failed its first calls with
+# UNAVAILABLE, and with several brokers it counted as unreachable.) HTTP/2
+# pings notice a dead connection that TCP alone would not (same settings as
+# the Rust client).
 _CHANNEL_OPTIONS: Sequence[Tuple[str, int]] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 5_000),
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
@@ -76,6 +82,35 @@ def _bearer_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
+def _split_targets(target: Union[str, Sequence[str]]) -> Tuple[Optional[str], List[str]]:
+    """The scheme (``"http"``, ``"https"`` or None) and the addresses of one
+    target, a comma-separated list of them, or a sequence of them."""
+    if isinstance(target, str):
+        targets = target.split(",")
+    else:
+        targets = list(target)
+        if not all(isinstance(t, str) for t in targets):
+            raise TypeError("target must be a str or a sequence of str")
+    schemes = set()
+    addresses = []
+    for t in targets:
+        t = t.strip()
+        if not t:
+            continue
+        scheme = None
+        for prefix in ("https://", "http://"):
+            if t.startswith(prefix):
+                scheme, t = prefix[:-3], t[len(prefix) :]
+        schemes.add(scheme)
+        addresses.append(t.rstrip("/"))
+    if not addresses:
+        raise ValueError("no broker address given")
+    if {"http", "https"} <= schemes:
+        raise ValueError("the broker addresses mix http:// and https://: one client is either TLS or plaintext")
+    scheme = "https" if "https" in schemes else ("http" if "http" in schemes else None)
+    return scheme, addresses
+
+
 def default_holder() -> str:
     """``hostname:pid``, so that an operator can find the holder."""
     return f"{socket.gethostname() or 'unknown'}:{os.getpid()}"
@@ -119,14 +154,73 @@ class Leader:
     term: int
     remaining: float
 
+    @staticmethod
+    def _from(r: pb.LeaderResponse) -> Optional["Leader"]:
+        if not r.present:
+            return None
+        return Leader(value=r.value, term=r.term, remaining=r.remaining_ms / 1000.0)
+
+
+class Observation:
+    """The leadership of an election as it is now, then every change, as the
+    broker pushes them: iterate over it for ``Leader`` objects (``None``
+    when the election has no leader). Returned by :meth:`Client.observe`.
+
+    The iteration ends after :meth:`cancel` (or the end of a ``with``
+    block). If the stream breaks (the broker shut down or died), the next
+    step raises :class:`LeaseholdError` (UNAVAILABLE): observe again, which
+    goes to another replica if this one cannot be reached."""
+
+    def __init__(self, call, first: pb.LeaderResponse):
+        self._call = call
+        self._first: Optional[pb.LeaderResponse] = first
+        self._cancelled = False
+
+    def __iter__(self) -> Iterator[Optional[Leader]]:
+        return self
+
+    def __next__(self) -> Optional[Leader]:
+        if self._cancelled:
+            raise StopIteration
+        if self._first is not None:
+            r, self._first = self._first, None
+            return Leader._from(r)
+        try:
+            r = next(self._call)
+        except grpc.RpcError as e:
+            if self._cancelled:
+                raise StopIteration from None
+            raise from_rpc_error(e) from None
+        return Leader._from(r)
+
+    def cancel(self) -> None:
+        """Ends the stream (from any thread); the iteration stops."""
+        self._cancelled = True
+        self._call.cancel()
+
+    close = cancel
+
+    def __enter__(self) -> "Observation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancel()
+
 
 class Client:
-    """A connection to a Leasehold broker.
+    """A connection to a Leasehold broker, or to several replicas of one.
 
     ``target`` is ``host:port``; ``http://`` and ``https://`` prefixes are
     accepted, and ``https://`` means TLS (as the Rust CLI's ``--broker``).
     Unary calls time out after ``timeout`` seconds (plus the requested wait,
     for acquire).
+
+    Several replicas (sharing one store): a list of targets, or one string
+    of them separated by commas. Calls and the KeepAlive stream go to one
+    replica and move on to the next only when it cannot be reached (the
+    call failed to connect, so the request never left); the leases then
+    resume there by owner token. Every target takes the same TLS settings
+    and token.
 
     TLS and authentication (all optional):
 
@@ -157,7 +251,7 @@ class Client:
 
     def __init__(
         self,
-        target: str,
+        target: Union[str, Sequence[str]],
         *,
         timeout: float = 10.0,
         tls: Union[bool, Pem, None] = None,
@@ -168,11 +262,7 @@ class Client:
         credentials: Optional[grpc.ChannelCredentials] = None,
         options: Sequence[Tuple[str, object]] = (),
     ):
-        scheme = None
-        for prefix in ("https://", "http://"):
-            if target.startswith(prefix):
-                scheme, target = prefix[:-3], target[len(prefix) :]
-        target = target.rstrip("/")
+        scheme, targets = _split_targets(target)
         if (client_cert is None) != (client_key is None):
             raise ValueError("client_cert and client_key go together (mutual TLS needs both)")
         if credentials is not None and (tls not in (None, True) or client_cert is not None):
@@ -187,7 +277,7 @@ class Client:
             raise ValueError("tls=False contradicts an https:// target, a client certificate or credentials")
         if scheme == "http" and wants_tls:
             raise ValueError("an http:// target is plaintext: use https:// (or no scheme) with TLS options")
-        self._metadata = _bearer_metadata(token)
+        metadata = _bearer_metadata(token)
 
         opts = list(_CHANNEL_OPTIONS)
         if server_name is not None:
@@ -200,16 +290,31 @@ class Client:
                     private_key=None if client_key is None else _pem(client_key, "client key"),
                     certificate_chain=None if client_cert is None else _pem(client_cert, "client certificate"),
                 )
-            self._channel = grpc.secure_channel(target, credentials, opts)
+            secure = credentials
+
+            def channel(t: str) -> grpc.Channel:
+                return grpc.secure_channel(t, secure, opts)
+
         else:
-            self._channel = grpc.insecure_channel(target, opts)
-        self.target = target
-        #: Whether the channel uses TLS.
+
+            def channel(t: str) -> grpc.Channel:
+                return grpc.insecure_channel(t, opts)
+
+        self._brokers = Brokers(targets, channel, metadata)
+        #: The broker addresses given, in order.
+        self.targets: Tuple[str, ...] = self._brokers.targets
+        #: Whether the channels use TLS.
         self.tls = wants_tls
         self._timeout = timeout
-        self._stub = pb_grpc.LeaseholdStub(self._channel)
-        self._keeper = Keeper(self._stub, self._metadata)
+        self._keeper = Keeper(self._brokers)
+        # Open observations, cancelled by close() so that they end cleanly.
+        self._observations: "weakref.WeakSet[Observation]" = weakref.WeakSet()
         self._closed = False
+
+    @property
+    def target(self) -> str:
+        """The broker address calls go to now (with several, the one in use)."""
+        return self._brokers.target
 
     # -- leases --------------------------------------------------------------
 
@@ -254,7 +359,7 @@ class Client:
         # The deadline counts from the time the request was *sent*.
         sent = time.monotonic()
         try:
-            response = self._stub.Acquire(request, timeout=wait_s + self._timeout, metadata=self._metadata)
+            response = self._brokers.call("Acquire", request, timeout=wait_s + self._timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return self._hold(response.lease, response.waited_ms, sent, margin)
@@ -271,7 +376,7 @@ class Client:
         )
         sent = time.monotonic()
         try:
-            response = self._stub.Campaign(request, timeout=wait_s + self._timeout, metadata=self._metadata)
+            response = self._brokers.call("Campaign", request, timeout=wait_s + self._timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return self._hold(response.lease, response.waited_ms, sent, None)
@@ -304,10 +409,10 @@ class Client:
         by another process). Raises :class:`LeaseLost` if it is already gone."""
         self._check_open()
         try:
-            self._stub.Release(
+            self._brokers.call(
+                "Release",
                 pb.ReleaseRequest(name=name, owner_token=owner_token),
                 timeout=self._timeout if timeout is None else timeout,
-                metadata=self._metadata,
             )
         except grpc.RpcError as e:
             code = e.code()
@@ -319,9 +424,13 @@ class Client:
 
     # -- questions -----------------------------------------------------------
 
-    def describe(self, name: str) -> Description:
-        """Who holds ``name``: ``held`` is False for a free name."""
-        r = self._unary(self._stub.Describe, pb.DescribeRequest(name=name))
+    def describe(self, name: str, tenant: str = "") -> Description:
+        """Who holds ``name``: ``held`` is False for a free name.
+
+        ``tenant``: another tenant's lock of that name, for a credential
+        with the ``admin`` permission (PERMISSION_DENIED otherwise); empty
+        for the caller's own."""
+        r = self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant))
         return Description(
             held=r.held,
             holder=r.holder,
@@ -341,20 +450,53 @@ class Client:
         for a resource that cannot remember the highest fence it has seen.
         The answer can be stale by the time it arrives: a resource that keeps
         the highest fence itself is safer."""
-        r = self._unary(self._stub.CheckFence, pb.CheckFenceRequest(name=name, fence=fence))
+        r = self._unary("CheckFence", pb.CheckFenceRequest(name=name, fence=fence))
         return FenceCheck(current=r.current, current_fence=r.current_fence)
 
     def leader(self, election: str) -> Optional[Leader]:
         """The current leader of ``election``, or None."""
-        r = self._unary(self._stub.Leader, pb.LeaderRequest(election=election))
-        if not r.present:
-            return None
-        return Leader(value=r.value, term=r.term, remaining=r.remaining_ms / 1000.0)
+        return Leader._from(self._unary("Leader", pb.LeaderRequest(election=election)))
 
-    def _unary(self, method, request):
+    def observe(self, election: str) -> Observation:
+        """The leadership of ``election`` now, then every change as it
+        happens (pushed by the broker, nothing polls): an iterator of
+        ``Leader`` (``None``: no leader). Returns once the first answer
+        arrived (within the client's ``timeout``), so refusals
+        (UNAUTHENTICATED, INVALID_ARGUMENT) raise here; after that the stream
+        has no deadline. Cancel it, or use it as a context manager, to end
+        it."""
         self._check_open()
         try:
-            return method(request, timeout=self._timeout, metadata=self._metadata)
+            call, first = self._brokers.open_stream(
+                "Observe", pb.LeaderRequest(election=election), timeout=self._timeout
+            )
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        except StopIteration:
+            raise LeaseholdError("the broker ended the Observe stream without an answer") from None
+        observation = Observation(call, first)
+        self._observations.add(observation)
+        return observation
+
+    # -- administration ------------------------------------------------------
+
+    def revoke(self, name: str, tenant: str = "") -> int:
+        """Ends the current lease on ``name``, whoever holds it, and returns
+        its fence. Its holder hears it is lost (``REVOKED``) at its next
+        heartbeat, its lock-delay starts, waiters are woken, and the next
+        grant gets a higher fence.
+
+        An operator's tool: the credential needs the ``admin`` permission
+        (without an --auth-file, the broker must run with --enable-revoke);
+        otherwise :class:`LeaseholdError` with code PERMISSION_DENIED.
+        ``tenant``: another tenant's lock of that name (empty: the caller's
+        own). NOT_FOUND if the name is not held."""
+        return self._unary("Revoke", pb.RevokeRequest(name=name, tenant=tenant)).fence
+
+    def _unary(self, method: str, request):
+        self._check_open()
+        try:
+            return self._brokers.call(method, request, timeout=self._timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
@@ -365,8 +507,8 @@ class Client:
             raise LeaseholdError("the client is closed")
 
     def close(self) -> None:
-        """Releases the leases still held (best effort), stops the keeper
-        thread and closes the channel."""
+        """Releases the leases still held (best effort), ends the open
+        observations, stops the keeper thread and closes the channels."""
         if self._closed:
             return
         for held in self._keeper.snapshot():
@@ -377,8 +519,10 @@ class Client:
             except Exception:
                 pass
         self._closed = True
+        for observation in list(self._observations):
+            observation.cancel()
         self._keeper.close()
-        self._channel.close()
+        self._brokers.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -388,5 +532,9 @@ class Client:
 
     def __repr__(self) -> str:
         # Whether there is a token, never any of it.
-        token = ", token=<redacted>" if self._metadata else ""
-        return f"Client(target={self.target!r}, tls={self.tls}{token})"
+        token = ", token=<redacted>" if self._brokers.metadata else ""
+        if len(self.targets) == 1:
+            where = f"target={self.target!r}"
+        else:
+            where = f"targets={list(self.targets)!r}, current={self.target!r}"
+        return f"Client({where}, tls={self.tls}{token})"

@@ -12,6 +12,9 @@ It follows the rules of the Rust client (src/client/keeper.rs):
 * when the stream breaks or stalls, it opens a new one (with jittered
   backoff, never longer than a heartbeat interval) and resumes the leases by
   owner token, which works as long as they have not expired;
+* with several broker replicas, a stream that could not connect moves the
+  client on to the next replica, where the leases resume (any replica can
+  renew them: they share the store);
 * a lease past its local deadline is released in the background, so the
   next holder need not wait for the broker-side TTL.
 
@@ -32,6 +35,7 @@ from typing import Dict, List, Optional, Tuple
 
 import grpc
 
+from ._brokers import Brokers, not_connected
 from ._lease import _Held, run_callbacks
 from ._proto import leasehold_pb2 as pb
 from .errors import LossReason
@@ -61,14 +65,16 @@ def jitter(d: float) -> float:
 
 
 class _Stream:
-    """One KeepAlive call: requests are fed from a queue, responses are read
-    by a thread of its own and posted to the keeper's inbox, tagged with the
-    stream's generation so that news from an abandoned stream is ignored."""
+    """One KeepAlive call, to the replica at ``index``: requests are fed
+    from a queue, responses are read by a thread of its own and posted to the
+    keeper's inbox, tagged with the stream's generation so that news from an
+    abandoned stream is ignored."""
 
-    def __init__(self, stub, metadata, gen: int, inbox: "queue.SimpleQueue"):
+    def __init__(self, brokers: Brokers, gen: int, inbox: "queue.SimpleQueue"):
         self.gen = gen
+        self.index, stub = brokers.current()
         self._requests: "queue.Queue[Optional[pb.KeepAliveRequest]]" = queue.Queue()
-        self._call = stub.KeepAlive(self._iterate(), metadata=metadata)
+        self._call = stub.KeepAlive(self._iterate(), metadata=brokers.metadata)
         self._reader = threading.Thread(
             target=self._read, args=(inbox,), name=f"leasehold-keepalive-{gen}", daemon=True
         )
@@ -111,11 +117,10 @@ class _Stream:
 
 
 class Keeper:
-    def __init__(self, stub, metadata=()):
-        self._stub = stub
-        # The bearer token's metadata, if any: sent with the stream and the
-        # background releases (never logged).
-        self._metadata = metadata
+    def __init__(self, brokers: Brokers):
+        # The replicas, with the bearer token's metadata, if any: sent with
+        # the stream and the background releases (never logged).
+        self._brokers = brokers
         self._inbox: "queue.SimpleQueue" = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._leases: Dict[str, _Held] = {}  # by owner token
@@ -152,7 +157,7 @@ class Keeper:
 
         def release() -> None:
             try:
-                self._stub.Release(pb.ReleaseRequest(name=name, owner_token=token), timeout=5, metadata=self._metadata)
+                self._brokers.call("Release", pb.ReleaseRequest(name=name, owner_token=token), timeout=5)
             except Exception:
                 pass
 
@@ -207,8 +212,11 @@ class Keeper:
             if stream is None and live and now >= reconnect_at:
                 gen += 1
                 pending.clear()
-                log.debug("opening KeepAlive stream %d for %d lease(s)", gen, len(live))
-                stream = _Stream(self._stub, self._metadata, gen, self._inbox)
+                stream = _Stream(self._brokers, gen, self._inbox)
+                log.debug(
+                    "opening KeepAlive stream %d to %s for %d lease(s)",
+                    gen, self._brokers.targets[stream.index], len(live),
+                )
                 next_beat = now  # beat at once: after a reconnection this resumes the leases
 
             if stream is not None and now >= next_beat:
@@ -275,6 +283,10 @@ class Keeper:
                         code = error.code() if hasattr(error, "code") else None
                         details = error.details() if hasattr(error, "details") else str(error)
                         log.debug("KeepAlive stream %d ended: %s %s", gen, code, details)
+                        if not_connected(error):
+                            # The replica cannot be reached: resume the
+                            # leases on the next one (if any).
+                            self._brokers.unreachable(stream.index)
                     stream.half_close()
                     stream, gen = None, gen + 1
                     pending.clear()
