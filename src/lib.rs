@@ -11,15 +11,19 @@
 //! * [`config`]: flags and environment variables, request limits.
 //! * [`error`]: the one error type and its mapping to gRPC status codes.
 //! * [`lease`]: the lease rules: validation, grants (once or waiting),
-//!   renewals, releases, owner tokens. Knows nothing of gRPC.
+//!   renewals, releases, owner tokens, tenants (namespaces, permissions,
+//!   caps). Knows nothing of gRPC.
 //! * [`store`]: atomic lease operations and release notifications, in Redis
-//!   (Lua scripts in `src/store/lua/`) or in memory; one contract.
+//!   (Lua scripts in `src/store/lua/`; one server, Sentinel or Cluster) or
+//!   in memory; one contract.
 //! * [`cli`]: the client commands of the binary (`acquire`, `release`,
 //!   `describe`, `hold`, `run`).
 //! * [`client`]: the Rust client: leases that keep themselves alive over one
 //!   KeepAlive stream and signal their loss.
 //! * [`metrics`]: Prometheus metrics.
-//! * [`server`]: the tonic services (thin), health, reflection, `/metrics`.
+//! * [`server`]: the tonic services (thin), the gate that turns credentials
+//!   into a caller, connections (TLS, limits), health, reflection,
+//!   `/metrics`.
 //! * [`shutdown`]: signal handling.
 //! * [`proto`]: code generated from the proto.
 
