@@ -687,15 +687,7 @@ impl RedisStore {
             }
             pipe.invoke_script(&invocation);
         }
-        let replies = if self.inner.replica_acks == 0 {
-            self.pipeline("renew_many", script, &pipe).await?
-        } else {
-            let (replies, acks) = self
-                .pipeline_acknowledged("renew_many", script, pipe)
-                .await?;
-            self.check_acks(acks)?;
-            replies
-        };
+        let replies = self.renewals_sent(script, pipe).await?;
         let mut outcomes = Vec::with_capacity(items.len());
         for batch in replies {
             outcomes.extend(self.renewals(batch)?);
@@ -708,6 +700,19 @@ impl RedisStore {
             )));
         }
         Ok(outcomes)
+    }
+
+    /// Sends a pipeline of renew_many.lua runs, followed by `WAIT` when
+    /// replicas must acknowledge (UNAVAILABLE if too few did).
+    async fn renewals_sent(&self, script: &Script, pipe: redis::Pipeline) -> Result<Vec<Value>> {
+        if self.inner.replica_acks == 0 {
+            return self.pipeline("renew_many", script, &pipe).await;
+        }
+        let (replies, acks) = self
+            .pipeline_acknowledged("renew_many", script, pipe)
+            .await?;
+        self.check_acks(acks)?;
+        Ok(replies)
     }
 
     /// Reads one run of renew_many.lua: an outcome per lease it renewed.
@@ -750,15 +755,7 @@ impl RedisStore {
                 }
                 let mut pipe = redis::pipe();
                 pipe.invoke_script(&invocation);
-                let mut replies = if self.inner.replica_acks == 0 {
-                    self.pipeline("renew_many", script, &pipe).await?
-                } else {
-                    let (replies, acks) = self
-                        .pipeline_acknowledged("renew_many", script, pipe)
-                        .await?;
-                    self.check_acks(acks)?;
-                    replies
-                };
+                let mut replies = self.renewals_sent(script, pipe).await?;
                 let reply = replies
                     .pop()
                     .ok_or_else(|| Error::Internal("no renew_many reply".into()))?;
