@@ -925,3 +925,102 @@ async fn administrators_name_the_root_namespace_at_root() {
     assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
     assert!(gone.message().contains("revoked"), "{gone:?}");
 }
+
+/// What moving a credential from tenant A to tenant B means, as the README's
+/// Security section says: its leases stay in A until their TTL, unary
+/// renewals and releases of them fail (NOT_FOUND, or FAILED_PRECONDITION
+/// once B's lock of that name is held), new acquires take B's locks, and a
+/// KeepAlive stream opened before the move still renews in A.
+#[tokio::test]
+async fn moving_a_credential_to_another_tenant_leaves_its_leases_behind() {
+    let redis = RedisServer::start();
+    let tokens = Tokens::new("auth-move", "");
+    let file = tokens.file.clone();
+    let broker = Broker::start_with(&redis.url(), move |c| {
+        c.auth_file = Some(file);
+        c.reload_interval = Duration::from_millis(100);
+    })
+    .await;
+    let mut mover = as_(&broker, Some(&tokens.payments)).await;
+    let before = take(&mut mover, "ledger").await;
+    let streamed = take(&mut mover, "report").await;
+    let heartbeat = |seq| KeepAliveRequest {
+        seq,
+        leases: vec![LeaseRef {
+            name: "report".into(),
+            owner_token: streamed.owner_token.clone(),
+            ttl_ms: 0,
+        }],
+    };
+    let (beats, rx) = tokio::sync::mpsc::channel(1);
+    let mut opened_before = mover
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // payments' token now belongs to billing.
+    std::fs::write(
+        &tokens.file,
+        format!(
+            "billing use {}\nops admin {}\n",
+            token_credential(&tokens.payments),
+            token_credential(&tokens.ops)
+        ),
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), "the move is loaded", || {
+        let mut mover = mover.clone();
+        async move {
+            let d = mover.describe(describe("ledger")).await.unwrap();
+            !d.into_inner().held
+        }
+    })
+    .await;
+
+    let renew = |client: &mut Grpc| {
+        let mut client = client.clone();
+        let token = before.owner_token.clone();
+        async move {
+            client
+                .renew(RenewRequest {
+                    name: "ledger".into(),
+                    owner_token: token,
+                    ttl_ms: 0,
+                })
+                .await
+                .unwrap_err()
+        }
+    };
+    let e = renew(&mut mover).await;
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    // The lease is still payments', held until its TTL runs out.
+    let mut ops = as_(&broker, Some(&tokens.ops)).await;
+    let in_a = ops
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "payments".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(in_a.held && in_a.fence == before.fence, "{in_a:?}");
+    // A new acquire takes billing's lock, while payments' is still held.
+    let after = take(&mut mover, "ledger").await;
+    assert_ne!(after.owner_token, before.owner_token);
+    let e = renew(&mut mover).await;
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+
+    // The stream opened before the move still renews in payments'
+    // namespace; one opened after it does not find the lease.
+    beats.send(heartbeat(1)).await.unwrap();
+    let answer = opened_before.message().await.unwrap().unwrap();
+    assert_eq!(answer.leases[0].state(), lease_status::State::Alive);
+    let mut opened_after = mover
+        .keep_alive(tokio_stream::iter(vec![heartbeat(2)]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = opened_after.message().await.unwrap().unwrap();
+    assert_eq!(answer.leases[0].state(), lease_status::State::Lost);
+}
