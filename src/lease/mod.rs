@@ -280,8 +280,8 @@ impl Leases {
     ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
         let attempt = Instant::now();
-        let blocked = match self.count_errors(store.acquire(spec).await)? {
-            Acquired::Granted { fence } => return Ok((fence, attempt)),
+        let blocked = match self.attempt(spec).await? {
+            Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
             Acquired::Blocked(blocked) => blocked,
         };
         if !spec.queued {
@@ -304,6 +304,22 @@ impl Leases {
             }
         }
         result
+    }
+
+    /// One grant attempt. Counts the expired leases it found whose loss
+    /// nobody had reported (their holders never asked since): taken over
+    /// after expiry (`not_owner`), reported to this attempt and to no one
+    /// else.
+    async fn attempt(&self, spec: &GrantSpec) -> Result<Acquired> {
+        let acquired = self.count_errors(self.inner.store.acquire(spec).await)?;
+        let expired = match &acquired {
+            Acquired::Granted { expired, .. } => *expired,
+            Acquired::Blocked(blocked) => blocked.expired,
+        };
+        for _ in 0..expired {
+            self.lost(&spec.name, LossReason::NotOwner);
+        }
+        Ok(acquired)
     }
 
     /// A dequeue that failed (the store was unreachable: a failover, say)
@@ -356,8 +372,8 @@ impl Leases {
             notified.as_mut().enable();
 
             let attempt = Instant::now();
-            let blocked = match self.count_errors(store.acquire(spec).await)? {
-                Acquired::Granted { fence } => return Ok((fence, attempt)),
+            let blocked = match self.attempt(spec).await? {
+                Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
                 Acquired::Blocked(blocked) => blocked,
             };
             let now = Instant::now();
@@ -514,12 +530,9 @@ impl Leases {
         let name = name.to_owned();
         match outcome {
             Checked::Done(value) => Ok(value),
-            Checked::Expired { fence } => {
-                self.lost(stored, expiry_reason(fence));
-                Err(match fence {
-                    0 => Error::NotHeld { name },
-                    fence => Error::NotOwner { name, fence },
-                })
+            Checked::Expired => {
+                self.lost(stored, LossReason::Expired);
+                Err(Error::NotHeld { name })
             }
             // Not this token's lease, or its end was reported already, or
             // it was released: a refused request, not a loss.
@@ -537,17 +550,6 @@ impl Leases {
             tracing::warn!(error = %e, "store call failed");
         }
         result
-    }
-}
-
-/// The reason to count for an expiry the store reported first: `fence` is
-/// the current holder's if the lock was granted again before the holder
-/// heard of its loss.
-fn expiry_reason(fence: u64) -> LossReason {
-    if fence == 0 {
-        LossReason::Expired
-    } else {
-        LossReason::NotOwner
     }
 }
 

@@ -641,7 +641,7 @@ impl RedisStore {
         };
         let acquired = acquire_reply(&reply)?;
         self.saw_fence(match &acquired {
-            Acquired::Granted { fence } => *fence,
+            Acquired::Granted { fence, .. } => *fence,
             Acquired::Blocked(blocked) => blocked.fence,
         });
         Ok(acquired)
@@ -1268,8 +1268,15 @@ fn classify(op: &str, e: RedisError) -> Error {
 /// Reads an acquire.lua / semaphore_acquire.lua reply.
 fn acquire_reply(reply: &[Value]) -> Result<Acquired> {
     let fence = uint(reply, 1)?;
+    // Optional: absent from the replies that found no expired lease.
+    let expired = |i| uint(reply, i).map_or(0, |n| n as u32);
     let by = match int(reply, 0)? {
-        1 => return Ok(Acquired::Granted { fence }),
+        1 => {
+            return Ok(Acquired::Granted {
+                fence,
+                expired: expired(5),
+            })
+        }
         0 => BlockedBy::Holder,
         2 => BlockedBy::LockDelay,
         3 => BlockedBy::Queue,
@@ -1282,6 +1289,7 @@ fn acquire_reply(reply: &[Value]) -> Result<Acquired> {
         holder: text(reply, 3)?,
         position: uint(reply, 5)?,
         queued: uint(reply, 6)?,
+        expired: expired(7),
     }))
 }
 
@@ -1316,7 +1324,7 @@ fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
         0 => Checked::NotHeld,
         -1 => Checked::NotOwner { fence },
         -2 => Checked::Revoked { fence },
-        -3 => Checked::Expired { fence },
+        -3 => Checked::Expired,
         -4 => Checked::Released,
         _ => return None,
     })
@@ -1402,10 +1410,14 @@ mod tests {
             Value::Int(1_000),
             Value::BulkString(vec![]),
             Value::Int(7),
+            Value::Int(7),
         ];
         assert_eq!(
             acquire_reply(&granted).unwrap(),
-            Acquired::Granted { fence: 42 }
+            Acquired::Granted {
+                fence: 42,
+                expired: 7
+            }
         );
         let mut queued = [3, 9, 250, 0, 0, 2, 5].map(Value::Int);
         queued[3] = Value::BulkString(Vec::new());
