@@ -90,6 +90,9 @@ pub struct Metrics {
     pub acquired: IntCounter,
     /// Leases released by their holder.
     pub released: IntCounter,
+    /// Grants whose caller never heard of them (the store call timed out),
+    /// released by the broker.
+    pub orphans_released: IntCounter,
     /// Leases lost by their holder, by reason.
     pub lost: IntCounterVec,
     /// Acquire calls that did not obtain the lock (held, wait ran out).
@@ -124,6 +127,14 @@ impl Metrics {
             released: register(
                 &r,
                 IntCounter::new("lease_released_total", "Leases released by their holder."),
+            ),
+            orphans_released: register(
+                &r,
+                IntCounter::new(
+                    "leasehold_orphans_released_total",
+                    "Grants whose caller never heard of them (the store call failed, yet \
+                     ran), released by the broker as soon as the store answered again.",
+                ),
             ),
             lost: register(
                 &r,

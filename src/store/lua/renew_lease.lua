@@ -1,5 +1,6 @@
 -- renew_lease.lua: extend a lease, only for its owner; prepended to
--- renew.lua (one lease) and renew_many.lua (a batch).
+-- renew.lua (one lease), renew_many.lua (a batch), renew_lock.lua and
+-- renew_permit.lua (one lease, one key: for a Redis Cluster).
 --
 -- Defines renew(key, permits, token, new_ttl, now_ms):
 --   key      the lease hash of the name
@@ -24,7 +25,13 @@
 --                       that crossed its release): not a loss.
 -- See acquire.lua for the fields of the lease hash; LINGER_MS is in
 -- constants.lua.
-local function renew(key, permits, token, new_ttl, now_ms)
+--
+-- renew() is renew_lock(), then renew_permit() when renew_lock() finds
+-- nothing about the token (it returns nil): each touches one key only, so
+-- that a Redis Cluster can run them apart while their slot migrates (a
+-- script declaring both keys is refused with TRYAGAIN while one exists on a
+-- node and the other not).
+local function renew_lock(key, token, new_ttl, now_ms)
   local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'r', 'x', 'n')
   if l[6] == token then
     return {-2, 0, tonumber(l[2])}
@@ -54,6 +61,10 @@ local function renew(key, permits, token, new_ttl, now_ms)
   if live then
     return {-1, 0, tonumber(l[2])}
   end
+  return nil
+end
+
+local function renew_permit(permits, token, new_ttl, now_ms)
   local permit = redis.call('HGET', permits, token)
   if permit then
     local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
@@ -77,4 +88,8 @@ local function renew(key, permits, token, new_ttl, now_ms)
     return {-4, 0, 0}
   end
   return {0, 0, 0}
+end
+
+local function renew(key, permits, token, new_ttl, now_ms)
+  return renew_lock(key, token, new_ttl, now_ms) or renew_permit(permits, token, new_ttl, now_ms)
 end
