@@ -213,3 +213,40 @@ async fn one_client_keeps_several_permits_alive() {
     a.release().await.expect("a still held");
     b.release().await.expect("b still held");
 }
+
+/// A release whose answer never arrived (the connection broke after the
+/// broker did the work) is retried, and the retry reports success: the
+/// holder is not told it lost a lease it released.
+#[tokio::test]
+async fn a_release_whose_answer_was_lost_is_retried_and_succeeds() {
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let proxy = common::proxy::Proxy::start(broker.addr).await;
+    let client = Client::connect(format!("http://{}", proxy.addr()))
+        .await
+        .unwrap();
+    let lease = client.acquire("answer-lost", opts(10_000)).await.unwrap();
+    let observer = Client::connect(broker.url()).await.unwrap();
+    proxy.hold_answers();
+    let releasing = tokio::spawn(lease.release());
+    common::eventually(Duration::from_secs(5), "the release done", || async {
+        observer
+            .describe("answer-lost")
+            .await
+            .is_ok_and(|d| !d.held)
+    })
+    .await;
+    proxy.drop_connections();
+    proxy.pass();
+    let released = tokio::time::timeout(Duration::from_secs(10), releasing)
+        .await
+        .expect("the release returned")
+        .unwrap();
+    assert!(released.is_ok(), "{released:?}");
+    let metrics = common::scrape(broker.metrics_addr).await;
+    assert_eq!(common::sample(&metrics, "lease_released_total"), 1.0);
+    assert_eq!(
+        common::sample(&metrics, "lease_lost_total{reason=\"expired\"}"),
+        0.0
+    );
+}

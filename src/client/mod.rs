@@ -690,18 +690,46 @@ impl Client {
     }
 }
 
+/// Releases, retrying a call whose connection broke (the request may have
+/// reached the broker, and its answer not us): Release is idempotent, so a
+/// retry whose first try did the work reports success too.
 async fn release(shared: &Shared, name: &str, owner_token: &str) -> Result<(), ClientError> {
     let request = ReleaseRequest {
         name: name.to_owned(),
         owner_token: owner_token.to_owned(),
     };
-    match shared
-        .call(|mut broker| {
-            let request = request.clone();
-            async move { broker.release(request).await }
-        })
-        .await
-    {
+    let mut pause = RELEASE_RETRY;
+    for tries_left in (0..RELEASE_TRIES).rev() {
+        let answer = shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.release(request).await }
+            })
+            .await;
+        match &answer {
+            Err(s) if tries_left > 0 && broken(s) => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            _ => return release_outcome(answer),
+        }
+    }
+    unreachable!("the last try returns its answer")
+}
+
+/// Tries of a release whose connection breaks, and the first pause.
+const RELEASE_TRIES: u32 = 3;
+const RELEASE_RETRY: Duration = Duration::from_millis(100);
+
+/// A call that failed in transit: the broker may or may not have done it.
+fn broken(status: &tonic::Status) -> bool {
+    matches!(status.code(), Code::Unavailable | Code::Unknown)
+}
+
+fn release_outcome(
+    answer: Result<tonic::Response<crate::proto::ReleaseResponse>, tonic::Status>,
+) -> Result<(), ClientError> {
+    match answer {
         Ok(_) => Ok(()),
         Err(s) if s.code() == Code::NotFound => Err(ClientError::Lost(LossReason::Expired)),
         Err(s) if s.code() == Code::FailedPrecondition => {
