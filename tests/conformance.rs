@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use leasehold::store::{Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, Store};
+use leasehold::store::{
+    Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, Renewed, Revocation, Store,
+};
 
 fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
     GrantSpec {
@@ -85,7 +87,9 @@ async fn renew_with_right_and_wrong_token(store: &Store) {
     );
 }
 
-/// Release works for the owner only; a wrong token leaves the lease intact.
+/// Release works for the owner only; a wrong token leaves the lease intact;
+/// a second release with the owner's token (a retry whose first try did the
+/// work) is told so, not "not held".
 async fn release_with_right_and_wrong_token(store: &Store) {
     let fence = grant(store, "a", "t1", 5_000).await;
     assert_eq!(
@@ -99,12 +103,23 @@ async fn release_with_right_and_wrong_token(store: &Store) {
 
     assert_eq!(store.release("a", "t1").await.unwrap(), Checked::Done(()));
     assert_eq!(store.describe("a").await.unwrap().lease, None);
-    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::NotHeld);
-    grant(store, "a", "t2", 5_000).await;
+    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::Released);
+    assert_eq!(
+        store.renew("a", "t1", None).await.unwrap(),
+        Checked::Released
+    );
+    let next = grant(store, "a", "t2", 5_000).await;
+    // Still known after the next grant, and the new lease is untouched.
+    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::Released);
+    assert_eq!(
+        store.describe("a").await.unwrap().lease.map(|l| l.fence),
+        Some(next)
+    );
 }
 
 /// A lease nobody renews is gone at its TTL: free for the next acquirer, and
-/// dead for its former owner.
+/// dead for its former owner, who is told "expired" once (the loss to
+/// count), then "not held" / "not owner" like any stranger.
 async fn expiry_frees_the_lock(store: &Store) {
     let first = grant(store, "a", "t1", 300).await;
     assert!(matches!(
@@ -118,14 +133,97 @@ async fn expiry_frees_the_lock(store: &Store) {
     assert_eq!(store.describe("a").await.unwrap().lease, None);
     assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
+        Checked::Expired { fence: 0 }
+    );
+    assert_eq!(
+        store.renew("a", "t1", None).await.unwrap(),
         Checked::NotHeld
     );
+    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::NotHeld);
     let second = grant(store, "a", "t2", 300).await;
     assert!(second > first);
     assert!(matches!(
         store.renew("a", "t1", None).await.unwrap(),
         Checked::NotOwner { .. }
     ));
+}
+
+/// An expired lease whose holder had not heard of it before the lock was
+/// granted again is still reported to that holder as expired, once (with
+/// the new holder's fence), by a renewal, a release or a look.
+async fn an_expiry_is_reported_once_even_after_a_new_grant(store: &Store) {
+    for first_ask in ["renew", "release", "check"] {
+        let name = format!("x/{first_ask}");
+        grant(store, &name, "old", 200).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let next = grant(store, &name, "new", 10_000).await;
+        let first = match first_ask {
+            "renew" => store.renew(&name, "old", None).await.unwrap(),
+            "release" => match store.release(&name, "old").await.unwrap() {
+                Checked::Expired { fence } => Checked::Expired { fence },
+                other => panic!("release: {other:?}"),
+            },
+            _ => store.check(&name, "old").await.unwrap(),
+        };
+        assert_eq!(first, Checked::Expired { fence: next }, "{first_ask}");
+        for _ in 0..2 {
+            assert_eq!(
+                store.check(&name, "old").await.unwrap(),
+                Checked::NotOwner { fence: next },
+                "{first_ask}: reported once"
+            );
+        }
+        // The new lease is untouched.
+        assert_eq!(
+            store.check(&name, "new").await.unwrap(),
+            Checked::Done(Renewed {
+                ttl_ms: 10_000,
+                fence: next
+            })
+        );
+    }
+}
+
+/// A look at a lease says whether it lives, without extending it.
+async fn a_look_does_not_extend(store: &Store) {
+    let fence = grant(store, "a", "t1", 1_000).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        store.check("a", "t1").await.unwrap(),
+        Checked::Done(Renewed {
+            ttl_ms: 1_000,
+            fence
+        })
+    );
+    let left = store.describe("a").await.unwrap().lease.expect("held");
+    assert!(left.remaining_ms <= 700, "the look extended it: {left:?}");
+    assert_eq!(
+        store.check("a", "intruder").await.unwrap(),
+        Checked::NotOwner { fence }
+    );
+    assert_eq!(store.check("b", "t1").await.unwrap(), Checked::NotHeld);
+}
+
+/// A lock and a semaphore on one name share one fence sequence, whichever
+/// comes first.
+async fn locks_and_semaphores_share_one_fence_sequence(store: &Store) {
+    let mut last = 0;
+    for round in 0..3 {
+        let lock = grant(store, "both", &format!("l{round}"), 5_000).await;
+        assert!(lock > last, "lock {lock} after {last}");
+        assert_eq!(
+            store.release("both", &format!("l{round}")).await.unwrap(),
+            Checked::Done(())
+        );
+        let p = format!("p{round}");
+        let permit = match store.acquire(&permit("both", &p, 5_000, 2)).await.unwrap() {
+            Acquired::Granted { fence } => fence,
+            other => panic!("{other:?}"),
+        };
+        assert!(permit > lock, "permit {permit} after lock {lock}");
+        assert_eq!(store.release("both", &p).await.unwrap(), Checked::Done(()));
+        last = permit;
+    }
 }
 
 /// Fences strictly increase per name across releases and expiries, however
@@ -255,7 +353,7 @@ async fn lock_delay_follows_an_expiry(store: &Store) {
     }
     assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
-        Checked::NotHeld,
+        Checked::Expired { fence: 0 },
         "the expired lease stays dead"
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -279,31 +377,46 @@ async fn a_release_starts_no_lock_delay(store: &Store) {
     grant(store, "a", "t2", 1_000).await;
 }
 
-/// Revoke ends a lease: its holder is told REVOKED, the next grant has a
-/// higher fence, and a free name has nothing to revoke.
+/// Revoke ends a lease: its holder is told REVOKED (also after the lock was
+/// granted again), the next grant has a higher fence, a repeated revoke
+/// reports the first one's work, and a free name has nothing to revoke.
 async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store) {
-    assert_eq!(store.revoke("a").await.unwrap(), None);
+    assert_eq!(store.revoke("a").await.unwrap(), Revocation::NotHeld);
     let fence = grant(store, "a", "t1", 10_000).await;
     let watch = store.watch("a", Event::Released, Some("w")).await.unwrap();
     let notified = watch.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();
-    assert_eq!(store.revoke("a").await.unwrap(), Some(fence));
+    assert_eq!(
+        store.revoke("a").await.unwrap(),
+        Revocation::Revoked { fence }
+    );
     tokio::time::timeout(Duration::from_secs(5), notified)
         .await
         .expect("revoke wakes waiters");
     assert_eq!(
+        store.revoke("a").await.unwrap(),
+        Revocation::Already { fence }
+    );
+    assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
         Checked::Revoked { fence }
     );
-    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::NotHeld);
+    assert_eq!(
+        store.release("a", "t1").await.unwrap(),
+        Checked::Revoked { fence }
+    );
     assert_eq!(store.describe("a").await.unwrap().lease, None);
     let next = grant(store, "a", "t2", 10_000).await;
     assert!(next > fence);
-    // The revoked holder now meets the new owner.
-    assert_eq!(
+    // The revoked holder still hears why, not "granted to another owner".
+    assert!(matches!(
         store.renew("a", "t1", None).await.unwrap(),
-        Checked::NotOwner { fence: next }
+        Checked::Revoked { .. }
+    ));
+    assert_eq!(
+        store.revoke("a").await.unwrap(),
+        Revocation::Revoked { fence: next }
     );
 }
 
@@ -316,7 +429,10 @@ async fn revoke_starts_the_lock_delay(store: &Store) {
             .unwrap(),
         Acquired::Granted { .. }
     ));
-    store.revoke("a").await.unwrap().expect("revoked");
+    assert!(matches!(
+        store.revoke("a").await.unwrap(),
+        Revocation::Revoked { .. }
+    ));
     assert!(matches!(
         store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
         Acquired::Blocked(Blocked {
@@ -491,7 +607,7 @@ async fn a_release_wakes_only_the_first_in_line(store: &Store) {
 /// A batch renewal answers every lease, in order, whatever its outcome, over
 /// several script runs (a batch above 250 leases) in one call.
 async fn renew_many_answers_each_lease_in_order(store: &Store) {
-    use leasehold::store::{RenewItem, Renewed};
+    use leasehold::store::RenewItem;
     const N: usize = 600;
     let mut items = Vec::new();
     let mut fences = Vec::new();
@@ -514,7 +630,8 @@ async fn renew_many_answers_each_lease_in_order(store: &Store) {
     for (i, outcome) in outcomes.iter().enumerate() {
         let expected = match i {
             3 => Checked::NotOwner { fence: fences[3] },
-            251 | 599 => Checked::NotHeld,
+            251 => Checked::Released,
+            599 => Checked::NotHeld,
             _ => Checked::Done(Renewed {
                 ttl_ms: 8_000,
                 fence: fences[i],
@@ -574,7 +691,7 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
         })
     );
     assert_eq!(store.release("s", "p2").await.unwrap(), Checked::Done(()));
-    assert_eq!(store.release("s", "p2").await.unwrap(), Checked::NotHeld);
+    assert_eq!(store.release("s", "p2").await.unwrap(), Checked::Released);
     let p4 = match store.acquire(&permit("s", "p4", 300, 3)).await.unwrap() {
         Acquired::Granted { fence } => fence,
         other => panic!("a released permit was not freed: {other:?}"),
@@ -582,6 +699,10 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
     assert!(p4 > fences[2]);
     // Expiry frees a permit too.
     tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(
+        store.renew("s", "p4", None).await.unwrap(),
+        Checked::Expired { fence: 0 }
+    );
     assert_eq!(
         store.renew("s", "p4", None).await.unwrap(),
         Checked::NotHeld
@@ -636,4 +757,7 @@ conformance!(
     a_release_wakes_only_the_first_in_line,
     renew_many_answers_each_lease_in_order,
     a_semaphore_grants_up_to_its_limit,
+    an_expiry_is_reported_once_even_after_a_new_grant,
+    a_look_does_not_extend,
+    locks_and_semaphores_share_one_fence_sequence,
 );

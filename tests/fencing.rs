@@ -1,5 +1,6 @@
-//! Fences never go backwards, even when Redis forgets everything, and Redis
-//! keeps nothing for names that are free.
+//! Fences never go backwards, whatever the clocks do while Redis keeps its
+//! data (a counter), and even when Redis forgets everything (the clock and
+//! the broker's floor); and every key of a name expires by itself.
 
 mod common;
 
@@ -162,10 +163,49 @@ async fn the_broker_floor_outranks_a_clock_that_fell_behind() {
     assert!(grant(&store, "other", "t1").await > future_fence);
 }
 
-/// A release whose fence is not yet below the store clock leaves a tombstone
-/// with the fence (and nothing else), expiring once the clock has passed it.
+/// Fences come from the store's counter: with the counter far ahead of the
+/// clock (fences issued before the Redis clock stepped back by days), a
+/// broker that remembers nothing (floor 0) still continues from it, one by
+/// one, for every name.
 #[tokio::test]
-async fn a_release_ahead_of_the_clock_keeps_a_short_tombstone() {
+async fn fences_come_from_the_counter_whatever_the_clock_says() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection().await;
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let counter = now_us + 1_000_000_000_000; // 11.6 days ahead of the clock
+    let _: () = conn.set("f:fences", counter).await.unwrap();
+    let fresh = || {
+        Store::open(
+            &redis.url(),
+            &StoreOptions::new("f:", Duration::from_secs(2)),
+        )
+        .unwrap()
+    };
+    let store = fresh();
+    assert_eq!(grant(&store, "x", "t1").await, counter + 1);
+    assert_eq!(store.release("x", "t1").await.unwrap(), Checked::Done(()));
+    assert_eq!(grant(&fresh(), "x", "t2").await, counter + 2);
+    assert_eq!(grant(&fresh(), "other", "t3").await, counter + 3);
+    let permit = GrantSpec {
+        limit: 3,
+        ..spec("sem", "t4")
+    };
+    assert_eq!(
+        fresh().acquire(&permit).await.unwrap(),
+        Acquired::Granted { fence: counter + 4 }
+    );
+    let stored: u64 = conn.get("f:fences").await.unwrap();
+    assert_eq!(stored, counter + 4);
+}
+
+/// Upgrading from brokers that issued fences before the counter existed: a
+/// name's stored fence (even one ahead of the clock) is exceeded by its
+/// first fence from the counter.
+#[tokio::test]
+async fn the_first_fence_from_the_counter_is_above_the_old_ones() {
     let redis = RedisServer::start();
     let store = Store::open(
         &redis.url(),
@@ -177,28 +217,22 @@ async fn a_release_ahead_of_the_clock_keeps_a_short_tombstone() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros() as u64;
-    let ahead = now_us + 2_000_000; // two seconds ahead of the clock
+    let ahead = now_us + 5_000_000;
+    // An old-style tombstone: just the fence, left by a release.
     let key = lease_key("f:", "t");
-    plant(&mut conn, &key, "tok", ahead).await;
-    assert_eq!(store.release("t", "tok").await.unwrap(), Checked::Done(()));
-    let fields: Vec<String> = conn.hkeys(&key).await.unwrap();
-    assert_eq!(
-        fields,
-        vec!["f".to_owned()],
-        "only the fence survives the release"
-    );
-    let pttl: i64 = conn.pttl(&key).await.unwrap();
-    assert!(
-        pttl > 0 && pttl <= 2_100,
-        "the tombstone lives until the clock passes the fence: {pttl} ms"
-    );
+    let _: () = conn.hset(&key, "f", ahead).await.unwrap();
+    let _: () = conn.pexpire(&key, 10_000).await.unwrap();
+    let exists: bool = conn.exists("f:fences").await.unwrap();
+    assert!(!exists, "no counter yet");
     assert!(grant(&store, "t", "next").await > ahead);
 }
 
-/// Redis holds keys only for leases that exist: thousands of distinct names
-/// taken and released (or left to expire) leave nothing behind.
+/// Every key Redis holds for a name expires by itself: a lease's hash lives
+/// at most its TTL (plus lock-delay) plus the 10 s during which its holder
+/// can still learn how it ended; the fence counter is the one key that
+/// stays (one per Redis, or per Cluster slot), whatever the number of names.
 #[tokio::test]
-async fn redis_keeps_nothing_for_free_names() {
+async fn every_key_but_the_fence_counter_expires() {
     let redis = RedisServer::start();
     let store = Store::open(
         &redis.url(),
@@ -214,8 +248,6 @@ async fn redis_keeps_nothing_for_free_names() {
             Checked::Done(())
         );
     }
-    let released: usize = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
-    assert_eq!(released, 0, "released names leave no keys");
     for i in 0..500 {
         store
             .acquire(&GrantSpec {
@@ -225,19 +257,14 @@ async fn redis_keeps_nothing_for_free_names() {
             .await
             .unwrap();
     }
-    // 300 ms after the last grant, every one of them has expired.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // Redis reclaims expired keys lazily (on access) and by sampling:
-    // touching each key makes it reclaim every expired one now.
-    let keys: Vec<String> = (0..500)
-        .map(|i| lease_key("f:", &format!("short-{i}")))
-        .collect();
-    let existing: usize = redis::cmd("EXISTS")
-        .arg(&keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(existing, 0, "a lease outlived its TTL");
-    let left: usize = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
-    assert_eq!(left, 0, "expired leases leave no keys");
+    let keys: Vec<String> = conn.keys("*").await.unwrap();
+    assert_eq!(keys.len(), 2_000 + 500 + 1);
+    for key in keys {
+        let pttl: i64 = conn.pttl(&key).await.unwrap();
+        if key == "f:fences" {
+            assert_eq!(pttl, -1, "the counter stays");
+        } else {
+            assert!(pttl > 0 && pttl <= 10_000 + 10_000, "{key} lives {pttl} ms");
+        }
+    }
 }

@@ -2,12 +2,12 @@
 //! means.
 //!
 //! A session is stateless towards the client (each heartbeat names the
-//! leases to renew) but remembers, per lease it renewed, the fence and the
-//! earliest moment the lease could expire. That memory lets it tell the
+//! leases to renew) but remembers, per lease it renewed, the owner token and
+//! the earliest moment the lease could expire. That memory lets it tell the
 //! holder *why* a lease is gone (a lease missing before it could have expired
 //! was lost by the store, not by the clock) and, when the stream ends
-//! abruptly, check at the TTL whether the lease was resumed elsewhere or ran
-//! out (`lease_lost_total{reason="expired"}`).
+//! abruptly, look a little past the TTL whether the lease was resumed
+//! elsewhere, released, or ran out (`lease_lost_total{reason="expired"}`).
 
 use std::{collections::HashMap, time::Duration};
 
@@ -72,10 +72,11 @@ pub enum LeaseState {
     },
 }
 
-/// A lease this session renewed.
-#[derive(Clone, Copy, Debug)]
+/// A lease this session renewed (`Debug` would show the token: none).
+#[derive(Clone)]
 struct Tracked {
-    fence: u64,
+    /// Its owner token, to look at it when the stream breaks.
+    token: String,
     /// The earliest moment the store may expire it: the renewal was applied
     /// after this session sent it, so the lease lives at least until then.
     expires_no_sooner_than: Instant,
@@ -175,7 +176,7 @@ impl Session {
                 // Unknown fate: keep tracking what we knew until we know more.
                 for item in &items {
                     if let Some(t) = self.tracked.get(&item.name) {
-                        next_tracked.insert(item.name.clone(), *t);
+                        next_tracked.insert(item.name.clone(), t.clone());
                     }
                 }
                 let message = e.to_string();
@@ -200,7 +201,7 @@ impl Session {
                     next_tracked.insert(
                         item.name.clone(),
                         Tracked {
-                            fence: renewed.fence,
+                            token: item.token.clone(),
                             expires_no_sooner_than: sent + Duration::from_millis(renewed.ttl_ms),
                         },
                     );
@@ -209,29 +210,65 @@ impl Session {
                         fence: renewed.fence,
                     }
                 }
-                Ok(Checked::NotHeld) => {
+                Ok(Checked::Released) => {
+                    // A heartbeat that crossed its own release: nothing lost.
                     self.caller.forget(&item.name, &item.token);
+                    LeaseState::Lost {
+                        reason: LossReason::Expired,
+                        fence: 0,
+                        message: "the lease was released with this owner token".into(),
+                    }
+                }
+                Ok(Checked::Expired { fence }) => {
+                    self.caller.forget(&item.name, &item.token);
+                    let reason = super::expiry_reason(fence);
+                    self.leases.lost(&item.name, reason);
+                    LeaseState::Lost {
+                        reason,
+                        fence,
+                        message: expiry_message(fence),
+                    }
+                }
+                Ok(outcome @ (Checked::NotHeld | Checked::NotOwner { .. })) => {
+                    self.caller.forget(&item.name, &item.token);
+                    let fence = match outcome {
+                        Checked::NotOwner { fence } => fence,
+                        _ => 0,
+                    };
+                    // The store has no record of this lease. If this session
+                    // renewed it and it cannot have expired yet, the store
+                    // lost it (restarted empty, flushed, evicted): a loss
+                    // only this session can see, so count it here. Else it
+                    // is an old or foreign token, or a loss reported already.
                     let lost_early = self
                         .tracked
                         .get(&item.name)
                         .is_some_and(|t| now < t.expires_no_sooner_than);
-                    let (reason, message) = if lost_early {
-                        (
-                            LossReason::StoreLost,
-                            "the store lost the lease before it could have expired \
-                             (restarted empty, flushed, or the key was deleted)",
-                        )
+                    if lost_early {
+                        self.leases.lost(&item.name, LossReason::StoreLost);
+                        LeaseState::Lost {
+                            reason: LossReason::StoreLost,
+                            fence,
+                            message: "the store lost the lease before it could have expired \
+                                      (restarted empty, flushed, or the key was deleted)"
+                                .into(),
+                        }
+                    } else if fence == 0 {
+                        LeaseState::Lost {
+                            reason: LossReason::Expired,
+                            fence,
+                            message: "no such lease: it expired (its loss was reported \
+                                      already), or this owner token never held it"
+                                .into(),
+                        }
                     } else {
-                        (
-                            LossReason::Expired,
-                            "the lease expired before this renewal reached the store",
-                        )
-                    };
-                    self.leases.lost(&item.name, reason);
-                    LeaseState::Lost {
-                        reason,
-                        fence: 0,
-                        message: message.to_owned(),
+                        LeaseState::Lost {
+                            reason: LossReason::NotOwner,
+                            fence,
+                            message: format!(
+                                "the lock is held by another owner (current fence {fence})"
+                            ),
+                        }
                     }
                 }
                 // Counted as lost when it was revoked.
@@ -241,17 +278,6 @@ impl Session {
                         reason: LossReason::Revoked,
                         fence,
                         message: "an operator revoked the lease".into(),
-                    }
-                }
-                Ok(Checked::NotOwner { fence }) => {
-                    self.caller.forget(&item.name, &item.token);
-                    self.leases.lost(&item.name, LossReason::NotOwner);
-                    LeaseState::Lost {
-                        reason: LossReason::NotOwner,
-                        fence,
-                        message: format!(
-                            "the lease expired and the lock was granted again (current fence {fence})"
-                        ),
                     }
                 }
             };
@@ -276,8 +302,11 @@ impl Session {
     pub fn finish(self) {}
 
     /// The stream broke (client died, network failed). Renewals stop; the
-    /// leases run out their TTL unless the client resumes them elsewhere. At
-    /// the TTL, each lease not resumed is counted as lost (expired).
+    /// leases run out their TTL unless the client resumes them elsewhere. A
+    /// little past the TTL, each lease is looked at (without renewing it):
+    /// one that expired there is counted as lost, unless another request
+    /// learnt it first (the store reports an expiry once); one that was
+    /// released, or resumed elsewhere, is not.
     pub fn abandon(mut self) {
         let tracked = std::mem::take(&mut self.tracked);
         if tracked.is_empty() {
@@ -292,22 +321,33 @@ impl Session {
             let latest = tracked.values().map(|t| t.expires_no_sooner_than).max();
             if let Some(latest) = latest {
                 // A little past the TTL, so the store has expired them.
-
                 tokio::select! {
                     () = sleep_until(latest + Duration::from_millis(250)) => {}
                     () = leases.shutting_down() => return,
                 }
             }
             for (name, t) in tracked {
-                match leases.inner.store.describe(&name).await.map(|d| d.lease) {
-                    Ok(Some(lease)) if lease.fence == t.fence => {} // resumed elsewhere
-                    Ok(_) => leases.lost(&name, LossReason::Expired),
+                match leases.inner.store.check(&name, &t.token).await {
+                    // However it was granted again since: the holder is gone.
+                    Ok(Checked::Expired { .. }) => leases.lost(&name, LossReason::Expired),
+                    Ok(_) => {} // alive (resumed elsewhere), released, or reported already
                     Err(e) => {
                         tracing::debug!(lock = %name, error = %e, "could not check an abandoned lease")
                     }
                 }
             }
         });
+    }
+}
+
+/// What a holder hears of its lease's expiry (`fence`: the new holder's, or
+/// 0 if the lock is free).
+fn expiry_message(fence: u64) -> String {
+    match fence {
+        0 => "the lease expired before this renewal reached the store".into(),
+        fence => {
+            format!("the lease expired and the lock was granted again (current fence {fence})")
+        }
     }
 }
 

@@ -29,8 +29,8 @@ use crate::{
     error::{Error, Result},
     metrics::{LossReason, Metrics},
     store::{
-        Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, LeaseInfo, Renewed, Store,
-        QUEUE_LIFETIME, QUEUE_REFRESH,
+        Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, LeaseInfo, Renewed, Revocation,
+        Store, QUEUE_LIFETIME, QUEUE_REFRESH,
     },
 };
 
@@ -161,7 +161,12 @@ impl Leases {
         Ok(Session::new(self.clone(), caller, slots))
     }
 
-    /// Counts and logs a lease its holder lost.
+    /// Counts and logs a lease its holder lost. Called only where the store
+    /// (or, for [`LossReason::StoreLost`], the session that renewed the
+    /// lease) shows that this very lease ended without its holder's
+    /// consent, and only the first time it is learnt (see
+    /// [`Checked::Expired`]): a release, a second release, a heartbeat that
+    /// crossed a release or a stranger's wrong token is never counted.
     fn lost(&self, name: &str, reason: LossReason) {
         self.inner.metrics.lost(reason);
         tracing::info!(lock = %name, reason = reason.as_str(), "lease lost");
@@ -406,7 +411,9 @@ impl Leases {
         self.checked(name, &stored, outcome)
     }
 
-    /// Ends a lease (see the proto).
+    /// Ends a lease (see the proto). Idempotent: a release repeated with the
+    /// same token (a retry after a broken connection, whose first try did
+    /// the work) succeeds again; only the first is counted.
     pub async fn release(&self, caller: &Caller, name: &str, owner_token: &str) -> Result<()> {
         caller.require_use()?;
         validate::name(&self.inner.limits, name)?;
@@ -414,10 +421,15 @@ impl Leases {
         let stored = caller.tenant().qualify(name);
         let outcome = self.count_errors(self.inner.store.release(&stored, owner_token).await)?;
         caller.forget(&stored, owner_token);
-        self.checked(name, &stored, outcome)?;
-        self.inner.metrics.released.inc();
-        tracing::debug!(lock = %stored, token = %token::Redacted(owner_token), "released");
-        Ok(())
+        match outcome {
+            Checked::Done(()) => {
+                self.inner.metrics.released.inc();
+                tracing::debug!(lock = %stored, token = %token::Redacted(owner_token), "released");
+                Ok(())
+            }
+            Checked::Released => Ok(()),
+            other => self.checked(name, &stored, other),
+        }
     }
 
     /// The store name of `name` in `tenant`'s namespace: the caller's own
@@ -478,39 +490,39 @@ impl Leases {
         caller.require_admin("Revoke")?;
         let stored = self.scoped(caller, tenant, name)?;
         match self.count_errors(self.inner.store.revoke(&stored).await)? {
-            Some(fence) => {
+            Revocation::Revoked { fence } => {
                 self.lost(&stored, LossReason::Revoked);
                 Ok(fence)
             }
-            None => Err(Error::NotHeld {
+            // A retry whose first try did the work: counted then.
+            Revocation::Already { fence } => Ok(fence),
+            Revocation::NotHeld => Err(Error::NotHeld {
                 name: name.to_owned(),
             }),
         }
     }
 
-    /// Turns a mismatch into the error the owner must hear, counting the
-    /// loss. `name` is the caller's name of the lock, `stored` the store's.
+    /// Turns an outcome that is not `Done` into the error the caller must
+    /// hear, counting the loss when the store says this is the first news
+    /// of this lease's expiry. `name` is the caller's name of the lock,
+    /// `stored` the store's.
     fn checked<T>(&self, name: &str, stored: &str, outcome: Checked<T>) -> Result<T> {
+        let name = name.to_owned();
         match outcome {
             Checked::Done(value) => Ok(value),
-            Checked::NotHeld => {
-                self.lost(stored, LossReason::Expired);
-                Err(Error::NotHeld {
-                    name: name.to_owned(),
+            Checked::Expired { fence } => {
+                self.lost(stored, expiry_reason(fence));
+                Err(match fence {
+                    0 => Error::NotHeld { name },
+                    fence => Error::NotOwner { name, fence },
                 })
             }
-            Checked::NotOwner { fence } => {
-                self.lost(stored, LossReason::NotOwner);
-                Err(Error::NotOwner {
-                    name: name.to_owned(),
-                    fence,
-                })
-            }
+            // Not this token's lease, or its end was reported already, or
+            // it was released: a refused request, not a loss.
+            Checked::NotHeld | Checked::Released => Err(Error::NotHeld { name }),
+            Checked::NotOwner { fence } => Err(Error::NotOwner { name, fence }),
             // Counted when it was revoked.
-            Checked::Revoked { fence } => Err(Error::Revoked {
-                name: name.to_owned(),
-                fence,
-            }),
+            Checked::Revoked { fence } => Err(Error::Revoked { name, fence }),
         }
     }
 
@@ -521,6 +533,17 @@ impl Leases {
             tracing::warn!(error = %e, "store call failed");
         }
         result
+    }
+}
+
+/// The reason to count for an expiry the store reported first: `fence` is
+/// the current holder's if the lock was granted again before the holder
+/// heard of its loss.
+fn expiry_reason(fence: u64) -> LossReason {
+    if fence == 0 {
+        LossReason::Expired
+    } else {
+        LossReason::NotOwner
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Same contract as Redis, for one process. Expiry uses tokio's clock, so
 //! TTL logic can be tested on a paused clock. Fences come from one
-//! process-wide high-water mark combined with the wall clock, so they strictly
-//! increase per name without remembering any name that is free.
+//! process-wide counter raised to the wall clock in µs (Redis's counter, in
+//! one process), so they strictly increase per name without remembering any
+//! name that is free.
 
 use std::{
     collections::VecDeque,
@@ -20,12 +21,27 @@ use tokio::time::Instant;
 use super::{
     watch::{waiter_id, Watchers},
     Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem,
-    Renewed, QUEUE_LIFETIME,
+    Renewed, Revocation, QUEUE_LIFETIME,
 };
 use crate::error::Result;
 
 /// How often expired leases nobody touches are swept from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a lease's record outlives its end (beyond any lock-delay): the
+/// Redis store's `LINGER_MS` (src/store/lua/constants.lua), for the same
+/// reasons: the holder's first late request learns "expired" (the loss,
+/// counted once), a heartbeat that crossed a release learns "released".
+const LINGER: Duration = Duration::from_secs(10);
+
+/// How a lease ended before its expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// Its holder released it.
+    Released,
+    /// An operator revoked it.
+    Revoked,
+}
 
 struct Lease {
     token: String,
@@ -39,19 +55,30 @@ struct Lease {
     /// When the name becomes grantable after an involuntary end: the expiry
     /// plus the lock-delay, or the revocation plus the lock-delay.
     delay_ends: Instant,
-    /// Revoked by an operator: kept (as a tombstone) so its holder learns why.
-    revoked: bool,
+    /// Released or revoked: the entry stays (as a tombstone) so that its
+    /// holder learns why.
+    end: Option<End>,
+    /// Its expiry was reported to someone (counted once).
+    noticed: bool,
+    /// The last released and the last revoked token of the name, and the
+    /// token of an expired lease whose loss nobody reported before the name
+    /// was granted again (acquire.lua's x, r and p).
+    released: Option<String>,
+    revoked: Option<String>,
+    expired_owner: Option<String>,
+    /// When the entry may go (the Redis key's expiry).
+    forget_at: Instant,
 }
 
 impl Lease {
     fn live(&self, now: Instant) -> bool {
-        !self.revoked && now < self.expires_at
+        self.end.is_none() && now < self.expires_at
     }
 
     /// The entry is of no more use: the lease ended, its delay ran out, and
-    /// (if revoked) its holder can no longer be expecting it.
+    /// its holder can no longer be expecting to hear of it.
     fn spent(&self, now: Instant) -> bool {
-        now >= self.expires_at && now >= self.delay_ends
+        now >= self.forget_at
     }
 
     fn info(&self, now: Instant) -> LeaseInfo {
@@ -76,11 +103,24 @@ struct Permit {
     expires_at: Instant,
 }
 
+/// The permits of a name, by owner token (expired ones stay [`LINGER`]), and
+/// the last released one (the permits hash's "_x").
+#[derive(Default)]
+struct Permits {
+    held: std::collections::HashMap<String, Permit>,
+    released: Option<String>,
+}
+
+impl Permits {
+    fn live(&self, now: Instant) -> impl Iterator<Item = &Permit> {
+        self.held.values().filter(move |p| p.expires_at > now)
+    }
+}
+
 struct Inner {
     leases: DashMap<String, Lease>,
-    /// Semaphore permits by name, then by owner token. Locked after `leases`
-    /// when both are needed.
-    permits: DashMap<String, std::collections::HashMap<String, Permit>>,
+    /// Semaphore permits by name. Locked after `leases` when both are needed.
+    permits: DashMap<String, Permits>,
     /// Wait queues: waiter tokens in arrival order, with the moment each
     /// must have called again by. When a name needs both maps, the queue is
     /// locked first.
@@ -178,13 +218,13 @@ impl MemoryStore {
             }
         }
         let mut permits = self.inner.permits.entry(spec.name.clone()).or_default();
-        permits.retain(|_, p| p.expires_at > now);
-        if let Some(mine) = permits.get(&spec.token) {
+        permits.held.retain(|_, p| p.expires_at + LINGER > now);
+        if let Some(mine) = permits.held.get(&spec.token).filter(|p| p.expires_at > now) {
             return Acquired::Granted { fence: mine.fence };
         }
-        if permits.len() >= spec.limit as usize {
+        if permits.live(now).count() >= spec.limit as usize {
             let first = permits
-                .values()
+                .live(now)
                 .min_by_key(|p| p.expires_at)
                 .map(|p| (p.fence, p.expires_at - now));
             let (fence, remaining) = first.unwrap_or((0, Duration::from_millis(1)));
@@ -203,7 +243,7 @@ impl MemoryStore {
             None => {}
         }
         let fence = self.next_fence();
-        permits.insert(
+        permits.held.insert(
             spec.token.clone(),
             Permit {
                 fence,
@@ -253,13 +293,11 @@ impl MemoryStore {
             }
             entry => {
                 // Held as a semaphore: blocked until its permits are gone.
-                let first_permit = self.inner.permits.get(&spec.name).and_then(|permits| {
-                    permits
-                        .values()
-                        .filter(|p| p.expires_at > now)
-                        .map(|p| p.expires_at)
-                        .min()
-                });
+                let first_permit = self
+                    .inner
+                    .permits
+                    .get(&spec.name)
+                    .and_then(|permits| permits.live(now).map(|p| p.expires_at).min());
                 if let Some(expiry) = first_permit {
                     let position = wait_in_line(queue);
                     return blocked(
@@ -289,6 +327,24 @@ impl MemoryStore {
                     }
                     None => {}
                 }
+                // What the name's record carries over to the new lease.
+                let (released, revoked, expired_owner) = match &entry {
+                    MapEntry::Occupied(e) => {
+                        let old = e.get();
+                        let unreported =
+                            old.end.is_none() && !old.noticed && old.token != spec.token;
+                        (
+                            old.released.clone(),
+                            old.revoked.clone(),
+                            if unreported {
+                                Some(old.token.clone())
+                            } else {
+                                old.expired_owner.clone()
+                            },
+                        )
+                    }
+                    MapEntry::Vacant(_) => (None, None, None),
+                };
                 let fence = self.next_fence();
                 let ttl = Duration::from_millis(spec.ttl_ms);
                 let lock_delay = Duration::from_millis(spec.lock_delay_ms);
@@ -301,7 +357,12 @@ impl MemoryStore {
                     lock_delay,
                     expires_at: now + ttl,
                     delay_ends: now + ttl + lock_delay,
-                    revoked: false,
+                    end: None,
+                    noticed: false,
+                    released,
+                    revoked,
+                    expired_owner,
+                    forget_at: now + ttl + lock_delay.max(LINGER),
                 });
                 Acquired::Granted { fence }
             }
@@ -332,55 +393,93 @@ impl MemoryStore {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
-        let now = Instant::now();
-        let Some(mut lease) = self.inner.leases.get_mut(name) else {
-            return Ok(self.renew_permit(name, token, ttl_ms, now));
-        };
-        if lease.revoked {
-            return Ok(if lease.token == token {
-                Checked::Revoked { fence: lease.fence }
-            } else {
-                Checked::NotHeld
-            });
-        }
-        if !lease.live(now) {
-            return Ok(Checked::NotHeld);
-        }
-        if lease.token != token {
-            return Ok(Checked::NotOwner { fence: lease.fence });
-        }
-        let ttl_ms = ttl_ms.unwrap_or(lease.ttl_ms);
-        lease.ttl_ms = ttl_ms;
-        lease.expires_at = now + Duration::from_millis(ttl_ms);
-        lease.delay_ends = lease.expires_at + lease.lock_delay;
-        Ok(Checked::Done(Renewed {
-            ttl_ms,
-            fence: lease.fence,
-        }))
+        Ok(self.renew_or_look(name, token, Some(ttl_ms)))
     }
 
-    /// renew.lua's permit branch, in memory.
-    fn renew_permit(
+    pub(crate) async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        Ok(self.renew_or_look(name, token, None))
+    }
+
+    /// renew_lease.lua, in memory (see there): `ttl_ms` is `None` to look
+    /// only, `Some(None)` to keep the lease's own TTL.
+    fn renew_or_look(
         &self,
         name: &str,
         token: &str,
-        ttl_ms: Option<u64>,
-        now: Instant,
+        ttl_ms: Option<Option<u64>>,
     ) -> Checked<Renewed> {
+        let now = Instant::now();
+        if let Some(mut lease) = self.inner.leases.get_mut(name) {
+            if let Some(ended) = self.ended(&mut lease, token, now) {
+                return ended;
+            }
+            if lease.live(now) && lease.token == token {
+                if let Some(ttl_ms) = ttl_ms {
+                    let ttl_ms = ttl_ms.unwrap_or(lease.ttl_ms);
+                    lease.ttl_ms = ttl_ms;
+                    lease.expires_at = now + Duration::from_millis(ttl_ms);
+                    lease.delay_ends = lease.expires_at + lease.lock_delay;
+                    lease.forget_at = lease.expires_at + lease.lock_delay.max(LINGER);
+                }
+                return Checked::Done(Renewed {
+                    ttl_ms: lease.ttl_ms,
+                    fence: lease.fence,
+                });
+            }
+        }
         let Some(mut permits) = self.inner.permits.get_mut(name) else {
             return Checked::NotHeld;
         };
-        match permits.get_mut(token) {
+        let permits = &mut *permits;
+        match permits.held.get_mut(token) {
             Some(permit) if permit.expires_at > now => {
-                permit.ttl_ms = ttl_ms.unwrap_or(permit.ttl_ms);
-                permit.expires_at = now + Duration::from_millis(permit.ttl_ms);
+                if let Some(ttl_ms) = ttl_ms {
+                    permit.ttl_ms = ttl_ms.unwrap_or(permit.ttl_ms);
+                    permit.expires_at = now + Duration::from_millis(permit.ttl_ms);
+                }
                 Checked::Done(Renewed {
                     ttl_ms: permit.ttl_ms,
                     fence: permit.fence,
                 })
             }
-            _ => Checked::NotHeld,
+            Some(_) => {
+                permits.held.remove(token);
+                Checked::Expired { fence: 0 }
+            }
+            None if permits.released.as_deref() == Some(token) => Checked::Released,
+            None => Checked::NotHeld,
         }
+    }
+
+    /// What the name's record says of `token` when it is not the live
+    /// lease's (renew_lease.lua and release.lua share this): `None` when
+    /// `token` holds the live lease or the record knows nothing of it and
+    /// the name is free (the caller then looks at the permits). An expiry
+    /// reported here is marked, so that it is reported once.
+    fn ended<T>(&self, lease: &mut Lease, token: &str, now: Instant) -> Option<Checked<T>> {
+        if lease.revoked.as_deref() == Some(token) {
+            return Some(Checked::Revoked { fence: lease.fence });
+        }
+        if lease.released.as_deref() == Some(token) {
+            return Some(Checked::Released);
+        }
+        let live = lease.live(now);
+        if lease.token == token && lease.end.is_none() {
+            if live {
+                return None;
+            }
+            if lease.noticed {
+                return Some(Checked::NotHeld);
+            }
+            lease.noticed = true;
+            return Some(Checked::Expired { fence: 0 });
+        }
+        if lease.expired_owner.as_deref() == Some(token) {
+            lease.expired_owner = None;
+            let fence = if live { lease.fence } else { 0 };
+            return Some(Checked::Expired { fence });
+        }
+        live.then_some(Checked::NotOwner { fence: lease.fence })
     }
 
     pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
@@ -393,24 +492,36 @@ impl MemoryStore {
 
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         let now = Instant::now();
-        let next = match self.inner.leases.entry(name.to_owned()) {
-            MapEntry::Occupied(e) if e.get().live(now) => {
-                if e.get().token != token {
-                    return Ok(Checked::NotOwner {
-                        fence: e.get().fence,
-                    });
-                }
-                // Voluntary: no lock-delay.
-                e.remove();
-                // Only the first in line can take it: wake just that waiter.
-                self.next_in_line(name)
+        let mut next = None;
+        if let Some(mut lease) = self.inner.leases.get_mut(name) {
+            if let Some(ended) = self.ended(&mut lease, token, now) {
+                return Ok(ended);
             }
-            _ => {
-                let released = self.inner.permits.get_mut(name).is_some_and(|mut permits| {
-                    permits.remove(token).is_some_and(|p| p.expires_at > now)
-                });
-                if !released {
+            if lease.live(now) {
+                // Voluntary: no lock-delay. The record stays a while, so
+                // that a retried release still hears it worked.
+                lease.end = Some(End::Released);
+                lease.released = Some(token.to_owned());
+                lease.delay_ends = now;
+                lease.forget_at = now + LINGER;
+                drop(lease);
+                // Only the first in line can take it: wake just that waiter.
+                next = Some(self.next_in_line(name));
+            }
+        }
+        let next = match next {
+            Some(next) => next,
+            None => {
+                let Some(mut permits) = self.inner.permits.get_mut(name) else {
                     return Ok(Checked::NotHeld);
+                };
+                match permits.held.remove(token) {
+                    Some(p) if p.expires_at > now => permits.released = Some(token.to_owned()),
+                    Some(_) => return Ok(Checked::Expired { fence: 0 }),
+                    None if permits.released.as_deref() == Some(token) => {
+                        return Ok(Checked::Released)
+                    }
+                    None => return Ok(Checked::NotHeld),
                 }
                 // A free permit may serve more than the first in line.
                 String::new()
@@ -436,20 +547,25 @@ impl MemoryStore {
             .unwrap_or_default()
     }
 
-    pub(crate) async fn revoke(&self, name: &str) -> Result<Option<u64>> {
+    pub(crate) async fn revoke(&self, name: &str) -> Result<Revocation> {
         let now = Instant::now();
         let fence = match self.inner.leases.get_mut(name) {
             Some(mut lease) if lease.live(now) => {
-                lease.revoked = true;
+                lease.end = Some(End::Revoked);
+                lease.revoked = Some(lease.token.clone());
                 lease.delay_ends = now + lease.lock_delay;
+                lease.forget_at = lease.expires_at.max(lease.delay_ends) + LINGER;
                 lease.fence
             }
-            _ => return Ok(None),
+            Some(lease) if lease.end == Some(End::Revoked) => {
+                return Ok(Revocation::Already { fence: lease.fence })
+            }
+            _ => return Ok(Revocation::NotHeld),
         };
         self.inner
             .watchers
             .wake(&self.channel(name, Event::Released), "");
-        Ok(Some(fence))
+        Ok(Revocation::Revoked { fence })
     }
 
     pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
@@ -457,9 +573,11 @@ impl MemoryStore {
         let waiters = self.inner.queues.get(name).map_or(0, |q| {
             q.iter().filter(|(_, deadline)| *deadline > now).count() as u64
         });
-        let permits = self.inner.permits.get(name).map_or(0, |p| {
-            p.values().filter(|p| p.expires_at > now).count() as u64
-        });
+        let permits = self
+            .inner
+            .permits
+            .get(name)
+            .map_or(0, |p| p.live(now).count() as u64);
         Ok(match self.inner.leases.get(name) {
             Some(lease) if lease.live(now) => Described {
                 lease: Some(lease.info(now)),
@@ -536,8 +654,8 @@ async fn sweep(inner: Weak<Inner>) {
         let now = Instant::now();
         inner.leases.retain(|_, lease| !lease.spent(now));
         inner.permits.retain(|_, permits| {
-            permits.retain(|_, p| p.expires_at > now);
-            !permits.is_empty()
+            permits.held.retain(|_, p| p.expires_at + LINGER > now);
+            !permits.held.is_empty()
         });
         inner.queues.retain(|_, queue| {
             queue.retain(|(_, deadline)| *deadline > now);

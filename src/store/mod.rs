@@ -13,16 +13,18 @@
 //! * At most one unexpired lease per name; a grant happens only if none exists.
 //! * Renew and release act only if the presented owner token matches.
 //! * Every grant of a name gets a fence strictly greater than every earlier
-//!   grant of that name, even after the store forgot the name (it expired, was
-//!   released, or the store lost its data). Fences are
-//!   `max(last fence + 1, store clock in µs, caller's floor + 1)`: while a
-//!   lease or its short tombstone exists the first term rules; once the name is
-//!   forgotten the clock has moved past every fence issued for it, because a
-//!   fence never runs ahead of the clock by more than the grants issued within
-//!   one microsecond, and a release that would leave such a fence ahead of the
-//!   clock keeps a tombstone holding it until the clock has passed it. So the
-//!   store keeps nothing for a name that is free: its size is bounded by the
-//!   leases that exist, not by the names ever used.
+//!   grant of that name. Fences come from a counter in the store (`INCR`:
+//!   one key for a Redis server, one per hash slot on a Cluster, one atomic
+//!   in memory), raised to at least `max(store clock in µs, caller's floor +
+//!   1)`. While the store keeps its data the counter alone rises, whatever
+//!   any clock does; once it lost its data, the clock term is above every
+//!   earlier fence (no fence runs ahead of the clock by more than the grants
+//!   made within one microsecond), and the floor (the highest fence the
+//!   broker replica saw) covers a clock that also stepped back. The store
+//!   keeps nothing per free name beyond a short record of its last lease.
+//! * A loss is reported once: the first request with an expired lease's
+//!   token is answered [`Checked::Expired`], later ones are not (see
+//!   [`Checked`]).
 //! * The store's clock decides expiry. Remaining times are what the store says.
 //! * Lock-delay (Chubby, Consul): a lease granted with a delay leaves the name
 //!   ungrantable for that long after an involuntary end (expiry, revoke), so
@@ -179,14 +181,24 @@ pub struct Blocked {
     pub queued: u64,
 }
 
-/// The outcome of a renew or release.
+/// The outcome of a renew, a look ([`Store::check`]) or a release.
+///
+/// The store tells a lease's own end apart from a stranger's token: a lease's
+/// hash outlives its end by a while (`LINGER_MS` in the Lua scripts), keeping
+/// the token that held it, released it or was revoked, so that the first
+/// request about an expired lease is answered [`Checked::Expired`] (the loss,
+/// to count once) and every later one, or one with a token the store never
+/// saw, is not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Checked<T> {
     /// The token matched and the operation was applied.
     Done(T),
-    /// No lease exists on the name.
+    /// The store has no record of a lease of this token: never held here,
+    /// its record lapsed, its loss was reported already, or the store lost
+    /// its data.
     NotHeld,
-    /// Another owner holds the name: its fence.
+    /// Another owner holds the name, and the store has no record of this
+    /// token (a stranger's token, or a loss reported already).
     NotOwner {
         /// The current holder's fence.
         fence: u64,
@@ -196,6 +208,34 @@ pub enum Checked<T> {
         /// The revoked lease's fence.
         fence: u64,
     },
+    /// This token's lease expired, and this is the first request that
+    /// learns it: the one loss to count.
+    Expired {
+        /// The fence of whoever holds the name now (granted again since the
+        /// expiry), or 0 if it is free.
+        fence: u64,
+    },
+    /// This token released the lease (a retried release, or a heartbeat
+    /// that crossed the release): nothing was lost.
+    Released,
+}
+
+/// The outcome of a revoke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Revocation {
+    /// The lease with this fence was revoked now.
+    Revoked {
+        /// Its fence.
+        fence: u64,
+    },
+    /// The name's last lease was revoked already and nothing was granted
+    /// since (a retried Revoke): the work is done.
+    Already {
+        /// Its fence.
+        fence: u64,
+    },
+    /// No lease was held.
+    NotHeld,
 }
 
 /// One lease of a batch renewal (`Debug` redacts the token).
@@ -326,6 +366,13 @@ impl Store {
         dispatch!(self, s => s.renew_many(items).await)
     }
 
+    /// What became of `token`'s lease on `name`, without extending it:
+    /// [`Checked::Done`] while it lives (with its TTL and fence), else as
+    /// [`Store::renew`] answers (an expiry seen here first is reported here).
+    pub async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        dispatch!(self, s => s.check(name, token).await)
+    }
+
     /// Deletes the lease if `token` holds it, and wakes the name's waiters on
     /// every replica.
     pub async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
@@ -333,9 +380,8 @@ impl Store {
     }
 
     /// Ends the current lease on `name`, whoever holds it; its lock-delay
-    /// starts now and waiters are woken. The fence of the revoked lease, or
-    /// `None` if the name was not held.
-    pub async fn revoke(&self, name: &str) -> Result<Option<u64>> {
+    /// starts now and waiters are woken.
+    pub async fn revoke(&self, name: &str) -> Result<Revocation> {
         dispatch!(self, s => s.revoke(name).await)
     }
 

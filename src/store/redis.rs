@@ -38,7 +38,7 @@ use super::{
     sentinel::SentinelTarget,
     watch::{SubscriptionRequest, Watchers},
     Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem,
-    Renewed, StoreOptions, QUEUE_LIFETIME,
+    Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -55,21 +55,26 @@ struct Scripts {
     describe: Script,
 }
 
-/// The scripts that take a place in the wait queue start with its code
-/// (Redis scripts cannot call one another).
+/// Scripts cannot call one another: the ones that write a lease start with
+/// the shared constants, those that take a place in the wait queue with its
+/// code, those that renew with the renewal function.
 const ACQUIRE: &str = concat!(
+    include_str!("lua/constants.lua"),
     include_str!("lua/queue.lua"),
     include_str!("lua/acquire.lua")
 );
 const SEMAPHORE_ACQUIRE: &str = concat!(
+    include_str!("lua/constants.lua"),
     include_str!("lua/queue.lua"),
     include_str!("lua/semaphore_acquire.lua")
 );
 const RENEW: &str = concat!(
+    include_str!("lua/constants.lua"),
     include_str!("lua/renew_lease.lua"),
     include_str!("lua/renew.lua")
 );
 const RENEW_MANY: &str = concat!(
+    include_str!("lua/constants.lua"),
     include_str!("lua/renew_lease.lua"),
     include_str!("lua/renew_many.lua")
 );
@@ -79,8 +84,14 @@ const RENEW_MANY: &str = concat!(
 /// (a heartbeat naming more leases becomes several runs, still in one round
 /// trip).
 const RENEW_BATCH: usize = 250;
-const RELEASE: &str = include_str!("lua/release.lua");
-const REVOKE: &str = include_str!("lua/revoke.lua");
+const RELEASE: &str = concat!(
+    include_str!("lua/constants.lua"),
+    include_str!("lua/release.lua")
+);
+const REVOKE: &str = concat!(
+    include_str!("lua/constants.lua"),
+    include_str!("lua/revoke.lua")
+);
 const DEQUEUE: &str = include_str!("lua/dequeue.lua");
 const DESCRIBE: &str = include_str!("lua/describe.lua");
 
@@ -466,8 +477,23 @@ impl RedisStore {
             queue: format!("{lease}:queue"),
             alive: format!("{lease}:alive"),
             permits: format!("{lease}:permits"),
+            fences: self.fence_counter(&lease),
             lease,
         }
+    }
+
+    /// The fence counter for the name whose lease key is `lease`: one key on
+    /// a Redis server; on a Cluster one per hash slot, in the name's slot
+    /// (so that the grant scripts stay single-slot), never one per name.
+    fn fence_counter(&self, lease: &str) -> String {
+        let prefix = &self.inner.prefix;
+        if !self.is_cluster() {
+            return format!("{prefix}fences");
+        }
+        let tag = slot_tags()
+            .get(&redis::cluster_routing::Slot::for_key(lease))
+            .map_or("", String::as_str);
+        format!("{prefix}{{{tag}}}:fences")
     }
 
     /// Records a fence seen in a reply, raising the floor for later grants.
@@ -551,6 +577,7 @@ impl RedisStore {
                     k.queue.as_str(),
                     k.alive.as_str(),
                     k.lease.as_str(),
+                    k.fences.as_str(),
                 ],
                 vec![
                     spec.token.clone(),
@@ -571,6 +598,7 @@ impl RedisStore {
                     k.queue.as_str(),
                     k.alive.as_str(),
                     k.permits.as_str(),
+                    k.fences.as_str(),
                 ],
                 vec![
                     spec.token.clone(),
@@ -651,11 +679,28 @@ impl RedisStore {
                 .pop()
                 .ok_or_else(|| Error::Internal("no renewal outcome".into()));
         }
-        let args = [token.to_owned(), ttl_ms.unwrap_or(0).to_string()];
+        self.renew_one("renew", name, token, ttl_ms.unwrap_or(0).to_string())
+            .await
+    }
+
+    /// What became of `token`'s lease, without extending it (renew.lua
+    /// with a TTL of -1).
+    pub(crate) async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        self.renew_one("check", name, token, "-1".to_owned()).await
+    }
+
+    async fn renew_one(
+        &self,
+        op: &'static str,
+        name: &str,
+        token: &str,
+        ttl: String,
+    ) -> Result<Checked<Renewed>> {
+        let args = [token.to_owned(), ttl];
         let k = self.keys(name);
         let reply: Vec<Value> = self
             .eval(
-                "renew",
+                op,
                 &self.inner.scripts.renew,
                 &[&k.lease, &k.permits],
                 &args,
@@ -843,7 +888,7 @@ impl RedisStore {
     pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         let k = self.keys(name);
         let args = [token.to_owned(), self.channel(name, Event::Released)];
-        let reply: i64 = self
+        let reply: Vec<Value> = self
             .eval(
                 "release",
                 &self.inner.scripts.release,
@@ -851,25 +896,22 @@ impl RedisStore {
                 &args,
             )
             .await?;
-        Ok(match reply {
-            1 => Checked::Done(()),
-            0 => Checked::NotHeld,
-            _ => {
-                // The script does not return the other owner's fence on this
-                // path (release is hot; mismatch is rare): describe for it.
-                let fence = self.describe(name).await?.lease.map_or(0, |l| l.fence);
-                Checked::NotOwner { fence }
-            }
-        })
+        release_reply(&reply)
     }
 
-    pub(crate) async fn revoke(&self, name: &str) -> Result<Option<u64>> {
+    pub(crate) async fn revoke(&self, name: &str) -> Result<Revocation> {
         let key = self.key(name);
         let args = [self.channel(name, Event::Released)];
         let reply: Vec<Value> = self
             .eval("revoke", &self.inner.scripts.revoke, &[&key], &args)
             .await?;
-        Ok((int(&reply, 0)? == 1).then_some(uint(&reply, 1)?))
+        let fence = uint(&reply, 1)?;
+        Ok(match int(&reply, 0)? {
+            1 => Revocation::Revoked { fence },
+            2 => Revocation::Already { fence },
+            0 => Revocation::NotHeld,
+            other => return Err(Error::Internal(format!("revoke reply code {other}"))),
+        })
     }
 
     pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
@@ -957,6 +999,29 @@ struct NameKeys {
     alive: String,
     /// The semaphore permits (a hash).
     permits: String,
+    /// The fence counter of the name's slot (shared with other names).
+    fences: String,
+}
+
+/// For each Cluster hash slot, a short hash tag that maps to it: the fence
+/// counter of a slot is `{prefix}{tag}:fences`. Computed once (about 170,000
+/// CRC16s of short strings, a few milliseconds), only for Cluster stores.
+fn slot_tags() -> &'static std::collections::HashMap<redis::cluster_routing::Slot, String> {
+    static TAGS: std::sync::OnceLock<
+        std::collections::HashMap<redis::cluster_routing::Slot, String>,
+    > = std::sync::OnceLock::new();
+    TAGS.get_or_init(|| {
+        const SLOTS: usize = 16_384;
+        let mut tags = std::collections::HashMap::with_capacity(SLOTS);
+        let mut n = 0u64;
+        while tags.len() < SLOTS {
+            let tag = format!("{n:x}");
+            tags.entry(redis::cluster_routing::Slot::for_key(&tag))
+                .or_insert(tag);
+            n += 1;
+        }
+        tags
+    })
 }
 
 /// `{prefix}{name}`: the braces make `name` the Redis Cluster hash tag.
@@ -1240,10 +1305,32 @@ fn renew_reply(reply: &[Value]) -> Result<Checked<Renewed>> {
             ttl_ms: uint(reply, 1)?,
             fence,
         }),
+        other => ended(other, fence)
+            .ok_or_else(|| Error::Internal(format!("renew reply code {other}")))?,
+    })
+}
+
+/// Reads a release.lua reply.
+fn release_reply(reply: &[Value]) -> Result<Checked<()>> {
+    let fence = uint(reply, 1)?;
+    Ok(match int(reply, 0)? {
+        1 => Checked::Done(()),
+        2 => Checked::Released,
+        other => ended(other, fence)
+            .ok_or_else(|| Error::Internal(format!("release reply code {other}")))?,
+    })
+}
+
+/// The codes renew_lease.lua and release.lua share for a lease that is not
+/// (or no longer) the caller's.
+fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
+    Some(match code {
         0 => Checked::NotHeld,
         -1 => Checked::NotOwner { fence },
         -2 => Checked::Revoked { fence },
-        other => return Err(Error::Internal(format!("renew reply code {other}"))),
+        -3 => Checked::Expired { fence },
+        -4 => Checked::Released,
+        _ => return None,
     })
 }
 

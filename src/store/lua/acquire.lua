@@ -8,6 +8,8 @@
 --          deadline): {prefix}{name}:alive
 -- KEYS[4]  the permits of the name (semaphore_acquire.lua): while any is
 --          held, the name cannot be granted as a plain lock
+-- KEYS[5]  the fence counter: one key for a Redis server, one per hash slot
+--          on a Cluster (its hash tag maps to the name's slot)
 -- ARGV[1]  owner token of the new lease
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  holder label
@@ -35,20 +37,33 @@
 --
 -- The lease hash has fields o (owner token), f (fence), h (holder label),
 -- t (TTL ms), g (grant time ms), e (expiry time ms) and d (lock-delay ms),
--- all by the Redis clock. The lease ends at e; the key lives until e + d, so
--- that the delay outlasts the lease. A hash without o is a tombstone: left by
--- release.lua (field f only) or revoke.lua (f, r: the revoked token, u: the
--- end of the lock-delay).
+-- all by the Redis clock. The lease ends at e; the key lives until e plus
+-- the longer of its lock-delay and LINGER_MS (renew_lease.lua), so that the
+-- delay outlasts the lease and the holder's late renewal or release still
+-- finds its own expired lease: that is how a loss is told to its holder and
+-- counted once (field n: the loss was reported). A hash without o is a
+-- tombstone: left by release.lua (x: the released token) or revoke.lua (r:
+-- the revoked token, u: the end of the lock-delay). A grant carries x and r
+-- over, and p: the token of an expired lease whose loss nobody reported yet,
+-- so that its holder still hears "expired" (not a stranger's "not owner")
+-- and a retried release or a revoked holder still gets its true answer.
 --
--- The fence is max(last fence + 1, server clock in µs, floor + 1): strictly
--- above the name's previous grant while Redis remembers it, and above it by
--- the clock once Redis has forgotten it (expired, released, or data lost).
+-- The fence comes from the counter (INCR), raised to at least
+-- max(last fence of the name + 1, server clock in µs, floor + 1):
+-- * while Redis keeps its data the counter alone rises, whatever any clock
+--   does (a clock stepped back cannot lower it);
+-- * after Redis lost its data (the counter with it), the clock term lands
+--   above every earlier fence, since no fence ran ahead of the clock by more
+--   than the grants made within one microsecond, and the floor (the highest
+--   fence the calling broker has seen) covers a clock that also stepped back;
+-- * last + 1 keeps the name's own sequence across an upgrade from brokers
+--   that issued fences before the counter existed.
 -- Numbers go back to Redis through string.format('%d'): a plain Lua number
 -- would be written as "1.7e+15" and lose digits.
 -- (queue.lua comes first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
-local key, permits = KEYS[1], KEYS[4]
+local key, permits, counter = KEYS[1], KEYS[4], KEYS[5]
 
-local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u')
+local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'x', 'r', 'p')
 if l[1] then
   local expiry = tonumber(l[6])
   if now_ms < expiry then
@@ -73,7 +88,7 @@ if redis.call('EXISTS', permits) == 1 then
   local entries = redis.call('HGETALL', permits)
   local first_expiry
   for i = 1, #entries, 2 do
-    if entries[i] ~= '_f' then
+    if entries[i] ~= '_f' and entries[i] ~= '_x' then
       local expiry = tonumber(string.match(entries[i + 1], '^%d+|(%d+)|'))
       if expiry > now_ms and (not first_expiry or expiry < first_expiry) then
         first_expiry = expiry
@@ -93,7 +108,16 @@ if queued then
 end
 local last = tonumber(l[2] or '0')
 -- Grant.
-local fence = math.max(last + 1, now_us, tonumber(ARGV[4]) + 1)
+local counted = redis.call('INCR', counter)
+local fence = math.max(counted, last + 1, now_us, tonumber(ARGV[4]) + 1)
+if fence ~= counted then
+  redis.call('SET', counter, string.format('%d', fence))
+end
+-- The expired lease replaced here, if its loss is still unreported.
+local expired_owner = l[12]
+if l[1] and l[1] ~= token and not l[9] then
+  expired_owner = l[1]
+end
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[5])
 redis.call('DEL', key)
@@ -105,6 +129,15 @@ redis.call('HSET', key,
   'g', string.format('%d', now_ms),
   'e', string.format('%d', now_ms + ttl),
   'd', ARGV[5])
-redis.call('PEXPIRE', key, ttl + delay)
+if l[10] then
+  redis.call('HSET', key, 'x', l[10])
+end
+if l[11] then
+  redis.call('HSET', key, 'r', l[11])
+end
+if expired_owner then
+  redis.call('HSET', key, 'p', expired_owner)
+end
+redis.call('PEXPIRE', key, ttl + math.max(delay, LINGER_MS))
 redis.call('PUBLISH', ARGV[6], '')
 return {1, fence, ttl, '', now_ms}

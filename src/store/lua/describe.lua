@@ -20,7 +20,7 @@ local waiters = redis.call('ZCOUNT', KEYS[2], now_ms, '+inf')
 local permits = 0
 local entries = redis.call('HGETALL', KEYS[3])
 for i = 1, #entries, 2 do
-  if entries[i] ~= '_f' and tonumber(string.match(entries[i + 1], '^%d+|(%d+)|')) > now_ms then
+  if entries[i] ~= '_f' and entries[i] ~= '_x' and tonumber(string.match(entries[i + 1], '^%d+|(%d+)|')) > now_ms then
     permits = permits + 1
   end
 end

@@ -9,9 +9,16 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  the name's release channel
 --
--- Returns  1 when released,
---          0 when no lease exists (expired, released, lost),
---         -1 when another owner holds it.
+-- Returns {1, 0}      when released,
+--         {2, 0}      when this token released it already (a retried or
+--                     second release: the work is done, nothing to count),
+--         {0, 0}      when the store has no record of this token's lease,
+--         {-1, fence} when another owner holds it, with no record of this
+--                     token (a stranger's token, or a loss reported already),
+--         {-2, fence} when this lease was revoked,
+--         {-3, fence} when this token's lease expired and this is the first
+--                     time anyone asks (fence: the current holder's, 0 if
+--                     free): the loss to count, once.
 --
 -- The message published names the waiter first in line (the first 16 hex
 -- digits of its token), so that brokers wake only that one: the queue is
@@ -21,40 +28,61 @@
 -- (no queue; a semaphore permit, which may serve more than the first) wakes
 -- every waiter.
 --
--- Normally the key is deleted, so Redis keeps nothing for a free name. Only
--- when the lease's fence is not yet below the server clock (several grants of
--- the name within one microsecond, or a clock that stepped back) does a
--- tombstone keep the fence, just until the clock has passed it: acquire.lua
--- then continues from it, and no later grant can repeat a fence.
-local key, queue, alive = KEYS[1], KEYS[3], KEYS[4]
-local l = redis.call('HMGET', key, 'o', 'f', 'e')
+-- The key becomes a tombstone for LINGER_MS (constants.lua): x (the released
+-- token, so that a retry reports success and a heartbeat that crossed the
+-- release is not taken for a loss), p (carried, see acquire.lua). Fences
+-- need no tombstone: they come from the counter (acquire.lua).
+local key, permits, queue, alive, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local l = redis.call('HMGET', key, 'o', 'f', 'e', 'r', 'x', 'p', 'n')
 local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
-if not l[1] or now_ms >= tonumber(l[3]) then
-  local permit = redis.call('HGET', KEYS[2], ARGV[1])
-  if permit and tonumber(string.match(permit, '^%d+|(%d+)|')) > now_ms then
-    redis.call('HDEL', KEYS[2], ARGV[1])
-    redis.call('PUBLISH', ARGV[2], '')
-    return 1
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if l[4] == token then
+  return {-2, tonumber(l[2])}
+end
+if l[5] == token then
+  return {2, 0}
+end
+local live = l[1] and now_ms < tonumber(l[3])
+if l[1] == token and not live then
+  if l[7] then
+    return {0, 0}
   end
-  return 0
+  redis.call('HSET', key, 'n', '1')
+  return {-3, 0}
 end
-if l[1] ~= ARGV[1] then
-  return -1
+if l[6] == token then
+  redis.call('HDEL', key, 'p')
+  return {-3, live and tonumber(l[2]) or 0}
 end
-local fence = tonumber(l[2])
-if fence >= now_us then
-  redis.call('DEL', key)
-  redis.call('HSET', key, 'f', l[2])
-  redis.call('PEXPIRE', key, math.floor((fence - now_us) / 1000) + 1)
-else
-  redis.call('DEL', key)
+if live and l[1] ~= token then
+  return {-1, tonumber(l[2])}
 end
+if not live then
+  local permit = redis.call('HGET', permits, token)
+  if permit then
+    redis.call('HDEL', permits, token)
+    if tonumber(string.match(permit, '^%d+|(%d+)|')) <= now_ms then
+      return {-3, 0}
+    end
+    redis.call('HSET', permits, '_x', token)
+    redis.call('PUBLISH', ARGV[2], '')
+    return {1, 0}
+  end
+  if redis.call('HGET', permits, '_x') == token then
+    return {2, 0}
+  end
+  return {0, 0}
+end
+redis.call('DEL', key)
+redis.call('HSET', key, 'f', l[2], 'x', token)
+if l[6] then
+  redis.call('HSET', key, 'p', l[6])
+end
+redis.call('PEXPIRE', key, LINGER_MS)
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
   redis.call('LREM', queue, 0, gone)
   redis.call('ZREM', alive, gone)
 end
 local next = redis.call('LINDEX', queue, 0)
 redis.call('PUBLISH', ARGV[2], next and string.sub(next, 1, 16) or '')
-return 1
+return {1, 0}

@@ -6,47 +6,79 @@
 --   permits  the permits of the name, if it is a semaphore (see
 --            semaphore_acquire.lua): a token not found in key may be a permit
 --   token    owner token
---   new_ttl  new TTL in milliseconds (a string), or '0' to keep the lease's own
+--   new_ttl  new TTL in milliseconds (a string), '0' to keep the lease's own,
+--            or '-1' to only look: report as below without extending
 --   now_ms   the Redis clock
--- and returns {1, ttl_ms, fence} when renewed,
---             {0, 0, 0} when no lease exists (expired, released, lost),
---             {-1, 0, fence} when another owner holds it (its fence),
---             {-2, 0, fence} when this lease was revoked.
+-- and returns {1, ttl_ms, fence} when renewed (or, with '-1', alive),
+--             {0, 0, 0} when the store has no record of this token's lease
+--                       (never held here, its record lapsed, its loss was
+--                       already reported, or the store lost its data),
+--             {-1, 0, fence} when another owner holds it (its fence) and the
+--                       store has no record of this token,
+--             {-2, 0, fence} when this lease was revoked,
+--             {-3, 0, fence} when this token's lease expired and this is the
+--                       first time anyone asks (fence: the current holder's,
+--                       0 if the name is free): the loss to count, once,
+--             {-4, 0, 0} when this token released the lease (a heartbeat
+--                       that crossed its release): not a loss.
+-- See acquire.lua for the fields of the lease hash; LINGER_MS is in
+-- constants.lua.
 local function renew(key, permits, token, new_ttl, now_ms)
-  local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'r')
-  if not l[1] then
-    if l[6] == token then
-      return {-2, 0, tonumber(l[2])}
-    end
-    local permit = redis.call('HGET', permits, token)
-    if permit then
-      local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
-      if tonumber(expiry) > now_ms then
-        if new_ttl ~= '0' then
-          ttl = new_ttl
-        end
-        redis.call('HSET', permits, token,
-          string.format('%d|%d|%d|%d|', fence, now_ms + tonumber(ttl), ttl, granted) .. holder)
-        if redis.call('PTTL', permits) < tonumber(ttl) then
-          redis.call('PEXPIRE', permits, ttl)
-        end
-        return {1, tonumber(ttl), tonumber(fence)}
+  local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'r', 'x', 'p', 'n')
+  if l[6] == token then
+    return {-2, 0, tonumber(l[2])}
+  end
+  if l[7] == token then
+    return {-4, 0, 0}
+  end
+  local live = l[1] and now_ms < tonumber(l[4])
+  if l[1] == token then
+    if not live then
+      if l[9] then
+        return {0, 0, 0}
       end
+      redis.call('HSET', key, 'n', '1')
+      return {-3, 0, 0}
     end
-    return {0, 0, 0}
+    local ttl = new_ttl
+    if ttl == '-1' then
+      return {1, tonumber(l[3]), tonumber(l[2])}
+    elseif ttl == '0' then
+      ttl = l[3]
+    end
+    redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
+    redis.call('PEXPIRE', key, tonumber(ttl) + math.max(tonumber(l[5] or '0'), LINGER_MS))
+    return {1, tonumber(ttl), tonumber(l[2])}
   end
-  if now_ms >= tonumber(l[4]) then
-    -- Expired; the key only lives on for its lock-delay.
-    return {0, 0, 0}
+  if l[8] == token then
+    -- Expired, and granted again before its holder heard of it.
+    redis.call('HDEL', key, 'p')
+    return {-3, 0, live and tonumber(l[2]) or 0}
   end
-  if l[1] ~= token then
+  if live then
     return {-1, 0, tonumber(l[2])}
   end
-  local ttl = new_ttl
-  if ttl == '0' then
-    ttl = l[3]
+  local permit = redis.call('HGET', permits, token)
+  if permit then
+    local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+    if tonumber(expiry) <= now_ms then
+      redis.call('HDEL', permits, token)
+      return {-3, 0, 0}
+    end
+    if new_ttl == '-1' then
+      return {1, tonumber(ttl), tonumber(fence)}
+    elseif new_ttl ~= '0' then
+      ttl = new_ttl
+    end
+    redis.call('HSET', permits, token,
+      string.format('%d|%d|%d|%d|', fence, now_ms + tonumber(ttl), ttl, granted) .. holder)
+    if redis.call('PTTL', permits) < tonumber(ttl) + LINGER_MS then
+      redis.call('PEXPIRE', permits, tonumber(ttl) + LINGER_MS)
+    end
+    return {1, tonumber(ttl), tonumber(fence)}
   end
-  redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
-  redis.call('PEXPIRE', key, tonumber(ttl) + tonumber(l[5] or '0'))
-  return {1, tonumber(ttl), tonumber(l[2])}
+  if redis.call('HGET', permits, '_x') == token then
+    return {-4, 0, 0}
+  end
+  return {0, 0, 0}
 end

@@ -7,23 +7,36 @@
 --          its lock-delay, if any, so every waiter looks again; see
 --          release.lua)
 --
--- Returns {1, fence} when a lease was revoked, {0, 0} when none was held.
+-- Returns {1, fence} when a lease was revoked,
+--         {2, fence} when the name's last lease was revoked already and
+--                    nothing was granted since (a retried Revoke: the work
+--                    is done, nothing more to count),
+--         {0, 0}     when none was held.
 --
--- The key becomes a tombstone: f (the fence, so the next grant is above it),
--- r (the revoked token, so its holder learns why) and u (the end of the
--- lock-delay). It lives until the revoked lease would have expired (so the
--- holder hears of the revocation rather than of an expiry) or the delay
--- ends, whichever is later.
+-- The key becomes a tombstone: f (the lease's fence), r (the revoked token,
+-- so its holder learns why, even after a new grant carried r over: see
+-- acquire.lua), u (the end of the lock-delay) and p (carried). It lives
+-- until the revoked lease would have expired or the delay ends, whichever
+-- is later, plus LINGER_MS (constants.lua).
 local key = KEYS[1]
-local l = redis.call('HMGET', key, 'o', 'f', 'e', 'd')
+local l = redis.call('HMGET', key, 'o', 'f', 'e', 'd', 'r', 'p')
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if not l[1] or now_ms >= tonumber(l[3]) then
+if not l[1] then
+  if l[5] then
+    return {2, tonumber(l[2])}
+  end
+  return {0, 0}
+end
+if now_ms >= tonumber(l[3]) then
   return {0, 0}
 end
 local delay_end = now_ms + tonumber(l[4] or '0')
 redis.call('DEL', key)
 redis.call('HSET', key, 'f', l[2], 'r', l[1], 'u', string.format('%d', delay_end))
-redis.call('PEXPIRE', key, math.max(tonumber(l[3]), delay_end) - now_ms + 1)
+if l[6] then
+  redis.call('HSET', key, 'p', l[6])
+end
+redis.call('PEXPIRE', key, math.max(tonumber(l[3]), delay_end) - now_ms + LINGER_MS)
 redis.call('PUBLISH', ARGV[1], '')
 return {1, tonumber(l[2])}

@@ -7,6 +7,7 @@
 -- KEYS[3]  the liveness of each queued waiter (as in acquire.lua)
 -- KEYS[4]  the lease hash of the name: a name held as a plain lock has no
 --          free permit
+-- KEYS[5]  the fence counter (as in acquire.lua)
 -- ARGV[1]  owner token of the new permit
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  holder label
@@ -22,11 +23,14 @@
 -- holder of the permit that expires first, remaining_ms until then);
 -- {3, ...} when a permit is free but waiters queued earlier come first.
 --
--- A permit is "fence|expiry_ms|ttl_ms|granted_ms|holder". Expired permits are
--- dropped here; the key expires with its longest permit. Fences follow the
--- rule of acquire.lua, over all the permits of the name.
+-- A permit is "fence|expiry_ms|ttl_ms|granted_ms|holder". An expired permit
+-- stays LINGER_MS (constants.lua) so that its holder is told "expired" once
+-- (renew_lease.lua then drops it); here it is dropped only after that. The
+-- key expires with its longest permit plus LINGER_MS. "_x" keeps the last
+-- released token (release.lua). Fences come from the counter, as in
+-- acquire.lua: the name's lock and permit grants share one sequence.
 -- (queue.lua comes first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
-local permits, lease = KEYS[1], KEYS[4]
+local permits, lease, counter = KEYS[1], KEYS[4], KEYS[5]
 
 -- A name held as a plain lock has no permit to give.
 local plain = redis.call('HMGET', lease, 'o', 'f', 'h', 'g', 'e')
@@ -41,12 +45,12 @@ local first_expiry, first_fence, first_holder, first_granted
 local entries = redis.call('HGETALL', permits)
 for i = 1, #entries, 2 do
   local owner, permit = entries[i], entries[i + 1]
-  if owner ~= '_f' then
+  if owner ~= '_f' and owner ~= '_x' then
     local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
     expiry = tonumber(expiry)
-    if expiry <= now_ms then
+    if expiry + LINGER_MS <= now_ms then
       redis.call('HDEL', permits, owner)
-    else
+    elseif expiry > now_ms then
       if owner == token then
         return {1, tonumber(fence), tonumber(ttl), '', tonumber(granted)}
       end
@@ -70,12 +74,16 @@ if queued then
 end
 
 -- Grant.
-local fence = math.max(last + 1, now_us, tonumber(ARGV[4]) + 1)
+local counted = redis.call('INCR', counter)
+local fence = math.max(counted, last + 1, now_us, tonumber(ARGV[4]) + 1)
+if fence ~= counted then
+  redis.call('SET', counter, string.format('%d', fence))
+end
 local ttl = tonumber(ARGV[2])
 local expiry = now_ms + ttl
 redis.call('HSET', permits,
   token, string.format('%d|%d|%d|%d|', fence, expiry, ttl, now_ms) .. ARGV[3],
   '_f', string.format('%d', fence))
-redis.call('PEXPIRE', permits, math.max(latest, expiry) - now_ms)
+redis.call('PEXPIRE', permits, math.max(latest, expiry) - now_ms + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
 return {1, fence, ttl, '', now_ms}

@@ -1,0 +1,12 @@
+-- constants.lua: prepended to every script that writes a lease or its
+-- tombstone (Redis scripts cannot share code otherwise).
+--
+-- LINGER_MS: how long a lease's hash outlives the lease's end (expiry, or
+-- release), beyond any lock-delay. Within it, the holder's late renewal or
+-- release still finds its own lease, so the broker can tell it "expired"
+-- and count the loss once (and only then), a heartbeat that crossed a
+-- release is told "released" (not a loss), and a retried release or revoke
+-- reports the success of its first try. A holder that asks later than this
+-- is told "not held" and its loss is not counted: the broker that served its
+-- broken stream checks within a second of the expiry (Session::abandon).
+local LINGER_MS = 10000
