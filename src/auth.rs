@@ -20,6 +20,16 @@
 //! ID, say); the certificate itself is checked by TLS against
 //! `--tls-client-ca`. `anonymous` names the tenant of callers with neither:
 //! without that line they are refused.
+//!
+//! The tenant `@root` is the root namespace: the locks of callers of a
+//! broker without `--auth-file`, stored under their bare names. Mapping
+//! existing callers' credentials to it turns authentication on without
+//! moving their locks, so replicas with and without the file can run side by
+//! side in a rolling update and still grant each lock to one holder:
+//!
+//! ```text
+//! @root       use           token:sha256:60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752
+//! ```
 
 use std::{
     collections::HashMap,
@@ -30,7 +40,7 @@ use std::{
 
 use crate::{
     error::{Error, Result},
-    lease::Permissions,
+    lease::{Permissions, ROOT_TENANT},
 };
 
 /// Prefix of the tokens `leasehold token` makes: lets secret scanners spot
@@ -215,7 +225,12 @@ fn parse(text: &str) -> std::result::Result<Grants, String> {
     Ok(grants)
 }
 
+/// A tenant id as the file may name it: an ordinary one, or the root
+/// namespace's.
 fn check_tenant(id: &str) -> std::result::Result<(), String> {
+    if id == ROOT_TENANT {
+        return Ok(());
+    }
     crate::lease::validate::tenant(id).map_err(|e| e.to_string())
 }
 
@@ -292,6 +307,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("stranger"), "{e}");
+    }
+
+    /// `@root` names the root namespace (the locks of callers without
+    /// --auth-file); nothing near it does, and `root` stays an ordinary
+    /// tenant, so no file that loaded before means something new now.
+    #[test]
+    fn the_root_namespace_is_the_reserved_tenant_at_root() {
+        let token = generate_token().unwrap();
+        let a = auth(&format!(
+            "@root use {}\nroot use cert:r\n@root use,admin anonymous\n",
+            token_credential(&token)
+        ));
+        let grant = a.authenticate(Some(&token), &[]).unwrap();
+        assert_eq!(grant.tenant, ROOT_TENANT);
+        assert!(grant.permissions.use_locks && !grant.permissions.admin);
+        assert_eq!(a.authenticate(None, &["r".into()]).unwrap().tenant, "root");
+        assert_eq!(a.authenticate(None, &[]).unwrap().tenant, "@root");
+        assert!(check_line("@root use,admin cert:ops").is_ok());
+        for near in [
+            "@ROOT", "@Root", "@root-a", "@", "root@", "@@root", "-@root",
+        ] {
+            let e = parse(&format!("{near} use anonymous"))
+                .err()
+                .unwrap_or_default();
+            assert!(
+                e.starts_with("line 1: tenant") && e.contains("or @root for the root namespace"),
+                "{near}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -68,8 +68,9 @@ pub struct ServeConfig {
     /// token's hash: see `leasehold token`), `cert:<name>` (a client
     /// certificate's CN or DNS/URI SAN) or `anonymous`. With it, every call
     /// needs a credential (unless an `anonymous` line names a tenant), and
-    /// each tenant has its own lock names. Reloaded when changed or on
-    /// SIGHUP.
+    /// each tenant has its own lock names; the tenant `@root` has the lock
+    /// names of callers without --auth-file (map existing callers to it to
+    /// keep their locks). Reloaded when changed or on SIGHUP.
     #[arg(long, env = "LEASEHOLD_AUTH_FILE")]
     pub auth_file: Option<PathBuf>,
 
@@ -215,7 +216,8 @@ pub struct Limits {
     pub max_holder_len: usize,
 
     /// Most leases one tenant may hold through this replica; 0 for no cap.
-    /// Applies with --auth-file (without it there are no tenants).
+    /// Applies with --auth-file (without it there are no tenants), to
+    /// `@root` as to any tenant.
     #[arg(long, env = "LEASEHOLD_TENANT_MAX_LEASES", default_value_t = 0)]
     pub tenant_max_leases: usize,
 

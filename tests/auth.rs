@@ -11,6 +11,7 @@ use std::{path::PathBuf, time::Duration};
 use common::{
     acquire_req,
     certs::{scratch, write_server, Ca},
+    contract::{self, Held},
     eventually, sample, scrape, Broker, BrokerProcess, RedisServer,
 };
 use leasehold::{
@@ -659,4 +660,367 @@ async fn the_cli_makes_tokens_and_sends_them() {
         String::from_utf8(out.stdout).unwrap().trim(),
         format!("jobs use {}", token_credential(&token))
     );
+}
+
+/// One grant in a side-by-side run, and the broker that made it.
+struct Grant {
+    broker: &'static str,
+    held: Held,
+}
+
+const ROLLOUT_TTL_MS: u64 = 5_000;
+
+/// Cycles waiting Acquire / short hold / Release of `lock` through `client`
+/// until `stop`, recording each grant. Any status but ABORTED (the wait
+/// ran out) fails the test.
+async fn contend(
+    mut client: Grpc,
+    broker: &'static str,
+    id: usize,
+    lock: &'static str,
+    stop: tokio::time::Instant,
+) -> Vec<Grant> {
+    let mut grants = Vec::new();
+    while tokio::time::Instant::now() < stop {
+        let sent = tokio::time::Instant::now();
+        let holder = format!("{broker}-{id}");
+        let lease = match client
+            .acquire(acquire_req(lock, ROLLOUT_TTL_MS, &holder, 2_000))
+            .await
+        {
+            Ok(r) => r.into_inner().lease.expect("a lease"),
+            Err(s) if s.code() == Code::Aborted => continue,
+            Err(s) => panic!("{holder}: acquire {lock}: {s:?}"),
+        };
+        let from = tokio::time::Instant::now();
+        // A short hold, during which any other grant is a second holder.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let release_sent = tokio::time::Instant::now();
+        let until = match client
+            .release(ReleaseRequest {
+                name: lock.into(),
+                owner_token: lease.owner_token,
+            })
+            .await
+        {
+            Ok(_) => release_sent,
+            // Relied on until it could have expired.
+            Err(s) if s.code() == Code::NotFound => sent + Duration::from_millis(ROLLOUT_TTL_MS),
+            Err(s) => panic!("{holder}: release {lock}: {s:?}"),
+        };
+        grants.push(Grant {
+            broker,
+            held: Held {
+                lock: lock.into(),
+                fence: lease.fence,
+                sent,
+                from,
+                until,
+            },
+        });
+    }
+    grants
+}
+
+/// A rolling update that turns authentication on (issue 14, point 5): an
+/// old replica without `--auth-file` and a new one whose file maps the
+/// callers' token to `tenant` serve one Redis at once, 4 contenders on
+/// each waiting for one lock, for 3 s. Returns every grant, and whether
+/// the new replica's caller saw the old one's holder before the run.
+async fn side_by_side(test: &str, tenant: &str) -> (Vec<Grant>, bool) {
+    let redis = RedisServer::start();
+    let token = generate_token().unwrap();
+    let tokens = Tokens::new(
+        test,
+        &format!("{tenant} use {}\n", token_credential(&token)),
+    );
+    let old = Broker::start(&redis.url()).await;
+    let new = broker(&redis.url(), &tokens).await;
+
+    // One holder, taken through the old replica: the new replica's caller
+    // is refused the lock (ABORTED) exactly when it names the same lock.
+    let mut first = as_(&old, None).await;
+    let held = take(&mut first, "rollout").await;
+    let mut newcomer = as_(&new, Some(&token)).await;
+    let blocked = match newcomer
+        .acquire(acquire_req("rollout", 30_000, "new", 0))
+        .await
+    {
+        Err(s) if s.code() == Code::Aborted => {
+            assert!(s.message().contains("'h'"), "names the old holder: {s:?}");
+            true
+        }
+        Ok(granted) => {
+            let lease = granted.into_inner().lease.unwrap();
+            newcomer
+                .release(ReleaseRequest {
+                    name: "rollout".into(),
+                    owner_token: lease.owner_token,
+                })
+                .await
+                .unwrap();
+            false
+        }
+        Err(s) => panic!("acquire through the new replica: {s:?}"),
+    };
+    first
+        .release(ReleaseRequest {
+            name: "rollout".into(),
+            owner_token: held.owner_token,
+        })
+        .await
+        .unwrap();
+
+    let stop = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut contenders = Vec::new();
+    for id in 0..4 {
+        contenders.push(tokio::spawn(contend(
+            as_(&old, None).await,
+            "old",
+            id,
+            "rollout",
+            stop,
+        )));
+        contenders.push(tokio::spawn(contend(
+            as_(&new, Some(&token)).await,
+            "new",
+            id,
+            "rollout",
+            stop,
+        )));
+    }
+    let mut grants = Vec::new();
+    for c in contenders {
+        grants.extend(c.await.unwrap());
+    }
+    let count = |b: &str| grants.iter().filter(|g| g.broker == b).count();
+    eprintln!(
+        "{tenant}: {} grants through the old replica, {} through the new",
+        count("old"),
+        count("new")
+    );
+    // Both replicas really contended: the run says something of each.
+    assert!(
+        count("old") >= 20 && count("new") >= 20,
+        "too few grants: old {}, new {}",
+        count("old"),
+        count("new")
+    );
+    (grants, blocked)
+}
+
+fn violations(grants: &[Grant], broker: Option<&str>) -> Vec<String> {
+    let log: Vec<Held> = grants
+        .iter()
+        .filter(|g| broker.is_none_or(|b| g.broker == b))
+        .map(|g| g.held.clone())
+        .collect();
+    contract::violations(&log)
+}
+
+/// With the callers' token mapped to `@root`, the old replica's and the new
+/// replica's callers contend for one lock: one holder at a time, fences
+/// strictly rising in grant order, across both replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_auth_on_keeps_one_holder_when_callers_map_to_root() {
+    let (grants, blocked) = side_by_side("rollout-root", "@root").await;
+    assert!(
+        blocked,
+        "the new replica granted the old replica's held lock"
+    );
+    let broken = violations(&grants, None);
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The check above can fail: with the token mapped to an ordinary tenant
+/// (the issue's rollout), the new replica grants `payments|rollout` while
+/// the old one grants `rollout`, and their holders overlap, though each
+/// replica alone keeps one holder at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_auth_on_grants_one_lock_twice_when_callers_move_to_a_tenant() {
+    let (grants, blocked) = side_by_side("rollout-tenant", "jobs").await;
+    assert!(!blocked, "the new replica's caller saw the old holder");
+    for broker in ["old", "new"] {
+        let broken = violations(&grants, Some(broker));
+        assert!(broken.is_empty(), "{broker}: {}", broken.join("\n"));
+    }
+    let broken = violations(&grants, None);
+    eprintln!("jobs: {} violations across the replicas", broken.len());
+    assert!(
+        broken.iter().any(|v| v.contains("still relied on")),
+        "no overlap between the replicas' holders in {} grants",
+        grants.len()
+    );
+}
+
+/// An administrator reaches the root namespace by its name, `@root`, in
+/// Describe and Revoke: from a replica with authentication, the lock a
+/// replica without it granted.
+#[tokio::test]
+async fn administrators_name_the_root_namespace_at_root() {
+    let redis = RedisServer::start();
+    let tokens = Tokens::new("rollout-admin", "");
+    let old = Broker::start(&redis.url()).await;
+    let new = broker(&redis.url(), &tokens).await;
+    let mut unauthenticated = as_(&old, None).await;
+    let lease = take(&mut unauthenticated, "ledger").await;
+    // Without auth the caller is in `@root`: naming it is naming its own.
+    let own = unauthenticated
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "@root".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(own.held && own.fence == lease.fence, "{own:?}");
+
+    let mut ops = as_(&new, Some(&tokens.ops)).await;
+    let d = ops
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "@root".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(d.held && d.fence == lease.fence, "{d:?}");
+    // A tenant's user may not look there.
+    let mut payments = as_(&new, Some(&tokens.payments)).await;
+    let e = payments
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "@root".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let e = ops
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "@nobody".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("@root"), "{e:?}");
+    let fence = ops
+        .revoke(RevokeRequest {
+            name: "ledger".into(),
+            tenant: "@root".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .fence;
+    assert_eq!(fence, lease.fence);
+    let gone = unauthenticated
+        .renew(RenewRequest {
+            name: "ledger".into(),
+            owner_token: lease.owner_token,
+            ttl_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    assert!(gone.message().contains("revoked"), "{gone:?}");
+}
+
+/// What moving a credential from tenant A to tenant B means, as the README's
+/// Security section says: its leases stay in A until their TTL, unary
+/// renewals and releases of them fail (NOT_FOUND, or FAILED_PRECONDITION
+/// once B's lock of that name is held), new acquires take B's locks, and a
+/// KeepAlive stream opened before the move still renews in A.
+#[tokio::test]
+async fn moving_a_credential_to_another_tenant_leaves_its_leases_behind() {
+    let redis = RedisServer::start();
+    let tokens = Tokens::new("auth-move", "");
+    let file = tokens.file.clone();
+    let broker = Broker::start_with(&redis.url(), move |c| {
+        c.auth_file = Some(file);
+        c.reload_interval = Duration::from_millis(100);
+    })
+    .await;
+    let mut mover = as_(&broker, Some(&tokens.payments)).await;
+    let before = take(&mut mover, "ledger").await;
+    let streamed = take(&mut mover, "report").await;
+    let heartbeat = |seq| KeepAliveRequest {
+        seq,
+        leases: vec![LeaseRef {
+            name: "report".into(),
+            owner_token: streamed.owner_token.clone(),
+            ttl_ms: 0,
+        }],
+    };
+    let (beats, rx) = tokio::sync::mpsc::channel(1);
+    let mut opened_before = mover
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // payments' token now belongs to billing.
+    std::fs::write(
+        &tokens.file,
+        format!(
+            "billing use {}\nops admin {}\n",
+            token_credential(&tokens.payments),
+            token_credential(&tokens.ops)
+        ),
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), "the move is loaded", || {
+        let mut mover = mover.clone();
+        async move {
+            let d = mover.describe(describe("ledger")).await.unwrap();
+            !d.into_inner().held
+        }
+    })
+    .await;
+
+    let renew = |client: &mut Grpc| {
+        let mut client = client.clone();
+        let token = before.owner_token.clone();
+        async move {
+            client
+                .renew(RenewRequest {
+                    name: "ledger".into(),
+                    owner_token: token,
+                    ttl_ms: 0,
+                })
+                .await
+                .unwrap_err()
+        }
+    };
+    let e = renew(&mut mover).await;
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    // The lease is still payments', held until its TTL runs out.
+    let mut ops = as_(&broker, Some(&tokens.ops)).await;
+    let in_a = ops
+        .describe(DescribeRequest {
+            name: "ledger".into(),
+            tenant: "payments".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(in_a.held && in_a.fence == before.fence, "{in_a:?}");
+    // A new acquire takes billing's lock, while payments' is still held.
+    let after = take(&mut mover, "ledger").await;
+    assert_ne!(after.owner_token, before.owner_token);
+    let e = renew(&mut mover).await;
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+
+    // The stream opened before the move still renews in payments'
+    // namespace; one opened after it does not find the lease.
+    beats.send(heartbeat(1)).await.unwrap();
+    let answer = opened_before.message().await.unwrap().unwrap();
+    assert_eq!(answer.leases[0].state(), lease_status::State::Alive);
+    let mut opened_after = mover
+        .keep_alive(tokio_stream::iter(vec![heartbeat(2)]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = opened_after.message().await.unwrap().unwrap();
+    assert_eq!(answer.leases[0].state(), lease_status::State::Lost);
 }

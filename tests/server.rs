@@ -4,6 +4,8 @@
 mod common;
 
 use common::{acquire_req, must_acquire, sample, scrape, Broker, RedisServer};
+use std::time::Duration;
+
 use leasehold::proto::{ReleaseRequest, RenewRequest};
 use tokio_stream::StreamExt;
 use tonic_health::pb::{
@@ -113,7 +115,7 @@ async fn metrics_move_with_traffic() {
     })
     .await
     .unwrap();
-    // Renewing a released lease is a loss the broker notices.
+    // Renewing a released lease is refused, and is no loss.
     c.renew(RenewRequest {
         name: a.name,
         owner_token: a.owner_token,
@@ -121,7 +123,7 @@ async fn metrics_move_with_traffic() {
     })
     .await
     .unwrap_err();
-    // A stale token on a held lock is another.
+    // Nor is a stranger's token on a held lock.
     c.renew(RenewRequest {
         name: b.name,
         owner_token: "0123456789abcdef0123456789abcdef".into(),
@@ -129,18 +131,41 @@ async fn metrics_move_with_traffic() {
     })
     .await
     .unwrap_err();
+    // A lease that expired is, once, when its holder learns it.
+    let e = must_acquire(&mut c, "m3", 500).await;
+    common::eventually(Duration::from_secs(5), "m3 to expire", || {
+        let mut c = c.clone();
+        async move {
+            c.describe(leasehold::proto::DescribeRequest {
+                name: "m3".into(),
+                ..Default::default()
+            })
+            .await
+            .is_ok_and(|d| d.into_inner().lease.is_none())
+        }
+    })
+    .await;
+    for _ in 0..2 {
+        c.renew(RenewRequest {
+            name: e.name.clone(),
+            owner_token: e.owner_token.clone(),
+            ttl_ms: 0,
+        })
+        .await
+        .unwrap_err();
+    }
 
     let after = scrape(broker.metrics_addr).await;
-    assert_eq!(sample(&after, "lease_acquired_total"), 2.0);
+    assert_eq!(sample(&after, "lease_acquired_total"), 3.0);
     assert_eq!(sample(&after, "lease_released_total"), 1.0);
     assert_eq!(sample(&after, "lease_acquire_refused_total"), 1.0);
     assert_eq!(sample(&after, "lease_lost_total{reason=\"expired\"}"), 1.0);
     assert_eq!(
         sample(&after, "lease_lost_total{reason=\"not_owner\"}"),
-        1.0
+        0.0
     );
-    assert_eq!(sample(&after, "heartbeat_latency_seconds_count"), 3.0);
-    assert_eq!(sample(&after, "lease_acquire_wait_seconds_count"), 2.0);
+    assert_eq!(sample(&after, "heartbeat_latency_seconds_count"), 5.0);
+    assert_eq!(sample(&after, "lease_acquire_wait_seconds_count"), 3.0);
     assert_eq!(sample(&after, "lease_waiters"), 0.0);
     assert_eq!(sample(&after, "store_up"), 1.0);
     assert_eq!(sample(&after, "store_errors_total"), 0.0);

@@ -203,8 +203,8 @@ pub struct DescribeArgs {
     /// The lock name.
     #[arg(long)]
     lock: String,
-    /// Another tenant's lock (needs the `admin` permission); default: your
-    /// own.
+    /// Another tenant's lock (needs the `admin` permission); `@root` for the
+    /// root namespace (callers without --auth-file); default: your own.
     #[arg(long, default_value = "")]
     tenant: String,
 }
@@ -218,7 +218,8 @@ pub struct RevokeArgs {
     /// The lock name.
     #[arg(long)]
     lock: String,
-    /// Another tenant's lock; default: your own.
+    /// Another tenant's lock; `@root` for the root namespace (callers
+    /// without --auth-file); default: your own.
     #[arg(long, default_value = "")]
     tenant: String,
 }
@@ -226,7 +227,9 @@ pub struct RevokeArgs {
 /// `leasehold token`: make a bearer token for an --auth-file.
 #[derive(clap::Args, Debug)]
 pub struct TokenArgs {
-    /// The tenant the token will be for (goes into the printed line).
+    /// The tenant the token will be for (goes into the printed line);
+    /// `@root` keeps its callers in the root namespace, where the locks of
+    /// a broker without --auth-file are.
     #[arg(long)]
     tenant: String,
     /// Its permissions: `use`, `admin` or `use,admin`.

@@ -13,7 +13,8 @@ pub use self::{
     election::{Leader, Observer},
     keepalive::{LeaseRef, LeaseState, Session},
     tenant::{
-        Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants, Usage, NAMESPACE_SEPARATOR,
+        store_name, Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants, Usage,
+        NAMESPACE_SEPARATOR, ROOT_TENANT,
     },
 };
 
@@ -433,8 +434,9 @@ impl Leases {
     }
 
     /// The store name of `name` in `tenant`'s namespace: the caller's own
-    /// when `tenant` is empty or the caller's, else another tenant's, which
-    /// only an administrator may address.
+    /// when `tenant` is empty or the caller's, else another tenant's (the
+    /// root namespace's being [`ROOT_TENANT`]), which only an administrator
+    /// may address.
     fn scoped(&self, caller: &Caller, tenant: &str, name: &str) -> Result<String> {
         validate::name(&self.inner.limits, name)?;
         if tenant.is_empty() || tenant == caller.tenant().id() {
@@ -444,8 +446,10 @@ impl Leases {
             return Ok(caller.tenant().qualify(name));
         }
         caller.require_admin("Naming another tenant's lock")?;
-        validate::tenant(tenant)?;
-        Ok(format!("{tenant}{NAMESPACE_SEPARATOR}{name}"))
+        if tenant != ROOT_TENANT {
+            validate::tenant(tenant)?;
+        }
+        Ok(store_name(tenant, name))
     }
 
     /// Who holds `name`, in the caller's namespace or (for an

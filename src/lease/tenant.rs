@@ -5,7 +5,16 @@
 //! under `tenant|name`: `|` is not allowed in a lock name, so no name a
 //! client can send reaches another tenant's lock, whatever it holds (an
 //! owner token included). Without `--auth-file` there are no tenants: every
-//! caller shares the root namespace, as before authentication existed.
+//! caller shares the root namespace, as before authentication existed, and
+//! its locks are stored under their bare names.
+//!
+//! The root namespace is also a tenant an auth file can name, [`ROOT_TENANT`]
+//! (`@root`): turning authentication on for existing callers must leave their
+//! locks where they are. Otherwise, in a rolling update, a replica without
+//! auth (`name`) and one with it (`tenant|name`) grant the same lock to two
+//! holders at once. `@` is outside the tenant-id alphabet, so no auth file
+//! that loaded before could name it: the reserved name moves no existing
+//! tenant's locks.
 //!
 //! Caps are counted per broker replica, like `--max-waiters`: the replicas
 //! share nothing but the store, and a quota kept in the store would cost a
@@ -32,6 +41,33 @@ use crate::{
 /// The separator between a tenant's id and a lock name in the store. Not in
 /// the lock-name alphabet (see `validate::name`), so names cannot forge it.
 pub const NAMESPACE_SEPARATOR: char = '|';
+
+/// The tenant id of the root namespace: the lock names of callers of a
+/// broker without `--auth-file`, stored without a prefix. An auth file maps
+/// credentials to it like to any tenant (and its caps apply as to any), so
+/// that the callers of a broker keep their locks when authentication is
+/// turned on. Outside the alphabet of `validate::tenant` (no ordinary id can
+/// be it), and read as what it is in messages, Describe's `tenant` field
+/// and the auth file.
+pub const ROOT_TENANT: &str = "@root";
+
+/// The store-name prefix of tenant `id`'s locks: `id|`, or none for the
+/// root namespace.
+fn prefix_of(id: &str) -> String {
+    if id == ROOT_TENANT {
+        String::new()
+    } else {
+        format!("{id}{NAMESPACE_SEPARATOR}")
+    }
+}
+
+/// The store name of lock `name` in tenant `id`'s namespace (`id` is
+/// [`ROOT_TENANT`] or an id `validate::tenant` accepts).
+pub fn store_name(id: &str, name: &str) -> String {
+    let mut qualified = prefix_of(id);
+    qualified.push_str(name);
+    qualified
+}
 
 /// Caps on what one tenant, or one connection, may hold at once on a
 /// replica; 0 means no cap.
@@ -187,10 +223,14 @@ impl Drop for Slot {
 /// that a reload of the credentials does not reset its counts.
 #[derive(Debug)]
 pub struct Tenant {
-    /// The tenant's id; empty for the root namespace (no authentication).
+    /// The tenant's id; [`ROOT_TENANT`] for the root namespace.
     id: String,
     /// `id|`, or empty for the root namespace.
     prefix: String,
+    /// Whether this is the root namespace of a broker without
+    /// authentication: administration is then a switch of the broker, which
+    /// a refusal names, rather than a permission of a credential.
+    open: bool,
     usage: Arc<Usage>,
     /// Counted only when a lease cap is set (tenant or connection).
     ledger: Option<Mutex<Ledger>>,
@@ -199,7 +239,7 @@ pub struct Tenant {
 }
 
 impl Tenant {
-    /// The tenant's id (empty for the root namespace).
+    /// The tenant's id ([`ROOT_TENANT`] for the root namespace).
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -229,11 +269,15 @@ impl Tenants {
         let track = caps.leases > 0 || conn_caps.leases > 0;
         Tenants {
             root: Arc::new(Tenant {
-                id: String::new(),
+                id: ROOT_TENANT.to_owned(),
                 prefix: String::new(),
+                open: true,
                 // No tenants without authentication: the root namespace is
                 // everyone's, and only the connection caps apply.
-                usage: Arc::new(Usage::new(Owner::Tenant(String::new()), Caps::default())),
+                usage: Arc::new(Usage::new(
+                    Owner::Tenant(ROOT_TENANT.into()),
+                    Caps::default(),
+                )),
                 ledger: track.then(|| Mutex::new(Ledger::default())),
                 metrics: metrics.clone(),
             }),
@@ -255,7 +299,9 @@ impl Tenants {
         Arc::clone(&self.root)
     }
 
-    /// The tenant `id` (`[A-Za-z0-9_-]`, checked where credentials are read).
+    /// The tenant `id` (`[A-Za-z0-9_-]`, or [`ROOT_TENANT`]: checked where
+    /// credentials are read). The root namespace got this way, through a
+    /// credential, has the tenant caps like any tenant.
     pub fn get(&self, id: &str) -> Arc<Tenant> {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(tenant) = known.get(id) {
@@ -263,7 +309,8 @@ impl Tenants {
         }
         let tenant = Arc::new(Tenant {
             id: id.to_owned(),
-            prefix: format!("{id}{NAMESPACE_SEPARATOR}"),
+            prefix: prefix_of(id),
+            open: false,
             usage: Arc::new(Usage::new(Owner::Tenant(id.to_owned()), self.caps)),
             ledger: (self.caps.leases > 0 || self.conn_caps.leases > 0)
                 .then(|| Mutex::new(Ledger::default())),
@@ -312,9 +359,13 @@ impl Caller {
     pub fn local() -> Self {
         Caller::new(
             Arc::new(Tenant {
-                id: String::new(),
+                id: ROOT_TENANT.to_owned(),
                 prefix: String::new(),
-                usage: Arc::new(Usage::new(Owner::Tenant(String::new()), Caps::default())),
+                open: true,
+                usage: Arc::new(Usage::new(
+                    Owner::Tenant(ROOT_TENANT.into()),
+                    Caps::default(),
+                )),
                 ledger: None,
                 metrics: Metrics::new(),
             }),
@@ -372,7 +423,7 @@ impl Caller {
             return Ok(());
         }
         self.tenant.metrics.rejected(Rejection::PermissionDenied);
-        Err(Error::PermissionDenied(if self.tenant.id.is_empty() {
+        Err(Error::PermissionDenied(if self.tenant.open {
             // No authentication: administration is a switch of the broker.
             format!(
                 "{action} is disabled on this broker; start it with --enable-revoke \
@@ -621,6 +672,37 @@ mod tests {
         assert_eq!(tenants.root().qualify("a|x"), "a|x");
         assert_eq!(tenants.root().qualify("x"), "x");
         assert!(Arc::ptr_eq(&tenants.get("a"), &tenants.get("a")));
+    }
+
+    /// The root namespace named by a credential is where callers without
+    /// authentication keep their locks, and it has the tenant caps (the
+    /// root of a broker without --auth-file has none).
+    #[test]
+    fn the_root_tenant_stores_bare_names_and_has_the_tenant_caps() {
+        let tenants = Tenants::new(caps(1, 0, 0, 0), Caps::default(), Metrics::new());
+        let root = tenants.get(ROOT_TENANT);
+        assert_eq!((root.id(), root.qualify("x")), ("@root", "x".to_owned()));
+        assert_eq!(tenants.root().id(), "@root");
+        assert_eq!(tenants.root().qualify("x"), root.qualify("x"));
+        assert_eq!(store_name(ROOT_TENANT, "x"), "x");
+        assert_eq!(store_name("root", "x"), "root|x");
+
+        let conn = Usage::connection(tenants.conn_caps());
+        let soon = Instant::now() + Duration::from_secs(5);
+        let named = caller(&tenants, ROOT_TENANT, 1, &conn);
+        named.hold("x", &"1".repeat(32), soon);
+        let e = named.reserve_lease().unwrap_err().to_string();
+        assert!(
+            e.contains("tenant '@root'") && e.contains("--tenant-max-leases"),
+            "{e}"
+        );
+        let open = Caller::new(tenants.root(), Permissions::default(), conn, 2);
+        drop(open.reserve_lease().unwrap());
+        // Without authentication, administration is the broker's switch.
+        let e = open.require_admin("Revoke").unwrap_err().to_string();
+        assert!(e.contains("--enable-revoke"), "{e}");
+        let e = named.require_admin("Revoke").unwrap_err().to_string();
+        assert!(e.contains("credential of tenant '@root'"), "{e}");
     }
 
     #[tokio::test(start_paused = true)]

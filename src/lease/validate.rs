@@ -33,7 +33,9 @@ pub fn name(limits: &Limits, name: &str) -> Result<()> {
 }
 
 /// Checks a tenant id: 1..=64 of `[A-Za-z0-9_-]` (no `|`, which separates
-/// the tenant from the lock name in the store).
+/// the tenant from the lock name in the store). The reserved id of the root
+/// namespace, `@root`, is outside this alphabet on purpose and is accepted
+/// by the callers that allow it, not here.
 pub fn tenant(id: &str) -> Result<()> {
     let ok = !id.is_empty()
         && id.len() <= 64
@@ -44,7 +46,8 @@ pub fn tenant(id: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::InvalidArgument(format!(
-            "tenant '{id}' is not a tenant id: 1 to 64 of A-Z a-z 0-9 _ -"
+            "tenant '{id}' is not a tenant id: 1 to 64 of A-Z a-z 0-9 _ -, or @root for \
+             the root namespace (the locks of callers of a broker without --auth-file)"
         )))
     }
 }

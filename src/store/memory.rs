@@ -713,11 +713,16 @@ mod tests {
             store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
             Acquired::Granted { .. }
         ));
+        // The first word to the expired holder is its loss; then it is a
+        // stranger to the new lease.
+        let fence = store.describe("a").await.unwrap().lease.unwrap().fence;
         assert_eq!(
             store.renew("a", "t1", None).await.unwrap(),
-            Checked::NotOwner {
-                fence: store.describe("a").await.unwrap().lease.unwrap().fence
-            }
+            Checked::Expired { fence }
+        );
+        assert_eq!(
+            store.renew("a", "t1", None).await.unwrap(),
+            Checked::NotOwner { fence }
         );
     }
 
@@ -731,6 +736,10 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(store.inner.leases.len(), 100);
+        // Kept while their holders may still ask how they ended...
+        tokio::time::sleep(LINGER).await;
+        assert_eq!(store.inner.leases.len(), 100);
+        // ...and no longer.
         tokio::time::sleep(SWEEP_INTERVAL * 2).await;
         assert_eq!(store.inner.leases.len(), 0);
     }

@@ -84,28 +84,38 @@ pub async fn worker(
 /// Per lock, in the order the grants arrived: fences strictly increase, and
 /// no grant arrived before the previous holder stopped relying on its lease.
 pub fn check(log: &[Held]) {
+    let broken = violations(log);
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// Where `log` breaks what [`check`] asserts, one line per pair of
+/// successive grants of a lock: for a test that must show a run *can* fail
+/// the check.
+pub fn violations(log: &[Held]) -> Vec<String> {
     let mut by_lock: std::collections::BTreeMap<&str, Vec<&Held>> = Default::default();
     for h in log {
         by_lock.entry(&h.lock).or_default().push(h);
     }
+    let mut broken = Vec::new();
     for (lock, mut grants) in by_lock {
         grants.sort_by_key(|h| h.from);
         for pair in grants.windows(2) {
             let (a, b) = (pair[0], pair[1]);
-            assert!(
-                b.fence > a.fence,
-                "{lock}: fence {} granted after fence {}",
-                b.fence,
-                a.fence
-            );
-            assert!(
-                b.from >= a.until,
-                "{lock}: fence {} granted while fence {} was still relied on",
-                b.fence,
-                a.fence
-            );
+            if b.fence <= a.fence {
+                broken.push(format!(
+                    "{lock}: fence {} granted after fence {}",
+                    b.fence, a.fence
+                ));
+            }
+            if b.from < a.until {
+                broken.push(format!(
+                    "{lock}: fence {} granted while fence {} was still relied on",
+                    b.fence, a.fence
+                ));
+            }
         }
     }
+    broken
 }
 
 /// A contended run in progress: `workers` cycling on `locks`.
