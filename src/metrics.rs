@@ -8,11 +8,18 @@ use prometheus::{
 };
 
 /// Why a holder lost its lease (the `reason` label of `lease_lost_total`).
+///
+/// Each loss is counted once, by whoever learns it first (the store keeps a
+/// short record of every lease's end and reports an expiry once), and only
+/// a lease that ended without its holder's consent is a loss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LossReason {
-    /// The TTL ran out before a renewal.
+    /// The TTL ran out before a renewal; learnt from the holder's own late
+    /// renewal or release, or by the broker whose KeepAlive stream carried
+    /// it, a moment after the TTL, when that stream broke.
     Expired,
-    /// Another owner holds the name now.
+    /// The TTL ran out and the name was acquired again before anyone
+    /// learnt it: taken over after expiry (counted by that acquire).
     NotOwner,
     /// The store lost the lease (restarted empty, flushed, evicted).
     StoreLost,
@@ -106,6 +113,9 @@ pub struct Metrics {
     pub acquired: IntCounter,
     /// Leases released by their holder.
     pub released: IntCounter,
+    /// Grants whose caller never heard of them (the store call timed out),
+    /// released by the broker.
+    pub orphans_released: IntCounter,
     /// Leases lost by their holder, by reason.
     pub lost: IntCounterVec,
     /// Acquire calls that did not obtain the lock (held, wait ran out).
@@ -145,13 +155,21 @@ impl Metrics {
                 &r,
                 IntCounter::new("lease_released_total", "Leases released by their holder."),
             ),
+            orphans_released: register(
+                &r,
+                IntCounter::new(
+                    "leasehold_orphans_released_total",
+                    "Grants whose caller never heard of them (the store call failed, yet \
+                     ran), released by the broker as soon as the store answered again.",
+                ),
+            ),
             lost: register(
                 &r,
                 IntCounterVec::new(
                     Opts::new(
                         "lease_lost_total",
-                        "Leases lost by their holder (expired, not_owner, store_lost, revoked), \
-                         counted when the broker notices.",
+                        "Leases that ended without their holder's consent, once each, by reason: \
+                         expired, not_owner (expired and taken over), store_lost, revoked.",
                     ),
                     &["reason"],
                 ),

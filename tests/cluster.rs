@@ -158,3 +158,173 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
         (resumed - killed_at).as_millis()
     );
 }
+
+/// `n` lock names whose keys all hash to one slot (names have their own
+/// hash tags: found by trying).
+fn names_in_one_slot(n: usize) -> Vec<String> {
+    use redis::cluster_routing::Slot;
+    let slot = Slot::for_key(key("migrating/0"));
+    (0..)
+        .map(|i| format!("migrating/{i}"))
+        .filter(|name| Slot::for_key(key(name)) == slot)
+        .take(n)
+        .collect()
+}
+
+/// Issue 14, item 6: a slot holding 100 leases (TTL 2 s) heartbeated every
+/// 500 ms over KeepAlive is migrated key by key, the slot MIGRATING on its
+/// owner and IMPORTING on the other for over 6 s (three TTLs): every
+/// heartbeat renews every lease (none UNCONFIRMED, none lost), whichever
+/// node has its key at the moment. Also measured: the heartbeat's round
+/// trip during the migration, and what an Acquire of a new name in the
+/// migrating slot gets.
+#[tokio::test]
+async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
+    const LEASES: usize = 100;
+    const TTL_MS: u64 = 2_000;
+    let cluster = Cluster::start(3, 0).await;
+    let seeds: Vec<String> = cluster.live_addrs().iter().map(|a| a.to_string()).collect();
+    let broker = Broker::start(&format!("redis+cluster://{}", seeds.join(","))).await;
+    let mut client = broker.client().await;
+
+    let names = names_in_one_slot(LEASES);
+    let mut leases = Vec::new();
+    for name in &names {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let lease = loop {
+            match client.acquire(acquire_req(name, TTL_MS, "mover", 0)).await {
+                Ok(r) => break r.into_inner().lease.unwrap(),
+                Err(s) if s.code() == Code::Unavailable && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(s) => panic!("acquire {name}: {s:?}"),
+            }
+        };
+        leases.push(lease);
+    }
+
+    // Heartbeats every 500 ms naming all 100, until told to stop.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let mut beats = client
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    // (sent at, round trip, entries not ALIVE as "name: state message")
+    let (log_tx, mut log_rx) = tokio::sync::mpsc::unbounded_channel();
+    let refs: Vec<LeaseRef> = leases
+        .iter()
+        .map(|l| LeaseRef {
+            name: l.name.clone(),
+            owner_token: l.owner_token.clone(),
+            ttl_ms: 0,
+        })
+        .collect();
+    let heartbeats = tokio::spawn(async move {
+        for seq in 1.. {
+            let sent = Instant::now();
+            tx.send(KeepAliveRequest {
+                seq,
+                leases: refs.clone(),
+            })
+            .await
+            .unwrap();
+            let answer = beats.message().await.unwrap().expect("an answer");
+            let rtt = sent.elapsed();
+            let bad: Vec<String> = answer
+                .leases
+                .iter()
+                .zip(&refs)
+                .filter(|(s, _)| s.state() != State::Alive)
+                .map(|(s, r)| format!("{}: {:?} {}", r.name, s.state(), s.message))
+                .collect();
+            assert_eq!(answer.leases.len(), refs.len());
+            let _ = log_tx.send((sent, rtt, bad));
+            tokio::select! {
+                () = tokio::time::sleep_until(sent + Duration::from_millis(500)) => {}
+                _ = &mut stopped => break,
+            }
+        }
+    });
+
+    let slot = cluster.slot_of(&key(&names[0])).await;
+    let from = cluster.owner_of_slot(slot).await;
+    let to = *cluster
+        .primaries()
+        .await
+        .iter()
+        .find(|p| **p != from)
+        .unwrap();
+    let migration = cluster.start_slot_migration(slot, to).await;
+    let migrating = Instant::now();
+    // Key by key, one every 65 ms: the slot is half-moved for 6.5 s.
+    let mut acquires = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        cluster.migrate_key(&migration, &key(name)).await;
+        if i % 25 == 12 {
+            // An Acquire of a new name in the migrating slot.
+            let asked = Instant::now();
+            let got = client
+                .acquire(acquire_req(&format!("{name}/new"), TTL_MS, "new", 0))
+                .await;
+            acquires.push((got.map(|_| ()).map_err(|s| s.code()), asked.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(65)).await;
+    }
+    let moved = migrating.elapsed();
+    cluster.finish_slot_migration(&migration).await;
+    let finished = migrating.elapsed();
+    // Until two heartbeats after the slot settled on its new owner.
+    let settled = Instant::now();
+    let mut log: Vec<(Instant, Duration, Vec<String>)> = Vec::new();
+    while log.iter().filter(|(sent, _, _)| *sent > settled).count() < 6 {
+        log.push(log_rx.recv().await.expect("the heartbeats go on"));
+    }
+    stop.send(()).unwrap();
+    heartbeats.await.unwrap();
+
+    let during: Vec<_> = log
+        .iter()
+        .filter(|(sent, _, _)| *sent >= migrating && *sent <= migrating + finished)
+        .collect();
+    let mut rtts: Vec<Duration> = during.iter().map(|(_, rtt, _)| *rtt).collect();
+    rtts.sort();
+    eprintln!(
+        "slot migration of {LEASES} leases (TTL {TTL_MS} ms): keys moved over {} ms, slot \
+         reassigned after {} ms; {} heartbeats during it, round trip min {:?} median {:?} \
+         max {:?}; Acquires of new names in the slot: {:?}",
+        moved.as_millis(),
+        finished.as_millis(),
+        during.len(),
+        rtts.first(),
+        rtts.get(rtts.len() / 2),
+        rtts.last(),
+        acquires
+    );
+    assert!(
+        moved > Duration::from_millis(3 * TTL_MS),
+        "the migration was too short to prove anything: {moved:?}"
+    );
+    assert!(during.len() >= 10, "{} heartbeats during it", during.len());
+    for (sent, rtt, bad) in &log {
+        eprintln!(
+            "{:>6} ms: rtt {rtt:?}, {} not renewed",
+            sent.saturating_duration_since(migrating).as_millis() as i64,
+            bad.len()
+        );
+    }
+    for (sent, _, bad) in &log {
+        assert!(
+            bad.is_empty(),
+            "{} ms into the migration, {} leases not renewed: {:?}",
+            sent.saturating_duration_since(migrating).as_millis(),
+            bad.len(),
+            &bad[..bad.len().min(3)]
+        );
+    }
+    // Every lease is on the new owner, with its fence.
+    for lease in &leases {
+        assert_eq!(cluster.holder_of(&key(&lease.name)).await, Some(to));
+    }
+}

@@ -27,7 +27,7 @@ fn spec(name: &str, token: &str) -> GrantSpec {
 
 async fn grant(store: &Store, name: &str, token: &str) -> u64 {
     match store.acquire(&spec(name, token)).await.unwrap() {
-        Acquired::Granted { fence } => fence,
+        Acquired::Granted { fence, .. } => fence,
         held => panic!("{name} held: {held:?}"),
     }
 }
@@ -195,7 +195,10 @@ async fn fences_come_from_the_counter_whatever_the_clock_says() {
     };
     assert_eq!(
         fresh().acquire(&permit).await.unwrap(),
-        Acquired::Granted { fence: counter + 4 }
+        Acquired::Granted {
+            fence: counter + 4,
+            expired: 0
+        }
     );
     let stored: u64 = conn.get("f:fences").await.unwrap();
     assert_eq!(stored, counter + 4);

@@ -26,8 +26,11 @@ use tonic::Code;
 
 /// Two brokers on one Redis, `Revoke` allowed.
 async fn two_brokers(redis: &RedisServer) -> [Broker; 2] {
-    let start = || Broker::start_with(&redis.url(), |c| c.enable_revoke = true);
-    [start().await, start().await]
+    let url = redis.url();
+    [
+        Broker::start_with(&url, |c| c.enable_revoke = true).await,
+        Broker::start_with(&url, |c| c.enable_revoke = true).await,
+    ]
 }
 
 /// `lease_lost_total` by reason, and acquired / released, summed over the
@@ -144,38 +147,38 @@ async fn short_leases_taken_and_released_count_no_loss() {
     assert_eq!(c.released, f64::from(cycles), "{c:?}");
 }
 
-/// A holder killed with SIGKILL while another client waits on the other
-/// broker: its lease expires, the waiter gets the lock, and exactly one
-/// loss is counted, as `expired`, by the broker whose stream broke.
-#[tokio::test]
-async fn a_killed_holder_is_one_expiry() {
-    let redis = RedisServer::start();
-    let brokers = two_brokers(&redis).await;
-    let mut holder = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env("LEASEHOLD_BROKER", brokers[0].url())
-        .args([
-            "run", "--ttl", "1s", "--lock", "victim", "--", "sleep", "60",
-        ])
+/// Starts `leasehold run --ttl 1s --lock NAME -- sleep 60` on `broker` and
+/// waits until its lease was renewed over its KeepAlive stream (the broker
+/// counted a heartbeat).
+async fn holder(broker: &Broker, name: &str) -> tokio::process::Child {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env("LEASEHOLD_BROKER", broker.url())
+        .args(["run", "--ttl", "1s", "--lock", name, "--", "sleep", "60"])
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("spawn run");
-    let waiter = Client::connect(brokers[1].url()).await.unwrap();
-    eventually(Duration::from_secs(10), "the holder's grant", || async {
-        waiter
-            .describe("victim")
-            .await
-            .is_ok_and(|d| d.lease.is_some())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "a renewal of the lease",
+        || async {
+            let s = scrape(broker.metrics_addr).await;
+            common::sample(&s, "heartbeat_latency_seconds_count") > 0.0
+        },
+    )
     .await;
-    holder.start_kill().expect("SIGKILL");
-    let lease = waiter
-        .acquire(
-            "victim",
-            AcquireOptions::new().wait(Duration::from_secs(10)),
-        )
-        .await
-        .expect("granted after the expiry");
+    child
+}
+
+/// A holder killed with SIGKILL, nobody waiting: its stream breaks, its
+/// lease expires, and exactly one loss is counted, `expired`, by the broker
+/// of the broken stream.
+#[tokio::test]
+async fn a_killed_holder_is_one_expiry() {
+    let redis = RedisServer::start();
+    let brokers = two_brokers(&redis).await;
+    let mut run = holder(&brokers[0], "victim").await;
+    run.start_kill().expect("SIGKILL");
     eventually(Duration::from_secs(5), "the loss counted", || async {
         counts(&brokers).await.expired == 1.0
     })
@@ -183,6 +186,41 @@ async fn a_killed_holder_is_one_expiry() {
     tokio::time::sleep(SETTLE).await;
     let c = counts(&brokers).await;
     assert_eq!((c.expired, c.lost()), (1.0, 1.0), "counted once: {c:?}");
+}
+
+/// A holder killed with SIGKILL while a client waits on the other broker:
+/// the waiter takes the lock at the expiry, before anyone else learnt of
+/// the loss; exactly one loss is counted, `not_owner` (taken over after
+/// expiry), by the waiter's broker.
+#[tokio::test]
+async fn a_killed_holder_taken_over_is_one_loss() {
+    let redis = RedisServer::start();
+    let brokers = two_brokers(&redis).await;
+    let mut run = holder(&brokers[0], "victim").await;
+    let waiter = Client::connect(brokers[1].url()).await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .acquire(
+                    "victim",
+                    AcquireOptions::new().wait(Duration::from_secs(10)),
+                )
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), "the waiter queued", || async {
+        waiter
+            .describe("victim")
+            .await
+            .is_ok_and(|d| d.waiters == 1)
+    })
+    .await;
+    run.start_kill().expect("SIGKILL");
+    let lease = waiting.await.unwrap().expect("granted after the expiry");
+    tokio::time::sleep(SETTLE).await;
+    let c = counts(&brokers).await;
+    assert_eq!((c.not_owner, c.lost()), (1.0, 1.0), "counted once: {c:?}");
     lease.release().await.unwrap();
 }
 

@@ -141,7 +141,7 @@ async fn metrics_move_with_traffic() {
                 ..Default::default()
             })
             .await
-            .is_ok_and(|d| d.into_inner().lease.is_none())
+            .is_ok_and(|d| !d.into_inner().held)
         }
     })
     .await;

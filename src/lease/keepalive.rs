@@ -219,14 +219,13 @@ impl Session {
                         message: "the lease was released with this owner token".into(),
                     }
                 }
-                Ok(Checked::Expired { fence }) => {
+                Ok(Checked::Expired) => {
                     self.caller.forget(&item.name, &item.token);
-                    let reason = super::expiry_reason(fence);
-                    self.leases.lost(&item.name, reason);
+                    self.leases.lost(&item.name, LossReason::Expired);
                     LeaseState::Lost {
-                        reason,
-                        fence,
-                        message: expiry_message(fence),
+                        reason: LossReason::Expired,
+                        fence: 0,
+                        message: "the lease expired before this renewal reached the store".into(),
                     }
                 }
                 Ok(outcome @ (Checked::NotHeld | Checked::NotOwner { .. })) => {
@@ -328,26 +327,17 @@ impl Session {
             }
             for (name, t) in tracked {
                 match leases.inner.store.check(&name, &t.token).await {
-                    // However it was granted again since: the holder is gone.
-                    Ok(Checked::Expired { .. }) => leases.lost(&name, LossReason::Expired),
-                    Ok(_) => {} // alive (resumed elsewhere), released, or reported already
+                    Ok(Checked::Expired) => leases.lost(&name, LossReason::Expired),
+                    // Alive (resumed elsewhere), released, or reported
+                    // already (by its holder, or by the grant that took it
+                    // over).
+                    Ok(_) => {}
                     Err(e) => {
                         tracing::debug!(lock = %name, error = %e, "could not check an abandoned lease")
                     }
                 }
             }
         });
-    }
-}
-
-/// What a holder hears of its lease's expiry (`fence`: the new holder's, or
-/// 0 if the lock is free).
-fn expiry_message(fence: u64) -> String {
-    match fence {
-        0 => "the lease expired before this renewal reached the store".into(),
-        fence => {
-            format!("the lease expired and the lock was granted again (current fence {fence})")
-        }
     }
 }
 

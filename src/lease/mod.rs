@@ -5,6 +5,7 @@
 
 mod election;
 mod keepalive;
+mod orphans;
 mod tenant;
 pub mod token;
 pub mod validate;
@@ -110,6 +111,8 @@ struct Inner {
     waiter_slots: Arc<Semaphore>,
     /// Flips to true when the broker shuts down, ending every wait.
     shutdown: watch::Sender<bool>,
+    /// Tokens whose grant may exist unbeknownst to anyone.
+    orphans: Arc<orphans::Orphans>,
 }
 
 /// The lease service; cheap to clone.
@@ -128,6 +131,7 @@ impl Leases {
                 limits,
                 metrics,
                 shutdown: watch::Sender::new(false),
+                orphans: Default::default(),
             }),
         }
     }
@@ -218,8 +222,17 @@ impl Leases {
         mut caller: oneshot::Sender<Result<Granted>>,
     ) {
         let started = Instant::now();
+        let mut unknown = false;
         let result = self
-            .acquire_until(&who, &name, &spec, started, started + wait, &mut caller)
+            .acquire_until(
+                &who,
+                &name,
+                &spec,
+                started,
+                started + wait,
+                &mut caller,
+                &mut unknown,
+            )
             .await
             .map(|(fence, attempt)| Granted {
                 lease: Lease {
@@ -251,24 +264,48 @@ impl Leases {
             Err(Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. }) => {
                 m.acquire_refused.inc()
             }
+            // An attempt failed without an answer: it may have granted.
+            Err(_) if unknown => self.orphaned(&spec),
             Err(_) => {}
         }
         if let Err(Ok(granted)) = caller.send(result) {
             tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
-            if let Ok(Checked::Done(())) =
-                self.count_errors(self.inner.store.release(&spec.name, &spec.token).await)
-            {
-                m.released.inc();
+            match self.count_errors(self.inner.store.release(&spec.name, &spec.token).await) {
+                Ok(Checked::Done(())) => m.released.inc(),
+                Ok(_) => {}
+                Err(_) => self.orphaned(&spec),
             }
             who.forget(&spec.name, &spec.token);
         }
+    }
+
+    /// One acquire attempt. A failed store call leaves its outcome unknown
+    /// (a timeout, a connection broken after the request went out: the
+    /// script may have run and granted): `unknown` is set, and the Acquire,
+    /// which ends with that error, has the token released later. An answer
+    /// counts the expired leases it found whose loss nobody had reported
+    /// (their holders never asked since): taken over after expiry
+    /// (`not_owner`), reported to this attempt and to no one else.
+    async fn attempt(&self, spec: &GrantSpec, unknown: &mut bool) -> Result<Acquired> {
+        let acquired = self
+            .count_errors(self.inner.store.acquire(spec).await)
+            .inspect_err(|_| *unknown = true)?;
+        let expired = match &acquired {
+            Acquired::Granted { expired, .. } => *expired,
+            Acquired::Blocked(blocked) => blocked.expired,
+        };
+        for _ in 0..expired {
+            self.lost(&spec.name, LossReason::NotOwner);
+        }
+        Ok(acquired)
     }
 
     /// Tries until `deadline`, woken by releases and expiries; returns the
     /// fence of the grant and when the granting attempt was sent (the lease
     /// started no sooner). A caller that waits holds a place in the name's
     /// queue (in the store, across replicas) and leaves it however the wait
-    /// ends.
+    /// ends. `unknown`: see [`Leases::attempt`].
+    #[allow(clippy::too_many_arguments)]
     async fn acquire_until(
         &self,
         who: &Caller,
@@ -277,18 +314,19 @@ impl Leases {
         started: Instant,
         deadline: Instant,
         caller: &mut oneshot::Sender<Result<Granted>>,
+        unknown: &mut bool,
     ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
         let attempt = Instant::now();
-        let blocked = match self.count_errors(store.acquire(spec).await)? {
-            Acquired::Granted { fence } => return Ok((fence, attempt)),
+        let blocked = match self.attempt(spec, unknown).await? {
+            Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
             Acquired::Blocked(blocked) => blocked,
         };
         if !spec.queued {
             return Err(not_obtained(name, blocked, started));
         }
         let result = self
-            .wait_in_line(who, name, spec, started, deadline, caller)
+            .wait_in_line(who, name, spec, started, deadline, caller, unknown)
             .await;
         if result.is_err() {
             // Give up the place in line at once, so the next waiter is not
@@ -320,6 +358,7 @@ impl Leases {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn wait_in_line(
         &self,
         who: &Caller,
@@ -328,6 +367,7 @@ impl Leases {
         started: Instant,
         deadline: Instant,
         caller: &mut oneshot::Sender<Result<Granted>>,
+        unknown: &mut bool,
     ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
         let _caps = who.waiter_slot()?;
@@ -356,8 +396,8 @@ impl Leases {
             notified.as_mut().enable();
 
             let attempt = Instant::now();
-            let blocked = match self.count_errors(store.acquire(spec).await)? {
-                Acquired::Granted { fence } => return Ok((fence, attempt)),
+            let blocked = match self.attempt(spec, unknown).await? {
+                Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
                 Acquired::Blocked(blocked) => blocked,
             };
             let now = Instant::now();
@@ -514,12 +554,9 @@ impl Leases {
         let name = name.to_owned();
         match outcome {
             Checked::Done(value) => Ok(value),
-            Checked::Expired { fence } => {
-                self.lost(stored, expiry_reason(fence));
-                Err(match fence {
-                    0 => Error::NotHeld { name },
-                    fence => Error::NotOwner { name, fence },
-                })
+            Checked::Expired => {
+                self.lost(stored, LossReason::Expired);
+                Err(Error::NotHeld { name })
             }
             // Not this token's lease, or its end was reported already, or
             // it was released: a refused request, not a loss.
@@ -537,17 +574,6 @@ impl Leases {
             tracing::warn!(error = %e, "store call failed");
         }
         result
-    }
-}
-
-/// The reason to count for an expiry the store reported first: `fence` is
-/// the current holder's if the lock was granted again before the holder
-/// heard of its loss.
-fn expiry_reason(fence: u64) -> LossReason {
-    if fence == 0 {
-        LossReason::Expired
-    } else {
-        LossReason::NotOwner
     }
 }
 

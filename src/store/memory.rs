@@ -60,12 +60,10 @@ struct Lease {
     end: Option<End>,
     /// Its expiry was reported to someone (counted once).
     noticed: bool,
-    /// The last released and the last revoked token of the name, and the
-    /// token of an expired lease whose loss nobody reported before the name
-    /// was granted again (acquire.lua's x, r and p).
+    /// The last released and the last revoked token of the name
+    /// (acquire.lua's x and r).
     released: Option<String>,
     revoked: Option<String>,
-    expired_owner: Option<String>,
     /// When the entry may go (the Redis key's expiry).
     forget_at: Instant,
 }
@@ -218,9 +216,29 @@ impl MemoryStore {
             }
         }
         let mut permits = self.inner.permits.entry(spec.name.clone()).or_default();
-        permits.held.retain(|_, p| p.expires_at + LINGER > now);
-        if let Some(mine) = permits.held.get(&spec.token).filter(|p| p.expires_at > now) {
-            return Acquired::Granted { fence: mine.fence };
+        // Expired permits found here are reported here (their holders would
+        // now hear "not held").
+        let before = permits.held.len();
+        permits.held.retain(|_, p| p.expires_at > now);
+        let expired = (before - permits.held.len()) as u32;
+        let outcome = self.grant_permit(spec, &mut permits, queue, now);
+        reporting(outcome, expired)
+    }
+
+    /// The rest of [`MemoryStore::acquire_permit`], over live permits.
+    fn grant_permit(
+        &self,
+        spec: &GrantSpec,
+        permits: &mut Permits,
+        queue: &mut VecDeque<(String, Instant)>,
+        now: Instant,
+    ) -> Acquired {
+        let position = |queue: &mut VecDeque<(String, Instant)>| join_queue(spec, queue, now);
+        if let Some(mine) = permits.held.get(&spec.token) {
+            return Acquired::Granted {
+                fence: mine.fence,
+                expired: 0,
+            };
         }
         if permits.live(now).count() >= spec.limit as usize {
             let first = permits
@@ -251,7 +269,7 @@ impl MemoryStore {
                 expires_at: now + Duration::from_millis(spec.ttl_ms),
             },
         );
-        Acquired::Granted { fence }
+        Acquired::Granted { fence, expired: 0 }
     }
 
     /// acquire.lua, in memory (see there).
@@ -268,7 +286,10 @@ impl MemoryStore {
                 // The same token again is a repeated call for a grant that
                 // already happened (as in Redis, where the broker may retry).
                 if lease.token == spec.token {
-                    return Acquired::Granted { fence: lease.fence };
+                    return Acquired::Granted {
+                        fence: lease.fence,
+                        expired: 0,
+                    };
                 }
                 let position = wait_in_line(queue);
                 blocked(
@@ -327,8 +348,9 @@ impl MemoryStore {
                     }
                     None => {}
                 }
-                // What the name's record carries over to the new lease.
-                let (released, revoked, expired_owner) = match &entry {
+                // What the name's record carries over to the new lease, and
+                // whether it replaces an expired lease nobody reported.
+                let (released, revoked, expired) = match &entry {
                     MapEntry::Occupied(e) => {
                         let old = e.get();
                         let unreported =
@@ -336,14 +358,10 @@ impl MemoryStore {
                         (
                             old.released.clone(),
                             old.revoked.clone(),
-                            if unreported {
-                                Some(old.token.clone())
-                            } else {
-                                old.expired_owner.clone()
-                            },
+                            u32::from(unreported),
                         )
                     }
-                    MapEntry::Vacant(_) => (None, None, None),
+                    MapEntry::Vacant(_) => (None, None, 0),
                 };
                 let fence = self.next_fence();
                 let ttl = Duration::from_millis(spec.ttl_ms);
@@ -361,10 +379,9 @@ impl MemoryStore {
                     noticed: false,
                     released,
                     revoked,
-                    expired_owner,
-                    forget_at: now + ttl + lock_delay.max(LINGER),
+                    forget_at: now + ttl + lock_delay + LINGER,
                 });
-                Acquired::Granted { fence }
+                Acquired::Granted { fence, expired }
             }
         }
     }
@@ -419,7 +436,7 @@ impl MemoryStore {
                     lease.ttl_ms = ttl_ms;
                     lease.expires_at = now + Duration::from_millis(ttl_ms);
                     lease.delay_ends = lease.expires_at + lease.lock_delay;
-                    lease.forget_at = lease.expires_at + lease.lock_delay.max(LINGER);
+                    lease.forget_at = lease.expires_at + lease.lock_delay + LINGER;
                 }
                 return Checked::Done(Renewed {
                     ttl_ms: lease.ttl_ms,
@@ -444,7 +461,7 @@ impl MemoryStore {
             }
             Some(_) => {
                 permits.held.remove(token);
-                Checked::Expired { fence: 0 }
+                Checked::Expired
             }
             None if permits.released.as_deref() == Some(token) => Checked::Released,
             None => Checked::NotHeld,
@@ -472,12 +489,7 @@ impl MemoryStore {
                 return Some(Checked::NotHeld);
             }
             lease.noticed = true;
-            return Some(Checked::Expired { fence: 0 });
-        }
-        if lease.expired_owner.as_deref() == Some(token) {
-            lease.expired_owner = None;
-            let fence = if live { lease.fence } else { 0 };
-            return Some(Checked::Expired { fence });
+            return Some(Checked::Expired);
         }
         live.then_some(Checked::NotOwner { fence: lease.fence })
     }
@@ -517,7 +529,7 @@ impl MemoryStore {
                 };
                 match permits.held.remove(token) {
                     Some(p) if p.expires_at > now => permits.released = Some(token.to_owned()),
-                    Some(_) => return Ok(Checked::Expired { fence: 0 }),
+                    Some(_) => return Ok(Checked::Expired),
                     None if permits.released.as_deref() == Some(token) => {
                         return Ok(Checked::Released)
                     }
@@ -625,7 +637,22 @@ fn blocked(
         holder: holder.to_owned(),
         position,
         queued: queued as u64,
+        expired: 0,
     })
+}
+
+/// `outcome`, reporting `n` expired leases found by the attempt.
+fn reporting(outcome: Acquired, n: u32) -> Acquired {
+    match outcome {
+        Acquired::Granted { fence, expired } => Acquired::Granted {
+            fence,
+            expired: expired + n,
+        },
+        Acquired::Blocked(blocked) => Acquired::Blocked(Blocked {
+            expired: blocked.expired + n,
+            ..blocked
+        }),
+    }
 }
 
 /// Joins the queue (or renews the caller's place) if the caller waits; its
@@ -713,13 +740,9 @@ mod tests {
             store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
             Acquired::Granted { .. }
         ));
-        // The first word to the expired holder is its loss; then it is a
-        // stranger to the new lease.
+        // The grant reported the expiry; to the new lease, the old holder
+        // is a stranger.
         let fence = store.describe("a").await.unwrap().lease.unwrap().fence;
-        assert_eq!(
-            store.renew("a", "t1", None).await.unwrap(),
-            Checked::Expired { fence }
-        );
         assert_eq!(
             store.renew("a", "t1", None).await.unwrap(),
             Checked::NotOwner { fence }

@@ -147,6 +147,10 @@ pub enum Acquired {
     Granted {
         /// The fencing token of this grant.
         fence: u64,
+        /// Expired leases of the name whose loss nobody had reported (their
+        /// holders never asked since), which this attempt found: reported
+        /// now, once, for the caller to count.
+        expired: u32,
     },
     /// Not granted, and why.
     Blocked(Blocked),
@@ -179,6 +183,8 @@ pub struct Blocked {
     pub position: u64,
     /// The queue's length.
     pub queued: u64,
+    /// As [`Acquired::Granted::expired`].
+    pub expired: u32,
 }
 
 /// The outcome of a renew, a look ([`Store::check`]) or a release.
@@ -209,12 +215,9 @@ pub enum Checked<T> {
         fence: u64,
     },
     /// This token's lease expired, and this is the first request that
-    /// learns it: the one loss to count.
-    Expired {
-        /// The fence of whoever holds the name now (granted again since the
-        /// expiry), or 0 if it is free.
-        fence: u64,
-    },
+    /// learns it: the one loss to count. (Once the name was granted again,
+    /// the grant reported it: see [`Acquired::Granted::expired`].)
+    Expired,
     /// This token released the lease (a retried release, or a heartbeat
     /// that crossed the release): nothing was lost.
     Released,

@@ -48,6 +48,8 @@ struct Scripts {
     acquire: Script,
     renew: Script,
     renew_many: Script,
+    renew_lock: Script,
+    renew_permit: Script,
     release: Script,
     revoke: Script,
     dequeue: Script,
@@ -78,6 +80,16 @@ const RENEW_MANY: &str = concat!(
     include_str!("lua/renew_lease.lua"),
     include_str!("lua/renew_many.lua")
 );
+const RENEW_LOCK: &str = concat!(
+    include_str!("lua/constants.lua"),
+    include_str!("lua/renew_lease.lua"),
+    include_str!("lua/renew_lock.lua")
+);
+const RENEW_PERMIT: &str = concat!(
+    include_str!("lua/constants.lua"),
+    include_str!("lua/renew_lease.lua"),
+    include_str!("lua/renew_permit.lua")
+);
 
 /// Most leases renewed by one run of `renew_many.lua`. Redis runs nothing
 /// else while a script runs: a bound keeps each run well under a millisecond
@@ -101,6 +113,8 @@ impl Scripts {
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
             renew_many: Script::new(RENEW_MANY),
+            renew_lock: Script::new(RENEW_LOCK),
+            renew_permit: Script::new(RENEW_PERMIT),
             release: Script::new(RELEASE),
             revoke: Script::new(REVOKE),
             dequeue: Script::new(DEQUEUE),
@@ -112,10 +126,12 @@ impl Scripts {
 
 /// Every script as Redis runs it, with its file name, for tests that load
 /// each one into a real Redis.
-pub const SCRIPTS: [(&str, &str); 8] = [
+pub const SCRIPTS: [(&str, &str); 10] = [
     ("acquire.lua", ACQUIRE),
     ("renew.lua", RENEW),
     ("renew_many.lua", RENEW_MANY),
+    ("renew_lock.lua", RENEW_LOCK),
+    ("renew_permit.lua", RENEW_PERMIT),
     ("release.lua", RELEASE),
     ("revoke.lua", REVOKE),
     ("dequeue.lua", DEQUEUE),
@@ -332,6 +348,11 @@ fn nodelay(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
     info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
 }
 
+/// First and longest pause before an attempt refused with TRYAGAIN is made
+/// again (see [`RedisStore::retrying`]).
+const TRYAGAIN_PAUSE_MIN: Duration = Duration::from_millis(10);
+const TRYAGAIN_PAUSE_MAX: Duration = Duration::from_millis(100);
+
 /// How often a Sentinel store asks the sentinels which server is primary
 /// (besides right after a failed call).
 const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
@@ -535,23 +556,48 @@ impl RedisStore {
     /// Runs `attempt` within the store timeout. An attempt whose connection
     /// turns out to be broken (Redis restarted, a proxy dropped it) is made
     /// once more on the new connection: every script is safe to repeat with
-    /// the same arguments.
+    /// the same arguments. An attempt refused with TRYAGAIN (a Redis
+    /// Cluster slot migrating: a script whose keys are partly on either
+    /// node; nothing ran) is made again after a short pause until the store
+    /// timeout, since migrating a slot's keys takes longer than redis-rs'
+    /// own few retries.
     async fn retrying<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T>
     where
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let deadline = tokio::time::Instant::now() + self.inner.timeout;
-        for first in [true, false] {
+        let mut broken = false;
+        let mut pause = TRYAGAIN_PAUSE_MIN;
+        loop {
             match tokio::time::timeout_at(deadline, attempt(self.conn()?)).await {
                 Ok(Ok(value)) => return Ok(value),
-                Ok(Err(e)) if first && (e.is_connection_dropped() || e.is_io_error()) => {
+                Ok(Err(e)) if !broken && (e.is_connection_dropped() || e.is_io_error()) => {
                     self.suspect(&e);
                     tracing::debug!(op, error = %e, "Redis connection broken; retrying once");
+                    broken = true;
+                }
+                Ok(Err(e)) if e.kind() == ErrorKind::Server(ServerErrorKind::TryAgain) => {
+                    if tokio::time::Instant::now() + pause >= deadline {
+                        return Err(Error::Unavailable(format!(
+                            "Redis Cluster refused {op} with TRYAGAIN for {} ms (the store \
+                             timeout): its slot is migrating; retry",
+                            self.inner.timeout.as_millis()
+                        )));
+                    }
+                    tracing::debug!(op, "slot migrating (TRYAGAIN); retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(TRYAGAIN_PAUSE_MAX);
                 }
                 Ok(Err(e)) => {
                     self.suspect(&e);
-                    return Err(classify(op, e));
+                    return Err(
+                        if broken && (e.is_connection_dropped() || e.is_io_error()) {
+                            Error::Unavailable(format!("Redis connection broken twice during {op}"))
+                        } else {
+                            classify(op, e)
+                        },
+                    );
                 }
                 Err(_) => {
                     self.inner.follow.notify_one();
@@ -559,9 +605,6 @@ impl RedisStore {
                 }
             }
         }
-        Err(Error::Unavailable(format!(
-            "Redis connection broken twice during {op}"
-        )))
     }
 
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
@@ -641,7 +684,7 @@ impl RedisStore {
         };
         let acquired = acquire_reply(&reply)?;
         self.saw_fence(match &acquired {
-            Acquired::Granted { fence } => *fence,
+            Acquired::Granted { fence, .. } => *fence,
             Acquired::Blocked(blocked) => blocked.fence,
         });
         Ok(acquired)
@@ -667,6 +710,10 @@ impl RedisStore {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
+        let ttl = ttl_ms.unwrap_or(0).to_string();
+        if self.is_cluster() {
+            return self.renew_one_key(name, token, ttl).await;
+        }
         if self.inner.replica_acks > 0 {
             let item = RenewItem {
                 name: name.to_owned(),
@@ -679,13 +726,15 @@ impl RedisStore {
                 .pop()
                 .ok_or_else(|| Error::Internal("no renewal outcome".into()));
         }
-        self.renew_one("renew", name, token, ttl_ms.unwrap_or(0).to_string())
-            .await
+        self.renew_one("renew", name, token, ttl).await
     }
 
     /// What became of `token`'s lease, without extending it (renew.lua
     /// with a TTL of -1).
     pub(crate) async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        if self.is_cluster() {
+            return self.renew_one_key(name, token, "-1".to_owned()).await;
+        }
         self.renew_one("check", name, token, "-1".to_owned()).await
     }
 
@@ -716,7 +765,7 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         if self.is_cluster() {
-            return self.renew_many_by_slot(items).await;
+            return self.renew_many_in_cluster(items).await;
         }
         let script = &self.inner.scripts.renew_many;
         let mut pipe = redis::pipe();
@@ -774,49 +823,40 @@ impl RedisStore {
             .collect()
     }
 
-    /// [`RedisStore::renew_many`] on a cluster, where a script may touch
-    /// the keys of one slot only: one run per slot (and per
-    /// [`RENEW_BATCH`]), all sent at once; the cluster connection routes
-    /// each to its node.
-    async fn renew_many_by_slot(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+    /// [`RedisStore::renew_many`] on a cluster: every lease renewed apart
+    /// ([`RedisStore::renew_one_key`]): a script naming several leases of a
+    /// slot is refused (TRYAGAIN) while a migration has moved some of them
+    /// and not others. The slots are renewed at once (the cluster
+    /// connection routes each to its node); the leases of one slot one
+    /// after another, because redis-rs 1.8's cluster connection stops
+    /// answering after many requests are redirected (ASK, MOVED) at the same
+    /// moment, as all the leases of a migrating slot would be. Names have
+    /// their own hash tags, so a slot rarely holds more than one lease.
+    async fn renew_many_in_cluster(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
         let mut slots: std::collections::HashMap<_, Vec<usize>> = Default::default();
         for (i, item) in items.iter().enumerate() {
             let slot = redis::cluster_routing::Slot::for_key(self.key(&item.name));
             slots.entry(slot).or_default().push(i);
         }
-        let script = &self.inner.scripts.renew_many;
-        let runs = slots
-            .values()
-            .flat_map(|indices| indices.chunks(RENEW_BATCH))
-            .map(|batch| async move {
-                let mut invocation = script.prepare_invoke();
-                for &i in batch {
-                    let k = self.keys(&items[i].name);
-                    invocation
-                        .key(k.lease)
-                        .key(k.permits)
-                        .arg(&items[i].token)
-                        .arg(items[i].ttl_ms.unwrap_or(0));
-                }
-                let mut pipe = redis::pipe();
-                pipe.invoke_script(&invocation);
-                let mut replies = self.renewals_sent(script, pipe).await?;
-                let reply = replies
-                    .pop()
-                    .ok_or_else(|| Error::Internal("no renew_many reply".into()))?;
-                Ok::<_, Error>((batch, self.renewals(reply)?))
-            });
+        let runs = slots.into_values().map(|indices| async move {
+            let mut renewed = Vec::with_capacity(indices.len());
+            for i in indices {
+                let item = &items[i];
+                renewed.push((
+                    i,
+                    self.renew_one_key(
+                        &item.name,
+                        &item.token,
+                        item.ttl_ms.unwrap_or(0).to_string(),
+                    )
+                    .await?,
+                ));
+            }
+            Ok::<_, Error>(renewed)
+        });
         let mut outcomes: Vec<Option<Checked<Renewed>>> = items.iter().map(|_| None).collect();
         for run in futures_util::future::join_all(runs).await {
-            let (batch, renewed) = run?;
-            if renewed.len() != batch.len() {
-                return Err(Error::Internal(format!(
-                    "{} outcomes for {} renewals",
-                    renewed.len(),
-                    batch.len()
-                )));
-            }
-            for (&i, outcome) in batch.iter().zip(renewed) {
+            for (i, outcome) in run? {
                 outcomes[i] = Some(outcome);
             }
         }
@@ -824,6 +864,59 @@ impl RedisStore {
             .into_iter()
             .map(|o| o.ok_or_else(|| Error::Internal("a renewal without an outcome".into())))
             .collect()
+    }
+
+    /// Renews one lease of a cluster with one-key scripts: the lock form
+    /// (the lease hash), then, only if the name has no lock lease, the
+    /// permit form (the permits hash). While a slot migrates, Redis refuses
+    /// a script declaring several keys of it with TRYAGAIN whenever the node
+    /// has some of them and not all; renew.lua declares the permits hash,
+    /// which a plain lock never has, so every renewal of the slot would be
+    /// refused for the whole migration, and holders would lose their leases
+    /// to a migration longer than their TTL. A one-key script is served
+    /// wherever its key is (redis-rs follows the ASK). One round trip for a
+    /// lock, two for a semaphore permit.
+    async fn renew_one_key(
+        &self,
+        name: &str,
+        token: &str,
+        ttl: String,
+    ) -> Result<Checked<Renewed>> {
+        let k = self.keys(name);
+        let args = [token.to_owned(), ttl];
+        let scripts = &self.inner.scripts;
+        let reply = self.renew_key(&scripts.renew_lock, &k.lease, &args).await?;
+        if int(&reply, 0)? != 3 {
+            return self.renewal(&reply);
+        }
+        let reply = self
+            .renew_key(&scripts.renew_permit, &k.permits, &args)
+            .await?;
+        self.renewal(&reply)
+    }
+
+    /// Runs a one-key renewal script on a cluster, followed by `WAIT` when
+    /// replicas must acknowledge. `ASKING` goes first, in the same write:
+    /// where the key has moved to a node importing its slot, that node
+    /// serves the script only right after an `ASKING` on the same
+    /// connection. redis-rs sends its own `ASKING` when it follows an ASK,
+    /// but as a request of its own: with many renewals redirected at once on
+    /// the shared connection, another's script can come between and use it
+    /// up, and the script is then refused (MOVED). Elsewhere `ASKING` is a
+    /// no-op.
+    async fn renew_key(&self, script: &Script, key: &str, args: &[String]) -> Result<Vec<Value>> {
+        let mut invocation = script.prepare_invoke();
+        invocation.key(key);
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").ignore();
+        pipe.invoke_script(&invocation);
+        match self.renewals_sent(script, pipe).await?.pop() {
+            Some(Value::Array(reply)) => Ok(reply),
+            other => Err(Error::Internal(format!("renew reply: {other:?}"))),
+        }
     }
 
     /// Sends a pipeline of invocations of `script` in one round trip, within
@@ -1280,8 +1373,15 @@ fn classify(op: &str, e: RedisError) -> Error {
 /// Reads an acquire.lua / semaphore_acquire.lua reply.
 fn acquire_reply(reply: &[Value]) -> Result<Acquired> {
     let fence = uint(reply, 1)?;
+    // Optional: absent from the replies that found no expired lease.
+    let expired = |i| uint(reply, i).map_or(0, |n| n as u32);
     let by = match int(reply, 0)? {
-        1 => return Ok(Acquired::Granted { fence }),
+        1 => {
+            return Ok(Acquired::Granted {
+                fence,
+                expired: expired(5),
+            })
+        }
         0 => BlockedBy::Holder,
         2 => BlockedBy::LockDelay,
         3 => BlockedBy::Queue,
@@ -1294,6 +1394,7 @@ fn acquire_reply(reply: &[Value]) -> Result<Acquired> {
         holder: text(reply, 3)?,
         position: uint(reply, 5)?,
         queued: uint(reply, 6)?,
+        expired: expired(7),
     }))
 }
 
@@ -1328,7 +1429,7 @@ fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
         0 => Checked::NotHeld,
         -1 => Checked::NotOwner { fence },
         -2 => Checked::Revoked { fence },
-        -3 => Checked::Expired { fence },
+        -3 => Checked::Expired,
         -4 => Checked::Released,
         _ => return None,
     })
@@ -1414,10 +1515,14 @@ mod tests {
             Value::Int(1_000),
             Value::BulkString(vec![]),
             Value::Int(7),
+            Value::Int(7),
         ];
         assert_eq!(
             acquire_reply(&granted).unwrap(),
-            Acquired::Granted { fence: 42 }
+            Acquired::Granted {
+                fence: 42,
+                expired: 7
+            }
         );
         let mut queued = [3, 9, 250, 0, 0, 2, 5].map(Value::Int);
         queued[3] = Value::BulkString(Vec::new());

@@ -142,6 +142,12 @@ impl RedisServer {
         ])
     }
 
+    /// Starts redis-server accepting `DEBUG` (e.g. `DEBUG SLEEP`, to stall
+    /// it) from loopback clients.
+    pub fn start_debuggable() -> Self {
+        Self::start_with(&["--enable-debug-command", "local"])
+    }
+
     /// Starts redis-server that requires `password` (`requirepass`); connect
     /// with [`RedisServer::url_with_password`].
     pub fn start_with_password(password: &str) -> Self {

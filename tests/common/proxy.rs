@@ -33,6 +33,8 @@ const CHUNK: usize = 16 * 1024;
 struct Control {
     /// Stop moving bytes (see [`Proxy::stall`]).
     stalled: bool,
+    /// Stop moving bytes from upstream only (see [`Proxy::hold_answers`]).
+    answers_held: bool,
     /// Delay added to every chunk (see [`Proxy::set_latency`]).
     latency: Duration,
     /// Bumped by [`Proxy::drop_connections`]: a connection accepted under an
@@ -60,6 +62,7 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy address");
         let (control, rx) = watch::channel(Control {
             stalled: false,
+            answers_held: false,
             latency: Duration::ZERO,
             generation: 0,
         });
@@ -81,7 +84,18 @@ impl Proxy {
     /// Forwards bytes normally (the initial mode); bytes held back by
     /// [`stall`](Self::stall) flow again.
     pub fn pass(&self) {
-        self.control.send_modify(|c| c.stalled = false);
+        self.control.send_modify(|c| {
+            c.stalled = false;
+            c.answers_held = false;
+        });
+    }
+
+    /// Like [`stall`](Self::stall) in one direction only: requests still
+    /// reach upstream (and are served there), their answers wait until
+    /// [`pass`](Self::pass). A client then sees a timeout for a request
+    /// that did take effect.
+    pub fn hold_answers(&self) {
+        self.control.send_modify(|c| c.answers_held = true);
     }
 
     /// A black hole: stops forwarding in both directions, on existing and new
@@ -174,8 +188,14 @@ async fn connection(
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = pump(client_read, server_write, control.clone(), generation);
-    let down = pump(server_read, client_write, control, generation);
+    let up = pump(
+        client_read,
+        server_write,
+        control.clone(),
+        generation,
+        false,
+    );
+    let down = pump(server_read, client_write, control, generation, true);
     tokio::pin!(up, down);
     // A clean EOF is a half-close, passed on, and the other direction may go
     // on; anything else ends the whole connection.
@@ -190,11 +210,16 @@ async fn dropped(control: &mut watch::Receiver<Control>, generation: u64) {
     let _ = control.wait_for(|c| c.generation != generation).await;
 }
 
-/// Waits, without polling, until the connection may move bytes: `true` once
-/// the proxy passes, `false` if the connection was dropped meanwhile.
-async fn may_forward(control: &mut watch::Receiver<Control>, generation: u64) -> bool {
+/// Waits, without polling, until the connection may move bytes (`answers`:
+/// those from upstream): `true` once the proxy passes, `false` if the
+/// connection was dropped meanwhile.
+async fn may_forward(
+    control: &mut watch::Receiver<Control>,
+    generation: u64,
+    answers: bool,
+) -> bool {
     match control
-        .wait_for(|c| c.generation != generation || !c.stalled)
+        .wait_for(|c| c.generation != generation || !(c.stalled || answers && c.answers_held))
         .await
     {
         Ok(c) => c.generation == generation,
@@ -203,20 +228,22 @@ async fn may_forward(control: &mut watch::Receiver<Control>, generation: u64) ->
 }
 
 /// Copies `from` to `to` one chunk at a time, obeying `control` between and
-/// during reads, latency sleeps and writes. Returns `true` on a clean EOF
-/// (after half-closing `to`), `false` on an error or a drop.
+/// during reads, latency sleeps and writes (`answers`: `from` is upstream).
+/// Returns `true` on a clean EOF (after half-closing `to`), `false` on an
+/// error or a drop.
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     mut control: watch::Receiver<Control>,
     generation: u64,
+    answers: bool,
 ) -> bool {
     let mut buf = vec![0u8; CHUNK];
     loop {
         // Read a chunk, only while passing. A read cancelled by a control
         // change has consumed nothing (`TcpStream` reads are cancel-safe).
         let n = loop {
-            if !may_forward(&mut control, generation).await {
+            if !may_forward(&mut control, generation, answers).await {
                 return false;
             }
             tokio::select! {
@@ -244,7 +271,7 @@ async fn pump(
         // Write it, holding the rest back if a stall starts half-way.
         let mut sent = 0;
         while sent < n {
-            if !may_forward(&mut control, generation).await {
+            if !may_forward(&mut control, generation, answers).await {
                 return false;
             }
             tokio::select! {

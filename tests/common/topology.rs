@@ -937,6 +937,23 @@ impl Cluster {
         migration
     }
 
+    /// Moves one key of a slot being migrated to its new owner (MIGRATE);
+    /// the slot stays MIGRATING/IMPORTING. Nothing happens if the key is
+    /// not (or no longer) on the old owner.
+    pub async fn migrate_key(&self, migration: &SlotMigration, key: &str) {
+        let mut migrate = redis::cmd("MIGRATE");
+        migrate
+            .arg(migration.to.ip().to_string())
+            .arg(migration.to.port())
+            .arg(key)
+            .arg(0)
+            .arg(5_000);
+        // "NOKEY" (a simple string) when the key is not there.
+        query::<redis::Value>(migration.from, &migrate)
+            .await
+            .unwrap_or_else(|e| panic!("MIGRATE {key}: {e}"));
+    }
+
     /// Moves the slot's keys (MIGRATE, 100 at a time), assigns the slot to
     /// its new owner (SETSLOT NODE on it, the old owner and every other
     /// primary) and waits until every live node says so.

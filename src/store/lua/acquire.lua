@@ -22,9 +22,12 @@
 --          place, when not granted), '0' if it tries once
 -- ARGV[8]  how long a queued waiter keeps its place (see queue.lua)
 --
--- Returns {1, fence, ttl_ms, "", granted_at_ms} when granted (also when the
---         lease is already held with this very token: the broker retries a
---         call whose connection broke, and the first try may have run),
+-- Returns {1, fence, ttl_ms, "", granted_at_ms, expired} when granted (also
+--         when the lease is already held with this very token: the broker
+--         retries a call whose connection broke, and the first try may have
+--         run); expired is 1 if the grant replaced an expired lease whose
+--         loss nobody had reported (its holder never asked since): the one
+--         report of that loss, for the broker to count, else 0,
 --         {0, fence, remaining_ms, holder, granted_at_ms, position, queued}
 --         when someone holds it,
 --         {2, fence, remaining_ms, holder, granted_at_ms, position, queued}
@@ -38,15 +41,14 @@
 -- The lease hash has fields o (owner token), f (fence), h (holder label),
 -- t (TTL ms), g (grant time ms), e (expiry time ms) and d (lock-delay ms),
 -- all by the Redis clock. The lease ends at e; the key lives until e plus
--- the longer of its lock-delay and LINGER_MS (renew_lease.lua), so that the
--- delay outlasts the lease and the holder's late renewal or release still
--- finds its own expired lease: that is how a loss is told to its holder and
--- counted once (field n: the loss was reported). A hash without o is a
--- tombstone: left by release.lua (x: the released token) or revoke.lua (r:
--- the revoked token, u: the end of the lock-delay). A grant carries x and r
--- over, and p: the token of an expired lease whose loss nobody reported yet,
--- so that its holder still hears "expired" (not a stranger's "not owner")
--- and a retried release or a revoked holder still gets its true answer.
+-- its lock-delay plus LINGER_MS (constants.lua), so that the delay outlasts
+-- the lease and the holder's late renewal or release still finds its own
+-- expired lease: a loss is reported once, to whoever learns it first (the
+-- holder, the broker of its broken stream, or the next grant), and field n
+-- marks it reported. A hash without o is a tombstone: left by release.lua
+-- (x: the released token) or revoke.lua (r: the revoked token, u: the end
+-- of the lock-delay). A grant carries x and r over, so that a retried
+-- release and a revoked holder still get their true answer.
 --
 -- The fence comes from the counter (INCR), raised to at least
 -- max(last fence of the name + 1, server clock in µs, floor + 1):
@@ -63,12 +65,12 @@
 -- (queue.lua comes first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
 local key, permits, counter = KEYS[1], KEYS[4], KEYS[5]
 
-local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'x', 'r', 'p')
+local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'x', 'r')
 if l[1] then
   local expiry = tonumber(l[6])
   if now_ms < expiry then
     if l[1] == token then
-      return {1, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4])}
+      return {1, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4]), 0}
     end
     local position = wait_in_line()
     return {0, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4]), position, redis.call('LLEN', queue)}
@@ -113,10 +115,10 @@ local fence = math.max(counted, last + 1, now_us, tonumber(ARGV[4]) + 1)
 if fence ~= counted then
   redis.call('SET', counter, string.format('%d', fence))
 end
--- The expired lease replaced here, if its loss is still unreported.
-local expired_owner = l[12]
+-- An expired lease replaced here whose loss nobody reported: reported now.
+local expired = 0
 if l[1] and l[1] ~= token and not l[9] then
-  expired_owner = l[1]
+  expired = 1
 end
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[5])
@@ -135,9 +137,6 @@ end
 if l[11] then
   redis.call('HSET', key, 'r', l[11])
 end
-if expired_owner then
-  redis.call('HSET', key, 'p', expired_owner)
-end
-redis.call('PEXPIRE', key, ttl + math.max(delay, LINGER_MS))
+redis.call('PEXPIRE', key, ttl + delay + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
-return {1, fence, ttl, '', now_ms}
+return {1, fence, ttl, '', now_ms, expired}

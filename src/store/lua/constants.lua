@@ -6,7 +6,8 @@
 -- release still finds its own lease, so the broker can tell it "expired"
 -- and count the loss once (and only then), a heartbeat that crossed a
 -- release is told "released" (not a loss), and a retried release or revoke
--- reports the success of its first try. A holder that asks later than this
--- is told "not held" and its loss is not counted: the broker that served its
--- broken stream checks within a second of the expiry (Session::abandon).
+-- reports the success of its first try. An expired lease nobody asked about
+-- is reported by the next grant of its name, or by the broker that served
+-- its broken KeepAlive stream (Session::abandon looks within a second of
+-- the expiry); a holder that asks later than this is told "not held".
 local LINGER_MS = 10000

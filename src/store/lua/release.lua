@@ -16,9 +16,8 @@
 --         {-1, fence} when another owner holds it, with no record of this
 --                     token (a stranger's token, or a loss reported already),
 --         {-2, fence} when this lease was revoked,
---         {-3, fence} when this token's lease expired and this is the first
---                     time anyone asks (fence: the current holder's, 0 if
---                     free): the loss to count, once.
+--         {-3, 0}     when this token's lease expired and this is the first
+--                     time anyone learns it: the loss to count, once.
 --
 -- The message published names the waiter first in line (the first 16 hex
 -- digits of its token), so that brokers wake only that one: the queue is
@@ -30,10 +29,10 @@
 --
 -- The key becomes a tombstone for LINGER_MS (constants.lua): x (the released
 -- token, so that a retry reports success and a heartbeat that crossed the
--- release is not taken for a loss), p (carried, see acquire.lua). Fences
--- need no tombstone: they come from the counter (acquire.lua).
+-- release is not taken for a loss). Fences need no tombstone: they come
+-- from the counter (acquire.lua).
 local key, permits, queue, alive, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-local l = redis.call('HMGET', key, 'o', 'f', 'e', 'r', 'x', 'p', 'n')
+local l = redis.call('HMGET', key, 'o', 'f', 'e', 'r', 'x', 'n')
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if l[4] == token then
@@ -44,15 +43,11 @@ if l[5] == token then
 end
 local live = l[1] and now_ms < tonumber(l[3])
 if l[1] == token and not live then
-  if l[7] then
+  if l[6] then
     return {0, 0}
   end
   redis.call('HSET', key, 'n', '1')
   return {-3, 0}
-end
-if l[6] == token then
-  redis.call('HDEL', key, 'p')
-  return {-3, live and tonumber(l[2]) or 0}
 end
 if live and l[1] ~= token then
   return {-1, tonumber(l[2])}
@@ -75,9 +70,6 @@ if not live then
 end
 redis.call('DEL', key)
 redis.call('HSET', key, 'f', l[2], 'x', token)
-if l[6] then
-  redis.call('HSET', key, 'p', l[6])
-end
 redis.call('PEXPIRE', key, LINGER_MS)
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
   redis.call('LREM', queue, 0, gone)

@@ -1,5 +1,6 @@
 -- renew_lease.lua: extend a lease, only for its owner; prepended to
--- renew.lua (one lease) and renew_many.lua (a batch).
+-- renew.lua (one lease), renew_many.lua (a batch), renew_lock.lua and
+-- renew_permit.lua (one lease, one key: for a Redis Cluster).
 --
 -- Defines renew(key, permits, token, new_ttl, now_ms):
 --   key      the lease hash of the name
@@ -16,15 +17,22 @@
 --             {-1, 0, fence} when another owner holds it (its fence) and the
 --                       store has no record of this token,
 --             {-2, 0, fence} when this lease was revoked,
---             {-3, 0, fence} when this token's lease expired and this is the
---                       first time anyone asks (fence: the current holder's,
---                       0 if the name is free): the loss to count, once,
+--             {-3, 0, 0} when this token's lease expired and this is the
+--                       first time anyone learns it: the loss to count, once
+--                       (once reported, or replaced by a new grant, which
+--                       reports it, the token is a stranger's),
 --             {-4, 0, 0} when this token released the lease (a heartbeat
 --                       that crossed its release): not a loss.
 -- See acquire.lua for the fields of the lease hash; LINGER_MS is in
 -- constants.lua.
-local function renew(key, permits, token, new_ttl, now_ms)
-  local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'r', 'x', 'p', 'n')
+--
+-- renew() is renew_lock(), then renew_permit() when renew_lock() finds
+-- nothing about the token (it returns nil): each touches one key only, so
+-- that a Redis Cluster can run them apart while their slot migrates (a
+-- script declaring both keys is refused with TRYAGAIN while one exists on a
+-- node and the other not).
+local function renew_lock(key, token, new_ttl, now_ms)
+  local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'r', 'x', 'n')
   if l[6] == token then
     return {-2, 0, tonumber(l[2])}
   end
@@ -34,7 +42,7 @@ local function renew(key, permits, token, new_ttl, now_ms)
   local live = l[1] and now_ms < tonumber(l[4])
   if l[1] == token then
     if not live then
-      if l[9] then
+      if l[8] then
         return {0, 0, 0}
       end
       redis.call('HSET', key, 'n', '1')
@@ -47,17 +55,16 @@ local function renew(key, permits, token, new_ttl, now_ms)
       ttl = l[3]
     end
     redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
-    redis.call('PEXPIRE', key, tonumber(ttl) + math.max(tonumber(l[5] or '0'), LINGER_MS))
+    redis.call('PEXPIRE', key, tonumber(ttl) + tonumber(l[5] or '0') + LINGER_MS)
     return {1, tonumber(ttl), tonumber(l[2])}
-  end
-  if l[8] == token then
-    -- Expired, and granted again before its holder heard of it.
-    redis.call('HDEL', key, 'p')
-    return {-3, 0, live and tonumber(l[2]) or 0}
   end
   if live then
     return {-1, 0, tonumber(l[2])}
   end
+  return nil
+end
+
+local function renew_permit(permits, token, new_ttl, now_ms)
   local permit = redis.call('HGET', permits, token)
   if permit then
     local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
@@ -81,4 +88,8 @@ local function renew(key, permits, token, new_ttl, now_ms)
     return {-4, 0, 0}
   end
   return {0, 0, 0}
+end
+
+local function renew(key, permits, token, new_ttl, now_ms)
+  return renew_lock(key, token, new_ttl, now_ms) or renew_permit(permits, token, new_ttl, now_ms)
 end

@@ -15,11 +15,11 @@
 --
 -- The key becomes a tombstone: f (the lease's fence), r (the revoked token,
 -- so its holder learns why, even after a new grant carried r over: see
--- acquire.lua), u (the end of the lock-delay) and p (carried). It lives
+-- acquire.lua) and u (the end of the lock-delay). It lives
 -- until the revoked lease would have expired or the delay ends, whichever
 -- is later, plus LINGER_MS (constants.lua).
 local key = KEYS[1]
-local l = redis.call('HMGET', key, 'o', 'f', 'e', 'd', 'r', 'p')
+local l = redis.call('HMGET', key, 'o', 'f', 'e', 'd', 'r')
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if not l[1] then
@@ -34,9 +34,6 @@ end
 local delay_end = now_ms + tonumber(l[4] or '0')
 redis.call('DEL', key)
 redis.call('HSET', key, 'f', l[2], 'r', l[1], 'u', string.format('%d', delay_end))
-if l[6] then
-  redis.call('HSET', key, 'p', l[6])
-end
 redis.call('PEXPIRE', key, math.max(tonumber(l[3]), delay_end) - now_ms + LINGER_MS)
 redis.call('PUBLISH', ARGV[1], '')
 return {1, tonumber(l[2])}

@@ -17,18 +17,22 @@
 -- ARGV[7]  '1' if the caller waits (joins the queue when not granted)
 -- ARGV[8]  how long a queued waiter keeps its place without calling again, ms
 --
--- Returns as acquire.lua: {1, fence, ttl_ms, "", granted_at_ms} when granted
--- (or already granted to this token); {0, fence, remaining_ms, holder,
--- granted_at_ms, position, queued} when every permit is held (fence and
--- holder of the permit that expires first, remaining_ms until then);
--- {3, ...} when a permit is free but waiters queued earlier come first.
+-- Returns as acquire.lua: {1, fence, ttl_ms, "", granted_at_ms, expired}
+-- when granted (or already granted to this token); {0, fence, remaining_ms,
+-- holder, granted_at_ms, position, queued, expired} when every permit is
+-- held (fence and holder of the permit that expires first, remaining_ms
+-- until then); {3, ..., expired} when a permit is free but waiters queued
+-- earlier come first. expired: the expired permits dropped here, whose loss
+-- nobody had reported (their holders never asked since): reported now, for
+-- the broker to count.
 --
 -- A permit is "fence|expiry_ms|ttl_ms|granted_ms|holder". An expired permit
--- stays LINGER_MS (constants.lua) so that its holder is told "expired" once
--- (renew_lease.lua then drops it); here it is dropped only after that. The
--- key expires with its longest permit plus LINGER_MS. "_x" keeps the last
--- released token (release.lua). Fences come from the counter, as in
--- acquire.lua: the name's lock and permit grants share one sequence.
+-- is dropped by whoever finds it first (here, or its holder's renewal or
+-- release, which then report it), so its loss is reported once; the key
+-- expires with its longest permit plus LINGER_MS (constants.lua), so that a
+-- late holder still finds its own. "_x" keeps the last released token
+-- (release.lua). Fences come from the counter, as in acquire.lua: the
+-- name's lock and permit grants share one sequence.
 -- (queue.lua comes first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
 local permits, lease, counter = KEYS[1], KEYS[4], KEYS[5]
 
@@ -40,7 +44,7 @@ if plain[1] and now_ms < tonumber(plain[5]) then
 end
 
 local last = tonumber(redis.call('HGET', permits, '_f') or '0')
-local live, latest = 0, now_ms
+local live, latest, expired = 0, now_ms, 0
 local first_expiry, first_fence, first_holder, first_granted
 local entries = redis.call('HGETALL', permits)
 for i = 1, #entries, 2 do
@@ -48,11 +52,12 @@ for i = 1, #entries, 2 do
   if owner ~= '_f' and owner ~= '_x' then
     local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
     expiry = tonumber(expiry)
-    if expiry + LINGER_MS <= now_ms then
+    if expiry <= now_ms then
       redis.call('HDEL', permits, owner)
-    elseif expiry > now_ms then
+      expired = expired + 1
+    else
       if owner == token then
-        return {1, tonumber(fence), tonumber(ttl), '', tonumber(granted)}
+        return {1, tonumber(fence), tonumber(ttl), '', tonumber(granted), expired}
       end
       live = live + 1
       latest = math.max(latest, expiry)
@@ -65,11 +70,12 @@ end
 
 if live >= tonumber(ARGV[5]) then
   local position = wait_in_line()
-  return {0, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('LLEN', queue)}
+  return {0, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('LLEN', queue), expired}
 end
 
 local queued = take_turn(last)
 if queued then
+  table.insert(queued, expired)
   return queued
 end
 
@@ -86,4 +92,4 @@ redis.call('HSET', permits,
   '_f', string.format('%d', fence))
 redis.call('PEXPIRE', permits, math.max(latest, expiry) - now_ms + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
-return {1, fence, ttl, '', now_ms}
+return {1, fence, ttl, '', now_ms, expired}

@@ -1,0 +1,16 @@
+-- renew_lock.lua: extend one plain lock's lease, only for its owner, with
+-- the lease hash as the only key (for a Redis Cluster: a one-key script is
+-- never refused with TRYAGAIN while its slot migrates; ASK sends it to
+-- whichever node has the key).
+-- (renew_lease.lua comes first: renew_lock().)
+--
+-- KEYS[1]  the lease hash of the name
+-- ARGV[1]  owner token
+-- ARGV[2]  new TTL in milliseconds, 0 to keep the lease's own TTL, -1 to
+--          only look (see renew_lease.lua)
+--
+-- Returns what renew() returns, except {3, 0, 0} when the lease hash knows
+-- nothing of the token: it may be a semaphore permit (renew_permit.lua).
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+return renew_lock(KEYS[1], ARGV[1], ARGV[2], now_ms) or {3, 0, 0}
