@@ -3,7 +3,7 @@
 //! names are unbounded and would explode the series count.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
 
@@ -81,6 +81,29 @@ impl Rejection {
     }
 }
 
+/// Which way the store's clock stepped (the `direction` label of
+/// `leasehold_store_clock_jumps_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockJump {
+    /// Ahead: leases expire early, by the size of the step.
+    Forward,
+    /// Behind: leases outlive their TTL by the size of the step.
+    Backward,
+}
+
+impl ClockJump {
+    /// Both directions, so each series exists from start-up at 0.
+    pub const ALL: [ClockJump; 2] = [ClockJump::Forward, ClockJump::Backward];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClockJump::Forward => "forward",
+            ClockJump::Backward => "backward",
+        }
+    }
+}
+
 /// The broker's metrics, registered in their own registry (cheap to clone:
 /// every field is an `Arc` inside).
 #[derive(Clone)]
@@ -113,6 +136,10 @@ pub struct Metrics {
     pub rejected: IntCounterVec,
     /// Client connections open now on this replica.
     pub connections: IntGauge,
+    /// Steps of the store's clock the health pings saw, by direction.
+    pub store_clock_jumps: IntCounterVec,
+    /// The store's clock minus this broker's steady clock, in seconds.
+    pub store_clock_offset: Gauge,
 }
 
 impl Metrics {
@@ -227,6 +254,26 @@ impl Metrics {
                     "Client connections open now on this replica (gRPC port).",
                 ),
             ),
+            store_clock_jumps: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "leasehold_store_clock_jumps_total",
+                        "Steps of the store's (Redis') clock of more than 1 s, seen by the \
+                         health pings against this broker's monotonic clock: forward (leases \
+                         expire early), backward (leases outlive their TTL).",
+                    ),
+                    &["direction"],
+                ),
+            ),
+            store_clock_offset: register(
+                &r,
+                Gauge::new(
+                    "leasehold_store_clock_offset_seconds",
+                    "The store's clock minus this broker's (its wall clock at start, advanced \
+                     by its monotonic clock), at the last health ping; 0 for the memory store.",
+                ),
+            ),
             registry: r,
         };
         for reason in LossReason::ALL {
@@ -234,6 +281,9 @@ impl Metrics {
         }
         for reason in Rejection::ALL {
             m.rejected.with_label_values(&[reason.as_str()]);
+        }
+        for direction in ClockJump::ALL {
+            m.store_clock_jumps.with_label_values(&[direction.as_str()]);
         }
         m
     }
@@ -246,6 +296,13 @@ impl Metrics {
     /// Counts a refused request or connection.
     pub fn rejected(&self, reason: Rejection) {
         self.rejected.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Counts a step of the store's clock.
+    pub fn store_clock_jumped(&self, direction: ClockJump) {
+        self.store_clock_jumps
+            .with_label_values(&[direction.as_str()])
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.
@@ -295,6 +352,13 @@ mod tests {
             assert!(text.contains(&series), "missing {series} in\n{text}");
         }
         assert!(text.contains("lease_acquired_total 0"));
+        for direction in ClockJump::ALL {
+            let series = format!(
+                "leasehold_store_clock_jumps_total{{direction=\"{}\"}} 0",
+                direction.as_str()
+            );
+            assert!(text.contains(&series), "missing {series} in\n{text}");
+        }
         assert!(text.contains("# TYPE heartbeat_latency_seconds histogram"));
     }
 }

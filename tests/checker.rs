@@ -31,7 +31,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{proxy::Proxy, BrokerProcess, RedisServer};
+use common::{eventually, proxy::Proxy, sample, scrape, BrokerProcess, RedisServer};
 use leasehold::client::{AcquireOptions, Client, ClientError};
 
 const CLIENTS: usize = 32;
@@ -88,6 +88,8 @@ struct Held {
     stale_writes_refused: u64,
     /// The client was paused (modelled GC pause) while holding.
     paused: bool,
+    /// When the resource first refused one of its writes.
+    refused_at: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -96,6 +98,18 @@ struct Record {
     resource: Mutex<FencedResource>,
     ops: AtomicU64,
     errors: AtomicU64,
+    /// Steps of Redis' clock: just before and just after each took effect.
+    clock_steps: Mutex<Vec<(Instant, Instant)>>,
+}
+
+/// What a fault injector can reach besides its own faults.
+#[derive(Clone)]
+struct Control {
+    record: Arc<Record>,
+    /// Every client holds this for reading from the start of an Acquire to
+    /// the end of its lease: taken for writing, it means no lease is held,
+    /// requested or being released, and none starts until it is dropped.
+    turns: Arc<tokio::sync::RwLock<()>>,
 }
 
 /// Fault knobs that a scenario turns on.
@@ -109,6 +123,23 @@ struct Faults {
     /// the resource safe. Overlaps and refused writes are allowed for leases
     /// whose holder did learn of their loss.
     store_may_lose: bool,
+    /// Redis' clock steps forward (recorded in `Record::clock_steps`):
+    /// leases alive at a step expire early, so their holders can be
+    /// overtaken. Overlaps and refused writes of a lease granted before a
+    /// step, overtaken after it, are counted apart as caused by the jump;
+    /// the fence must still hold (any other refusal or overlap fails).
+    clock_forward: bool,
+}
+
+/// A check's outcome.
+#[derive(Default)]
+struct Findings {
+    violations: Vec<String>,
+    /// Overlapping holders where a step of Redis' clock cut the earlier
+    /// lease short.
+    clock_jump_overlaps: usize,
+    /// Writes refused from holders overtaken that way.
+    clock_jump_refused: u64,
 }
 
 struct Cluster {
@@ -152,8 +183,10 @@ async fn client_loop(
     record: Arc<Record>,
     faults: Faults,
     stop: Arc<AtomicBool>,
+    turns: Arc<tokio::sync::RwLock<()>>,
 ) {
     while !stop.load(Ordering::Relaxed) {
+        let _turn = turns.read().await;
         record.ops.fetch_add(1, Ordering::Relaxed);
         let requested = Instant::now();
         let lease = match client
@@ -186,6 +219,7 @@ async fn client_loop(
             told_at_release: false,
             stale_writes_refused: 0,
             paused: false,
+            refused_at: None,
         };
         let writes = 1 + random_below(4);
         for _ in 0..writes {
@@ -207,6 +241,7 @@ async fn client_loop(
             }
             if !record.resource.lock().unwrap().write(held.fence) {
                 held.stale_writes_refused += 1;
+                held.refused_at.get_or_insert_with(Instant::now);
             }
             tokio::time::sleep(Duration::from_millis(random_below(40))).await;
         }
@@ -233,11 +268,22 @@ async fn client_loop(
     }
 }
 
-/// Violations found in a record, one line each.
-fn check(record: &Record, faults: Faults) -> Vec<String> {
+/// Violations found in a record, one line each, and what a clock jump
+/// explains.
+fn check(record: &Record, faults: Faults) -> Findings {
+    let mut findings = Findings::default();
     let mut violations = Vec::new();
     let mut held = record.held.lock().unwrap().clone();
     held.sort_by_key(|h| h.granted);
+    let steps = record.clock_steps.lock().unwrap().clone();
+    // A lease requested before a step took effect, and acted on (overtaken,
+    // or refused) after it had: the step cut that lease short.
+    let cut_short = |requested: Instant, after: Instant| {
+        faults.clock_forward
+            && steps
+                .iter()
+                .any(|&(before, effective)| requested < effective && after > before)
+    };
 
     // (a) unique fences, in real-time grant order: a grant that arrived
     // before another was requested has the lower fence.
@@ -269,7 +315,12 @@ fn check(record: &Record, faults: Faults) -> Vec<String> {
     // may lose data, from holders that learned their lease was lost).
     for h in &held {
         let excused = h.paused || (faults.store_may_lose && h.lost);
-        if h.stale_writes_refused > 0 && !excused {
+        let jumped = h
+            .refused_at
+            .is_some_and(|refused| cut_short(h.requested, refused));
+        if h.stale_writes_refused > 0 && !excused && jumped {
+            findings.clock_jump_refused += h.stale_writes_refused;
+        } else if h.stale_writes_refused > 0 && !excused {
             violations.push(format!(
                 "(b) client {} (fence {}) had a write refused without being paused",
                 h.client, h.fence
@@ -283,7 +334,16 @@ fn check(record: &Record, faults: Faults) -> Vec<String> {
     for h in &held {
         if let Some(earlier) = latest {
             let excused = faults.store_may_lose && earlier.lost;
-            if h.granted < earlier.until && earlier.client != h.client && !excused {
+            // Overtaken within a TTL of the step: a lease renewed just
+            // before it would have ended by then anyway.
+            let jumped = faults.clock_forward
+                && steps.iter().any(|&(before, effective)| {
+                    earlier.requested < effective && before < h.granted && h.granted < before + TTL
+                });
+            let overlap = h.granted < earlier.until && earlier.client != h.client;
+            if overlap && !excused && jumped {
+                findings.clock_jump_overlaps += 1;
+            } else if overlap && !excused {
                 violations.push(format!(
                     "(c) client {} (fence {}) still held the lock {:?} after client {} (fence {}) got it",
                     earlier.client,
@@ -310,22 +370,26 @@ fn check(record: &Record, faults: Faults) -> Vec<String> {
             ));
         }
     }
-    violations
+    findings.violations = violations;
+    findings
 }
 
 /// Runs `CLIENTS` clients for the scenario's time, with `inject` running
-/// faults meanwhile; prints the figures and asserts no violation.
+/// faults meanwhile; prints the figures and asserts no violation. Returns
+/// the number of faults `inject` reported.
 async fn scenario<F, Fut>(
     name: &str,
     faults: Faults,
     clients: Vec<(Client, Option<Arc<Proxy>>)>,
     inject: F,
-) where
-    F: FnOnce(Arc<AtomicBool>) -> Fut,
+) -> u64
+where
+    F: FnOnce(Control) -> Fut,
     Fut: std::future::Future<Output = u64>,
 {
     let record = Arc::new(Record::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let turns = Arc::new(tokio::sync::RwLock::new(()));
     let mut tasks = Vec::new();
     for (id, (client, proxy)) in clients.into_iter().enumerate() {
         tasks.push(tokio::spawn(client_loop(
@@ -335,24 +399,38 @@ async fn scenario<F, Fut>(
             Arc::clone(&record),
             faults,
             Arc::clone(&stop),
+            Arc::clone(&turns),
         )));
     }
-    let injected = inject(Arc::clone(&stop)).await;
+    let injected = inject(Control {
+        record: Arc::clone(&record),
+        turns,
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         // A client can be mid-wait: bounded by its wait and a pause.
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
-    let violations = check(&record, faults);
+    let findings = check(&record, faults);
+    let violations = &findings.violations;
     let held = record.held.lock().unwrap();
     let resource = record.resource.lock().unwrap();
     let lost = held.iter().filter(|h| h.lost).count();
     let told = held.iter().filter(|h| h.lost && h.told).count();
     let told_at_release = held.iter().filter(|h| h.told_at_release).count();
     let pauses = held.iter().filter(|h| h.paused).count() as u64;
+    let jumps = if faults.clock_forward {
+        format!(
+            " overlaps_caused_by_clock_jump={} refused_writes_caused_by_clock_jump={}",
+            findings.clock_jump_overlaps, findings.clock_jump_refused
+        )
+    } else {
+        String::new()
+    };
     println!(
         "scenario={name} ops={} grants={} writes_accepted={} writes_refused={} faults={} \
-         call_errors={} leases_lost={lost} lost_and_told={told} (at_release={told_at_release}) violations={}",
+         call_errors={} leases_lost={lost} lost_and_told={told} (at_release={told_at_release}) violations={}{jumps}",
         record.ops.load(Ordering::Relaxed),
         held.len(),
         resource.accepted,
@@ -371,6 +449,7 @@ async fn scenario<F, Fut>(
         "{name}: only {} grants: the scenario did not exercise the lock",
         held.len()
     );
+    injected
 }
 
 /// Clients connected to every broker.
@@ -583,4 +662,164 @@ async fn redis_restarts(name: &str, cluster: Cluster, store_may_lose: bool) {
         faults
     })
     .await;
+}
+
+/// How far each step of `redis_clock_step_forward` moves Redis' clock: ten
+/// TTLs, so every lease alive at the step expires at once.
+const STEP_FORWARD: i64 = 10;
+
+/// How far each step of `redis_clock_step_back` moves it.
+const STEP_BACK: i64 = 3_600;
+
+/// The clock steps each broker counted in `direction`, once every broker
+/// has pinged since the last step (pings come every second).
+async fn clock_jumps_counted(brokers: &[BrokerProcess], direction: &str) -> Vec<f64> {
+    let series = format!("leasehold_store_clock_jumps_total{{direction=\"{direction}\"}}");
+    let mut counts = Vec::new();
+    for broker in brokers {
+        eventually(Duration::from_secs(10), "a clock step counted", || async {
+            sample(&scrape(broker.metrics_addr).await, &series) > 0.0
+        })
+        .await;
+        counts.push(sample(&scrape(broker.metrics_addr).await, &series));
+    }
+    counts
+}
+
+/// Restarts every broker (SIGKILL, then the same address) and waits until
+/// each has pinged Redis (its `store_up` is 1): its fence floor starts from
+/// nothing, and it has read Redis' clock before any step to come.
+async fn restart_all(brokers: &mut [BrokerProcess]) {
+    for broker in brokers.iter_mut() {
+        broker.restart().await;
+        eventually(
+            Duration::from_secs(10),
+            "store_up after a restart",
+            || async { sample(&scrape(broker.metrics_addr).await, "store_up") == 1.0 },
+        )
+        .await;
+    }
+}
+
+/// Redis' clock stepped an hour back twice, with every broker restarted
+/// each time so that no broker's fence floor remembers the fences issued
+/// before: once after every lease has ended and Redis has forgotten the name
+/// (nothing left in Redis for it), once while leases are held. Leases held
+/// at a step outlive their TTL by an hour (clients here release theirs);
+/// fences must still rise, with no violation of any kind; and every broker
+/// counted the steps it saw in its metric.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clock_step_back() {
+    let mut cluster = Cluster::start(RedisServer::start_faketime()).await;
+    let clients = clients_of(&cluster).await;
+    let brokers = Arc::new(tokio::sync::Mutex::new(std::mem::take(
+        &mut cluster.brokers,
+    )));
+    let redis = Arc::clone(&cluster.redis);
+    let url = redis.lock().unwrap().url();
+    let restarter = Arc::clone(&brokers);
+    scenario(
+        "redis_clock_step_back",
+        Faults::default(),
+        clients,
+        |control| async move {
+            let third = run_for() / 3;
+            tokio::time::sleep(third).await;
+
+            // After the leases ended: nobody holds or waits, and Redis has
+            // nothing left of the name (released leases, lingering hashes
+            // and queues all gone).
+            {
+                let _quiet = control.turns.write().await;
+                let conn = redis::Client::open(url.as_str())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                eventually(Duration::from_secs(30), "Redis forgot the name", || {
+                    let mut conn = conn.clone();
+                    async move {
+                        let left: u64 = redis::cmd("EXISTS")
+                            .arg("test:{checked}")
+                            .arg("test:{checked}:queue")
+                            .arg("test:{checked}:alive")
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        left == 0
+                    }
+                })
+                .await;
+                restart_all(&mut restarter.lock().await).await;
+                redis.lock().unwrap().set_clock_offset(-STEP_BACK);
+            }
+            tokio::time::sleep(third).await;
+
+            // While leases are held: another hour back. Once every lease
+            // granted before the step has been released or renewed, and
+            // every waiter has renewed its place (both by the stepped
+            // clock), the brokers restart: a lease or place orphaned by a
+            // restart then ends in its TTL, not in an hour.
+            redis.lock().unwrap().set_clock_offset(-2 * STEP_BACK);
+            tokio::time::sleep(TTL + Duration::from_millis(1_000)).await;
+            // The brokers saw the steps before they go.
+            let counted = clock_jumps_counted(&restarter.lock().await, "backward").await;
+            assert!(
+                counted.iter().all(|&c| c >= 1.0),
+                "backward steps counted per broker: {counted:?}"
+            );
+            restart_all(&mut restarter.lock().await).await;
+            tokio::time::sleep(third).await;
+            2
+        },
+    )
+    .await;
+}
+
+/// Redis' clock stepped forward by ten TTLs every 2 s: every lease alive at
+/// a step expires at once, the one fault a Redis lease cannot hide, so its
+/// holder can be overtaken while it still believes it holds. The fence must
+/// still hold: the resource refuses the overtaken holder's later writes,
+/// fences follow grant order, and every other overlap or refusal fails the
+/// test. The overlaps the steps cause are counted and printed, not hidden;
+/// and every broker counted the steps in its metric.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clock_step_forward() {
+    let cluster = Cluster::start(RedisServer::start_faketime()).await;
+    let clients = clients_of(&cluster).await;
+    let redis = Arc::clone(&cluster.redis);
+    let faults = Faults {
+        clock_forward: true,
+        ..Faults::default()
+    };
+    let steps = scenario(
+        "redis_clock_step_forward",
+        faults,
+        clients,
+        |control| async move {
+            let end = Instant::now() + run_for();
+            let mut steps = 0;
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(2_000)).await;
+                steps += 1;
+                let before = Instant::now();
+                redis.lock().unwrap().set_clock_offset(steps * STEP_FORWARD);
+                let effective = Instant::now();
+                control
+                    .record
+                    .clock_steps
+                    .lock()
+                    .unwrap()
+                    .push((before, effective));
+            }
+            steps as u64
+        },
+    )
+    .await;
+    let counted = clock_jumps_counted(&cluster.brokers, "forward").await;
+    // Two steps within one ping interval may be seen as one.
+    assert!(
+        counted.iter().all(|&c| c >= 1.0 && c <= steps as f64),
+        "forward steps counted per broker: {counted:?} of {steps}"
+    );
 }

@@ -13,7 +13,7 @@ use common::{must_acquire, scrape, Broker};
 use leasehold::proto::ReleaseRequest;
 
 /// The prefixes of Leasehold's own metric families.
-const PREFIXES: [&str; 3] = ["lease_", "heartbeat_", "store_"];
+const PREFIXES: [&str; 4] = ["lease_", "heartbeat_", "store_", "leasehold_"];
 
 /// A file of the repository, by its path from the crate root.
 fn repo_file(path: &str) -> String {

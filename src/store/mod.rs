@@ -416,8 +416,27 @@ impl Store {
         dispatch!(self, s => s.watchers().waiters(&s.channel(name, Event::Released)))
     }
 
-    /// Checks that the store answers.
-    pub async fn ping(&self) -> Result<()> {
-        dispatch!(self, s => s.ping().await)
+    /// Checks that the store answers. On Redis, the ping also reads the
+    /// server's clock, the clock that decides when leases expire, so that the
+    /// broker can notice it stepping; the memory store's clock is this
+    /// process's own, so it has no reading to give.
+    pub async fn ping(&self) -> Result<Option<ClockReading>> {
+        match self {
+            Store::Memory(s) => s.ping().await.map(|()| None),
+            Store::Redis(s) => s.ping().await.map(Some),
+        }
     }
+}
+
+/// The store's clock as one health ping read it. The store read its clock
+/// at some moment between `sent` and `received` (this process's monotonic
+/// clock), so the reading is only as precise as the round trip was short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockReading {
+    /// The store's wall clock, in µs since the Unix epoch.
+    pub store_unix_us: u64,
+    /// Just before the request was sent.
+    pub sent: std::time::Instant,
+    /// Just after the answer arrived.
+    pub received: std::time::Instant,
 }

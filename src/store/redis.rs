@@ -1046,9 +1046,13 @@ impl RedisStore {
         format!("{}:{}", self.key(name), event.suffix())
     }
 
-    /// PINGs both connections: checks Redis, and makes a broken connection
-    /// reconnect (and resubscribe) even when no request is using it.
-    pub(crate) async fn ping(&self) -> Result<()> {
+    /// PINGs the script connection and reads the server clock (`TIME`, the
+    /// clock scripts and key expiry use) on the subscription connection:
+    /// checks Redis, and makes a broken connection reconnect (and
+    /// resubscribe) even when no request is using it. The subscription
+    /// connection stays on one server (the primary; in a Cluster, one node
+    /// until it fails), so successive readings come from one clock.
+    pub(crate) async fn ping(&self) -> Result<super::ClockReading> {
         let mut conn = self.conn()?;
         let mut sub = self
             .inner
@@ -1058,10 +1062,18 @@ impl RedisStore {
             .clone()
             .ok_or_else(|| Error::Unavailable("no Redis subscription connection yet".into()))?;
         let ping = redis::cmd("PING");
-        let (a, b) = tokio::join!(
-            self.call("ping", ping.query_async::<()>(&mut conn)),
-            self.call("ping", ping.query_async::<()>(&mut sub)),
-        );
+        let time = async {
+            let sent = std::time::Instant::now();
+            let (secs, micros): (u64, u64) = self
+                .call("ping", redis::cmd("TIME").query_async(&mut sub))
+                .await?;
+            Ok(super::ClockReading {
+                store_unix_us: secs.saturating_mul(1_000_000).saturating_add(micros),
+                sent,
+                received: std::time::Instant::now(),
+            })
+        };
+        let (a, b) = tokio::join!(self.call("ping", ping.query_async::<()>(&mut conn)), time);
         if b.is_err() {
             // The subscription node may be gone (Cluster): find another.
             self.inner.follow.notify_one();

@@ -43,6 +43,76 @@ pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     extra: Vec<String>,
+    /// For a server under libfaketime: the file holding its clock's offset.
+    clock: Option<std::path::PathBuf>,
+}
+
+/// libfaketime from Debian's `libfaketime` package (`scripts/test` installs
+/// `faketime`, which pulls it in), or `$LEASEHOLD_LIBFAKETIME`.
+fn libfaketime() -> String {
+    if let Ok(path) = std::env::var("LEASEHOLD_LIBFAKETIME") {
+        return path;
+    }
+    let candidates = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .chain([std::path::PathBuf::from(
+            "/usr/lib/faketime/libfaketime.so.1",
+        )]);
+    for candidate in candidates {
+        if candidate.exists() {
+            return candidate.to_string_lossy().into_owned();
+        }
+    }
+    panic!(
+        "libfaketime.so.1 not found under /usr/lib: install Debian's faketime package \
+         (scripts/test does) or set LEASEHOLD_LIBFAKETIME"
+    );
+}
+
+/// The C library the dynamic loader uses (for [`faketime_env`]).
+fn libc_path() -> String {
+    let candidates = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|dir| dir.path().join("libc.so.6"))
+        .chain([
+            "/lib/x86_64-linux-gnu/libc.so.6".into(),
+            "/lib64/libc.so.6".into(),
+        ]);
+    for candidate in candidates {
+        if candidate.exists() {
+            return candidate.to_string_lossy().into_owned();
+        }
+    }
+    panic!("libc.so.6 not found under /usr/lib");
+}
+
+/// The environment that runs redis-server under libfaketime with its wall
+/// clock offset by what `clock` holds (`+0`, `-3600`, `+10`: seconds),
+/// re-read at every call, so that writing the file steps the running
+/// server's clock. Redis 7 takes both `TIME` and key expiry from the wall
+/// clock (gettimeofday / CLOCK_REALTIME), which is what moves; the
+/// monotonic clock (its timers) is left alone, as an NTP step leaves it.
+///
+/// glibc is preloaded after libfaketime: libfaketime 0.9.10 cannot start
+/// inside jemalloc, Debian's Redis allocator (jemalloc reads the clock
+/// while libfaketime, initialising, allocates: libfaketime issue #130), so
+/// malloc goes to glibc's allocator instead. That changes nothing the tests
+/// look at.
+fn faketime_env(clock: &std::path::Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("LD_PRELOAD", format!("{}:{}", libfaketime(), libc_path())),
+        (
+            "FAKETIME_TIMESTAMP_FILE",
+            clock.to_string_lossy().into_owned(),
+        ),
+        ("FAKETIME_NO_CACHE", "1".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
+    ]
 }
 
 impl RedisServer {
@@ -110,6 +180,7 @@ impl RedisServer {
                     port,
                     child: Some(child),
                     extra: args.iter().map(|s| s.to_string()).collect(),
+                    clock: None,
                 };
             }
         }
@@ -133,18 +204,51 @@ impl RedisServer {
     }
 
     fn start_with(extra: &[&str]) -> Self {
+        Self::start_clocked(extra, None)
+    }
+
+    fn start_clocked(extra: &[&str], clock: Option<std::path::PathBuf>) -> Self {
         for _ in 0..5 {
             let port = free_port();
-            if let Some(child) = spawn_redis(port, extra) {
+            if let Some(child) = spawn_redis_with(port, extra, clock.as_deref()) {
                 let extra = extra.iter().map(|s| s.to_string()).collect();
                 return RedisServer {
                     port,
                     child: Some(child),
                     extra,
+                    clock,
                 };
             }
         }
         panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    /// Starts redis-server under libfaketime, its clock right for now: step
+    /// it with [`RedisServer::set_clock_offset`] while it runs (as NTP
+    /// stepping the host's clock would). A restart keeps the offset.
+    pub fn start_faketime() -> Self {
+        let clock = std::env::temp_dir().join(format!(
+            "leasehold-faketime-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::write(&clock, "+0\n").expect("write the faketime file");
+        Self::start_clocked(&[], Some(clock))
+    }
+
+    /// Sets the server's clock to `seconds` from the true time (negative:
+    /// behind), at once: libfaketime reads the offset at every clock call.
+    /// Only for a server from [`RedisServer::start_faketime`].
+    pub fn set_clock_offset(&self, seconds: i64) {
+        let clock = self
+            .clock
+            .as_ref()
+            .expect("set_clock_offset needs RedisServer::start_faketime");
+        // Written whole and renamed into place, so that no clock call reads
+        // a half-written file.
+        let next = clock.with_extension("next");
+        std::fs::write(&next, format!("{seconds:+}\n")).expect("write the faketime file");
+        std::fs::rename(&next, clock).expect("replace the faketime file");
     }
 
     /// Waits until `n` replicas are connected and in sync with this server.
@@ -190,7 +294,7 @@ impl RedisServer {
         self.stop();
         for _ in 0..50 {
             let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-            if let Some(child) = spawn_redis(self.port, &extra) {
+            if let Some(child) = spawn_redis_with(self.port, &extra, self.clock.as_deref()) {
                 self.child = Some(child);
                 return;
             }
@@ -213,13 +317,25 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
+        if let Some(clock) = &self.clock {
+            let _ = std::fs::remove_file(clock);
+        }
     }
 }
 
 /// Spawns redis-server and waits for its "Ready to accept connections" line;
 /// `None` if it exited first (port taken).
 fn spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
+    spawn_redis_with(port, extra, None)
+}
+
+/// [`spawn_redis`], under libfaketime reading its offset from `clock` when
+/// given.
+fn spawn_redis_with(port: u16, extra: &[&str], clock: Option<&std::path::Path>) -> Option<Child> {
     let mut command = Command::new(redis_binary());
+    if let Some(clock) = clock {
+        command.envs(faketime_env(clock));
+    }
     command
         .args([
             "--port",
