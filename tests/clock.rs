@@ -107,3 +107,54 @@ async fn the_memory_store_reports_no_clock_steps() {
     assert_eq!(jumps(&broker, "forward").await, 0.0);
     assert_eq!(jumps(&broker, "backward").await, 0.0);
 }
+
+/// After the Redis clock steps back an hour, a dead holder's lease and a
+/// dead broker's place in line still end within their own lifetimes (the
+/// lease's TTL, the place's 3 s), counted from the first look after the
+/// step, not an hour later: a lease never has more than its TTL left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backward_step_does_not_keep_a_dead_holder_for_the_step() {
+    use leasehold::store::{Acquired, GrantSpec, Store, StoreOptions};
+    let redis = RedisServer::start_faketime();
+    let store = Store::open(
+        &redis.url(),
+        &StoreOptions::new("clk:", Duration::from_secs(2)),
+    )
+    .unwrap();
+    let spec = |token: &str, queued: bool| GrantSpec {
+        name: "dead".into(),
+        token: token.into(),
+        holder: token.into(),
+        ttl_ms: 1_000,
+        lock_delay_ms: 0,
+        limit: 1,
+        queued,
+    };
+    // A holder that will never renew, and a waiter whose broker dies (it
+    // never calls again): both in place before the step.
+    assert!(matches!(
+        store.acquire(&spec("holder", false)).await.unwrap(),
+        Acquired::Granted { .. }
+    ));
+    assert!(matches!(
+        store.acquire(&spec("dead-waiter", true)).await.unwrap(),
+        Acquired::Blocked(_)
+    ));
+    redis.set_clock_offset(-3_600);
+    let stepped = std::time::Instant::now();
+    let mut granted = None;
+    while stepped.elapsed() < Duration::from_secs(15) {
+        if let Acquired::Granted { .. } = store.acquire(&spec("live", true)).await.unwrap() {
+            granted = Some(stepped.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let granted = granted.expect("still blocked 15 s after a 1 h step back");
+    // The lease's TTL and the dead waiter's place (3 s) run from the first
+    // look after the step, at the latest.
+    assert!(
+        granted < Duration::from_secs(8),
+        "granted {granted:?} after the step"
+    );
+}

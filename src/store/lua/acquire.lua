@@ -68,6 +68,16 @@ local key, permits, counter = KEYS[1], KEYS[4], KEYS[5]
 local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'x', 'r')
 if l[1] then
   local expiry = tonumber(l[6])
+  -- A lease never has more than its TTL left: more means the Redis clock
+  -- stepped back since it was written. Count its TTL from now instead, so
+  -- that a dead holder's lease ends within its TTL, not the TTL plus the
+  -- step (its holder's own deadline, counted on its monotonic clock, is
+  -- earlier still).
+  if expiry - now_ms > tonumber(l[5]) then
+    expiry = now_ms + tonumber(l[5])
+    redis.call('HSET', key, 'e', string.format('%d', expiry))
+    redis.call('PEXPIRE', key, tonumber(l[5]) + tonumber(l[7] or '0') + LINGER_MS)
+  end
   if now_ms < expiry then
     if l[1] == token then
       return {1, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4]), 0}

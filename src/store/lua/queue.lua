@@ -19,6 +19,13 @@ for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
   redis.call('LREM', queue, 0, gone)
   redis.call('ZREM', alive, gone)
 end
+-- A place never lasts longer than ARGV[8] from now: longer means the Redis
+-- clock stepped back since it was taken; counted from now instead, so that
+-- a dead broker's waiter leaves within ARGV[8], not ARGV[8] plus the step.
+local far = now_ms + tonumber(ARGV[8])
+for _, waiter in ipairs(redis.call('ZRANGEBYSCORE', alive, string.format('(%d', far), '+inf')) do
+  redis.call('ZADD', alive, far, waiter)
+end
 
 -- Joins the queue (or renews the caller's place) if the caller waits;
 -- returns its position (1 = next; 0 = not in the queue).

@@ -52,6 +52,11 @@ for i = 1, #entries, 2 do
   if owner ~= '_f' and owner ~= '_x' then
     local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
     expiry = tonumber(expiry)
+    -- More than its TTL left: the clock stepped back (see acquire.lua).
+    if expiry - now_ms > tonumber(ttl) then
+      expiry = now_ms + tonumber(ttl)
+      redis.call('HSET', permits, owner, string.format('%d|%d|%d|%d|', fence, expiry, ttl, granted) .. holder)
+    end
     if expiry <= now_ms then
       redis.call('HDEL', permits, owner)
       expired = expired + 1
