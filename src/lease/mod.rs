@@ -323,7 +323,8 @@ impl Leases {
             Acquired::Blocked(blocked) => blocked,
         };
         if !spec.queued {
-            return Err(not_obtained(name, blocked, started));
+            // It tried once: it did not wait (the time was the store's).
+            return Err(not_obtained(name, blocked, 0));
         }
         let result = self
             .wait_in_line(who, name, spec, started, deadline, caller, unknown)
@@ -402,7 +403,7 @@ impl Leases {
             };
             let now = Instant::now();
             if now >= deadline {
-                return Err(not_obtained(name, blocked, started));
+                return Err(not_obtained(name, blocked, ms_since(started)));
             }
             // Woken by a release (pushed); else look again when the lease
             // would expire or the delay end (nobody announces those), and at
@@ -577,13 +578,16 @@ impl Leases {
     }
 }
 
+fn ms_since(started: Instant) -> u64 {
+    started.elapsed().as_millis() as u64
+}
+
 /// How often [`Leases::dequeue_later`] tries again.
 const DEQUEUE_RETRY: Duration = Duration::from_millis(200);
 
 /// The error for an Acquire of `name` that ends without the lock.
-fn not_obtained(name: &str, blocked: Blocked, started: Instant) -> Error {
+fn not_obtained(name: &str, blocked: Blocked, waited_ms: u64) -> Error {
     let name = name.to_owned();
-    let waited_ms = started.elapsed().as_millis() as u64;
     match blocked.by {
         BlockedBy::Holder => Error::Held {
             name,
