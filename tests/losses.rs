@@ -97,6 +97,7 @@ async fn clean_runs_count_no_loss() {
     }
     tokio::time::sleep(SETTLE).await;
     let c = counts(&brokers).await;
+    println!("100 clean runs: {c:?}");
     assert_eq!(
         (c.acquired, c.released, c.lost()),
         (100.0, 100.0, 0.0),
@@ -142,6 +143,7 @@ async fn short_leases_taken_and_released_count_no_loss() {
     assert!(cycles > 20, "only {cycles} cycles");
     tokio::time::sleep(SETTLE).await;
     let c = counts(&brokers).await;
+    println!("short leases: {cycles} cycles over 4 clients and 2 brokers: {c:?}");
     assert_eq!(c.lost(), 0.0, "{c:?}");
     assert_eq!(c.acquired, f64::from(cycles), "{c:?}");
     assert_eq!(c.released, f64::from(cycles), "{c:?}");
