@@ -33,6 +33,10 @@ struct Resource {
     accepted: u64,
     /// Refused writes: (fence, pid of the `leasehold run` that wrote).
     refused: Vec<(u64, u32)>,
+    /// Every write, as received: (fence, pid it was tagged with, when).
+    writes: Vec<(u64, u32, Instant)>,
+    /// Connections closed by the writer: (pid of its last write, when).
+    closed: Vec<(u32, Instant)>,
 }
 
 /// Serves the fenced resource: each line "FENCE PID" is a write, answered
@@ -43,6 +47,7 @@ async fn serve_resource(listener: TcpListener, resource: Arc<Mutex<Resource>>) {
         tokio::spawn(async move {
             let (read, mut write) = socket.into_split();
             let mut lines = BufReader::new(read).lines();
+            let mut writer = None;
             while let Ok(Some(line)) = lines.next_line().await {
                 let mut parts = line.split_whitespace();
                 let (Some(Ok(fence)), Some(Ok(pid))) = (
@@ -51,8 +56,10 @@ async fn serve_resource(listener: TcpListener, resource: Arc<Mutex<Resource>>) {
                 ) else {
                     break;
                 };
+                writer = Some(pid);
                 let accepted = {
                     let mut r = resource.lock().unwrap();
+                    r.writes.push((fence, pid, Instant::now()));
                     if fence >= r.highest {
                         r.highest = fence;
                         r.accepted += 1;
@@ -69,6 +76,11 @@ async fn serve_resource(listener: TcpListener, resource: Arc<Mutex<Resource>>) {
                 {
                     break;
                 }
+            }
+            // The writer exited (or closed its socket): when it could no
+            // longer write.
+            if let Some(pid) = writer {
+                resource.lock().unwrap().closed.push((pid, Instant::now()));
             }
         });
     }
@@ -208,6 +220,175 @@ async fn holder_processes_killed_and_paused() {
         resource.accepted
     );
     drop(brokers);
+}
+
+/// How a round of `descendants_die_with_run` ends its `run`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ending {
+    /// SIGKILL of `run` (what PR_SET_PDEATHSIG alone covers only for the
+    /// direct child).
+    Kill,
+    /// SIGHUP of `run` (its terminal is gone; it does not catch SIGHUP).
+    HangUp,
+    /// The command exits (code 7) and leaves its background job behind.
+    CommandExits,
+}
+
+/// However `run` ends, no descendant of its command keeps running: the
+/// command is a shell that forks a grandchild (a plain background job, or
+/// one that left with `setsid`) writing its fence every 50 ms; `run` is
+/// SIGKILLed, hung up, or its command exits. Every write from the grandchild
+/// must be received before the lease's deadline (the lease is valid for the
+/// TTL from when `run` sent its acquire, so after `run` was spawned: the
+/// bound used here is the spawn plus the TTL, which is earlier), and its
+/// connection must close then too (the grandchild is dead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descendants_die_with_run() {
+    const TTL: Duration = Duration::from_secs(2);
+    let redis = RedisServer::start();
+    let broker = BrokerProcess::start(&redis.url()).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let resource = Arc::new(Mutex::new(Resource::default()));
+    tokio::spawn(serve_resource(listener, Arc::clone(&resource)));
+    // Should a grandchild survive (the failure this test is for), it is
+    // killed when the test ends rather than left writing.
+    let survivors = Survivors::default();
+
+    let writer = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; while :; do echo \"$LEASEHOLD_FENCE $BASHPID\" >&3; read -r answer <&3; sleep 0.05; done"
+    );
+    let forks = format!("({writer}) & wait");
+    let setsid = format!("setsid bash -c '{writer}' & wait");
+    let leaves = format!("({writer}) & sleep 0.3; exit 7");
+    let rounds = [
+        (Ending::Kill, &forks),
+        (Ending::Kill, &forks),
+        (Ending::Kill, &forks),
+        (Ending::Kill, &forks),
+        (Ending::Kill, &forks),
+        (Ending::Kill, &setsid),
+        (Ending::Kill, &setsid),
+        (Ending::HangUp, &forks),
+        (Ending::HangUp, &setsid),
+        (Ending::CommandExits, &forks),
+    ];
+    let mut died_after = Vec::new(); // from the signal to the grandchild's end
+    let mut late_writes = 0;
+    for (round, (ending, command)) in rounds.iter().enumerate() {
+        let seen = resource.lock().unwrap().writes.len();
+        let spawned = Instant::now();
+        let deadline = spawned + TTL;
+        let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["run", "--lock", &format!("tree-{round}"), "--ttl", "2s"])
+            .args(["--kill-grace", "200ms", "--", "bash", "-c", command])
+            .env("LEASEHOLD_BROKER", broker.url())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+
+        // The grandchild is at work: three writes received.
+        let mut grandchild = None;
+        common::eventually(Duration::from_secs(10), "the grandchild's writes", || {
+            let writes = resource.lock().unwrap().writes[seen..].to_vec();
+            grandchild = writes.first().map(|w| w.1);
+            async move { writes.len() >= 3 }
+        })
+        .await;
+        let grandchild = grandchild.unwrap();
+        survivors.0.lock().unwrap().push(grandchild);
+
+        let ended = Instant::now();
+        match ending {
+            Ending::Kill => signal(run.id().unwrap(), libc::SIGKILL),
+            Ending::HangUp => signal(run.id().unwrap(), libc::SIGHUP),
+            Ending::CommandExits => {}
+        }
+        let status = tokio::time::timeout(Duration::from_secs(10), run.wait())
+            .await
+            .expect("run exits")
+            .unwrap();
+        let run_exited = Instant::now();
+        if *ending == Ending::CommandExits {
+            assert_eq!(status.code(), Some(7), "run exits with its command's code");
+        }
+
+        // Wait for the grandchild's connection to close, at most until a
+        // second past the deadline (long enough to see late writes).
+        let closed = loop {
+            let closed = resource
+                .lock()
+                .unwrap()
+                .closed
+                .iter()
+                .find(|(pid, _)| *pid == grandchild)
+                .map(|c| c.1);
+            if closed.is_some() || Instant::now() > deadline + Duration::from_secs(1) {
+                break closed;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let late: Vec<Duration> = resource.lock().unwrap().writes[seen..]
+            .iter()
+            .filter(|w| w.1 == grandchild && w.2 >= deadline)
+            .map(|w| w.2 - deadline)
+            .collect();
+        late_writes += late.len();
+        assert!(
+            late.is_empty(),
+            "round {round} ({ending:?}, `{command}`): {} writes from grandchild {grandchild} after the lease's deadline (the first {:?} after it)",
+            late.len(),
+            late[0]
+        );
+        let closed = closed.unwrap_or_else(|| {
+            panic!("round {round} ({ending:?}, `{command}`): grandchild {grandchild} still running past the lease's deadline")
+        });
+        assert!(
+            closed < deadline,
+            "round {round} ({ending:?}): grandchild {grandchild} ended {:?} after the lease's deadline",
+            closed - deadline
+        );
+        if *ending == Ending::CommandExits {
+            assert!(
+                closed <= run_exited,
+                "the background job outlived `run` by {:?}",
+                closed - run_exited
+            );
+        } else {
+            died_after.push(closed.saturating_duration_since(ended));
+        }
+    }
+
+    died_after.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "scenario=process_tree runs={} killed={} hung_up={} command_exited={} late_writes={late_writes} \
+         tree_dead_after_signal_ms min={:.1} median={:.1} max={:.1}",
+        rounds.len(),
+        rounds.iter().filter(|r| r.0 == Ending::Kill).count(),
+        rounds.iter().filter(|r| r.0 == Ending::HangUp).count(),
+        rounds.iter().filter(|r| r.0 == Ending::CommandExits).count(),
+        ms(died_after[0]),
+        ms(died_after[died_after.len() / 2]),
+        ms(died_after[died_after.len() - 1]),
+    );
+}
+
+/// Grandchildren to SIGKILL if the test fails (they may have outlived
+/// `run`); on success they are dead and their pids must not be touched.
+#[derive(Default)]
+struct Survivors(Mutex<Vec<u32>>);
+
+impl Drop for Survivors {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for pid in self.0.lock().unwrap().iter() {
+                signal(*pid, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// The direct children of `pid` (from /proc; a child belongs to the thread
