@@ -52,6 +52,9 @@ enum Command {
     /// SIGKILL after --kill-grace) before the lease could expire if renewals
     /// stop getting through. Exits with the command's exit code.
     Run(cli::RunArgs),
+    /// `run`'s guardian of its command (started by `run` only).
+    #[command(name = "__guard", hide = true)]
+    Guard(cli::GuardArgs),
     /// Load generators against a running broker (bounded in time).
     #[command(subcommand)]
     Bench(cli::BenchCommand),
@@ -59,6 +62,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `run`'s guardian: small, one thread, no async runtime.
+    let cli = match cli.command {
+        Command::Guard(args) => return cli::guard(args),
+        command => Cli { command },
+    };
     // The broker's threads are its own setting; every other command (a
     // client, a load generator) has little to do at once and runs on one
     // thread, which costs least per call and leaves the cores to the broker
@@ -111,7 +119,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Command::Token(args) => cli::token(args),
                 Command::Run(args) => cli::run(args).await,
                 Command::Bench(command) => cli::bench(command).await,
-                Command::Serve(_) => unreachable!("handled above"),
+                Command::Serve(_) | Command::Guard(_) => unreachable!("handled above"),
             }
         }
     }

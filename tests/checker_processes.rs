@@ -2,9 +2,12 @@
 //! whose child writes its fence to a fenced resource (a small TCP service in
 //! this test, which keeps the highest fence it accepted and refuses lower
 //! ones), over two broker processes on one Redis. Meanwhile random holders
-//! are killed with SIGKILL (the child dies with `run`) or paused with
-//! SIGSTOP past their TTL and resumed with SIGCONT (the whole process group,
-//! as a GC pause or a frozen VM would).
+//! are killed with SIGKILL (the command dies with `run`: its guardian kills
+//! it) or paused with SIGSTOP past their TTL and resumed with SIGCONT (`run`
+//! and its guardian's process group, as a GC pause or a frozen VM would).
+//! Then `descendants_die_with_run`: whatever way `run` ends, what its
+//! command forked (even into a session of its own) stops before the lease's
+//! deadline.
 //!
 //! Checked: a write is refused only if it comes from a holder that was
 //! paused (its lease expired meanwhile and the lock moved on: the fence
@@ -31,7 +34,7 @@ use tokio::{
 struct Resource {
     highest: u64,
     accepted: u64,
-    /// Refused writes: (fence, pid of the `leasehold run` that wrote).
+    /// Refused writes: (fence, pid the write was tagged with).
     refused: Vec<(u64, u32)>,
     /// Every write, as received: (fence, pid it was tagged with, when).
     writes: Vec<(u64, u32, Instant)>,
@@ -93,6 +96,14 @@ fn signal(pid: u32, signal: libc::c_int) {
     }
 }
 
+/// `signal` to the process group led by `leader`.
+fn signal_group(leader: u32, signal: libc::c_int) {
+    // SAFETY: kill() has no memory-safety preconditions.
+    unsafe {
+        libc::kill(-(leader as libc::pid_t), signal);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_processes_killed_and_paused() {
     let secs: u64 = std::env::var("LEASEHOLD_CHECK_SECS")
@@ -111,7 +122,7 @@ async fn holder_processes_killed_and_paused() {
     tokio::spawn(serve_resource(listener, Arc::clone(&resource)));
 
     // The child: three writes of its fence, tagged with its parent's pid
-    // (the `leasehold run` that holds the lease).
+    // (the guardian that the `leasehold run` holding the lease started).
     let child = format!(
         "exec 3<>/dev/tcp/127.0.0.1/{port}; for i in 1 2 3; do echo \"$LEASEHOLD_FENCE $PPID\" >&3; read -r answer <&3; sleep 0.05; done"
     );
@@ -176,16 +187,17 @@ async fn holder_processes_killed_and_paused() {
             signal(pid, libc::SIGKILL);
             kills += 1;
         } else {
-            // The whole holder: `run` and its child's process group.
-            paused.lock().unwrap().insert(pid);
-            let group: Vec<u32> = child_pids(pid);
+            // The whole holder: `run` and its guardian's process group
+            // (the guardian, the command and the command's children).
+            let guardians: Vec<u32> = child_pids(pid);
+            paused.lock().unwrap().extend(&guardians);
             signal(pid, libc::SIGSTOP);
-            for g in &group {
-                signal(*g, libc::SIGSTOP);
+            for g in &guardians {
+                signal_group(*g, libc::SIGSTOP);
             }
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            for g in &group {
-                signal(*g, libc::SIGCONT);
+            for g in &guardians {
+                signal_group(*g, libc::SIGCONT);
             }
             signal(pid, libc::SIGCONT);
             pauses += 1;
@@ -271,7 +283,7 @@ async fn descendants_die_with_run() {
         (Ending::Kill, &setsid),
         (Ending::HangUp, &forks),
         (Ending::HangUp, &setsid),
-        (Ending::CommandExits, &forks),
+        (Ending::CommandExits, &leaves),
     ];
     let mut died_after = Vec::new(); // from the signal to the grandchild's end
     let mut late_writes = 0;
@@ -308,7 +320,7 @@ async fn descendants_die_with_run() {
         }
         let status = tokio::time::timeout(Duration::from_secs(10), run.wait())
             .await
-            .expect("run exits")
+            .unwrap_or_else(|_| panic!("round {round} ({ending:?}): run did not exit"))
             .unwrap();
         let run_exited = Instant::now();
         if *ending == Ending::CommandExits {
@@ -392,7 +404,7 @@ impl Drop for Survivors {
 }
 
 /// The direct children of `pid` (from /proc; a child belongs to the thread
-/// that forked it), to stop a holder's child too.
+/// that forked it), to stop a holder's guardian and command too.
 fn child_pids(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
