@@ -12,7 +12,8 @@
 //! Checked: a write is refused only if it comes from a holder that was
 //! paused (its lease expired meanwhile and the lock moved on: the fence
 //! catches the late write); any other refusal means two holders overlapped.
-//! `LEASEHOLD_CHECK_SECS` sets the duration (default 6 s).
+//! `LEASEHOLD_CHECK_SECS` sets the duration (default 6 s; for
+//! `descendants_die_with_run`, one pass of its 10 rounds).
 
 mod common;
 
@@ -285,9 +286,21 @@ async fn descendants_die_with_run() {
         (Ending::HangUp, &setsid),
         (Ending::CommandExits, &leaves),
     ];
+    // Once through the rounds, or round after round for
+    // LEASEHOLD_CHECK_SECS.
+    let until = Instant::now()
+        + std::env::var("LEASEHOLD_CHECK_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(Duration::ZERO, Duration::from_secs);
     let mut died_after = Vec::new(); // from the signal to the grandchild's end
     let mut late_writes = 0;
-    for (round, (ending, command)) in rounds.iter().enumerate() {
+    let mut ran = Vec::new();
+    for (round, (ending, command)) in rounds.iter().cycle().enumerate() {
+        if round >= rounds.len() && Instant::now() >= until {
+            break;
+        }
+        ran.push(*ending);
         let seen = resource.lock().unwrap().writes.len();
         let spawned = Instant::now();
         let deadline = spawned + TTL;
@@ -378,10 +391,10 @@ async fn descendants_die_with_run() {
     println!(
         "scenario=process_tree runs={} killed={} hung_up={} command_exited={} late_writes={late_writes} \
          tree_dead_after_signal_ms min={:.1} median={:.1} max={:.1}",
-        rounds.len(),
-        rounds.iter().filter(|r| r.0 == Ending::Kill).count(),
-        rounds.iter().filter(|r| r.0 == Ending::HangUp).count(),
-        rounds.iter().filter(|r| r.0 == Ending::CommandExits).count(),
+        ran.len(),
+        ran.iter().filter(|e| **e == Ending::Kill).count(),
+        ran.iter().filter(|e| **e == Ending::HangUp).count(),
+        ran.iter().filter(|e| **e == Ending::CommandExits).count(),
         ms(died_after[0]),
         ms(died_after[died_after.len() / 2]),
         ms(died_after[died_after.len() - 1]),

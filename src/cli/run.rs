@@ -3,6 +3,13 @@
 //! lease is lost, or renewals stop getting through, the child is stopped
 //! (SIGTERM, then SIGKILL after a grace period) before the lease could have
 //! expired on the broker.
+//!
+//! "The child" is the command and everything it starts: `run`'s only child
+//! is a guardian (`super::guard`), which runs the command and, as a
+//! subreaper, keeps even daemonized descendants in its tree. `run` asks it to
+//! stop them (SIGTERM to the guardian, then closing the pipe it watches);
+//! when `run` dies, however, the kernel closes that pipe and the guardian
+//! SIGKILLs them all, which no code in a SIGKILLed `run` could do.
 
 use std::{
     os::{
