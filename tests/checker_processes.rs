@@ -243,6 +243,11 @@ enum Ending {
     Kill,
     /// SIGHUP of `run` (its terminal is gone; it does not catch SIGHUP).
     HangUp,
+    /// SIGTERM to `run`: passed on to the whole tree (exit 143, the
+    /// command's).
+    Terminate,
+    /// The lease is lost (Redis flushed): `run` stops the tree (exit 76).
+    LeaseLost,
     /// The command exits (code 7) and leaves its background job behind.
     CommandExits,
 }
@@ -250,11 +255,13 @@ enum Ending {
 /// However `run` ends, no descendant of its command keeps running: the
 /// command is a shell that forks a grandchild (a plain background job, or
 /// one that left with `setsid`) writing its fence every 50 ms; `run` is
-/// SIGKILLed, hung up, or its command exits. Every write from the grandchild
-/// must be received before the lease's deadline (the lease is valid for the
-/// TTL from when `run` sent its acquire, so after `run` was spawned: the
-/// bound used here is the spawn plus the TTL, which is earlier), and its
-/// connection must close then too (the grandchild is dead).
+/// SIGKILLed, hung up, sent SIGTERM, loses its lease, or its command exits.
+/// Every write from the grandchild must be received before the lease's
+/// deadline (the lease is valid for the TTL from when `run` sent its
+/// acquire, so after `run` was spawned: the bound used here is the spawn
+/// plus the TTL, which is earlier), and its connection must close then too
+/// (the grandchild is dead); where `run` stops the tree itself, before `run`
+/// exits, with the exit code it always had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn descendants_die_with_run() {
     const TTL: Duration = Duration::from_secs(2);
@@ -284,6 +291,8 @@ async fn descendants_die_with_run() {
         (Ending::Kill, &setsid),
         (Ending::HangUp, &forks),
         (Ending::HangUp, &setsid),
+        (Ending::Terminate, &setsid),
+        (Ending::LeaseLost, &setsid),
         (Ending::CommandExits, &leaves),
     ];
     // Once through the rounds, or round after round for
@@ -293,7 +302,8 @@ async fn descendants_die_with_run() {
             .ok()
             .and_then(|s| s.parse().ok())
             .map_or(Duration::ZERO, Duration::from_secs);
-    let mut died_after = Vec::new(); // from the signal to the grandchild's end
+    // From SIGKILL or SIGHUP of `run` to the grandchild's end.
+    let mut died_after = Vec::new();
     let mut late_writes = 0;
     let mut ran = Vec::new();
     for (round, (ending, command)) in rounds.iter().cycle().enumerate() {
@@ -329,6 +339,11 @@ async fn descendants_die_with_run() {
         match ending {
             Ending::Kill => signal(run.id().unwrap(), libc::SIGKILL),
             Ending::HangUp => signal(run.id().unwrap(), libc::SIGHUP),
+            Ending::Terminate => signal(run.id().unwrap(), libc::SIGTERM),
+            Ending::LeaseLost => {
+                let mut conn = redis.connection().await;
+                let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+            }
             Ending::CommandExits => {}
         }
         let status = tokio::time::timeout(Duration::from_secs(10), run.wait())
@@ -336,9 +351,17 @@ async fn descendants_die_with_run() {
             .unwrap_or_else(|_| panic!("round {round} ({ending:?}): run did not exit"))
             .unwrap();
         let run_exited = Instant::now();
-        if *ending == Ending::CommandExits {
-            assert_eq!(status.code(), Some(7), "run exits with its command's code");
-        }
+        let expected = match ending {
+            Ending::Kill | Ending::HangUp => None, // killed by the signal
+            Ending::Terminate => Some(143),        // the shell's, killed by SIGTERM
+            Ending::LeaseLost => Some(76),
+            Ending::CommandExits => Some(7),
+        };
+        assert_eq!(
+            status.code(),
+            expected,
+            "round {round} ({ending:?}): run's exit code"
+        );
 
         // Wait for the grandchild's connection to close, at most until a
         // second past the deadline (long enough to see late writes).
@@ -375,25 +398,28 @@ async fn descendants_die_with_run() {
             "round {round} ({ending:?}): grandchild {grandchild} ended {:?} after the lease's deadline",
             closed - deadline
         );
-        if *ending == Ending::CommandExits {
+        if matches!(ending, Ending::Kill | Ending::HangUp) {
+            died_after.push(closed.saturating_duration_since(ended));
+        } else {
+            // `run` itself stopped the tree: nothing of it outlives `run`.
             assert!(
                 closed <= run_exited,
-                "the background job outlived `run` by {:?}",
+                "round {round} ({ending:?}): the grandchild outlived `run` by {:?}",
                 closed - run_exited
             );
-        } else {
-            died_after.push(closed.saturating_duration_since(ended));
         }
     }
 
     died_after.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "scenario=process_tree runs={} killed={} hung_up={} command_exited={} late_writes={late_writes} \
-         tree_dead_after_signal_ms min={:.1} median={:.1} max={:.1}",
+        "scenario=process_tree runs={} killed={} hung_up={} terminated={} lease_lost={} command_exited={} \
+         late_writes={late_writes} tree_dead_after_kill_or_hup_ms min={:.1} median={:.1} max={:.1}",
         ran.len(),
         ran.iter().filter(|e| **e == Ending::Kill).count(),
         ran.iter().filter(|e| **e == Ending::HangUp).count(),
+        ran.iter().filter(|e| **e == Ending::Terminate).count(),
+        ran.iter().filter(|e| **e == Ending::LeaseLost).count(),
         ran.iter().filter(|e| **e == Ending::CommandExits).count(),
         ms(died_after[0]),
         ms(died_after[died_after.len() / 2]),
