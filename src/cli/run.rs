@@ -41,7 +41,8 @@ pub struct RunArgs {
     /// Time between SIGTERM and SIGKILL when the command must stop
     /// (default: a fifth of the TTL). The SIGTERM is sent this long before
     /// the lease's local deadline, so the command is dead before the broker
-    /// could expire the lease.
+    /// could expire the lease. Also what the command leaves running when it
+    /// exits gets this long after SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     kill_grace: Option<Duration>,
     /// The command to run, after `--`.
