@@ -47,11 +47,27 @@ enum Command {
     Hold(cli::HoldArgs),
     /// Run a command while holding a lease; stop it if the lease is lost.
     ///
-    /// The command gets LEASEHOLD_LOCK and LEASEHOLD_FENCE in its environment
-    /// and runs in its own process group, which is stopped (SIGTERM, then
-    /// SIGKILL after --kill-grace) before the lease could expire if renewals
-    /// stop getting through. Exits with the command's exit code.
+    /// The command gets LEASEHOLD_LOCK and LEASEHOLD_FENCE in its environment.
+    /// If the lease is lost, or renewals stop getting through, the command
+    /// and everything it started are stopped (SIGTERM, then SIGKILL after
+    /// --kill-grace) before the lease could expire; SIGTERM and SIGINT to
+    /// `run` are passed on the same way. Exits with the command's exit code.
+    ///
+    /// Nothing the command starts outlives `run`: a guardian process between
+    /// `run` and the command (a subreaper, so that descendants which
+    /// daemonize, by double fork, setsid or a process group of their own,
+    /// stay in its tree) SIGKILLs every descendant as soon as `run` dies,
+    /// even by SIGKILL, the OOM killer or SIGHUP; and when the command exits,
+    /// what it left running gets SIGTERM, then SIGKILL after --kill-grace,
+    /// before the lease is released. Not covered: processes started through
+    /// another service (systemd-run, at, ssh, docker), which are not
+    /// descendants; a guardian that is itself killed (the command and its
+    /// process group still die, a descendant that left the group may not);
+    /// and `run` stopped (SIGSTOP, Ctrl-Z) while its command runs on.
     Run(cli::RunArgs),
+    /// `run`'s guardian of its command (started by `run` only).
+    #[command(name = "__guard", hide = true)]
+    Guard(cli::GuardArgs),
     /// Load generators against a running broker (bounded in time).
     #[command(subcommand)]
     Bench(cli::BenchCommand),
@@ -59,6 +75,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `run`'s guardian: small, one thread, no async runtime.
+    let cli = match cli.command {
+        Command::Guard(args) => return cli::guard(args),
+        command => Cli { command },
+    };
     // The broker's threads are its own setting; every other command (a
     // client, a load generator) has little to do at once and runs on one
     // thread, which costs least per call and leaves the cores to the broker
@@ -111,7 +132,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Command::Token(args) => cli::token(args),
                 Command::Run(args) => cli::run(args).await,
                 Command::Bench(command) => cli::bench(command).await,
-                Command::Serve(_) => unreachable!("handled above"),
+                Command::Serve(_) | Command::Guard(_) => unreachable!("handled above"),
             }
         }
     }

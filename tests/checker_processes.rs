@@ -2,14 +2,18 @@
 //! whose child writes its fence to a fenced resource (a small TCP service in
 //! this test, which keeps the highest fence it accepted and refuses lower
 //! ones), over two broker processes on one Redis. Meanwhile random holders
-//! are killed with SIGKILL (the child dies with `run`) or paused with
-//! SIGSTOP past their TTL and resumed with SIGCONT (the whole process group,
-//! as a GC pause or a frozen VM would).
+//! are killed with SIGKILL (the command dies with `run`: its guardian kills
+//! it) or paused with SIGSTOP past their TTL and resumed with SIGCONT (`run`
+//! and its guardian's process group, as a GC pause or a frozen VM would).
+//! Then `descendants_die_with_run`: whatever way `run` ends, what its
+//! command forked (even into a session of its own) stops before the lease's
+//! deadline.
 //!
 //! Checked: a write is refused only if it comes from a holder that was
 //! paused (its lease expired meanwhile and the lock moved on: the fence
 //! catches the late write); any other refusal means two holders overlapped.
-//! `LEASEHOLD_CHECK_SECS` sets the duration (default 6 s).
+//! `LEASEHOLD_CHECK_SECS` sets the duration (default 6 s; for
+//! `descendants_die_with_run`, one pass of its 10 rounds).
 
 mod common;
 
@@ -31,8 +35,12 @@ use tokio::{
 struct Resource {
     highest: u64,
     accepted: u64,
-    /// Refused writes: (fence, pid of the `leasehold run` that wrote).
+    /// Refused writes: (fence, pid the write was tagged with).
     refused: Vec<(u64, u32)>,
+    /// Every write, as received: (fence, pid it was tagged with, when).
+    writes: Vec<(u64, u32, Instant)>,
+    /// Connections closed by the writer: (pid of its last write, when).
+    closed: Vec<(u32, Instant)>,
 }
 
 /// Serves the fenced resource: each line "FENCE PID" is a write, answered
@@ -43,6 +51,7 @@ async fn serve_resource(listener: TcpListener, resource: Arc<Mutex<Resource>>) {
         tokio::spawn(async move {
             let (read, mut write) = socket.into_split();
             let mut lines = BufReader::new(read).lines();
+            let mut writer = None;
             while let Ok(Some(line)) = lines.next_line().await {
                 let mut parts = line.split_whitespace();
                 let (Some(Ok(fence)), Some(Ok(pid))) = (
@@ -51,8 +60,10 @@ async fn serve_resource(listener: TcpListener, resource: Arc<Mutex<Resource>>) {
                 ) else {
                     break;
                 };
+                writer = Some(pid);
                 let accepted = {
                     let mut r = resource.lock().unwrap();
+                    r.writes.push((fence, pid, Instant::now()));
                     if fence >= r.highest {
                         r.highest = fence;
                         r.accepted += 1;
@@ -70,6 +81,11 @@ async fn serve_resource(listener: TcpListener, resource: Arc<Mutex<Resource>>) {
                     break;
                 }
             }
+            // The writer exited (or closed its socket): when it could no
+            // longer write.
+            if let Some(pid) = writer {
+                resource.lock().unwrap().closed.push((pid, Instant::now()));
+            }
         });
     }
 }
@@ -78,6 +94,14 @@ fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: kill() has no memory-safety preconditions.
     unsafe {
         libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+/// `signal` to the process group led by `leader`.
+fn signal_group(leader: u32, signal: libc::c_int) {
+    // SAFETY: kill() has no memory-safety preconditions.
+    unsafe {
+        libc::kill(-(leader as libc::pid_t), signal);
     }
 }
 
@@ -99,7 +123,7 @@ async fn holder_processes_killed_and_paused() {
     tokio::spawn(serve_resource(listener, Arc::clone(&resource)));
 
     // The child: three writes of its fence, tagged with its parent's pid
-    // (the `leasehold run` that holds the lease).
+    // (the guardian that the `leasehold run` holding the lease started).
     let child = format!(
         "exec 3<>/dev/tcp/127.0.0.1/{port}; for i in 1 2 3; do echo \"$LEASEHOLD_FENCE $PPID\" >&3; read -r answer <&3; sleep 0.05; done"
     );
@@ -164,16 +188,17 @@ async fn holder_processes_killed_and_paused() {
             signal(pid, libc::SIGKILL);
             kills += 1;
         } else {
-            // The whole holder: `run` and its child's process group.
-            paused.lock().unwrap().insert(pid);
-            let group: Vec<u32> = child_pids(pid);
+            // The whole holder: `run` and its guardian's process group
+            // (the guardian, the command and the command's children).
+            let guardians: Vec<u32> = child_pids(pid);
+            paused.lock().unwrap().extend(&guardians);
             signal(pid, libc::SIGSTOP);
-            for g in &group {
-                signal(*g, libc::SIGSTOP);
+            for g in &guardians {
+                signal_group(*g, libc::SIGSTOP);
             }
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            for g in &group {
-                signal(*g, libc::SIGCONT);
+            for g in &guardians {
+                signal_group(*g, libc::SIGCONT);
             }
             signal(pid, libc::SIGCONT);
             pauses += 1;
@@ -210,8 +235,225 @@ async fn holder_processes_killed_and_paused() {
     drop(brokers);
 }
 
+/// How a round of `descendants_die_with_run` ends its `run`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ending {
+    /// SIGKILL of `run` (what PR_SET_PDEATHSIG alone covers only for the
+    /// direct child).
+    Kill,
+    /// SIGHUP of `run` (its terminal is gone; it does not catch SIGHUP).
+    HangUp,
+    /// SIGTERM to `run`: passed on to the whole tree (exit 143, the
+    /// command's).
+    Terminate,
+    /// The lease is lost (Redis flushed): `run` stops the tree (exit 76).
+    LeaseLost,
+    /// The command exits (code 7) and leaves its background job behind.
+    CommandExits,
+}
+
+/// However `run` ends, no descendant of its command keeps running: the
+/// command is a shell that forks a grandchild (a plain background job, or
+/// one that left with `setsid`) writing its fence every 50 ms; `run` is
+/// SIGKILLed, hung up, sent SIGTERM, loses its lease, or its command exits.
+/// Every write from the grandchild must be received before the lease's
+/// deadline (the lease is valid for the TTL from when `run` sent its
+/// acquire, so after `run` was spawned: the bound used here is the spawn
+/// plus the TTL, which is earlier), and its connection must close then too
+/// (the grandchild is dead); where `run` stops the tree itself, before `run`
+/// exits, with the exit code it always had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descendants_die_with_run() {
+    const TTL: Duration = Duration::from_secs(2);
+    let redis = RedisServer::start();
+    let broker = BrokerProcess::start(&redis.url()).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let resource = Arc::new(Mutex::new(Resource::default()));
+    tokio::spawn(serve_resource(listener, Arc::clone(&resource)));
+    // Should a grandchild survive (the failure this test is for), it is
+    // killed when the test ends rather than left writing.
+    let survivors = Survivors::default();
+
+    let writer = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; while :; do echo \"$LEASEHOLD_FENCE $BASHPID\" >&3; read -r answer <&3; sleep 0.05; done"
+    );
+    let forks = format!("({writer}) & wait");
+    let setsid = format!("setsid bash -c '{writer}' & wait");
+    let leaves = format!("({writer}) & sleep 0.3; exit 7");
+    let rounds = [
+        (Ending::Kill, &forks),
+        (Ending::Kill, &forks),
+        (Ending::Kill, &forks),
+        (Ending::Kill, &forks),
+        (Ending::Kill, &forks),
+        (Ending::Kill, &setsid),
+        (Ending::Kill, &setsid),
+        (Ending::HangUp, &forks),
+        (Ending::HangUp, &setsid),
+        (Ending::Terminate, &setsid),
+        (Ending::LeaseLost, &setsid),
+        (Ending::CommandExits, &leaves),
+    ];
+    // Once through the rounds, or round after round for
+    // LEASEHOLD_CHECK_SECS.
+    let until = Instant::now()
+        + std::env::var("LEASEHOLD_CHECK_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(Duration::ZERO, Duration::from_secs);
+    // From SIGKILL or SIGHUP of `run` to the grandchild's end.
+    let mut died_after = Vec::new();
+    let mut late_writes = 0;
+    let mut ran = Vec::new();
+    for (round, (ending, command)) in rounds.iter().cycle().enumerate() {
+        if round >= rounds.len() && Instant::now() >= until {
+            break;
+        }
+        ran.push(*ending);
+        let seen = resource.lock().unwrap().writes.len();
+        let spawned = Instant::now();
+        let deadline = spawned + TTL;
+        let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["run", "--lock", &format!("tree-{round}"), "--ttl", "2s"])
+            .args(["--kill-grace", "200ms", "--", "bash", "-c", command])
+            .env("LEASEHOLD_BROKER", broker.url())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+
+        // The grandchild is at work: three writes received.
+        let mut grandchild = None;
+        common::eventually(Duration::from_secs(10), "the grandchild's writes", || {
+            let writes = resource.lock().unwrap().writes[seen..].to_vec();
+            grandchild = writes.first().map(|w| w.1);
+            async move { writes.len() >= 3 }
+        })
+        .await;
+        let grandchild = grandchild.unwrap();
+        survivors.0.lock().unwrap().push(grandchild);
+
+        let ended = Instant::now();
+        match ending {
+            Ending::Kill => signal(run.id().unwrap(), libc::SIGKILL),
+            Ending::HangUp => signal(run.id().unwrap(), libc::SIGHUP),
+            Ending::Terminate => signal(run.id().unwrap(), libc::SIGTERM),
+            Ending::LeaseLost => {
+                let mut conn = redis.connection().await;
+                let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+            }
+            Ending::CommandExits => {}
+        }
+        let status = tokio::time::timeout(Duration::from_secs(10), run.wait())
+            .await
+            .unwrap_or_else(|_| panic!("round {round} ({ending:?}): run did not exit"))
+            .unwrap();
+        // Where `run` stops the tree itself, nothing of it outlives `run`:
+        // the guardian reaps every descendant before it exits.
+        let outlived = !matches!(ending, Ending::Kill | Ending::HangUp) && running(grandchild);
+        let expected = match ending {
+            Ending::Kill | Ending::HangUp => None, // killed by the signal
+            Ending::Terminate => Some(143),        // the shell's, killed by SIGTERM
+            Ending::LeaseLost => Some(76),
+            Ending::CommandExits => Some(7),
+        };
+        assert_eq!(
+            status.code(),
+            expected,
+            "round {round} ({ending:?}): run's exit code"
+        );
+
+        // Wait for the grandchild's connection to close, at most until a
+        // second past the deadline (long enough to see late writes).
+        let closed = loop {
+            let closed = resource
+                .lock()
+                .unwrap()
+                .closed
+                .iter()
+                .find(|(pid, _)| *pid == grandchild)
+                .map(|c| c.1);
+            if closed.is_some() || Instant::now() > deadline + Duration::from_secs(1) {
+                break closed;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let late: Vec<Duration> = resource.lock().unwrap().writes[seen..]
+            .iter()
+            .filter(|w| w.1 == grandchild && w.2 >= deadline)
+            .map(|w| w.2 - deadline)
+            .collect();
+        late_writes += late.len();
+        assert!(
+            late.is_empty(),
+            "round {round} ({ending:?}, `{command}`): {} writes from grandchild {grandchild} after the lease's deadline (the first {:?} after it)",
+            late.len(),
+            late[0]
+        );
+        let closed = closed.unwrap_or_else(|| {
+            panic!("round {round} ({ending:?}, `{command}`): grandchild {grandchild} still running past the lease's deadline")
+        });
+        assert!(
+            closed < deadline,
+            "round {round} ({ending:?}): grandchild {grandchild} ended {:?} after the lease's deadline",
+            closed - deadline
+        );
+        assert!(
+            !outlived,
+            "round {round} ({ending:?}): grandchild {grandchild} outlived `run`"
+        );
+        if matches!(ending, Ending::Kill | Ending::HangUp) {
+            died_after.push(closed.saturating_duration_since(ended));
+        }
+    }
+
+    died_after.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "scenario=process_tree runs={} killed={} hung_up={} terminated={} lease_lost={} command_exited={} \
+         late_writes={late_writes} tree_dead_after_kill_or_hup_ms min={:.1} median={:.1} max={:.1}",
+        ran.len(),
+        ran.iter().filter(|e| **e == Ending::Kill).count(),
+        ran.iter().filter(|e| **e == Ending::HangUp).count(),
+        ran.iter().filter(|e| **e == Ending::Terminate).count(),
+        ran.iter().filter(|e| **e == Ending::LeaseLost).count(),
+        ran.iter().filter(|e| **e == Ending::CommandExits).count(),
+        ms(died_after[0]),
+        ms(died_after[died_after.len() / 2]),
+        ms(died_after[died_after.len() - 1]),
+    );
+}
+
+/// Whether `pid` runs (exists and is not a zombie), from /proc.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // "pid (comm) state ...": comm may hold spaces and parentheses.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        !matches!(state, Some('Z' | 'X') | None)
+    })
+}
+
+/// Grandchildren to SIGKILL if the test fails (they may have outlived
+/// `run`); on success they are dead and their pids must not be touched.
+#[derive(Default)]
+struct Survivors(Mutex<Vec<u32>>);
+
+impl Drop for Survivors {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for pid in self.0.lock().unwrap().iter() {
+                signal(*pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
 /// The direct children of `pid` (from /proc; a child belongs to the thread
-/// that forked it), to stop a holder's child too.
+/// that forked it), to stop a holder's guardian and command too.
 fn child_pids(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();

@@ -5,6 +5,7 @@
 mod bench;
 mod cycles;
 mod etcd;
+mod guard;
 mod heartbeats;
 mod run;
 mod soak;
@@ -15,6 +16,7 @@ use tokio::time::{interval, Instant};
 
 pub use self::{
     bench::{bench, BenchCommand},
+    guard::{guard, GuardArgs},
     run::RunArgs,
 };
 use crate::{

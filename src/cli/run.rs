@@ -3,16 +3,33 @@
 //! lease is lost, or renewals stop getting through, the child is stopped
 //! (SIGTERM, then SIGKILL after a grace period) before the lease could have
 //! expired on the broker.
+//!
+//! "The child" is the command and everything it starts: `run`'s only child
+//! is a guardian (`super::guard`), which runs the command and, as a
+//! subreaper, keeps even daemonized descendants in its tree. `run` asks it to
+//! stop them (SIGTERM to the guardian, then closing the pipe it watches);
+//! when `run` dies, however, the kernel closes that pipe and the guardian
+//! SIGKILLs them all, which no code in a SIGKILLed `run` could do.
 
-use std::{process::ExitCode, time::Duration};
+use std::{
+    os::{
+        fd::{AsRawFd, FromRawFd, OwnedFd},
+        unix::process::ExitStatusExt,
+    },
+    process::ExitCode,
+    time::Duration,
+};
 
 use tokio::{
     process::{Child, Command},
-    time::{sleep, sleep_until, Instant},
+    time::{sleep_until, timeout, Instant},
 };
 
 use super::{fail, BrokerArgs, LockArgs, EXIT_LEASE_LOST};
-use crate::{client::ClientError, config::parse_duration};
+use crate::{
+    client::{ClientError, Lease},
+    config::parse_duration,
+};
 
 /// Arguments of `leasehold run`.
 #[derive(clap::Args, Debug)]
@@ -24,7 +41,8 @@ pub struct RunArgs {
     /// Time between SIGTERM and SIGKILL when the command must stop
     /// (default: a fifth of the TTL). The SIGTERM is sent this long before
     /// the lease's local deadline, so the command is dead before the broker
-    /// could expire the lease.
+    /// could expire the lease. Also what the command leaves running when it
+    /// exits gets this long after SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     kill_grace: Option<Duration>,
     /// The command to run, after `--`.
@@ -51,34 +69,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
     // Listen before the child starts, so an early SIGTERM is forwarded.
     let stop = crate::shutdown::signal();
-    let mut command = Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env("LEASEHOLD_LOCK", lease.name())
-        .env("LEASEHOLD_FENCE", lease.fence().to_string())
-        // Its own process group, so that stopping it reaches its children.
-        .process_group(0);
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    // The child is killed if this process dies (even by SIGKILL), so it can
-    // never outlive the lease's keeper. Linux ties this to the thread that
-    // forked, a tokio worker, which lives as long as this process does.
-    unsafe {
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            Ok(())
-        });
-    }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let mut guardian = match Guardian::spawn(&args.command, &lease, grace) {
+        Ok(guardian) => guardian,
         Err(e) => {
-            eprintln!("leasehold: cannot run {:?}: {e}", args.command[0]);
+            eprintln!("leasehold: cannot start the guardian of the command: {e}");
             let _ = lease.release().await;
-            return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            });
+            return ExitCode::from(126);
         }
     };
 
@@ -89,9 +85,16 @@ pub async fn run(args: RunArgs) -> ExitCode {
             .checked_sub(grace)
             .unwrap_or_else(Instant::now);
         tokio::select! {
-            status = child.wait() => {
+            status = guardian.process.wait() => {
                 let code = match status {
-                    Ok(status) => exit_code(status),
+                    Ok(status) => {
+                        if status.signal().is_some() {
+                            // The guardian itself was killed (its command
+                            // died with it): end the rest of its group.
+                            guardian.signal_group(libc::SIGKILL);
+                        }
+                        exit_code(status)
+                    }
                     Err(e) => {
                         eprintln!("leasehold: lost track of the command: {e}");
                         1
@@ -112,7 +115,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             }
             reason = lease.lost() => {
                 eprintln!("leasehold: the lease on {} was lost ({reason}); stopping the command", args.lock.lock);
-                stop_child(&mut child, grace).await;
+                guardian.stop(grace).await;
                 return ExitCode::from(EXIT_LEASE_LOST);
             }
             () = sleep_until(stop_at) => {
@@ -123,13 +126,13 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     "leasehold: no renewal of the lease on {} confirmed in time; stopping the command before the lease can expire",
                     args.lock.lock
                 );
-                stop_child(&mut child, grace).await;
+                guardian.stop(grace).await;
                 let _ = lease.release().await;
                 return ExitCode::from(EXIT_LEASE_LOST);
             }
             () = &mut stop => {
                 eprintln!("leasehold: stopping the command");
-                let code = stop_child(&mut child, grace).await;
+                let code = guardian.stop(grace).await;
                 let _ = lease.release().await;
                 return ExitCode::from(code);
             }
@@ -137,24 +140,110 @@ pub async fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-/// SIGTERM to the child's process group, SIGKILL after `grace`; returns the
-/// child's exit code.
-async fn stop_child(child: &mut Child, grace: Duration) -> u8 {
-    signal_group(child, libc::SIGTERM);
-    tokio::select! {
-        status = child.wait() => return status.map_or(1, exit_code),
-        () = sleep(grace) => {}
-    }
-    signal_group(child, libc::SIGKILL);
-    child.wait().await.map_or(1, exit_code)
+/// The guardian (see `super::guard`): `run`'s only child, which runs the
+/// command and ends every descendant of it when told to, or when `run` dies.
+struct Guardian {
+    process: Child,
+    /// Its pid, which is also its process group's id.
+    pid: libc::pid_t,
+    /// The write end of the pipe the guardian watches. Dropping it (or `run`
+    /// dying, which closes it too) makes the guardian SIGKILL every
+    /// descendant of the command.
+    pipe: Option<OwnedFd>,
 }
 
-fn signal_group(child: &Child, signal: libc::c_int) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill() has no memory-safety preconditions. The negative pid
-        // names the child's process group (created by `process_group(0)`).
+impl Guardian {
+    /// Starts `leasehold __guard -- COMMAND` in a process group of its own
+    /// (the command joins it; Ctrl-C at a terminal reaches `run` only, which
+    /// passes it on as SIGTERM).
+    fn spawn(command: &[String], lease: &Lease, grace: Duration) -> std::io::Result<Self> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
+        let (read, write) = unsafe {
+            if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+        };
+        let watch_fd = read.as_raw_fd();
+        // Linux: this very binary, even if it was replaced or deleted since.
+        #[cfg(target_os = "linux")]
+        let program = std::path::PathBuf::from("/proc/self/exe");
+        #[cfg(not(target_os = "linux"))]
+        let program = std::env::current_exe()?;
+        let mut guardian = Command::new(program);
+        if let Some(arg0) = std::env::args_os().next() {
+            guardian.arg0(arg0); // `ps` shows "leasehold __guard ..."
+        }
+        guardian
+            .arg("__guard")
+            .arg(format!("--watch-fd={watch_fd}"))
+            .arg(format!("--grace={}ms", grace.as_millis()))
+            .arg("--")
+            .args(command)
+            .env("LEASEHOLD_LOCK", lease.name())
+            .env("LEASEHOLD_FENCE", lease.fence().to_string())
+            .process_group(0);
+        // SAFETY: fcntl is async-signal-safe and changes only the forked
+        // child's descriptor table: the guardian inherits the read end (and
+        // not the write end, which stays close-on-exec).
         unsafe {
-            libc::kill(-(pid as libc::pid_t), signal);
+            guardian.pre_exec(move || {
+                if libc::fcntl(watch_fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let process = guardian.spawn()?;
+        drop(read);
+        Ok(Self {
+            pid: process.id().map_or(0, |pid| pid as libc::pid_t),
+            process,
+            pipe: Some(write),
+        })
+    }
+
+    /// Stops the command and everything it started: SIGTERM, then SIGKILL
+    /// after `grace`; returns the command's exit code.
+    async fn stop(&mut self, grace: Duration) -> u8 {
+        self.signal(libc::SIGTERM); // passed on to every descendant
+        if let Ok(status) = timeout(grace, self.process.wait()).await {
+            return status.map_or(1, exit_code);
+        }
+        // SIGKILL to every descendant; SIGCONT in case the guardian was
+        // stopped, so that it can.
+        self.pipe = None;
+        self.signal(libc::SIGCONT);
+        if let Ok(status) = timeout(grace, self.process.wait()).await {
+            return status.map_or(1, exit_code);
+        }
+        // The guardian does not answer: kill its process group, which holds
+        // the command (only a descendant that left the group escapes this).
+        eprintln!("leasehold: the command's guardian does not answer; killing its process group");
+        self.signal_group(libc::SIGKILL);
+        self.process.wait().await.map_or(1, exit_code)
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        if let Some(pid) = self.process.id() {
+            // SAFETY: kill() has no memory-safety preconditions; the pid is
+            // our unreaped child's.
+            unsafe {
+                libc::kill(pid as libc::pid_t, signal);
+            }
+        }
+    }
+
+    /// `signal` to the guardian's process group, also once the guardian is
+    /// gone (a group's id cannot be reused while the group has members).
+    fn signal_group(&self, signal: libc::c_int) {
+        if self.pid > 0 {
+            // SAFETY: kill() has no memory-safety preconditions; the
+            // negative pid names the process group.
+            unsafe {
+                libc::kill(-self.pid, signal);
+            }
         }
     }
 }
