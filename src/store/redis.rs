@@ -507,14 +507,7 @@ impl RedisStore {
     /// a Redis server; on a Cluster one per hash slot, in the name's slot
     /// (so that the grant scripts stay single-slot), never one per name.
     fn fence_counter(&self, lease: &str) -> String {
-        let prefix = &self.inner.prefix;
-        if !self.is_cluster() {
-            return format!("{prefix}fences");
-        }
-        let tag = slot_tags()
-            .get(&redis::cluster_routing::Slot::for_key(lease))
-            .map_or("", String::as_str);
-        format!("{prefix}{{{tag}}}:fences")
+        fence_counter_key(&self.inner.prefix, lease, self.is_cluster())
     }
 
     /// Records a fence seen in a reply, raising the floor for later grants.
@@ -1096,6 +1089,18 @@ struct NameKeys {
     fences: String,
 }
 
+/// The fence counter of the name whose lease key is `lease` (see
+/// [`RedisStore::fence_counter`]).
+fn fence_counter_key(prefix: &str, lease: &str, cluster: bool) -> String {
+    if !cluster {
+        return format!("{prefix}fences");
+    }
+    let tag = slot_tags()
+        .get(&redis::cluster_routing::Slot::for_key(lease))
+        .map_or("", String::as_str);
+    format!("{prefix}{{{tag}}}:fences")
+}
+
 /// For each Cluster hash slot, a short hash tag that maps to it: the fence
 /// counter of a slot is `{prefix}{tag}:fences`. Computed once (about 170,000
 /// CRC16s of short strings, a few milliseconds), only for Cluster stores.
@@ -1477,6 +1482,28 @@ mod tests {
             "leasehold:{jobs/nightly}"
         );
         assert_eq!(lease_key("p:", "a/b"), "p:{a/b}");
+    }
+
+    /// On a Cluster each slot has its own fence counter, in that slot (so a
+    /// grant script stays single-slot): 16,384 keys at most, whatever the
+    /// number of names.
+    #[test]
+    fn every_slot_has_a_fence_counter_tag_in_that_slot() {
+        use redis::cluster_routing::Slot;
+        let tags = slot_tags();
+        assert_eq!(tags.len(), 16_384);
+        for (slot, tag) in tags {
+            assert_eq!(Slot::for_key(format!("leasehold:{{{tag}}}:fences")), *slot);
+        }
+        for name in ["a", "jobs/nightly", "t|x", "3f2"] {
+            let lease = lease_key("leasehold:", name);
+            let counter = fence_counter_key("leasehold:", &lease, true);
+            assert_eq!(Slot::for_key(&counter), Slot::for_key(&lease), "{name}");
+        }
+        assert_eq!(
+            fence_counter_key("leasehold:", "leasehold:{a}", false),
+            "leasehold:fences"
+        );
     }
 
     /// A random value tree, as a broken or hostile Redis could answer.

@@ -123,10 +123,11 @@ class LeaseholdServicer:
 
     def Release(self, request, context):
         """Ends the lease, only if `owner_token` is the current holder's, and wakes
-        the callers waiting for the name. Fails with NOT_FOUND if the lease is
-        already gone (it expired or was released: if you did not release it
-        yourself, your lease ran out while you held it) and FAILED_PRECONDITION if
-        another owner holds the name.
+        the callers waiting for the name. Idempotent: repeated with the same
+        token within 10 seconds (a retry after a broken connection whose first
+        try did the work), it succeeds again. Fails with NOT_FOUND if the lease
+        is gone (it expired, or was revoked: the message says which) and
+        FAILED_PRECONDITION if another owner holds the name.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,7 +187,9 @@ class LeaseholdServicer:
         lease's lock-delay starts now; waiters are woken; the next grant gets a
         higher fence. An operator's tool: refused with PERMISSION_DENIED unless
         the caller has the `admin` permission (without an --auth-file: unless the
-        broker runs with --enable-revoke). NOT_FOUND if the name is not held.
+        broker runs with --enable-revoke). NOT_FOUND if the name is not held;
+        repeated before anything else was granted (a retry whose first try did
+        the work), it reports that revocation's fence again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
