@@ -1,5 +1,6 @@
-//! Every request limit of PRODUCT.md §3 is refused with the right status and
-//! a message naming the limit, and no bad request touches a bystander's lease.
+//! Every request limit (README's "Configuration reference") is refused with
+//! the right status and a message naming the limit, and no bad request
+//! touches a bystander's lease.
 
 mod common;
 

@@ -23,7 +23,7 @@
 //! A [`Client`] keeps one KeepAlive stream for all its leases, renewing each
 //! every third of its TTL, reconnecting with backoff (to any of its brokers)
 //! and resuming by owner token. Each lease's *local deadline* is computed
-//! from the time the request was sent (PRODUCT.md §1.7), less a safety margin
+//! from the time the request was sent (see the proto's "Deadlines"), less a safety margin
 //! (a tenth of the TTL by default), so latency, late timers and clock skew can
 //! only make it end early; [`Lease::lost`] fires at that deadline if no
 //! renewal confirmed the lease by then, even if the broker is unreachable.
