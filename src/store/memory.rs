@@ -101,8 +101,10 @@ struct Permit {
     expires_at: Instant,
 }
 
-/// The permits of a name, by owner token (expired ones stay [`LINGER`]), and
-/// the last released one (the permits hash's "_x").
+/// The permits of a name, by owner token (an expired one stays until a
+/// renewal, release or acquire finds it and reports it, or the sweeper
+/// drops it [`LINGER`] after), and the last released one (the permits
+/// hash's "_x").
 #[derive(Default)]
 struct Permits {
     held: std::collections::HashMap<String, Permit>,
