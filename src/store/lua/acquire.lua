@@ -132,21 +132,23 @@ if l[1] and l[1] ~= token and not l[9] then
 end
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[5])
-redis.call('DEL', key)
-redis.call('HSET', key,
+local fields = {
   'o', ARGV[1],
   'f', string.format('%d', fence),
   'h', ARGV[3],
   't', ARGV[2],
   'g', string.format('%d', now_ms),
   'e', string.format('%d', now_ms + ttl),
-  'd', ARGV[5])
-if l[10] then
-  redis.call('HSET', key, 'x', l[10])
+  'd', ARGV[5]}
+-- Carried over, in the same write.
+for i, field in ipairs({'x', 'r'}) do
+  if l[9 + i] then
+    table.insert(fields, field)
+    table.insert(fields, l[9 + i])
+  end
 end
-if l[11] then
-  redis.call('HSET', key, 'r', l[11])
-end
+redis.call('DEL', key)
+redis.call('HSET', key, unpack(fields))
 redis.call('PEXPIRE', key, ttl + delay + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
 return {1, fence, ttl, '', now_ms, expired}
