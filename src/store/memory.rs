@@ -512,12 +512,12 @@ impl MemoryStore {
                 return Ok(ended);
             }
             if lease.live(now) {
-                // Voluntary: no lock-delay. The record stays a while, so
-                // that a retried release still hears it worked.
+                // Voluntary: no lock-delay. The record stays (until the
+                // lease would have ended, plus LINGER), so that a retried
+                // release still hears it worked.
                 lease.end = Some(End::Released);
                 lease.released = Some(token.to_owned());
                 lease.delay_ends = now;
-                lease.forget_at = now + LINGER;
                 drop(lease);
                 // Only the first in line can take it: wake just that waiter.
                 next = Some(self.next_in_line(name));

@@ -1,8 +1,9 @@
 -- constants.lua: prepended to every script that writes a lease or its
 -- tombstone (Redis scripts cannot share code otherwise).
 --
--- LINGER_MS: how long a lease's hash outlives the lease's end (expiry, or
--- release), beyond any lock-delay. Within it, the holder's late renewal or
+-- LINGER_MS: how long a lease's hash outlives the lease's expiry (as last
+-- granted or renewed; a released lease's hash keeps that expiry), beyond any
+-- lock-delay. Within it, the holder's late renewal or
 -- release still finds its own lease, so the broker can tell it "expired"
 -- and count the loss once (and only then), a heartbeat that crossed a
 -- release is told "released" (not a loss), and a retried release or revoke

@@ -19,13 +19,6 @@ for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
   redis.call('LREM', queue, 0, gone)
   redis.call('ZREM', alive, gone)
 end
--- A place never lasts longer than ARGV[8] from now: longer means the Redis
--- clock stepped back since it was taken; counted from now instead, so that
--- a dead broker's waiter leaves within ARGV[8], not ARGV[8] plus the step.
-local far = now_ms + tonumber(ARGV[8])
-for _, waiter in ipairs(redis.call('ZRANGEBYSCORE', alive, string.format('(%d', far), '+inf')) do
-  redis.call('ZADD', alive, far, waiter)
-end
 
 -- Joins the queue (or renews the caller's place) if the caller waits;
 -- returns its position (1 = next; 0 = not in the queue).
@@ -49,8 +42,17 @@ end
 local function take_turn(fence)
   local first = redis.call('LINDEX', queue, 0)
   if first and first ~= token then
-    local position = wait_in_line()
     local first_deadline = tonumber(redis.call('ZSCORE', alive, first) or now_ms)
+    -- A place never lasts longer than ARGV[8] from now: longer means the
+    -- Redis clock stepped back since it was taken. Counted from now instead,
+    -- so that a dead broker's waiter leaves within ARGV[8], not ARGV[8] plus
+    -- the step (the first in line is the one that blocks the others).
+    local far = now_ms + tonumber(ARGV[8])
+    if first_deadline > far then
+      first_deadline = far
+      redis.call('ZADD', alive, far, first)
+    end
+    local position = wait_in_line()
     return {3, fence, math.max(1, first_deadline - now_ms), '', 0, position, redis.call('LLEN', queue)}
   end
   if first then

@@ -27,7 +27,8 @@
 -- (no queue; a semaphore permit, which may serve more than the first) wakes
 -- every waiter.
 --
--- The key becomes a tombstone for LINGER_MS (constants.lua): x (the released
+-- The key becomes a tombstone until the released lease would have ended,
+-- plus LINGER_MS (constants.lua): f, r if carried, and x (the released
 -- token, so that a retry reports success and a heartbeat that crossed the
 -- release is not taken for a loss). Fences need no tombstone: they come
 -- from the counter (acquire.lua).
@@ -68,9 +69,9 @@ if not live then
   end
   return {0, 0}
 end
-redis.call('DEL', key)
-redis.call('HSET', key, 'f', l[2], 'x', token)
-redis.call('PEXPIRE', key, LINGER_MS)
+-- The key keeps its expiry (the lease's end, its lock-delay and LINGER_MS).
+redis.call('HDEL', key, 'o', 'h', 'g', 't', 'e', 'd', 'n')
+redis.call('HSET', key, 'x', token)
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
   redis.call('LREM', queue, 0, gone)
   redis.call('ZREM', alive, gone)
