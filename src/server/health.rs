@@ -6,10 +6,11 @@
 //! wall clock, so a step of that clock moves every lease's end at once:
 //! forward, leases expire early and a holder can be overtaken while it still
 //! believes it holds (only the fence then protects the resource); backward,
-//! leases outlive their TTL. Neither can be undone by the broker, but it can
-//! say so: each reading of the store's clock is compared with this process's
-//! monotonic clock, which no NTP step moves, and a step is logged at warn and
-//! counted in `leasehold_store_clock_jumps_total`.
+//! leases outlive their TTL (by at most one more TTL: acquire.lua). Neither
+//! can be undone by the broker, but it can say so: each reading of the
+//! store's clock is compared with this process's monotonic clock, which no
+//! NTP step moves, and a step is logged at warn and counted in
+//! `leasehold_store_clock_jumps_total`.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -139,10 +140,10 @@ impl Step {
             ),
             ClockJump::Backward => tracing::warn!(
                 step_ms = ms,
-                "the store's clock stepped back by {ms} ms: leases it held outlive their TTL \
-                 by up to that much (a lease whose holder is gone blocks its name that much \
-                 longer); fences still rise; keep the Redis host's clock slewing (NTP), not \
-                 stepping"
+                "the store's clock stepped back by {ms} ms: a lease held then may outlive \
+                 its TTL by up to one more TTL (the next acquire counts its TTL from then on), \
+                 and a revoked lease's lock-delay by up to the step; fences still rise; keep \
+                 the Redis host's clock slewing (NTP), not stepping"
             ),
         }
     }
