@@ -833,7 +833,7 @@ async fn turning_auth_on_keeps_one_holder_when_callers_map_to_root() {
 }
 
 /// The check above can fail: with the token mapped to an ordinary tenant
-/// (the rollout), the new replica grants `payments|rollout` while
+/// (the rollout that broke), the new replica grants `jobs|rollout` while
 /// the old one grants `rollout`, and their holders overlap, though each
 /// replica alone keeps one holder at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -172,6 +172,27 @@ async fn holder(broker: &Broker, name: &str) -> tokio::process::Child {
     child
 }
 
+/// A client on `broker` waiting (up to 10 s) for `name`, once it is in line.
+async fn queued(
+    broker: &Broker,
+    name: &str,
+) -> tokio::task::JoinHandle<Result<leasehold::client::Lease, leasehold::client::ClientError>> {
+    let waiter = Client::connect(broker.url()).await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, name) = (waiter.clone(), name.to_owned());
+        async move {
+            waiter
+                .acquire(&name, AcquireOptions::new().wait(Duration::from_secs(10)))
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), "the waiter queued", || async {
+        waiter.describe(name).await.is_ok_and(|d| d.waiters == 1)
+    })
+    .await;
+    waiting
+}
+
 /// A holder killed with SIGKILL, nobody waiting: its stream breaks, its
 /// lease expires, and exactly one loss is counted, `expired`, by the broker
 /// of the broken stream.
@@ -199,25 +220,7 @@ async fn a_killed_holder_taken_over_is_one_loss() {
     let redis = RedisServer::start();
     let brokers = two_brokers(&redis).await;
     let mut run = holder(&brokers[0], "victim").await;
-    let waiter = Client::connect(brokers[1].url()).await.unwrap();
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            waiter
-                .acquire(
-                    "victim",
-                    AcquireOptions::new().wait(Duration::from_secs(10)),
-                )
-                .await
-        }
-    });
-    eventually(Duration::from_secs(5), "the waiter queued", || async {
-        waiter
-            .describe("victim")
-            .await
-            .is_ok_and(|d| d.waiters == 1)
-    })
-    .await;
+    let waiting = queued(&brokers[1], "victim").await;
     run.start_kill().expect("SIGKILL");
     let lease = waiting.await.unwrap().expect("granted after the expiry");
     tokio::time::sleep(SETTLE).await;
@@ -237,25 +240,8 @@ async fn a_revoke_is_one_loss_told_as_revoked_after_a_new_grant() {
         .acquire("revoked", AcquireOptions::new().ttl(Duration::from_secs(3)))
         .await
         .unwrap();
+    let waiting = queued(&brokers[1], "revoked").await;
     let other = Client::connect(brokers[1].url()).await.unwrap();
-    let waiting = tokio::spawn({
-        let other = other.clone();
-        async move {
-            other
-                .acquire(
-                    "revoked",
-                    AcquireOptions::new().wait(Duration::from_secs(10)),
-                )
-                .await
-        }
-    });
-    eventually(Duration::from_secs(5), "the waiter queued", || async {
-        other
-            .describe("revoked")
-            .await
-            .is_ok_and(|d| d.waiters == 1)
-    })
-    .await;
     other.revoke("revoked").await.expect("revoke");
     let next = waiting.await.unwrap().expect("the waiter's grant");
     let reason = tokio::time::timeout(Duration::from_secs(5), lease.lost())
