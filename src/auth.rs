@@ -171,13 +171,29 @@ pub fn check_line(line: &str) -> std::result::Result<(), String> {
 }
 
 fn read(path: &Path) -> Result<Grants> {
-    let text = std::fs::read_to_string(path)
+    let bytes = std::fs::read(path)
         .map_err(|e| Error::InvalidArgument(format!("--auth-file {}: {e}", path.display())))?;
-    parse(&text).map_err(|e| Error::InvalidArgument(format!("--auth-file {}: {e}", path.display())))
+    parse_bytes(&bytes)
+        .map_err(|e| Error::InvalidArgument(format!("--auth-file {}: {e}", path.display())))
 }
 
-/// Parses an auth file; an error names the line and what is wrong with it
-/// (never the line itself, which may hold a secret by mistake).
+/// Parses an auth file as read from disk: any bytes give grants or an
+/// error naming the line (text that is not UTF-8 included), never a panic.
+fn parse_bytes(bytes: &[u8]) -> std::result::Result<Grants, String> {
+    if let Err(e) = std::str::from_utf8(bytes) {
+        let line = bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
+        return Err(format!("line {line}: not UTF-8 text"));
+    }
+    parse(&String::from_utf8_lossy(bytes))
+}
+
+/// Parses an auth file; an error names the line and what is wrong with it,
+/// never the line itself nor any field of it (a secret may sit in any field
+/// by mistake).
 fn parse(text: &str) -> std::result::Result<Grants, String> {
     let mut grants = Grants::default();
     for (i, line) in text.lines().enumerate() {
@@ -212,7 +228,7 @@ fn parse(text: &str) -> std::result::Result<Grants, String> {
                 return Err(at("`cert:` needs the certificate's name after it".into()));
             }
             if grants.certs.insert(name.to_owned(), grant).is_some() {
-                return Err(at(format!("cert:{name} is already on an earlier line")));
+                return Err(at("this cert: name is already on an earlier line".into()));
             }
         } else {
             return Err(at(
@@ -231,7 +247,13 @@ fn check_tenant(id: &str) -> std::result::Result<(), String> {
     if id == ROOT_TENANT {
         return Ok(());
     }
-    crate::lease::validate::tenant(id).map_err(|e| e.to_string())
+    // Not validate::tenant's message: it quotes the id, which here could be
+    // a token written in the wrong field.
+    crate::lease::validate::tenant(id).map_err(|_| {
+        "the tenant is not a tenant id: 1 to 64 of A-Z a-z 0-9 _ -, or @root for the root \
+         namespace (the locks of callers of a broker without --auth-file)"
+            .to_owned()
+    })
 }
 
 fn parse_permissions(text: &str) -> std::result::Result<Permissions, String> {
@@ -240,10 +262,12 @@ fn parse_permissions(text: &str) -> std::result::Result<Permissions, String> {
         match p {
             "use" => permissions.use_locks = true,
             "admin" => permissions.admin = true,
-            other => {
-                return Err(format!(
-                    "unknown permission '{other}': use `use`, `admin` or `use,admin`"
-                ))
+            _ => {
+                return Err(
+                    "unknown permission (not quoted: it could be a misplaced secret): use \
+                     `use`, `admin` or `use,admin`"
+                        .to_owned(),
+                )
             }
         }
     }
@@ -252,12 +276,18 @@ fn parse_permissions(text: &str) -> std::result::Result<Permissions, String> {
 
 fn parse_hash(hex: &str) -> std::result::Result<[u8; 32], String> {
     let bad = || "a token hash is 64 hex digits (the SHA-256 of the token)".to_owned();
-    if hex.len() != 64 {
+    // Bytes, not characters: a multi-byte character must not be sliced.
+    let digits = hex.as_bytes();
+    if digits.len() != 64 || !digits.iter().all(u8::is_ascii_hexdigit) {
         return Err(bad());
     }
+    let nibble = |d: u8| match d {
+        b'0'..=b'9' => d - b'0',
+        _ => (d | 0x20) - b'a' + 10,
+    };
     let mut hash = [0u8; 32];
-    for (i, byte) in hash.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    for (byte, pair) in hash.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = nibble(pair[0]) << 4 | nibble(pair[1]);
     }
     Ok(hash)
 }
@@ -309,6 +339,77 @@ mod tests {
         assert!(e.contains("stranger"), "{e}");
     }
 
+    /// Property: any bytes give grants or an error naming a line, never a
+    /// panic (a multi-byte character in a token hash used to slice one in
+    /// two), and an error never quotes a field, so never a secret written
+    /// in the wrong place.
+    #[test]
+    fn any_file_parses_or_names_its_line_without_quoting_it() {
+        const SECRET: &str = "lh_SECRET";
+        let pieces = [
+            "payments",
+            "@root",
+            "use",
+            "admin",
+            "use,admin",
+            "anonymous",
+            "cert:ops",
+            "cert:",
+            "token:sha256:",
+            "é",
+            "ÿÿ",
+            "#",
+            " ",
+            "\t",
+            "\n",
+            "\r\n",
+            SECRET,
+            "\u{1F512}",
+            "\0",
+            "0123456789abcdef",
+            "+f",
+        ];
+        let mut seed = vec![0u8; 512 * 1024];
+        getrandom::fill(&mut seed).unwrap();
+        let mut bytes = seed.into_iter();
+        let mut parsed = 0;
+        for _ in 0..10_000 {
+            let mut file = Vec::new();
+            for _ in 0..bytes.next().unwrap_or(0) % 24 {
+                match bytes.next().unwrap_or(0) {
+                    // A raw byte: the file need not be UTF-8.
+                    b if b >= 224 => file.push(bytes.next().unwrap_or(0)),
+                    b => file.extend_from_slice(pieces[b as usize % pieces.len()].as_bytes()),
+                }
+            }
+            match parse_bytes(&file) {
+                Ok(_) => parsed += 1,
+                Err(e) => {
+                    assert!(e.starts_with("line "), "{e}");
+                    assert!(!e.contains(SECRET), "{e}");
+                }
+            }
+        }
+        assert!(
+            parsed > 0,
+            "no random file parsed: the generator is too narrow"
+        );
+        // The byte-sliced hash that panicked the broker, and a sign that
+        // u8::from_str_radix used to accept.
+        let sliced = format!("t use token:sha256:a{}b", "é".repeat(31));
+        assert!(parse(&sliced).unwrap_err().contains("64 hex digits"));
+        let signed = format!("t use token:sha256:+f{}", "0".repeat(62));
+        assert!(parse(&signed).unwrap_err().contains("64 hex digits"));
+        let e = parse_bytes(b"ops use cert:ops\n\xff use anonymous\n").unwrap_err();
+        assert_eq!(e, "line 2: not UTF-8 text");
+        // Hex digits of either case read as the same hash.
+        let upper = token_credential("lh_x")
+            .to_uppercase()
+            .replace("TOKEN:SHA256:", "token:sha256:");
+        let a = auth(&format!("t use {upper}"));
+        assert_eq!(a.authenticate(Some("lh_x"), &[]).unwrap().tenant, "t");
+    }
+
     /// `@root` names the root namespace (the locks of callers without
     /// --auth-file); nothing near it does, and `root` stays an ordinary
     /// tenant, so no file that loaded before means something new now.
@@ -332,7 +433,8 @@ mod tests {
                 .err()
                 .unwrap_or_default();
             assert!(
-                e.starts_with("line 1: tenant") && e.contains("or @root for the root namespace"),
+                e.starts_with("line 1: the tenant")
+                    && e.contains("or @root for the root namespace"),
                 "{near}: {e}"
             );
         }
@@ -342,12 +444,12 @@ mod tests {
     fn bad_lines_are_named_without_echoing_them() {
         let cases = [
             ("a use", "line 1: expected"),
-            ("a/b use anonymous", "tenant 'a/b'"),
-            ("a read anonymous", "unknown permission 'read'"),
+            ("a/b use anonymous", "line 1: the tenant is not a tenant id"),
+            ("a read anonymous", "unknown permission (not quoted"),
             ("a use token:sha256:abc", "64 hex digits"),
             ("a use lh_0123456789", "must be `token:sha256"),
             ("a use anonymous\nb use anonymous", "line 2: a second"),
-            ("a use cert:x\nb use cert:x", "line 2: cert:x"),
+            ("a use cert:x\nb use cert:x", "line 2: this cert: name"),
         ];
         for (text, want) in cases {
             let e = parse(text).err().unwrap_or_default();

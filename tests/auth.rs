@@ -526,7 +526,8 @@ async fn sighup_reloads_the_auth_file() {
 }
 
 /// A changed auth file is picked up by itself (as a Kubernetes Secret
-/// update, which sends no signal), within `--reload-interval`.
+/// update, which sends no signal), within `--reload-interval`, also after a
+/// broken one was refused.
 #[tokio::test]
 async fn a_changed_auth_file_is_picked_up_without_a_signal() {
     let tokens = Tokens::new("auth-watch", "");
@@ -540,6 +541,19 @@ async fn a_changed_auth_file_is_picked_up_without_a_signal() {
     let mut client = as_(&broker, Some(&newcomer)).await;
     let refused = client.describe(describe("x")).await.unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated);
+    // First a file the parser once panicked on (a multi-byte character
+    // across a hash's byte pairs, then bytes that are not UTF-8): the
+    // reload fails, the credentials in force stay, and the watcher lives on.
+    let mut broken = format!("payments use token:sha256:a{}b\n", "é".repeat(31)).into_bytes();
+    broken.extend_from_slice(b"ops use \xff\xfe anonymous\n");
+    std::fs::write(&tokens.file, broken).unwrap();
+    // No event says "tried and failed": give the watcher five intervals.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    as_(&broker, Some(&tokens.payments))
+        .await
+        .describe(describe("x"))
+        .await
+        .expect("the broken file changed nothing");
     std::fs::write(
         &tokens.file,
         format!("payments use {}\n", token_credential(&newcomer)),
