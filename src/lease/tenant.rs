@@ -584,7 +584,13 @@ struct Ledger {
     per_conn: HashMap<u64, usize>,
     /// Room reserved by Acquire calls in flight.
     reserved: usize,
+    /// The size of `held` at which expired entries are dropped next (see
+    /// [`Ledger::grew`]).
+    prune_at: usize,
 }
+
+/// The smallest ledger that is pruned as it grows.
+const LEDGER_PRUNE_MIN: usize = 64;
 
 impl Ledger {
     fn hold(&mut self, id: LeaseId, deadline: Instant, conn: u64) {
@@ -595,6 +601,7 @@ impl Ledger {
             None => {
                 self.held.insert(id, Held { deadline, conn });
                 *self.per_conn.entry(conn).or_default() += 1;
+                self.grew();
             }
         }
     }
@@ -605,6 +612,20 @@ impl Ledger {
         if let Some(old) = self.held.insert(id, Held { deadline, conn }) {
             // Cannot happen (a grant has a new token); keep the counts true.
             self.uncount(old.conn);
+        }
+        self.grew();
+    }
+
+    /// Leases that expire without a release leave their entry behind; a
+    /// full cap prunes them, but a cap that is never full (say only
+    /// `--conn-max-leases` set, with many connections) would not. So the
+    /// ledger also prunes whenever it has doubled since the last prune:
+    /// amortized O(1) per entry, and at most about twice the leases held
+    /// (plus [`LEDGER_PRUNE_MIN`]), whatever the caps.
+    fn grew(&mut self) {
+        if self.held.len() >= self.prune_at.max(LEDGER_PRUNE_MIN) {
+            self.prune(Instant::now());
+            self.prune_at = 2 * self.held.len();
         }
     }
 
@@ -643,6 +664,36 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Leases that expire without a release do not pile up in the ledger,
+    /// whatever the caps (here nothing ever fills one): 10,000 entries
+    /// expiring one after another leave a ledger the size of the live
+    /// leases, give or take a factor of two, and the live ones stay counted.
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_stays_the_size_of_the_leases_held() {
+        let mut ledger = Ledger::default();
+        let far = Instant::now() + Duration::from_secs(3_600);
+        for i in 0..100u64 {
+            ledger.hold(
+                LeaseId::new(&format!("live{i}"), &format!("{i:032x}")),
+                far,
+                0,
+            );
+        }
+        let mut largest = 0;
+        for i in 0..10_000u64 {
+            let soon = Instant::now() + Duration::from_millis(10);
+            let id = LeaseId::new(&format!("gone{i}"), &format!("{:032x}", i + 1_000));
+            ledger.hold(id, soon, 1 + i % 50);
+            largest = largest.max(ledger.held.len());
+            tokio::time::advance(Duration::from_millis(20)).await;
+        }
+        assert!(largest <= 2 * 101 + 1, "the ledger grew to {largest}");
+        let live = ledger.held.values().filter(|h| h.deadline == far).count();
+        assert_eq!(live, 100);
+        let counted: usize = ledger.per_conn.values().sum();
+        assert_eq!(counted, ledger.held.len(), "per-connection counts follow");
+    }
 
     fn caps(leases: usize, waiters: usize, streams: usize, rate: u32) -> Caps {
         Caps {
