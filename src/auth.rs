@@ -100,6 +100,9 @@ pub struct Auth {
     /// A std lock: read once per request for a pointer copy; the reload
     /// swaps the whole table.
     grants: RwLock<Arc<Grants>>,
+    /// Bumped by every reload that changed the credentials: open streams
+    /// look again at theirs (see [`Auth::reloads`]).
+    reloaded: tokio::sync::watch::Sender<u64>,
 }
 
 impl Auth {
@@ -108,6 +111,7 @@ impl Auth {
         Ok(Auth {
             grants: RwLock::new(Arc::new(read(path)?)),
             path: path.to_owned(),
+            reloaded: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -115,7 +119,14 @@ impl Auth {
     pub fn reload(&self) -> Result<()> {
         let grants = Arc::new(read(&self.path)?);
         *self.grants.write().unwrap_or_else(|e| e.into_inner()) = grants;
+        self.reloaded.send_modify(|n| *n += 1);
         Ok(())
+    }
+
+    /// Changes whenever a reload replaced the credentials: a stream opened
+    /// under a credential that is gone, or lost a permission, must end.
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloaded.subscribe()
     }
 
     /// The file.
@@ -128,21 +139,27 @@ impl Auth {
     /// `cert_names`. A token, when given, decides alone: a wrong one is
     /// refused even on a connection whose certificate would be admitted.
     pub fn authenticate(&self, bearer: Option<&str>, cert_names: &[String]) -> Result<Grant> {
+        self.authenticate_hashed(bearer.map(hash_token).as_ref(), cert_names)
+    }
+
+    /// [`Auth::authenticate`] with the bearer token's hash (what a stream
+    /// keeps, to look again after a reload, rather than the token).
+    pub fn authenticate_hashed(
+        &self,
+        bearer: Option<&[u8; 32]>,
+        cert_names: &[String],
+    ) -> Result<Grant> {
         let grants = Arc::clone(&self.grants.read().unwrap_or_else(|e| e.into_inner()));
-        if let Some(token) = bearer {
+        if let Some(hash) = bearer {
             // Looked up by hash: what a timing difference could reveal is
             // a prefix of a hash, which does not lead back to a token.
-            return grants
-                .tokens
-                .get(&hash_token(token))
-                .cloned()
-                .ok_or_else(|| {
-                    Error::Unauthenticated(
-                        "the bearer token is not one this broker knows (not in its --auth-file, \
+            return grants.tokens.get(hash).cloned().ok_or_else(|| {
+                Error::Unauthenticated(
+                    "the bearer token is not one this broker knows (not in its --auth-file, \
                      or revoked there): check the token your client sends"
-                            .into(),
-                    )
-                });
+                        .into(),
+                )
+            });
         }
         if let Some(grant) = cert_names.iter().find_map(|n| grants.certs.get(n)) {
             return Ok(grant.clone());
@@ -300,6 +317,7 @@ mod tests {
         Auth {
             path: PathBuf::from("test"),
             grants: RwLock::new(Arc::new(parse(text).unwrap())),
+            reloaded: tokio::sync::watch::Sender::new(0),
         }
     }
 

@@ -944,7 +944,7 @@ async fn administrators_name_the_root_namespace_at_root() {
 /// Security section says: its leases stay in A until their TTL, unary
 /// renewals and releases of them fail (NOT_FOUND, or FAILED_PRECONDITION
 /// once B's lock of that name is held), new acquires take B's locks, and a
-/// KeepAlive stream opened before the move still renews in A.
+/// KeepAlive stream opened before the move ends at the reload.
 #[tokio::test]
 async fn moving_a_credential_to_another_tenant_leaves_its_leases_behind() {
     let redis = RedisServer::start();
@@ -1025,11 +1025,12 @@ async fn moving_a_credential_to_another_tenant_leaves_its_leases_behind() {
     let e = renew(&mut mover).await;
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
 
-    // The stream opened before the move still renews in payments'
-    // namespace; one opened after it does not find the lease.
-    beats.send(heartbeat(1)).await.unwrap();
-    let answer = opened_before.message().await.unwrap().unwrap();
-    assert_eq!(answer.leases[0].state(), lease_status::State::Alive);
+    // The stream opened before the move ended at the reload (it renewed in
+    // payments' namespace); one opened after it does not find the lease.
+    let status = ended(&mut opened_before).await;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("'billing'"), "{status:?}");
+    drop(beats);
     let mut opened_after = mover
         .keep_alive(tokio_stream::iter(vec![heartbeat(2)]))
         .await
@@ -1037,4 +1038,106 @@ async fn moving_a_credential_to_another_tenant_leaves_its_leases_behind() {
         .into_inner();
     let answer = opened_after.message().await.unwrap().unwrap();
     assert_eq!(answer.leases[0].state(), lease_status::State::Lost);
+}
+
+/// The status a response stream ends with, within 10 s.
+async fn ended<T>(answers: &mut tonic::Streaming<T>) -> tonic::Status {
+    tokio::time::timeout(Duration::from_secs(10), answers.message())
+        .await
+        .expect("the stream ended at the reload")
+        .err()
+        .expect("ended with a status")
+}
+
+/// A KeepAlive stream renewing `lease` as `client`, answered once (ALIVE).
+async fn renewing(
+    client: &mut Grpc,
+    lease: &Lease,
+) -> (
+    tokio::sync::mpsc::Sender<KeepAliveRequest>,
+    tonic::Streaming<leasehold::proto::KeepAliveResponse>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let heartbeat = KeepAliveRequest {
+        seq: 1,
+        leases: vec![LeaseRef {
+            name: lease.name.clone(),
+            owner_token: lease.owner_token.clone(),
+            ttl_ms: 0,
+        }],
+    };
+    tx.send(heartbeat).await.unwrap();
+    let mut answers = client
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.message().await.unwrap().unwrap();
+    assert_eq!(answer.leases[0].state(), lease_status::State::Alive);
+    (tx, answers)
+}
+
+/// A credential removed from the auth file, or stripped of `use`, ends the
+/// KeepAlive streams opened with it (UNAUTHENTICATED, PERMISSION_DENIED) at
+/// the reload; their leases are no longer renewed and run out at their TTL.
+/// A stream whose credential is unchanged goes on.
+#[tokio::test]
+async fn a_withdrawn_credential_ends_its_streams() {
+    let tokens = Tokens::new("auth-withdraw", "");
+    let file = tokens.file.clone();
+    let broker = Broker::start_with("memory", move |c| {
+        c.auth_file = Some(file);
+        c.reload_interval = Duration::from_millis(100);
+    })
+    .await;
+    let mut payments = as_(&broker, Some(&tokens.payments)).await;
+    let mut billing = as_(&broker, Some(&tokens.billing)).await;
+    let ops = as_(&broker, Some(&tokens.ops)).await;
+    let short = |name: &str| acquire_req(name, 2_000, "h", 0);
+    let gone = payments.acquire(short("gone")).await.unwrap().into_inner();
+    let demoted = billing
+        .acquire(short("demoted"))
+        .await
+        .unwrap()
+        .into_inner();
+    let (_p, mut p_answers) = renewing(&mut payments, gone.lease.as_ref().unwrap()).await;
+    let (_b, mut b_answers) = renewing(&mut billing, demoted.lease.as_ref().unwrap()).await;
+    // An `admin`-only line stays for ops; billing keeps only `admin`;
+    // payments is gone.
+    std::fs::write(
+        &tokens.file,
+        format!(
+            "billing admin {}\nops admin {}\n",
+            token_credential(&tokens.billing),
+            token_credential(&tokens.ops)
+        ),
+    )
+    .unwrap();
+    let status = ended(&mut p_answers).await;
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(!status.message().contains(&tokens.payments));
+    let status = ended(&mut b_answers).await;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("`use`"), "{status:?}");
+    // Not renewed any more: the 2 s lease runs out.
+    eventually(Duration::from_secs(10), "the lease ran out", || {
+        let mut ops = ops.clone();
+        async move {
+            ops.describe(DescribeRequest {
+                name: "gone".into(),
+                tenant: "payments".into(),
+            })
+            .await
+            .is_ok_and(|d| !d.into_inner().held)
+        }
+    })
+    .await;
+    let metrics = scrape(broker.metrics_addr).await;
+    assert!(sample(&metrics, "lease_rejected_total{reason=\"unauthenticated\"}") >= 1.0);
+    assert!(
+        sample(
+            &metrics,
+            "lease_rejected_total{reason=\"permission_denied\"}"
+        ) >= 1.0
+    );
 }

@@ -324,6 +324,11 @@ impl Tenants {
     pub fn rejected(&self, reason: Rejection) {
         self.metrics.rejected(reason);
     }
+
+    /// The metrics refusals are counted in.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }
 
 /// Who makes a request: the tenant, what the credential allows, and the

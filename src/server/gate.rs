@@ -4,14 +4,15 @@
 
 use std::sync::Arc;
 
-use tonic::{metadata::MetadataMap, Request};
+use tokio::sync::watch;
+use tonic::{metadata::MetadataMap, Request, Status};
 
 use super::conn::ConnInfo;
 use crate::{
-    auth::Auth,
+    auth::{hash_token, Auth},
     error::{Error, Result},
     lease::{Caller, Permissions, Tenants, Usage},
-    metrics::Rejection,
+    metrics::{Metrics, Rejection},
 };
 
 /// The gate every Leasehold call passes.
@@ -64,6 +65,103 @@ impl Gate {
         };
         caller.admit()?;
         Ok(caller)
+    }
+
+    /// What a stream (KeepAlive, Observe) of `caller` was admitted with, to
+    /// look at again whenever the auth file is reloaded: credentials are
+    /// checked when a stream opens, and a token removed later must not keep
+    /// its leases alive. `None` without authentication.
+    pub fn stream_credential<T>(
+        &self,
+        request: &Request<T>,
+        caller: &Caller,
+    ) -> Option<StreamCredential> {
+        let auth = self.auth.as_ref()?;
+        let cert_names = request
+            .extensions()
+            .get::<ConnInfo>()
+            .map(|info| info.cert_names.clone())
+            .unwrap_or_default();
+        Some(StreamCredential {
+            auth: Arc::clone(auth),
+            // Admitted, so readable; kept as its hash, not the token.
+            bearer: bearer(request.metadata()).ok().flatten().map(hash_token),
+            cert_names,
+            tenant: caller.tenant().id().to_owned(),
+            reloads: auth.reloads(),
+            metrics: self.tenants.metrics().clone(),
+        })
+    }
+}
+
+/// The credential a stream was admitted with (the bearer token's hash, the
+/// client certificate's names) and the tenant it was admitted into.
+pub struct StreamCredential {
+    auth: Arc<Auth>,
+    bearer: Option<[u8; 32]>,
+    cert_names: Arc<[String]>,
+    tenant: String,
+    reloads: watch::Receiver<u64>,
+    metrics: Metrics,
+}
+
+impl StreamCredential {
+    /// Resolves when a reload of the auth file took away what the stream
+    /// was admitted with: its credential (UNAUTHENTICATED), its tenant or
+    /// its `use` permission (PERMISSION_DENIED). The stream then ends with
+    /// that status; its leases are no longer renewed and run out at their
+    /// TTL, as for any broken stream. Never resolves otherwise.
+    pub async fn withdrawn(&mut self) -> Status {
+        loop {
+            if self.reloads.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            let (reason, error) = match self
+                .auth
+                .authenticate_hashed(self.bearer.as_ref(), &self.cert_names)
+            {
+                Err(_) => (
+                    Rejection::Unauthenticated,
+                    Error::Unauthenticated(
+                        "the credential this stream was opened with is no longer in the \
+                             broker's --auth-file (reloaded): its leases are not renewed any \
+                             more"
+                            .into(),
+                    ),
+                ),
+                Ok(grant) if grant.tenant != self.tenant => (
+                    Rejection::PermissionDenied,
+                    Error::PermissionDenied(format!(
+                        "the credential this stream was opened with now belongs to tenant \
+                             '{}', not '{}' (reloaded --auth-file): its leases are not renewed \
+                             any more; open a new stream",
+                        grant.tenant, self.tenant
+                    )),
+                ),
+                Ok(grant) if !grant.permissions.use_locks => (
+                    Rejection::PermissionDenied,
+                    Error::PermissionDenied(
+                        "the credential this stream was opened with lost the `use` \
+                             permission (reloaded --auth-file): its leases are not renewed any \
+                             more"
+                            .into(),
+                    ),
+                ),
+                Ok(_) => continue,
+            };
+            self.metrics.rejected(reason);
+            tracing::info!(tenant = %self.tenant, error = %error, "stream ended: credential withdrawn");
+            return Status::from(error);
+        }
+    }
+}
+
+/// Waits for `credential` to be withdrawn, or forever when there is none
+/// (no authentication).
+pub async fn withdrawn(credential: &mut Option<StreamCredential>) -> Status {
+    match credential {
+        Some(credential) => credential.withdrawn().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -7,7 +7,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{gate::Gate, keepalive};
+use super::{
+    gate::{self, Gate},
+    keepalive,
+};
 use crate::{
     lease::{AcquireArgs, Leader, Leases},
     proto::{
@@ -40,11 +43,13 @@ impl Leasehold for LeaseholdService {
         request: Request<Streaming<KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
         let caller = self.gate.caller(&request)?;
+        let credential = self.gate.stream_credential(&request, &caller);
         let session = self.leases.keepalive_session(caller)?;
         Ok(Response::new(keepalive::start(
             self.leases.clone(),
             session,
             request.into_inner(),
+            credential,
         )))
     }
 
@@ -182,6 +187,7 @@ impl Leasehold for LeaseholdService {
         request: Request<LeaderRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
         let caller = self.gate.caller(&request)?;
+        let mut credential = self.gate.stream_credential(&request, &caller);
         let mut observer = self
             .leases
             .observe(&caller, &request.into_inner().election)
@@ -192,6 +198,10 @@ impl Leasehold for LeaseholdService {
             loop {
                 let change = tokio::select! {
                     change = observer.next() => change,
+                    status = gate::withdrawn(&mut credential) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
                     () = tx.closed() => return,
                 };
                 let end = change.is_err();

@@ -6,6 +6,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
+use super::gate::{withdrawn, StreamCredential};
 use crate::{
     lease::{LeaseRef, LeaseState, Leases, Session},
     metrics::LossReason,
@@ -24,9 +25,10 @@ pub fn start(
     leases: Leases,
     session: Session,
     inbound: Streaming<KeepAliveRequest>,
+    credential: Option<StreamCredential>,
 ) -> ResponseStream {
     let (tx, rx) = mpsc::channel(OUTBOX);
-    tokio::spawn(pump(leases, session, inbound, tx));
+    tokio::spawn(pump(leases, session, inbound, credential, tx));
     ReceiverStream::new(rx)
 }
 
@@ -34,6 +36,7 @@ async fn pump(
     leases: Leases,
     mut session: Session,
     mut inbound: Streaming<KeepAliveRequest>,
+    mut credential: Option<StreamCredential>,
     tx: mpsc::Sender<Result<KeepAliveResponse, Status>>,
 ) {
     let shutdown = leases.shutting_down();
@@ -43,6 +46,12 @@ async fn pump(
             () = session.throttle() => tokio::select! {
                 next = inbound.message() => next,
                 () = &mut shutdown => break,
+                status = withdrawn(&mut credential) => {
+                    // Its leases run out at their TTL, as for any broken
+                    // stream.
+                    let _ = tx.try_send(Err(status));
+                    return session.abandon();
+                }
             },
             () = &mut shutdown => break,
         };
