@@ -98,9 +98,24 @@ pub struct ServeConfig {
     )]
     pub max_concurrent_streams: u32,
 
-    /// Largest gRPC message accepted or sent, in bytes.
-    #[arg(long, env = "LEASEHOLD_MAX_MESSAGE_SIZE", default_value_t = 4 * 1024 * 1024)]
+    /// Largest gRPC message accepted or sent, in bytes. The largest real
+    /// request is a heartbeat naming --max-stream-leases leases: 1,000 with
+    /// 256-byte names take 308 KB, so 1 MiB leaves room while bounding what
+    /// one call can make the broker buffer.
+    #[arg(long, env = "LEASEHOLD_MAX_MESSAGE_SIZE", default_value_t = 1024 * 1024)]
     pub max_message_size: usize,
+
+    /// Most bytes of unfinished requests (messages announced and not yet
+    /// received in full) one connection may make the broker buffer; past
+    /// it the call that would exceed it fails with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASEHOLD_CONN_MAX_BUFFER", default_value_t = 8 * 1024 * 1024)]
+    pub conn_max_buffer: usize,
+
+    /// Most bytes of unfinished requests all connections together may make
+    /// the broker buffer; past it calls fail with RESOURCE_EXHAUSTED. Keep
+    /// it well under the broker's memory limit.
+    #[arg(long, env = "LEASEHOLD_MAX_BUFFER", default_value_t = 64 * 1024 * 1024)]
+    pub max_buffer: usize,
 
     /// Threads that run requests: 0 for one per core. 1 runs everything on
     /// one thread, with no hand-offs between threads: the cheapest per
@@ -198,8 +213,9 @@ pub struct Limits {
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
 
-    /// Most leases one KeepAlive heartbeat may name.
-    #[arg(long, env = "LEASEHOLD_MAX_STREAM_LEASES", default_value_t = 10_000)]
+    /// Most leases one KeepAlive heartbeat may name. The clients of this
+    /// repository split a larger set over several heartbeats of 1,000.
+    #[arg(long, env = "LEASEHOLD_MAX_STREAM_LEASES", default_value_t = 1_000)]
     pub max_stream_leases: usize,
 
     /// Most heartbeats per second one KeepAlive stream may send; more are
@@ -265,7 +281,7 @@ impl Default for Limits {
             max_lock_delay: Duration::from_secs(60),
             max_semaphore_limit: 1_000,
             max_waiters: 10_000,
-            max_stream_leases: 10_000,
+            max_stream_leases: 1_000,
             max_stream_rate: 100,
             max_name_len: 256,
             max_holder_len: 256,
@@ -355,6 +371,13 @@ impl ServeConfig {
         if self.handshake_timeout.is_zero() {
             return Err("--handshake-timeout must be above zero".into());
         }
+        if self.conn_max_buffer < self.max_message_size || self.max_buffer < self.conn_max_buffer {
+            return Err(format!(
+                "--max-message-size ({}) <= --conn-max-buffer ({}) <= --max-buffer ({}) must \
+                 hold: a message the broker accepts must fit what it may buffer",
+                self.max_message_size, self.conn_max_buffer, self.max_buffer
+            ));
+        }
         if self.store_client_cert.is_some() != self.store_client_key.is_some() {
             return Err(
                 "--store-client-cert and --store-client-key go together: give both, or neither"
@@ -411,7 +434,9 @@ impl ServeConfig {
             max_connections: 10_000,
             handshake_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1_000,
-            max_message_size: 4 * 1024 * 1024,
+            max_message_size: 1024 * 1024,
+            conn_max_buffer: 8 * 1024 * 1024,
+            max_buffer: 64 * 1024 * 1024,
             worker_threads: 0,
             tls_cert: None,
             tls_key: None,

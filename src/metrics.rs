@@ -59,15 +59,19 @@ pub enum Rejection {
     Cap,
     /// `--max-connections` reached: the connection was closed at once.
     Connections,
+    /// `--conn-max-buffer` or `--max-buffer` reached: a message was refused
+    /// before anything was buffered for it.
+    Buffer,
 }
 
 impl Rejection {
     /// Every reason, so each series exists from start-up at 0.
-    pub const ALL: [Rejection; 4] = [
+    pub const ALL: [Rejection; 5] = [
         Rejection::Unauthenticated,
         Rejection::PermissionDenied,
         Rejection::Cap,
         Rejection::Connections,
+        Rejection::Buffer,
     ];
 
     /// The label value.
@@ -77,6 +81,7 @@ impl Rejection {
             Rejection::PermissionDenied => "permission_denied",
             Rejection::Cap => "cap",
             Rejection::Connections => "connections",
+            Rejection::Buffer => "buffer",
         }
     }
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{must_acquire, Broker, RedisServer};
+use common::{eventually, must_acquire, Broker, BrokerProcess, RedisServer};
 use leasehold::proto::{
     leasehold_client::LeaseholdClient, DescribeRequest, KeepAliveRequest, LeaseRef, RenewRequest,
 };
@@ -169,4 +169,194 @@ async fn random_requests_get_statuses() {
             .await;
     }
     bystander_intact(&mut client, lease.fence, &lease.owner_token).await;
+}
+
+/// A raw HTTP/2 connection to the broker, to send what no gRPC client
+/// would: messages announced and left unfinished.
+mod raw {
+    use std::{convert::Infallible, net::SocketAddr};
+
+    use http_body_util::StreamBody;
+    use hyper::body::{Bytes, Frame};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
+
+    pub type Body = StreamBody<ReceiverStream<Result<Frame<Bytes>, Infallible>>>;
+
+    pub async fn connect(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Body> {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        sender
+    }
+
+    /// Starts an Acquire whose one message announces `len` bytes, sends
+    /// `sent` of them and keeps the body open (the sender). Resolves to the
+    /// grpc-status once the broker answers.
+    pub fn unfinished_acquire(
+        sender: &mut hyper::client::conn::http2::SendRequest<Body>,
+        token: Option<&str>,
+        len: usize,
+        sent: usize,
+    ) -> (
+        mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
+        tokio::task::JoinHandle<Option<i32>>,
+    ) {
+        let (tx, rx) = mpsc::channel(4);
+        let mut request = hyper::Request::post("/leasehold.v1.Leasehold/Acquire")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request
+            .body(StreamBody::new(ReceiverStream::new(rx)))
+            .unwrap();
+        let response = sender.send_request(request);
+        let feed = tx.clone();
+        tokio::spawn(async move {
+            let mut data = vec![0u8];
+            data.extend_from_slice(&(len as u32).to_be_bytes());
+            data.resize(5 + sent, b'x');
+            for chunk in data.chunks(64 * 1024) {
+                if feed
+                    .send(Ok(Frame::data(Bytes::copy_from_slice(chunk))))
+                    .await
+                    .is_err()
+                {
+                    return; // answered: the stream is gone
+                }
+            }
+        });
+        let answer = tokio::spawn(async move {
+            let response = response.await.ok()?;
+            response
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+        });
+        (tx, answer)
+    }
+}
+
+/// A call with no known credential is answered from its headers: an
+/// Acquire announcing a 900 KB message, of which only 100 KB came, gets
+/// UNAUTHENTICATED at once. (Authenticating in the handler waited for the
+/// whole message, buffering what a stranger sent.)
+#[tokio::test]
+async fn an_unauthenticated_body_is_refused_before_it_is_read() {
+    let dir = common::certs::scratch("an_unauthenticated_body_is_refused_before_it_is_read");
+    let token = leasehold::auth::generate_token().unwrap();
+    let file = dir.join("auth");
+    std::fs::write(
+        &file,
+        format!("jobs use {}\n", leasehold::auth::token_credential(&token)),
+    )
+    .unwrap();
+    let broker = Broker::start_with("memory", move |c| c.auth_file = Some(file)).await;
+    let mut sender = raw::connect(broker.addr).await;
+    for credential in [None, Some("lh_not-a-token")] {
+        let (_body, answer) = raw::unfinished_acquire(&mut sender, credential, 900_000, 100_000);
+        let code = tokio::time::timeout(Duration::from_secs(10), answer)
+            .await
+            .expect("answered while the body is unfinished")
+            .unwrap();
+        assert_eq!(code, Some(tonic::Code::Unauthenticated as i32));
+    }
+    // With the token the same call waits for its message, as it must.
+    let (_body, answer) = raw::unfinished_acquire(&mut sender, Some(&token), 900_000, 100_000);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), answer)
+            .await
+            .is_err(),
+        "an admitted call is not answered before its message is complete"
+    );
+    let scrape = common::scrape(broker.metrics_addr).await;
+    assert_eq!(
+        common::sample(&scrape, r#"lease_rejected_total{reason="unauthenticated"}"#),
+        2.0
+    );
+}
+
+/// The reproduction of the memory attack: 100 Acquire streams on one
+/// connection, each announcing a message of the largest size accepted and
+/// sending all of it but 1 KB. Without a credential every one is refused
+/// from its headers; with one, what the connection may make the broker
+/// buffer is --conn-max-buffer (8 MiB), the rest are refused with
+/// RESOURCE_EXHAUSTED. Either way the broker grows by less than 64 MB (it
+/// grew by 395 MB with 4 MB messages, authenticating in the handler).
+#[tokio::test]
+async fn unfinished_messages_cannot_fill_the_brokers_memory() {
+    const STREAMS: usize = 100;
+    const LARGEST: usize = 1024 * 1024; // the default --max-message-size
+    let dir = common::certs::scratch("unfinished_messages_cannot_fill_the_brokers_memory");
+    let token = leasehold::auth::generate_token().unwrap();
+    let file = dir.join("auth");
+    std::fs::write(
+        &file,
+        format!("jobs use {}\n", leasehold::auth::token_credential(&token)),
+    )
+    .unwrap();
+    let broker =
+        BrokerProcess::start_logged("memory", &["--auth-file", file.to_str().unwrap()], None).await;
+    for credential in [None, Some(token.as_str())] {
+        let before = broker.rss();
+        let mut sender = raw::connect(broker.addr).await;
+        let mut bodies = Vec::new();
+        let mut answers = Vec::new();
+        for _ in 0..STREAMS {
+            let (body, answer) =
+                raw::unfinished_acquire(&mut sender, credential, LARGEST, LARGEST - 1024);
+            bodies.push(body);
+            answers.push(answer);
+        }
+        // Every refusal arrives (counted); the admitted calls wait for their
+        // message, so they have no answer a moment later.
+        let (reason, refusals) = match credential {
+            None => ("unauthenticated", STREAMS),
+            Some(_) => ("buffer", STREAMS - 8),
+        };
+        let series = format!(r#"lease_rejected_total{{reason="{reason}"}}"#);
+        let base = common::sample(&common::scrape(broker.metrics_addr).await, &series);
+        eventually(Duration::from_secs(60), "every refusal", || async {
+            common::sample(&common::scrape(broker.metrics_addr).await, &series) - base
+                >= refusals as f64
+        })
+        .await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        let mut codes = Vec::new();
+        for answer in answers {
+            match tokio::time::timeout_at(deadline, answer).await {
+                Ok(code) => codes.push(code.unwrap()),
+                Err(_) => codes.push(None),
+            }
+        }
+        let waiting = codes.iter().filter(|c| c.is_none()).count();
+        let rss = broker.rss();
+        let grown = rss.saturating_sub(before);
+        eprintln!(
+            "credential: {}, waiting: {waiting}, refused: {:?}, RSS {} -> {} MB (+{:.1} MB)",
+            credential.is_some(),
+            STREAMS - waiting,
+            before / 1_000_000,
+            rss / 1_000_000,
+            grown as f64 / 1e6
+        );
+        let expected = match credential {
+            None => tonic::Code::Unauthenticated,
+            Some(_) => tonic::Code::ResourceExhausted,
+        };
+        assert!(
+            codes.iter().flatten().all(|c| *c == expected as i32),
+            "{codes:?}"
+        );
+        // --conn-max-buffer (8 MiB) holds exactly 8 messages of 1 MiB.
+        assert_eq!(waiting, STREAMS - refusals);
+        assert!(grown < 64_000_000, "RSS grew by {grown} bytes");
+        drop(bodies);
+    }
 }

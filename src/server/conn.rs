@@ -13,7 +13,7 @@ use std::{
     net::SocketAddr,
     pin::Pin,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc,
     },
     task::{Context, Poll},
@@ -47,6 +47,9 @@ pub struct ConnInfo {
     pub cert_names: Arc<[String]>,
     /// The connection's counters against `--conn-max-*`.
     pub usage: Arc<Usage>,
+    /// Bytes of unfinished requests buffered for this connection, against
+    /// `--conn-max-buffer` (see `admit::Metered`).
+    pub buffered: Arc<AtomicUsize>,
 }
 
 /// How connections are accepted.
@@ -246,6 +249,7 @@ pub fn incoming(listener: TcpListener, acceptor: Acceptor) -> ReceiverStream<io:
                         peer,
                         cert_names: cert_names.into(),
                         usage: Usage::connection(acceptor.caps),
+                        buffered: Arc::default(),
                     },
                     metrics: acceptor.metrics.clone(),
                     _slot: slot,

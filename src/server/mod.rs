@@ -1,6 +1,7 @@
 //! The network side: the gRPC server (Leasehold API, health, reflection) and
 //! the HTTP metrics endpoint, started and stopped together by [`run`].
 
+mod admit;
 mod conn;
 mod gate;
 mod grpc;
@@ -65,6 +66,15 @@ pub async fn run(
         ),
         enable_revoke: config.enable_revoke,
     });
+    let admission = admit::Admission::new(
+        Arc::clone(&gate),
+        Arc::new(admit::Budget::new(
+            config.max_buffer,
+            config.conn_max_buffer,
+            config.max_message_size,
+            metrics.clone(),
+        )),
+    );
     let acceptor = conn::Acceptor {
         tls: tls.clone(),
         slots: Arc::new(Semaphore::new(config.max_connections)),
@@ -126,6 +136,7 @@ pub async fn run(
         tokio::spawn(until_stopped(reloader.on_sighup(), stop_rx));
     }
     let on_shutdown = leases.clone();
+    warn_if_heartbeats_cannot_fit(&config);
     let router = tonic::transport::Server::builder()
         // A heartbeat naming thousands of leases fits the flow-control
         // window, instead of waiting for window updates mid-message.
@@ -140,9 +151,12 @@ pub async fn run(
         // token and a few short fields; hyper's default is 16 MiB).
         .max_concurrent_streams(Some(config.max_concurrent_streams))
         .http2_max_header_list_size(Some(MAX_HEADER_LIST_SIZE))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
+        // Credentials from the headers, and the byte budgets, before any
+        // body is read (admit.rs).
+        .layer(admission)
+        .add_service(health_service.max_decoding_message_size(config.max_message_size))
+        .add_service(reflection_v1.max_decoding_message_size(config.max_message_size))
+        .add_service(reflection_v1alpha.max_decoding_message_size(config.max_message_size))
         .add_service(
             LeaseholdServer::new(LeaseholdService::new(leases, gate))
                 .max_decoding_message_size(config.max_message_size)
@@ -165,6 +179,27 @@ async fn until_stopped(task: impl Future<Output = ()>, mut stop: watch::Receiver
     tokio::select! {
         () = task => {}
         _ = stop.wait_for(|stopped| *stopped) => {}
+    }
+}
+
+/// Says so at start-up when a heartbeat naming `--max-stream-leases` leases
+/// of the longest names would not fit `--max-message-size`: such a
+/// heartbeat would fail with OUT_OF_RANGE rather than with the clear
+/// `--max-stream-leases` refusal.
+fn warn_if_heartbeats_cannot_fit(config: &ServeConfig) {
+    // A LeaseRef: the name and 32-byte token with their tags and lengths, a
+    // TTL varint, and its own tag and length: at most 51 bytes beyond the
+    // name.
+    let largest = config.limits.max_stream_leases * (config.limits.max_name_len + 51) + 16;
+    if largest > config.max_message_size {
+        tracing::warn!(
+            "a heartbeat naming --max-stream-leases ({}) leases with names of --max-name-len \
+             ({}) bytes takes {largest} bytes, over --max-message-size ({}): raise \
+             --max-message-size (and --conn-max-buffer) or lower the others",
+            config.limits.max_stream_leases,
+            config.limits.max_name_len,
+            config.max_message_size
+        );
     }
 }
 
