@@ -31,7 +31,6 @@
 
 pub mod auth;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod error;
 pub mod lease;
@@ -42,3 +41,5 @@ pub mod shutdown;
 pub mod store;
 
 pub use error::{Error, Result};
+/// The Rust client (the `leasehold-client` crate), which the CLI uses.
+pub use leasehold_client as client;

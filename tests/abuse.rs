@@ -183,6 +183,8 @@ mod raw {
     use tokio_stream::wrappers::ReceiverStream;
 
     pub type Body = StreamBody<ReceiverStream<Result<Frame<Bytes>, Infallible>>>;
+    /// What feeds a body: keep it to keep the body open.
+    pub type Feed = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
 
     pub async fn connect(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Body> {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -202,10 +204,7 @@ mod raw {
         token: Option<&str>,
         len: usize,
         sent: usize,
-    ) -> (
-        mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
-        tokio::task::JoinHandle<Option<i32>>,
-    ) {
+    ) -> (Feed, tokio::task::JoinHandle<Option<i32>>) {
         let (tx, rx) = mpsc::channel(4);
         let mut request = hyper::Request::post("/leasehold.v1.Leasehold/Acquire")
             .header("content-type", "application/grpc")

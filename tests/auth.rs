@@ -1106,7 +1106,7 @@ async fn a_withdrawn_credential_ends_its_streams() {
     let (_p, mut p_answers) = renewing(&mut payments, gone.lease.as_ref().unwrap()).await;
     let (_b, mut b_answers) = renewing(&mut billing, demoted.lease.as_ref().unwrap()).await;
     // An Observe stream of each, answered once (the election's state).
-    let mut observing = |client: &mut Grpc| {
+    let observing = |client: &mut Grpc| {
         let mut client = client.clone();
         async move {
             let mut changes = client

@@ -1,7 +1,7 @@
 """The keeper: one thread per Client that keeps all its leases alive over one
 KeepAlive stream, notices losses, and reconnects when the stream breaks.
 
-It follows the rules of the Rust client (src/client/keeper.rs):
+It follows the rules of the Rust client (clients/rust/src/keeper.rs):
 
 * one heartbeat every third of the shortest TTL, naming every live lease;
 * each renewal moves a lease's local deadline to (heartbeat *send* time +

@@ -3,10 +3,10 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use leasehold::client::{AcquireOptions, Client};
+//! use leasehold_client::{AcquireOptions, Client};
 //!
 //! # async fn write_report(_fence: u64) {}
-//! # async fn example() -> Result<(), leasehold::client::ClientError> {
+//! # async fn example() -> Result<(), leasehold_client::ClientError> {
 //! let client = Client::connect("http://127.0.0.1:7420").await?;
 //! let opts = AcquireOptions::new().ttl(Duration::from_secs(10)).wait(Duration::from_secs(30));
 //! let lease = client.acquire("jobs/nightly", opts).await?;
@@ -27,6 +27,9 @@
 //! (a tenth of the TTL by default), so latency, late timers and clock skew can
 //! only make it end early; [`Lease::lost`] fires at that deadline if no
 //! renewal confirmed the lease by then, even if the broker is unreachable.
+//!
+//! This crate depends on the API's definition (`leasehold-proto`), tonic's
+//! client and tokio: using it compiles no part of the broker.
 
 mod keeper;
 
@@ -51,7 +54,7 @@ use tonic::{
     Code,
 };
 
-use crate::proto::{
+use leasehold_proto::{
     leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
     DescribeResponse, LeaderRequest, ReleaseRequest, RevokeRequest,
 };
@@ -727,7 +730,7 @@ fn broken(status: &tonic::Status) -> bool {
 }
 
 fn release_outcome(
-    answer: Result<tonic::Response<crate::proto::ReleaseResponse>, tonic::Status>,
+    answer: Result<tonic::Response<leasehold_proto::ReleaseResponse>, tonic::Status>,
 ) -> Result<(), ClientError> {
     match answer {
         Ok(_) => Ok(()),
@@ -749,7 +752,7 @@ pub struct LeaderInfo {
 }
 
 impl LeaderInfo {
-    fn from_message(r: crate::proto::LeaderResponse) -> Option<Self> {
+    fn from_message(r: leasehold_proto::LeaderResponse) -> Option<Self> {
         r.present.then_some(LeaderInfo {
             value: r.value,
             term: r.term,
@@ -759,7 +762,7 @@ impl LeaderInfo {
 
 /// The changes of an election's leadership (see [`Client::observe`]).
 pub struct Observation {
-    stream: tonic::Streaming<crate::proto::LeaderResponse>,
+    stream: tonic::Streaming<leasehold_proto::LeaderResponse>,
 }
 
 impl Observation {
@@ -787,10 +790,7 @@ impl fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("name", &self.held.name)
             .field("fence", &self.held.fence)
-            .field(
-                "owner_token",
-                &crate::lease::token::Redacted(&self.held.token).to_string(),
-            )
+            .field("owner_token", &redacted(&self.held.token))
             .finish()
     }
 }
@@ -915,4 +915,10 @@ fn source_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     parts.join(": ")
+}
+
+/// A token fit for logs and `Debug`: its first 4 characters only, enough to
+/// correlate lines of one lease, useless for taking it over.
+fn redacted(token: &str) -> String {
+    format!("{}…", token.get(..4).unwrap_or(""))
 }

@@ -16,7 +16,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
 use super::{Held, LossReason, Shared};
-use crate::proto::{self, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseRef};
+use leasehold_proto::{
+    self as proto, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseRef,
+};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
