@@ -457,8 +457,9 @@ const MAX_FIRST_SETTINGS: usize = 32 * 6;
 /// it at once, without waiting for the rest.
 async fn read_preface(io: &mut Io, peer: SocketAddr) -> Result<Vec<u8>, Refused> {
     use tokio::io::AsyncReadExt;
+    // Read straight into the buffer (it grows as needed): at most a few
+    // hundred bytes, since reading stops once the frame is complete.
     let mut read = Vec::with_capacity(PREFACE.len() + FRAME_HEADER + 64);
-    let mut chunk = [0u8; 1024];
     loop {
         match check_preface(&read) {
             Ok(true) => return Ok(read),
@@ -468,12 +469,12 @@ async fn read_preface(io: &mut Io, peer: SocketAddr) -> Result<Vec<u8>, Refused>
                 return Err(Refused::Counted);
             }
         }
-        match io.read(&mut chunk).await {
+        match io.read_buf(&mut read).await {
             Ok(0) => {
                 tracing::debug!(%peer, bytes = read.len(), "connection closed by the client before its HTTP/2 preface");
                 return Err(Refused::Quiet);
             }
-            Ok(n) => read.extend_from_slice(&chunk[..n]),
+            Ok(_) => {}
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "connection lost before its HTTP/2 preface");
                 return Err(Refused::Quiet);
