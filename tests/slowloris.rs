@@ -567,3 +567,43 @@ async fn metrics_answers_left_unread_are_bounded() {
     assert!(freed < Duration::from_secs(10), "held {freed:?}");
     writer.abort();
 }
+
+/// Bounds of zero would turn the protection off: `leasehold serve` refuses
+/// them at start-up, naming the flag.
+#[test]
+fn zero_bounds_are_refused_at_start() {
+    for (flag, value) in [
+        ("--ping-interval", "0s"),
+        ("--ping-timeout", "0s"),
+        ("--metrics-timeout", "0s"),
+        ("--metrics-max-connections", "0"),
+    ] {
+        let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0", flag, value])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run leasehold serve");
+        // A broker that accepted the value serves until killed.
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = serve.try_wait().unwrap() {
+                break Some(status);
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                let _ = serve.kill();
+                let _ = serve.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{flag} {value} was accepted: {stderr}"
+        );
+        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
+    }
+}
