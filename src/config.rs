@@ -19,6 +19,17 @@ pub struct ServeConfig {
     )]
     pub metrics_listen: SocketAddr,
 
+    /// Most connections open at once on the metrics port; past it, a new
+    /// connection is closed at once. Prometheus needs one or two.
+    #[arg(long, env = "LEASEHOLD_METRICS_MAX_CONNECTIONS", default_value_t = 64)]
+    pub metrics_max_connections: usize,
+
+    /// How long a connection to the metrics port may take to send a
+    /// request's headers (or wait between requests), and may leave the
+    /// answer unread, before it is closed.
+    #[arg(long, env = "LEASEHOLD_METRICS_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub metrics_timeout: Duration,
+
     /// Where leases live: `memory` (embedded, this process only) or Redis,
     /// shared by every replica: `redis://127.0.0.1:6379/0`,
     /// `redis+sentinel://s1:26379,s2:26379/mymaster` (the primary the
@@ -84,10 +95,22 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
 
-    /// How long a new connection may take to finish its TLS handshake (or,
-    /// without TLS, to send its first bytes) before it is closed.
+    /// How long a new connection may take to finish its TLS handshake (with
+    /// TLS) and send the HTTP/2 preface and its first SETTINGS frame before
+    /// it is closed.
     #[arg(long, env = "LEASEHOLD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub handshake_timeout: Duration,
+
+    /// How long a connection may go without a request, data or ping answer
+    /// from its client before the broker sends it an HTTP/2 ping: finds
+    /// clients that vanished without closing (a partition, a host gone).
+    #[arg(long, env = "LEASEHOLD_PING_INTERVAL", default_value = "20s", value_parser = parse_duration)]
+    pub ping_interval: Duration,
+
+    /// How long a ping may go unanswered before the connection is closed
+    /// (its streams end, its slot under --max-connections frees up).
+    #[arg(long, env = "LEASEHOLD_PING_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub ping_timeout: Duration,
 
     /// Most HTTP/2 streams (calls in flight) one connection may have open at
     /// once; more wait in the client.
@@ -378,6 +401,15 @@ impl ServeConfig {
                 self.max_message_size, self.conn_max_buffer, self.max_buffer
             ));
         }
+        if self.ping_interval.is_zero() || self.ping_timeout.is_zero() {
+            return Err("--ping-interval and --ping-timeout must be above zero".into());
+        }
+        if self.metrics_max_connections == 0 {
+            return Err("--metrics-max-connections must be at least 1".into());
+        }
+        if self.metrics_timeout.is_zero() {
+            return Err("--metrics-timeout must be above zero".into());
+        }
         if self.store_client_cert.is_some() != self.store_client_key.is_some() {
             return Err(
                 "--store-client-cert and --store-client-key go together: give both, or neither"
@@ -422,6 +454,8 @@ impl ServeConfig {
         ServeConfig {
             listen,
             metrics_listen,
+            metrics_max_connections: 64,
+            metrics_timeout: Duration::from_secs(5),
             store: store.into(),
             key_prefix: "leasehold:".into(),
             store_timeout: Duration::from_secs(1),
@@ -433,6 +467,8 @@ impl ServeConfig {
             reload_interval: Duration::from_secs(10),
             max_connections: 10_000,
             handshake_timeout: Duration::from_secs(10),
+            ping_interval: Duration::from_secs(20),
+            ping_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1_000,
             max_message_size: 1024 * 1024,
             conn_max_buffer: 8 * 1024 * 1024,

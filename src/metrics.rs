@@ -62,16 +62,21 @@ pub enum Rejection {
     /// `--conn-max-buffer` or `--max-buffer` reached: a message was refused
     /// before anything was buffered for it.
     Buffer,
+    /// A gRPC connection closed before its first request: its TLS handshake
+    /// failed, or it sent something else than the HTTP/2 preface and
+    /// SETTINGS, or not all of them within `--handshake-timeout`.
+    Handshake,
 }
 
 impl Rejection {
     /// Every reason, so each series exists from start-up at 0.
-    pub const ALL: [Rejection; 5] = [
+    pub const ALL: [Rejection; 6] = [
         Rejection::Unauthenticated,
         Rejection::PermissionDenied,
         Rejection::Cap,
         Rejection::Connections,
         Rejection::Buffer,
+        Rejection::Handshake,
     ];
 
     /// The label value.
@@ -82,6 +87,7 @@ impl Rejection {
             Rejection::Cap => "cap",
             Rejection::Connections => "connections",
             Rejection::Buffer => "buffer",
+            Rejection::Handshake => "handshake",
         }
     }
 }
@@ -246,8 +252,12 @@ impl Metrics {
                     Opts::new(
                         "lease_rejected_total",
                         "Requests refused before the lease rules (unauthenticated, \
-                         permission_denied, cap: a tenant or connection limit), and \
-                         connections closed at --max-connections (connections).",
+                         permission_denied, cap: a tenant or connection limit; buffer: \
+                         --conn-max-buffer or --max-buffer), connections closed at \
+                         --max-connections (connections), and \
+                         connections closed before their first request: a failed TLS \
+                         handshake, not HTTP/2, or no preface and SETTINGS within \
+                         --handshake-timeout (handshake).",
                     ),
                     &["reason"],
                 ),

@@ -94,7 +94,15 @@ pub async fn run(
     let metrics_addr = metrics_listener
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
-    tokio::spawn(http::serve(metrics_listener, metrics, stop_rx.clone()));
+    tokio::spawn(http::serve(
+        metrics_listener,
+        http::Bounds {
+            max_connections: config.metrics_max_connections,
+            timeout: config.metrics_timeout,
+        },
+        metrics,
+        stop_rx.clone(),
+    ));
     if auth.is_some() && tls.is_none() {
         tracing::warn!(
             "--auth-file without --tls-cert: bearer tokens cross the network in clear text"
@@ -143,9 +151,11 @@ pub async fn run(
         .initial_stream_window_size(Some(1 << 20))
         .initial_connection_window_size(Some(4 << 20))
         // Pings find clients that vanished without closing the connection
-        // (a partition, a host gone), so their streams end and are counted.
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+        // (a partition, a host gone), so their streams end and are counted;
+        // hyper pings idle connections too, so a client that finished its
+        // handshake (conn.rs) and then stopped answering holds no slot.
+        .http2_keepalive_interval(Some(config.ping_interval))
+        .http2_keepalive_timeout(Some(config.ping_timeout))
         // Bounds on what one connection may ask of HTTP/2: streams open at
         // once (each an in-flight call), and header size (metadata is a
         // token and a few short fields; hyper's default is 16 MiB).
