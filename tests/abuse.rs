@@ -133,41 +133,119 @@ async fn a_heartbeat_naming_100k_leases_is_refused() {
     bystander_intact(&mut client, lease.fence, &lease.owner_token).await;
 }
 
-/// Random bytes as names, holders and tokens: each call gets a status (never
-/// a dropped connection or a panic), and nothing else changes.
+/// The code of a call's outcome (`Ok` for a success), checked against the
+/// codes that call may give; a refusal must say why.
+fn outcome<T>(
+    call: &str,
+    result: Result<T, tonic::Status>,
+    allowed: &[tonic::Code],
+) -> tonic::Code {
+    let code = result
+        .as_ref()
+        .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+    assert!(
+        allowed.contains(&code),
+        "{call}: {result:?}",
+        result = result.err()
+    );
+    if let Err(status) = &result {
+        assert!(
+            !status.message().is_empty(),
+            "{call}: {status:?} says nothing"
+        );
+    }
+    code
+}
+
+/// Random bytes as names, holders and tokens: each call gets a status from
+/// the set that call may give, with a message (never a dropped connection,
+/// an INTERNAL or a panic), and nothing else changes.
 #[tokio::test]
 async fn random_requests_get_statuses() {
+    use tonic::Code::{Aborted, FailedPrecondition, InvalidArgument, NotFound, Ok};
     let broker = Broker::start("memory").await;
     let mut client = broker.client().await;
     let lease = must_acquire(&mut client, "bystander", 60_000).await;
+    let mut seen = std::collections::BTreeMap::<(&str, i32), usize>::new();
+    // Names, tokens and holders drawn in part from their own alphabets (so
+    // they may be valid, and the calls get past validation), else raw bytes.
+    let drawn = |len: usize, alphabet: &[u8]| -> String {
+        random_bytes(len)
+            .iter()
+            .map(|b| char::from(alphabet[usize::from(*b) % alphabet.len()]))
+            .collect()
+    };
     for round in 0..300 {
-        let name = String::from_utf8_lossy(&random_bytes(round % 300)).into_owned();
-        let token = String::from_utf8_lossy(&random_bytes(round % 40)).into_owned();
-        let holder = String::from_utf8_lossy(&random_bytes(round % 270)).into_owned();
-        let ttl_ms = u64::from_le_bytes(random_bytes(8).try_into().unwrap()) >> (round % 64);
-        let _ = client
+        let name = if round % 2 == 0 {
+            drawn(round % 300, b"abcdefghijklmnopqrstuvwxyz0123456789._:/-")
+        } else {
+            String::from_utf8_lossy(&random_bytes(round % 300)).into_owned()
+        };
+        let token = if round % 3 == 0 {
+            drawn(32, b"0123456789abcdef")
+        } else {
+            String::from_utf8_lossy(&random_bytes(round % 40)).into_owned()
+        };
+        let holder = if round % 4 == 0 {
+            drawn(round % 270, b"abcdefghijklmnopqrstuvwxyz0123456789 -_.@")
+        } else {
+            String::from_utf8_lossy(&random_bytes(round % 270)).into_owned()
+        };
+        // Every third TTL within the broker's range (0: the default).
+        let ttl_ms = if round % 3 == 1 {
+            [0, 500, 10_000, 3_600_000][round % 4]
+        } else {
+            u64::from_le_bytes(random_bytes(8).try_into().unwrap()) >> (round % 64)
+        };
+        let acquired = client
             .acquire(common::acquire_req(&name, ttl_ms, &holder, 0))
             .await;
-        let _ = client
+        // A random name may be valid, and free: granted.
+        let code = outcome("acquire", acquired, &[Ok, InvalidArgument, Aborted]);
+        *seen.entry(("acquire", code as i32)).or_default() += 1;
+        let renewed = client
             .renew(RenewRequest {
                 name: name.clone(),
                 owner_token: token.clone(),
                 ttl_ms,
             })
             .await;
-        let _ = client
+        let code = outcome(
+            "renew",
+            renewed,
+            &[InvalidArgument, NotFound, FailedPrecondition],
+        );
+        *seen.entry(("renew", code as i32)).or_default() += 1;
+        let released = client
             .release(leasehold::proto::ReleaseRequest {
                 name: "bystander".into(),
                 owner_token: token,
             })
             .await;
-        let _ = client
+        let code = outcome("release", released, &[InvalidArgument, FailedPrecondition]);
+        *seen.entry(("release", code as i32)).or_default() += 1;
+        let described = client
             .describe(DescribeRequest {
                 name,
                 ..Default::default()
             })
             .await;
+        let code = outcome("describe", described, &[Ok, InvalidArgument]);
+        *seen.entry(("describe", code as i32)).or_default() += 1;
     }
+    // Both sides of validation were exercised.
+    for call in ["acquire", "describe"] {
+        assert!(seen.get(&(call, Ok as i32)) > Some(&0), "{seen:?}");
+        assert!(
+            seen.get(&(call, InvalidArgument as i32)) > Some(&0),
+            "{seen:?}"
+        );
+    }
+    assert!(
+        seen.get(&("release", FailedPrecondition as i32)) > Some(&0),
+        "{seen:?}"
+    );
+    assert!(seen.get(&("renew", NotFound as i32)) > Some(&0), "{seen:?}");
     bystander_intact(&mut client, lease.fence, &lease.owner_token).await;
 }
 

@@ -38,7 +38,7 @@ use std::{
     fmt,
     sync::{
         atomic::{AtomicUsize, Ordering},
-        Arc, Mutex,
+        Arc, Mutex, PoisonError,
     },
     time::Duration,
 };
@@ -309,22 +309,25 @@ impl Shared {
         }
     }
 
+    /// The leases to keep alive. A panic elsewhere while the lock was held
+    /// (poisoning it) leaves the map whole (every change is one insert or
+    /// remove), so the leases are still kept, never silently dropped.
+    fn leases(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Held>>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn snapshot(&self) -> Vec<Arc<Held>> {
-        self.leases
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+        self.leases().values().cloned().collect()
     }
 
     /// Removes `held` from the leases to keep alive.
     pub(crate) fn forget(&self, held: &Arc<Held>) {
-        if let Ok(mut leases) = self.leases.lock() {
-            if leases
-                .get(&held.token)
-                .is_some_and(|h| Arc::ptr_eq(h, held))
-            {
-                leases.remove(&held.token);
-            }
+        let mut leases = self.leases();
+        if leases
+            .get(&held.token)
+            .is_some_and(|h| Arc::ptr_eq(h, held))
+        {
+            leases.remove(&held.token);
         }
     }
 }
@@ -525,6 +528,29 @@ impl Client {
     /// dropped or lost.
     pub async fn acquire(&self, name: &str, opts: AcquireOptions) -> Result<Lease, ClientError> {
         let sent = Instant::now();
+        let margin = opts.margin;
+        let (lease, waited_ms) = self.grant_waited(name, opts).await?;
+        Ok(self.keep(lease, sent, waited_ms, margin))
+    }
+
+    /// Takes the lease on `name` *without* keeping it alive: it expires at
+    /// its TTL unless the caller renews or releases it by its owner token
+    /// (what a shell script does with `leasehold acquire` and `leasehold
+    /// release`). Prefer [`Client::acquire`] in a program.
+    pub async fn grant(
+        &self,
+        name: &str,
+        opts: AcquireOptions,
+    ) -> Result<leasehold_proto::Lease, ClientError> {
+        Ok(self.grant_waited(name, opts).await?.0)
+    }
+
+    /// The Acquire call: the lease and how long the broker made it wait.
+    async fn grant_waited(
+        &self,
+        name: &str,
+        opts: AcquireOptions,
+    ) -> Result<(leasehold_proto::Lease, u64), ClientError> {
         let request = AcquireRequest {
             name: name.to_owned(),
             ttl_ms: opts.ttl.as_millis() as u64,
@@ -544,10 +570,22 @@ impl Client {
         let lease = response
             .lease
             .ok_or_else(|| ClientError::Status(tonic::Status::internal("grant without a lease")))?;
+        Ok((lease, response.waited_ms))
+    }
+
+    /// Keeps `lease`, granted to a request sent at `sent` after
+    /// `waited_ms` of waiting, alive from now on.
+    fn keep(
+        &self,
+        lease: leasehold_proto::Lease,
+        sent: Instant,
+        waited_ms: u64,
+        margin: Option<Duration>,
+    ) -> Lease {
         // The grant happened no sooner than `waited_ms` after we sent.
-        let granted_no_sooner_than = sent + Duration::from_millis(response.waited_ms);
+        let granted_no_sooner_than = sent + Duration::from_millis(waited_ms);
         let ttl = Duration::from_millis(lease.ttl_ms);
-        let margin = opts.margin.unwrap_or(ttl / 10).min(ttl);
+        let margin = margin.unwrap_or(ttl / 10).min(ttl);
         let deadline = (granted_no_sooner_than + ttl)
             .checked_sub(margin)
             .unwrap_or(granted_no_sooner_than);
@@ -560,15 +598,15 @@ impl Client {
             deadline: watch::Sender::new(deadline),
             lost: watch::Sender::new(None),
         });
-        if let Ok(mut leases) = self.shared.leases.lock() {
-            leases.insert(held.token.clone(), Arc::clone(&held));
-        }
+        self.shared
+            .leases()
+            .insert(held.token.clone(), Arc::clone(&held));
         self.shared.added.notify_one();
-        Ok(Lease {
+        Lease {
             held,
             shared: Arc::clone(&self.shared),
             done: false,
-        })
+        }
     }
 
     /// Who holds `name` (no owner token).
