@@ -4,6 +4,8 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+pub use crate::lease::Limits;
+
 /// How the broker serves: addresses, store, timeouts, limits, logs.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeConfig {
@@ -187,7 +189,7 @@ pub struct ServeConfig {
 
     /// Request limits.
     #[command(flatten)]
-    pub limits: Limits,
+    pub limits: LimitFlags,
 
     /// Log format: `pretty` for people, `json` for log pipelines. The level
     /// is set with `RUST_LOG` (default `info`).
@@ -204,10 +206,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Bounds on what a request may ask for. Past a bound, the request fails with
-/// INVALID_ARGUMENT or RESOURCE_EXHAUSTED and a message naming the bound.
+/// The flags of the request limits ([`Limits`], the lease rules' own
+/// struct): each field is the limit of the same name.
 #[derive(clap::Args, Clone, Debug)]
-pub struct Limits {
+pub struct LimitFlags {
     /// Shortest lease a client may ask for.
     #[arg(long, env = "LEASEHOLD_TTL_MIN", default_value = "500ms", value_parser = parse_duration)]
     pub ttl_min: Duration,
@@ -294,85 +296,113 @@ pub struct Limits {
     pub conn_max_rate: u32,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
+impl From<&LimitFlags> for Limits {
+    fn from(flags: &LimitFlags) -> Self {
+        // Every field named: a flag added without its limit does not compile.
+        let LimitFlags {
+            ttl_min,
+            ttl_max,
+            ttl_default,
+            max_wait,
+            max_lock_delay,
+            max_semaphore_limit,
+            max_waiters,
+            max_stream_leases,
+            max_stream_rate,
+            max_name_len,
+            max_holder_len,
+            tenant_max_leases,
+            tenant_max_waiters,
+            tenant_max_streams,
+            tenant_max_rate,
+            conn_max_leases,
+            conn_max_waiters,
+            conn_max_streams,
+            conn_max_rate,
+        } = flags.clone();
         Limits {
-            ttl_min: Duration::from_millis(500),
-            ttl_max: Duration::from_secs(3600),
-            ttl_default: Duration::from_secs(10),
-            max_wait: Duration::from_secs(300),
-            max_lock_delay: Duration::from_secs(60),
-            max_semaphore_limit: 1_000,
-            max_waiters: 10_000,
-            max_stream_leases: 1_000,
-            max_stream_rate: 100,
-            max_name_len: 256,
-            max_holder_len: 256,
-            tenant_max_leases: 0,
-            tenant_max_waiters: 0,
-            tenant_max_streams: 0,
-            tenant_max_rate: 0,
-            conn_max_leases: 0,
-            conn_max_waiters: 0,
-            conn_max_streams: 0,
-            conn_max_rate: 0,
+            ttl_min,
+            ttl_max,
+            ttl_default,
+            max_wait,
+            max_lock_delay,
+            max_semaphore_limit,
+            max_waiters,
+            max_stream_leases,
+            max_stream_rate,
+            max_name_len,
+            max_holder_len,
+            tenant_max_leases,
+            tenant_max_waiters,
+            tenant_max_streams,
+            tenant_max_rate,
+            conn_max_leases,
+            conn_max_waiters,
+            conn_max_streams,
+            conn_max_rate,
         }
     }
 }
 
-impl Limits {
-    /// The caps of each tenant.
-    pub fn tenant_caps(&self) -> crate::lease::Caps {
-        crate::lease::Caps {
-            leases: self.tenant_max_leases,
-            waiters: self.tenant_max_waiters,
-            streams: self.tenant_max_streams,
-            rate: self.tenant_max_rate,
+impl Default for LimitFlags {
+    /// The flags' defaults, from the limits' own.
+    fn default() -> Self {
+        let Limits {
+            ttl_min,
+            ttl_max,
+            ttl_default,
+            max_wait,
+            max_lock_delay,
+            max_semaphore_limit,
+            max_waiters,
+            max_stream_leases,
+            max_stream_rate,
+            max_name_len,
+            max_holder_len,
+            tenant_max_leases,
+            tenant_max_waiters,
+            tenant_max_streams,
+            tenant_max_rate,
+            conn_max_leases,
+            conn_max_waiters,
+            conn_max_streams,
+            conn_max_rate,
+        } = Limits::default();
+        LimitFlags {
+            ttl_min,
+            ttl_max,
+            ttl_default,
+            max_wait,
+            max_lock_delay,
+            max_semaphore_limit,
+            max_waiters,
+            max_stream_leases,
+            max_stream_rate,
+            max_name_len,
+            max_holder_len,
+            tenant_max_leases,
+            tenant_max_waiters,
+            tenant_max_streams,
+            tenant_max_rate,
+            conn_max_leases,
+            conn_max_waiters,
+            conn_max_streams,
+            conn_max_rate,
         }
     }
+}
 
-    /// The caps of each connection.
-    pub fn conn_caps(&self) -> crate::lease::Caps {
-        crate::lease::Caps {
-            leases: self.conn_max_leases,
-            waiters: self.conn_max_waiters,
-            streams: self.conn_max_streams,
-            rate: self.conn_max_rate,
-        }
-    }
-
-    /// Checks that the limits make sense together, so a misconfiguration is
-    /// reported at start-up rather than as odd request failures.
-    pub fn check(&self) -> Result<(), String> {
-        if self.ttl_min.is_zero() {
-            return Err("--ttl-min must be above zero".into());
-        }
-        if self.ttl_min > self.ttl_max {
-            return Err(format!(
-                "--ttl-min ({:?}) is above --ttl-max ({:?})",
-                self.ttl_min, self.ttl_max
-            ));
-        }
-        if self.ttl_default < self.ttl_min || self.ttl_default > self.ttl_max {
-            return Err(format!(
-                "--ttl-default ({:?}) is outside --ttl-min..=--ttl-max ({:?}..={:?})",
-                self.ttl_default, self.ttl_min, self.ttl_max
-            ));
-        }
-        if self.max_stream_rate == 0 {
-            return Err("--max-stream-rate must be at least 1".into());
-        }
-        if self.max_name_len == 0 {
-            return Err("--max-name-len must be at least 1".into());
-        }
-        Ok(())
+impl LimitFlags {
+    /// The limits these flags set.
+    pub fn limits(&self) -> Limits {
+        Limits::from(self)
     }
 }
 
 impl ServeConfig {
     /// Checks the settings that must agree with each other.
     pub fn check(&self) -> Result<(), String> {
-        self.limits.check()?;
+        self.limits.limits().check()?;
         if self.replica_acks > 0 && self.replica_ack_timeout >= self.store_timeout {
             return Err(format!(
                 "--replica-ack-timeout ({:?}) must be below --store-timeout ({:?})",
@@ -439,15 +469,6 @@ impl ServeConfig {
         })
     }
 
-    /// The TLS files, if TLS is on (both --tls-cert and --tls-key given).
-    pub fn tls_files(&self) -> Option<crate::server::tls::TlsFiles> {
-        Some(crate::server::tls::TlsFiles {
-            cert: self.tls_cert.clone()?,
-            key: self.tls_key.clone()?,
-            client_ca: self.tls_client_ca.clone(),
-        })
-    }
-
     /// A configuration with every default, serving on the given addresses:
     /// what tests and embedders start from.
     pub fn new(listen: SocketAddr, metrics_listen: SocketAddr, store: impl Into<String>) -> Self {
@@ -480,7 +501,7 @@ impl ServeConfig {
             store_ca: None,
             store_client_cert: None,
             store_client_key: None,
-            limits: Limits::default(),
+            limits: LimitFlags::default(),
             log_format: LogFormat::Pretty,
         }
     }
@@ -531,11 +552,17 @@ mod tests {
         assert!(parse_duration("99999999999999999999h").is_err());
     }
 
+    /// The flags' parsed defaults are the limits' own defaults (clap's
+    /// `default_value`s and `Limits::default` say the same).
     #[test]
-    fn inconsistent_limits_are_refused() {
-        let mut limits = Limits::default();
-        assert_eq!(limits.check(), Ok(()));
-        limits.ttl_default = Duration::from_millis(100);
-        assert!(limits.check().unwrap_err().contains("--ttl-default"));
+    fn flag_defaults_are_the_limits_defaults() {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            flags: LimitFlags,
+        }
+        let parsed = <Only as clap::Parser>::try_parse_from(["leasehold"]).unwrap();
+        assert_eq!(parsed.flags.limits(), Limits::default());
+        assert_eq!(LimitFlags::default().limits(), Limits::default());
     }
 }

@@ -25,7 +25,8 @@
 //!   into a caller, connections (TLS, limits), health, reflection,
 //!   `/metrics`.
 //! * [`shutdown`]: signal handling.
-//! * [`proto`]: code generated from the proto.
+//! * [`proto`]: the API (the `leasehold-proto` crate) and etcd's.
+//! * [`redact`]: what never reaches a log whole (tokens, store passwords).
 
 #![warn(missing_docs)]
 
@@ -36,6 +37,7 @@ pub mod error;
 pub mod lease;
 pub mod metrics;
 pub mod proto;
+pub mod redact;
 pub mod server;
 pub mod shutdown;
 pub mod store;

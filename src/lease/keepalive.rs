@@ -35,7 +35,7 @@ impl std::fmt::Debug for LeaseRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseRef")
             .field("name", &self.name)
-            .field("owner_token", &super::token::Redacted(&self.owner_token))
+            .field("owner_token", &crate::redact::Redacted(&self.owner_token))
             .field("ttl_ms", &self.ttl_ms)
             .finish()
     }

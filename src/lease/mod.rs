@@ -5,6 +5,7 @@
 
 mod election;
 mod keepalive;
+mod limits;
 mod orphans;
 mod tenant;
 pub mod token;
@@ -13,6 +14,7 @@ pub mod validate;
 pub use self::{
     election::{Leader, Observer},
     keepalive::{LeaseRef, LeaseState, Session},
+    limits::Limits,
     tenant::{
         store_name, Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants, Usage,
         NAMESPACE_SEPARATOR, ROOT_TENANT,
@@ -27,7 +29,6 @@ use tokio::{
 };
 
 use crate::{
-    config::Limits,
     error::{Error, Result},
     metrics::{LossReason, Metrics},
     store::{
@@ -71,7 +72,7 @@ impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
             .field("name", &self.name)
-            .field("owner_token", &token::Redacted(&self.owner_token))
+            .field("owner_token", &crate::redact::Redacted(&self.owner_token))
             .field("fence", &self.fence)
             .field("ttl_ms", &self.ttl_ms)
             .finish()
@@ -258,7 +259,7 @@ impl Leases {
                 m.acquire_wait.observe(granted.waited.as_secs_f64());
                 tracing::debug!(
                     lock = %spec.name, fence = granted.lease.fence, ttl_ms = spec.ttl_ms,
-                    holder = %spec.holder, token = %token::Redacted(&spec.token), "granted"
+                    holder = %spec.holder, token = %crate::redact::Redacted(&spec.token), "granted"
                 );
             }
             Err(Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. }) => {
@@ -466,7 +467,7 @@ impl Leases {
         match outcome {
             Checked::Done(()) => {
                 self.inner.metrics.released.inc();
-                tracing::debug!(lock = %stored, token = %token::Redacted(owner_token), "released");
+                tracing::debug!(lock = %stored, token = %crate::redact::Redacted(owner_token), "released");
                 Ok(())
             }
             Checked::Released => Ok(()),

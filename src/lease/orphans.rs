@@ -25,7 +25,8 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::{token::Redacted, Inner, Leases};
+use super::{Inner, Leases};
+use crate::redact::Redacted;
 use crate::{
     error::Error,
     store::{Checked, GrantSpec},

@@ -8,6 +8,7 @@ mod grpc;
 mod health;
 mod http;
 mod keepalive;
+mod status;
 pub mod tls;
 
 use std::{future::Future, sync::Arc};
@@ -43,7 +44,7 @@ pub async fn run(
     config.check().map_err(Error::InvalidArgument)?;
     // Loaded before anything starts: a bad certificate stops the broker at
     // once, with the file named.
-    let tls = match config.tls_files() {
+    let tls = match tls::TlsFiles::of(&config) {
         Some(files) => Some(Arc::new(tls::Tls::load(files)?)),
         None => None,
     };
@@ -56,14 +57,11 @@ pub async fn run(
         &config.store_options().map_err(Error::InvalidArgument)?,
     )?;
     let metrics = Metrics::new();
-    let leases = Leases::new(store, config.limits.clone(), metrics.clone());
+    let limits = config.limits.limits();
+    let leases = Leases::new(store, limits.clone(), metrics.clone());
     let gate = Arc::new(Gate {
         auth: auth.clone(),
-        tenants: Tenants::new(
-            config.limits.tenant_caps(),
-            config.limits.conn_caps(),
-            metrics.clone(),
-        ),
+        tenants: Tenants::new(limits.tenant_caps(), limits.conn_caps(), metrics.clone()),
         enable_revoke: config.enable_revoke,
     });
     let admission = admit::Admission::new(
@@ -79,7 +77,7 @@ pub async fn run(
         tls: tls.clone(),
         slots: Arc::new(Semaphore::new(config.max_connections)),
         handshake_timeout: config.handshake_timeout,
-        caps: config.limits.conn_caps(),
+        caps: limits.conn_caps(),
         metrics: metrics.clone(),
     };
 
@@ -124,7 +122,7 @@ pub async fn run(
     tracing::info!(
         grpc = %grpc.local_addr().map_err(|e| Error::Internal(e.to_string()))?,
         metrics = %metrics_addr,
-        store = %redact_url(&config.store),
+        store = %crate::redact::url(&config.store),
         tls = match &tls {
             None => "off",
             Some(tls) if tls.mutual() => "mutual",
@@ -297,38 +295,4 @@ fn stamps(paths: &[std::path::PathBuf]) -> Vec<Option<(std::time::SystemTime, u6
             Some((meta.modified().ok()?, meta.len()))
         })
         .collect()
-}
-
-/// A store URL fit for logs: any password replaced by `***`.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}://{user}:***{}", &url[..scheme], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn store_urls_are_logged_without_passwords() {
-        assert_eq!(
-            redact_url("redis://:s3cret@redis:6379/0"),
-            "redis://:***@redis:6379/0"
-        );
-        assert_eq!(
-            redact_url("rediss://app:pw@r:6380"),
-            "rediss://app:***@r:6380"
-        );
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
-        );
-        assert_eq!(redact_url("memory"), "memory");
-    }
 }
