@@ -320,20 +320,23 @@ mod raw {
     }
 }
 
+/// An auth file, in a scratch folder of `test`, granting one new token
+/// (returned) `use` in tenant `jobs`.
+fn one_token(test: &str) -> (String, std::path::PathBuf) {
+    let token = leasehold::auth::generate_token().unwrap();
+    let file = common::certs::scratch(test).join("auth");
+    let line = format!("jobs use {}\n", leasehold::auth::token_credential(&token));
+    std::fs::write(&file, line).unwrap();
+    (token, file)
+}
+
 /// A call with no known credential is answered from its headers: an
 /// Acquire announcing a 900 KB message, of which only 100 KB came, gets
 /// UNAUTHENTICATED at once. (Authenticating in the handler waited for the
 /// whole message, buffering what a stranger sent.)
 #[tokio::test]
 async fn an_unauthenticated_body_is_refused_before_it_is_read() {
-    let dir = common::certs::scratch("an_unauthenticated_body_is_refused_before_it_is_read");
-    let token = leasehold::auth::generate_token().unwrap();
-    let file = dir.join("auth");
-    std::fs::write(
-        &file,
-        format!("jobs use {}\n", leasehold::auth::token_credential(&token)),
-    )
-    .unwrap();
+    let (token, file) = one_token("an_unauthenticated_body_is_refused_before_it_is_read");
     let broker = Broker::start_with("memory", move |c| c.auth_file = Some(file)).await;
     let mut sender = raw::connect(broker.addr).await;
     for credential in [None, Some("lh_not-a-token")] {
@@ -370,14 +373,7 @@ async fn an_unauthenticated_body_is_refused_before_it_is_read() {
 async fn unfinished_messages_cannot_fill_the_brokers_memory() {
     const STREAMS: usize = 100;
     const LARGEST: usize = 1024 * 1024; // the default --max-message-size
-    let dir = common::certs::scratch("unfinished_messages_cannot_fill_the_brokers_memory");
-    let token = leasehold::auth::generate_token().unwrap();
-    let file = dir.join("auth");
-    std::fs::write(
-        &file,
-        format!("jobs use {}\n", leasehold::auth::token_credential(&token)),
-    )
-    .unwrap();
+    let (token, file) = one_token("unfinished_messages_cannot_fill_the_brokers_memory");
     let broker =
         BrokerProcess::start_logged("memory", &["--auth-file", file.to_str().unwrap()], None).await;
     for credential in [None, Some(token.as_str())] {

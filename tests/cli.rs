@@ -257,6 +257,14 @@ async fn a_paused_holder_knows_its_lease_is_lost_when_it_resumes() {
     next.release().await.unwrap();
 }
 
+/// The value of `key` in `acquire`'s `KEY=value` lines.
+fn assignment(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        .to_owned()
+}
+
 /// acquire prints shell assignments; describe shows the holder; release with
 /// the token frees it, and a second release says the lease is gone.
 #[tokio::test]
@@ -277,12 +285,7 @@ async fn acquire_describe_release_round_trip() {
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     let text = String::from_utf8(output.stdout).unwrap();
-    let value = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("no {key} in {text}"))
-            .to_owned()
-    };
+    let value = |key: &str| assignment(&text, key);
     let token = value("LEASEHOLD_TOKEN");
     assert_eq!(value("LEASEHOLD_LOCK"), "manual");
 
@@ -338,12 +341,7 @@ async fn commands_move_past_an_unreachable_broker() {
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     let text = String::from_utf8(output.stdout).unwrap();
-    let value = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("no {key} in {text}"))
-            .to_owned()
-    };
+    let value = |key: &str| assignment(&text, key);
     let described = run(&["describe", "--lock", "failover"])
         .output()
         .await
