@@ -427,8 +427,11 @@ async fn unfinished_messages_cannot_fill_the_brokers_memory() {
             codes.iter().flatten().all(|c| *c == expected as i32),
             "{codes:?}"
         );
-        // --conn-max-buffer (8 MiB) holds exactly 8 messages of 1 MiB.
+        // --conn-max-buffer (8 MiB) holds exactly 8 messages of 1 MiB; each
+        // refusal is counted once.
         assert_eq!(waiting, STREAMS - refusals);
+        let counted = common::sample(&common::scrape(broker.metrics_addr).await, &series) - base;
+        assert_eq!(counted, refusals as f64);
         assert!(grown < 64_000_000, "RSS grew by {grown} bytes");
         drop(bodies);
     }
