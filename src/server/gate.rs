@@ -23,6 +23,8 @@ pub struct Gate {
     pub tenants: Tenants,
     /// Without authentication: whether every caller may revoke.
     pub enable_revoke: bool,
+    /// Counts the refused credentials.
+    pub metrics: Metrics,
 }
 
 impl Gate {
@@ -43,7 +45,7 @@ impl Gate {
             .and_then(|token| auth.authenticate(token, cert_names))
             .map(Some)
             .inspect_err(|e| {
-                self.tenants.rejected(Rejection::Unauthenticated);
+                self.metrics.rejected(Rejection::Unauthenticated);
                 // The message says what was missing, never what was sent.
                 tracing::debug!(peer = ?info.map(|i| i.peer), error = %e, "call refused: unauthenticated");
             })
@@ -112,7 +114,7 @@ impl Gate {
             cert_names,
             tenant: caller.tenant().id().to_owned(),
             reloads: auth.reloads(),
-            metrics: self.tenants.metrics().clone(),
+            metrics: self.metrics.clone(),
         })
     }
 }

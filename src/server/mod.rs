@@ -23,7 +23,7 @@ use crate::{
     auth::Auth,
     config::ServeConfig,
     error::{Error, Result},
-    lease::{Leases, Tenants},
+    lease::{Events, Leases, Tenants},
     metrics::Metrics,
     proto::{self, leasehold_server::LeaseholdServer},
     store::Store,
@@ -58,11 +58,14 @@ pub async fn run(
     )?;
     let metrics = Metrics::new();
     let limits = config.limits.limits();
-    let leases = Leases::new(store, limits.clone(), metrics.clone());
+    // The lease rules report to the metrics (metrics.rs maps each event).
+    let events: Arc<dyn Events> = Arc::new(metrics.clone());
+    let leases = Leases::new(store, limits.clone(), Arc::clone(&events));
     let gate = Arc::new(Gate {
         auth: auth.clone(),
-        tenants: Tenants::new(limits.tenant_caps(), limits.conn_caps(), metrics.clone()),
+        tenants: Tenants::new(limits.tenant_caps(), limits.conn_caps(), events),
         enable_revoke: config.enable_revoke,
+        metrics: metrics.clone(),
     });
     let admission = admit::Admission::new(
         Arc::clone(&gate),
@@ -85,6 +88,7 @@ pub async fn run(
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(health::watch_store(
         leases.clone(),
+        metrics.clone(),
         health_reporter,
         config.health_interval,
         stop_rx.clone(),
