@@ -47,6 +47,9 @@ struct Waiter {
     position: Arc<AtomicU64>,
 }
 
+/// A waiter as a refresh sees it: its token, and the position it knew.
+type Known = (String, Arc<AtomicU64>);
+
 /// A waiter's registration: its place is refreshed while this lives.
 pub(super) struct Place {
     places: Arc<Places>,
@@ -99,7 +102,7 @@ impl Places {
     /// Refreshes every place once: one store call per name, all at once.
     /// Returns how many waiters were woken.
     pub(super) async fn refresh(&self, store: &Store, metrics: &Metrics) -> usize {
-        let lines: Vec<(String, Vec<(String, Arc<AtomicU64>)>)> = self
+        let lines: Vec<(String, Vec<Known>)> = self
             .names
             .iter()
             .map(|entry| {
