@@ -184,7 +184,7 @@ struct Shape {
 }
 
 /// Redis's CPU seconds so far, RSS and dataset size (MiB), from INFO.
-async fn redis_info(
+pub(super) async fn redis_info(
     redis: &mut redis::aio::MultiplexedConnection,
 ) -> Result<(f64, f64, f64), String> {
     let info: String = redis::cmd("INFO")
@@ -205,7 +205,7 @@ async fn redis_info(
 }
 
 /// CPU seconds a process has used (user + system), from /proc (Linux).
-fn cpu_seconds(pid: u32) -> f64 {
+pub(super) fn cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
