@@ -88,6 +88,18 @@ struct Shared {
     handoffs_us: Mutex<Vec<u64>>,
     /// Acquire or Release calls that failed (timeouts, UNAVAILABLE...).
     errors: AtomicU64,
+    /// The first failure, to report.
+    first_error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn failed(&self, status: &tonic::Status) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        if first.is_none() {
+            *first = Some(format!("{:?}: {}", status.code(), status.message()));
+        }
+    }
 }
 
 async fn run(args: WaitersArgs) -> Result<(), String> {
@@ -119,7 +131,10 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     let name = "bench/waiters".to_owned();
     let mut holder = broker.grpc.clone();
     let held = holder
-        .acquire(request(&name, 0))
+        .acquire(AcquireRequest {
+            ttl_ms: 600_000,
+            ..request(&name, 0)
+        })
         .await
         .map_err(|s| format!("holder's acquire: {}", s.message()))?
         .into_inner()
@@ -178,20 +193,34 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     shared
         .released_ns
         .store(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    holder
+    // An overloaded store may time the release out: tried again, as a
+    // client would, for as long as the run lasts.
+    let mut holder_failed = 0;
+    while let Err(status) = holder
         .release(ReleaseRequest {
             name: name.clone(),
-            owner_token: held.owner_token,
+            owner_token: held.owner_token.clone(),
         })
         .await
-        .map_err(|s| format!("holder's release: {}", s.message()))?;
-    tokio::time::sleep(args.duration).await;
+    {
+        holder_failed += 1;
+        if status.code() != tonic::Code::Unavailable || started.elapsed() >= args.duration {
+            println!(
+                "holder's release: {:?}: {}",
+                status.code(),
+                status.message()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(args.duration.saturating_sub(started.elapsed())).await;
     shared.measuring.store(false, Ordering::Relaxed);
     let wall = started.elapsed().as_secs_f64();
     let (redis_cpu_after, _, _) = redis_info(&mut redis).await?;
     let run_redis = (redis_cpu_after - redis_cpu) / wall * 100.0;
     let run_broker = (cpu_seconds(pid) - broker_cpu) / wall * 100.0;
-    let run_errors = shared.errors.load(Ordering::Relaxed) - errors;
+    let run_errors = shared.errors.load(Ordering::Relaxed) - errors + holder_failed;
     shared.stop.store(true, Ordering::Relaxed);
     let handoffs =
         std::mem::take(&mut *shared.handoffs_us.lock().unwrap_or_else(|e| e.into_inner()));
@@ -224,6 +253,14 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
         args.duration,
         n as f64 / wall
     );
+    if let Some(first) = shared
+        .first_error
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        println!("first failed call: {first}");
+    }
     Ok(())
 }
 
@@ -254,12 +291,15 @@ async fn waiters_in_line(client: &mut BenchClient, name: &str) -> Option<u64> {
 /// handoff to the next), and waits again, until the run stops.
 async fn wait_in_turn(mut client: BenchClient, name: String, shared: Arc<Shared>, origin: Instant) {
     while !shared.stop.load(Ordering::Relaxed) {
-        let lease = match client.acquire(request(&name, 600_000)).await {
+        // Within the broker's default --max-wait (300 s).
+        let lease = match client.acquire(request(&name, 290_000)).await {
             Ok(granted) => granted.into_inner().lease,
-            Err(_) => None,
+            Err(status) => {
+                shared.failed(&status);
+                None
+            }
         };
         let Some(lease) = lease else {
-            shared.errors.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -275,15 +315,15 @@ async fn wait_in_turn(mut client: BenchClient, name: String, shared: Arc<Shared>
         shared
             .released_ns
             .store(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        if client
+        match client
             .release(ReleaseRequest {
                 name: name.clone(),
                 owner_token: lease.owner_token,
             })
             .await
-            .is_err()
         {
-            shared.errors.fetch_add(1, Ordering::Relaxed);
+            Ok(_) => {}
+            Err(status) => shared.failed(&status),
         }
     }
 }

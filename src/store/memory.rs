@@ -916,6 +916,65 @@ mod tests {
         assert_eq!(store.inner.leases.len(), 0);
     }
 
+    /// Property: whatever the joins, renewals, departures and lapses, a
+    /// line's ranks and order are those of a plain list of its waiters in
+    /// arrival order (what the list-based line computed in O(n)).
+    #[test]
+    fn a_line_ranks_as_a_list_would() {
+        let mut seed = vec![0u8; 40_000];
+        getrandom::fill(&mut seed).unwrap();
+        let start = Instant::now();
+        let mut line = Line::default();
+        let mut model: Vec<(String, Instant)> = Vec::new();
+        let mut now = start;
+        for pair in seed.chunks(2) {
+            let (op, who) = (pair[0] % 8, format!("w{}", pair[1] % 64));
+            match op {
+                0..=3 => {
+                    let deadline = now + Duration::from_millis(u64::from(pair[1]) * 10);
+                    let position = line.join(&who, deadline);
+                    match model.iter().position(|(t, _)| *t == who) {
+                        Some(i) => {
+                            model[i].1 = deadline;
+                            assert_eq!(position, i as u64 + 1);
+                        }
+                        None => {
+                            model.push((who, deadline));
+                            assert_eq!(position, model.len() as u64);
+                        }
+                    }
+                }
+                4 | 5 => {
+                    let was = model.iter().position(|(t, _)| *t == who);
+                    assert_eq!(line.remove(&who), was.is_some());
+                    if let Some(i) = was {
+                        model.remove(i);
+                    }
+                }
+                6 => {
+                    now += Duration::from_millis(u64::from(pair[1]));
+                    line.prune(now);
+                    model.retain(|(_, deadline)| *deadline > now);
+                }
+                _ => {
+                    let rank = model.iter().position(|(t, _)| *t == who);
+                    assert_eq!(
+                        line.renew(&who, now + QUEUE_LIFETIME),
+                        rank.map(|r| r as u64)
+                    );
+                    if let Some(i) = rank {
+                        model[i].1 = now + QUEUE_LIFETIME;
+                    }
+                }
+            }
+            assert_eq!(line.len(), model.len());
+            assert_eq!(
+                line.first().map(|(t, _)| t.to_owned()),
+                model.first().map(|(t, _)| t.clone())
+            );
+        }
+    }
+
     #[test]
     fn fences_never_repeat_even_within_one_microsecond() {
         let store = MemoryStore {
