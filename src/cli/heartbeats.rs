@@ -184,7 +184,7 @@ struct Shape {
 }
 
 /// Redis's CPU seconds so far, RSS and dataset size (MiB), from INFO.
-pub(super) async fn redis_info(
+async fn redis_info(
     redis: &mut redis::aio::MultiplexedConnection,
 ) -> Result<(f64, f64, f64), String> {
     let info: String = redis::cmd("INFO")

@@ -24,7 +24,7 @@ use std::{
 
 use super::{
     bench::{bench_client, start_broker_exe, BenchClient},
-    heartbeats::{cpu_seconds, redis_info},
+    heartbeats::cpu_seconds,
     soak::percentile,
     EXIT_BROKER_ERROR,
 };
@@ -128,6 +128,16 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| format!("cannot reach Redis: {e}"))?;
+    // Redis's CPU is read from /proc, not with INFO: an overloaded Redis
+    // answers INFO late or not at all.
+    let redis_pid = redis_pid(&mut redis).await?;
+    let redis_cpu = || {
+        let seconds = cpu_seconds(redis_pid);
+        (seconds > 0.0).then_some(seconds).ok_or_else(|| {
+            format!("cannot read Redis's CPU from /proc/{redis_pid}/stat: run the bench on Redis's machine")
+        })
+    };
+    redis_cpu()?;
     let name = "bench/waiters".to_owned();
     let mut holder = broker.grpc.clone();
     let held = holder
@@ -161,10 +171,10 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
 
     // 1. The line fills.
     let filling = Instant::now();
-    let mut in_line = 0;
+    let mut in_line = None;
     while filling.elapsed() < args.fill_timeout {
-        in_line = waiters_in_line(&mut holder, &name).await.unwrap_or(in_line);
-        if in_line >= args.waiters as u64 {
+        in_line = waiters_in_line(&mut holder, &name).await.or(in_line);
+        if in_line >= Some(args.waiters as u64) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -172,20 +182,19 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     let filled = filling.elapsed();
 
     // 2. Waiting.
-    let (redis_cpu, _, _) = redis_info(&mut redis).await?;
+    let redis_before = redis_cpu()?;
     let broker_cpu = cpu_seconds(pid);
     let errors = shared.errors.load(Ordering::Relaxed);
     let held_at = Instant::now();
     tokio::time::sleep(args.hold).await;
     let wall = held_at.elapsed().as_secs_f64();
-    let (redis_cpu_after, _, _) = redis_info(&mut redis).await?;
-    let hold_redis = (redis_cpu_after - redis_cpu) / wall * 100.0;
+    let hold_redis = (redis_cpu()? - redis_before) / wall * 100.0;
     let hold_broker = (cpu_seconds(pid) - broker_cpu) / wall * 100.0;
     let hold_errors = shared.errors.load(Ordering::Relaxed) - errors;
-    let in_line_held = waiters_in_line(&mut holder, &name).await.unwrap_or(0);
+    let in_line_held = waiters_in_line(&mut holder, &name).await;
 
     // 3. Handoffs.
-    let (redis_cpu, _, _) = redis_info(&mut redis).await?;
+    let redis_before = redis_cpu()?;
     let broker_cpu = cpu_seconds(pid);
     let errors = shared.errors.load(Ordering::Relaxed);
     shared.measuring.store(true, Ordering::Relaxed);
@@ -217,8 +226,7 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     tokio::time::sleep(args.duration.saturating_sub(started.elapsed())).await;
     shared.measuring.store(false, Ordering::Relaxed);
     let wall = started.elapsed().as_secs_f64();
-    let (redis_cpu_after, _, _) = redis_info(&mut redis).await?;
-    let run_redis = (redis_cpu_after - redis_cpu) / wall * 100.0;
+    let run_redis = (redis_cpu()? - redis_before) / wall * 100.0;
     let run_broker = (cpu_seconds(pid) - broker_cpu) / wall * 100.0;
     let run_errors = shared.errors.load(Ordering::Relaxed) - errors + holder_failed;
     shared.stop.store(true, Ordering::Relaxed);
@@ -239,9 +247,12 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
         exe.display(),
         args.broker_worker_threads
     );
+    let count = |n: Option<u64>| n.map_or("? (Describe failed)".to_owned(), |n| n.to_string());
     println!(
-        "line: {in_line} waiting after {:.1} s (fill), {in_line_held} after {:?} held",
+        "line: {} waiting after {:.1} s (fill), {} after {:?} held",
+        count(in_line),
         filled.as_secs_f64(),
+        count(in_line_held),
         args.hold
     );
     println!(
@@ -273,6 +284,19 @@ fn request(name: &str, wait_timeout_ms: u64) -> AcquireRequest {
         lock_delay_ms: 0,
         limit: 0,
     }
+}
+
+/// The pid of the Redis server (INFO server), asked before the load starts.
+async fn redis_pid(redis: &mut redis::aio::MultiplexedConnection) -> Result<u32, String> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(redis)
+        .await
+        .map_err(|e| format!("INFO: {e}"))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+        .ok_or_else(|| "INFO server has no process_id".to_owned())
 }
 
 /// Waiters of the lock as the store counts them, on every broker.

@@ -118,10 +118,13 @@ const REFRESH: &str = concat!(
     include_str!("lua/refresh.lua")
 );
 
-/// Most places renewed by one run of `refresh.lua` (as [`RENEW_BATCH`]: a
-/// bound on how long Redis runs nothing else; more waiters of one name on
-/// one broker become several runs, in one round trip).
-const REFRESH_BATCH: usize = 500;
+/// Most places renewed by one run of `refresh.lua`: a bound on how long
+/// Redis runs nothing else (about a millisecond). More waiters of one name
+/// on one broker become several runs, one after the other and not in one
+/// pipeline: Redis serves a client's whole pipeline before anyone else's,
+/// and 10,000 places in one would hold up every other call (a handoff
+/// among them) for tens of milliseconds once a second.
+const REFRESH_BATCH: usize = 250;
 const DESCRIBE: &str = include_str!("lua/describe.lua");
 
 impl Scripts {
@@ -717,9 +720,9 @@ impl RedisStore {
     }
 
     /// Renews the places of `tokens` (this broker's waiters on `name`) in
-    /// the line: one round trip, one `refresh.lua` run per
-    /// [`REFRESH_BATCH`] tokens. Each token's rank (0: first in line), or
-    /// `None` when it has no place.
+    /// the line: one `refresh.lua` run per [`REFRESH_BATCH`] tokens, one
+    /// after the other. Each token's rank (0: first in line), or `None` when
+    /// it has no place.
     pub(crate) async fn refresh_places(
         &self,
         name: &str,
@@ -729,24 +732,20 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let NameKeys { queue, alive, .. } = self.keys(name);
-        let script = &self.inner.scripts.refresh;
-        let mut pipe = redis::pipe();
-        for batch in tokens.chunks(REFRESH_BATCH) {
-            let mut invocation = script.prepare_invoke();
-            invocation
-                .key(&queue)
-                .key(&alive)
-                .arg(QUEUE_LIFETIME.as_millis() as u64);
-            for token in batch {
-                invocation.arg(token);
-            }
-            pipe.invoke_script(&invocation);
-        }
+        let life = QUEUE_LIFETIME.as_millis().to_string();
         let mut ranks = Vec::with_capacity(tokens.len());
-        for batch in self.pipeline("refresh", script, &pipe).await? {
-            let Value::Array(batch) = batch else {
-                return Err(Error::Internal(format!("refresh reply: {batch:?}")));
-            };
+        for batch in tokens.chunks(REFRESH_BATCH) {
+            let mut args = Vec::with_capacity(batch.len() + 1);
+            args.push(life.clone());
+            args.extend(batch.iter().cloned());
+            let batch: Vec<Value> = self
+                .eval(
+                    "refresh",
+                    &self.inner.scripts.refresh,
+                    &[&queue, &alive],
+                    &args,
+                )
+                .await?;
             for i in 0..batch.len() {
                 let rank = int(&batch, i)?;
                 ranks.push(u64::try_from(rank).ok());
