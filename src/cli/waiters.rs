@@ -131,13 +131,13 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     // Redis's CPU is read from /proc, not with INFO: an overloaded Redis
     // answers INFO late or not at all.
     let redis_pid = redis_pid(&mut redis).await?;
-    let redis_cpu = || {
-        let seconds = cpu_seconds(redis_pid);
-        (seconds > 0.0).then_some(seconds).ok_or_else(|| {
-            format!("cannot read Redis's CPU from /proc/{redis_pid}/stat: run the bench on Redis's machine")
-        })
-    };
-    redis_cpu()?;
+    let stat = format!("/proc/{redis_pid}/stat");
+    if !std::path::Path::new(&stat).exists() {
+        return Err(format!(
+            "cannot read Redis's CPU from {stat}: run the bench on Redis's machine"
+        ));
+    }
+    let redis_cpu = || Ok::<_, String>(cpu_seconds(redis_pid));
     let name = "bench/waiters".to_owned();
     let mut holder = broker.grpc.clone();
     let held = holder
