@@ -125,8 +125,7 @@ pub struct Leases {
 }
 
 impl Leases {
-    /// A lease service over `store`.
-    /// Inside a tokio runtime it also starts the task that refreshes the
+    /// A lease service over `store`. Inside a tokio runtime it also starts the task that refreshes the
     /// places of its waiters in line, which stops when the service is
     /// dropped.
     pub fn new(store: Store, limits: Limits, metrics: Metrics) -> Self {
