@@ -29,10 +29,8 @@ use std::{
 
 use dashmap::DashMap;
 
-use crate::{
-    metrics::Metrics,
-    store::{Store, QUEUE_LIFETIME, QUEUE_REFRESH},
-};
+use super::Events;
+use crate::store::{Store, QUEUE_LIFETIME, QUEUE_REFRESH};
 
 /// The waiters of this replica, by store name of the lock.
 #[derive(Default)]
@@ -101,7 +99,7 @@ impl Places {
 
     /// Refreshes every place once: one store call per name, all at once.
     /// Returns how many waiters were woken.
-    pub(super) async fn refresh(&self, store: &Store, metrics: &Metrics) -> usize {
+    pub(super) async fn refresh(&self, store: &Store, events: &dyn Events) -> usize {
         let lines: Vec<(String, Vec<Known>)> = self
             .names
             .iter()
@@ -134,7 +132,7 @@ impl Places {
                 Err(e) => {
                     // The places last QUEUE_LIFETIME: the next refresh, a
                     // second later, may still keep them.
-                    metrics.store_errors.inc();
+                    events.store_failed();
                     tracing::warn!(lock = %name, error = %e, "refreshing waiters' places failed");
                     0
                 }
@@ -150,7 +148,7 @@ impl Places {
 /// Refreshes the places every [`QUEUE_REFRESH`] until `places` is dropped.
 /// A refresh slower than that delays the next one rather than overlapping
 /// it (the places last [`QUEUE_LIFETIME`], three refreshes).
-pub(super) async fn keep(places: Weak<Places>, store: Store, metrics: Metrics) {
+pub(super) async fn keep(places: Weak<Places>, store: Store, events: Arc<dyn Events>) {
     const _: () = assert!(QUEUE_REFRESH.as_millis() * 2 < QUEUE_LIFETIME.as_millis());
     let mut ticks = tokio::time::interval(QUEUE_REFRESH);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -162,6 +160,6 @@ pub(super) async fn keep(places: Weak<Places>, store: Store, metrics: Metrics) {
         if places.names.is_empty() {
             continue;
         }
-        places.refresh(&store, &metrics).await;
+        places.refresh(&store, &*events).await;
     }
 }

@@ -42,7 +42,7 @@ pub use self::memory::MemoryStore;
 pub use self::redis::{lease_key, RedisStore, SCRIPTS};
 pub use self::watch::Watch;
 
-use crate::{error::Result, lease::token::Redacted};
+use crate::{error::Result, redact::Redacted};
 
 /// How to reach and use a store.
 #[derive(Clone, Debug)]
@@ -343,7 +343,7 @@ impl Store {
         } else {
             Err(crate::Error::InvalidArgument(format!(
                 "unknown store '{}': use 'memory', or a redis://, redis+sentinel:// or redis+cluster:// URL",
-                crate::server::redact_url(url)
+                crate::redact::url(url)
             )))
         }
     }
