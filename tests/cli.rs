@@ -470,6 +470,41 @@ async fn the_cycles_benchmark_runs() {
     }
 }
 
+/// The waiters benchmark fills the line, holds it, and hands the lock down
+/// it: every waiter counted in line, handoffs measured, no call failed.
+#[tokio::test]
+async fn the_waiters_benchmark_runs() {
+    let redis = RedisServer::start();
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["bench", "waiters", "--store", &redis.url()])
+        .args(["--waiters", "50", "--hold", "500ms", "--duration", "1s"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in\n{text}"))
+            .to_owned()
+    };
+    assert!(line("line: ").starts_with("line: 50 waiting"), "{text}");
+    let handoffs = line("handoffs ");
+    let count: u64 = handoffs
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{handoffs}"));
+    assert!(count > 0, "{handoffs}");
+    assert!(handoffs.ends_with(" 0 failed calls"), "{handoffs}");
+    assert!(line("held ").ends_with(" 0 failed calls"), "{text}");
+}
+
 /// The heartbeat benchmark keeps leases alive through a broker of its own
 /// and straight against Redis, loses none, and reports both sides.
 #[tokio::test]

@@ -9,6 +9,7 @@ mod guard;
 mod heartbeats;
 mod run;
 mod soak;
+mod waiters;
 
 use std::{process::ExitCode, time::Duration};
 

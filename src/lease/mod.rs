@@ -8,6 +8,7 @@ mod events;
 mod keepalive;
 mod limits;
 mod orphans;
+mod places;
 mod tenant;
 pub mod token;
 pub mod validate;
@@ -115,6 +116,8 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     /// Tokens whose grant may exist unbeknownst to anyone.
     orphans: Arc<orphans::Orphans>,
+    /// This replica's waiters, whose places in line it refreshes.
+    places: Arc<places::Places>,
 }
 
 /// The lease service; cheap to clone.
@@ -125,7 +128,18 @@ pub struct Leases {
 
 impl Leases {
     /// A lease service over `store`, reporting what happens to `events`.
+    /// Inside a tokio runtime it also starts the task that refreshes the
+    /// places of its waiters in line, which stops when the service is
+    /// dropped.
     pub fn new(store: Store, limits: Limits, events: Arc<dyn Events>) -> Self {
+        let places: Arc<places::Places> = Default::default();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(places::keep(
+                Arc::downgrade(&places),
+                store.clone(),
+                Arc::clone(&events),
+            ));
+        }
         Leases {
             inner: Arc::new(Inner {
                 waiter_slots: Arc::new(Semaphore::new(limits.max_waiters)),
@@ -134,6 +148,7 @@ impl Leases {
                 events,
                 shutdown: watch::Sender::new(false),
                 orphans: Default::default(),
+                places,
             }),
         }
     }
@@ -385,6 +400,12 @@ impl Leases {
         )?;
         let shutdown = self.shutting_down();
         tokio::pin!(shutdown);
+        // The first attempt (before this) took a place in line; from now on
+        // this replica refreshes it, with its other waiters' (places.rs).
+        let place = self
+            .inner
+            .places
+            .register(&spec.name, &spec.token, u64::MAX);
         loop {
             // Armed before the attempt, so a release between the attempt and
             // the wait below still wakes us.
@@ -397,14 +418,29 @@ impl Leases {
                 Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
                 Acquired::Blocked(blocked) => blocked,
             };
+            place.saw(blocked.position);
             let now = Instant::now();
             if now >= deadline {
                 return Err(not_obtained(name, blocked, ms_since(started)));
             }
-            // Woken by a release (pushed); else look again when the lease
-            // would expire or the delay end (nobody announces those), and at
-            // least every QUEUE_REFRESH to keep our place in line.
-            let wake = now + Duration::from_millis(blocked.remaining_ms.max(1)).min(QUEUE_REFRESH);
+            // Woken by a release naming us, or by our replica's refresh of
+            // the places finding us first in line or without a place
+            // (places.rs). The first in line also looks again when the
+            // lease would expire or the delay end (nobody announces those),
+            // and at least every QUEUE_REFRESH (an event may be lost with a
+            // subscription); one further back would only be refused, unless
+            // the name is free and those ahead are slow to take it (a dead
+            // replica's waiter, whose place lapses then: look again then).
+            // So the line costs the store one call per second per name and
+            // replica, not one per waiter.
+            let remaining = Duration::from_millis(blocked.remaining_ms.max(1));
+            let wake = if blocked.position <= 1 {
+                now + remaining.min(QUEUE_REFRESH)
+            } else if blocked.by == BlockedBy::Queue {
+                now + remaining
+            } else {
+                deadline
+            };
             tokio::select! {
                 () = &mut notified => {}
                 () = sleep_until(wake.min(deadline)) => {}
