@@ -21,6 +21,9 @@ WORKDIR /build
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto ./proto
 COPY clients/rust ./clients/rust
+# Not built (a dev-dependency of the tests), but a member of the workspace,
+# which Cargo reads whole.
+COPY tests/harness ./tests/harness
 COPY src ./src
 
 # BuildKit cache mounts keep the crates.io downloads and the compiled

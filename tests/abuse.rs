@@ -3,7 +3,7 @@
 //! tokens. The broker answers with a clear status or closes the connection,
 //! never panics, and a bystander's lease is untouched.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 

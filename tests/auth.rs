@@ -4,7 +4,7 @@
 //! tenant reaches another's lock), and lets only `admin` credentials revoke
 //! or look into other tenants. Against a real Redis where names meet keys.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{path::PathBuf, time::Duration};
 

@@ -4,7 +4,7 @@
 //! tenants) keep their leases and carry on. Connection-level bounds:
 //! `--max-connections`, `--handshake-timeout`, `--max-message-size`.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{path::PathBuf, time::Duration};
 

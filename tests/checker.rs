@@ -21,7 +21,7 @@
 //! LEASEHOLD_CHECK_SECS=60 cargo test --release --test checker -- --nocapture --test-threads 1
 //! ```
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     sync::{

@@ -15,7 +15,7 @@
 //! `LEASEHOLD_CHECK_SECS` sets the duration (default 6 s; for
 //! `descendants_die_with_run`, one pass of its 10 rounds).
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     collections::HashSet,

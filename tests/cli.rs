@@ -2,7 +2,7 @@
 //! (exit codes, environment, kill -9, lease loss, SIGTERM), `hold` paused by
 //! SIGSTOP, and the acquire/describe/release commands.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     process::Stdio,

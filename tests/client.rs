@@ -2,7 +2,7 @@
 //! broker restart, and signal their loss (with a reason) before the holder
 //! could act on a lease it no longer has.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

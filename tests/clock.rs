@@ -6,7 +6,7 @@
 //! What a step does to leases and fences is in `tests/checker.rs`
 //! (`redis_clock_step_back`, `redis_clock_step_forward`).
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::Duration;
 

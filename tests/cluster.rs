@@ -5,7 +5,7 @@
 //! under a contended run. Against a real cluster of 3 primaries with 2
 //! replicas each on loopback ports.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{collections::BTreeSet, time::Duration};
 

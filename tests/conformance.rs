@@ -2,7 +2,7 @@
 //! and a real redis-server. A backend is correct when every test here passes
 //! on it.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! Redis. Every grant is checked against a shared record of who is inside the
 //! critical section, and fences must rise in grant order.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     sync::{

@@ -1,7 +1,7 @@
 //! Coordination beyond a plain mutex: lock-delay after an involuntary loss,
 //! CheckFence, and operator revocation.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! serves, and its "Configuration reference" table exactly the flags,
 //! environment variables and defaults of `leasehold serve --help`.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::collections::BTreeSet;
 

@@ -2,7 +2,7 @@
 //! SIGKILL, a new leader within the TTL, terms strictly increasing, and an
 //! observer that sees every change in order.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     process::Stdio,

@@ -1,7 +1,7 @@
 //! Fair waiting across broker replicas: waiters are granted in arrival
 //! order, and a waiter that dies in the middle does not stall the queue.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     sync::{Arc, Mutex},

@@ -1,7 +1,7 @@
 //! Redis faults: calls fail fast with UNAVAILABLE, health says NOT_SERVING,
 //! and the broker recovers by itself when Redis is back.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 

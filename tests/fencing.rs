@@ -2,7 +2,7 @@
 //! data (a counter), and even when Redis forgets everything (the clock and
 //! the broker's floor); and every key of a name expires by itself.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::Duration;
 

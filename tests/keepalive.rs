@@ -2,7 +2,7 @@
 //! answer every lease (alive, lost and why, rejected), and when the stream
 //! breaks the leases run out their TTL rather than being released early.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 

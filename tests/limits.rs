@@ -2,7 +2,7 @@
 //! the right status and a message naming the limit, and no bad request
 //! touches a bystander's lease.
 
-mod common;
+use leasehold_testkit as common;
 
 use common::{acquire_req, brokers_on_each_store, must_acquire};
 use leasehold::proto::{AcquireRequest, DescribeRequest, ReleaseRequest, RenewRequest};

@@ -10,7 +10,7 @@
 //! stream's leases are looked at 250 ms after their TTL): there is no event
 //! for "nothing happened".
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     process::Stdio,

@@ -5,7 +5,7 @@
 //! TTL. Against a real Redis made slow by `DEBUG SLEEP`, or behind a proxy
 //! that lets requests through and holds the answers back.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::Duration;
 

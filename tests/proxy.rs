@@ -2,7 +2,7 @@
 //! passes bytes, stalls without closing, drops connections and keeps
 //! accepting, and delays chunks.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     net::SocketAddr,

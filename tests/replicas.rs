@@ -2,7 +2,7 @@
 //! renewal counts only once Redis `WAIT` reports it on enough replicas.
 //! Real primary and replica redis-server processes.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! authentication, grants, waits, heartbeats with right and wrong tokens,
 //! releases, revocation, a reload of the auth file, and Redis going away.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::Duration;
 

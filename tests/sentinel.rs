@@ -6,7 +6,7 @@
 //! acknowledged before the failover survives it. Against a real primary, two
 //! replicas and three sentinels on loopback ports.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::Duration;
 

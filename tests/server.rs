@@ -1,7 +1,7 @@
 //! What operators and tools see: gRPC reflection (so grpcurl needs no proto),
 //! the health service, and Prometheus metrics that move with real traffic.
 
-mod common;
+use leasehold_testkit as common;
 
 use common::{acquire_req, must_acquire, sample, scrape, Broker, RedisServer};
 use std::time::Duration;

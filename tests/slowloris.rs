@@ -10,7 +10,7 @@
 //! Each test prints its measured figures (`cargo test --test slowloris --
 //! --nocapture`); RELIABILITY.md quotes them.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{
     net::SocketAddr,

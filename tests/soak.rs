@@ -4,7 +4,7 @@
 //! `--conn-max-leases`): no lease lost, and the broker's memory flat.
 //! RELIABILITY.md has the 10-minute figures.
 
-mod common;
+use leasehold_testkit as common;
 
 use common::RedisServer;
 

@@ -4,7 +4,7 @@
 //! connections use replaced certificate files. Certificates are generated
 //! here (rcgen); no key is committed.
 
-mod common;
+use leasehold_testkit as common;
 
 use common::{
     acquire_req,

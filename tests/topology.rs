@@ -1,8 +1,8 @@
-//! Self-tests of the topology harness (tests/common/topology.rs): real
+//! Self-tests of the topology harness (tests/harness/src/topology.rs): real
 //! redis-server processes as a Sentinel deployment and as a Redis Cluster,
 //! failed over and resharded under the tests' eyes.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::{collections::BTreeSet, time::Duration, time::Instant};
 

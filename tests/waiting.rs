@@ -2,7 +2,7 @@
 //! moment the lease expires, never by a polling interval; bounded by its
 //! timeout; and leaving nothing held when its caller goes away.
 
-mod common;
+use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 

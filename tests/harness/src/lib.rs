@@ -1,7 +1,10 @@
-//! Shared test harness: a real `redis-server` on a free loopback port, and
-//! brokers served in-process on `127.0.0.1:0` listeners.
-
-#![allow(dead_code)]
+//! The shared harness of the integration tests in `tests/`: a real
+//! `redis-server` on a free loopback port (and Sentinel and Cluster
+//! topologies, `topology`), brokers served in-process on `127.0.0.1:0`
+//! listeners or as `leasehold serve` processes, certificates (`certs`), a
+//! TCP proxy that stalls, drops or delays connections (`proxy`), and the
+//! history checker of the lease contract (`contract`). A crate of its own,
+//! compiled once for every test binary; each test file names it `common`.
 
 pub mod certs;
 pub mod contract;
@@ -27,6 +30,27 @@ use tonic::transport::Channel;
 /// the PATH (`scripts/test` installs it).
 fn redis_binary() -> String {
     std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The `leasehold` binary that Cargo built for the integration tests:
+/// `$LEASEHOLD_BIN`, else beside the test binary's folder (`target/<profile>/`,
+/// the test being in `target/<profile>/deps/`).
+pub fn leasehold_binary() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("LEASEHOLD_BIN") {
+        return path.into();
+    }
+    let test = std::env::current_exe().expect("the test binary's path");
+    let profile = test
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("a test binary in target/<profile>/deps/");
+    let binary = profile.join("leasehold");
+    assert!(
+        binary.exists(),
+        "{} not found: build it (cargo build --bin leasehold) or set LEASEHOLD_BIN",
+        binary.display()
+    );
+    binary
 }
 
 /// A loopback port free right now.
@@ -580,7 +604,7 @@ impl BrokerProcess {
     }
 
     fn spawn(launch: &Launch) -> std::process::Child {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        let mut command = std::process::Command::new(leasehold_binary());
         command
             .args([
                 "serve",
