@@ -34,6 +34,8 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lease;
 pub mod metrics;
 pub mod proto;
