@@ -114,8 +114,7 @@ fuzz_target!(|bytes: &[u8]| {
             hashes.push(hash);
             auth.authenticate_hashed(Some(&hash), &[])
         } else if let Some(name) = credential.strip_prefix("cert:") {
-            // A certificate name that an earlier line also lists... cannot
-            // be: a repeated name is refused.
+            // One line per name: a repeated name is refused.
             auth.authenticate(None, &[name.to_owned()])
         } else {
             panic!("an unknown credential parsed: {line:?}");

@@ -20,7 +20,8 @@ use libfuzzer_sys::fuzz_target;
 use redis::{ConnectionAddr, ConnectionInfo};
 
 /// The documented form, read independently:
-/// `redis[s]+KIND://[user:password@]host:port[,host:port...][/path]`.
+/// `redis[s]+KIND://[user:password@]host:port[,host:port...][/path]`, the
+/// credentials ending at the last `@`.
 struct Written<'a> {
     tls: bool,
     userinfo: Option<&'a str>,
@@ -34,13 +35,14 @@ fn written<'a>(url: &'a str, kind: &str) -> Option<Written<'a>> {
     } else {
         (true, url.strip_prefix(&format!("rediss+{kind}://"))?)
     };
-    let (authority, path) = match rest.split_once('/') {
-        Some((a, p)) => (a, Some(p)),
-        None => (rest, None),
+    // The credentials end at the last `@` (a password may hold a `/`).
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((u, r)) => (Some(u), r),
+        None => (None, rest),
     };
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
+    let (hosts, path) = match rest.split_once('/') {
+        Some((h, p)) => (h, Some(p)),
+        None => (rest, None),
     };
     let hosts = hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).collect();
     Some(Written { tls, userinfo, hosts, path })
