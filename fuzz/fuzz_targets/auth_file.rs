@@ -98,7 +98,10 @@ fuzz_target!(|bytes: &[u8]| {
             panic!("a line of {} fields parsed: {line:?}", fields.len());
         };
         let perms: Vec<&str> = permissions.split(',').collect();
-        assert!(perms.iter().all(|p| matches!(*p, "use" | "admin")), "{line:?}");
+        assert!(
+            perms.iter().all(|p| matches!(*p, "use" | "admin")),
+            "{line:?}"
+        );
         let want = Grant {
             tenant: tenant.to_owned(),
             permissions: Permissions {
@@ -109,7 +112,10 @@ fuzz_target!(|bytes: &[u8]| {
         let got = if credential == "anonymous" {
             auth.authenticate(None, &[])
         } else if let Some(hex) = credential.strip_prefix("token:sha256:") {
-            assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{line:?}");
+            assert!(
+                hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{line:?}"
+            );
             let hash = unhex(hex);
             hashes.push(hash);
             auth.authenticate_hashed(Some(&hash), &[])

@@ -52,7 +52,10 @@ fn tenant_ok(id: &str) -> bool {
 }
 
 fn token_ok(token: &str) -> bool {
-    token.len() == 32 && token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    token.len() == 32
+        && token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// 0: the default; else 500 ms ..= 1 h.
@@ -97,7 +100,11 @@ fn ttl(l: &Limits, ttl_ms: u64, default: Option<Duration>) {
     match validate::ttl(l, ttl_ms, default) {
         Ok(t) => {
             assert!(ttl_ok(ttl_ms), "accepted ttl {ttl_ms}");
-            let want = if ttl_ms == 0 { default.map(|d| d.as_millis() as u64) } else { Some(ttl_ms) };
+            let want = if ttl_ms == 0 {
+                default.map(|d| d.as_millis() as u64)
+            } else {
+                Some(ttl_ms)
+            };
             assert_eq!(t, want);
         }
         r => {
@@ -148,7 +155,9 @@ fuzz_target!(|data: &[u8]| {
     let l = limits();
     match kind % 6 {
         0 => {
-            let Ok(r) = AcquireRequest::decode(bytes) else { return };
+            let Ok(r) = AcquireRequest::decode(bytes) else {
+                return;
+            };
             // Leases::acquire, in its order.
             name(&l, &r.name);
             match validate::holder(&l, &r.holder) {
@@ -162,7 +171,11 @@ fuzz_target!(|data: &[u8]| {
             match validate::wait(&l, r.wait_timeout_ms) {
                 Ok(w) => assert_eq!(w, Duration::from_millis(r.wait_timeout_ms)),
                 e => {
-                    assert!(r.wait_timeout_ms > 300_000, "refused wait {}", r.wait_timeout_ms);
+                    assert!(
+                        r.wait_timeout_ms > 300_000,
+                        "refused wait {}",
+                        r.wait_timeout_ms
+                    );
                     refused(e, "wait_timeout_ms");
                 }
             }
@@ -172,7 +185,11 @@ fuzz_target!(|data: &[u8]| {
                     d
                 }
                 e => {
-                    assert!(r.lock_delay_ms > 60_000, "refused lock_delay {}", r.lock_delay_ms);
+                    assert!(
+                        r.lock_delay_ms > 60_000,
+                        "refused lock_delay {}",
+                        r.lock_delay_ms
+                    );
                     refused(e, "lock_delay_ms");
                     return;
                 }
@@ -183,36 +200,57 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(n, r.limit.max(1), "0 and 1 mean a plain lock");
                 }
                 e => {
-                    assert!(r.limit > 1_000 || (r.limit > 1 && delay > 0), "refused limit {}", r.limit);
-                    refused(e, if r.limit > 1_000 { "limit" } else { "lock_delay_ms" });
+                    assert!(
+                        r.limit > 1_000 || (r.limit > 1 && delay > 0),
+                        "refused limit {}",
+                        r.limit
+                    );
+                    refused(
+                        e,
+                        if r.limit > 1_000 {
+                            "limit"
+                        } else {
+                            "lock_delay_ms"
+                        },
+                    );
                 }
             }
         }
         1 => {
-            let Ok(r) = RenewRequest::decode(bytes) else { return };
+            let Ok(r) = RenewRequest::decode(bytes) else {
+                return;
+            };
             name(&l, &r.name);
             owner_token(&r.owner_token);
             ttl(&l, r.ttl_ms, None);
         }
         2 => {
-            let Ok(r) = ReleaseRequest::decode(bytes) else { return };
+            let Ok(r) = ReleaseRequest::decode(bytes) else {
+                return;
+            };
             name(&l, &r.name);
             owner_token(&r.owner_token);
         }
         3 => {
-            let Ok(r) = DescribeRequest::decode(bytes) else { return };
+            let Ok(r) = DescribeRequest::decode(bytes) else {
+                return;
+            };
             name(&l, &r.name);
             tenant(&r.tenant);
             namespaced(&l, &r.tenant, &r.name);
         }
         4 => {
-            let Ok(r) = RevokeRequest::decode(bytes) else { return };
+            let Ok(r) = RevokeRequest::decode(bytes) else {
+                return;
+            };
             name(&l, &r.name);
             tenant(&r.tenant);
             namespaced(&l, &r.tenant, &r.name);
         }
         _ => {
-            let Ok(r) = KeepAliveRequest::decode(bytes) else { return };
+            let Ok(r) = KeepAliveRequest::decode(bytes) else {
+                return;
+            };
             // The session checks each lease of a heartbeat on its own.
             for lease in &r.leases {
                 name(&l, &lease.name);

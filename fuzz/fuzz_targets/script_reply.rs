@@ -96,7 +96,12 @@ fn acquire(reply: &[Value]) -> Option<Acquired> {
     let code = int(reply, 0)?;
     let expired = |i| uint(reply, i).map_or(0, |n| n as u32);
     let by = match code {
-        1 => return Some(Acquired::Granted { fence, expired: expired(5) }),
+        1 => {
+            return Some(Acquired::Granted {
+                fence,
+                expired: expired(5),
+            })
+        }
         0 => BlockedBy::Holder,
         2 => BlockedBy::LockDelay,
         3 => BlockedBy::Queue,
@@ -129,7 +134,10 @@ fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
 fn renew(reply: &[Value]) -> Option<Checked<Renewed>> {
     let fence = uint(reply, 2)?;
     match int(reply, 0)? {
-        1 => Some(Checked::Done(Renewed { ttl_ms: uint(reply, 1)?, fence })),
+        1 => Some(Checked::Done(Renewed {
+            ttl_ms: uint(reply, 1)?,
+            fence,
+        })),
         code => ended(code, fence),
     }
 }
@@ -160,7 +168,17 @@ fn check<T: PartialEq + std::fmt::Debug>(
 fuzz_target!(|data: &[u8]| {
     let mut input = Input(data);
     let reply = input.values(0);
-    check("acquire", &reply, fuzzing::acquire_reply(&reply), acquire(&reply));
+    check(
+        "acquire",
+        &reply,
+        fuzzing::acquire_reply(&reply),
+        acquire(&reply),
+    );
     check("renew", &reply, fuzzing::renew_reply(&reply), renew(&reply));
-    check("release", &reply, fuzzing::release_reply(&reply), release(&reply));
+    check(
+        "release",
+        &reply,
+        fuzzing::release_reply(&reply),
+        release(&reply),
+    );
 });
