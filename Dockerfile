@@ -20,6 +20,7 @@ WORKDIR /build
 # `protox` crate.
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto ./proto
+COPY clients/rust ./clients/rust
 COPY src ./src
 
 # BuildKit cache mounts keep the crates.io downloads and the compiled

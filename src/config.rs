@@ -4,6 +4,8 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+pub use crate::lease::Limits;
+
 /// How the broker serves: addresses, store, timeouts, limits, logs.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeConfig {
@@ -18,6 +20,17 @@ pub struct ServeConfig {
         default_value = "127.0.0.1:7421"
     )]
     pub metrics_listen: SocketAddr,
+
+    /// Most connections open at once on the metrics port; past it, a new
+    /// connection is closed at once. Prometheus needs one or two.
+    #[arg(long, env = "LEASEHOLD_METRICS_MAX_CONNECTIONS", default_value_t = 64)]
+    pub metrics_max_connections: usize,
+
+    /// How long a connection to the metrics port may take to send a
+    /// request's headers (or wait between requests), and may leave the
+    /// answer unread, before it is closed.
+    #[arg(long, env = "LEASEHOLD_METRICS_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub metrics_timeout: Duration,
 
     /// Where leases live: `memory` (embedded, this process only) or Redis,
     /// shared by every replica: `redis://127.0.0.1:6379/0`,
@@ -84,10 +97,22 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
 
-    /// How long a new connection may take to finish its TLS handshake (or,
-    /// without TLS, to send its first bytes) before it is closed.
+    /// How long a new connection may take to finish its TLS handshake (with
+    /// TLS) and send the HTTP/2 preface and its first SETTINGS frame before
+    /// it is closed.
     #[arg(long, env = "LEASEHOLD_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub handshake_timeout: Duration,
+
+    /// How long a connection may go without a request, data or ping answer
+    /// from its client before the broker sends it an HTTP/2 ping: finds
+    /// clients that vanished without closing (a partition, a host gone).
+    #[arg(long, env = "LEASEHOLD_PING_INTERVAL", default_value = "20s", value_parser = parse_duration)]
+    pub ping_interval: Duration,
+
+    /// How long a ping may go unanswered before the connection is closed
+    /// (its streams end, its slot under --max-connections frees up).
+    #[arg(long, env = "LEASEHOLD_PING_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub ping_timeout: Duration,
 
     /// Most HTTP/2 streams (calls in flight) one connection may have open at
     /// once; more wait in the client.
@@ -98,9 +123,24 @@ pub struct ServeConfig {
     )]
     pub max_concurrent_streams: u32,
 
-    /// Largest gRPC message accepted or sent, in bytes.
-    #[arg(long, env = "LEASEHOLD_MAX_MESSAGE_SIZE", default_value_t = 4 * 1024 * 1024)]
+    /// Largest gRPC message accepted or sent, in bytes. The largest real
+    /// request is a heartbeat naming --max-stream-leases leases: 1,000 with
+    /// 256-byte names take 308 KB, so 1 MiB leaves room while bounding what
+    /// one call can make the broker buffer.
+    #[arg(long, env = "LEASEHOLD_MAX_MESSAGE_SIZE", default_value_t = 1024 * 1024)]
     pub max_message_size: usize,
+
+    /// Most bytes of unfinished requests (messages announced and not yet
+    /// received in full) one connection may make the broker buffer; past
+    /// it the call that would exceed it fails with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASEHOLD_CONN_MAX_BUFFER", default_value_t = 8 * 1024 * 1024)]
+    pub conn_max_buffer: usize,
+
+    /// Most bytes of unfinished requests all connections together may make
+    /// the broker buffer; past it calls fail with RESOURCE_EXHAUSTED. Keep
+    /// it well under the broker's memory limit.
+    #[arg(long, env = "LEASEHOLD_MAX_BUFFER", default_value_t = 64 * 1024 * 1024)]
+    pub max_buffer: usize,
 
     /// Threads that run requests: 0 for one per core. 1 runs everything on
     /// one thread, with no hand-offs between threads: the cheapest per
@@ -149,7 +189,7 @@ pub struct ServeConfig {
 
     /// Request limits.
     #[command(flatten)]
-    pub limits: Limits,
+    pub limits: LimitFlags,
 
     /// Log format: `pretty` for people, `json` for log pipelines. The level
     /// is set with `RUST_LOG` (default `info`).
@@ -166,10 +206,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Bounds on what a request may ask for. Past a bound, the request fails with
-/// INVALID_ARGUMENT or RESOURCE_EXHAUSTED and a message naming the bound.
+/// The flags of the request limits ([`Limits`], the lease rules' own
+/// struct): each field is the limit of the same name.
 #[derive(clap::Args, Clone, Debug)]
-pub struct Limits {
+pub struct LimitFlags {
     /// Shortest lease a client may ask for.
     #[arg(long, env = "LEASEHOLD_TTL_MIN", default_value = "500ms", value_parser = parse_duration)]
     pub ttl_min: Duration,
@@ -198,8 +238,9 @@ pub struct Limits {
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
 
-    /// Most leases one KeepAlive heartbeat may name.
-    #[arg(long, env = "LEASEHOLD_MAX_STREAM_LEASES", default_value_t = 10_000)]
+    /// Most leases one KeepAlive heartbeat may name. The clients of this
+    /// repository split a larger set over several heartbeats of 1,000.
+    #[arg(long, env = "LEASEHOLD_MAX_STREAM_LEASES", default_value_t = 1_000)]
     pub max_stream_leases: usize,
 
     /// Most heartbeats per second one KeepAlive stream may send; more are
@@ -255,85 +296,113 @@ pub struct Limits {
     pub conn_max_rate: u32,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
+impl From<&LimitFlags> for Limits {
+    fn from(flags: &LimitFlags) -> Self {
+        // Every field named: a flag added without its limit does not compile.
+        let LimitFlags {
+            ttl_min,
+            ttl_max,
+            ttl_default,
+            max_wait,
+            max_lock_delay,
+            max_semaphore_limit,
+            max_waiters,
+            max_stream_leases,
+            max_stream_rate,
+            max_name_len,
+            max_holder_len,
+            tenant_max_leases,
+            tenant_max_waiters,
+            tenant_max_streams,
+            tenant_max_rate,
+            conn_max_leases,
+            conn_max_waiters,
+            conn_max_streams,
+            conn_max_rate,
+        } = flags.clone();
         Limits {
-            ttl_min: Duration::from_millis(500),
-            ttl_max: Duration::from_secs(3600),
-            ttl_default: Duration::from_secs(10),
-            max_wait: Duration::from_secs(300),
-            max_lock_delay: Duration::from_secs(60),
-            max_semaphore_limit: 1_000,
-            max_waiters: 10_000,
-            max_stream_leases: 10_000,
-            max_stream_rate: 100,
-            max_name_len: 256,
-            max_holder_len: 256,
-            tenant_max_leases: 0,
-            tenant_max_waiters: 0,
-            tenant_max_streams: 0,
-            tenant_max_rate: 0,
-            conn_max_leases: 0,
-            conn_max_waiters: 0,
-            conn_max_streams: 0,
-            conn_max_rate: 0,
+            ttl_min,
+            ttl_max,
+            ttl_default,
+            max_wait,
+            max_lock_delay,
+            max_semaphore_limit,
+            max_waiters,
+            max_stream_leases,
+            max_stream_rate,
+            max_name_len,
+            max_holder_len,
+            tenant_max_leases,
+            tenant_max_waiters,
+            tenant_max_streams,
+            tenant_max_rate,
+            conn_max_leases,
+            conn_max_waiters,
+            conn_max_streams,
+            conn_max_rate,
         }
     }
 }
 
-impl Limits {
-    /// The caps of each tenant.
-    pub fn tenant_caps(&self) -> crate::lease::Caps {
-        crate::lease::Caps {
-            leases: self.tenant_max_leases,
-            waiters: self.tenant_max_waiters,
-            streams: self.tenant_max_streams,
-            rate: self.tenant_max_rate,
+impl Default for LimitFlags {
+    /// The flags' defaults, from the limits' own.
+    fn default() -> Self {
+        let Limits {
+            ttl_min,
+            ttl_max,
+            ttl_default,
+            max_wait,
+            max_lock_delay,
+            max_semaphore_limit,
+            max_waiters,
+            max_stream_leases,
+            max_stream_rate,
+            max_name_len,
+            max_holder_len,
+            tenant_max_leases,
+            tenant_max_waiters,
+            tenant_max_streams,
+            tenant_max_rate,
+            conn_max_leases,
+            conn_max_waiters,
+            conn_max_streams,
+            conn_max_rate,
+        } = Limits::default();
+        LimitFlags {
+            ttl_min,
+            ttl_max,
+            ttl_default,
+            max_wait,
+            max_lock_delay,
+            max_semaphore_limit,
+            max_waiters,
+            max_stream_leases,
+            max_stream_rate,
+            max_name_len,
+            max_holder_len,
+            tenant_max_leases,
+            tenant_max_waiters,
+            tenant_max_streams,
+            tenant_max_rate,
+            conn_max_leases,
+            conn_max_waiters,
+            conn_max_streams,
+            conn_max_rate,
         }
     }
+}
 
-    /// The caps of each connection.
-    pub fn conn_caps(&self) -> crate::lease::Caps {
-        crate::lease::Caps {
-            leases: self.conn_max_leases,
-            waiters: self.conn_max_waiters,
-            streams: self.conn_max_streams,
-            rate: self.conn_max_rate,
-        }
-    }
-
-    /// Checks that the limits make sense together, so a misconfiguration is
-    /// reported at start-up rather than as odd request failures.
-    pub fn check(&self) -> Result<(), String> {
-        if self.ttl_min.is_zero() {
-            return Err("--ttl-min must be above zero".into());
-        }
-        if self.ttl_min > self.ttl_max {
-            return Err(format!(
-                "--ttl-min ({:?}) is above --ttl-max ({:?})",
-                self.ttl_min, self.ttl_max
-            ));
-        }
-        if self.ttl_default < self.ttl_min || self.ttl_default > self.ttl_max {
-            return Err(format!(
-                "--ttl-default ({:?}) is outside --ttl-min..=--ttl-max ({:?}..={:?})",
-                self.ttl_default, self.ttl_min, self.ttl_max
-            ));
-        }
-        if self.max_stream_rate == 0 {
-            return Err("--max-stream-rate must be at least 1".into());
-        }
-        if self.max_name_len == 0 {
-            return Err("--max-name-len must be at least 1".into());
-        }
-        Ok(())
+impl LimitFlags {
+    /// The limits these flags set.
+    pub fn limits(&self) -> Limits {
+        Limits::from(self)
     }
 }
 
 impl ServeConfig {
     /// Checks the settings that must agree with each other.
     pub fn check(&self) -> Result<(), String> {
-        self.limits.check()?;
+        self.limits.limits().check()?;
         if self.replica_acks > 0 && self.replica_ack_timeout >= self.store_timeout {
             return Err(format!(
                 "--replica-ack-timeout ({:?}) must be below --store-timeout ({:?})",
@@ -354,6 +423,22 @@ impl ServeConfig {
         }
         if self.handshake_timeout.is_zero() {
             return Err("--handshake-timeout must be above zero".into());
+        }
+        if self.conn_max_buffer < self.max_message_size || self.max_buffer < self.conn_max_buffer {
+            return Err(format!(
+                "--max-message-size ({}) <= --conn-max-buffer ({}) <= --max-buffer ({}) must \
+                 hold: a message the broker accepts must fit what it may buffer",
+                self.max_message_size, self.conn_max_buffer, self.max_buffer
+            ));
+        }
+        if self.ping_interval.is_zero() || self.ping_timeout.is_zero() {
+            return Err("--ping-interval and --ping-timeout must be above zero".into());
+        }
+        if self.metrics_max_connections == 0 {
+            return Err("--metrics-max-connections must be at least 1".into());
+        }
+        if self.metrics_timeout.is_zero() {
+            return Err("--metrics-timeout must be above zero".into());
         }
         if self.store_client_cert.is_some() != self.store_client_key.is_some() {
             return Err(
@@ -384,21 +469,14 @@ impl ServeConfig {
         })
     }
 
-    /// The TLS files, if TLS is on (both --tls-cert and --tls-key given).
-    pub fn tls_files(&self) -> Option<crate::server::tls::TlsFiles> {
-        Some(crate::server::tls::TlsFiles {
-            cert: self.tls_cert.clone()?,
-            key: self.tls_key.clone()?,
-            client_ca: self.tls_client_ca.clone(),
-        })
-    }
-
     /// A configuration with every default, serving on the given addresses:
     /// what tests and embedders start from.
     pub fn new(listen: SocketAddr, metrics_listen: SocketAddr, store: impl Into<String>) -> Self {
         ServeConfig {
             listen,
             metrics_listen,
+            metrics_max_connections: 64,
+            metrics_timeout: Duration::from_secs(5),
             store: store.into(),
             key_prefix: "leasehold:".into(),
             store_timeout: Duration::from_secs(1),
@@ -410,8 +488,12 @@ impl ServeConfig {
             reload_interval: Duration::from_secs(10),
             max_connections: 10_000,
             handshake_timeout: Duration::from_secs(10),
+            ping_interval: Duration::from_secs(20),
+            ping_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1_000,
-            max_message_size: 4 * 1024 * 1024,
+            max_message_size: 1024 * 1024,
+            conn_max_buffer: 8 * 1024 * 1024,
+            max_buffer: 64 * 1024 * 1024,
             worker_threads: 0,
             tls_cert: None,
             tls_key: None,
@@ -419,7 +501,7 @@ impl ServeConfig {
             store_ca: None,
             store_client_cert: None,
             store_client_key: None,
-            limits: Limits::default(),
+            limits: LimitFlags::default(),
             log_format: LogFormat::Pretty,
         }
     }
@@ -470,11 +552,17 @@ mod tests {
         assert!(parse_duration("99999999999999999999h").is_err());
     }
 
+    /// The flags' parsed defaults are the limits' own defaults (clap's
+    /// `default_value`s and `Limits::default` say the same).
     #[test]
-    fn inconsistent_limits_are_refused() {
-        let mut limits = Limits::default();
-        assert_eq!(limits.check(), Ok(()));
-        limits.ttl_default = Duration::from_millis(100);
-        assert!(limits.check().unwrap_err().contains("--ttl-default"));
+    fn flag_defaults_are_the_limits_defaults() {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            flags: LimitFlags,
+        }
+        let parsed = <Only as clap::Parser>::try_parse_from(["leasehold"]).unwrap();
+        assert_eq!(parsed.flags.limits(), Limits::default());
+        assert_eq!(LimitFlags::default().limits(), Limits::default());
     }
 }

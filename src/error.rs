@@ -1,10 +1,9 @@
-//! The one error type of the broker, and its one mapping to a gRPC status.
+//! The one error type of the broker.
 //!
-//! Every layer returns [`Error`]; handlers use `?` and the conversion below
-//! decides the status code, so the code a client sees for a given failure is
-//! the same whichever RPC or code path produced it (etcd's `toGRPCErrorMap`).
-
-use tonic::{Code, Status};
+//! Every layer returns [`Error`], in the domain's words; it knows nothing of
+//! gRPC. The server maps it to a status in one place (`server::status`), so
+//! the code a client sees for a given failure is the same whichever RPC or
+//! code path produced it (etcd's `toGRPCErrorMap`).
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -134,82 +133,5 @@ fn display_holder(holder: &str) -> String {
         "an unnamed holder".to_owned()
     } else {
         format!("'{holder}'")
-    }
-}
-
-impl Error {
-    /// The gRPC code for this error; the single place that decides it.
-    pub fn code(&self) -> Code {
-        match self {
-            Error::InvalidArgument(_) => Code::InvalidArgument,
-            Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. } => Code::Aborted,
-            Error::Revoked { .. } => Code::NotFound,
-            Error::Unauthenticated(_) => Code::Unauthenticated,
-            Error::PermissionDenied(_) => Code::PermissionDenied,
-            Error::NotHeld { .. } => Code::NotFound,
-            Error::NotOwner { .. } => Code::FailedPrecondition,
-            Error::ResourceExhausted(_) => Code::ResourceExhausted,
-            Error::Unavailable(_) => Code::Unavailable,
-            Error::Cancelled => Code::Cancelled,
-            Error::Internal(_) => Code::Internal,
-        }
-    }
-}
-
-impl From<Error> for Status {
-    fn from(err: Error) -> Self {
-        Status::new(err.code(), err.to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn held_message_names_holder_time_left_and_how_to_wait() {
-        let err = Error::Held {
-            name: "jobs/nightly".into(),
-            holder: "pod-a".into(),
-            fence: 7,
-            remaining_ms: 1200,
-            waited_ms: 0,
-        };
-        let status = Status::from(err);
-        assert_eq!(status.code(), Code::Aborted);
-        assert!(status.message().contains("'pod-a'"), "{}", status.message());
-        assert!(status.message().contains("1200 ms"), "{}", status.message());
-        assert!(
-            status.message().contains("wait_timeout_ms"),
-            "{}",
-            status.message()
-        );
-    }
-
-    #[test]
-    fn every_variant_has_its_own_code() {
-        let cases = [
-            (Error::InvalidArgument("x".into()), Code::InvalidArgument),
-            (Error::Unauthenticated("x".into()), Code::Unauthenticated),
-            (Error::PermissionDenied("x".into()), Code::PermissionDenied),
-            (Error::NotHeld { name: "a".into() }, Code::NotFound),
-            (
-                Error::NotOwner {
-                    name: "a".into(),
-                    fence: 1,
-                },
-                Code::FailedPrecondition,
-            ),
-            (
-                Error::ResourceExhausted("x".into()),
-                Code::ResourceExhausted,
-            ),
-            (Error::Unavailable("x".into()), Code::Unavailable),
-            (Error::Cancelled, Code::Cancelled),
-            (Error::Internal("x".into()), Code::Internal),
-        ];
-        for (err, code) in cases {
-            assert_eq!(Status::from(err).code(), code);
-        }
     }
 }

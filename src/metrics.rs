@@ -2,48 +2,22 @@
 //! counters, base units in seconds). No metric carries a lock name as a label:
 //! names are unbounded and would explode the series count.
 
+use std::time::Duration;
+
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
 
-/// Why a holder lost its lease (the `reason` label of `lease_lost_total`).
-///
-/// Each loss is counted once, by whoever learns it first (the store keeps a
-/// short record of every lease's end and reports an expiry once), and only
-/// a lease that ended without its holder's consent is a loss.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LossReason {
-    /// The TTL ran out before a renewal; learnt from the holder's own late
-    /// renewal or release, or by the broker whose KeepAlive stream carried
-    /// it, a moment after the TTL, when that stream broke.
-    Expired,
-    /// The TTL ran out and the name was acquired again before anyone
-    /// learnt it: taken over after expiry (counted by that acquire).
-    NotOwner,
-    /// The store lost the lease (restarted empty, flushed, evicted).
-    StoreLost,
-    /// An operator revoked the lease.
-    Revoked,
-}
+use crate::lease::{Events, LossReason, Refusal};
 
-impl LossReason {
-    /// Every reason, so each series exists from start-up at 0.
-    pub const ALL: [LossReason; 4] = [
-        LossReason::Expired,
-        LossReason::NotOwner,
-        LossReason::StoreLost,
-        LossReason::Revoked,
-    ];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LossReason::Expired => "expired",
-            LossReason::NotOwner => "not_owner",
-            LossReason::StoreLost => "store_lost",
-            LossReason::Revoked => "revoked",
-        }
+/// The `reason` label of `lease_lost_total`.
+fn loss_label(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::Expired => "expired",
+        LossReason::NotOwner => "not_owner",
+        LossReason::StoreLost => "store_lost",
+        LossReason::Revoked => "revoked",
     }
 }
 
@@ -59,15 +33,24 @@ pub enum Rejection {
     Cap,
     /// `--max-connections` reached: the connection was closed at once.
     Connections,
+    /// `--conn-max-buffer` or `--max-buffer` reached: a message was refused
+    /// before anything was buffered for it.
+    Buffer,
+    /// A gRPC connection closed before its first request: its TLS handshake
+    /// failed, or it sent something else than the HTTP/2 preface and
+    /// SETTINGS, or not all of them within `--handshake-timeout`.
+    Handshake,
 }
 
 impl Rejection {
     /// Every reason, so each series exists from start-up at 0.
-    pub const ALL: [Rejection; 4] = [
+    pub const ALL: [Rejection; 6] = [
         Rejection::Unauthenticated,
         Rejection::PermissionDenied,
         Rejection::Cap,
         Rejection::Connections,
+        Rejection::Buffer,
+        Rejection::Handshake,
     ];
 
     /// The label value.
@@ -77,6 +60,8 @@ impl Rejection {
             Rejection::PermissionDenied => "permission_denied",
             Rejection::Cap => "cap",
             Rejection::Connections => "connections",
+            Rejection::Buffer => "buffer",
+            Rejection::Handshake => "handshake",
         }
     }
 }
@@ -241,8 +226,12 @@ impl Metrics {
                     Opts::new(
                         "lease_rejected_total",
                         "Requests refused before the lease rules (unauthenticated, \
-                         permission_denied, cap: a tenant or connection limit), and \
-                         connections closed at --max-connections (connections).",
+                         permission_denied, cap: a tenant or connection limit; buffer: \
+                         --conn-max-buffer or --max-buffer), connections closed at \
+                         --max-connections (connections), and \
+                         connections closed before their first request: a failed TLS \
+                         handshake, not HTTP/2, or no preface and SETTINGS within \
+                         --handshake-timeout (handshake).",
                     ),
                     &["reason"],
                 ),
@@ -277,7 +266,7 @@ impl Metrics {
             registry: r,
         };
         for reason in LossReason::ALL {
-            m.lost.with_label_values(&[reason.as_str()]);
+            m.lost.with_label_values(&[loss_label(reason)]);
         }
         for reason in Rejection::ALL {
             m.rejected.with_label_values(&[reason.as_str()]);
@@ -286,11 +275,6 @@ impl Metrics {
             m.store_clock_jumps.with_label_values(&[direction.as_str()]);
         }
         m
-    }
-
-    /// Counts a lost lease.
-    pub fn lost(&self, reason: LossReason) {
-        self.lost.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// Counts a refused request or connection.
@@ -340,6 +324,61 @@ impl Default for Metrics {
     }
 }
 
+/// What each event of the lease rules does to the metrics.
+impl Events for Metrics {
+    fn acquired(&self, waited: Duration) {
+        self.acquired.inc();
+        self.acquire_wait.observe(waited.as_secs_f64());
+    }
+
+    fn acquire_refused(&self) {
+        self.acquire_refused.inc();
+    }
+
+    fn released(&self) {
+        self.released.inc();
+    }
+
+    fn orphan_released(&self) {
+        self.orphans_released.inc();
+    }
+
+    fn lost(&self, reason: LossReason) {
+        self.lost.with_label_values(&[loss_label(reason)]).inc();
+    }
+
+    fn renewed(&self, latency: Duration) {
+        self.heartbeat_latency.observe(latency.as_secs_f64());
+    }
+
+    fn store_failed(&self) {
+        self.store_errors.inc();
+    }
+
+    fn waiting(&self, more: bool) {
+        if more {
+            self.waiters.inc();
+        } else {
+            self.waiters.dec();
+        }
+    }
+
+    fn keepalive_stream(&self, more: bool) {
+        if more {
+            self.keepalive_streams.inc();
+        } else {
+            self.keepalive_streams.dec();
+        }
+    }
+
+    fn refused(&self, why: Refusal) {
+        self.rejected(match why {
+            Refusal::PermissionDenied => Rejection::PermissionDenied,
+            Refusal::Cap => Rejection::Cap,
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,7 +387,7 @@ mod tests {
     fn every_loss_reason_is_exported_from_the_start() {
         let text = Metrics::new().render();
         for reason in LossReason::ALL {
-            let series = format!("lease_lost_total{{reason=\"{}\"}} 0", reason.as_str());
+            let series = format!("lease_lost_total{{reason=\"{}\"}} 0", loss_label(reason));
             assert!(text.contains(&series), "missing {series} in\n{text}");
         }
         assert!(text.contains("lease_acquired_total 0"));

@@ -1,12 +1,6 @@
-//! Code generated from `proto/leasehold/v1/leasehold.proto` by `build.rs`.
+//! The Leasehold API (from the `leasehold-proto` crate), and etcd's.
 
-#![allow(missing_docs, clippy::all)]
-
-tonic::include_proto!("leasehold.v1");
-
-/// The encoded descriptor set of the Leasehold API, served by gRPC reflection
-/// so that `grpcurl` works without a copy of the proto.
-pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("leasehold_descriptor");
+pub use leasehold_proto::*;
 
 /// etcd's lease and lock API (a client, for the load generator's comparison
 /// with etcd; see `proto/etcd/`).

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{must_acquire, Broker, RedisServer};
+use common::{eventually, must_acquire, Broker, BrokerProcess, RedisServer};
 use leasehold::proto::{
     leasehold_client::LeaseholdClient, DescribeRequest, KeepAliveRequest, LeaseRef, RenewRequest,
 };
@@ -133,40 +133,306 @@ async fn a_heartbeat_naming_100k_leases_is_refused() {
     bystander_intact(&mut client, lease.fence, &lease.owner_token).await;
 }
 
-/// Random bytes as names, holders and tokens: each call gets a status (never
-/// a dropped connection or a panic), and nothing else changes.
+/// The code of a call's outcome (`Ok` for a success), checked against the
+/// codes that call may give; a refusal must say why.
+fn outcome<T>(
+    call: &str,
+    result: Result<T, tonic::Status>,
+    allowed: &[tonic::Code],
+) -> tonic::Code {
+    let code = result
+        .as_ref()
+        .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+    assert!(
+        allowed.contains(&code),
+        "{call}: {result:?}",
+        result = result.err()
+    );
+    if let Err(status) = &result {
+        assert!(
+            !status.message().is_empty(),
+            "{call}: {status:?} says nothing"
+        );
+    }
+    code
+}
+
+/// Random bytes as names, holders and tokens: each call gets a status from
+/// the set that call may give, with a message (never a dropped connection,
+/// an INTERNAL or a panic), and nothing else changes.
 #[tokio::test]
 async fn random_requests_get_statuses() {
+    use tonic::Code::{Aborted, FailedPrecondition, InvalidArgument, NotFound, Ok};
     let broker = Broker::start("memory").await;
     let mut client = broker.client().await;
     let lease = must_acquire(&mut client, "bystander", 60_000).await;
+    let mut seen = std::collections::BTreeMap::<(&str, i32), usize>::new();
+    // Names, tokens and holders drawn in part from their own alphabets (so
+    // they may be valid, and the calls get past validation), else raw bytes.
+    let drawn = |len: usize, alphabet: &[u8]| -> String {
+        random_bytes(len)
+            .iter()
+            .map(|b| char::from(alphabet[usize::from(*b) % alphabet.len()]))
+            .collect()
+    };
     for round in 0..300 {
-        let name = String::from_utf8_lossy(&random_bytes(round % 300)).into_owned();
-        let token = String::from_utf8_lossy(&random_bytes(round % 40)).into_owned();
-        let holder = String::from_utf8_lossy(&random_bytes(round % 270)).into_owned();
-        let ttl_ms = u64::from_le_bytes(random_bytes(8).try_into().unwrap()) >> (round % 64);
-        let _ = client
+        let name = if round % 2 == 0 {
+            drawn(round % 300, b"abcdefghijklmnopqrstuvwxyz0123456789._:/-")
+        } else {
+            String::from_utf8_lossy(&random_bytes(round % 300)).into_owned()
+        };
+        let token = if round % 3 == 0 {
+            drawn(32, b"0123456789abcdef")
+        } else {
+            String::from_utf8_lossy(&random_bytes(round % 40)).into_owned()
+        };
+        let holder = if round % 4 == 0 {
+            drawn(round % 270, b"abcdefghijklmnopqrstuvwxyz0123456789 -_.@")
+        } else {
+            String::from_utf8_lossy(&random_bytes(round % 270)).into_owned()
+        };
+        // Every third TTL within the broker's range (0: the default).
+        let ttl_ms = if round % 3 == 1 {
+            [0, 500, 10_000, 3_600_000][round % 4]
+        } else {
+            u64::from_le_bytes(random_bytes(8).try_into().unwrap()) >> (round % 64)
+        };
+        let acquired = client
             .acquire(common::acquire_req(&name, ttl_ms, &holder, 0))
             .await;
-        let _ = client
+        // A random name may be valid, and free: granted.
+        let code = outcome("acquire", acquired, &[Ok, InvalidArgument, Aborted]);
+        *seen.entry(("acquire", code as i32)).or_default() += 1;
+        let renewed = client
             .renew(RenewRequest {
                 name: name.clone(),
                 owner_token: token.clone(),
                 ttl_ms,
             })
             .await;
-        let _ = client
+        let code = outcome(
+            "renew",
+            renewed,
+            &[InvalidArgument, NotFound, FailedPrecondition],
+        );
+        *seen.entry(("renew", code as i32)).or_default() += 1;
+        let released = client
             .release(leasehold::proto::ReleaseRequest {
                 name: "bystander".into(),
                 owner_token: token,
             })
             .await;
-        let _ = client
+        let code = outcome("release", released, &[InvalidArgument, FailedPrecondition]);
+        *seen.entry(("release", code as i32)).or_default() += 1;
+        let described = client
             .describe(DescribeRequest {
                 name,
                 ..Default::default()
             })
             .await;
+        let code = outcome("describe", described, &[Ok, InvalidArgument]);
+        *seen.entry(("describe", code as i32)).or_default() += 1;
     }
+    // Both sides of validation were exercised.
+    for call in ["acquire", "describe"] {
+        assert!(seen.get(&(call, Ok as i32)) > Some(&0), "{seen:?}");
+        assert!(
+            seen.get(&(call, InvalidArgument as i32)) > Some(&0),
+            "{seen:?}"
+        );
+    }
+    assert!(
+        seen.get(&("release", FailedPrecondition as i32)) > Some(&0),
+        "{seen:?}"
+    );
+    assert!(seen.get(&("renew", NotFound as i32)) > Some(&0), "{seen:?}");
     bystander_intact(&mut client, lease.fence, &lease.owner_token).await;
+}
+
+/// A raw HTTP/2 connection to the broker, to send what no gRPC client
+/// would: messages announced and left unfinished.
+mod raw {
+    use std::{convert::Infallible, net::SocketAddr};
+
+    use http_body_util::StreamBody;
+    use hyper::body::{Bytes, Frame};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
+
+    pub type Body = StreamBody<ReceiverStream<Result<Frame<Bytes>, Infallible>>>;
+    /// What feeds a body: keep it to keep the body open.
+    pub type Feed = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
+
+    pub async fn connect(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Body> {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        sender
+    }
+
+    /// Starts an Acquire whose one message announces `len` bytes, sends
+    /// `sent` of them and keeps the body open (the sender). Resolves to the
+    /// grpc-status once the broker answers.
+    pub fn unfinished_acquire(
+        sender: &mut hyper::client::conn::http2::SendRequest<Body>,
+        token: Option<&str>,
+        len: usize,
+        sent: usize,
+    ) -> (Feed, tokio::task::JoinHandle<Option<i32>>) {
+        let (tx, rx) = mpsc::channel(4);
+        let mut request = hyper::Request::post("/leasehold.v1.Leasehold/Acquire")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request
+            .body(StreamBody::new(ReceiverStream::new(rx)))
+            .unwrap();
+        let response = sender.send_request(request);
+        let feed = tx.clone();
+        tokio::spawn(async move {
+            let mut data = vec![0u8];
+            data.extend_from_slice(&(len as u32).to_be_bytes());
+            data.resize(5 + sent, b'x');
+            for chunk in data.chunks(64 * 1024) {
+                if feed
+                    .send(Ok(Frame::data(Bytes::copy_from_slice(chunk))))
+                    .await
+                    .is_err()
+                {
+                    return; // answered: the stream is gone
+                }
+            }
+        });
+        let answer = tokio::spawn(async move {
+            let response = response.await.ok()?;
+            response
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+        });
+        (tx, answer)
+    }
+}
+
+/// An auth file, in a scratch folder of `test`, granting one new token
+/// (returned) `use` in tenant `jobs`.
+fn one_token(test: &str) -> (String, std::path::PathBuf) {
+    let token = leasehold::auth::generate_token().unwrap();
+    let file = common::certs::scratch(test).join("auth");
+    let line = format!("jobs use {}\n", leasehold::auth::token_credential(&token));
+    std::fs::write(&file, line).unwrap();
+    (token, file)
+}
+
+/// A call with no known credential is answered from its headers: an
+/// Acquire announcing a 900 KB message, of which only 100 KB came, gets
+/// UNAUTHENTICATED at once. (Authenticating in the handler waited for the
+/// whole message, buffering what a stranger sent.)
+#[tokio::test]
+async fn an_unauthenticated_body_is_refused_before_it_is_read() {
+    let (token, file) = one_token("an_unauthenticated_body_is_refused_before_it_is_read");
+    let broker = Broker::start_with("memory", move |c| c.auth_file = Some(file)).await;
+    let mut sender = raw::connect(broker.addr).await;
+    for credential in [None, Some("lh_not-a-token")] {
+        let (_body, answer) = raw::unfinished_acquire(&mut sender, credential, 900_000, 100_000);
+        let code = tokio::time::timeout(Duration::from_secs(10), answer)
+            .await
+            .expect("answered while the body is unfinished")
+            .unwrap();
+        assert_eq!(code, Some(tonic::Code::Unauthenticated as i32));
+    }
+    // With the token the same call waits for its message, as it must.
+    let (_body, answer) = raw::unfinished_acquire(&mut sender, Some(&token), 900_000, 100_000);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), answer)
+            .await
+            .is_err(),
+        "an admitted call is not answered before its message is complete"
+    );
+    let scrape = common::scrape(broker.metrics_addr).await;
+    assert_eq!(
+        common::sample(&scrape, r#"lease_rejected_total{reason="unauthenticated"}"#),
+        2.0
+    );
+}
+
+/// The reproduction of the memory attack: 100 Acquire streams on one
+/// connection, each announcing a message of the largest size accepted and
+/// sending all of it but 1 KB. Without a credential every one is refused
+/// from its headers; with one, what the connection may make the broker
+/// buffer is --conn-max-buffer (8 MiB), the rest are refused with
+/// RESOURCE_EXHAUSTED. Either way the broker grows by less than 64 MB (it
+/// grew by 395 MB with 4 MB messages, authenticating in the handler).
+#[tokio::test]
+async fn unfinished_messages_cannot_fill_the_brokers_memory() {
+    const STREAMS: usize = 100;
+    const LARGEST: usize = 1024 * 1024; // the default --max-message-size
+    let (token, file) = one_token("unfinished_messages_cannot_fill_the_brokers_memory");
+    let broker =
+        BrokerProcess::start_logged("memory", &["--auth-file", file.to_str().unwrap()], None).await;
+    for credential in [None, Some(token.as_str())] {
+        let before = broker.rss();
+        let mut sender = raw::connect(broker.addr).await;
+        let mut bodies = Vec::new();
+        let mut answers = Vec::new();
+        for _ in 0..STREAMS {
+            let (body, answer) =
+                raw::unfinished_acquire(&mut sender, credential, LARGEST, LARGEST - 1024);
+            bodies.push(body);
+            answers.push(answer);
+        }
+        // Every refusal arrives (counted); the admitted calls wait for their
+        // message, so they have no answer a moment later.
+        let (reason, refusals) = match credential {
+            None => ("unauthenticated", STREAMS),
+            Some(_) => ("buffer", STREAMS - 8),
+        };
+        let series = format!(r#"lease_rejected_total{{reason="{reason}"}}"#);
+        let base = common::sample(&common::scrape(broker.metrics_addr).await, &series);
+        eventually(Duration::from_secs(60), "every refusal", || async {
+            common::sample(&common::scrape(broker.metrics_addr).await, &series) - base
+                >= refusals as f64
+        })
+        .await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        let mut codes = Vec::new();
+        for answer in answers {
+            match tokio::time::timeout_at(deadline, answer).await {
+                Ok(code) => codes.push(code.unwrap()),
+                Err(_) => codes.push(None),
+            }
+        }
+        let waiting = codes.iter().filter(|c| c.is_none()).count();
+        let rss = broker.rss();
+        let grown = rss.saturating_sub(before);
+        eprintln!(
+            "credential: {}, waiting: {waiting}, refused: {:?}, RSS {} -> {} MB (+{:.1} MB)",
+            credential.is_some(),
+            STREAMS - waiting,
+            before / 1_000_000,
+            rss / 1_000_000,
+            grown as f64 / 1e6
+        );
+        let expected = match credential {
+            None => tonic::Code::Unauthenticated,
+            Some(_) => tonic::Code::ResourceExhausted,
+        };
+        assert!(
+            codes.iter().flatten().all(|c| *c == expected as i32),
+            "{codes:?}"
+        );
+        // --conn-max-buffer (8 MiB) holds exactly 8 messages of 1 MiB; each
+        // refusal is counted once.
+        assert_eq!(waiting, STREAMS - refusals);
+        let counted = common::sample(&common::scrape(broker.metrics_addr).await, &series) - base;
+        assert_eq!(counted, refusals as f64);
+        assert!(grown < 64_000_000, "RSS grew by {grown} bytes");
+        drop(bodies);
+    }
 }

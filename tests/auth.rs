@@ -18,8 +18,8 @@ use leasehold::{
     auth::{generate_token, token_credential},
     client::{Broker as Grpc, Credentials},
     proto::{
-        lease_status, DescribeRequest, KeepAliveRequest, Lease, LeaseRef, ReleaseRequest,
-        RenewRequest, RevokeRequest,
+        lease_status, DescribeRequest, KeepAliveRequest, LeaderRequest, Lease, LeaseRef,
+        ReleaseRequest, RenewRequest, RevokeRequest,
     },
 };
 use tonic::{
@@ -1078,12 +1078,15 @@ async fn renewing(
 }
 
 /// A credential removed from the auth file, or stripped of `use`, ends the
-/// KeepAlive streams opened with it (UNAUTHENTICATED, PERMISSION_DENIED) at
-/// the reload; their leases are no longer renewed and run out at their TTL.
+/// KeepAlive and Observe streams opened with it (UNAUTHENTICATED,
+/// PERMISSION_DENIED) at the reload; their leases are no longer renewed and
+/// run out at their TTL.
 /// A stream whose credential is unchanged goes on.
 #[tokio::test]
 async fn a_withdrawn_credential_ends_its_streams() {
-    let tokens = Tokens::new("auth-withdraw", "");
+    let steady = generate_token().unwrap();
+    let steady_line = format!("steady use {}\n", token_credential(&steady));
+    let tokens = Tokens::new("auth-withdraw", &steady_line);
     let file = tokens.file.clone();
     let broker = Broker::start_with("memory", move |c| {
         c.auth_file = Some(file);
@@ -1102,12 +1105,30 @@ async fn a_withdrawn_credential_ends_its_streams() {
         .into_inner();
     let (_p, mut p_answers) = renewing(&mut payments, gone.lease.as_ref().unwrap()).await;
     let (_b, mut b_answers) = renewing(&mut billing, demoted.lease.as_ref().unwrap()).await;
+    // An Observe stream of each, answered once (the election's state).
+    let observing = |client: &mut Grpc| {
+        let mut client = client.clone();
+        async move {
+            let mut changes = client
+                .observe(LeaderRequest {
+                    election: "watched".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            changes.message().await.unwrap().expect("the current state");
+            changes
+        }
+    };
+    let mut p_changes = observing(&mut payments).await;
+    let mut b_changes = observing(&mut billing).await;
+    let mut s_changes = observing(&mut as_(&broker, Some(&steady)).await).await;
     // An `admin`-only line stays for ops; billing keeps only `admin`;
     // payments is gone.
     std::fs::write(
         &tokens.file,
         format!(
-            "billing admin {}\nops admin {}\n",
+            "billing admin {}\nops admin {}\n{steady_line}",
             token_credential(&tokens.billing),
             token_credential(&tokens.ops)
         ),
@@ -1119,6 +1140,17 @@ async fn a_withdrawn_credential_ends_its_streams() {
     let status = ended(&mut b_answers).await;
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     assert!(status.message().contains("`use`"), "{status:?}");
+    let status = ended(&mut p_changes).await;
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let status = ended(&mut b_changes).await;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // The same reload left the unchanged credential's stream open.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), s_changes.message())
+            .await
+            .is_err(),
+        "a stream whose credential is unchanged goes on"
+    );
     // Not renewed any more: the 2 s lease runs out.
     eventually(Duration::from_secs(10), "the lease ran out", || {
         let mut ops = ops.clone();

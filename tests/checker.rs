@@ -741,8 +741,8 @@ async fn redis_clock_step_back() {
                     async move {
                         let left: u64 = redis::cmd("EXISTS")
                             .arg("test:{checked}")
-                            .arg("test:{checked}:queue")
-                            .arg("test:{checked}:alive")
+                            .arg("test:{checked}:line")
+                            .arg("test:{checked}:until")
                             .query_async(&mut conn)
                             .await
                             .unwrap();

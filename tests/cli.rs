@@ -257,6 +257,14 @@ async fn a_paused_holder_knows_its_lease_is_lost_when_it_resumes() {
     next.release().await.unwrap();
 }
 
+/// The value of `key` in `acquire`'s `KEY=value` lines.
+fn assignment(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        .to_owned()
+}
+
 /// acquire prints shell assignments; describe shows the holder; release with
 /// the token frees it, and a second release says the lease is gone.
 #[tokio::test]
@@ -277,12 +285,7 @@ async fn acquire_describe_release_round_trip() {
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     let text = String::from_utf8(output.stdout).unwrap();
-    let value = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("no {key} in {text}"))
-            .to_owned()
-    };
+    let value = |key: &str| assignment(&text, key);
     let token = value("LEASEHOLD_TOKEN");
     assert_eq!(value("LEASEHOLD_LOCK"), "manual");
 
@@ -316,6 +319,44 @@ async fn acquire_describe_release_round_trip() {
         release("0".repeat(32)).status().await.unwrap().code(),
         Some(EXIT_LEASE_LOST)
     );
+}
+
+/// Every command takes every `--broker` URL: with the first unreachable,
+/// acquire, describe, check-fence and release go to the next (they used to
+/// try the first only and exit 69).
+#[tokio::test]
+async fn commands_move_past_an_unreachable_broker() {
+    let broker = Broker::start("memory").await;
+    // A loopback port nobody listens on (bound, then closed).
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let urls = format!("{dead},{}", broker.url());
+    let run = |args: &[&str]| {
+        let mut c = leasehold(&broker);
+        c.env("LEASEHOLD_BROKER", &urls).args(args);
+        c
+    };
+    let output = run(&["acquire", "--lock", "failover", "--ttl", "30s"])
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let value = |key: &str| assignment(&text, key);
+    let described = run(&["describe", "--lock", "failover"])
+        .output()
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&described.stdout).contains("held=true"));
+    let fence = value("LEASEHOLD_FENCE");
+    let checked = run(&["check-fence", "--lock", "failover", "--fence", &fence])
+        .status()
+        .await
+        .unwrap();
+    assert!(checked.success());
+    let mut release = run(&["release", "--lock", "failover"]);
+    release.env("LEASEHOLD_TOKEN", value("LEASEHOLD_TOKEN"));
+    assert!(release.status().await.unwrap().success());
+    assert!(!held(&Client::connect(broker.url()).await.unwrap(), "failover").await);
 }
 
 /// The heartbeat benchmark runs end to end and prints one row per lease count.
@@ -427,6 +468,41 @@ async fn the_cycles_benchmark_runs() {
             .unwrap();
         assert!(first > 0.0, "{line}");
     }
+}
+
+/// The waiters benchmark fills the line, holds it, and hands the lock down
+/// it: every waiter counted in line, handoffs measured, no call failed.
+#[tokio::test]
+async fn the_waiters_benchmark_runs() {
+    let redis = RedisServer::start();
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["bench", "waiters", "--store", &redis.url()])
+        .args(["--waiters", "50", "--hold", "500ms", "--duration", "1s"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in\n{text}"))
+            .to_owned()
+    };
+    assert!(line("line: ").starts_with("line: 50 waiting"), "{text}");
+    let handoffs = line("handoffs ");
+    let count: u64 = handoffs
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{handoffs}"));
+    assert!(count > 0, "{handoffs}");
+    assert!(handoffs.ends_with(" 0 failed calls"), "{handoffs}");
+    assert!(line("held ").ends_with(" 0 failed calls"), "{text}");
 }
 
 /// The heartbeat benchmark keeps leases alive through a broker of its own

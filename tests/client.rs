@@ -250,3 +250,30 @@ async fn a_release_whose_answer_was_lost_is_retried_and_succeeds() {
         0.0
     );
 }
+
+/// More leases than one heartbeat may name (the broker's default
+/// --max-stream-leases, 1,000) are kept alive over several heartbeats a
+/// beat: 1,200 leases of 2 s stay held for three TTLs. (Sent in one
+/// heartbeat, it is refused and every lease is lost.)
+#[tokio::test]
+async fn more_leases_than_one_heartbeat_names_are_kept_alive() {
+    let broker = Broker::start("memory").await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let mut leases = Vec::new();
+    for i in 0..1_200 {
+        leases.push(
+            client
+                .acquire(&format!("many-{i}"), opts(2_000))
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await; // three TTLs
+    assert_eq!(leases.iter().filter(|l| l.is_lost()).count(), 0);
+    for name in ["many-0", "many-999", "many-1000", "many-1199"] {
+        assert!(client.describe(name).await.unwrap().held, "{name}");
+    }
+    for lease in leases {
+        lease.release().await.expect("still held");
+    }
+}

@@ -631,6 +631,97 @@ async fn a_release_wakes_only_the_first_in_line(store: &Store) {
     assert_eq!(store.describe("a").await.unwrap().waiters, 0);
 }
 
+/// A replica refreshes the places of its waiters on a name in one call
+/// (`Store::refresh_places`): each is kept, and told its rank (0: first in
+/// line); a token without a place is told so, and gets none.
+async fn refreshing_places_tells_each_its_rank(store: &Store) {
+    grant(store, "a", "t0", 10_000).await;
+    for token in ["w1", "w2", "w3"] {
+        store
+            .acquire(&waiting(spec("a", token, 1_000)))
+            .await
+            .unwrap();
+    }
+    let tokens = |names: &[&str]| names.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        store
+            .refresh_places("a", &tokens(&["w3", "w1", "stranger", "w2"]))
+            .await
+            .unwrap(),
+        [Some(2), Some(0), None, Some(1)]
+    );
+    assert_eq!(
+        store.describe("a").await.unwrap().waiters,
+        3,
+        "a refresh joins nobody"
+    );
+    store.dequeue("a", "w1").await.unwrap();
+    assert_eq!(
+        store
+            .refresh_places("a", &tokens(&["w1", "w2", "w3"]))
+            .await
+            .unwrap(),
+        [None, Some(0), Some(1)]
+    );
+    assert_eq!(
+        store
+            .refresh_places("nobody-waits", &tokens(&["w2"]))
+            .await
+            .unwrap(),
+        [None]
+    );
+}
+
+/// A long line with waiters leaving from its middle: every waiter's
+/// position is its rank among those still in line (the memory store's rank
+/// tree is renumbered several times on the way), and the lock goes to them
+/// in arrival order.
+async fn a_long_line_keeps_its_order(store: &Store) {
+    const N: usize = 300;
+    grant(store, "long", "t0", 10_000).await;
+    let token = |i: usize| format!("{i:016x}{i:016x}");
+    for i in 0..N {
+        // Behind those who arrived before and stayed.
+        let behind = (0..i).filter(|j| j % 3 != 1).count() as u64 + 1;
+        match store
+            .acquire(&waiting(spec("long", &token(i), 1_000)))
+            .await
+        {
+            Ok(Acquired::Blocked(b)) => assert_eq!((b.position, b.queued), (behind, behind)),
+            other => panic!("{other:?}"),
+        }
+        // Every third leaves at once, before the next arrives.
+        if i % 3 == 1 {
+            store.dequeue("long", &token(i)).await.unwrap();
+        }
+    }
+    let staying: Vec<String> = (0..N).filter(|i| i % 3 != 1).map(token).collect();
+    let ranks = store.refresh_places("long", &staying).await.unwrap();
+    assert_eq!(
+        ranks,
+        (0..staying.len() as u64).map(Some).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        store.describe("long").await.unwrap().waiters,
+        staying.len() as u64
+    );
+    store.release("long", "t0").await.unwrap();
+    // Only the first in line may take it, then the next, and so on.
+    for (i, next) in staying.iter().enumerate().take(20) {
+        if let Some(later) = staying.get(i + 1) {
+            assert!(
+                matches!(
+                    store.acquire(&waiting(spec("long", later, 1_000))).await,
+                    Ok(Acquired::Blocked(_))
+                ),
+                "{later} jumped the line"
+            );
+        }
+        grant(store, "long", next, 1_000).await;
+        store.release("long", next).await.unwrap();
+    }
+}
+
 /// A batch renewal answers every lease, in order, whatever its outcome, over
 /// several script runs (a batch above 250 leases) in one call.
 async fn renew_many_answers_each_lease_in_order(store: &Store) {
@@ -787,4 +878,6 @@ conformance!(
     an_expiry_is_reported_once,
     a_look_does_not_extend,
     locks_and_semaphores_share_one_fence_sequence,
+    refreshing_places_tells_each_its_rank,
+    a_long_line_keeps_its_order,
 );

@@ -20,7 +20,7 @@ use std::{
 use common::{eventually, scrape, Broker, RedisServer};
 use leasehold::{
     client::{AcquireOptions, Client, LossReason},
-    proto::{leasehold_client::LeaseholdClient, ReleaseRequest, RenewRequest},
+    proto::{ReleaseRequest, RenewRequest},
 };
 use tonic::Code;
 
@@ -261,8 +261,8 @@ async fn a_revoke_is_one_loss_told_as_revoked_after_a_new_grant() {
 async fn strangers_and_repeated_releases_are_not_losses() {
     let redis = RedisServer::start();
     let brokers = two_brokers(&redis).await;
-    let mut a = LeaseholdClient::connect(brokers[0].url()).await.unwrap();
-    let mut b = LeaseholdClient::connect(brokers[1].url()).await.unwrap();
+    let mut a = brokers[0].client().await;
+    let mut b = brokers[1].client().await;
     let lease = common::must_acquire(&mut a, "mine", 5_000).await;
     let stranger = "0".repeat(32);
     let renew = |token: &str| RenewRequest {

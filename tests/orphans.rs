@@ -210,7 +210,7 @@ async fn a_waiters_grant_that_timed_out_is_released_when_answers_flow() {
         let mut conn = conn.clone();
         async move {
             redis::cmd("ZRANGE")
-                .arg("test:{queued}:alive")
+                .arg("test:{queued}:until")
                 .arg(0)
                 .arg(-1)
                 .arg("WITHSCORES")

@@ -288,3 +288,127 @@ async fn shutdown_ends_waits_with_unavailable() {
     let status = waiting.await.unwrap().unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
 }
+
+/// A line of waiters costs Redis O(log n) per waiter, not O(n): its scripts
+/// never scan a list (no list command at all runs, from join to handoffs
+/// to a waiter leaving), and a broker keeps the places of all its waiters
+/// on a name with one script call a second, not one per waiter. Both fail
+/// on the list-based line (each waiter's LPOS, an acquire per waiter per
+/// second); neither assertion depends on how fast anything ran: the window
+/// is two full refreshes of every place, seen in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_scans_nothing_and_is_refreshed_in_one_call_per_name() {
+    const WAITERS: usize = 50;
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let mut holder = broker.client().await;
+    let held = must_acquire(&mut holder, "crowd", 60_000).await;
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let mut client = broker.client().await;
+        waiters.push(tokio::spawn(async move {
+            let lease = client
+                .acquire(acquire_req("crowd", 60_000, &format!("w{i}"), 120_000))
+                .await?
+                .into_inner()
+                .lease
+                .expect("a lease");
+            client
+                .release(ReleaseRequest {
+                    name: lease.name,
+                    owner_token: lease.owner_token,
+                })
+                .await?;
+            Ok::<_, tonic::Status>(())
+        }));
+    }
+    eventually(Duration::from_secs(20), "every waiter in line", || {
+        let mut c = holder.clone();
+        async move { local_waiters(&mut c, "crowd").await == WAITERS as u32 }
+    })
+    .await;
+
+    let mut conn = redis.connection().await;
+    let deadlines = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let scores: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg("test:{crowd}:until")
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await
+                .expect("ZRANGE");
+            assert_eq!(scores.len(), WAITERS, "every waiter has a place");
+            let earliest = scores.iter().map(|s| s.1).fold(f64::MAX, f64::min);
+            let latest = scores.iter().map(|s| s.1).fold(f64::MIN, f64::max);
+            (earliest, latest)
+        }
+    };
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Two full rounds: every place refreshed after the latest deadline
+    // there was, twice.
+    for round in 0..2 {
+        let (_, latest) = deadlines(&mut conn).await;
+        eventually(
+            Duration::from_secs(10),
+            &format!("refresh round {round} of every place"),
+            || {
+                let f = deadlines(&mut conn);
+                async move { f.await.0 > latest }
+            },
+        )
+        .await;
+    }
+    let stats = commandstats(&mut conn).await;
+    let calls = |command: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    let scripts = calls("evalsha") + calls("eval");
+    println!("{scripts} script calls over two refreshes of {WAITERS} places\n{stats}");
+    // The list-based line: an acquire per waiter per round, 100 at least.
+    // Here: the refresh (one per round), the first in line's own look (one
+    // a second), a few more at the edges of the window.
+    assert!(
+        scripts < WAITERS as u64 / 2,
+        "{scripts} script calls for two refreshes of {WAITERS} places"
+    );
+
+    // Handoffs down the line, with a waiter leaving from the middle.
+    waiters.remove(WAITERS / 2).abort();
+    holder
+        .release(ReleaseRequest {
+            name: "crowd".into(),
+            owner_token: held.owner_token,
+        })
+        .await
+        .unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap().expect("granted in turn");
+    }
+    let stats = commandstats(&mut conn).await;
+    for list_command in ["lpos", "lrem", "lindex", "llen", "rpush", "lpop", "lrange"] {
+        assert!(
+            !stats.contains(&format!("cmdstat_{list_command}:")),
+            "{list_command} ran:\n{stats}"
+        );
+    }
+    assert!(stats.contains("cmdstat_zrank:"), "{stats}");
+}
+
+async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> String {
+    redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap()
+}

@@ -35,6 +35,11 @@ pub enum BenchCommand {
     /// renewed straight against Redis with the same batching: renewal
     /// latency, losses, CPU and memory of broker and Redis.
     Heartbeats(super::heartbeats::HeartbeatsArgs),
+    /// N callers waiting on one lock through a broker of the bench's own:
+    /// Redis and broker CPU while they wait, then handoffs down the line
+    /// (each grantee releases at once and queues again at the back):
+    /// handoffs per second and handoff latency percentiles.
+    Waiters(super::waiters::WaitersArgs),
 }
 
 /// Arguments of `bench keepalive`.
@@ -57,6 +62,7 @@ pub async fn bench(command: BenchCommand) -> ExitCode {
         BenchCommand::Soak(args) => super::soak::soak(args).await,
         BenchCommand::Cycles(args) => super::cycles::cycles(args).await,
         BenchCommand::Heartbeats(args) => super::heartbeats::heartbeats(args).await,
+        BenchCommand::Waiters(args) => super::waiters::waiters(args).await,
     }
 }
 
@@ -244,11 +250,22 @@ pub(super) async fn start_broker(
     extra: &[&str],
     key_prefix: &str,
 ) -> Result<OwnBroker, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    start_broker_exe(&exe, store, extra, key_prefix).await
+}
+
+/// [`start_broker`] with the broker binary `exe` (another build, to compare
+/// two versions under the same load generator).
+pub(super) async fn start_broker_exe(
+    exe: &std::path::Path,
+    store: &str,
+    extra: &[&str],
+    key_prefix: &str,
+) -> Result<OwnBroker, String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
         .port();
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let child = tokio::process::Command::new(exe)
         .args([
             "serve",
@@ -264,7 +281,7 @@ pub(super) async fn start_broker(
         .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("cannot start the broker: {e}"))?;
+        .map_err(|e| format!("cannot start the broker {}: {e}", exe.display()))?;
     let url = format!("http://127.0.0.1:{port}");
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     for _ in 0..100 {

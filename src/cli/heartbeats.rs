@@ -205,7 +205,7 @@ async fn redis_info(
 }
 
 /// CPU seconds a process has used (user + system), from /proc (Linux).
-fn cpu_seconds(pid: u32) -> f64 {
+pub(super) fn cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -9,6 +9,7 @@ mod guard;
 mod heartbeats;
 mod run;
 mod soak;
+mod waiters;
 
 use std::{process::ExitCode, time::Duration};
 
@@ -22,7 +23,6 @@ pub use self::{
 use crate::{
     client::{default_holder, AcquireOptions, Client, ClientError},
     config::parse_duration,
-    proto::{AcquireRequest, CheckFenceRequest, DescribeRequest, ReleaseRequest, RevokeRequest},
 };
 
 /// Exit code: the lock is held by someone else (and any wait ran out). Like
@@ -119,6 +119,9 @@ impl BrokerArgs {
             .map_err(|e| fail(&e))
     }
 
+    /// A raw API client on the first URL: for the load generator only,
+    /// which measures one broker call by call (every command goes through
+    /// [`Client`], which fails over between the URLs).
     async fn grpc(&self) -> Result<crate::client::Broker, ExitCode> {
         let url = self.urls().into_iter().next().unwrap_or_default();
         let unreachable = |e: &dyn std::fmt::Display| {
@@ -339,20 +342,21 @@ pub struct HoldArgs {
     lock: LockArgs,
 }
 
+/// Says what went wrong and exits with its code: busy (75), the lease is
+/// not (or no longer) the caller's (76), anything else (69).
 fn fail(e: &ClientError) -> ExitCode {
     eprintln!("leasehold: {e}");
     match e {
         ClientError::NotAcquired(_) => ExitCode::from(EXIT_LOCK_BUSY),
         ClientError::Lost(_) => ExitCode::from(EXIT_LEASE_LOST),
-        _ => ExitCode::from(EXIT_BROKER_ERROR),
-    }
-}
-
-fn status_exit(status: &tonic::Status) -> ExitCode {
-    eprintln!("leasehold: {}: {}", status.code(), status.message());
-    match status.code() {
-        tonic::Code::Aborted => ExitCode::from(EXIT_LOCK_BUSY),
-        tonic::Code::NotFound | tonic::Code::FailedPrecondition => ExitCode::from(EXIT_LEASE_LOST),
+        ClientError::Status(status)
+            if matches!(
+                status.code(),
+                tonic::Code::NotFound | tonic::Code::FailedPrecondition
+            ) =>
+        {
+            ExitCode::from(EXIT_LEASE_LOST)
+        }
         _ => ExitCode::from(EXIT_BROKER_ERROR),
     }
 }
@@ -360,66 +364,50 @@ fn status_exit(status: &tonic::Status) -> ExitCode {
 /// Takes the lease once (it is not kept alive: it expires at its TTL unless
 /// renewed) and prints `LEASEHOLD_*=` lines a shell can `eval`.
 pub async fn acquire(args: AcquireArgs) -> ExitCode {
-    let mut grpc = match args.broker.grpc().await {
-        Ok(g) => g,
+    let client = match args.broker.client().await {
+        Ok(c) => c,
         Err(code) => return code,
     };
-    let request = AcquireRequest {
-        name: args.lock.lock.clone(),
-        ttl_ms: args.lock.ttl.as_millis() as u64,
-        holder: args.lock.holder.clone().unwrap_or_else(default_holder),
-        wait_timeout_ms: args.lock.wait.as_millis() as u64,
-        lock_delay_ms: args.lock.lock_delay.as_millis() as u64,
-        limit: args.lock.limit,
-    };
-    match grpc.acquire(request).await {
-        Ok(response) => {
-            let Some(lease) = response.into_inner().lease else {
-                return ExitCode::from(EXIT_BROKER_ERROR);
-            };
+    let mut options = AcquireOptions::new()
+        .ttl(args.lock.ttl)
+        .wait(args.lock.wait)
+        .lock_delay(args.lock.lock_delay)
+        .limit(args.lock.limit);
+    if let Some(holder) = &args.lock.holder {
+        options = options.holder(holder.clone());
+    }
+    match client.grant(&args.lock.lock, options).await {
+        Ok(lease) => {
             println!("LEASEHOLD_LOCK={}", lease.name);
             println!("LEASEHOLD_FENCE={}", lease.fence);
             println!("LEASEHOLD_TOKEN={}", lease.owner_token);
             println!("LEASEHOLD_TTL_MS={}", lease.ttl_ms);
             ExitCode::SUCCESS
         }
-        Err(status) => status_exit(&status),
+        Err(e) => fail(&e),
     }
 }
 
 /// Releases a lease by name and token.
 pub async fn release(args: ReleaseArgs) -> ExitCode {
-    let mut grpc = match args.broker.grpc().await {
-        Ok(g) => g,
+    let client = match args.broker.client().await {
+        Ok(c) => c,
         Err(code) => return code,
     };
-    match grpc
-        .release(ReleaseRequest {
-            name: args.lock,
-            owner_token: args.token,
-        })
-        .await
-    {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(status) => status_exit(&status),
+    match client.release_token(&args.lock, &args.token).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
     }
 }
 
 /// Prints who holds a lock.
 pub async fn describe(args: DescribeArgs) -> ExitCode {
-    let mut grpc = match args.broker.grpc().await {
-        Ok(g) => g,
+    let client = match args.broker.client().await {
+        Ok(c) => c,
         Err(code) => return code,
     };
-    match grpc
-        .describe(DescribeRequest {
-            name: args.lock.clone(),
-            tenant: args.tenant.clone(),
-        })
-        .await
-    {
+    match client.describe_in(&args.tenant, &args.lock).await {
         Ok(d) => {
-            let d = d.into_inner();
             if d.held {
                 println!(
                     "lock={} held=true holder={:?} fence={} remaining_ms={} ttl_ms={} granted_at_unix_ms={} \
@@ -442,57 +430,44 @@ pub async fn describe(args: DescribeArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(status) => status_exit(&status),
+        Err(e) => fail(&e),
     }
 }
 
 /// Revokes the current lease on a lock and prints its fence.
 pub async fn revoke(args: RevokeArgs) -> ExitCode {
-    let mut grpc = match args.broker.grpc().await {
-        Ok(g) => g,
+    let client = match args.broker.client().await {
+        Ok(c) => c,
         Err(code) => return code,
     };
-    match grpc
-        .revoke(RevokeRequest {
-            name: args.lock.clone(),
-            tenant: args.tenant.clone(),
-        })
-        .await
-    {
-        Ok(r) => {
-            println!("revoked lock={} fence={}", args.lock, r.into_inner().fence);
+    match client.revoke_in(&args.tenant, &args.lock).await {
+        Ok(fence) => {
+            println!("revoked lock={} fence={fence}", args.lock);
             ExitCode::SUCCESS
         }
-        Err(status) => status_exit(&status),
+        Err(e) => fail(&e),
     }
 }
 
 /// Exits 0 if the fence is the current holder's, 76 if not.
 pub async fn check_fence(args: CheckFenceArgs) -> ExitCode {
-    let mut grpc = match args.broker.grpc().await {
-        Ok(g) => g,
+    let client = match args.broker.client().await {
+        Ok(c) => c,
         Err(code) => return code,
     };
-    match grpc
-        .check_fence(CheckFenceRequest {
-            name: args.lock.clone(),
-            fence: args.fence,
-        })
-        .await
-    {
-        Ok(r) => {
-            let r = r.into_inner();
+    match client.check_fence(&args.lock, args.fence).await {
+        Ok((current, current_fence)) => {
             println!(
-                "lock={} fence={} current={} current_fence={}",
-                args.lock, args.fence, r.current, r.current_fence
+                "lock={} fence={} current={current} current_fence={current_fence}",
+                args.lock, args.fence
             );
-            if r.current {
+            if current {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(EXIT_LEASE_LOST)
             }
         }
-        Err(status) => status_exit(&status),
+        Err(e) => fail(&e),
     }
 }
 

@@ -3,7 +3,8 @@
 //! leases, keeps them alive over S KeepAlive streams (each stream renews its
 //! share every interval), and reports the broker's RSS, the heartbeat round
 //! trip p99 and the leases lost, every 10 seconds and at the end. Exits 1 if
-//! any lease was lost.
+//! any lease was lost. With `--churn`, it also takes leases on new names and
+//! leaves them to expire, to show the broker forgets them.
 
 use std::{
     process::ExitCode,
@@ -44,6 +45,15 @@ pub struct SoakArgs {
     /// How long to run.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     duration: Duration,
+    /// Leases a second taken on new names and left to expire, never renewed
+    /// nor released (a crashing client's pattern), on the same connection,
+    /// with `--conn-max-leases` set on the broker: the broker's books of
+    /// them must stay the size of the leases alive, so its memory stays flat.
+    #[arg(long, default_value_t = 0)]
+    churn: usize,
+    /// TTL of the churned leases.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    churn_ttl: Duration,
 }
 
 /// Round trips and losses, shared by the streams.
@@ -52,6 +62,8 @@ pub(super) struct Tally {
     pub rtts_us: Mutex<Vec<u64>>,
     pub lost: AtomicU64,
     pub heartbeats: AtomicU64,
+    /// Leases taken by the churn and left to expire.
+    pub churned: AtomicU64,
 }
 
 /// Runs the soak; see the module doc.
@@ -68,24 +80,25 @@ pub async fn soak(args: SoakArgs) -> ExitCode {
 
 async fn run(args: SoakArgs) -> Result<u64, String> {
     let max_leases = args.leases.max(1).to_string();
+    let mut flags = vec!["--max-stream-leases", &max_leases];
+    if args.churn > 0 {
+        // A cap far above what is held: the books are kept, never full.
+        flags.extend(["--conn-max-leases", "1000000000"]);
+    }
     let super::bench::OwnBroker {
         child: mut broker,
         grpc,
         ..
-    } = super::bench::start_broker(
-        &args.store,
-        &["--max-stream-leases", &max_leases],
-        &format!("soak{}:", std::process::id()),
-    )
-    .await?;
+    } = super::bench::start_broker(&args.store, &flags, &format!("soak{}:", std::process::id()))
+        .await?;
     let pid = broker.id().ok_or("the broker exited")?;
 
     let names = (0..args.leases).map(|i| format!("soak/{i}"));
     let refs = acquire_many(&grpc, names, args.ttl, "soak").await?;
     let rss_start = rss_mib(pid);
     println!(
-        "soak: {} leases over {} streams, heartbeat every {:?}, TTL {:?}, for {:?}; broker RSS {:.1} MiB",
-        args.leases, args.streams, args.interval, args.ttl, args.duration, rss_start
+        "soak: {} leases over {} streams, heartbeat every {:?}, TTL {:?}, for {:?}; {} leases/s left to expire; broker RSS {:.1} MiB",
+        args.leases, args.streams, args.interval, args.ttl, args.duration, args.churn, rss_start
     );
 
     let tally = Arc::new(Tally::default());
@@ -110,26 +123,41 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
         )));
     }
 
+    if args.churn > 0 {
+        tasks.push(tokio::spawn(churn(
+            grpc.clone(),
+            args.churn,
+            args.churn_ttl,
+            end,
+            Arc::clone(&tally),
+        )));
+    }
+
     println!(
-        "{:>8} {:>10} {:>12} {:>12} {:>8}",
-        "t_s", "rss_mib", "heartbeats", "p99_us", "lost"
+        "{:>8} {:>10} {:>12} {:>12} {:>8} {:>10}",
+        "t_s", "rss_mib", "heartbeats", "p99_us", "lost", "churned"
     );
     let mut report = tokio::time::interval(Duration::from_secs(10));
     report.tick().await;
     let mut peak = rss_start;
+    // After the first 10 s: the churn's leases then expire as fast as they
+    // come, and anything kept of them shows as growth from here.
+    let mut rss_first = None;
     while Instant::now() < end {
         report.tick().await;
         let rss = rss_mib(pid);
         peak = peak.max(rss);
+        rss_first.get_or_insert(rss);
         let window: Vec<u64> =
             std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(|e| e.into_inner()));
         println!(
-            "{:>8} {:>10.1} {:>12} {:>12} {:>8}",
+            "{:>8} {:>10.1} {:>12} {:>12} {:>8} {:>10}",
             started.elapsed().as_secs(),
             rss,
             tally.heartbeats.load(Ordering::Relaxed),
             percentile(window, 0.99),
-            tally.lost.load(Ordering::Relaxed)
+            tally.lost.load(Ordering::Relaxed),
+            tally.churned.load(Ordering::Relaxed)
         );
     }
     for task in tasks {
@@ -138,8 +166,10 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     let lost = tally.lost.load(Ordering::Relaxed);
     let rss_end = rss_mib(pid);
     println!(
-        "soak done: heartbeats={} lost={lost} rss_start_mib={rss_start:.1} rss_peak_mib={:.1} rss_end_mib={rss_end:.1}",
+        "soak done: heartbeats={} lost={lost} churned={} rss_start_mib={rss_start:.1} rss_10s_mib={:.1} rss_peak_mib={:.1} rss_end_mib={rss_end:.1}",
         tally.heartbeats.load(Ordering::Relaxed),
+        tally.churned.load(Ordering::Relaxed),
+        rss_first.unwrap_or(rss_end),
         peak.max(rss_end)
     );
     let _ = broker.start_kill();
@@ -195,6 +225,36 @@ pub(super) async fn stream(
             _ => {
                 tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
                 break;
+            }
+        }
+    }
+}
+
+/// Takes `per_second` leases a second on new names until `end`, and leaves
+/// them to expire.
+async fn churn(
+    grpc: super::bench::BenchClient,
+    per_second: usize,
+    ttl: Duration,
+    end: Instant,
+    tally: Arc<Tally>,
+) {
+    let per_tick = per_second.div_ceil(10);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut next = 0usize;
+    while Instant::now() < end {
+        tick.tick().await;
+        let names = (next..next + per_tick).map(|i| format!("soak-churn/{i}"));
+        next += per_tick;
+        match acquire_many(&grpc, names, ttl, "churn").await {
+            Ok(refs) => {
+                tally
+                    .churned
+                    .fetch_add(refs.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                eprintln!("soak: churn: {e}");
+                return;
             }
         }
     }

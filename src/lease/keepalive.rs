@@ -13,10 +13,9 @@ use std::{collections::HashMap, time::Duration};
 
 use tokio::time::{sleep_until, Instant};
 
-use super::{validate, Caller, Leases, Slot};
+use super::{validate, Caller, Leases, LossReason, Slot};
 use crate::{
     error::{Error, Result},
-    metrics::LossReason,
     store::{Checked, RenewItem},
 };
 
@@ -35,7 +34,7 @@ impl std::fmt::Debug for LeaseRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseRef")
             .field("name", &self.name)
-            .field("owner_token", &super::token::Redacted(&self.owner_token))
+            .field("owner_token", &crate::redact::Redacted(&self.owner_token))
             .field("ttl_ms", &self.ttl_ms)
             .finish()
     }
@@ -96,7 +95,7 @@ pub struct Session {
 
 impl Session {
     pub(super) fn new(leases: Leases, caller: Caller, slots: (Slot, Slot)) -> Self {
-        leases.metrics().keepalive_streams.inc();
+        leases.inner.events.keepalive_stream(true);
         Session {
             leases,
             caller,
@@ -163,10 +162,7 @@ impl Session {
             .leases
             .count_errors(inner.store.renew_many(&items).await);
         if !items.is_empty() {
-            inner
-                .metrics
-                .heartbeat_latency
-                .observe(sent.elapsed().as_secs_f64());
+            inner.events.renewed(sent.elapsed());
         }
         let now = Instant::now();
         let mut next_tracked = HashMap::with_capacity(items.len());
@@ -343,6 +339,6 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.leases.metrics().keepalive_streams.dec();
+        self.leases.inner.events.keepalive_stream(false);
     }
 }

@@ -4,15 +4,20 @@
 //! here.
 
 mod election;
+mod events;
 mod keepalive;
+mod limits;
 mod orphans;
+mod places;
 mod tenant;
 pub mod token;
 pub mod validate;
 
 pub use self::{
     election::{Leader, Observer},
+    events::{Events, LossReason, NoEvents, Refusal},
     keepalive::{LeaseRef, LeaseState, Session},
+    limits::Limits,
     tenant::{
         store_name, Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants, Usage,
         NAMESPACE_SEPARATOR, ROOT_TENANT,
@@ -27,9 +32,7 @@ use tokio::{
 };
 
 use crate::{
-    config::Limits,
     error::{Error, Result},
-    metrics::{LossReason, Metrics},
     store::{
         Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, LeaseInfo, Renewed, Revocation,
         Store, QUEUE_LIFETIME, QUEUE_REFRESH,
@@ -71,7 +74,7 @@ impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
             .field("name", &self.name)
-            .field("owner_token", &token::Redacted(&self.owner_token))
+            .field("owner_token", &crate::redact::Redacted(&self.owner_token))
             .field("fence", &self.fence)
             .field("ttl_ms", &self.ttl_ms)
             .finish()
@@ -106,13 +109,15 @@ pub struct Description {
 struct Inner {
     store: Store,
     limits: Limits,
-    metrics: Metrics,
+    events: Arc<dyn Events>,
     /// Bounds the Acquire calls waiting at once (`--max-waiters`).
     waiter_slots: Arc<Semaphore>,
     /// Flips to true when the broker shuts down, ending every wait.
     shutdown: watch::Sender<bool>,
     /// Tokens whose grant may exist unbeknownst to anyone.
     orphans: Arc<orphans::Orphans>,
+    /// This replica's waiters, whose places in line it refreshes.
+    places: Arc<places::Places>,
 }
 
 /// The lease service; cheap to clone.
@@ -122,16 +127,28 @@ pub struct Leases {
 }
 
 impl Leases {
-    /// A lease service over `store`.
-    pub fn new(store: Store, limits: Limits, metrics: Metrics) -> Self {
+    /// A lease service over `store`, reporting what happens to `events`.
+    /// Inside a tokio runtime it also starts the task that refreshes the
+    /// places of its waiters in line, which stops when the service is
+    /// dropped.
+    pub fn new(store: Store, limits: Limits, events: Arc<dyn Events>) -> Self {
+        let places: Arc<places::Places> = Default::default();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(places::keep(
+                Arc::downgrade(&places),
+                store.clone(),
+                Arc::clone(&events),
+            ));
+        }
         Leases {
             inner: Arc::new(Inner {
                 waiter_slots: Arc::new(Semaphore::new(limits.max_waiters)),
                 store,
                 limits,
-                metrics,
+                events,
                 shutdown: watch::Sender::new(false),
                 orphans: Default::default(),
+                places,
             }),
         }
     }
@@ -139,11 +156,6 @@ impl Leases {
     /// The store (for health checks).
     pub fn store(&self) -> &Store {
         &self.inner.store
-    }
-
-    /// The metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
     }
 
     /// Ends every wait in progress with UNAVAILABLE, so that a graceful
@@ -173,8 +185,8 @@ impl Leases {
     /// [`Checked::Expired`]): a release, a second release, a heartbeat that
     /// crossed a release or a stranger's wrong token is never counted.
     fn lost(&self, name: &str, reason: LossReason) {
-        self.inner.metrics.lost(reason);
-        tracing::info!(lock = %name, reason = reason.as_str(), "lease lost");
+        self.inner.events.lost(reason);
+        tracing::info!(lock = %name, ?reason, "lease lost");
     }
 
     /// Takes the lease, once or waiting (see the proto for the semantics).
@@ -246,7 +258,7 @@ impl Leases {
                 // moment no later than the grant.
                 waited: attempt.duration_since(started),
             });
-        let m = &self.inner.metrics;
+        let events = &self.inner.events;
         match &result {
             Ok(granted) => {
                 room.granted(
@@ -254,15 +266,14 @@ impl Leases {
                     &spec.token,
                     Instant::now() + Duration::from_millis(spec.ttl_ms),
                 );
-                m.acquired.inc();
-                m.acquire_wait.observe(granted.waited.as_secs_f64());
+                events.acquired(granted.waited);
                 tracing::debug!(
                     lock = %spec.name, fence = granted.lease.fence, ttl_ms = spec.ttl_ms,
-                    holder = %spec.holder, token = %token::Redacted(&spec.token), "granted"
+                    holder = %spec.holder, token = %crate::redact::Redacted(&spec.token), "granted"
                 );
             }
             Err(Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. }) => {
-                m.acquire_refused.inc()
+                events.acquire_refused()
             }
             // An attempt failed without an answer: it may have granted.
             Err(_) if unknown => self.orphaned(&spec),
@@ -271,7 +282,7 @@ impl Leases {
         if let Err(Ok(granted)) = caller.send(result) {
             tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
             match self.count_errors(self.inner.store.release(&spec.name, &spec.token).await) {
-                Ok(Checked::Done(())) => m.released.inc(),
+                Ok(Checked::Done(())) => events.released(),
                 Ok(_) => {}
                 Err(_) => self.orphaned(&spec),
             }
@@ -381,7 +392,7 @@ impl Leases {
                     self.inner.limits.max_waiters
                 ))
             })?;
-        let _gauge = GaugeGuard::inc(&self.inner.metrics.waiters);
+        let _waiting = Waiting::new(self.inner.events.as_ref());
         let watch = self.count_errors(
             store
                 .watch(&spec.name, Event::Released, Some(&spec.token))
@@ -389,6 +400,12 @@ impl Leases {
         )?;
         let shutdown = self.shutting_down();
         tokio::pin!(shutdown);
+        // The first attempt (before this) took a place in line; from now on
+        // this replica refreshes it, with its other waiters' (places.rs).
+        let place = self
+            .inner
+            .places
+            .register(&spec.name, &spec.token, u64::MAX);
         loop {
             // Armed before the attempt, so a release between the attempt and
             // the wait below still wakes us.
@@ -401,14 +418,29 @@ impl Leases {
                 Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
                 Acquired::Blocked(blocked) => blocked,
             };
+            place.saw(blocked.position);
             let now = Instant::now();
             if now >= deadline {
                 return Err(not_obtained(name, blocked, ms_since(started)));
             }
-            // Woken by a release (pushed); else look again when the lease
-            // would expire or the delay end (nobody announces those), and at
-            // least every QUEUE_REFRESH to keep our place in line.
-            let wake = now + Duration::from_millis(blocked.remaining_ms.max(1)).min(QUEUE_REFRESH);
+            // Woken by a release naming us, or by our replica's refresh of
+            // the places finding us first in line or without a place
+            // (places.rs). The first in line also looks again when the
+            // lease would expire or the delay end (nobody announces those),
+            // and at least every QUEUE_REFRESH (an event may be lost with a
+            // subscription); one further back would only be refused, unless
+            // the name is free and those ahead are slow to take it (a dead
+            // replica's waiter, whose place lapses then: look again then).
+            // So the line costs the store one call per second per name and
+            // replica, not one per waiter.
+            let remaining = Duration::from_millis(blocked.remaining_ms.max(1));
+            let wake = if blocked.position <= 1 {
+                now + remaining.min(QUEUE_REFRESH)
+            } else if blocked.by == BlockedBy::Queue {
+                now + remaining
+            } else {
+                deadline
+            };
             tokio::select! {
                 () = &mut notified => {}
                 () = sleep_until(wake.min(deadline)) => {}
@@ -438,10 +470,7 @@ impl Leases {
         let stored = caller.tenant().qualify(name);
         let started = Instant::now();
         let outcome = self.count_errors(self.inner.store.renew(&stored, owner_token, ttl).await)?;
-        self.inner
-            .metrics
-            .heartbeat_latency
-            .observe(started.elapsed().as_secs_f64());
+        self.inner.events.renewed(started.elapsed());
         match &outcome {
             Checked::Done(renewed) => caller.hold(
                 &stored,
@@ -465,8 +494,8 @@ impl Leases {
         caller.forget(&stored, owner_token);
         match outcome {
             Checked::Done(()) => {
-                self.inner.metrics.released.inc();
-                tracing::debug!(lock = %stored, token = %token::Redacted(owner_token), "released");
+                self.inner.events.released();
+                tracing::debug!(lock = %stored, token = %crate::redact::Redacted(owner_token), "released");
                 Ok(())
             }
             Checked::Released => Ok(()),
@@ -571,7 +600,7 @@ impl Leases {
     /// Counts store failures in `store_errors_total`.
     fn count_errors<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(e @ (Error::Unavailable(_) | Error::Internal(_))) = &result {
-            self.inner.metrics.store_errors.inc();
+            self.inner.events.store_failed();
             tracing::warn!(error = %e, "store call failed");
         }
         result
@@ -610,40 +639,43 @@ fn not_obtained(name: &str, blocked: Blocked, waited_ms: u64) -> Error {
     }
 }
 
-/// Keeps a gauge raised while alive.
-struct GaugeGuard<'a>(&'a prometheus::IntGauge);
+/// One waiting Acquire call, reported while it lives.
+struct Waiting<'a>(&'a dyn Events);
 
-impl<'a> GaugeGuard<'a> {
-    fn inc(gauge: &'a prometheus::IntGauge) -> Self {
-        gauge.inc();
-        GaugeGuard(gauge)
+impl<'a> Waiting<'a> {
+    fn new(events: &'a dyn Events) -> Self {
+        events.waiting(true);
+        Waiting(events)
     }
 }
 
-impl Drop for GaugeGuard<'_> {
+impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.dec();
+        self.0.waiting(false);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
+    use crate::{metrics::Metrics, store::MemoryStore};
 
-    fn leases() -> Leases {
-        Leases::new(
+    /// A lease service on the memory store, and the metrics it reports to.
+    fn leases() -> (Leases, Metrics) {
+        let metrics = Metrics::new();
+        let leases = Leases::new(
             Store::Memory(MemoryStore::new()),
             Limits::default(),
-            Metrics::new(),
-        )
+            Arc::new(metrics.clone()),
+        );
+        (leases, metrics)
     }
 
     /// A grant that arrives after its caller went away is released at once,
     /// not left holding the lock for nobody until its TTL.
     #[tokio::test]
     async fn a_grant_whose_caller_left_is_released_at_once() {
-        let leases = leases();
+        let (leases, metrics) = leases();
         let spec = GrantSpec {
             name: "raced".into(),
             token: token::generate().unwrap(),
@@ -667,12 +699,8 @@ mod tests {
                 tx,
             )
             .await;
-        assert_eq!(leases.metrics().acquired.get(), 1, "the store did grant");
-        assert_eq!(
-            leases.metrics().released.get(),
-            1,
-            "and the grant was released"
-        );
+        assert_eq!(metrics.acquired.get(), 1, "the store did grant");
+        assert_eq!(metrics.released.get(), 1, "and the grant was released");
         assert!(leases
             .describe(&Caller::local(), "", "raced")
             .await
@@ -685,7 +713,7 @@ mod tests {
     /// graceful shutdown.
     #[tokio::test]
     async fn shutdown_ends_waits() {
-        let leases = leases();
+        let (leases, metrics) = leases();
         let args = |holder: &str, wait| AcquireArgs {
             name: "busy".into(),
             ttl_ms: 60_000,
@@ -716,6 +744,6 @@ mod tests {
             matches!(result, Err(Error::Unavailable(ref m)) if m.contains("shutting down")),
             "{result:?}"
         );
-        assert_eq!(leases.metrics().waiters.get(), 0);
+        assert_eq!(metrics.waiters.get(), 0);
     }
 }

@@ -25,7 +25,8 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::{token::Redacted, Inner, Leases};
+use super::{Inner, Leases};
+use crate::redact::Redacted;
 use crate::{
     error::Error,
     store::{Checked, GrantSpec},
@@ -115,7 +116,7 @@ impl Leases {
             orphan.queued = false;
         }
         if let Checked::Done(()) = self.count_errors(store.release(&orphan.name, token).await)? {
-            self.inner.metrics.orphans_released.inc();
+            self.inner.events.orphan_released();
             tracing::info!(
                 lock = %orphan.name, token = %Redacted(token),
                 "released a grant whose caller never heard of it"

@@ -33,10 +33,8 @@ use std::{
 
 use tokio::time::Instant;
 
-use crate::{
-    error::{Error, Result},
-    metrics::{Metrics, Rejection},
-};
+use super::events::{Events, NoEvents, Refusal};
+use crate::error::{Error, Result};
 
 /// The separator between a tenant's id and a lock name in the store. Not in
 /// the lock-name alphabet (see `validate::name`), so names cannot forge it.
@@ -234,8 +232,8 @@ pub struct Tenant {
     usage: Arc<Usage>,
     /// Counted only when a lease cap is set (tenant or connection).
     ledger: Option<Mutex<Ledger>>,
-    /// Where refusals are counted.
-    metrics: Metrics,
+    /// Where refusals are reported.
+    events: Arc<dyn Events>,
 }
 
 impl Tenant {
@@ -257,7 +255,7 @@ impl Tenant {
 pub struct Tenants {
     caps: Caps,
     conn_caps: Caps,
-    metrics: Metrics,
+    events: Arc<dyn Events>,
     /// A std mutex: looked up once per request, never held across an await.
     known: Mutex<HashMap<String, Arc<Tenant>>>,
     root: Arc<Tenant>,
@@ -265,7 +263,7 @@ pub struct Tenants {
 
 impl Tenants {
     /// Tenants with these caps per tenant and per connection.
-    pub fn new(caps: Caps, conn_caps: Caps, metrics: Metrics) -> Self {
+    pub fn new(caps: Caps, conn_caps: Caps, events: Arc<dyn Events>) -> Self {
         let track = caps.leases > 0 || conn_caps.leases > 0;
         Tenants {
             root: Arc::new(Tenant {
@@ -279,11 +277,11 @@ impl Tenants {
                     Caps::default(),
                 )),
                 ledger: track.then(|| Mutex::new(Ledger::default())),
-                metrics: metrics.clone(),
+                events: Arc::clone(&events),
             }),
             caps,
             conn_caps,
-            metrics,
+            events,
             known: Mutex::new(HashMap::new()),
         }
     }
@@ -314,20 +312,10 @@ impl Tenants {
             usage: Arc::new(Usage::new(Owner::Tenant(id.to_owned()), self.caps)),
             ledger: (self.caps.leases > 0 || self.conn_caps.leases > 0)
                 .then(|| Mutex::new(Ledger::default())),
-            metrics: self.metrics.clone(),
+            events: Arc::clone(&self.events),
         });
         known.insert(id.to_owned(), Arc::clone(&tenant));
         tenant
-    }
-
-    /// Counts a refusal by its reason.
-    pub fn rejected(&self, reason: Rejection) {
-        self.metrics.rejected(reason);
-    }
-
-    /// The metrics refusals are counted in.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 }
 
@@ -372,7 +360,7 @@ impl Caller {
                     Caps::default(),
                 )),
                 ledger: None,
-                metrics: Metrics::new(),
+                events: Arc::new(NoEvents),
             }),
             Permissions {
                 use_locks: true,
@@ -396,15 +384,15 @@ impl Caller {
     /// Admits one request under the connection's and the tenant's rate caps.
     pub fn admit(&self) -> Result<()> {
         self.counted(
-            Rejection::Cap,
+            Refusal::Cap,
             self.conn.admit().and_then(|()| self.tenant.usage.admit()),
         )
     }
 
-    /// Counts a refusal in `lease_rejected_total`.
-    fn counted<T>(&self, reason: Rejection, result: Result<T>) -> Result<T> {
+    /// Reports a refusal.
+    fn counted<T>(&self, reason: Refusal, result: Result<T>) -> Result<T> {
         if result.is_err() {
-            self.tenant.metrics.rejected(reason);
+            self.tenant.events.refused(reason);
         }
         result
     }
@@ -414,7 +402,7 @@ impl Caller {
         if self.permissions.use_locks {
             return Ok(());
         }
-        self.tenant.metrics.rejected(Rejection::PermissionDenied);
+        self.tenant.events.refused(Refusal::PermissionDenied);
         Err(Error::PermissionDenied(format!(
             "this credential of tenant '{}' has no 'use' permission: it may not take, renew, \
              release or describe locks (grant `use` in the --auth-file)",
@@ -427,7 +415,7 @@ impl Caller {
         if self.permissions.admin {
             return Ok(());
         }
-        self.tenant.metrics.rejected(Rejection::PermissionDenied);
+        self.tenant.events.refused(Refusal::PermissionDenied);
         Err(Error::PermissionDenied(if self.tenant.open {
             // No authentication: administration is a switch of the broker.
             format!(
@@ -446,12 +434,12 @@ impl Caller {
 
     /// A waiter slot under both caps.
     pub fn waiter_slot(&self) -> Result<(Slot, Slot)> {
-        self.counted(Rejection::Cap, self.slots(SlotKind::Waiter))
+        self.counted(Refusal::Cap, self.slots(SlotKind::Waiter))
     }
 
     /// A stream slot under both caps.
     pub fn stream_slot(&self) -> Result<(Slot, Slot)> {
-        self.counted(Rejection::Cap, self.slots(SlotKind::Stream))
+        self.counted(Refusal::Cap, self.slots(SlotKind::Stream))
     }
 
     fn slots(&self, kind: SlotKind) -> Result<(Slot, Slot)> {
@@ -464,7 +452,7 @@ impl Caller {
     /// cap) until the grant is recorded with [`LeaseRoom::granted`], or
     /// given back when the reservation drops without a grant.
     pub fn reserve_lease(&self) -> Result<LeaseRoom> {
-        self.counted(Rejection::Cap, self.lease_room())
+        self.counted(Refusal::Cap, self.lease_room())
     }
 
     fn lease_room(&self) -> Result<LeaseRoom> {
@@ -723,7 +711,7 @@ mod tests {
 
     #[test]
     fn names_are_qualified_by_tenant_and_cannot_be_forged() {
-        let tenants = Tenants::new(Caps::default(), Caps::default(), Metrics::new());
+        let tenants = Tenants::new(Caps::default(), Caps::default(), Arc::new(NoEvents));
         assert_eq!(tenants.get("a").qualify("x"), "a|x");
         assert_eq!(tenants.root().qualify("a|x"), "a|x");
         assert_eq!(tenants.root().qualify("x"), "x");
@@ -735,7 +723,7 @@ mod tests {
     /// root of a broker without --auth-file has none).
     #[test]
     fn the_root_tenant_stores_bare_names_and_has_the_tenant_caps() {
-        let tenants = Tenants::new(caps(1, 0, 0, 0), Caps::default(), Metrics::new());
+        let tenants = Tenants::new(caps(1, 0, 0, 0), Caps::default(), Arc::new(NoEvents));
         let root = tenants.get(ROOT_TENANT);
         assert_eq!((root.id(), root.qualify("x")), ("@root", "x".to_owned()));
         assert_eq!(tenants.root().id(), "@root");
@@ -763,7 +751,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn leases_are_capped_per_tenant_and_per_connection_and_expire() {
-        let tenants = Tenants::new(caps(3, 0, 0, 0), caps(2, 0, 0, 0), Metrics::new());
+        let tenants = Tenants::new(caps(3, 0, 0, 0), caps(2, 0, 0, 0), Arc::new(NoEvents));
         let conn1 = Usage::connection(tenants.conn_caps());
         let conn2 = Usage::connection(tenants.conn_caps());
         let a1 = caller(&tenants, "a", 1, &conn1);
@@ -800,7 +788,7 @@ mod tests {
     /// overshot, and a call that ends without a grant gives its room back.
     #[tokio::test(start_paused = true)]
     async fn reservations_keep_concurrent_calls_within_the_cap() {
-        let tenants = Tenants::new(caps(2, 0, 0, 0), caps(0, 0, 0, 0), Metrics::new());
+        let tenants = Tenants::new(caps(2, 0, 0, 0), caps(0, 0, 0, 0), Arc::new(NoEvents));
         let conn = Usage::connection(tenants.conn_caps());
         let a = caller(&tenants, "a", 1, &conn);
         let first = a.reserve_lease().unwrap();
@@ -825,7 +813,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_rate_cap_allows_a_second_of_burst_then_refuses() {
-        let tenants = Tenants::new(caps(0, 0, 0, 10), Caps::default(), Metrics::new());
+        let tenants = Tenants::new(caps(0, 0, 0, 10), Caps::default(), Arc::new(NoEvents));
         let conn = Usage::connection(tenants.conn_caps());
         let a = caller(&tenants, "a", 1, &conn);
         for _ in 0..10 {
@@ -842,7 +830,7 @@ mod tests {
 
     #[test]
     fn slots_are_capped_and_given_back() {
-        let tenants = Tenants::new(caps(0, 1, 2, 0), caps(0, 5, 5, 0), Metrics::new());
+        let tenants = Tenants::new(caps(0, 1, 2, 0), caps(0, 5, 5, 0), Arc::new(NoEvents));
         let conn = Usage::connection(tenants.conn_caps());
         let a = caller(&tenants, "a", 1, &conn);
         let waiter = a.waiter_slot().unwrap();

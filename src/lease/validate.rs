@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::token;
-use crate::{config::Limits, error::Error, Result};
+use super::Limits;
+use crate::{error::Error, Result};
 
 /// Checks a lock name: 1..=max bytes of `[A-Za-z0-9._:/-]`. The set leaves
 /// out `{` and `}` (Redis Cluster hash tags), spaces and control characters.

@@ -1,19 +1,22 @@
 //! Client connections on the gRPC port: accepted under `--max-connections`,
-//! given a deadline for their first bytes (plaintext) or their TLS
-//! handshake, and labelled with what a request needs to know of its
-//! connection ([`ConnInfo`]: an id, the peer, the names of its client
-//! certificate, its counters against the per-connection caps).
+//! given one deadline for their TLS handshake (if any), their HTTP/2 client
+//! preface and their first SETTINGS frame, and labelled with what a request
+//! needs to know of its connection ([`ConnInfo`]: an id, the peer, the names
+//! of its client certificate, its counters against the per-connection caps).
 //!
 //! Every connection has its handshake in a task of its own, so a client that
-//! connects and says nothing holds its socket and nothing else, and only for
-//! the deadline.
+//! connects and says nothing, or only part of its preface, holds its socket
+//! and a slot under `--max-connections`, and only for the deadline. Past the
+//! handshake, HTTP/2 pings (`--ping-interval`, `--ping-timeout`) close a
+//! connection whose peer stops answering. hyper waits for the preface
+//! without any deadline, which is why it is read here first and replayed.
 
 use std::{
     io,
     net::SocketAddr,
     pin::Pin,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc,
     },
     task::{Context, Poll},
@@ -47,6 +50,9 @@ pub struct ConnInfo {
     pub cert_names: Arc<[String]>,
     /// The connection's counters against `--conn-max-*`.
     pub usage: Arc<Usage>,
+    /// Bytes of unfinished requests buffered for this connection, against
+    /// `--conn-max-buffer` (see `admit::Metered`).
+    pub buffered: Arc<AtomicUsize>,
 }
 
 /// How connections are accepted.
@@ -55,7 +61,8 @@ pub struct Acceptor {
     pub tls: Option<Arc<Tls>>,
     /// Open connections allowed at once (`--max-connections`).
     pub slots: Arc<Semaphore>,
-    /// The deadline for the TLS handshake or the first bytes.
+    /// The deadline for the TLS handshake, the HTTP/2 preface and the
+    /// client's first SETTINGS frame, all together.
     pub handshake_timeout: Duration,
     /// The caps of each connection.
     pub caps: Caps,
@@ -65,7 +72,7 @@ pub struct Acceptor {
 
 /// An accepted connection, plaintext or TLS.
 pub struct Conn {
-    io: Io,
+    io: Stream,
     info: ConnInfo,
     metrics: Metrics,
     _slot: OwnedSemaphorePermit,
@@ -74,6 +81,15 @@ pub struct Conn {
 enum Io {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// A connection whose first bytes (the preface, the first SETTINGS frame,
+/// whatever came with them) were read to check them: reads return those
+/// bytes first, then the socket's, so hyper sees the connection whole.
+struct Stream {
+    io: Io,
+    replay: Vec<u8>,
+    replayed: usize,
 }
 
 impl Drop for Conn {
@@ -101,6 +117,58 @@ impl AsyncRead for Conn {
 }
 
 impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if me.replayed < me.replay.len() {
+            let rest = &me.replay[me.replayed..];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            me.replayed += n;
+            if me.replayed == me.replay.len() {
+                me.replay = Vec::new();
+                me.replayed = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut me.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Stream {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -235,8 +303,13 @@ pub fn incoming(listener: TcpListener, acceptor: Acceptor) -> ReceiverStream<io:
             let id = ids.fetch_add(1, Ordering::Relaxed);
             let (acceptor, tx) = (Arc::clone(&acceptor), tx.clone());
             tokio::spawn(async move {
-                let Some((io, cert_names)) = handshake(&acceptor, stream, peer).await else {
-                    return;
+                let (io, cert_names) = match handshake(&acceptor, stream, peer).await {
+                    Ok(opened) => opened,
+                    Err(Refused::Counted) => {
+                        acceptor.metrics.rejected(Rejection::Handshake);
+                        return;
+                    }
+                    Err(Refused::Quiet) => return,
                 };
                 acceptor.metrics.connections.inc();
                 let conn = Conn {
@@ -246,6 +319,7 @@ pub fn incoming(listener: TcpListener, acceptor: Acceptor) -> ReceiverStream<io:
                         peer,
                         cert_names: cert_names.into(),
                         usage: Usage::connection(acceptor.caps),
+                        buffered: Arc::default(),
                     },
                     metrics: acceptor.metrics.clone(),
                     _slot: slot,
@@ -273,7 +347,7 @@ async fn refuse(acceptor: &Acceptor, stream: TcpStream, peer: SocketAddr) {
     use hyper_util::rt::{TokioExecutor, TokioIo};
 
     let refusal = async {
-        let (io, _) = handshake(acceptor, stream, peer).await?;
+        let (io, _) = handshake(acceptor, stream, peer).await.ok()?;
         let service = service_fn(|_request| async {
             Response::builder()
                 .header("content-type", "application/grpc")
@@ -294,31 +368,48 @@ async fn refuse(acceptor: &Acceptor, stream: TcpStream, peer: SocketAddr) {
     let _ = tokio::time::timeout(REFUSAL_TIME, refusal).await;
 }
 
-/// The TLS handshake, or (plaintext) the first bytes, within the deadline:
-/// the connection ready for HTTP/2, and the names of its client certificate.
+/// Why a connection was closed before hyper saw it.
+enum Refused {
+    /// The handshake failed or ran out of time, or the client spoke
+    /// something else than HTTP/2: counted in `lease_rejected_total`
+    /// (`handshake`).
+    Counted,
+    /// The client closed (or reset) the connection itself: not a refusal,
+    /// and what a TCP health probe does.
+    Quiet,
+}
+
+/// The TLS handshake (if any), the HTTP/2 client preface and the client's
+/// first SETTINGS frame, all within one deadline: the connection ready for
+/// hyper (those bytes to be replayed), and the names of its client
+/// certificate.
 async fn handshake(
     acceptor: &Acceptor,
     stream: TcpStream,
     peer: SocketAddr,
-) -> Option<(Io, Vec<String>)> {
-    let deadline = acceptor.handshake_timeout;
-    let (io, cert_names) = match &acceptor.tls {
-        None => {
-            // The HTTP/2 preface must start within the deadline; a client
-            // that connects and stays silent is dropped.
-            let mut first = [0u8; 1];
-            match tokio::time::timeout(deadline, stream.peek(&mut first)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                Ok(_) => return None,
-                Err(_) => {
-                    tracing::debug!(%peer, "connection closed: nothing sent within the handshake deadline");
-                    return None;
-                }
-            }
-            (Io::Plain(stream), Vec::new())
+) -> Result<(Stream, Vec<String>), Refused> {
+    match tokio::time::timeout(acceptor.handshake_timeout, open(acceptor, stream, peer)).await {
+        Ok(opened) => opened,
+        Err(_) => {
+            tracing::debug!(
+                %peer,
+                "connection closed: no TLS handshake, HTTP/2 preface and SETTINGS within --handshake-timeout"
+            );
+            Err(Refused::Counted)
         }
-        Some(tls) => match tokio::time::timeout(deadline, tls.acceptor().accept(stream)).await {
-            Ok(Ok(stream)) => {
+    }
+}
+
+/// [`handshake`] without its deadline.
+async fn open(
+    acceptor: &Acceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Result<(Stream, Vec<String>), Refused> {
+    let (mut io, cert_names) = match &acceptor.tls {
+        None => (Io::Plain(stream), Vec::new()),
+        Some(tls) => match tls.acceptor().accept(stream).await {
+            Ok(stream) => {
                 let names = stream
                     .get_ref()
                     .1
@@ -328,17 +419,101 @@ async fn handshake(
                     .unwrap_or_default();
                 (Io::Tls(Box::new(stream)), names)
             }
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                return None;
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(%peer, "connection closed by the client during the TLS handshake");
+                return Err(Refused::Quiet);
             }
-            Err(_) => {
-                tracing::debug!(%peer, "TLS handshake timed out");
-                return None;
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return Err(Refused::Counted);
             }
         },
     };
-    Some((io, cert_names))
+    let replay = read_preface(&mut io, peer).await?;
+    Ok((
+        Stream {
+            io,
+            replay,
+            replayed: 0,
+        },
+        cert_names,
+    ))
+}
+
+/// What every HTTP/2 client sends first (RFC 9113, section 3.4), followed by
+/// a SETTINGS frame.
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Length of an HTTP/2 frame header.
+const FRAME_HEADER: usize = 9;
+
+/// Largest first SETTINGS frame accepted, in bytes of payload: 32 settings
+/// of 6 bytes. HTTP/2 defines 9 settings and clients send 2 to 6 of them; a
+/// bound keeps a client from holding the handshake with a long trickle.
+const MAX_FIRST_SETTINGS: usize = 32 * 6;
+
+/// Reads from `io` until the client preface and a whole first SETTINGS
+/// frame are in: every byte read, to be replayed to hyper. Wrong bytes end
+/// it at once, without waiting for the rest.
+async fn read_preface(io: &mut Io, peer: SocketAddr) -> Result<Vec<u8>, Refused> {
+    use tokio::io::AsyncReadExt;
+    // Read straight into the buffer (it grows as needed): at most a few
+    // hundred bytes, since reading stops once the frame is complete.
+    let mut read = Vec::with_capacity(PREFACE.len() + FRAME_HEADER + 64);
+    loop {
+        match check_preface(&read) {
+            Ok(true) => return Ok(read),
+            Ok(false) => {}
+            Err(why) => {
+                tracing::debug!(%peer, why, "connection closed: not an HTTP/2 client");
+                return Err(Refused::Counted);
+            }
+        }
+        match io.read_buf(&mut read).await {
+            Ok(0) => {
+                tracing::debug!(%peer, bytes = read.len(), "connection closed by the client before its HTTP/2 preface");
+                return Err(Refused::Quiet);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "connection lost before its HTTP/2 preface");
+                return Err(Refused::Quiet);
+            }
+        }
+    }
+}
+
+/// Whether `read` (a connection's first bytes) holds the whole client
+/// preface and first SETTINGS frame (`Ok(true)`), a beginning of them
+/// (`Ok(false)`), or something else (`Err`, saying what).
+fn check_preface(read: &[u8]) -> Result<bool, &'static str> {
+    let magic = read.len().min(PREFACE.len());
+    if read[..magic] != PREFACE[..magic] {
+        return Err("not the HTTP/2 client preface");
+    }
+    let Some(header) = read.get(PREFACE.len()..PREFACE.len() + FRAME_HEADER) else {
+        return Ok(false);
+    };
+    let length =
+        usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+    let (kind, flags) = (header[3], header[4]);
+    let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
+    if kind != 0x4 {
+        return Err("the first frame is not SETTINGS");
+    }
+    if flags & 0x1 != 0 {
+        return Err("the first SETTINGS frame is an acknowledgement");
+    }
+    if stream != 0 {
+        return Err("the first SETTINGS frame names a stream");
+    }
+    if length % 6 != 0 {
+        return Err("the first SETTINGS frame's length is not a multiple of 6");
+    }
+    if length > MAX_FIRST_SETTINGS {
+        return Err("the first SETTINGS frame is too long");
+    }
+    Ok(read.len() >= PREFACE.len() + FRAME_HEADER + length)
 }
 
 /// The names a client certificate answers to: its subject common names, and
@@ -364,4 +539,62 @@ fn certificate_names(der: &[u8]) -> Vec<String> {
         }
     }
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client preface and a SETTINGS frame header of `length` bytes
+    /// with `kind`, `flags` and `stream`.
+    fn preface(length: usize, kind: u8, flags: u8, stream: u32) -> Vec<u8> {
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend_from_slice(&u32::try_from(length).unwrap().to_be_bytes()[1..]);
+        bytes.extend_from_slice(&[kind, flags]);
+        bytes.extend_from_slice(&stream.to_be_bytes());
+        bytes
+    }
+
+    #[test]
+    fn a_preface_is_complete_with_its_whole_settings_frame() {
+        let mut bytes = preface(12, 0x4, 0, 0);
+        for end in 0..bytes.len() + 12 {
+            bytes.resize(bytes.len().max(end), 0);
+            assert_eq!(check_preface(&bytes[..end]), Ok(false), "at {end} bytes");
+        }
+        bytes.resize(PREFACE.len() + FRAME_HEADER + 12, 0);
+        assert_eq!(check_preface(&bytes), Ok(true));
+        // What follows the frame (more frames, a request) is for hyper.
+        bytes.extend_from_slice(b"more");
+        assert_eq!(check_preface(&bytes), Ok(true));
+        assert_eq!(check_preface(&preface(0, 0x4, 0, 0)), Ok(true));
+    }
+
+    #[test]
+    fn anything_else_is_refused_at_the_first_wrong_byte() {
+        assert!(check_preface(b"G").is_err());
+        assert!(check_preface(b"GET / HTTP/1.1\r\n").is_err());
+        assert!(check_preface(b"PRI * HTTP/1.1").is_err());
+        assert!(
+            check_preface(&preface(8, 0x6, 0, 0)).is_err(),
+            "a PING first"
+        );
+        assert!(
+            check_preface(&preface(0, 0x4, 0x1, 0)).is_err(),
+            "an ACK first"
+        );
+        assert!(
+            check_preface(&preface(6, 0x4, 0, 1)).is_err(),
+            "on a stream"
+        );
+        assert!(
+            check_preface(&preface(7, 0x4, 0, 0)).is_err(),
+            "not 6-byte settings"
+        );
+        assert!(check_preface(&preface(MAX_FIRST_SETTINGS + 6, 0x4, 0, 0)).is_err());
+        assert_eq!(
+            check_preface(&preface(MAX_FIRST_SETTINGS, 0x4, 0, 0)),
+            Ok(false)
+        );
+    }
 }

@@ -9,7 +9,7 @@ use tonic::{metadata::MetadataMap, Request, Status};
 
 use super::conn::ConnInfo;
 use crate::{
-    auth::{hash_token, Auth},
+    auth::{hash_token, Auth, Grant},
     error::{Error, Result},
     lease::{Caller, Permissions, Tenants, Usage},
     metrics::{Metrics, Rejection},
@@ -23,20 +23,52 @@ pub struct Gate {
     pub tenants: Tenants,
     /// Without authentication: whether every caller may revoke.
     pub enable_revoke: bool,
+    /// Counts the refused credentials.
+    pub metrics: Metrics,
 }
 
 impl Gate {
+    /// Authenticates a call from its headers alone (the `authorization`
+    /// value and the connection's certificate names), before anything of
+    /// its body is read: what an unknown caller sends is never buffered.
+    /// `Ok(None)` without authentication; a refusal is counted.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        info: Option<&ConnInfo>,
+    ) -> Result<Option<Grant>> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let cert_names = info.map_or(&[][..], |i| &i.cert_names[..]);
+        bearer(authorization)
+            .and_then(|token| auth.authenticate(token, cert_names))
+            .map(Some)
+            .inspect_err(|e| {
+                self.metrics.rejected(Rejection::Unauthenticated);
+                // The message says what was missing, never what was sent.
+                tracing::debug!(peer = ?info.map(|i| i.peer), error = %e, "call refused: unauthenticated");
+            })
+    }
+
     /// The caller of `request`, admitted under the rate caps; fails with
-    /// UNAUTHENTICATED, or RESOURCE_EXHAUSTED past a rate cap.
+    /// UNAUTHENTICATED, or RESOURCE_EXHAUSTED past a rate cap. Uses what
+    /// the admission layer found from the headers ([`Admitted`]) when it
+    /// ran, and authenticates here otherwise (a transport of an
+    /// embedder's, without the layer).
     pub fn caller<T>(&self, request: &Request<T>) -> Result<Caller> {
         let info = request.extensions().get::<ConnInfo>();
-        let (usage, id, cert_names) = match info {
-            Some(info) => (Arc::clone(&info.usage), info.id, &info.cert_names[..]),
+        let (usage, id) = match info {
+            Some(info) => (Arc::clone(&info.usage), info.id),
             // Served over a transport of the embedder's (tests with an
             // in-process channel): a connection of its own per call.
-            None => (Usage::connection(self.tenants.conn_caps()), 0, &[][..]),
+            None => (Usage::connection(self.tenants.conn_caps()), 0),
         };
-        let caller = match &self.auth {
+        let grant = match request.extensions().get::<Admitted>() {
+            Some(Admitted(grant)) => Some(grant.clone()),
+            None => self.authenticate(authorization(request.metadata()), info)?,
+        };
+        let caller = match grant {
             None => Caller::new(
                 self.tenants.root(),
                 Permissions {
@@ -46,22 +78,12 @@ impl Gate {
                 usage,
                 id,
             ),
-            Some(auth) => {
-                let grant = bearer(request.metadata())
-                    .and_then(|token| auth.authenticate(token, cert_names))
-                    .inspect_err(|e| {
-                        self.tenants.rejected(Rejection::Unauthenticated);
-                        // The message says what was missing, never what
-                        // was sent.
-                        tracing::debug!(peer = ?info.map(|i| i.peer), error = %e, "call refused: unauthenticated");
-                    })?;
-                Caller::new(
-                    self.tenants.get(&grant.tenant),
-                    grant.permissions,
-                    usage,
-                    id,
-                )
-            }
+            Some(grant) => Caller::new(
+                self.tenants.get(&grant.tenant),
+                grant.permissions,
+                usage,
+                id,
+            ),
         };
         caller.admit()?;
         Ok(caller)
@@ -85,11 +107,14 @@ impl Gate {
         Some(StreamCredential {
             auth: Arc::clone(auth),
             // Admitted, so readable; kept as its hash, not the token.
-            bearer: bearer(request.metadata()).ok().flatten().map(hash_token),
+            bearer: bearer(authorization(request.metadata()))
+                .ok()
+                .flatten()
+                .map(hash_token),
             cert_names,
             tenant: caller.tenant().id().to_owned(),
             reloads: auth.reloads(),
-            metrics: self.tenants.metrics().clone(),
+            metrics: self.metrics.clone(),
         })
     }
 }
@@ -165,9 +190,20 @@ pub async fn withdrawn(credential: &mut Option<StreamCredential>) -> Status {
     }
 }
 
-/// The token of an `authorization: Bearer <token>` header, if there is one.
-fn bearer(metadata: &MetadataMap) -> Result<Option<&str>> {
-    let Some(value) = metadata.get("authorization") else {
+/// The credential the admission layer found in a call's headers (a request
+/// extension), so the handler does not look again.
+#[derive(Clone, Debug)]
+pub struct Admitted(pub Grant);
+
+/// The raw `authorization` value of a call.
+fn authorization(metadata: &MetadataMap) -> Option<&[u8]> {
+    metadata.get("authorization").map(|v| v.as_encoded_bytes())
+}
+
+/// The token of an `authorization: Bearer <token>` header value, if there
+/// is one.
+fn bearer(value: Option<&[u8]>) -> Result<Option<&str>> {
+    let Some(value) = value else {
         return Ok(None);
     };
     let malformed = || {
@@ -175,7 +211,7 @@ fn bearer(metadata: &MetadataMap) -> Result<Option<&str>> {
             "the authorization metadata must be `Bearer <token>` (RFC 6750)".into(),
         )
     };
-    let value = value.to_str().map_err(|_| malformed())?;
+    let value = std::str::from_utf8(value).map_err(|_| malformed())?;
     let (scheme, token) = value.split_once(' ').ok_or_else(malformed)?;
     if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
         return Err(malformed());
@@ -187,19 +223,17 @@ fn bearer(metadata: &MetadataMap) -> Result<Option<&str>> {
 mod tests {
     use super::*;
 
-    fn with(value: &str) -> MetadataMap {
-        let mut m = MetadataMap::new();
-        m.insert("authorization", value.parse().unwrap());
-        m
+    fn with(value: &str) -> Option<&[u8]> {
+        Some(value.as_bytes())
     }
 
     #[test]
     fn bearer_tokens_are_read_and_other_schemes_refused() {
-        assert_eq!(bearer(&MetadataMap::new()).unwrap(), None);
-        assert_eq!(bearer(&with("Bearer lh_abc")).unwrap(), Some("lh_abc"));
-        assert_eq!(bearer(&with("bearer  lh_abc ")).unwrap(), Some("lh_abc"));
+        assert_eq!(bearer(None).unwrap(), None);
+        assert_eq!(bearer(with("Bearer lh_abc")).unwrap(), Some("lh_abc"));
+        assert_eq!(bearer(with("bearer  lh_abc ")).unwrap(), Some("lh_abc"));
         for bad in ["Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "lh_abc"] {
-            let e = bearer(&with(bad)).unwrap_err();
+            let e = bearer(with(bad)).unwrap_err();
             assert!(matches!(e, Error::Unauthenticated(_)), "{bad}: {e:?}");
             // The value sent is never repeated.
             assert!(!e.to_string().contains("dXNlcjpwYXNz"));

@@ -17,7 +17,11 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 use tonic_health::{server::HealthReporter, ServingStatus};
 
-use crate::{lease::Leases, metrics::ClockJump, store::ClockReading};
+use crate::{
+    lease::Leases,
+    metrics::{ClockJump, Metrics},
+    store::ClockReading,
+};
 
 /// The gRPC service names whose health this reports: the whole server ("")
 /// and the Leasehold API.
@@ -38,6 +42,7 @@ const MAX_SLEW_US_PER_S: i64 = 500;
 /// until `stop` turns true.
 pub async fn watch_store(
     leases: Leases,
+    metrics: Metrics,
     reporter: HealthReporter,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
@@ -51,13 +56,10 @@ pub async fn watch_store(
         };
         if let Ok(Some(reading)) = &result {
             let (offset, step) = clock.observe(reading);
-            leases
-                .metrics()
-                .store_clock_offset
-                .set(offset.as_secs_f64());
+            metrics.store_clock_offset.set(offset.as_secs_f64());
             if let Some(step) = step {
                 step.log();
-                leases.metrics().store_clock_jumped(step.direction);
+                metrics.store_clock_jumped(step.direction);
             }
         }
         let up = result.is_ok();
@@ -70,7 +72,7 @@ pub async fn watch_store(
             for service in SERVICES {
                 reporter.set_service_status(service, status).await;
             }
-            leases.metrics().store_up.set(i64::from(up));
+            metrics.store_up.set(i64::from(up));
             match result {
                 Ok(_) => tracing::info!("store reachable: serving"),
                 Err(e) => tracing::warn!(error = %e, "store unreachable: not serving"),

@@ -8,8 +8,7 @@ use tonic::{Status, Streaming};
 
 use super::gate::{withdrawn, StreamCredential};
 use crate::{
-    lease::{LeaseRef, LeaseState, Leases, Session},
-    metrics::LossReason,
+    lease::{LeaseRef, LeaseState, Leases, LossReason, Session},
     proto::{self, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseStatus},
 };
 

@@ -1,12 +1,14 @@
 //! The network side: the gRPC server (Leasehold API, health, reflection) and
 //! the HTTP metrics endpoint, started and stopped together by [`run`].
 
+mod admit;
 mod conn;
 mod gate;
 mod grpc;
 mod health;
 mod http;
 mod keepalive;
+mod status;
 pub mod tls;
 
 use std::{future::Future, sync::Arc};
@@ -21,7 +23,7 @@ use crate::{
     auth::Auth,
     config::ServeConfig,
     error::{Error, Result},
-    lease::{Leases, Tenants},
+    lease::{Events, Leases, Tenants},
     metrics::Metrics,
     proto::{self, leasehold_server::LeaseholdServer},
     store::Store,
@@ -42,7 +44,7 @@ pub async fn run(
     config.check().map_err(Error::InvalidArgument)?;
     // Loaded before anything starts: a bad certificate stops the broker at
     // once, with the file named.
-    let tls = match config.tls_files() {
+    let tls = match tls::TlsFiles::of(&config) {
         Some(files) => Some(Arc::new(tls::Tls::load(files)?)),
         None => None,
     };
@@ -55,21 +57,30 @@ pub async fn run(
         &config.store_options().map_err(Error::InvalidArgument)?,
     )?;
     let metrics = Metrics::new();
-    let leases = Leases::new(store, config.limits.clone(), metrics.clone());
+    let limits = config.limits.limits();
+    // The lease rules report to the metrics (metrics.rs maps each event).
+    let events: Arc<dyn Events> = Arc::new(metrics.clone());
+    let leases = Leases::new(store, limits.clone(), Arc::clone(&events));
     let gate = Arc::new(Gate {
         auth: auth.clone(),
-        tenants: Tenants::new(
-            config.limits.tenant_caps(),
-            config.limits.conn_caps(),
-            metrics.clone(),
-        ),
+        tenants: Tenants::new(limits.tenant_caps(), limits.conn_caps(), events),
         enable_revoke: config.enable_revoke,
+        metrics: metrics.clone(),
     });
+    let admission = admit::Admission::new(
+        Arc::clone(&gate),
+        Arc::new(admit::Budget::new(
+            config.max_buffer,
+            config.conn_max_buffer,
+            config.max_message_size,
+            metrics.clone(),
+        )),
+    );
     let acceptor = conn::Acceptor {
         tls: tls.clone(),
         slots: Arc::new(Semaphore::new(config.max_connections)),
         handshake_timeout: config.handshake_timeout,
-        caps: config.limits.conn_caps(),
+        caps: limits.conn_caps(),
         metrics: metrics.clone(),
     };
 
@@ -77,6 +88,7 @@ pub async fn run(
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(health::watch_store(
         leases.clone(),
+        metrics.clone(),
         health_reporter,
         config.health_interval,
         stop_rx.clone(),
@@ -84,7 +96,15 @@ pub async fn run(
     let metrics_addr = metrics_listener
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
-    tokio::spawn(http::serve(metrics_listener, metrics, stop_rx.clone()));
+    tokio::spawn(http::serve(
+        metrics_listener,
+        http::Bounds {
+            max_connections: config.metrics_max_connections,
+            timeout: config.metrics_timeout,
+        },
+        metrics,
+        stop_rx.clone(),
+    ));
     if auth.is_some() && tls.is_none() {
         tracing::warn!(
             "--auth-file without --tls-cert: bearer tokens cross the network in clear text"
@@ -106,7 +126,7 @@ pub async fn run(
     tracing::info!(
         grpc = %grpc.local_addr().map_err(|e| Error::Internal(e.to_string()))?,
         metrics = %metrics_addr,
-        store = %redact_url(&config.store),
+        store = %crate::redact::url(&config.store),
         tls = match &tls {
             None => "off",
             Some(tls) if tls.mutual() => "mutual",
@@ -126,23 +146,29 @@ pub async fn run(
         tokio::spawn(until_stopped(reloader.on_sighup(), stop_rx));
     }
     let on_shutdown = leases.clone();
+    warn_if_heartbeats_cannot_fit(&config);
     let router = tonic::transport::Server::builder()
         // A heartbeat naming thousands of leases fits the flow-control
         // window, instead of waiting for window updates mid-message.
         .initial_stream_window_size(Some(1 << 20))
         .initial_connection_window_size(Some(4 << 20))
         // Pings find clients that vanished without closing the connection
-        // (a partition, a host gone), so their streams end and are counted.
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+        // (a partition, a host gone), so their streams end and are counted;
+        // hyper pings idle connections too, so a client that finished its
+        // handshake (conn.rs) and then stopped answering holds no slot.
+        .http2_keepalive_interval(Some(config.ping_interval))
+        .http2_keepalive_timeout(Some(config.ping_timeout))
         // Bounds on what one connection may ask of HTTP/2: streams open at
         // once (each an in-flight call), and header size (metadata is a
         // token and a few short fields; hyper's default is 16 MiB).
         .max_concurrent_streams(Some(config.max_concurrent_streams))
         .http2_max_header_list_size(Some(MAX_HEADER_LIST_SIZE))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
+        // Credentials from the headers, and the byte budgets, before any
+        // body is read (admit.rs).
+        .layer(admission)
+        .add_service(health_service.max_decoding_message_size(config.max_message_size))
+        .add_service(reflection_v1.max_decoding_message_size(config.max_message_size))
+        .add_service(reflection_v1alpha.max_decoding_message_size(config.max_message_size))
         .add_service(
             LeaseholdServer::new(LeaseholdService::new(leases, gate))
                 .max_decoding_message_size(config.max_message_size)
@@ -165,6 +191,27 @@ async fn until_stopped(task: impl Future<Output = ()>, mut stop: watch::Receiver
     tokio::select! {
         () = task => {}
         _ = stop.wait_for(|stopped| *stopped) => {}
+    }
+}
+
+/// Says so at start-up when a heartbeat naming `--max-stream-leases` leases
+/// of the longest names would not fit `--max-message-size`: such a
+/// heartbeat would fail with OUT_OF_RANGE rather than with the clear
+/// `--max-stream-leases` refusal.
+fn warn_if_heartbeats_cannot_fit(config: &ServeConfig) {
+    // A LeaseRef: the name and 32-byte token with their tags and lengths, a
+    // TTL varint, and its own tag and length: at most 51 bytes beyond the
+    // name.
+    let largest = config.limits.max_stream_leases * (config.limits.max_name_len + 51) + 16;
+    if largest > config.max_message_size {
+        tracing::warn!(
+            "a heartbeat naming --max-stream-leases ({}) leases with names of --max-name-len \
+             ({}) bytes takes {largest} bytes, over --max-message-size ({}): raise \
+             --max-message-size (and --conn-max-buffer) or lower the others",
+            config.limits.max_stream_leases,
+            config.limits.max_name_len,
+            config.max_message_size
+        );
     }
 }
 
@@ -252,38 +299,4 @@ fn stamps(paths: &[std::path::PathBuf]) -> Vec<Option<(std::time::SystemTime, u6
             Some((meta.modified().ok()?, meta.len()))
         })
         .collect()
-}
-
-/// A store URL fit for logs: any password replaced by `***`.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}://{user}:***{}", &url[..scheme], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn store_urls_are_logged_without_passwords() {
-        assert_eq!(
-            redact_url("redis://:s3cret@redis:6379/0"),
-            "redis://:***@redis:6379/0"
-        );
-        assert_eq!(
-            redact_url("rediss://app:pw@r:6380"),
-            "rediss://app:***@r:6380"
-        );
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
-        );
-        assert_eq!(redact_url("memory"), "memory");
-    }
 }

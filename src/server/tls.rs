@@ -36,6 +36,18 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+impl TlsFiles {
+    /// The files `config` names, if TLS is on (both --tls-cert and
+    /// --tls-key given).
+    pub fn of(config: &crate::config::ServeConfig) -> Option<Self> {
+        Some(TlsFiles {
+            cert: config.tls_cert.clone()?,
+            key: config.tls_key.clone()?,
+            client_ca: config.tls_client_ca.clone(),
+        })
+    }
+}
+
 /// The server's TLS configuration, swapped whole on reload.
 pub struct Tls {
     files: TlsFiles,

@@ -7,7 +7,7 @@
 //! name that is free.
 
 use std::{
-    collections::VecDeque,
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Weak,
@@ -121,10 +121,9 @@ struct Inner {
     leases: DashMap<String, Lease>,
     /// Semaphore permits by name. Locked after `leases` when both are needed.
     permits: DashMap<String, Permits>,
-    /// Wait queues: waiter tokens in arrival order, with the moment each
-    /// must have called again by. When a name needs both maps, the queue is
-    /// locked first.
-    queues: DashMap<String, VecDeque<(String, Instant)>>,
+    /// Wait lines (line.lua, in memory). When a name needs both maps, the
+    /// line is locked first.
+    queues: DashMap<String, Line>,
     /// Highest fence issued by this process.
     high_water: AtomicU64,
     watchers: Watchers,
@@ -180,7 +179,7 @@ impl MemoryStore {
         let now = Instant::now();
         let mut queue = self.inner.queues.entry(spec.name.clone()).or_default();
         // Waiters that stopped calling (their call ended) leave.
-        queue.retain(|(_, deadline)| *deadline > now);
+        queue.prune(now);
         let outcome = if spec.limit > 1 {
             self.acquire_permit(spec, &mut queue, now)
         } else {
@@ -200,13 +199,8 @@ impl MemoryStore {
     }
 
     /// semaphore_acquire.lua, in memory (see there).
-    fn acquire_permit(
-        &self,
-        spec: &GrantSpec,
-        queue: &mut VecDeque<(String, Instant)>,
-        now: Instant,
-    ) -> Acquired {
-        let position = |queue: &mut VecDeque<(String, Instant)>| join_queue(spec, queue, now);
+    fn acquire_permit(&self, spec: &GrantSpec, queue: &mut Line, now: Instant) -> Acquired {
+        let position = |queue: &mut Line| join_queue(spec, queue, now);
         // A name held as a plain lock has no permit to give.
         if let Some(lease) = self.inner.leases.get(&spec.name) {
             if lease.live(now) {
@@ -232,10 +226,10 @@ impl MemoryStore {
         &self,
         spec: &GrantSpec,
         permits: &mut Permits,
-        queue: &mut VecDeque<(String, Instant)>,
+        queue: &mut Line,
         now: Instant,
     ) -> Acquired {
-        let position = |queue: &mut VecDeque<(String, Instant)>| join_queue(spec, queue, now);
+        let position = |queue: &mut Line| join_queue(spec, queue, now);
         if let Some(mine) = permits.held.get(&spec.token) {
             return Acquired::Granted {
                 fence: mine.fence,
@@ -251,14 +245,14 @@ impl MemoryStore {
             let p = position(queue);
             return blocked(BlockedBy::Holder, fence, remaining, "", p, queue.len());
         }
-        match queue.front() {
-            Some((first, deadline)) if *first != spec.token => {
-                let remaining = *deadline - now;
+        match queue.first() {
+            Some((first, deadline)) if first != spec.token => {
+                let remaining = deadline - now;
                 let p = position(queue);
                 return blocked(BlockedBy::Queue, 0, remaining, "", p, queue.len());
             }
             Some(_) => {
-                queue.pop_front();
+                queue.remove(&spec.token);
             }
             None => {}
         }
@@ -275,13 +269,8 @@ impl MemoryStore {
     }
 
     /// acquire.lua, in memory (see there).
-    fn acquire_in_line(
-        &self,
-        spec: &GrantSpec,
-        queue: &mut VecDeque<(String, Instant)>,
-        now: Instant,
-    ) -> Acquired {
-        let wait_in_line = |queue: &mut VecDeque<(String, Instant)>| join_queue(spec, queue, now);
+    fn acquire_in_line(&self, spec: &GrantSpec, queue: &mut Line, now: Instant) -> Acquired {
+        let wait_in_line = |queue: &mut Line| join_queue(spec, queue, now);
         match self.inner.leases.entry(spec.name.clone()) {
             MapEntry::Occupied(e) if e.get().live(now) => {
                 let lease = e.get();
@@ -332,9 +321,9 @@ impl MemoryStore {
                         queue.len(),
                     );
                 }
-                match queue.front() {
-                    Some((first, deadline)) if *first != spec.token => {
-                        let (fence, remaining) = (0, *deadline - now);
+                match queue.first() {
+                    Some((first, deadline)) if first != spec.token => {
+                        let (fence, remaining) = (0, deadline - now);
                         let position = wait_in_line(queue);
                         return blocked(
                             BlockedBy::Queue,
@@ -346,7 +335,7 @@ impl MemoryStore {
                         );
                     }
                     Some(_) => {
-                        queue.pop_front();
+                        queue.remove(&spec.token);
                     }
                     None => {}
                 }
@@ -392,8 +381,9 @@ impl MemoryStore {
         let Some(mut queue) = self.inner.queues.get_mut(name) else {
             return Ok(());
         };
-        let was_first = queue.front().is_some_and(|(first, _)| first == token);
-        queue.retain(|(t, _)| t != token);
+        queue.prune(Instant::now());
+        let was_first = queue.first().is_some_and(|(first, _)| first == token);
+        queue.remove(token);
         drop(queue);
         if was_first {
             // The next in line may take a free lock now.
@@ -547,18 +537,34 @@ impl MemoryStore {
         Ok(Checked::Done(()))
     }
 
-    /// The token of the first live waiter in the name's queue, or empty.
+    /// The token of the first live waiter in the name's line, or empty.
     fn next_in_line(&self, name: &str) -> String {
         let now = Instant::now();
         self.inner
             .queues
-            .get(name)
-            .and_then(|q| {
-                q.iter()
-                    .find(|(_, deadline)| *deadline > now)
-                    .map(|(t, _)| t.clone())
+            .get_mut(name)
+            .and_then(|mut q| {
+                q.prune(now);
+                q.first().map(|(t, _)| t.to_owned())
             })
             .unwrap_or_default()
+    }
+
+    /// refresh.lua, in memory (see there).
+    pub(crate) async fn refresh_places(
+        &self,
+        name: &str,
+        tokens: &[String],
+    ) -> Result<Vec<Option<u64>>> {
+        let now = Instant::now();
+        let Some(mut line) = self.inner.queues.get_mut(name) else {
+            return Ok(vec![None; tokens.len()]);
+        };
+        line.prune(now);
+        Ok(tokens
+            .iter()
+            .map(|token| line.renew(token, now + QUEUE_LIFETIME))
+            .collect())
     }
 
     pub(crate) async fn revoke(&self, name: &str) -> Result<Revocation> {
@@ -584,8 +590,9 @@ impl MemoryStore {
 
     pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
         let now = Instant::now();
-        let waiters = self.inner.queues.get(name).map_or(0, |q| {
-            q.iter().filter(|(_, deadline)| *deadline > now).count() as u64
+        let waiters = self.inner.queues.get_mut(name).map_or(0, |mut q| {
+            q.prune(now);
+            q.len() as u64
         });
         let permits = self
             .inner
@@ -659,20 +666,160 @@ fn reporting(outcome: Acquired, n: u32) -> Acquired {
 
 /// Joins the queue (or renews the caller's place) if the caller waits; its
 /// position (0 if it does not wait).
-fn join_queue(spec: &GrantSpec, queue: &mut VecDeque<(String, Instant)>, now: Instant) -> u64 {
+fn join_queue(spec: &GrantSpec, queue: &mut Line, now: Instant) -> u64 {
     if !spec.queued {
         return 0;
     }
-    let deadline = now + QUEUE_LIFETIME;
-    match queue.iter().position(|(token, _)| *token == spec.token) {
-        Some(i) => {
-            queue[i].1 = deadline;
-            i as u64 + 1
+    queue.join(&spec.token, now + QUEUE_LIFETIME)
+}
+
+/// A name's wait line (line.lua, in memory): each waiter's arrival
+/// sequence and deadline, by token; the tokens by sequence (the order); the
+/// deadlines in order (lapsed places leave without a scan); and which
+/// sequences are present, for a waiter's rank. Every operation is O(log n),
+/// a join amortized O(log n) (see [`Line::renumber`]).
+#[derive(Default)]
+struct Line {
+    places: HashMap<String, Place>,
+    order: BTreeMap<u64, String>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    ranks: Ranks,
+    next_seq: u64,
+}
+
+/// A waiter's place in a [`Line`].
+#[derive(Clone, Copy)]
+struct Place {
+    seq: u64,
+    deadline: Instant,
+}
+
+impl Line {
+    fn len(&self) -> usize {
+        self.places.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.places.is_empty()
+    }
+
+    /// Lapsed places (deadline not after `now`) leave.
+    fn prune(&mut self, now: Instant) {
+        while let Some(&(deadline, seq)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            if let Some(token) = self.order.remove(&seq) {
+                self.places.remove(&token);
+                self.ranks.add(seq, -1);
+            }
         }
-        None => {
-            queue.push_back((spec.token.clone(), deadline));
-            queue.len() as u64
+    }
+
+    /// The first in line and its deadline.
+    fn first(&self) -> Option<(&str, Instant)> {
+        let (_, token) = self.order.first_key_value()?;
+        let place = self.places.get(token)?;
+        Some((token, place.deadline))
+    }
+
+    /// Takes `token` out of the line; whether it was in it.
+    fn remove(&mut self, token: &str) -> bool {
+        let Some(place) = self.places.remove(token) else {
+            return false;
+        };
+        self.order.remove(&place.seq);
+        self.deadlines.remove(&(place.deadline, place.seq));
+        self.ranks.add(place.seq, -1);
+        true
+    }
+
+    /// Joins at the back, or renews `token`'s place; its position (1 =
+    /// next).
+    fn join(&mut self, token: &str, deadline: Instant) -> u64 {
+        if let Some(rank) = self.renew(token, deadline) {
+            return rank + 1;
         }
+        if self.next_seq >= self.ranks.capacity() {
+            self.renumber();
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.places
+            .insert(token.to_owned(), Place { seq, deadline });
+        self.order.insert(seq, token.to_owned());
+        self.deadlines.insert((deadline, seq));
+        self.ranks.add(seq, 1);
+        self.len() as u64
+    }
+
+    /// Renews `token`'s place until `deadline`; its rank (0 = first), or
+    /// `None` if it has no place.
+    fn renew(&mut self, token: &str, deadline: Instant) -> Option<u64> {
+        let place = self.places.get_mut(token)?;
+        self.deadlines.remove(&(place.deadline, place.seq));
+        place.deadline = deadline;
+        self.deadlines.insert((deadline, place.seq));
+        Some(self.ranks.below(place.seq))
+    }
+
+    /// Numbers the places again from 0, in order, with room in the rank
+    /// tree for as many again: O(n log n), and at least n joins apart, so
+    /// amortized O(log n) per join; the tree stays O(n) however many
+    /// waiters came and went.
+    fn renumber(&mut self) {
+        let order = std::mem::take(&mut self.order);
+        self.deadlines.clear();
+        self.ranks = Ranks::with_capacity((order.len() * 2).max(64));
+        for (seq, token) in order.into_values().enumerate() {
+            let seq = seq as u64;
+            if let Some(place) = self.places.get_mut(&token) {
+                place.seq = seq;
+                self.deadlines.insert((place.deadline, seq));
+                self.ranks.add(seq, 1);
+            }
+            self.order.insert(seq, token);
+        }
+        self.next_seq = self.order.len() as u64;
+    }
+}
+
+/// The sequences present in a [`Line`], as a Fenwick tree: how many are
+/// below a given one (a waiter's rank) in O(log n).
+#[derive(Default)]
+struct Ranks {
+    tree: Vec<i64>,
+}
+
+impl Ranks {
+    fn with_capacity(n: usize) -> Self {
+        Ranks { tree: vec![0; n] }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.tree.len() as u64
+    }
+
+    /// Counts `seq` in (`delta` 1) or out (-1). A sequence past the tree
+    /// is ignored: [`Line::join`] renumbers before it hands one out.
+    fn add(&mut self, seq: u64, delta: i64) {
+        let mut i = seq as usize + 1;
+        while i <= self.tree.len() {
+            self.tree[i - 1] += delta;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// How many sequences present are below `seq`.
+    fn below(&self, seq: u64) -> u64 {
+        let mut i = (seq as usize).min(self.tree.len());
+        let mut sum = 0;
+        while i > 0 {
+            sum += self.tree[i - 1];
+            i -= i & i.wrapping_neg();
+        }
+        sum.max(0) as u64
     }
 }
 
@@ -687,7 +834,7 @@ async fn sweep(inner: Weak<Inner>) {
             !permits.held.is_empty()
         });
         inner.queues.retain(|_, queue| {
-            queue.retain(|(_, deadline)| *deadline > now);
+            queue.prune(now);
             !queue.is_empty()
         });
     }
@@ -767,6 +914,65 @@ mod tests {
         // ...and no longer.
         tokio::time::sleep(SWEEP_INTERVAL * 2).await;
         assert_eq!(store.inner.leases.len(), 0);
+    }
+
+    /// Property: whatever the joins, renewals, departures and lapses, a
+    /// line's ranks and order are those of a plain list of its waiters in
+    /// arrival order (what the list-based line computed in O(n)).
+    #[test]
+    fn a_line_ranks_as_a_list_would() {
+        let mut seed = vec![0u8; 40_000];
+        getrandom::fill(&mut seed).unwrap();
+        let start = Instant::now();
+        let mut line = Line::default();
+        let mut model: Vec<(String, Instant)> = Vec::new();
+        let mut now = start;
+        for pair in seed.chunks(2) {
+            let (op, who) = (pair[0] % 8, format!("w{}", pair[1] % 64));
+            match op {
+                0..=3 => {
+                    let deadline = now + Duration::from_millis(u64::from(pair[1]) * 10);
+                    let position = line.join(&who, deadline);
+                    match model.iter().position(|(t, _)| *t == who) {
+                        Some(i) => {
+                            model[i].1 = deadline;
+                            assert_eq!(position, i as u64 + 1);
+                        }
+                        None => {
+                            model.push((who, deadline));
+                            assert_eq!(position, model.len() as u64);
+                        }
+                    }
+                }
+                4 | 5 => {
+                    let was = model.iter().position(|(t, _)| *t == who);
+                    assert_eq!(line.remove(&who), was.is_some());
+                    if let Some(i) = was {
+                        model.remove(i);
+                    }
+                }
+                6 => {
+                    now += Duration::from_millis(u64::from(pair[1]));
+                    line.prune(now);
+                    model.retain(|(_, deadline)| *deadline > now);
+                }
+                _ => {
+                    let rank = model.iter().position(|(t, _)| *t == who);
+                    assert_eq!(
+                        line.renew(&who, now + QUEUE_LIFETIME),
+                        rank.map(|r| r as u64)
+                    );
+                    if let Some(i) = rank {
+                        model[i].1 = now + QUEUE_LIFETIME;
+                    }
+                }
+            }
+            assert_eq!(line.len(), model.len());
+            assert_eq!(
+                line.first().map(|(t, _)| t.to_owned()),
+                model.first().map(|(t, _)| t.clone())
+            );
+        }
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub(crate) use self::{
     sentinel::SentinelTarget,
 };
 
-use crate::{error::Result, lease::token::Redacted};
+use crate::{error::Result, redact::Redacted};
 
 /// How to reach and use a store.
 #[derive(Clone, Debug)]
@@ -109,12 +109,13 @@ pub struct GrantSpec {
     pub queued: bool,
 }
 
-/// How long a queued waiter keeps its place without calling again. The
-/// waiting loop calls at least every [`QUEUE_REFRESH`], so a live waiter
-/// never lapses, and the waiters of a broker that died leave within this.
+/// How long a queued waiter keeps its place without being refreshed. Its
+/// broker refreshes it every [`QUEUE_REFRESH`] ([`Store::refresh_places`]),
+/// so a live waiter never lapses, and the waiters of a broker that died
+/// leave within this.
 pub const QUEUE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// How often a waiting caller renews its place in the queue.
+/// How often a broker renews the places of its waiting callers.
 pub const QUEUE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A lease as the store describes it to anyone (no owner token).
@@ -349,7 +350,7 @@ impl Store {
         } else {
             Err(crate::Error::InvalidArgument(format!(
                 "unknown store '{}': use 'memory', or a redis://, redis+sentinel:// or redis+cluster:// URL",
-                crate::server::redact_url(url)
+                crate::redact::url(url)
             )))
         }
     }
@@ -416,6 +417,22 @@ impl Store {
     /// grant), waking the next in line if it was first.
     pub async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
         dispatch!(self, s => s.dequeue(name, token).await)
+    }
+
+    /// Renews the places in `name`'s line of `tokens` (waiters of this
+    /// replica), in one store call: each token's rank in the line (0: first
+    /// in line), or `None` if it has no place (it lapsed: the waiter must
+    /// call [`Store::acquire`] again to take one, at the back). A waiting
+    /// caller's place is kept this way, every [`QUEUE_REFRESH`], instead of
+    /// by an acquire attempt of its own.
+    pub async fn refresh_places(&self, name: &str, tokens: &[String]) -> Result<Vec<Option<u64>>> {
+        dispatch!(self, s => s.refresh_places(name, tokens).await)
+    }
+
+    /// Wakes the callers waiting on this replica to acquire `name` with
+    /// `tokens` (their [`Watch`]es), and no other watch of the name.
+    pub fn wake_waiters(&self, name: &str, tokens: &[&str]) {
+        dispatch!(self, s => s.watchers().wake_waiters(&s.channel(name, Event::Released), tokens))
     }
 
     /// Callers waiting on this replica to acquire `name`.

@@ -53,20 +53,24 @@ struct Scripts {
     release: Script,
     revoke: Script,
     dequeue: Script,
+    refresh: Script,
     semaphore_acquire: Script,
     describe: Script,
 }
 
 /// Scripts cannot call one another: the ones that write a lease start with
-/// the shared constants, those that take a place in the wait queue with its
-/// code, those that renew with the renewal function.
+/// the shared constants, those that read or change the wait line with its
+/// code (line.lua; queue.lua for a waiter's own place), those that renew
+/// with the renewal function.
 const ACQUIRE: &str = concat!(
     include_str!("lua/constants.lua"),
+    include_str!("lua/line.lua"),
     include_str!("lua/queue.lua"),
     include_str!("lua/acquire.lua")
 );
 const SEMAPHORE_ACQUIRE: &str = concat!(
     include_str!("lua/constants.lua"),
+    include_str!("lua/line.lua"),
     include_str!("lua/queue.lua"),
     include_str!("lua/semaphore_acquire.lua")
 );
@@ -98,13 +102,29 @@ const RENEW_PERMIT: &str = concat!(
 const RENEW_BATCH: usize = 250;
 const RELEASE: &str = concat!(
     include_str!("lua/constants.lua"),
+    include_str!("lua/line.lua"),
     include_str!("lua/release.lua")
 );
 const REVOKE: &str = concat!(
     include_str!("lua/constants.lua"),
     include_str!("lua/revoke.lua")
 );
-const DEQUEUE: &str = include_str!("lua/dequeue.lua");
+const DEQUEUE: &str = concat!(
+    include_str!("lua/line.lua"),
+    include_str!("lua/dequeue.lua")
+);
+const REFRESH: &str = concat!(
+    include_str!("lua/line.lua"),
+    include_str!("lua/refresh.lua")
+);
+
+/// Most places renewed by one run of `refresh.lua`: a bound on how long
+/// Redis runs nothing else (about a millisecond). More waiters of one name
+/// on one broker become several runs, one after the other and not in one
+/// pipeline: Redis serves a client's whole pipeline before anyone else's,
+/// and 10,000 places in one would hold up every other call (a handoff
+/// among them) for tens of milliseconds once a second.
+const REFRESH_BATCH: usize = 250;
 const DESCRIBE: &str = include_str!("lua/describe.lua");
 
 impl Scripts {
@@ -118,6 +138,7 @@ impl Scripts {
             release: Script::new(RELEASE),
             revoke: Script::new(REVOKE),
             dequeue: Script::new(DEQUEUE),
+            refresh: Script::new(REFRESH),
             semaphore_acquire: Script::new(SEMAPHORE_ACQUIRE),
             describe: Script::new(DESCRIBE),
         }
@@ -126,7 +147,7 @@ impl Scripts {
 
 /// Every script as Redis runs it, with its file name, for tests that load
 /// each one into a real Redis.
-pub const SCRIPTS: [(&str, &str); 10] = [
+pub const SCRIPTS: [(&str, &str); 11] = [
     ("acquire.lua", ACQUIRE),
     ("renew.lua", RENEW),
     ("renew_many.lua", RENEW_MANY),
@@ -135,6 +156,7 @@ pub const SCRIPTS: [(&str, &str); 10] = [
     ("release.lua", RELEASE),
     ("revoke.lua", REVOKE),
     ("dequeue.lua", DEQUEUE),
+    ("refresh.lua", REFRESH),
     ("semaphore_acquire.lua", SEMAPHORE_ACQUIRE),
     ("describe.lua", DESCRIBE),
 ];
@@ -495,8 +517,8 @@ impl RedisStore {
     fn keys(&self, name: &str) -> NameKeys {
         let lease = self.key(name);
         NameKeys {
-            queue: format!("{lease}:queue"),
-            alive: format!("{lease}:alive"),
+            queue: format!("{lease}:line"),
+            alive: format!("{lease}:until"),
             permits: format!("{lease}:permits"),
             fences: self.fence_counter(&lease),
             lease,
@@ -695,6 +717,48 @@ impl RedisStore {
             )
             .await?;
         Ok(())
+    }
+
+    /// Renews the places of `tokens` (this broker's waiters on `name`) in
+    /// the line: one `refresh.lua` run per [`REFRESH_BATCH`] tokens, one
+    /// after the other. Each token's rank (0: first in line), or `None` when
+    /// it has no place.
+    pub(crate) async fn refresh_places(
+        &self,
+        name: &str,
+        tokens: &[String],
+    ) -> Result<Vec<Option<u64>>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let NameKeys { queue, alive, .. } = self.keys(name);
+        let life = QUEUE_LIFETIME.as_millis().to_string();
+        let mut ranks = Vec::with_capacity(tokens.len());
+        for batch in tokens.chunks(REFRESH_BATCH) {
+            let mut args = Vec::with_capacity(batch.len() + 1);
+            args.push(life.clone());
+            args.extend(batch.iter().cloned());
+            let batch: Vec<Value> = self
+                .eval(
+                    "refresh",
+                    &self.inner.scripts.refresh,
+                    &[&queue, &alive],
+                    &args,
+                )
+                .await?;
+            for i in 0..batch.len() {
+                let rank = int(&batch, i)?;
+                ranks.push(u64::try_from(rank).ok());
+            }
+        }
+        if ranks.len() != tokens.len() {
+            return Err(Error::Internal(format!(
+                "{} ranks for {} places",
+                ranks.len(),
+                tokens.len()
+            )));
+        }
+        Ok(ranks)
     }
 
     pub(crate) async fn renew(
@@ -1079,9 +1143,14 @@ impl RedisStore {
 struct NameKeys {
     /// The lease hash: `{prefix}{name}`.
     lease: String,
-    /// The wait queue (a list of waiter tokens).
+    /// The wait line (a sorted set, token -> arrival sequence: line.lua).
+    /// Brokers before issue 15 kept a list under `:queue` instead: new
+    /// names, so that old and new brokers side by side during a rollout
+    /// never read each other's structure (each keeps its own line; the
+    /// lease itself is shared, so mutual exclusion holds throughout).
     queue: String,
-    /// The liveness of the queued waiters (a sorted set).
+    /// The places of the line (a sorted set, token -> ms deadline); before
+    /// issue 15, `:alive`.
     alive: String,
     /// The semaphore permits (a hash).
     permits: String,

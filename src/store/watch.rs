@@ -168,6 +168,24 @@ impl Watchers {
         }
     }
 
+    /// Wakes the waiters whose tokens are `tokens` on `channel` and no
+    /// other watch (observers included): their broker found them first in
+    /// line, or without a place, when it refreshed the places of its
+    /// waiters. One pass over the channel's watches, however many tokens.
+    pub(crate) fn wake_waiters(&self, channel: &str, tokens: &[&str]) {
+        if tokens.is_empty() {
+            return;
+        }
+        let ids: std::collections::HashSet<&str> = tokens.iter().map(|t| waiter_id(t)).collect();
+        if let Some(slot) = self.inner.slots.get(channel) {
+            for member in slot.members().iter() {
+                if member.waiter.as_deref().is_some_and(|id| ids.contains(id)) {
+                    member.notify.notify_one();
+                }
+            }
+        }
+    }
+
     /// Wakes every watch: after a lost subscription connection, releases may
     /// have gone unseen, so every waiter must look again.
     pub(crate) fn wake_all(&self) {

@@ -556,6 +556,22 @@ impl BrokerProcess {
         panic!("leasehold serve never came up at {}", self.addr);
     }
 
+    /// Its process id (to read its memory from /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its resident memory, in bytes (VmRSS).
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/<pid>/status");
+        kb * 1024
+    }
+
     /// Sends it SIGHUP (reload the TLS files).
     pub fn hang_up(&self) {
         // SAFETY: kill(2) on our own child's pid.

@@ -75,6 +75,18 @@ def test_kept_alive_beyond_several_ttls(client, other, name):
     lease.release()
 
 
+def test_more_leases_than_one_heartbeat_names_are_kept_alive(client, other, name):
+    # The broker's default --max-stream-leases is 1,000: 1,200 leases go in
+    # two heartbeats a beat (in one, it is refused and every lease is lost).
+    leases = [client.acquire(f"{name}/{i}", ttl=2.0) for i in range(1200)]
+    time.sleep(6.0)  # the passing of time is what is tested: 3 TTLs
+    assert [lease for lease in leases if lease.is_lost()] == []
+    for i in (0, 999, 1000, 1199):
+        assert other.describe(f"{name}/{i}").held
+    for lease in leases:
+        lease.release()
+
+
 def test_lost_callback_fires_when_the_broker_dies(own_broker, name):
     with Client(own_broker.address) as c:
         lease = c.acquire(name, ttl=TTL)

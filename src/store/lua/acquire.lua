@@ -2,10 +2,10 @@
 -- in its lock-delay, and nobody queued before the caller is still waiting.
 --
 -- KEYS[1]  the lease hash of the name: {prefix}{name}
--- KEYS[2]  the wait queue of the name (a list of waiter tokens, in arrival
---          order): {prefix}{name}:queue
--- KEYS[3]  the liveness of each queued waiter (a sorted set, token -> ms
---          deadline): {prefix}{name}:alive
+-- KEYS[2]  the line of the name (a sorted set, token -> arrival sequence):
+--          {prefix}{name}:line (see line.lua)
+-- KEYS[3]  the places of the line (a sorted set, token -> ms deadline):
+--          {prefix}{name}:until
 -- KEYS[4]  the permits of the name (semaphore_acquire.lua): while any is
 --          held, the name cannot be granted as a plain lock
 -- KEYS[5]  the fence counter: one key for a Redis server, one per hash slot
@@ -62,7 +62,7 @@
 --   that issued fences before the counter existed.
 -- Numbers go back to Redis through string.format('%d'): a plain Lua number
 -- would be written as "1.7e+15" and lose digits.
--- (queue.lua comes first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
+-- (line.lua and queue.lua come first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
 local key, permits, counter = KEYS[1], KEYS[4], KEYS[5]
 
 local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'x', 'r')
@@ -83,16 +83,16 @@ if l[1] then
       return {1, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4]), 0}
     end
     local position = wait_in_line()
-    return {0, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4]), position, redis.call('LLEN', queue)}
+    return {0, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
   end
   local delay_end = expiry + tonumber(l[7] or '0')
   if now_ms < delay_end then
     local position = wait_in_line()
-    return {2, tonumber(l[2]), delay_end - now_ms, l[3], tonumber(l[4]), position, redis.call('LLEN', queue)}
+    return {2, tonumber(l[2]), delay_end - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
   end
 elseif l[8] and now_ms < tonumber(l[8]) then
   local position = wait_in_line()
-  return {2, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0, position, redis.call('LLEN', queue)}
+  return {2, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
 end
 
 -- Held as a semaphore: blocked until its permits are gone.
@@ -109,7 +109,7 @@ if redis.call('EXISTS', permits) == 1 then
   end
   if first_expiry then
     local position = wait_in_line()
-    return {0, tonumber(l[2] or '0'), first_expiry - now_ms, '(semaphore permits)', 0, position, redis.call('LLEN', queue)}
+    return {0, tonumber(l[2] or '0'), first_expiry - now_ms, '(semaphore permits)', 0, position, redis.call('ZCARD', queue)}
   end
 end
 

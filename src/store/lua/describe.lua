@@ -1,7 +1,7 @@
 -- describe.lua: the current lease of a name, without its owner token.
 --
 -- KEYS[1]  the lease hash of the name
--- KEYS[2]  the liveness of the name's queued waiters (see acquire.lua)
+-- KEYS[2]  the places of the name's line (see line.lua)
 -- KEYS[3]  the permits of the name, if it is a semaphore
 --
 -- Returns {1, fence, remaining_ms, holder, granted_at_ms, ttl_ms, lock_delay_ms, waiters, permits}

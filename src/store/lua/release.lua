@@ -4,8 +4,8 @@
 -- KEYS[1]  the lease hash of the name
 -- KEYS[2]  the permits of the name, if it is a semaphore: a token not found
 --          in KEYS[1] may be a permit
--- KEYS[3]  the wait queue of the name (see acquire.lua)
--- KEYS[4]  the liveness of the queued waiters (see acquire.lua)
+-- KEYS[3]  the line of the name (see line.lua, which comes first)
+-- KEYS[4]  the places of the line (see line.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  the name's release channel
 --
@@ -72,10 +72,7 @@ end
 -- The key keeps its expiry (the lease's end, its lock-delay and LINGER_MS).
 redis.call('HDEL', key, 'o', 'h', 'g', 't', 'e', 'd', 'n')
 redis.call('HSET', key, 'x', token)
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now_ms)) do
-  redis.call('LREM', queue, 0, gone)
-  redis.call('ZREM', alive, gone)
-end
-local next = redis.call('LINDEX', queue, 0)
+prune(queue, alive, now_ms)
+local next = first_in_line(queue, alive, now_ms)
 redis.call('PUBLISH', ARGV[2], next and string.sub(next, 1, 16) or '')
 return {1, 0}

@@ -3,8 +3,8 @@
 --
 -- KEYS[1]  the permits of the name (a hash, owner token -> permit):
 --          {prefix}{name}:permits; the field "_f" keeps the name's last fence
--- KEYS[2]  the wait queue of the name (as in acquire.lua)
--- KEYS[3]  the liveness of each queued waiter (as in acquire.lua)
+-- KEYS[2]  the line of the name (as in acquire.lua)
+-- KEYS[3]  the places of the line (as in acquire.lua)
 -- KEYS[4]  the lease hash of the name: a name held as a plain lock has no
 --          free permit
 -- KEYS[5]  the fence counter (as in acquire.lua)
@@ -33,14 +33,14 @@
 -- late holder still finds its own. "_x" keeps the last released token
 -- (release.lua). Fences come from the counter, as in acquire.lua: the
 -- name's lock and permit grants share one sequence.
--- (queue.lua comes first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
+-- (line.lua and queue.lua come first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
 local permits, lease, counter = KEYS[1], KEYS[4], KEYS[5]
 
 -- A name held as a plain lock has no permit to give.
 local plain = redis.call('HMGET', lease, 'o', 'f', 'h', 'g', 'e')
 if plain[1] and now_ms < tonumber(plain[5]) then
   local position = wait_in_line()
-  return {0, tonumber(plain[2]), tonumber(plain[5]) - now_ms, plain[3], tonumber(plain[4]), position, redis.call('LLEN', queue)}
+  return {0, tonumber(plain[2]), tonumber(plain[5]) - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
 end
 
 local last = tonumber(redis.call('HGET', permits, '_f') or '0')
@@ -75,7 +75,7 @@ end
 
 if live >= tonumber(ARGV[5]) then
   local position = wait_in_line()
-  return {0, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('LLEN', queue), expired}
+  return {0, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('ZCARD', queue), expired}
 end
 
 local queued = take_turn(last)

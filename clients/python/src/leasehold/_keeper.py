@@ -1,7 +1,7 @@
 """The keeper: one thread per Client that keeps all its leases alive over one
 KeepAlive stream, notices losses, and reconnects when the stream breaks.
 
-It follows the rules of the Rust client (src/client/keeper.rs):
+It follows the rules of the Rust client (clients/rust/src/keeper.rs):
 
 * one heartbeat every third of the shortest TTL, naming every live lease;
 * each renewal moves a lease's local deadline to (heartbeat *send* time +
@@ -46,9 +46,13 @@ MIN_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
 #: Heartbeats never come closer together than this, whatever the TTL.
 MIN_INTERVAL = 0.05
-#: Heartbeats queued but not yet taken by gRPC beyond which the stream counts
-#: as stuck.
+#: Beats queued but not yet taken by gRPC beyond which the stream counts as
+#: stuck.
 MAX_BACKLOG = 4
+#: Most leases one heartbeat names: the broker's default --max-stream-leases,
+#: which keeps the largest heartbeat well inside its default
+#: --max-message-size. More leases go in several heartbeats per beat.
+HEARTBEAT_LEASES = 1000
 
 
 def beat_interval(leases: List[_Held]) -> float:
@@ -228,21 +232,25 @@ class Keeper:
                     interval = beat_interval(live)
                     oldest = min((sent for sent, _ in pending.values()), default=None)
                     stalled = oldest is not None and now - oldest > max(2 * interval, 1.0)
-                    if stalled or stream.backlog() > MAX_BACKLOG:
+                    if stalled or stream.backlog() > MAX_BACKLOG * -(-len(live) // HEARTBEAT_LEASES):
                         log.debug("KeepAlive stream %d stalled; reconnecting", gen)
                         stream.cancel()
                         stream, gen = None, gen + 1
                         pending.clear()
                         reconnect_at = now
                         continue
-                    seq += 1
-                    stream.send(
-                        pb.KeepAliveRequest(
-                            seq=seq,
-                            leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0) for h in live],
+                    # Several heartbeats when the leases are more than one
+                    # may name (the broker's --max-stream-leases).
+                    for start in range(0, len(live), HEARTBEAT_LEASES):
+                        chunk = live[start:start + HEARTBEAT_LEASES]
+                        seq += 1
+                        stream.send(
+                            pb.KeepAliveRequest(
+                                seq=seq,
+                                leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0) for h in chunk],
+                            )
                         )
-                    )
-                    pending[seq] = (now, live)
+                        pending[seq] = (now, chunk)
                     next_beat = now + interval
 
             # Sleep until the next thing to do: a heartbeat, a reconnection,

@@ -16,7 +16,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
 use super::{Held, LossReason, Shared};
-use crate::proto::{self, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseRef};
+use leasehold_proto::{
+    self as proto, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseRef,
+};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -40,7 +42,9 @@ pub(crate) async fn run(shared: Weak<Shared>) {
             }
             continue;
         }
-        let (tx, rx) = mpsc::channel(4);
+        // Room for a few beats of the largest heartbeats; more queued means
+        // the stream is not draining (see `session`).
+        let (tx, rx) = mpsc::channel(4 * client.snapshot().len().div_ceil(HEARTBEAT_LEASES).max(1));
         let (index, mut broker) = client.broker();
         match broker.keep_alive(ReceiverStream::new(rx)).await {
             Ok(response) => {
@@ -58,6 +62,11 @@ pub(crate) async fn run(shared: Weak<Shared>) {
         }
     }
 }
+
+/// Most leases one heartbeat names: the broker's default
+/// `--max-stream-leases`, which keeps the largest heartbeat well inside its
+/// default `--max-message-size`.
+const HEARTBEAT_LEASES: usize = 1_000;
 
 /// Heartbeats over one stream until it breaks, stalls, or no lease is left
 /// (then it ends cleanly).
@@ -84,19 +93,23 @@ async fn session(
                     tracing::debug!("KeepAlive stream stalled; reconnecting");
                     return;
                 }
-                seq += 1;
-                let request = KeepAliveRequest {
-                    seq,
-                    leases: leases
-                        .iter()
-                        .map(|h| LeaseRef { name: h.name.clone(), owner_token: h.token.clone(), ttl_ms: 0 })
-                        .collect(),
-                };
-                if tx.try_send(request).is_err() {
-                    tracing::debug!("KeepAlive stream not draining; reconnecting");
-                    return;
+                // Several heartbeats when the leases are more than one may
+                // name (the broker's --max-stream-leases).
+                for chunk in leases.chunks(HEARTBEAT_LEASES) {
+                    seq += 1;
+                    let request = KeepAliveRequest {
+                        seq,
+                        leases: chunk
+                            .iter()
+                            .map(|h| LeaseRef { name: h.name.clone(), owner_token: h.token.clone(), ttl_ms: 0 })
+                            .collect(),
+                    };
+                    if tx.try_send(request).is_err() {
+                        tracing::debug!("KeepAlive stream not draining; reconnecting");
+                        return;
+                    }
+                    pending.insert(seq, (now, chunk.to_vec()));
                 }
-                pending.insert(seq, (now, leases));
                 next_beat = now + interval;
             }
             message = responses.message() => match message {

@@ -1,0 +1,480 @@
+//! The client: one connection set (failing over between brokers), one
+//! KeepAlive stream for every lease, the unary calls.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex, PoisonError,
+    },
+    time::Duration,
+};
+
+use leasehold_proto::{
+    leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
+    DescribeResponse, LeaderRequest, ReleaseRequest, RevokeRequest,
+};
+use tokio::{
+    sync::{watch, Notify},
+    time::Instant,
+};
+use tonic::{service::interceptor::InterceptedService, transport::Channel, Code};
+
+use crate::{
+    error::source_chain, keeper, AcquireOptions, ClientError, ClientOptions, ClientTls,
+    Credentials, Held, LeaderInfo, Lease, LossReason, Observation,
+};
+
+/// State shared by a client, its leases and its keeper task.
+pub(crate) struct Shared {
+    /// One channel per broker replica, in the order given.
+    brokers: Vec<Broker>,
+    /// The replica calls go to; moves on when it cannot be reached.
+    current: AtomicUsize,
+    /// Live leases by owner token (a client may hold several permits of one
+    /// semaphore). A std mutex: held for map operations only, never
+    /// across an await.
+    pub(crate) leases: Mutex<HashMap<String, Arc<Held>>>,
+    /// Wakes the keeper when a lease is added.
+    pub(crate) added: Notify,
+}
+
+impl Shared {
+    /// The current replica: its index (for [`Shared::unreachable`]) and a
+    /// client for it.
+    pub(crate) fn broker(&self) -> (usize, Broker) {
+        let index = self.current.load(Ordering::Relaxed);
+        (index, self.brokers[index % self.brokers.len()].clone())
+    }
+
+    /// The replica at `index` could not be reached: move on to the next
+    /// (unless another caller already did).
+    pub(crate) fn unreachable(&self, index: usize) {
+        let _ = self.current.compare_exchange(
+            index,
+            index.wrapping_add(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Runs a unary call on the current replica, moving on to the next while
+    /// replicas cannot be reached. Only a failure to connect moves on: the
+    /// request never left this process, so sending it elsewhere cannot apply
+    /// it twice.
+    pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut(Broker) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let mut attempts = self.brokers.len();
+        loop {
+            let (index, broker) = self.broker();
+            match call(broker).await {
+                Err(status) if attempts > 1 && not_connected(&status) => {
+                    self.unreachable(index);
+                    attempts -= 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// The leases to keep alive. A panic elsewhere while the lock was held
+    /// (poisoning it) leaves the map whole (every change is one insert or
+    /// remove), so the leases are still kept, never silently dropped.
+    fn leases(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Held>>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<Arc<Held>> {
+        self.leases().values().cloned().collect()
+    }
+
+    /// Removes `held` from the leases to keep alive.
+    pub(crate) fn forget(&self, held: &Arc<Held>) {
+        let mut leases = self.leases();
+        if leases
+            .get(&held.token)
+            .is_some_and(|h| Arc::ptr_eq(h, held))
+        {
+            leases.remove(&held.token);
+        }
+    }
+}
+
+/// A gRPC client of one broker, sending the client's credentials with
+/// every call.
+pub type Broker = LeaseholdClient<InterceptedService<Channel, Credentials>>;
+
+/// A connection to the broker (or to several replicas); cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+impl Client {
+    /// Connects to one broker, e.g. `http://127.0.0.1:7420`.
+    pub async fn connect(url: impl Into<String>) -> Result<Client, ClientError> {
+        Self::connect_any([url.into()]).await
+    }
+
+    /// Connects to several broker replicas: calls and the KeepAlive stream go
+    /// to one of them and move to the next when it cannot be reached. Fails
+    /// only if none can be reached now.
+    pub async fn connect_any(
+        urls: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<Client, ClientError> {
+        Self::connect_any_with(urls, &ClientOptions::default()).await
+    }
+
+    /// [`Client::connect_any`], with TLS settings for `https://` brokers and
+    /// credentials.
+    pub async fn connect_any_with(
+        urls: impl IntoIterator<Item = impl Into<String>>,
+        options: &ClientOptions,
+    ) -> Result<Client, ClientError> {
+        let tls = options.tls.as_ref();
+        let mut endpoints = Vec::new();
+        for url in urls {
+            let url = url.into();
+            let endpoint = Channel::from_shared(url.clone())
+                .map_err(|e| ClientError::Connect(format!("bad broker URL '{url}': {e}")))?;
+            let endpoint = match url.starts_with("https://") {
+                true => endpoint
+                    .tls_config(ClientTls::config(tls))
+                    .map_err(|e| ClientError::Connect(format!("TLS settings for '{url}': {e}")))?,
+                false => endpoint,
+            };
+            let endpoint = endpoint
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true)
+                .initial_stream_window_size(Some(1 << 20))
+                .initial_connection_window_size(Some(4 << 20))
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_timeout(Duration::from_secs(5));
+            endpoints.push(endpoint);
+        }
+        if endpoints.is_empty() {
+            return Err(ClientError::Connect("no broker URL given".into()));
+        }
+        // Start with the first replica that answers; the others connect
+        // when they are needed.
+        let mut first = None;
+        let mut errors = Vec::new();
+        for (index, endpoint) in endpoints.iter().enumerate() {
+            match endpoint.connect().await {
+                Ok(channel) => {
+                    first = Some((index, channel));
+                    break;
+                }
+                Err(e) => errors.push(format!("{}: {e}: {}", endpoint.uri(), source_chain(&e))),
+            }
+        }
+        let Some((current, channel)) = first else {
+            return Err(ClientError::Connect(errors.join("; ")));
+        };
+        let brokers = endpoints
+            .iter()
+            .enumerate()
+            .map(|(index, endpoint)| {
+                options.credentials.client(if index == current {
+                    channel.clone()
+                } else {
+                    endpoint.connect_lazy()
+                })
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            brokers,
+            current: AtomicUsize::new(current),
+            leases: Mutex::new(HashMap::new()),
+            added: Notify::new(),
+        });
+        tokio::spawn(keeper::run(Arc::downgrade(&shared)));
+        Ok(Client { shared })
+    }
+
+    /// Takes the lease on `name`; it keeps itself alive until released,
+    /// dropped or lost.
+    pub async fn acquire(&self, name: &str, opts: AcquireOptions) -> Result<Lease, ClientError> {
+        let sent = Instant::now();
+        let margin = opts.margin;
+        let (lease, waited_ms) = self.grant_waited(name, opts).await?;
+        Ok(self.keep(lease, sent, waited_ms, margin))
+    }
+
+    /// Takes the lease on `name` *without* keeping it alive: it expires at
+    /// its TTL unless the caller renews or releases it by its owner token
+    /// (what a shell script does with `leasehold acquire` and `leasehold
+    /// release`). Prefer [`Client::acquire`] in a program.
+    pub async fn grant(
+        &self,
+        name: &str,
+        opts: AcquireOptions,
+    ) -> Result<leasehold_proto::Lease, ClientError> {
+        Ok(self.grant_waited(name, opts).await?.0)
+    }
+
+    /// The Acquire call: the lease and how long the broker made it wait.
+    async fn grant_waited(
+        &self,
+        name: &str,
+        opts: AcquireOptions,
+    ) -> Result<(leasehold_proto::Lease, u64), ClientError> {
+        let request = AcquireRequest {
+            name: name.to_owned(),
+            ttl_ms: opts.ttl.as_millis() as u64,
+            holder: opts.holder,
+            wait_timeout_ms: opts.wait.as_millis() as u64,
+            lock_delay_ms: opts.lock_delay.as_millis() as u64,
+            limit: opts.limit,
+        };
+        let response = self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.acquire(request).await }
+            })
+            .await?
+            .into_inner();
+        let lease = response
+            .lease
+            .ok_or_else(|| ClientError::Status(tonic::Status::internal("grant without a lease")))?;
+        Ok((lease, response.waited_ms))
+    }
+
+    /// Keeps `lease`, granted to a request sent at `sent` after
+    /// `waited_ms` of waiting, alive from now on.
+    fn keep(
+        &self,
+        lease: leasehold_proto::Lease,
+        sent: Instant,
+        waited_ms: u64,
+        margin: Option<Duration>,
+    ) -> Lease {
+        // The grant happened no sooner than `waited_ms` after we sent.
+        let granted_no_sooner_than = sent + Duration::from_millis(waited_ms);
+        let ttl = Duration::from_millis(lease.ttl_ms);
+        let margin = margin.unwrap_or(ttl / 10).min(ttl);
+        let deadline = (granted_no_sooner_than + ttl)
+            .checked_sub(margin)
+            .unwrap_or(granted_no_sooner_than);
+        let held = Arc::new(Held {
+            name: lease.name,
+            token: lease.owner_token,
+            fence: lease.fence,
+            ttl,
+            margin,
+            deadline: watch::Sender::new(deadline),
+            lost: watch::Sender::new(None),
+        });
+        self.shared
+            .leases()
+            .insert(held.token.clone(), Arc::clone(&held));
+        self.shared.added.notify_one();
+        Lease {
+            held,
+            shared: Arc::clone(&self.shared),
+            done: false,
+        }
+    }
+
+    /// Who holds `name` (no owner token).
+    pub async fn describe(&self, name: &str) -> Result<DescribeResponse, ClientError> {
+        self.describe_in("", name).await
+    }
+
+    /// Who holds `name` in `tenant`'s namespace (empty: the caller's own;
+    /// another's needs the `admin` permission).
+    pub async fn describe_in(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<DescribeResponse, ClientError> {
+        let request = DescribeRequest {
+            name: name.to_owned(),
+            tenant: tenant.to_owned(),
+        };
+        Ok(self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.describe(request).await }
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Waits (up to `opts.wait`) to become the leader of `election` with
+    /// `value`. The lease returned is the leadership: kept alive like any
+    /// lease, its fence is the leader's term; release it to resign.
+    pub async fn campaign(
+        &self,
+        election: &str,
+        value: &str,
+        opts: AcquireOptions,
+    ) -> Result<Lease, ClientError> {
+        // An election is a lock whose holder label is the leader's value.
+        self.acquire(election, opts.holder(value)).await
+    }
+
+    /// The current leader of `election`, if any.
+    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>, ClientError> {
+        let request = LeaderRequest {
+            election: election.to_owned(),
+        };
+        let r = self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.leader(request).await }
+            })
+            .await?
+            .into_inner();
+        Ok(LeaderInfo::from_message(r))
+    }
+
+    /// Follows the leadership of `election`: the first item is the
+    /// leadership now, then every change in order.
+    pub async fn observe(&self, election: &str) -> Result<Observation, ClientError> {
+        let request = LeaderRequest {
+            election: election.to_owned(),
+        };
+        let stream = self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.observe(request).await }
+            })
+            .await?
+            .into_inner();
+        Ok(Observation { stream })
+    }
+
+    /// Whether `fence` is the fence of the current lease on `name`, and the
+    /// current fence (0 if free).
+    pub async fn check_fence(&self, name: &str, fence: u64) -> Result<(bool, u64), ClientError> {
+        let request = CheckFenceRequest {
+            name: name.to_owned(),
+            fence,
+        };
+        let r = self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.check_fence(request).await }
+            })
+            .await?
+            .into_inner();
+        Ok((r.current, r.current_fence))
+    }
+
+    /// Ends the current lease on `name`, whoever holds it (the caller needs
+    /// the `admin` permission; without authentication the broker must run
+    /// with `--enable-revoke`). Returns the revoked lease's fence.
+    pub async fn revoke(&self, name: &str) -> Result<u64, ClientError> {
+        self.revoke_in("", name).await
+    }
+
+    /// [`Client::revoke`] of `name` in `tenant`'s namespace (empty: the
+    /// caller's own).
+    pub async fn revoke_in(&self, tenant: &str, name: &str) -> Result<u64, ClientError> {
+        let request = RevokeRequest {
+            name: name.to_owned(),
+            tenant: tenant.to_owned(),
+        };
+        Ok(self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.revoke(request).await }
+            })
+            .await?
+            .into_inner()
+            .fence)
+    }
+
+    /// Releases a lease known only by its name and token (e.g. taken by
+    /// another process).
+    pub async fn release_token(&self, name: &str, owner_token: &str) -> Result<(), ClientError> {
+        release(&self.shared, name, owner_token).await
+    }
+}
+
+/// Releases, retrying a call whose connection broke (the request may have
+/// reached the broker, and its answer not us): Release is idempotent, so a
+/// retry whose first try did the work reports success too.
+pub(crate) async fn release(
+    shared: &Shared,
+    name: &str,
+    owner_token: &str,
+) -> Result<(), ClientError> {
+    let request = ReleaseRequest {
+        name: name.to_owned(),
+        owner_token: owner_token.to_owned(),
+    };
+    let mut pause = RELEASE_RETRY;
+    for tries_left in (0..RELEASE_TRIES).rev() {
+        let answer = shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.release(request).await }
+            })
+            .await;
+        match &answer {
+            Err(s) if tries_left > 0 && broken(s) => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            _ => return release_outcome(answer),
+        }
+    }
+    unreachable!("the last try returns its answer")
+}
+
+/// Tries of a release whose connection breaks, and the first pause.
+const RELEASE_TRIES: u32 = 3;
+const RELEASE_RETRY: Duration = Duration::from_millis(100);
+
+/// A call that failed in transit: the broker may or may not have done it.
+fn broken(status: &tonic::Status) -> bool {
+    matches!(status.code(), Code::Unavailable | Code::Unknown)
+}
+
+fn release_outcome(
+    answer: Result<tonic::Response<leasehold_proto::ReleaseResponse>, tonic::Status>,
+) -> Result<(), ClientError> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(s) if s.code() == Code::NotFound => Err(ClientError::Lost(LossReason::Expired)),
+        Err(s) if s.code() == Code::FailedPrecondition => {
+            Err(ClientError::Lost(LossReason::NotOwner))
+        }
+        Err(s) => Err(s.into()),
+    }
+}
+
+/// Whether a call failed because no connection to the broker could be made
+/// (so the request was never sent).
+pub(crate) fn not_connected(status: &tonic::Status) -> bool {
+    if status.code() != Code::Unavailable {
+        return false;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::TimedOut
+            ) {
+                return true;
+            }
+        }
+        if e.to_string().contains("connect error") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}

@@ -1,0 +1,194 @@
+//! How to call: acquire options, credentials, TLS.
+
+use std::time::Duration;
+
+use leasehold_proto::leasehold_client::LeaseholdClient;
+use tonic::{
+    metadata::{Ascii, MetadataValue},
+    transport::Channel,
+};
+
+use crate::{Broker, ClientError};
+
+/// How to acquire.
+#[derive(Clone, Debug)]
+pub struct AcquireOptions {
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) holder: String,
+    pub(crate) margin: Option<Duration>,
+    pub(crate) lock_delay: Duration,
+    pub(crate) limit: u32,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AcquireOptions {
+    /// TTL 10 s, no wait, holder `hostname:pid`, safety margin a tenth of
+    /// the TTL.
+    pub fn new() -> Self {
+        AcquireOptions {
+            ttl: Duration::from_secs(10),
+            wait: Duration::ZERO,
+            holder: default_holder(),
+            margin: None,
+            lock_delay: Duration::ZERO,
+            limit: 1,
+        }
+    }
+
+    /// Make the name a semaphore: up to `limit` leases at once (each with
+    /// its own token and fence). Every caller of the name must agree on it.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Lock-delay: if this lease ends involuntarily (expiry, revoke), nobody
+    /// gets the lock for this long afterwards. Default: none.
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
+    }
+
+    /// How long before the computed deadline the lease counts as lost:
+    /// time for the application to stop writing (and for timers firing late)
+    /// before the broker could expire the lease. Default: a tenth of the TTL.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// The lease TTL (renewed every third of it).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long to wait if the lock is held (0: try once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The label shown to others by Describe.
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+}
+
+/// `hostname:pid`, so an operator can find the holder.
+pub fn default_holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// The credentials sent with every call: a bearer token, for brokers with
+/// an `--auth-file`. (A client certificate is part of [`ClientTls`].)
+#[derive(Clone, Default)]
+pub struct Credentials {
+    bearer: Option<MetadataValue<Ascii>>,
+}
+
+impl Credentials {
+    /// Sends `authorization: Bearer <token>` (`None`: no token).
+    pub fn bearer(token: Option<&str>) -> Result<Self, ClientError> {
+        let bearer = token
+            .map(|t| {
+                let mut value =
+                    MetadataValue::try_from(format!("Bearer {}", t.trim())).map_err(|_| {
+                        ClientError::Connect(
+                            "the bearer token has characters a header cannot carry".into(),
+                        )
+                    })?;
+                // HPACK never-indexed: kept out of header tables and logs.
+                value.set_sensitive(true);
+                Ok::<_, ClientError>(value)
+            })
+            .transpose()?;
+        Ok(Credentials { bearer })
+    }
+
+    /// A client of `channel` sending these credentials.
+    pub fn client(&self, channel: Channel) -> Broker {
+        LeaseholdClient::with_interceptor(channel, self.clone())
+    }
+}
+
+impl tonic::service::Interceptor for Credentials {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(bearer) = &self.bearer {
+            request
+                .metadata_mut()
+                .insert("authorization", bearer.clone());
+        }
+        Ok(request)
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("Credentials")
+            .field("bearer", &self.bearer.is_some())
+            .finish()
+    }
+}
+
+/// How a [`Client`] connects: TLS for `https://` brokers, and a bearer
+/// token for brokers that require one.
+#[derive(Clone, Debug, Default)]
+pub struct ClientOptions {
+    /// TLS settings (`None`: the system's roots, no client certificate).
+    pub tls: Option<ClientTls>,
+    /// The credentials sent with every call.
+    pub credentials: Credentials,
+}
+
+/// TLS settings for `https://` brokers.
+#[derive(Clone, Default)]
+pub struct ClientTls {
+    /// CA certificates (PEM) the broker's certificate must chain to;
+    /// `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate and its key (PEM), for a broker with mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl ClientTls {
+    /// tonic's TLS configuration for these settings.
+    pub fn config(tls: Option<&ClientTls>) -> tonic::transport::ClientTlsConfig {
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        match tls.and_then(|t| t.ca_pem.as_ref()) {
+            Some(ca) => config = config.ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+            None => config = config.with_native_roots(),
+        }
+        if let Some((cert, key)) = tls.and_then(|t| t.identity.as_ref()) {
+            config = config.identity(tonic::transport::Identity::from_pem(cert, key));
+        }
+        config
+    }
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("ClientTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("identity", &self.identity.is_some())
+            .finish()
+    }
+}

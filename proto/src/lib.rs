@@ -1,0 +1,16 @@
+//! The Leasehold gRPC API (`leasehold.v1`): the messages and the client and
+//! server stubs generated from `leasehold/v1/leasehold.proto`, which documents
+//! every call and its guarantees.
+//!
+//! The bottom of the crate graph: it depends on prost and tonic's code
+//! generation support only, so the client (`leasehold-client`) and the server
+//! (`leasehold`) share one definition of the API without depending on each
+//! other.
+
+#![allow(missing_docs, clippy::all)]
+
+tonic::include_proto!("leasehold.v1");
+
+/// The encoded descriptor set of the Leasehold API, served by gRPC reflection
+/// so that `grpcurl` works without a copy of the proto.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("leasehold_descriptor");

@@ -1,0 +1,81 @@
+//! The one mapping from the broker's [`Error`] to a gRPC status: the edge
+//! where the domain's words become the API's codes.
+
+use tonic::{Code, Status};
+
+use crate::error::Error;
+
+/// The gRPC code for `error`; the single place that decides it.
+pub fn code(error: &Error) -> Code {
+    match error {
+        Error::InvalidArgument(_) => Code::InvalidArgument,
+        Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. } => Code::Aborted,
+        Error::Revoked { .. } => Code::NotFound,
+        Error::Unauthenticated(_) => Code::Unauthenticated,
+        Error::PermissionDenied(_) => Code::PermissionDenied,
+        Error::NotHeld { .. } => Code::NotFound,
+        Error::NotOwner { .. } => Code::FailedPrecondition,
+        Error::ResourceExhausted(_) => Code::ResourceExhausted,
+        Error::Unavailable(_) => Code::Unavailable,
+        Error::Cancelled => Code::Cancelled,
+        Error::Internal(_) => Code::Internal,
+    }
+}
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Self {
+        Status::new(code(&err), err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_message_names_holder_time_left_and_how_to_wait() {
+        let err = Error::Held {
+            name: "jobs/nightly".into(),
+            holder: "pod-a".into(),
+            fence: 7,
+            remaining_ms: 1200,
+            waited_ms: 0,
+        };
+        let status = Status::from(err);
+        assert_eq!(status.code(), Code::Aborted);
+        assert!(status.message().contains("'pod-a'"), "{}", status.message());
+        assert!(status.message().contains("1200 ms"), "{}", status.message());
+        assert!(
+            status.message().contains("wait_timeout_ms"),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn every_variant_has_its_own_code() {
+        let cases = [
+            (Error::InvalidArgument("x".into()), Code::InvalidArgument),
+            (Error::Unauthenticated("x".into()), Code::Unauthenticated),
+            (Error::PermissionDenied("x".into()), Code::PermissionDenied),
+            (Error::NotHeld { name: "a".into() }, Code::NotFound),
+            (
+                Error::NotOwner {
+                    name: "a".into(),
+                    fence: 1,
+                },
+                Code::FailedPrecondition,
+            ),
+            (
+                Error::ResourceExhausted("x".into()),
+                Code::ResourceExhausted,
+            ),
+            (Error::Unavailable("x".into()), Code::Unavailable),
+            (Error::Cancelled, Code::Cancelled),
+            (Error::Internal("x".into()), Code::Internal),
+        ];
+        for (err, code) in cases {
+            assert_eq!(Status::from(err).code(), code);
+        }
+    }
+}
