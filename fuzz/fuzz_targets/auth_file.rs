@@ -57,7 +57,7 @@ fn fixed_messages() -> &'static HashSet<String> {
         ];
         bad.iter()
             .map(|file| {
-                let e = fuzzing::auth_file(file).err().expect("a bad file parses");
+                let e = fuzzing::auth_file(file).expect_err("a bad file parses");
                 shape(&e).expect("an error names its line").1
             })
             .collect()
