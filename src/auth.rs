@@ -115,6 +115,16 @@ impl Auth {
         })
     }
 
+    /// Credentials from the bytes of a file, with no file behind them: for
+    /// the fuzz targets (see `crate::fuzzing`); a reload of it fails.
+    pub(crate) fn parsed(bytes: &[u8]) -> std::result::Result<Self, String> {
+        Ok(Auth {
+            grants: RwLock::new(Arc::new(parse_bytes(bytes)?)),
+            path: PathBuf::new(),
+            reloaded: tokio::sync::watch::Sender::new(0),
+        })
+    }
+
     /// Reads the file again. On error the current credentials stay.
     pub fn reload(&self) -> Result<()> {
         let grants = Arc::new(read(&self.path)?);

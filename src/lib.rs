@@ -37,6 +37,8 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lease;
 pub mod metrics;
 pub mod proto;

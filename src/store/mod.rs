@@ -41,6 +41,13 @@ mod watch;
 pub use self::memory::MemoryStore;
 pub use self::redis::{lease_key, RedisStore, SCRIPTS};
 pub use self::watch::Watch;
+// For the fuzz targets (see `crate::fuzzing`): the parsers of URLs and of
+// script replies.
+pub(crate) use self::{
+    cluster::ClusterTarget,
+    redis::{acquire_reply, release_reply, renew_reply},
+    sentinel::SentinelTarget,
+};
 
 use crate::{error::Result, redact::Redacted};
 

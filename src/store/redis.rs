@@ -1445,7 +1445,7 @@ fn classify(op: &str, e: RedisError) -> Error {
 }
 
 /// Reads an acquire.lua / semaphore_acquire.lua reply.
-fn acquire_reply(reply: &[Value]) -> Result<Acquired> {
+pub(crate) fn acquire_reply(reply: &[Value]) -> Result<Acquired> {
     let fence = uint(reply, 1)?;
     // Optional: absent from the replies that found no expired lease.
     let expired = |i| uint(reply, i).map_or(0, |n| n as u32);
@@ -1473,7 +1473,7 @@ fn acquire_reply(reply: &[Value]) -> Result<Acquired> {
 }
 
 /// Reads a renew.lua reply.
-fn renew_reply(reply: &[Value]) -> Result<Checked<Renewed>> {
+pub(crate) fn renew_reply(reply: &[Value]) -> Result<Checked<Renewed>> {
     let fence = uint(reply, 2)?;
     Ok(match int(reply, 0)? {
         1 => Checked::Done(Renewed {
@@ -1486,7 +1486,7 @@ fn renew_reply(reply: &[Value]) -> Result<Checked<Renewed>> {
 }
 
 /// Reads a release.lua reply.
-fn release_reply(reply: &[Value]) -> Result<Checked<()>> {
+pub(crate) fn release_reply(reply: &[Value]) -> Result<Checked<()>> {
     let fence = uint(reply, 1)?;
     Ok(match int(reply, 0)? {
         1 => Checked::Done(()),

@@ -100,7 +100,12 @@ impl SentinelTarget {
         &self.master
     }
 
-    fn sentinel_info(&self, address: &str) -> Result<ConnectionInfo> {
+    /// The sentinels' addresses, as the URL wrote them.
+    pub(crate) fn sentinels(&self) -> &[String] {
+        &self.sentinels
+    }
+
+    pub(crate) fn sentinel_info(&self, address: &str) -> Result<ConnectionInfo> {
         format!("{}://{address}", self.scheme)
             .into_connection_info()
             .map_err(|e| Error::InvalidArgument(format!("bad sentinel address '{address}': {e}")))
