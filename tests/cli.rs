@@ -402,46 +402,57 @@ async fn the_keepalive_benchmark_runs() {
     }
 }
 
-/// The cycles benchmark runs end to end against a broker of its own and
-/// straight against Redis, and prints its rows.
-#[tokio::test]
-async fn the_cycles_benchmark_runs() {
-    let redis = RedisServer::start();
+/// Runs `leasehold bench <args>` to its end and returns what it printed;
+/// fails the test, showing both outputs, if it did not exit 0.
+async fn bench(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args([
-            "bench",
-            "cycles",
-            "--store",
-            &redis.url(),
-            "--workers",
-            "1,2",
-            "--contended",
-            "2",
-            "--duration",
-            "300ms",
-            "--failovers",
-            "1",
-            "--failover-ttl",
-            "1s",
-        ])
+        .arg("bench")
+        .args(args)
         .output()
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
-        "{text}\n{}",
+        "the run failed: {text}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    text
+}
+
+/// The first line of `text` starting with `prefix`.
+fn row<'a>(text: &'a str, prefix: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} row in\n{text}"))
+}
+
+/// The cycles benchmark runs end to end against a broker of its own and
+/// straight against Redis, and prints its rows.
+#[tokio::test]
+async fn the_cycles_benchmark_runs() {
+    let redis = RedisServer::start();
+    let text = bench(&[
+        "cycles",
+        "--store",
+        &redis.url(),
+        "--workers",
+        "1,2",
+        "--contended",
+        "2",
+        "--duration",
+        "300ms",
+        "--failovers",
+        "1",
+        "--failover-ttl",
+        "1s",
+    ])
+    .await;
     // A killed holder's lock goes to the waiter when its lease expires:
     // within its TTL of the kill (generous slack for a loaded machine), and
     // not long after the expiry (no polling).
     for side in ["broker", "direct"] {
-        let row = format!("holder killed, {side}");
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&row))
-            .unwrap_or_else(|| panic!("no row {row:?} in\n{text}"));
+        let line = row(&text, &format!("holder killed, {side}"));
         let numbers: Vec<f64> = line
             .split(|c: char| !(c.is_ascii_digit() || c == '.'))
             .filter_map(|n| n.parse().ok())
@@ -451,16 +462,13 @@ async fn the_cycles_benchmark_runs() {
         assert!(kill_to_grant <= 1_000.0 + 750.0, "{line}");
         assert!(expiry_to_grant <= 500.0, "{line}");
     }
-    for row in [
+    for name in [
         "uncontended, 1 workers",
         "uncontended, 2 workers",
         "one lock, 2 waiters",
     ] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(row))
-            .unwrap_or_else(|| panic!("no row {row:?} in\n{text}"));
-        let first: f64 = line[row.len()..]
+        let line = row(&text, name);
+        let first: f64 = line[name.len()..]
             .split_whitespace()
             .next()
             .unwrap()
@@ -475,24 +483,19 @@ async fn the_cycles_benchmark_runs() {
 #[tokio::test]
 async fn the_waiters_benchmark_runs() {
     let redis = RedisServer::start();
-    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["bench", "waiters", "--store", &redis.url()])
-        .args(["--waiters", "50", "--hold", "500ms", "--duration", "1s"])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let line = |prefix: &str| {
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no {prefix:?} line in\n{text}"))
-            .to_owned()
-    };
+    let text = bench(&[
+        "waiters",
+        "--store",
+        &redis.url(),
+        "--waiters",
+        "50",
+        "--hold",
+        "500ms",
+        "--duration",
+        "1s",
+    ])
+    .await;
+    let line = |prefix: &str| row(&text, prefix).to_owned();
     assert!(line("line: ").starts_with("line: 50 waiting"), "{text}");
     let handoffs = line("handoffs ");
     let count: u64 = handoffs
@@ -510,19 +513,22 @@ async fn the_waiters_benchmark_runs() {
 #[tokio::test]
 async fn the_heartbeats_benchmark_runs() {
     let redis = RedisServer::start();
-    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["bench", "heartbeats", "--store", &redis.url()])
-        .args(["--leases", "300", "--streams", "6", "--interval", "500ms"])
-        .args(["--ttl", "5s", "--duration", "2s"])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "leases lost, or the run failed: {text}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let text = bench(&[
+        "heartbeats",
+        "--store",
+        &redis.url(),
+        "--leases",
+        "300",
+        "--streams",
+        "6",
+        "--interval",
+        "500ms",
+        "--ttl",
+        "5s",
+        "--duration",
+        "2s",
+    ])
+    .await;
     for side in ["broker", "direct"] {
         let line = text
             .lines()
