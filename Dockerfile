@@ -16,18 +16,21 @@ ARG RUST_VERSION=1.88
 FROM rust:${RUST_VERSION}-bookworm AS builder
 WORKDIR /build
 
-# No system protoc is needed: build.rs compiles proto/ with the pure-Rust
-# `protox` crate.
-COPY Cargo.toml Cargo.lock build.rs ./
+# No system protoc is needed: proto/build.rs compiles the API with the
+# pure-Rust `protox` crate.
+COPY Cargo.toml Cargo.lock ./
 COPY proto ./proto
+COPY server ./server
 COPY clients/rust ./clients/rust
-# Not built (a dev-dependency of the tests), but a member of the workspace,
-# which Cargo reads whole.
+# Not built (the load generators, and the tests' harness), but members of
+# the workspace, which Cargo reads whole.
+COPY bench ./bench
 COPY tests/harness ./tests/harness
 COPY src ./src
 
 # BuildKit cache mounts keep the crates.io downloads and the compiled
-# dependencies between builds, so a source change recompiles only this crate.
+# dependencies between builds, so a source change recompiles only the
+# workspace's crates.
 # The target directory is a cache mount (not part of the image), so the binary
 # is copied out of it in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \

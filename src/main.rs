@@ -1,13 +1,13 @@
-//! The `leasehold` binary: parses the command line, sets up logging and hands
-//! over to the library.
+//! The `leasehold` binary: `serve` (the broker, from the `leasehold-server`
+//! library) and the client commands (`cli`, on the `leasehold-client`
+//! crate). Parses the command line, sets up logging and hands over.
 
 use std::process::ExitCode;
 
+mod cli;
+
 use clap::{Parser, Subcommand};
-use leasehold::{
-    cli,
-    config::{LogFormat, ServeConfig},
-};
+use leasehold_server::config::{LogFormat, ServeConfig};
 use tokio::net::TcpListener;
 
 /// Leasehold: a distributed lock broker with fencing tokens.
@@ -68,9 +68,6 @@ enum Command {
     /// `run`'s guardian of its command (started by `run` only).
     #[command(name = "__guard", hide = true)]
     Guard(cli::GuardArgs),
-    /// Load generators against a running broker (bounded in time).
-    #[command(subcommand)]
-    Bench(cli::BenchCommand),
 }
 
 fn main() -> ExitCode {
@@ -131,7 +128,6 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Command::Revoke(args) => cli::revoke(args).await,
                 Command::Token(args) => cli::token(args),
                 Command::Run(args) => cli::run(args).await,
-                Command::Bench(command) => cli::bench(command).await,
                 Command::Serve(_) | Command::Guard(_) => unreachable!("handled above"),
             }
         }
@@ -150,7 +146,8 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
                 config.metrics_listen
             )
         })?;
-    leasehold::server::run(grpc, metrics, config, leasehold::shutdown::signal()).await?;
+    leasehold_server::service::run(grpc, metrics, config, leasehold_server::shutdown::signal())
+        .await?;
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use leasehold_testkit as common;
 use std::time::{Duration, Instant};
 
 use common::{eventually, must_acquire, Broker, BrokerProcess, RedisServer};
-use leasehold::proto::{
+use leasehold_server::proto::{
     leasehold_client::LeaseholdClient, DescribeRequest, KeepAliveRequest, LeaseRef, RenewRequest,
 };
 use tokio::{
@@ -217,7 +217,7 @@ async fn random_requests_get_statuses() {
         );
         *seen.entry(("renew", code as i32)).or_default() += 1;
         let released = client
-            .release(leasehold::proto::ReleaseRequest {
+            .release(leasehold_server::proto::ReleaseRequest {
                 name: "bystander".into(),
                 owner_token: token,
             })
@@ -323,9 +323,12 @@ mod raw {
 /// An auth file, in a scratch folder of `test`, granting one new token
 /// (returned) `use` in tenant `jobs`.
 fn one_token(test: &str) -> (String, std::path::PathBuf) {
-    let token = leasehold::auth::generate_token().unwrap();
+    let token = leasehold_server::auth::generate_token().unwrap();
     let file = common::certs::scratch(test).join("auth");
-    let line = format!("jobs use {}\n", leasehold::auth::token_credential(&token));
+    let line = format!(
+        "jobs use {}\n",
+        leasehold_server::auth::token_credential(&token)
+    );
     std::fs::write(&file, line).unwrap();
     (token, file)
 }

@@ -14,9 +14,9 @@ use common::{
     contract::{self, Held},
     eventually, sample, scrape, Broker, BrokerProcess, RedisServer,
 };
-use leasehold::{
+use leasehold_client::{Broker as Grpc, Credentials};
+use leasehold_server::{
     auth::{generate_token, token_credential},
-    client::{Broker as Grpc, Credentials},
     proto::{
         lease_status, DescribeRequest, KeepAliveRequest, LeaderRequest, Lease, LeaseRef,
         ReleaseRequest, RenewRequest, RevokeRequest,
@@ -242,7 +242,7 @@ async fn calls_without_a_known_credential_are_unauthenticated() {
     assert_eq!(stream.code(), Code::Unauthenticated);
 
     // Another scheme than Bearer.
-    let mut basic = leasehold::proto::leasehold_client::LeaseholdClient::with_interceptor(
+    let mut basic = leasehold_server::proto::leasehold_client::LeaseholdClient::with_interceptor(
         broker.channel().await,
         |mut r: tonic::Request<()>| {
             r.metadata_mut()
@@ -1055,7 +1055,7 @@ async fn renewing(
     lease: &Lease,
 ) -> (
     tokio::sync::mpsc::Sender<KeepAliveRequest>,
-    tonic::Streaming<leasehold::proto::KeepAliveResponse>,
+    tonic::Streaming<leasehold_server::proto::KeepAliveResponse>,
 ) {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let heartbeat = KeepAliveRequest {

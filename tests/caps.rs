@@ -9,9 +9,9 @@ use leasehold_testkit as common;
 use std::{path::PathBuf, time::Duration};
 
 use common::{acquire_req, certs::scratch, eventually, must_acquire, sample, scrape, Broker};
-use leasehold::{
+use leasehold_client::{Broker as Grpc, Credentials};
+use leasehold_server::{
     auth::{generate_token, token_credential},
-    client::{Broker as Grpc, Credentials},
     proto::{
         leasehold_client::LeaseholdClient, DescribeRequest, KeepAliveRequest, LeaderRequest, Lease,
         RenewRequest,
@@ -98,7 +98,7 @@ async fn leases_are_capped_per_connection() {
     intact(&mut bystander, &mine).await;
     must_acquire(&mut bystander, "b2", 30_000).await;
     greedy
-        .release(leasehold::proto::ReleaseRequest {
+        .release(leasehold_server::proto::ReleaseRequest {
             name: first.name,
             owner_token: first.owner_token,
         })
@@ -253,7 +253,7 @@ async fn waiters_are_capped_per_connection_and_tenant() {
         .await
         .expect("the holder renews");
     holder
-        .release(leasehold::proto::ReleaseRequest {
+        .release(leasehold_server::proto::ReleaseRequest {
             name: "busy".into(),
             owner_token: held.owner_token,
         })
@@ -299,7 +299,7 @@ async fn streams_are_capped_per_connection() {
     // The open stream still renews.
     tx.send(KeepAliveRequest {
         seq: 7,
-        leases: vec![leasehold::proto::LeaseRef {
+        leases: vec![leasehold_server::proto::LeaseRef {
             name: lease.name.clone(),
             owner_token: lease.owner_token.clone(),
             ttl_ms: 0,
@@ -311,7 +311,7 @@ async fn streams_are_capped_per_connection() {
     assert_eq!(answer.seq, 7);
     assert_eq!(
         answer.leases[0].state(),
-        leasehold::proto::lease_status::State::Alive
+        leasehold_server::proto::lease_status::State::Alive
     );
     // Another connection opens its own stream.
     let mut other = broker.client().await;
@@ -495,7 +495,7 @@ async fn oversized_messages_are_refused() {
     let broker = Broker::start_with("memory", |c| c.max_message_size = 16 * 1024).await;
     let mut client = broker.client().await;
     let lease = must_acquire(&mut client, "small", 30_000).await;
-    let huge = leasehold::proto::AcquireRequest {
+    let huge = leasehold_server::proto::AcquireRequest {
         name: "big".into(),
         holder: "h".repeat(64 * 1024),
         ..Default::default()

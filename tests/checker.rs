@@ -32,7 +32,7 @@ use std::{
 };
 
 use common::{eventually, proxy::Proxy, sample, scrape, BrokerProcess, RedisServer};
-use leasehold::client::{AcquireOptions, Client, ClientError};
+use leasehold_client::{AcquireOptions, Client, ClientError};
 
 const CLIENTS: usize = 32;
 const BROKERS: usize = 3;

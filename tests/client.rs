@@ -7,7 +7,7 @@ use leasehold_testkit as common;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{Broker, RedisServer};
-use leasehold::client::{AcquireOptions, Client, ClientError, LossReason};
+use leasehold_client::{AcquireOptions, Client, ClientError, LossReason};
 
 fn opts(ttl_ms: u64) -> AcquireOptions {
     AcquireOptions::new()
@@ -128,7 +128,7 @@ async fn a_stalled_connection_is_lost_locally_before_the_broker_expires_it() {
     assert!(!lease.is_lost());
 
     // Watch the broker-side expiry (absolute, Redis clock = ours: same host).
-    let key = leasehold::store::lease_key("test:", "stalled");
+    let key = leasehold_server::store::lease_key("test:", "stalled");
     let mut conn = redis.connection().await;
     let watcher = tokio::spawn(async move {
         let mut last_expiry_ms: i64 = -1;

@@ -114,7 +114,7 @@ async fn the_memory_store_reports_no_clock_steps() {
 /// step, not an hour later: a lease never has more than its TTL left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backward_step_does_not_keep_a_dead_holder_for_the_step() {
-    use leasehold::store::{Acquired, GrantSpec, Store, StoreOptions};
+    use leasehold_server::store::{Acquired, GrantSpec, Store, StoreOptions};
     let redis = RedisServer::start_faketime();
     let store = Store::open(
         &redis.url(),

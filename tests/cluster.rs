@@ -10,13 +10,13 @@ use leasehold_testkit as common;
 use std::{collections::BTreeSet, time::Duration};
 
 use common::{acquire_req, contract::Run, topology::Cluster, Broker};
-use leasehold::proto::{lease_status::State, KeepAliveRequest, LeaseRef};
+use leasehold_server::proto::{lease_status::State, KeepAliveRequest, LeaseRef};
 use tokio::time::Instant;
 use tonic::Code;
 
 /// The Redis key of lock `name` (the test broker's prefix is `test:`).
 fn key(name: &str) -> String {
-    leasehold::store::lease_key("test:", name)
+    leasehold_server::store::lease_key("test:", name)
 }
 
 /// Locks land on every primary; one heartbeat renews leases of many slots;
@@ -109,7 +109,7 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
         .await;
         let released = Instant::now();
         client
-            .release(leasehold::proto::ReleaseRequest {
+            .release(leasehold_server::proto::ReleaseRequest {
                 name: held.name.clone(),
                 owner_token: held.owner_token.clone(),
             })

@@ -6,7 +6,7 @@ use leasehold_testkit as common;
 
 use std::time::Duration;
 
-use leasehold::store::{
+use leasehold_server::store::{
     Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, Renewed, Revocation, Store,
 };
 
@@ -57,7 +57,7 @@ async fn renew_with_right_and_wrong_token(store: &Store) {
     let renewed = store.renew("a", "t1", Some(4_000)).await.unwrap();
     assert_eq!(
         renewed,
-        Checked::Done(leasehold::store::Renewed {
+        Checked::Done(leasehold_server::store::Renewed {
             ttl_ms: 4_000,
             fence
         })
@@ -80,7 +80,7 @@ async fn renew_with_right_and_wrong_token(store: &Store) {
     // `None` keeps the lease's own TTL.
     assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
-        Checked::Done(leasehold::store::Renewed {
+        Checked::Done(leasehold_server::store::Renewed {
             ttl_ms: 4_000,
             fence
         })
@@ -725,7 +725,7 @@ async fn a_long_line_keeps_its_order(store: &Store) {
 /// A batch renewal answers every lease, in order, whatever its outcome, over
 /// several script runs (a batch above 250 leases) in one call.
 async fn renew_many_answers_each_lease_in_order(store: &Store) {
-    use leasehold::store::RenewItem;
+    use leasehold_server::store::RenewItem;
     const N: usize = 600;
     let mut items = Vec::new();
     let mut fences = Vec::new();
@@ -803,7 +803,7 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
 
     assert_eq!(
         store.renew("s", "p2", Some(5_000)).await.unwrap(),
-        Checked::Done(leasehold::store::Renewed {
+        Checked::Done(leasehold_server::store::Renewed {
             ttl_ms: 5_000,
             fence: fences[1]
         })
@@ -838,7 +838,7 @@ macro_rules! conformance {
             $(
                 #[tokio::test]
                 async fn $test() {
-                    let store = leasehold::store::Store::Memory(leasehold::store::MemoryStore::new());
+                    let store = leasehold_server::store::Store::Memory(leasehold_server::store::MemoryStore::new());
                     super::$test(&store).await;
                 }
             )*
@@ -848,7 +848,7 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $test() {
                     let redis = crate::common::RedisServer::start();
-                    let store = leasehold::store::Store::open(&redis.url(), &leasehold::store::StoreOptions::new("conf:", std::time::Duration::from_secs(2)))
+                    let store = leasehold_server::store::Store::open(&redis.url(), &leasehold_server::store::StoreOptions::new("conf:", std::time::Duration::from_secs(2)))
                         .expect("open redis store");
                     super::$test(&store).await;
                 }

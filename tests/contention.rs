@@ -13,7 +13,7 @@ use std::{
 };
 
 use common::{acquire_req, Broker, RedisServer};
-use leasehold::proto::ReleaseRequest;
+use leasehold_server::proto::ReleaseRequest;
 use tonic::Code;
 
 const CLIENTS: usize = 32;

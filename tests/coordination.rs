@@ -6,7 +6,7 @@ use leasehold_testkit as common;
 use std::time::{Duration, Instant};
 
 use common::{sample, scrape, Broker, RedisServer};
-use leasehold::client::{AcquireOptions, Client, ClientError, LossReason};
+use leasehold_client::{AcquireOptions, Client, ClientError, LossReason};
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     process::Command,

@@ -10,7 +10,7 @@ use leasehold_testkit as common;
 use std::collections::BTreeSet;
 
 use common::{must_acquire, scrape, Broker};
-use leasehold::proto::ReleaseRequest;
+use leasehold_server::proto::ReleaseRequest;
 
 /// The prefixes of Leasehold's own metric families.
 const PREFIXES: [&str; 4] = ["lease_", "heartbeat_", "store_", "leasehold_"];

@@ -10,7 +10,7 @@ use std::{
 };
 
 use common::{Broker, RedisServer};
-use leasehold::client::{AcquireOptions, Client, LeaderInfo};
+use leasehold_client::{AcquireOptions, Client, LeaderInfo};
 use tokio::{
     io::{AsyncBufReadExt, BufReader, Lines},
     process::{Child, ChildStdout, Command},
@@ -51,7 +51,7 @@ fn candidate(broker: &Broker, value: &str) -> Candidate {
 /// The next leader (skipping "no leader" events, which may or may not show
 /// between two leaders); every event is recorded.
 async fn next_leader(
-    observation: &mut leasehold::client::Observation,
+    observation: &mut leasehold_client::Observation,
     seen: &mut Vec<Option<LeaderInfo>>,
 ) -> LeaderInfo {
     loop {
@@ -154,7 +154,7 @@ async fn leaders_follow_each_other_and_observers_see_every_change() {
 /// Resign; a second candidate that does not wait is refused.
 #[tokio::test]
 async fn campaign_leader_and_resign_over_grpc() {
-    use leasehold::proto::{CampaignRequest, LeaderRequest, ResignRequest};
+    use leasehold_server::proto::{CampaignRequest, LeaderRequest, ResignRequest};
     let broker = Broker::start("memory").await;
     let mut grpc = broker.client().await;
     let campaign = |value: &str| CampaignRequest {

@@ -9,7 +9,7 @@ use std::{
 };
 
 use common::{acquire_req, eventually, must_acquire, Broker, RedisServer};
-use leasehold::proto::{DescribeRequest, ReleaseRequest};
+use leasehold_server::proto::{DescribeRequest, ReleaseRequest};
 
 /// 20 waiters, alternating between 2 brokers on one Redis, queue up one
 /// after the other; the 7th is killed while waiting. Once the holder
@@ -133,7 +133,7 @@ async fn the_waiters_of_a_dead_broker_lapse() {
             .acquire(acquire_req("lapse", 10_000, "first", 60_000))
             .await
     });
-    let describe = |mut c: leasehold::proto::leasehold_client::LeaseholdClient<
+    let describe = |mut c: leasehold_server::proto::leasehold_client::LeaseholdClient<
         tonic::transport::Channel,
     >| async move {
         c.describe(DescribeRequest {

@@ -7,7 +7,7 @@ use leasehold_testkit as common;
 use std::time::Duration;
 
 use common::{must_acquire, Broker, RedisServer};
-use leasehold::{
+use leasehold_server::{
     proto::ReleaseRequest,
     store::{lease_key, Acquired, Checked, GrantSpec, Store, StoreOptions, SCRIPTS},
 };

@@ -7,7 +7,7 @@ use leasehold_testkit as common;
 use std::time::{Duration, Instant};
 
 use common::{acquire_req, eventually, must_acquire, sample, scrape, Broker, RedisServer};
-use leasehold::proto::{
+use leasehold_server::proto::{
     lease_status::State, leasehold_client::LeaseholdClient, DescribeRequest, KeepAliveRequest,
     KeepAliveResponse, Lease, LeaseRef, LossReason, ReleaseRequest,
 };

@@ -1,7 +1,9 @@
 //! The crate graph is the architecture: the Rust client and the API's
-//! definition compile no part of the broker. Checked on what Cargo resolves
-//! (`cargo tree`), so a dependency added to either crate, directly or
-//! through a feature, fails here.
+//! definition compile no part of the broker, the broker's library knows no
+//! client and no CLI, and the shipped binary carries no load generator.
+//! Checked on what Cargo resolves (`cargo tree`), so a dependency added to
+//! a crate, directly or through a feature, fails here; and, inside the
+//! broker's library, on the modules' `crate::` paths.
 
 use std::process::Command;
 
@@ -35,6 +37,7 @@ fn offending<'a>(tree: &'a str, forbidden: &[&str]) -> Vec<&'a str> {
 const BROKER_ONLY: &[&str] = &[
     "leasehold v",
     "leasehold feature",
+    "leasehold-server ",
     "redis ",
     "redis feature",
     "prometheus ",
@@ -69,17 +72,45 @@ fn the_proto_crate_depends_on_no_transport() {
     assert!(found.is_empty(), "leasehold-proto depends on {found:?}");
 }
 
-/// The modules of the broker crate, in layers: each may use the ones after
-/// it, never one before it. `redact` and `error` are leaves every layer
-/// may use; `proto` is the API's definition.
+/// The broker's library serves; it is no client: it compiles neither the
+/// client crate nor the load generators, and no TLS roots of the system
+/// (a client's concern).
+#[test]
+fn the_broker_library_knows_no_client() {
+    let tree = tree("leasehold-server");
+    let found = offending(
+        &tree,
+        &[
+            "leasehold-client ",
+            "leasehold-bench ",
+            "leasehold v",
+            "tonic feature \"channel\"",
+        ],
+    );
+    assert!(found.is_empty(), "leasehold-server depends on {found:?}");
+}
+
+/// The load generators (and etcd's API, which only they call) are not in
+/// the shipped binary: the `leasehold` package does not depend on them.
+#[test]
+fn the_shipped_binary_carries_no_load_generator() {
+    let tree = tree("leasehold");
+    assert!(tree.contains("leasehold-server v"), "{tree}");
+    let found = offending(&tree, &["leasehold-bench "]);
+    assert!(found.is_empty(), "leasehold depends on {found:?}");
+}
+
+/// The modules of the broker's library (`server/src/`), in layers: each
+/// may use the ones after it, never one before it. `redact` and `error`
+/// are leaves every layer may use; `proto` is the API's definition.
 const LAYERS: &[&str] = &[
-    "cli", "server", "metrics", "auth", "config", "lease", "store", "proto", "redact", "error",
+    "service", "metrics", "auth", "config", "lease", "store", "proto", "redact", "error",
 ];
 
 /// The top-level modules the non-test code of each module of `src/` names
 /// with `crate::` (in `use` lists, nested ones included, and in paths).
 fn edges() -> Vec<(String, String)> {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("server/src");
     let mut found = Vec::new();
     let mut dirs = vec![src.clone()];
     while let Some(dir) = dirs.pop() {
@@ -161,19 +192,16 @@ fn crate_paths(code: &str) -> Vec<String> {
 }
 
 /// No module uses one of a layer above it: the domain (lease, store) knows
-/// no transport, no metrics and no flags, and nothing but the CLI knows the
-/// CLI. The one exception left: the load generators in `cli` measure Redis
-/// directly through the store (they are to move to a crate of their own).
+/// no service, no metrics and no flags.
 #[test]
 fn no_module_uses_a_layer_above_it() {
     let rank = |m: &str| LAYERS.iter().position(|l| *l == m);
     let mut wrong = Vec::new();
     for (from, to) in edges() {
         let (Some(a), Some(b)) = (rank(&from), rank(&to)) else {
-            continue; // a module outside the layers (shutdown): checked by review
+            continue; // a module outside the layers (shutdown, fuzzing): checked by review
         };
-        let allowed = b > a || (from == "cli" && to == "store");
-        if !allowed {
+        if b <= a {
             wrong.push(format!("{from} -> {to}"));
         }
     }
@@ -185,4 +213,61 @@ fn no_module_uses_a_layer_above_it() {
 fn crate_paths_are_read_in_every_form() {
     let code = "use crate::{error::{Error, Result}, lease::Caps};\nlet x = crate::store::open(); // crate::server\n";
     assert_eq!(crate_paths(code), ["error", "lease", "store"]);
+}
+
+/// The domain (the lease rules, the store, the error type) names no
+/// transport, no metrics library and no flag parser: those crates appear
+/// only in the service, metrics and config modules.
+#[test]
+fn the_domain_names_no_transport_metrics_or_flags() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("server/src");
+    let mut files = vec![root.join("error.rs")];
+    let mut dirs = vec![root.join("lease"), root.join("store")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 10, "{files:?}");
+    let mut found = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for line in code.lines().map(|l| l.split("//").next().unwrap()) {
+            for krate in ["tonic", "prometheus", "clap", "hyper", "http"] {
+                if names_crate(line, krate) {
+                    found.push(format!("{}: {}", path.display(), line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "the domain names {found:#?}");
+}
+
+/// Whether `line` has a path starting at the crate `krate` (`krate::...`,
+/// not `my_krate::` nor `other::krate::`).
+fn names_crate(line: &str, krate: &str) -> bool {
+    line.match_indices(krate).any(|(i, _)| {
+        let before = line[..i].chars().last();
+        line[i + krate.len()..].starts_with("::")
+            && !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    })
+}
+
+#[test]
+fn crate_names_are_told_from_lookalikes() {
+    assert!(names_crate("use tonic::Status;", "tonic"));
+    assert!(names_crate(
+        "fn f(c: &prometheus::IntCounter)",
+        "prometheus"
+    ));
+    assert!(names_crate("#[derive(clap::Args)]", "clap"));
+    assert!(!names_crate("let t = monotonic::now();", "tonic"));
+    assert!(!names_crate("use crate::http::Body;", "http"));
+    assert!(!names_crate("use my_hyper::x;", "hyper"));
 }

@@ -5,7 +5,7 @@
 use leasehold_testkit as common;
 
 use common::{acquire_req, brokers_on_each_store, must_acquire};
-use leasehold::proto::{AcquireRequest, DescribeRequest, ReleaseRequest, RenewRequest};
+use leasehold_server::proto::{AcquireRequest, DescribeRequest, ReleaseRequest, RenewRequest};
 use tonic::Code;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";

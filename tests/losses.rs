@@ -18,10 +18,8 @@ use std::{
 };
 
 use common::{eventually, scrape, Broker, RedisServer};
-use leasehold::{
-    client::{AcquireOptions, Client, LossReason},
-    proto::{ReleaseRequest, RenewRequest},
-};
+use leasehold_client::{AcquireOptions, Client, LossReason};
+use leasehold_server::proto::{ReleaseRequest, RenewRequest};
 use tonic::Code;
 
 /// Two brokers on one Redis, `Revoke` allowed.
@@ -176,7 +174,7 @@ async fn holder(broker: &Broker, name: &str) -> tokio::process::Child {
 async fn queued(
     broker: &Broker,
     name: &str,
-) -> tokio::task::JoinHandle<Result<leasehold::client::Lease, leasehold::client::ClientError>> {
+) -> tokio::task::JoinHandle<Result<leasehold_client::Lease, leasehold_client::ClientError>> {
     let waiter = Client::connect(broker.url()).await.unwrap();
     let waiting = tokio::spawn({
         let (waiter, name) = (waiter.clone(), name.to_owned());

@@ -10,7 +10,7 @@ use leasehold_testkit as common;
 use std::time::Duration;
 
 use common::{acquire_req, must_acquire, proxy::Proxy, scrape, Broker, RedisServer};
-use leasehold::proto::{leasehold_client::LeaseholdClient, DescribeRequest, ReleaseRequest};
+use leasehold_server::proto::{leasehold_client::LeaseholdClient, DescribeRequest, ReleaseRequest};
 use tokio::time::Instant;
 use tonic::{transport::Channel, Code};
 

@@ -7,7 +7,7 @@ use leasehold_testkit as common;
 use std::time::{Duration, Instant};
 
 use common::{acquire_req, must_acquire, Broker, RedisServer};
-use leasehold::proto::{DescribeRequest, RenewRequest};
+use leasehold_server::proto::{DescribeRequest, RenewRequest};
 use tonic::Code;
 
 async fn acked_broker(primary: &RedisServer) -> Broker {
@@ -40,7 +40,7 @@ async fn acknowledged_grants_succeed_while_the_replica_is_up() {
     // The grant is on the replica already.
     let mut on_replica = _replica.connection().await;
     let fence: Option<String> = redis::cmd("HGET")
-        .arg(leasehold::store::lease_key("test:", "safe"))
+        .arg(leasehold_server::store::lease_key("test:", "safe"))
         .arg("f")
         .query_async(&mut on_replica)
         .await

@@ -10,9 +10,9 @@ use leasehold_testkit as common;
 use std::time::Duration;
 
 use common::{acquire_req, eventually, scrape, BrokerProcess, RedisServer};
-use leasehold::{
+use leasehold_client::Credentials;
+use leasehold_server::{
     auth::{generate_token, token_credential},
-    client::Credentials,
     proto::{
         CheckFenceRequest, DescribeRequest, KeepAliveRequest, LeaseRef, ReleaseRequest,
         RevokeRequest,

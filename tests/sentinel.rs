@@ -11,7 +11,7 @@ use leasehold_testkit as common;
 use std::time::Duration;
 
 use common::{acquire_req, contract::Run, topology::Sentinel, Broker};
-use leasehold::proto::RenewRequest;
+use leasehold_server::proto::RenewRequest;
 use tokio::time::Instant;
 use tonic::Code;
 
@@ -58,7 +58,7 @@ async fn the_broker_follows_a_sentinel_failover() {
     assert_ne!(old, new);
     // The broker serves again: the first call that succeeds.
     let served = loop {
-        let describe = leasehold::proto::DescribeRequest {
+        let describe = leasehold_server::proto::DescribeRequest {
             name: "kept".into(),
             ..Default::default()
         };
@@ -86,7 +86,7 @@ async fn the_broker_follows_a_sentinel_failover() {
 
     // The lease acknowledged by a replica before the kill survived it.
     let d = client
-        .describe(leasehold::proto::DescribeRequest {
+        .describe(leasehold_server::proto::DescribeRequest {
             name: "kept".into(),
             ..Default::default()
         })

@@ -6,7 +6,7 @@ use leasehold_testkit as common;
 use common::{acquire_req, must_acquire, sample, scrape, Broker, RedisServer};
 use std::time::Duration;
 
-use leasehold::proto::{ReleaseRequest, RenewRequest};
+use leasehold_server::proto::{ReleaseRequest, RenewRequest};
 use tokio_stream::StreamExt;
 use tonic_health::pb::{
     health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
@@ -136,7 +136,7 @@ async fn metrics_move_with_traffic() {
     common::eventually(Duration::from_secs(5), "m3 to expire", || {
         let mut c = c.clone();
         async move {
-            c.describe(leasehold::proto::DescribeRequest {
+            c.describe(leasehold_server::proto::DescribeRequest {
                 name: "m3".into(),
                 ..Default::default()
             })

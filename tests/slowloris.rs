@@ -25,7 +25,7 @@ use common::{
     certs::{scratch, write_server, Ca},
     eventually, must_acquire, sample, scrape, Broker, BrokerProcess,
 };
-use leasehold::proto::{leasehold_client::LeaseholdClient, DescribeRequest};
+use leasehold_server::proto::{leasehold_client::LeaseholdClient, DescribeRequest};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::TcpStream,

@@ -11,7 +11,7 @@ use common::{
     certs::{scratch, write_server, Ca},
     BrokerProcess,
 };
-use leasehold::proto::leasehold_client::LeaseholdClient;
+use leasehold_server::proto::leasehold_client::LeaseholdClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// A TLS client of `broker` trusting `ca`, presenting `identity` if given.

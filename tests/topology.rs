@@ -7,7 +7,7 @@ use leasehold_testkit as common;
 use std::{collections::BTreeSet, time::Duration, time::Instant};
 
 use common::topology::{query, query_pipe, Cluster, Sentinel};
-use leasehold::store::lease_key;
+use leasehold_server::store::lease_key;
 use redis::{ErrorKind, ServerErrorKind};
 
 /// Generous: failovers are slower on a loaded 2-core machine.

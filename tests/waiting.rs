@@ -10,7 +10,7 @@ use common::{
     acquire_req, brokers_on_each_store, eventually, local_waiters, must_acquire, Broker,
     RedisServer,
 };
-use leasehold::proto::{DescribeRequest, ReleaseRequest};
+use leasehold_server::proto::{DescribeRequest, ReleaseRequest};
 use tonic::Code;
 
 /// A waiter gets the lock right after the holder releases it, long before the

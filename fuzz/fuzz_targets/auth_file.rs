@@ -1,7 +1,7 @@
 //! The `--auth-file` parser, fed any bytes (the file is written by people,
 //! and a token may sit in any field by mistake).
 //!
-//! Asserts what `src/auth.rs` promises: any bytes give credentials or an
+//! Asserts what `server/src/auth.rs` promises: any bytes give credentials or an
 //! error naming a line that exists, never a panic; an error quotes nothing
 //! of the file (its text after `line N: ` is one of the parser's fixed
 //! messages, digits aside); a file that parses grants exactly what its lines
@@ -11,7 +11,7 @@
 
 use std::{collections::HashSet, sync::OnceLock};
 
-use leasehold::{
+use leasehold_server::{
     auth::{hash_token, Grant},
     fuzzing,
     lease::Permissions,

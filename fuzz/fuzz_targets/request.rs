@@ -1,6 +1,6 @@
 //! Request validation: the protobuf bytes of a request, decoded as tonic
 //! decodes them, then checked field by field as `Leases` checks them before
-//! anything reaches the store (`src/lease/validate.rs`, in the order of
+//! anything reaches the store (`server/src/lease/validate.rs`, in the order of
 //! `Leases::acquire`, `renew`, `release`, `describe`/`revoke` and the
 //! KeepAlive session).
 //!
@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use leasehold::{
+use leasehold_server::{
     config::Limits,
     lease::{store_name, validate, NAMESPACE_SEPARATOR, ROOT_TENANT},
     proto::{
@@ -64,7 +64,7 @@ fn ttl_ok(ttl_ms: u64) -> bool {
 }
 
 /// A refusal is INVALID_ARGUMENT and names `field`.
-fn refused<T: std::fmt::Debug>(r: leasehold::Result<T>, field: &str) -> String {
+fn refused<T: std::fmt::Debug>(r: leasehold_server::Result<T>, field: &str) -> String {
     match r {
         Err(Error::InvalidArgument(m)) => {
             assert!(m.contains(field), "{field}: {m:?}");

@@ -1,15 +1,15 @@
-//! The readers of the Lua scripts' replies (`src/store/redis.rs`), fed any
+//! The readers of the Lua scripts' replies (`server/src/store/redis.rs`), fed any
 //! reply a broken or hostile Redis could send: a tree of RESP values decoded
 //! from the input.
 //!
-//! Asserts that a reply reads as the scripts' headers (`src/store/lua/`)
+//! Asserts that a reply reads as the scripts' headers (`server/src/store/lua/`)
 //! define it, element by element, and that anything else is an INTERNAL
 //! error (never UNAVAILABLE, which would make a client retry a reply that
 //! will not change; never a panic).
 
 #![no_main]
 
-use leasehold::{
+use leasehold_server::{
     fuzzing::{self, Value},
     store::{Acquired, Blocked, BlockedBy, Checked, Renewed},
     Error,
@@ -155,7 +155,7 @@ fn release(reply: &[Value]) -> Option<Checked<()>> {
 fn check<T: PartialEq + std::fmt::Debug>(
     what: &str,
     reply: &[Value],
-    got: leasehold::Result<T>,
+    got: leasehold_server::Result<T>,
     want: Option<T>,
 ) {
     match (got, want) {

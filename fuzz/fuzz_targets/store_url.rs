@@ -1,6 +1,6 @@
 //! The store URL (`--redis-url`), as `RedisStore::open` reads it before
 //! connecting: `redis+sentinel://` and `redis+cluster://` by
-//! `src/store/url.rs` and its two callers, anything else by redis-rs.
+//! `server/src/store/url.rs` and its two callers, anything else by redis-rs.
 //!
 //! Asserts that a URL that parses connects where it says: every
 //! `host:port` entry of a multi-host URL becomes one node with that port
@@ -12,7 +12,7 @@
 
 #![no_main]
 
-use leasehold::{
+use leasehold_server::{
     fuzzing::{self, StoreUrl},
     Error,
 };

@@ -2,28 +2,19 @@
 //! `run`. Each command prints what a person or a shell script needs and
 //! exits with a documented code.
 
-mod bench;
-mod cycles;
-mod etcd;
 mod guard;
-mod heartbeats;
 mod run;
-mod soak;
-mod waiters;
 
 use std::{process::ExitCode, time::Duration};
 
 use tokio::time::{interval, Instant};
 
 pub use self::{
-    bench::{bench, BenchCommand},
     guard::{guard, GuardArgs},
     run::RunArgs,
 };
-use crate::{
-    client::{default_holder, AcquireOptions, Client, ClientError},
-    config::parse_duration,
-};
+use leasehold_client::{default_holder, AcquireOptions, Client, ClientError};
+use leasehold_server::config::parse_duration;
 
 /// Exit code: the lock is held by someone else (and any wait ran out). Like
 /// sysexits' EX_TEMPFAIL: try again later.
@@ -65,7 +56,7 @@ pub struct BrokerArgs {
 impl BrokerArgs {
     /// The TLS settings given (files read now; an unreadable one exits 69
     /// naming it).
-    fn tls(&self) -> Result<crate::client::ClientTls, ExitCode> {
+    fn tls(&self) -> Result<leasehold_client::ClientTls, ExitCode> {
         let read = |flag: &str, path: &Option<std::path::PathBuf>| {
             path.as_ref()
                 .map(|p| {
@@ -78,7 +69,7 @@ impl BrokerArgs {
         };
         let cert = read("--client-cert", &self.client_cert)?;
         let key = read("--client-key", &self.client_key)?;
-        Ok(crate::client::ClientTls {
+        Ok(leasehold_client::ClientTls {
             ca_pem: read("--broker-ca", &self.broker_ca)?,
             identity: cert.zip(key),
         })
@@ -87,7 +78,7 @@ impl BrokerArgs {
     /// The credentials: the token of --auth-token-file, else of the
     /// environment variable LEASEHOLD_AUTH_TOKEN. (Not LEASEHOLD_TOKEN:
     /// that is the owner token `acquire` prints and `release` reads.)
-    fn credentials(&self) -> Result<crate::client::Credentials, ExitCode> {
+    fn credentials(&self) -> Result<leasehold_client::Credentials, ExitCode> {
         let token = match &self.auth_token_file {
             Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
                 eprintln!("leasehold: --auth-token-file {}: {e}", path.display());
@@ -95,7 +86,7 @@ impl BrokerArgs {
             })?),
             None => std::env::var("LEASEHOLD_AUTH_TOKEN").ok(),
         };
-        crate::client::Credentials::bearer(
+        leasehold_client::Credentials::bearer(
             token.as_deref().map(str::trim).filter(|t| !t.is_empty()),
         )
         .map_err(|e| fail(&e))
@@ -110,36 +101,13 @@ impl BrokerArgs {
     }
 
     async fn client(&self) -> Result<Client, ExitCode> {
-        let options = crate::client::ClientOptions {
+        let options = leasehold_client::ClientOptions {
             tls: Some(self.tls()?),
             credentials: self.credentials()?,
         };
         Client::connect_any_with(self.urls(), &options)
             .await
             .map_err(|e| fail(&e))
-    }
-
-    /// A raw API client on the first URL: for the load generator only,
-    /// which measures one broker call by call (every command goes through
-    /// [`Client`], which fails over between the URLs).
-    async fn grpc(&self) -> Result<crate::client::Broker, ExitCode> {
-        let url = self.urls().into_iter().next().unwrap_or_default();
-        let unreachable = |e: &dyn std::fmt::Display| {
-            eprintln!("leasehold: cannot reach the broker at {url}: {e}");
-            ExitCode::from(EXIT_BROKER_ERROR)
-        };
-        let mut endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-            .map_err(|e| unreachable(&e))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
-        if url.starts_with("https://") {
-            let tls = self.tls()?;
-            endpoint = endpoint
-                .tls_config(crate::client::ClientTls::config(Some(&tls)))
-                .map_err(|e| unreachable(&e))?;
-        }
-        let channel = endpoint.connect().await.map_err(|e| unreachable(&e))?;
-        Ok(self.credentials()?.client(channel))
     }
 }
 
@@ -258,7 +226,7 @@ pub fn token(args: TokenArgs) -> ExitCode {
         }
         text.trim().to_owned()
     } else {
-        match crate::auth::generate_token() {
+        match leasehold_server::auth::generate_token() {
             Ok(token) => token,
             Err(e) => {
                 eprintln!("leasehold: {e}");
@@ -274,11 +242,11 @@ pub fn token(args: TokenArgs) -> ExitCode {
         "{} {} {}",
         args.tenant,
         args.permissions,
-        crate::auth::token_credential(&token)
+        leasehold_server::auth::token_credential(&token)
     );
     // Checked as the broker will read it: a bad tenant or permission is
     // said now, not when the broker loads the file.
-    if let Err(e) = crate::auth::check_line(&entry) {
+    if let Err(e) = leasehold_server::auth::check_line(&entry) {
         eprintln!("leasehold: {e}");
         return ExitCode::from(2);
     }
@@ -490,7 +458,7 @@ pub async fn elect(args: ElectArgs) -> ExitCode {
 
 /// Prints the leadership of an election, then each change, until Ctrl-C.
 pub async fn observe(args: ObserveArgs) -> ExitCode {
-    let stop = crate::shutdown::signal();
+    let stop = leasehold_server::shutdown::signal();
     tokio::pin!(stop);
     let client = match args.broker.client().await {
         Ok(c) => c,
@@ -526,7 +494,7 @@ pub async fn observe(args: ObserveArgs) -> ExitCode {
 /// application should guard each write: a process that was paused past its
 /// deadline reports the loss before anything else.
 pub async fn hold(args: HoldArgs) -> ExitCode {
-    let stop = crate::shutdown::signal();
+    let stop = leasehold_server::shutdown::signal();
     let client = match args.broker.client().await {
         Ok(c) => c,
         Err(code) => return code,

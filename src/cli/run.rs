@@ -26,10 +26,8 @@ use tokio::{
 };
 
 use super::{fail, BrokerArgs, LockArgs, EXIT_LEASE_LOST};
-use crate::{
-    client::{ClientError, Lease},
-    config::parse_duration,
-};
+use leasehold_client::{ClientError, Lease};
+use leasehold_server::config::parse_duration;
 
 /// Arguments of `leasehold run`.
 #[derive(clap::Args, Debug)]
@@ -68,7 +66,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         .clamp(Duration::from_millis(50), lease.ttl() / 2);
 
     // Listen before the child starts, so an early SIGTERM is forwarded.
-    let stop = crate::shutdown::signal();
+    let stop = leasehold_server::shutdown::signal();
     let mut guardian = match Guardian::spawn(&args.command, &lease, grace) {
         Ok(guardian) => guardian,
         Err(e) => {

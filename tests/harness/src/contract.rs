@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use leasehold::proto::{leasehold_client::LeaseholdClient, ReleaseRequest};
+use leasehold_server::proto::{leasehold_client::LeaseholdClient, ReleaseRequest};
 use tokio::time::Instant;
 use tonic::{transport::Channel, Code};
 

@@ -19,7 +19,7 @@ use std::{
     time::Duration,
 };
 
-use leasehold::{
+use leasehold_server::{
     config::ServeConfig,
     proto::{leasehold_client::LeaseholdClient, AcquireRequest, Lease},
 };
@@ -425,7 +425,7 @@ pub struct Broker {
     /// HTTP metrics address.
     pub metrics_addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<leasehold::Result<()>>>,
+    task: Option<JoinHandle<leasehold_server::Result<()>>>,
 }
 
 impl Broker {
@@ -459,9 +459,14 @@ impl Broker {
         config.health_interval = Duration::from_millis(100);
         adjust(&mut config);
         let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(leasehold::server::run(grpc, metrics, config, async {
-            let _ = rx.await;
-        }));
+        let task = tokio::spawn(leasehold_server::service::run(
+            grpc,
+            metrics,
+            config,
+            async {
+                let _ = rx.await;
+            },
+        ));
         Broker {
             addr,
             metrics_addr,
@@ -496,7 +501,7 @@ impl Broker {
     }
 
     /// Shuts the broker down gracefully and waits for it.
-    pub async fn stop(mut self) -> leasehold::Result<()> {
+    pub async fn stop(mut self) -> leasehold_server::Result<()> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -742,7 +747,7 @@ where
 /// Local waiters on `name` as the broker reports them.
 pub async fn local_waiters(client: &mut LeaseholdClient<Channel>, name: &str) -> u32 {
     client
-        .describe(leasehold::proto::DescribeRequest {
+        .describe(leasehold_server::proto::DescribeRequest {
             name: name.into(),
             ..Default::default()
         })

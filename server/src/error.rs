@@ -1,7 +1,7 @@
 //! The one error type of the broker.
 //!
 //! Every layer returns [`Error`], in the domain's words; it knows nothing of
-//! gRPC. The server maps it to a status in one place (`server::status`), so
+//! gRPC. The server maps it to a status in one place (`service::status`), so
 //! the code a client sees for a given failure is the same whichever RPC or
 //! code path produced it (etcd's `toGRPCErrorMap`).
 

@@ -1,4 +1,4 @@
-//! `leasehold bench soak`: a bounded soak. It starts a broker of its own (a
+//! `leasehold-bench soak`: a bounded soak. It starts a broker of its own (a
 //! child `leasehold serve`, so that its memory can be watched), takes N
 //! leases, keeps them alive over S KeepAlive streams (each stream renews its
 //! share every interval), and reports the broker's RSS, the heartbeat round
@@ -18,11 +18,10 @@ use std::{
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::EXIT_BROKER_ERROR;
-use crate::{
-    config::parse_duration,
-    proto::{lease_status::State, AcquireRequest, KeepAliveRequest, LeaseRef},
-};
+use leasehold_proto::{lease_status::State, AcquireRequest, KeepAliveRequest, LeaseRef};
+use leasehold_server::config::parse_duration;
+
+use crate::EXIT_BROKER_ERROR;
 
 /// Arguments of `bench soak`.
 #[derive(clap::Args, Debug)]
@@ -58,7 +57,7 @@ pub struct SoakArgs {
 
 /// Round trips and losses, shared by the streams.
 #[derive(Default)]
-pub(super) struct Tally {
+pub struct Tally {
     pub rtts_us: Mutex<Vec<u64>>,
     pub lost: AtomicU64,
     pub heartbeats: AtomicU64,
@@ -72,7 +71,7 @@ pub async fn soak(args: SoakArgs) -> ExitCode {
         Ok(0) => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("leasehold bench soak: {e}");
+            eprintln!("leasehold-bench soak: {e}");
             ExitCode::from(EXIT_BROKER_ERROR)
         }
     }
@@ -85,11 +84,11 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
         // A cap far above what is held: the books are kept, never full.
         flags.extend(["--conn-max-leases", "1000000000"]);
     }
-    let super::bench::OwnBroker {
+    let crate::broker::OwnBroker {
         child: mut broker,
         grpc,
         ..
-    } = super::bench::start_broker(&args.store, &flags, &format!("soak{}:", std::process::id()))
+    } = crate::broker::start_broker(&args.store, &flags, &format!("soak{}:", std::process::id()))
         .await?;
     let pid = broker.id().ok_or("the broker exited")?;
 
@@ -148,14 +147,14 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
         let rss = rss_mib(pid);
         peak = peak.max(rss);
         rss_first.get_or_insert(rss);
-        let window: Vec<u64> =
+        let mut window: Vec<u64> =
             std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(|e| e.into_inner()));
         println!(
             "{:>8} {:>10.1} {:>12} {:>12} {:>8} {:>10}",
             started.elapsed().as_secs(),
             rss,
             tally.heartbeats.load(Ordering::Relaxed),
-            percentile(window, 0.99),
+            crate::stats::percentile(&mut window, 0.99),
             tally.lost.load(Ordering::Relaxed),
             tally.churned.load(Ordering::Relaxed)
         );
@@ -177,8 +176,8 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
 }
 
 /// One stream: a heartbeat naming all of `leases` every `interval`.
-pub(super) async fn stream(
-    mut grpc: super::bench::BenchClient,
+pub async fn stream(
+    mut grpc: crate::broker::BenchClient,
     leases: Vec<LeaseRef>,
     interval: Duration,
     offset: Duration,
@@ -233,7 +232,7 @@ pub(super) async fn stream(
 /// Takes `per_second` leases a second on new names until `end`, and leaves
 /// them to expire.
 async fn churn(
-    grpc: super::bench::BenchClient,
+    grpc: crate::broker::BenchClient,
     per_second: usize,
     ttl: Duration,
     end: Instant,
@@ -261,8 +260,8 @@ async fn churn(
 }
 
 /// Takes a lease on each name, 64 calls at a time.
-pub(super) async fn acquire_many(
-    grpc: &super::bench::BenchClient,
+pub async fn acquire_many(
+    grpc: &crate::broker::BenchClient,
     names: impl Iterator<Item = String>,
     ttl: Duration,
     holder: &str,
@@ -296,16 +295,8 @@ pub(super) async fn acquire_many(
     Ok(refs)
 }
 
-pub(super) fn percentile(mut values: Vec<u64>, p: f64) -> u64 {
-    if values.is_empty() {
-        return 0;
-    }
-    values.sort_unstable();
-    values[((values.len() as f64 * p) as usize).min(values.len() - 1)]
-}
-
 /// Resident memory of a process, from /proc (Linux).
-pub(super) fn rss_mib(pid: u32) -> f64 {
+pub fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {

@@ -1,4 +1,4 @@
-//! `leasehold bench heartbeats`: N leases kept alive over S KeepAlive streams
+//! `leasehold-bench heartbeats`: N leases kept alive over S KeepAlive streams
 //! through a broker of the bench's own and, in the same run, renewed straight
 //! against Redis with the same script and batching (one pipeline per stream's
 //! share, the floor), each for the same time. Reports the renewal round trip
@@ -10,16 +10,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    bench::{direct_store, start_broker, OwnBroker},
-    soak::{acquire_many, percentile, rss_mib, stream, Tally},
-    EXIT_BROKER_ERROR,
-};
-use crate::{
+use leasehold_proto::{LeaseRef, ReleaseRequest};
+use leasehold_server::{
     config::parse_duration,
     lease::token,
-    proto::{LeaseRef, ReleaseRequest},
     store::{Acquired, Checked, GrantSpec, RenewItem, Store},
+};
+
+use crate::{
+    broker::{direct_store, start_broker, OwnBroker},
+    soak::{acquire_many, rss_mib, stream, Tally},
+    stats::percentile,
+    EXIT_BROKER_ERROR,
 };
 
 /// Arguments of `bench heartbeats`.
@@ -55,7 +57,7 @@ pub async fn heartbeats(args: HeartbeatsArgs) -> ExitCode {
         Ok(0) => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("leasehold bench heartbeats: {e}");
+            eprintln!("leasehold-bench heartbeats: {e}");
             ExitCode::from(EXIT_BROKER_ERROR)
         }
     }
@@ -137,7 +139,7 @@ async fn measure(
             ))
             .await
             .map_err(|e| e.to_string())??;
-        for (side, m) in [("broker", through), ("direct", floor)] {
+        for (side, mut m) in [("broker", through), ("direct", floor)] {
             lost += m.lost;
             println!(
                 "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>9.0}% {:>15.1} {:>9.1} MiB",
@@ -145,8 +147,8 @@ async fn measure(
                 side,
                 format!(
                     "{:.2}/{:.2} ms",
-                    percentile(m.rtts_us.clone(), 0.5) as f64 / 1e3,
-                    percentile(m.rtts_us, 0.99) as f64 / 1e3
+                    percentile(&mut m.rtts_us, 0.5) as f64 / 1e3,
+                    percentile(&mut m.rtts_us, 0.99) as f64 / 1e3
                 ),
                 m.lost,
                 m.broker_rss_mib.map_or("-".into(), |(start, peak)| format!(
@@ -205,7 +207,7 @@ async fn redis_info(
 }
 
 /// CPU seconds a process has used (user + system), from /proc (Linux).
-pub(super) fn cpu_seconds(pid: u32) -> f64 {
+pub fn cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -1,4 +1,4 @@
-//! The short soak that CI runs: `leasehold bench soak` for 60 s on Redis
+//! The short soak that CI runs: `leasehold-bench soak` for 60 s on Redis
 //! (2,000 leases over 20 streams, renewed every second, and 1,000 leases a
 //! second taken and left to expire on the same connection, under
 //! `--conn-max-leases`): no lease lost, and the broker's memory flat.
@@ -15,9 +15,9 @@ async fn a_one_minute_soak_loses_nothing_and_does_not_grow() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .env("LEASEHOLD_BIN", common::leasehold_binary())
         .args([
-            "bench",
             "soak",
             "--store",
             &redis.url(),

@@ -1,4 +1,4 @@
-//! `leasehold bench cycles`: acquire+release cycles through a broker of the
+//! `leasehold-bench cycles`: acquire+release cycles through a broker of the
 //! bench's own and, in the same run, straight against Redis with the same Lua
 //! scripts (the store layer the broker uses: the floor no broker can beat);
 //! then one contended lock with N waiters. Prints a table with the ratios.
@@ -9,13 +9,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{bench::OwnBroker, EXIT_BROKER_ERROR};
-use crate::{
+use leasehold_proto::{AcquireRequest, DescribeRequest, ReleaseRequest};
+use leasehold_server::{
     config::parse_duration,
     lease::token,
-    proto::{AcquireRequest, DescribeRequest, ReleaseRequest},
     store::{Acquired, GrantSpec, Store},
 };
+
+use crate::{broker::OwnBroker, EXIT_BROKER_ERROR};
 
 /// Arguments of `bench cycles`.
 #[derive(clap::Args, Debug)]
@@ -61,7 +62,7 @@ pub async fn cycles(args: CyclesArgs) -> ExitCode {
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("leasehold bench cycles: {e}");
+            eprintln!("leasehold-bench cycles: {e}");
             ExitCode::from(EXIT_BROKER_ERROR)
         }
     }
@@ -69,19 +70,15 @@ pub async fn cycles(args: CyclesArgs) -> ExitCode {
 
 /// Latencies (µs) and a count of completed cycles.
 #[derive(Default)]
-pub(super) struct Run {
+pub struct Run {
     pub cycles: u64,
     pub latencies_us: Vec<u64>,
 }
 
 impl Run {
-    pub(super) fn percentile(&self, p: f64) -> u64 {
-        let mut sorted = self.latencies_us.clone();
-        sorted.sort_unstable();
-        sorted
-            .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0)
+    /// The `p` quantile of the latencies (µs).
+    pub fn percentile(&self, p: f64) -> u64 {
+        crate::stats::percentile(&mut self.latencies_us.clone(), p)
     }
 }
 
@@ -91,7 +88,7 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
     let mut brokers = Vec::new();
     for _ in 0..args.brokers.max(1) {
         brokers.push(
-            super::bench::start_broker(
+            crate::broker::start_broker(
                 &args.store,
                 &["--worker-threads", &threads],
                 &format!("cycles{run_id}:"),
@@ -105,7 +102,7 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
     // for it at 16 workers, and never slower). The baseline stays the best
     // this client library does.
     let (direct_runtime, direct) =
-        super::bench::direct_store(&args.store, &format!("cycles{run_id}d:"))?;
+        crate::broker::direct_store(&args.store, &format!("cycles{run_id}d:"))?;
     let result = scenarios(&args, &brokers, &direct, direct_runtime.handle()).await;
     // Dropping a runtime may block; not allowed inside this one.
     direct_runtime.shutdown_background();
@@ -139,7 +136,7 @@ async fn scenarios(
         "direct p50/p99/p999 µs"
     );
     let etcd = match &args.etcd {
-        Some(url) => Some(super::etcd::Etcd::connect(url).await?),
+        Some(url) => Some(crate::etcd::Etcd::connect(url).await?),
         None => None,
     };
     let per_s = |r: &Run| r.cycles as f64 / args.duration.as_secs_f64();
@@ -167,7 +164,7 @@ async fn scenarios(
             tail(&direct)
         );
         if let Some(etcd) = &etcd {
-            let etcd = super::etcd::uncontended(etcd, workers, args.duration).await?;
+            let etcd = crate::etcd::uncontended(etcd, workers, args.duration).await?;
             println!(
                 "{:<24} {:>12.0} cycles/s on etcd; broker/etcd {:.1}x; etcd Lock p50/p99/p999 {} µs",
                 format!("uncontended, {workers} workers"),
@@ -182,7 +179,7 @@ async fn scenarios(
         let (run, grants) = contended(grpc, args.contended, args.duration).await?;
         print_contended(&label, &run, &grants, args.duration);
         if let Some(etcd) = &etcd {
-            let (run, grants) = super::etcd::contended(etcd, args.contended, args.duration).await?;
+            let (run, grants) = crate::etcd::contended(etcd, args.contended, args.duration).await?;
             print_contended(&format!("{label}, etcd"), &run, &grants, args.duration);
         }
     }
@@ -197,7 +194,7 @@ async fn scenarios(
         if let Some(etcd) = &etcd {
             sides.push((
                 "etcd",
-                super::etcd::failover(etcd, ttl, args.failovers).await?,
+                crate::etcd::failover(etcd, ttl, args.failovers).await?,
             ));
         }
         for (side, runs) in sides {
@@ -224,7 +221,7 @@ async fn scenarios(
 /// One failover: from the holder's death to the waiter's grant, and from the
 /// lease's expiry (as the store reported its remaining time right after the
 /// kill) to the grant.
-pub(super) struct Failover {
+pub struct Failover {
     pub kill_to_grant: Duration,
     /// `None` where the expiry is not known (etcd).
     pub expiry_to_grant: Option<Duration>,
@@ -239,7 +236,7 @@ async fn failover_broker(
     runs: usize,
 ) -> Result<Vec<Failover>, String> {
     use tokio::io::AsyncBufReadExt;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::broker::leasehold_exe()?;
     let mut results = Vec::new();
     for run in 0..runs {
         let name = format!("bench/failover/{}/{run}", std::process::id());
@@ -392,7 +389,7 @@ fn spec(name: &str, ttl_ms: u64) -> Result<GrantSpec, String> {
 }
 
 async fn uncontended_broker(
-    brokers: &[super::bench::BenchClient],
+    brokers: &[crate::broker::BenchClient],
     workers: usize,
     duration: Duration,
 ) -> Result<Run, String> {
@@ -471,7 +468,7 @@ async fn uncontended_direct(
     merge(tasks).await
 }
 
-pub(super) async fn merge(
+pub async fn merge(
     tasks: Vec<tokio::task::JoinHandle<Result<Run, String>>>,
 ) -> Result<Run, String> {
     let mut total = Run::default();
@@ -486,14 +483,14 @@ pub(super) async fn merge(
 /// The handoffs of one contended lock, shared by its workers: each grant is
 /// timed from the release before it.
 #[derive(Clone, Default)]
-pub(super) struct Handoffs {
+pub struct Handoffs {
     last_release: Arc<Mutex<Option<Instant>>>,
     samples_us: Arc<Mutex<Vec<u64>>>,
 }
 
 impl Handoffs {
     /// A worker got the lock.
-    pub(super) fn granted(&self) {
+    pub fn granted(&self) {
         let now = Instant::now();
         if let Some(released) = *self
             .last_release
@@ -508,7 +505,7 @@ impl Handoffs {
     }
 
     /// A worker is about to release it.
-    pub(super) fn releasing(&self) {
+    pub fn releasing(&self) {
         *self
             .last_release
             .lock()
@@ -517,7 +514,7 @@ impl Handoffs {
 
     /// Waits for the workers (each returns its grants) and returns the run
     /// (cycles: grants in all; latencies: handoffs) and each worker's grants.
-    pub(super) async fn finish(
+    pub async fn finish(
         self,
         workers: Vec<tokio::task::JoinHandle<Result<u64, String>>>,
     ) -> Result<(Run, Vec<u64>), String> {
@@ -557,7 +554,7 @@ fn print_contended(label: &str, run: &Run, grants: &[u64], duration: Duration) {
 /// `waiters` workers on one lock, each waiting for it, holding it for no
 /// time and releasing it. Returns the handoffs and each worker's grants.
 async fn contended(
-    grpc: &super::bench::BenchClient,
+    grpc: &crate::broker::BenchClient,
     waiters: usize,
     duration: Duration,
 ) -> Result<(Run, Vec<u64>), String> {

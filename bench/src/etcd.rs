@@ -1,4 +1,4 @@
-//! The etcd side of `leasehold bench cycles --etcd URL`: the same scenarios
+//! The etcd side of `leasehold-bench cycles --etcd URL`: the same scenarios
 //! with etcd's v3 lock service, as an etcd user would take a lock (a lease
 //! per worker, `Lock` with it, `Unlock`), so that the comparison can be
 //! reproduced with etcd from Debian's packages.
@@ -9,23 +9,38 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use super::cycles::{Failover, Handoffs, Run};
-use crate::proto::etcd::{
+use self::proto::{
     etcdserverpb::{
         lease_client::LeaseClient, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
     },
     v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest},
 };
+use crate::cycles::{Failover, Handoffs, Run};
+
+/// etcd's lease and lock API, a client only (`proto/etcd/`).
+mod proto {
+    #![allow(missing_docs, clippy::all)]
+
+    /// etcd's `etcdserverpb` package: leases.
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
+
+    /// etcd's `v3lockpb` package: the lock service.
+    pub mod v3lockpb {
+        tonic::include_proto!("v3lockpb");
+    }
+}
 
 /// A connection to etcd.
 #[derive(Clone)]
-pub(super) struct Etcd {
+pub struct Etcd {
     lease: LeaseClient<Channel>,
     lock: LockClient<Channel>,
 }
 
 impl Etcd {
-    pub(super) async fn connect(url: &str) -> Result<Self, String> {
+    pub async fn connect(url: &str) -> Result<Self, String> {
         let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
             .map_err(|e| format!("--etcd {url}: {e}"))?
             .tcp_nodelay(true)
@@ -109,11 +124,7 @@ impl Etcd {
 
 /// Each worker takes a lease of its own once, then cycles Lock+Unlock on a
 /// lock of its own.
-pub(super) async fn uncontended(
-    etcd: &Etcd,
-    workers: usize,
-    duration: Duration,
-) -> Result<Run, String> {
+pub async fn uncontended(etcd: &Etcd, workers: usize, duration: Duration) -> Result<Run, String> {
     let end = Instant::now() + duration;
     let mut tasks = Vec::new();
     for w in 0..workers {
@@ -133,13 +144,13 @@ pub(super) async fn uncontended(
             Ok::<Run, String>(run)
         }));
     }
-    super::cycles::merge(tasks).await
+    crate::cycles::merge(tasks).await
 }
 
 /// `waiters` workers on one lock (etcd queues them by revision): handoffs,
 /// handoff latency (Unlock sent to the next Lock answered), and the grants
 /// of each worker.
-pub(super) async fn contended(
+pub async fn contended(
     etcd: &Etcd,
     waiters: usize,
     duration: Duration,
@@ -170,11 +181,7 @@ pub(super) async fn contended(
 /// A holder keeps a lease of `ttl` alive and holds the lock; a waiter calls
 /// Lock; the holder dies (its keep-alive stops). etcd frees the lock when the
 /// lease expires.
-pub(super) async fn failover(
-    etcd: &Etcd,
-    ttl: Duration,
-    runs: usize,
-) -> Result<Vec<Failover>, String> {
+pub async fn failover(etcd: &Etcd, ttl: Duration, runs: usize) -> Result<Vec<Failover>, String> {
     let mut results = Vec::new();
     for run in 0..runs {
         let mut holder = etcd.clone();

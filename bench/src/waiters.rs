@@ -1,4 +1,4 @@
-//! `leasehold bench waiters`: N callers waiting on one lock, through a
+//! `leasehold-bench waiters`: N callers waiting on one lock, through a
 //! broker of the bench's own (this build, or another one's binary with
 //! `--broker-exe`, to compare two versions under the same load).
 //!
@@ -22,15 +22,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    bench::{bench_client, start_broker_exe, BenchClient},
-    heartbeats::cpu_seconds,
-    soak::percentile,
-    EXIT_BROKER_ERROR,
-};
+use leasehold_proto::{AcquireRequest, DescribeRequest, ReleaseRequest};
+use leasehold_server::config::parse_duration;
+
 use crate::{
-    config::parse_duration,
-    proto::{AcquireRequest, DescribeRequest, ReleaseRequest},
+    broker::{bench_client, start_broker_exe, BenchClient},
+    heartbeats::cpu_seconds,
+    stats::percentile,
+    EXIT_BROKER_ERROR,
 };
 
 /// Arguments of `bench waiters`.
@@ -65,7 +64,7 @@ pub async fn waiters(args: WaitersArgs) -> ExitCode {
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("leasehold bench waiters: {e}");
+            eprintln!("leasehold-bench waiters: {e}");
             ExitCode::from(EXIT_BROKER_ERROR)
         }
     }
@@ -105,7 +104,7 @@ impl Shared {
 async fn run(args: WaitersArgs) -> Result<(), String> {
     let exe = match &args.broker_exe {
         Some(exe) => exe.clone(),
-        None => std::env::current_exe().map_err(|e| e.to_string())?,
+        None => crate::broker::leasehold_exe()?,
     };
     let threads = args.broker_worker_threads.to_string();
     let max_waiters = args.waiters.max(10_000).to_string();
@@ -230,7 +229,7 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     let run_broker = (cpu_seconds(pid) - broker_cpu) / wall * 100.0;
     let run_errors = shared.errors.load(Ordering::Relaxed) - errors + holder_failed;
     shared.stop.store(true, Ordering::Relaxed);
-    let handoffs =
+    let mut handoffs =
         std::mem::take(&mut *shared.handoffs_us.lock().unwrap_or_else(|e| e.into_inner()));
     for task in &tasks {
         task.abort();
@@ -239,8 +238,8 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
 
     let n = handoffs.len();
     let max = handoffs.iter().copied().max().unwrap_or(0);
-    let p50 = percentile(handoffs.clone(), 0.50);
-    let p99 = percentile(handoffs, 0.99);
+    let p50 = percentile(&mut handoffs, 0.50);
+    let p99 = percentile(&mut handoffs, 0.99);
     println!(
         "{} waiters on one lock; broker {}, --worker-threads {}",
         args.waiters,

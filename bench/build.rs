@@ -1,7 +1,7 @@
 //! Compiles etcd's lease and lock API (client only, `proto/etcd/`) for the
-//! load generator's comparison with etcd (`leasehold bench ... --etcd`),
+//! load generator's comparison with etcd (`leasehold-bench cycles --etcd`),
 //! with protox, a pure-Rust protobuf compiler: no system `protoc` needed.
-//! The Leasehold API itself is compiled by the `leasehold-proto` crate.
+//! Leasehold's own API comes from the `leasehold-proto` crate.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/etcd");

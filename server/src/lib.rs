@@ -1,5 +1,8 @@
-//! Leasehold: a distributed lock broker. Named leases with owner tokens and
-//! fencing tokens, served over gRPC, stored in Redis (or in memory).
+//! The Leasehold broker as a library: named leases with owner tokens and
+//! fencing tokens, served over gRPC, stored in Redis (or in memory). The
+//! `leasehold` binary (`serve` and the client commands) and the tests build
+//! on it; a Rust application that wants a client depends on
+//! `leasehold-client` instead, which compiles none of this.
 //!
 //! See `proto/leasehold/v1/leasehold.proto` for the API and its guarantees,
 //! and `README.md` for running it.
@@ -9,32 +12,28 @@
 //! * [`auth`]: the `--auth-file`: bearer tokens (hashed) and client
 //!   certificate names mapped to tenants and permissions.
 //! * [`config`]: flags and environment variables, request limits.
-//! * [`error`]: the one error type and its mapping to gRPC status codes.
+//! * [`error`]: the one error type, in the domain's words (mapped to gRPC
+//!   statuses in one place, `service::status`).
 //! * [`lease`]: the lease rules: validation, grants (once or waiting),
 //!   renewals, releases, owner tokens, tenants (namespaces, permissions,
 //!   caps). Knows nothing of gRPC or Prometheus: it reports what happens
 //!   through its `Events` trait, and returns [`Error`], which the server maps
-//!   to statuses (`server::status`).
+//!   to statuses (`service::status`).
 //! * [`store`]: atomic lease operations and release notifications, in Redis
 //!   (Lua scripts in `src/store/lua/`; one server, Sentinel or Cluster) or
 //!   in memory; one contract.
-//! * [`cli`]: the client commands of the binary (`acquire`, `release`,
-//!   `describe`, `hold`, `run`).
-//! * [`client`]: the Rust client: leases that keep themselves alive over one
-//!   KeepAlive stream and signal their loss.
 //! * [`metrics`]: Prometheus metrics: the lease rules' events counted, and
 //!   the server's own.
-//! * [`server`]: the tonic services (thin), the gate that turns credentials
+//! * [`service`]: the tonic services (thin), the gate that turns credentials
 //!   into a caller, connections (TLS, limits), health, reflection,
 //!   `/metrics`.
 //! * [`shutdown`]: signal handling.
-//! * [`proto`]: the API (the `leasehold-proto` crate) and etcd's.
+//! * [`proto`]: the API (the `leasehold-proto` crate).
 //! * [`redact`]: what never reaches a log whole (tokens, store passwords).
 
 #![warn(missing_docs)]
 
 pub mod auth;
-pub mod cli;
 pub mod config;
 pub mod error;
 #[doc(hidden)]
@@ -43,10 +42,8 @@ pub mod lease;
 pub mod metrics;
 pub mod proto;
 pub mod redact;
-pub mod server;
+pub mod service;
 pub mod shutdown;
 pub mod store;
 
 pub use error::{Error, Result};
-/// The Rust client (the `leasehold-client` crate), which the CLI uses.
-pub use leasehold_client as client;

@@ -1,0 +1,213 @@
+//! The load generators run end to end, against brokers of their own (the
+//! `leasehold` binary the workspace built) on a real redis-server, and
+//! print the rows the figures in BENCHMARKS.md come from.
+
+use leasehold_testkit as common;
+
+use std::process::Stdio;
+
+use common::{Broker, RedisServer};
+use leasehold_client::Client;
+use tokio::process::Command;
+
+async fn held(client: &Client, name: &str) -> bool {
+    client.describe(name).await.unwrap().held
+}
+
+/// The heartbeat benchmark runs end to end and prints one row per lease count.
+#[tokio::test]
+async fn the_keepalive_benchmark_runs() {
+    let broker = Broker::start("memory").await;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"));
+    command
+        .args([
+            "keepalive",
+            "--broker",
+            &broker.url(),
+            "--leases",
+            "1,20",
+            "--duration",
+            "200ms",
+        ])
+        .stdout(Stdio::piped());
+    let child = command.spawn().unwrap();
+    let pid = child.id().unwrap();
+    let output = child.wait_with_output().await.unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert_eq!((rows[0][0], rows[1][0]), ("1", "20"));
+    for row in rows {
+        let beats: u64 = row[1].parse().unwrap();
+        let p50: u64 = row[2].parse().unwrap();
+        let p99: u64 = row[3].parse().unwrap();
+        assert!(beats > 0 && p50 > 0 && p50 <= p99, "{text}");
+    }
+    // It cleans up after itself.
+    let client = Client::connect(broker.url()).await.unwrap();
+    for lease in ["1/0", "20/0", "20/19"] {
+        assert!(
+            !held(&client, &format!("bench/keepalive/{pid}/{lease}")).await,
+            "{lease} left held"
+        );
+    }
+}
+
+/// Runs `leasehold-bench <args>` to its end and returns what it printed;
+/// fails the test, showing both outputs, if it did not exit 0.
+async fn bench(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .env("LEASEHOLD_BIN", common::leasehold_binary())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the run failed: {text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    text
+}
+
+/// The first line of `text` starting with `prefix`.
+fn row<'a>(text: &'a str, prefix: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} row in\n{text}"))
+}
+
+/// The cycles benchmark runs end to end against a broker of its own and
+/// straight against Redis, and prints its rows.
+#[tokio::test]
+async fn the_cycles_benchmark_runs() {
+    let redis = RedisServer::start();
+    let text = bench(&[
+        "cycles",
+        "--store",
+        &redis.url(),
+        "--workers",
+        "1,2",
+        "--contended",
+        "2",
+        "--duration",
+        "300ms",
+        "--failovers",
+        "1",
+        "--failover-ttl",
+        "1s",
+    ])
+    .await;
+    // A killed holder's lock goes to the waiter when its lease expires:
+    // within its TTL of the kill (generous slack for a loaded machine), and
+    // not long after the expiry (no polling).
+    for side in ["broker", "direct"] {
+        let line = row(&text, &format!("holder killed, {side}"));
+        let numbers: Vec<f64> = line
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        // "kill 9 -> next grant K ms; expiry -> grant E ms (TTL 1000 ms)"
+        let (kill_to_grant, expiry_to_grant) = (numbers[1], numbers[2]);
+        assert!(kill_to_grant <= 1_000.0 + 750.0, "{line}");
+        assert!(expiry_to_grant <= 500.0, "{line}");
+    }
+    for name in [
+        "uncontended, 1 workers",
+        "uncontended, 2 workers",
+        "one lock, 2 waiters",
+    ] {
+        let line = row(&text, name);
+        let first: f64 = line[name.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(first > 0.0, "{line}");
+    }
+}
+
+/// The waiters benchmark fills the line, holds it, and hands the lock down
+/// it: every waiter counted in line, handoffs measured, no call failed.
+#[tokio::test]
+async fn the_waiters_benchmark_runs() {
+    let redis = RedisServer::start();
+    let text = bench(&[
+        "waiters",
+        "--store",
+        &redis.url(),
+        "--waiters",
+        "50",
+        "--hold",
+        "500ms",
+        "--duration",
+        "1s",
+    ])
+    .await;
+    let line = |prefix: &str| row(&text, prefix).to_owned();
+    assert!(line("line: ").starts_with("line: 50 waiting"), "{text}");
+    let handoffs = line("handoffs ");
+    let count: u64 = handoffs
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{handoffs}"));
+    assert!(count > 0, "{handoffs}");
+    assert!(handoffs.ends_with(" 0 failed calls"), "{handoffs}");
+    assert!(line("held ").ends_with(" 0 failed calls"), "{text}");
+}
+
+/// The heartbeat benchmark keeps leases alive through a broker of its own
+/// and straight against Redis, loses none, and reports both sides.
+#[tokio::test]
+async fn the_heartbeats_benchmark_runs() {
+    let redis = RedisServer::start();
+    let text = bench(&[
+        "heartbeats",
+        "--store",
+        &redis.url(),
+        "--leases",
+        "300",
+        "--streams",
+        "6",
+        "--interval",
+        "500ms",
+        "--ttl",
+        "5s",
+        "--duration",
+        "2s",
+    ])
+    .await;
+    for side in ["broker", "direct"] {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq(["300", side]))
+            .unwrap_or_else(|| panic!("no {side} row in\n{text}"));
+        let lost: u64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+        assert_eq!(lost, 0, "{line}");
+    }
+    // Every lease was released afterwards: Redis holds no lease of the run,
+    // only the release records (which expire) and the fence counter.
+    let mut redis_conn = redis.connection().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("beats*")
+        .query_async(&mut redis_conn)
+        .await
+        .unwrap();
+    for key in keys.iter().filter(|k| !k.ends_with("fences")) {
+        let owner: Option<String> = redis::cmd("HGET")
+            .arg(key)
+            .arg("o")
+            .query_async(&mut redis_conn)
+            .await
+            .unwrap();
+        assert_eq!(owner, None, "{key} is still held");
+    }
+}
