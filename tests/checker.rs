@@ -1,18 +1,9 @@
 //! The mutual-exclusion checker: many clients over several broker processes
 //! on one Redis take a lock, write to a fenced resource while they hold it,
 //! and release, while faults are injected. Every grant, write and release is
-//! recorded, then checked:
-//!
-//! (a) fences are unique, and a grant that completed before another began has
-//!     the lower fence (fences follow real-time grant order);
-//! (b) the fenced resource never accepted a write with a fence lower than one
-//!     it had accepted (the model refuses them: a refusal is the fence
-//!     catching a stale holder, which only a paused holder may cause);
-//! (c) no two clients held the lock at once by their own account: each
-//!     holding interval runs from the grant's arrival to the client's last
-//!     moment of belief (release sent, or loss noticed), and they must not
-//!     overlap;
-//! (d) no lease was lost without its holder being told before its next write.
+//! recorded, then checked by the history checker (the harness's `history`:
+//! fences unique and in real-time order, writes refused only from paused
+//! holders, no overlapping holders, no loss untold).
 //!
 //! Each scenario prints one line of figures. `LEASEHOLD_CHECK_SECS` sets how
 //! long each runs (default 6 s; RELIABILITY.md has figures from longer runs):
@@ -31,7 +22,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{eventually, proxy::Proxy, sample, scrape, BrokerProcess, RedisServer};
+use common::{
+    eventually,
+    history::{self, Excuses, FencedResource, Findings, Grant},
+    proxy::Proxy,
+    sample, scrape, BrokerProcess, RedisServer,
+};
 use leasehold_client::{AcquireOptions, Client, ClientError};
 
 const CLIENTS: usize = 32;
@@ -46,55 +42,9 @@ fn run_for() -> Duration {
     Duration::from_secs(secs)
 }
 
-/// A storage layer that keeps the highest fence it accepted and refuses
-/// lower ones (what the fencing token is for).
-#[derive(Default)]
-struct FencedResource {
-    highest: u64,
-    accepted: u64,
-    rejected: u64,
-}
-
-impl FencedResource {
-    fn write(&mut self, fence: u64) -> bool {
-        if fence < self.highest {
-            self.rejected += 1;
-            return false;
-        }
-        self.highest = fence;
-        self.accepted += 1;
-        true
-    }
-}
-
-/// One lease as its client lived it.
-#[derive(Clone, Debug)]
-struct Held {
-    client: usize,
-    fence: u64,
-    /// When the Acquire was sent and when its grant arrived.
-    requested: Instant,
-    granted: Instant,
-    /// The last moment the client believed it held the lease.
-    until: Instant,
-    /// The lease ended without a clean release.
-    lost: bool,
-    /// The client library told the holder of the loss: at a check before a
-    /// write, or in the release's answer.
-    told: bool,
-    /// Told only by the release's answer (after its last write).
-    told_at_release: bool,
-    /// Writes refused by the resource: made by a holder that was paused.
-    stale_writes_refused: u64,
-    /// The client was paused (modelled GC pause) while holding.
-    paused: bool,
-    /// When the resource first refused one of its writes.
-    refused_at: Option<Instant>,
-}
-
 #[derive(Default)]
 struct Record {
-    held: Mutex<Vec<Held>>,
+    held: Mutex<Vec<Grant>>,
     resource: Mutex<FencedResource>,
     ops: AtomicU64,
     errors: AtomicU64,
@@ -129,17 +79,6 @@ struct Faults {
     /// step, overtaken after it, are counted apart as caused by the jump;
     /// the fence must still hold (any other refusal or overlap fails).
     clock_forward: bool,
-}
-
-/// A check's outcome.
-#[derive(Default)]
-struct Findings {
-    violations: Vec<String>,
-    /// Overlapping holders where a step of Redis' clock cut the earlier
-    /// lease short.
-    clock_jump_overlaps: usize,
-    /// Writes refused from holders overtaken that way.
-    clock_jump_refused: u64,
 }
 
 struct Cluster {
@@ -208,19 +147,8 @@ async fn client_loop(
                 continue;
             }
         };
-        let mut held = Held {
-            client: id,
-            fence: lease.fence(),
-            requested,
-            granted: Instant::now(),
-            until: Instant::now(),
-            lost: false,
-            told: false,
-            told_at_release: false,
-            stale_writes_refused: 0,
-            paused: false,
-            refused_at: None,
-        };
+        let granted = Instant::now();
+        let mut held = Grant::new("checked", id, lease.fence(), requested, granted, granted);
         let writes = 1 + random_below(4);
         for _ in 0..writes {
             if lease.check().is_err() {
@@ -268,110 +196,20 @@ async fn client_loop(
     }
 }
 
-/// Violations found in a record, one line each, and what a clock jump
-/// explains.
+/// The history checker on a record: what breaks the contract, and what
+/// the faults a scenario injected (data loss, clock steps) explain.
 fn check(record: &Record, faults: Faults) -> Findings {
-    let mut findings = Findings::default();
-    let mut violations = Vec::new();
-    let mut held = record.held.lock().unwrap().clone();
-    held.sort_by_key(|h| h.granted);
-    let steps = record.clock_steps.lock().unwrap().clone();
-    // A lease requested before a step took effect, and acted on (overtaken,
-    // or refused) after it had: the step cut that lease short.
-    let cut_short = |requested: Instant, after: Instant| {
-        faults.clock_forward
-            && steps
-                .iter()
-                .any(|&(before, effective)| requested < effective && after > before)
+    let held = record.held.lock().unwrap().clone();
+    let excuses = Excuses {
+        store_may_lose: faults.store_may_lose,
+        clock_steps: if faults.clock_forward {
+            record.clock_steps.lock().unwrap().clone()
+        } else {
+            Vec::new()
+        },
+        ttl: TTL,
     };
-
-    // (a) unique fences, in real-time grant order: a grant that arrived
-    // before another was requested has the lower fence.
-    let mut fences: Vec<u64> = held.iter().map(|h| h.fence).collect();
-    fences.sort_unstable();
-    let before = fences.len();
-    fences.dedup();
-    if fences.len() != before {
-        violations.push(format!(
-            "(a) {} fences were granted twice",
-            before - fences.len()
-        ));
-    }
-    let mut highest_so_far = Vec::with_capacity(held.len());
-    for h in &held {
-        highest_so_far.push(h.fence.max(highest_so_far.last().copied().unwrap_or(0)));
-    }
-    for b in &held {
-        let earlier = held.partition_point(|a| a.granted < b.requested);
-        if earlier > 0 && highest_so_far[earlier - 1] >= b.fence {
-            violations.push(format!(
-                "(a) fence {} was granted after a higher or equal fence had been",
-                b.fence
-            ));
-        }
-    }
-
-    // (b) refused writes come only from paused holders (or, when the store
-    // may lose data, from holders that learned their lease was lost).
-    for h in &held {
-        let excused = h.paused || (faults.store_may_lose && h.lost);
-        let jumped = h
-            .refused_at
-            .is_some_and(|refused| cut_short(h.requested, refused));
-        if h.stale_writes_refused > 0 && !excused && jumped {
-            findings.clock_jump_refused += h.stale_writes_refused;
-        } else if h.stale_writes_refused > 0 && !excused {
-            violations.push(format!(
-                "(b) client {} (fence {}) had a write refused without being paused",
-                h.client, h.fence
-            ));
-        }
-    }
-
-    // (c) holding intervals never overlap: each grant arrives after every
-    // earlier holder's last moment of belief.
-    let mut latest: Option<&Held> = None;
-    for h in &held {
-        if let Some(earlier) = latest {
-            let excused = faults.store_may_lose && earlier.lost;
-            // Overtaken within a TTL of the step: a lease renewed just
-            // before it would have ended by then anyway.
-            let jumped = faults.clock_forward
-                && steps.iter().any(|&(before, effective)| {
-                    earlier.requested < effective && before < h.granted && h.granted < before + TTL
-                });
-            let overlap = h.granted < earlier.until && earlier.client != h.client;
-            if overlap && !excused && jumped {
-                findings.clock_jump_overlaps += 1;
-            } else if overlap && !excused {
-                violations.push(format!(
-                    "(c) client {} (fence {}) still held the lock {:?} after client {} (fence {}) got it",
-                    earlier.client,
-                    earlier.fence,
-                    earlier.until - h.granted,
-                    h.client,
-                    h.fence
-                ));
-            }
-        }
-        if latest.is_none_or(|l| h.until > l.until) {
-            latest = Some(h);
-        }
-    }
-
-    // (d) no lease lost unnoticed: every lease not released cleanly was
-    // reported lost to its holder by the client library. (Acting on a lost
-    // lease before being told would show in (b) or (c).)
-    for h in &held {
-        if h.lost && !h.told {
-            violations.push(format!(
-                "(d) client {} lost fence {} without being told",
-                h.client, h.fence
-            ));
-        }
-    }
-    findings.violations = violations;
-    findings
+    history::check(&held, &excuses)
 }
 
 /// Runs `CLIENTS` clients for the scenario's time, with `inject` running

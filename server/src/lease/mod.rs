@@ -58,8 +58,10 @@ pub struct AcquireArgs {
 }
 
 /// A granted lease, with the secret that proves it (redacted by `Debug`).
+/// (The client crate's `Lease` is the holder's live handle; the proto's
+/// `Lease` the message this becomes.)
 #[derive(Clone)]
-pub struct Lease {
+pub struct GrantedLease {
     /// Lock name.
     pub name: String,
     /// Owner token (secret).
@@ -70,9 +72,9 @@ pub struct Lease {
     pub ttl_ms: u64,
 }
 
-impl std::fmt::Debug for Lease {
+impl std::fmt::Debug for GrantedLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease")
+        f.debug_struct("GrantedLease")
             .field("name", &self.name)
             .field("owner_token", &crate::redact::Redacted(&self.owner_token))
             .field("fence", &self.fence)
@@ -85,7 +87,7 @@ impl std::fmt::Debug for Lease {
 #[derive(Clone, Debug)]
 pub struct Granted {
     /// The lease.
-    pub lease: Lease,
+    pub lease: GrantedLease,
     /// Time from the call's arrival to the sending of the attempt that got
     /// the grant (0 when the lock was free).
     pub waited: Duration,
@@ -231,7 +233,7 @@ impl Leases {
         name: String,
         spec: GrantSpec,
         wait: Duration,
-        mut caller: oneshot::Sender<Result<Granted>>,
+        mut reply: oneshot::Sender<Result<Granted>>,
     ) {
         let started = Instant::now();
         let mut unknown = false;
@@ -242,12 +244,12 @@ impl Leases {
                 &spec,
                 started,
                 started + wait,
-                &mut caller,
+                &mut reply,
                 &mut unknown,
             )
             .await
             .map(|(fence, attempt)| Granted {
-                lease: Lease {
+                lease: GrantedLease {
                     name,
                     owner_token: spec.token.clone(),
                     fence,
@@ -279,7 +281,7 @@ impl Leases {
             Err(_) if unknown => self.orphaned(&spec),
             Err(_) => {}
         }
-        if let Err(Ok(granted)) = caller.send(result) {
+        if let Err(Ok(granted)) = reply.send(result) {
             tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
             match self.count_errors(self.inner.store.release(&spec.name, &spec.token).await) {
                 Ok(Checked::Done(())) => events.released(),
@@ -324,7 +326,7 @@ impl Leases {
         spec: &GrantSpec,
         started: Instant,
         deadline: Instant,
-        caller: &mut oneshot::Sender<Result<Granted>>,
+        reply: &mut oneshot::Sender<Result<Granted>>,
         unknown: &mut bool,
     ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
@@ -338,7 +340,7 @@ impl Leases {
             return Err(not_obtained(name, blocked, 0));
         }
         let result = self
-            .wait_in_line(who, name, spec, started, deadline, caller, unknown)
+            .wait_in_line(who, name, spec, started, deadline, reply, unknown)
             .await;
         if result.is_err() {
             // Give up the place in line at once, so the next waiter is not
@@ -378,7 +380,7 @@ impl Leases {
         spec: &GrantSpec,
         started: Instant,
         deadline: Instant,
-        caller: &mut oneshot::Sender<Result<Granted>>,
+        reply: &mut oneshot::Sender<Result<Granted>>,
         unknown: &mut bool,
     ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
@@ -444,7 +446,7 @@ impl Leases {
             tokio::select! {
                 () = &mut notified => {}
                 () = sleep_until(wake.min(deadline)) => {}
-                () = caller.closed() => return Err(Error::Cancelled),
+                () = reply.closed() => return Err(Error::Cancelled),
                 () = &mut shutdown => {
                     return Err(Error::Unavailable(
                         "the broker is shutting down; retry on another replica".into(),

@@ -42,7 +42,7 @@ mod tests {
     #[test]
     fn debug_output_of_lease_types_never_shows_a_token() {
         let token = generate().unwrap();
-        let lease = crate::lease::Lease {
+        let lease = crate::lease::GrantedLease {
             name: "n".into(),
             owner_token: token.clone(),
             fence: 1,

@@ -241,7 +241,7 @@ impl Leasehold for LeaseholdService {
     }
 }
 
-fn lease_message(lease: crate::lease::Lease) -> Lease {
+fn lease_message(lease: crate::lease::GrantedLease) -> Lease {
     Lease {
         name: lease.name,
         owner_token: lease.owner_token,

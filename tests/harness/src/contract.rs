@@ -1,7 +1,8 @@
-//! A contended run and its check, shared by the topology tests (Sentinel,
-//! Cluster): workers cycle Acquire / Release on a few locks through a
-//! broker while the test breaks the store underneath, recording each grant
-//! as they saw it; [`check`] then asserts the lease contract on the record.
+//! A contended run, shared by the topology tests (Sentinel, Cluster):
+//! workers cycle Acquire / Release on a few locks through a broker while the
+//! test breaks the store underneath, recording each grant as they saw it;
+//! the history checker ([`crate::history`]) then asserts the lease contract
+//! on the record.
 
 use std::{
     sync::{Arc, Mutex},
@@ -12,21 +13,10 @@ use leasehold_server::proto::{leasehold_client::LeaseholdClient, ReleaseRequest}
 use tokio::time::Instant;
 use tonic::{transport::Channel, Code};
 
-use super::acquire_req;
-
-/// One grant as its worker saw it.
-#[derive(Clone, Debug)]
-pub struct Held {
-    pub lock: String,
-    pub fence: u64,
-    /// When the Acquire was sent.
-    pub sent: Instant,
-    /// When the grant's answer arrived.
-    pub from: Instant,
-    /// When the worker stopped relying on it: the release sent, or, if the
-    /// release failed, the lease's deadline (request sent + TTL).
-    pub until: Instant,
-}
+use crate::{
+    acquire_req,
+    history::{self, Grant},
+};
 
 pub const TTL_MS: u64 = 2_000;
 
@@ -37,7 +27,7 @@ pub async fn worker(
     mut client: LeaseholdClient<Channel>,
     id: usize,
     locks: &'static [&'static str],
-    log: Arc<Mutex<Vec<Held>>>,
+    log: Arc<Mutex<Vec<Grant>>>,
 ) {
     let mut i = id;
     loop {
@@ -71,57 +61,21 @@ pub async fn worker(
             }
             Err(s) => panic!("release {lock}: unexpected {s:?}"),
         };
-        log.lock().unwrap().push(Held {
-            lock: lock.into(),
-            fence: lease.fence,
-            sent,
-            from,
-            until,
-        });
+        log.lock().unwrap().push(Grant::new(
+            lock,
+            id,
+            lease.fence,
+            sent.into_std(),
+            from.into_std(),
+            until.into_std(),
+        ));
     }
-}
-
-/// Per lock, in the order the grants arrived: fences strictly increase, and
-/// no grant arrived before the previous holder stopped relying on its lease.
-pub fn check(log: &[Held]) {
-    let broken = violations(log);
-    assert!(broken.is_empty(), "{}", broken.join("\n"));
-}
-
-/// Where `log` breaks what [`check`] asserts, one line per pair of
-/// successive grants of a lock: for a test that must show a run *can* fail
-/// the check.
-pub fn violations(log: &[Held]) -> Vec<String> {
-    let mut by_lock: std::collections::BTreeMap<&str, Vec<&Held>> = Default::default();
-    for h in log {
-        by_lock.entry(&h.lock).or_default().push(h);
-    }
-    let mut broken = Vec::new();
-    for (lock, mut grants) in by_lock {
-        grants.sort_by_key(|h| h.from);
-        for pair in grants.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            if b.fence <= a.fence {
-                broken.push(format!(
-                    "{lock}: fence {} granted after fence {}",
-                    b.fence, a.fence
-                ));
-            }
-            if b.from < a.until {
-                broken.push(format!(
-                    "{lock}: fence {} granted while fence {} was still relied on",
-                    b.fence, a.fence
-                ));
-            }
-        }
-    }
-    broken
 }
 
 /// A contended run in progress: `workers` cycling on `locks`.
 pub struct Run {
     /// Every grant so far.
-    pub log: Arc<Mutex<Vec<Held>>>,
+    pub log: Arc<Mutex<Vec<Grant>>>,
     workers: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -157,16 +111,16 @@ impl Run {
     pub async fn grants_after(&self, lock: Option<&str>, since: Instant, count: usize) -> Instant {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let after: Vec<Instant> = self
+            let after: Vec<std::time::Instant> = self
                 .log
                 .lock()
                 .unwrap()
                 .iter()
-                .filter(|h| h.sent > since && lock.is_none_or(|l| h.lock == l))
-                .map(|h| h.from)
+                .filter(|h| h.requested > since.into_std() && lock.is_none_or(|l| h.lock == l))
+                .map(|h| h.granted)
                 .collect();
             if after.len() >= count {
-                return *after.iter().min().unwrap();
+                return Instant::from_std(*after.iter().min().unwrap());
             }
             assert!(
                 Instant::now() < deadline,
@@ -182,6 +136,6 @@ impl Run {
             w.abort();
             let _ = w.await;
         }
-        check(&self.log.lock().unwrap());
+        history::assert_holds(&self.log.lock().unwrap());
     }
 }

@@ -3,11 +3,13 @@
 //! topologies, `topology`), brokers served in-process on `127.0.0.1:0`
 //! listeners or as `leasehold serve` processes, certificates (`certs`), a
 //! TCP proxy that stalls, drops or delays connections (`proxy`), and the
-//! history checker of the lease contract (`contract`). A crate of its own,
+//! history checker of the lease contract (`history`) with the contended run
+//! the topology tests feed it (`contract`). A crate of its own,
 //! compiled once for every test binary; each test file names it `common`.
 
 pub mod certs;
 pub mod contract;
+pub mod history;
 pub mod proxy;
 pub mod topology;
 
