@@ -1,7 +1,8 @@
 -- queue.lua: a waiter's place in the line of a name (line.lua). A shared
 -- part: it defines functions only and reads no KEYS or ARGV; the script
--- that includes it (acquire.lua, semaphore_acquire.lua) passes everything
--- as a waiter, a table of:
+-- that includes it (acquire.lua, semaphore_acquire.lua) passes its keys and
+-- arguments to arrive(), and the waiter it gets back to the other
+-- functions. A waiter is a table of:
 --   line     the line (a sorted set, token -> arrival sequence)
 --   places   the places (a sorted set, token -> ms deadline)
 --   token    the caller's token
@@ -13,7 +14,20 @@
 --   now_ms   the Redis clock
 --
 -- Uses: line.lua.
--- Defines: wait_in_line(waiter); take_turn(waiter, fence).
+-- Defines: arrive(line, places, token, waits, life); wait_in_line(waiter);
+-- take_turn(waiter, fence).
+
+-- The caller arrives at the line: reads the Redis clock, and waiters that
+-- stopped calling (their broker died) leave. Returns the caller as a waiter
+-- (above) and the clock in microseconds.
+local function arrive(line, places, token, waits, life)
+  local time = redis.call('TIME')
+  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local now_ms = math.floor(now_us / 1000)
+  prune(line, places, now_ms)
+  local waiter = {line = line, places = places, token = token, waits = waits, life = life, now_ms = now_ms}
+  return waiter, now_us
+end
 
 -- Joins the line (or renews the caller's place) if the caller waits;
 -- returns its position (1 = next; 0 = not in the line). O(log n).

@@ -36,17 +36,8 @@
 --
 -- Uses: constants.lua, line.lua, queue.lua.
 local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
--- The caller as queue.lua's functions see it (ARGV[7], ARGV[8]).
-local waiter = {
-  line = queue, places = alive, token = token, waits = ARGV[7] == '1',
-  life = tonumber(ARGV[8]), now_ms = now_ms,
-}
-
--- Waiters that stopped calling (their broker died) leave.
-prune(queue, alive, now_ms)
+local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]))
+local now_ms = waiter.now_ms
 local permits, lease, counter = KEYS[1], KEYS[4], KEYS[5]
 
 -- A name held as a plain lock has no permit to give.

@@ -64,6 +64,7 @@ use crate::error::{Error, Result};
 /// (a heartbeat naming more leases becomes several runs, still in one round
 /// trip).
 const RENEW_BATCH: usize = 250;
+
 /// Most places renewed by one run of `refresh.lua`: a bound on how long
 /// Redis runs nothing else (about a millisecond). More waiters of one name
 /// on one broker become several runs, one after the other and not in one
@@ -71,6 +72,9 @@ const RENEW_BATCH: usize = 250;
 /// and 10,000 places in one would hold up every other call (a handoff
 /// among them) for tens of milliseconds once a second.
 const REFRESH_BATCH: usize = 250;
+
+/// What the clones of one store share: its connections, where it finds
+/// its servers, and its settings.
 struct Inner {
     /// The connection for scripts: `None` until the primary is known (a
     /// Sentinel store asks the sentinels first). A std lock: read to clone
@@ -247,37 +251,26 @@ impl RedisStore {
         let k = self.keys(&spec.name);
         let queued = if spec.queued { "1" } else { "0" }.to_owned();
         let queue_life = QUEUE_LIFETIME.as_millis().to_string();
-        let grants = self.channel(&spec.name, Event::Granted);
-        let call = if spec.limit > 1 {
+        // The two scripts differ in their first key (the permits or the
+        // lease hash) and their fifth argument (the limit or the lock-delay).
+        let (script, keys, fifth) = if spec.limit > 1 {
             let keys = [&k.permits, &k.queue, &k.alive, &k.lease, &k.fences];
-            let args = [
-                spec.token.clone(),
-                spec.ttl_ms.to_string(),
-                spec.holder.clone(),
-                floor,
-                spec.limit.to_string(),
-                grants,
-                queued,
-                queue_life,
-            ];
-            scripts()
-                .semaphore_acquire
-                .call("acquire")
-                .run(&keys, &args)
+            (&scripts().semaphore_acquire, keys, spec.limit.to_string())
         } else {
             let keys = [&k.lease, &k.queue, &k.alive, &k.permits, &k.fences];
-            let args = [
-                spec.token.clone(),
-                spec.ttl_ms.to_string(),
-                spec.holder.clone(),
-                floor,
-                spec.lock_delay_ms.to_string(),
-                grants,
-                queued,
-                queue_life,
-            ];
-            scripts().acquire.call("acquire").run(&keys, &args)
+            (&scripts().acquire, keys, spec.lock_delay_ms.to_string())
         };
+        let args = [
+            spec.token.clone(),
+            spec.ttl_ms.to_string(),
+            spec.holder.clone(),
+            floor,
+            fifth,
+            self.channel(&spec.name, Event::Granted),
+            queued,
+            queue_life,
+        ];
+        let call = script.call("acquire").run(&keys, &args);
         let ran = self.run(call.acknowledged()).await?;
         let acquired = only("acquire", ran.replies)?;
         if let Err(e) = ran.acks {

@@ -39,26 +39,32 @@ pub(super) struct Part {
     source: &'static str,
 }
 
+/// A shared part of `lua/`, by file name.
+macro_rules! part {
+    ($file:literal) => {
+        Part {
+            file: $file,
+            source: include_str!(concat!("../lua/", $file)),
+        }
+    };
+}
+
 /// `LINGER_MS`: how long a lease's record outlives it.
-const CONSTANTS: Part = Part {
-    file: "constants.lua",
-    source: include_str!("../lua/constants.lua"),
-};
+const CONSTANTS: Part = part!("constants.lua");
 /// The wait line: `prune`, `first_in_line`.
-const LINE: Part = Part {
-    file: "line.lua",
-    source: include_str!("../lua/line.lua"),
-};
-/// A waiter's place in the line: `wait_in_line`, `take_turn`.
-const QUEUE: Part = Part {
-    file: "queue.lua",
-    source: include_str!("../lua/queue.lua"),
-};
+const LINE: Part = part!("line.lua");
+/// A waiter's place in the line: `arrive`, `wait_in_line`, `take_turn`.
+const QUEUE: Part = part!("queue.lua");
 /// Renewing a lease: `renew_lock`, `renew_permit`, `renew`.
-const RENEW_LEASE: Part = Part {
-    file: "renew_lease.lua",
-    source: include_str!("../lua/renew_lease.lua"),
-};
+const RENEW_LEASE: Part = part!("renew_lease.lua");
+
+/// A script of `lua/`, by file name, built from `parts` (in order) and
+/// its own body.
+macro_rules! script {
+    ($file:literal, [$($part:expr),*]) => {
+        Script::new($file, &[$($part),*], include_str!(concat!("../lua/", $file)))
+    };
+}
 
 /// A script as Redis runs it (its parts, then its body), hashed once;
 /// `R` is what its reply reads as.
@@ -116,49 +122,17 @@ pub(super) struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            acquire: Script::new(
-                "acquire.lua",
-                &[CONSTANTS, LINE, QUEUE],
-                include_str!("../lua/acquire.lua"),
-            ),
-            semaphore_acquire: Script::new(
-                "semaphore_acquire.lua",
-                &[CONSTANTS, LINE, QUEUE],
-                include_str!("../lua/semaphore_acquire.lua"),
-            ),
-            renew: Script::new(
-                "renew.lua",
-                &[CONSTANTS, RENEW_LEASE],
-                include_str!("../lua/renew.lua"),
-            ),
-            renew_many: Script::new(
-                "renew_many.lua",
-                &[CONSTANTS, RENEW_LEASE],
-                include_str!("../lua/renew_many.lua"),
-            ),
-            renew_lock: Script::new(
-                "renew_lock.lua",
-                &[CONSTANTS, RENEW_LEASE],
-                include_str!("../lua/renew_lock.lua"),
-            ),
-            renew_permit: Script::new(
-                "renew_permit.lua",
-                &[CONSTANTS, RENEW_LEASE],
-                include_str!("../lua/renew_permit.lua"),
-            ),
-            release: Script::new(
-                "release.lua",
-                &[CONSTANTS, LINE],
-                include_str!("../lua/release.lua"),
-            ),
-            revoke: Script::new(
-                "revoke.lua",
-                &[CONSTANTS],
-                include_str!("../lua/revoke.lua"),
-            ),
-            dequeue: Script::new("dequeue.lua", &[LINE], include_str!("../lua/dequeue.lua")),
-            refresh: Script::new("refresh.lua", &[LINE], include_str!("../lua/refresh.lua")),
-            describe: Script::new("describe.lua", &[], include_str!("../lua/describe.lua")),
+            acquire: script!("acquire.lua", [CONSTANTS, LINE, QUEUE]),
+            semaphore_acquire: script!("semaphore_acquire.lua", [CONSTANTS, LINE, QUEUE]),
+            renew: script!("renew.lua", [CONSTANTS, RENEW_LEASE]),
+            renew_many: script!("renew_many.lua", [CONSTANTS, RENEW_LEASE]),
+            renew_lock: script!("renew_lock.lua", [CONSTANTS, RENEW_LEASE]),
+            renew_permit: script!("renew_permit.lua", [CONSTANTS, RENEW_LEASE]),
+            release: script!("release.lua", [CONSTANTS, LINE]),
+            revoke: script!("revoke.lua", [CONSTANTS]),
+            dequeue: script!("dequeue.lua", [LINE]),
+            refresh: script!("refresh.lua", [LINE]),
+            describe: script!("describe.lua", []),
         }
     }
 
