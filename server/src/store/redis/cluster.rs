@@ -1,4 +1,5 @@
-//! Redis Cluster: the seed nodes of a `redis+cluster://` URL.
+//! Redis Cluster: the seed nodes of a `redis+cluster://` URL, and the
+//! follower that keeps the store's subscription on a live node.
 //!
 //! Scripts go through redis-rs' cluster connection, which routes each by its
 //! first key's slot and follows MOVED and ASK (every key of a name shares the
@@ -75,8 +76,9 @@ impl ClusterTarget {
 }
 
 /// Keeps the subscription of a Cluster store on a live node: checks it
-/// every [`FOLLOW_INTERVAL`](super::connect::FOLLOW_INTERVAL) and when a health check fails, and moves it to
-/// the first seed node that answers when it does not. Ends with the store.
+/// every [`FOLLOW_INTERVAL`](super::connect::FOLLOW_INTERVAL) and when a
+/// health check fails, and moves it to the first seed node that answers
+/// when it does not. Ends with the store.
 pub(super) async fn follow_nodes(
     store: Weak<Inner>,
     connector: Arc<Connector>,

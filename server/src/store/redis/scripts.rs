@@ -5,9 +5,10 @@
 //! shared parts (`constants.lua`, `line.lua`, `queue.lua`,
 //! `renew_lease.lua`) that define only `local function`s and constants and
 //! read no KEYS or ARGV, and each script is sent as its declared parts
-//! followed by its own body. [`Scripts::new`] is the one place where parts
-//! are joined; each script's header names the parts it uses, and the tests
-//! below check both against what the script calls.
+//! followed by its own body. [`Scripts::new`] declares each script's parts
+//! and [`Script::new`] is the one place where they are joined; each
+//! script's header names the parts it uses, and the tests below hold both
+//! to the names the script calls.
 //!
 //! Every script runs through [`RedisStore::run`]: EVALSHA (loading the
 //! script after a Redis restart), bounded by the store timeout, retried on

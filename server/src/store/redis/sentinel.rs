@@ -1,4 +1,5 @@
-//! Redis Sentinel: which server is the primary now.
+//! Redis Sentinel: which server is the primary now, and the follower that
+//! moves the store to it.
 //!
 //! A `redis+sentinel://` store names the sentinels and the master's name,
 //! not a Redis server: the store asks the sentinels for the primary's
@@ -218,9 +219,10 @@ impl SentinelTarget {
 }
 
 /// Follows the primary of a Sentinel store: asks the sentinels every
-/// [`FOLLOW_INTERVAL`](super::connect::FOLLOW_INTERVAL) and when a failed call suggests a failover; when the
-/// primary moved, connects there and hands the new subscription connection
-/// to the subscription task. Ends with the store.
+/// [`FOLLOW_INTERVAL`](super::connect::FOLLOW_INTERVAL) and when a failed
+/// call suggests a failover; when the primary moved, connects there and
+/// hands the new subscription connection to the subscription task. Ends
+/// with the store.
 pub(super) async fn follow_primary(
     store: Weak<Inner>,
     connector: Arc<Connector>,
