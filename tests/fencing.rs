@@ -57,7 +57,7 @@ async fn plant(conn: &mut redis::aio::MultiplexedConnection, key: &str, token: &
 async fn every_script_loads_into_redis() {
     let redis = RedisServer::start();
     let mut conn = redis.connection().await;
-    for (file, source) in SCRIPTS {
+    for &(file, source) in SCRIPTS.iter() {
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(source)

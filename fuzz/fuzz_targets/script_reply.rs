@@ -1,6 +1,6 @@
-//! The readers of the Lua scripts' replies (`server/src/store/redis.rs`), fed any
-//! reply a broken or hostile Redis could send: a tree of RESP values decoded
-//! from the input.
+//! The readers of the Lua scripts' replies
+//! (`server/src/store/redis/replies.rs`), fed any reply a broken or hostile
+//! Redis could send: a tree of RESP values decoded from the input.
 //!
 //! Asserts that a reply reads as the scripts' headers (`server/src/store/lua/`)
 //! define it, element by element, and that anything else is an INTERNAL

@@ -43,7 +43,11 @@ enum End {
     Revoked,
 }
 
-struct Lease {
+/// What the store keeps of a name's last lease, as the Redis store's lease
+/// hash does: the live lease, or after its end (release, revoke, expiry) its
+/// tombstone, so that its holder learns why. Named apart from the domain's
+/// `lease::Lease` and the client's `Lease`.
+struct Record {
     token: String,
     holder: String,
     fence: u64,
@@ -68,7 +72,7 @@ struct Lease {
     forget_at: Instant,
 }
 
-impl Lease {
+impl Record {
     fn live(&self, now: Instant) -> bool {
         self.end.is_none() && now < self.expires_at
     }
@@ -118,7 +122,7 @@ impl Permits {
 }
 
 struct Inner {
-    leases: DashMap<String, Lease>,
+    leases: DashMap<String, Record>,
     /// Semaphore permits by name. Locked after `leases` when both are needed.
     permits: DashMap<String, Permits>,
     /// Wait lines (line.lua, in memory). When a name needs both maps, the
@@ -357,7 +361,7 @@ impl MemoryStore {
                 let fence = self.next_fence();
                 let ttl = Duration::from_millis(spec.ttl_ms);
                 let lock_delay = Duration::from_millis(spec.lock_delay_ms);
-                entry.insert(Lease {
+                entry.insert(Record {
                     token: spec.token.clone(),
                     holder: spec.holder.clone(),
                     fence,
@@ -465,7 +469,7 @@ impl MemoryStore {
     /// `token` holds the live lease or the record knows nothing of it and
     /// the name is free (the caller then looks at the permits). An expiry
     /// reported here is marked, so that it is reported once.
-    fn ended<T>(&self, lease: &mut Lease, token: &str, now: Instant) -> Option<Checked<T>> {
+    fn ended<T>(&self, lease: &mut Record, token: &str, now: Instant) -> Option<Checked<T>> {
         if lease.revoked.as_deref() == Some(token) {
             return Some(Checked::Revoked { fence: lease.fence });
         }

@@ -31,10 +31,8 @@
 //!   that a paused holder's in-flight work dies out first. A release starts
 //!   no delay.
 
-mod cluster;
 mod memory;
 mod redis;
-mod sentinel;
 mod url;
 mod watch;
 
@@ -43,10 +41,8 @@ pub use self::redis::{lease_key, RedisStore, SCRIPTS};
 pub use self::watch::Watch;
 // For the fuzz targets (see `crate::fuzzing`): the parsers of URLs and of
 // script replies.
-pub(crate) use self::{
-    cluster::ClusterTarget,
-    redis::{acquire_reply, release_reply, renew_reply},
-    sentinel::SentinelTarget,
+pub(crate) use self::redis::{
+    acquire_reply, release_reply, renew_reply, ClusterTarget, SentinelTarget,
 };
 
 use crate::{error::Result, redact::Redacted};

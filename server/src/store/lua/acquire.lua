@@ -62,7 +62,11 @@
 --   that issued fences before the counter existed.
 -- Numbers go back to Redis through string.format('%d'): a plain Lua number
 -- would be written as "1.7e+15" and lose digits.
--- (line.lua and queue.lua come first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
+--
+-- Uses: constants.lua, line.lua, queue.lua.
+local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
+local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]))
+local now_ms = waiter.now_ms
 local key, permits, counter = KEYS[1], KEYS[4], KEYS[5]
 
 local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'x', 'r')
@@ -82,16 +86,16 @@ if l[1] then
     if l[1] == token then
       return {1, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4]), 0}
     end
-    local position = wait_in_line()
+    local position = wait_in_line(waiter)
     return {0, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
   end
   local delay_end = expiry + tonumber(l[7] or '0')
   if now_ms < delay_end then
-    local position = wait_in_line()
+    local position = wait_in_line(waiter)
     return {2, tonumber(l[2]), delay_end - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
   end
 elseif l[8] and now_ms < tonumber(l[8]) then
-  local position = wait_in_line()
+  local position = wait_in_line(waiter)
   return {2, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
 end
 
@@ -108,13 +112,13 @@ if redis.call('EXISTS', permits) == 1 then
     end
   end
   if first_expiry then
-    local position = wait_in_line()
+    local position = wait_in_line(waiter)
     return {0, tonumber(l[2] or '0'), first_expiry - now_ms, '(semaphore permits)', 0, position, redis.call('ZCARD', queue)}
   end
 end
 
 -- Free: the first in line gets it.
-local queued = take_turn(tonumber(l[2] or '0'))
+local queued = take_turn(waiter, tonumber(l[2] or '0'))
 if queued then
   return queued
 end

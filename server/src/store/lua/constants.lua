@@ -1,5 +1,9 @@
--- constants.lua: prepended to every script that writes a lease or its
--- tombstone (Redis scripts cannot share code otherwise).
+-- constants.lua: a shared part, included in every script that writes a
+-- lease or its tombstone (Redis scripts cannot share code otherwise).
+--
+-- Uses: none.
+-- Defines: LINGER_MS.
+--
 --
 -- LINGER_MS: how long a lease's hash outlives the lease's expiry (as last
 -- granted or renewed; a released lease's hash keeps that expiry), beyond any

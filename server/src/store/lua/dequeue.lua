@@ -1,7 +1,7 @@
 -- dequeue.lua: a waiter leaves the line (its wait ran out, its caller went
 -- away, its broker shuts down). If it was first in line, the next waiter may
 -- now take a free lock: wake it (the message names it, as in release.lua).
--- (line.lua comes first.)
+-- Uses: line.lua.
 --
 -- KEYS[1]  the line of the name: {prefix}{name}:line (see line.lua)
 -- KEYS[2]  the places of the line: {prefix}{name}:until

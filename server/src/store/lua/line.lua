@@ -1,6 +1,8 @@
--- line.lua: the wait line of a name, prepended to every script that reads
--- or changes it (Redis scripts cannot share code otherwise). No call here
--- costs more than O(log n) in the line's length n, or O(PRUNE log n).
+-- line.lua: the wait line of a name, a shared part included in every
+-- script that reads or changes it (Redis scripts cannot share code
+-- otherwise); it defines functions only and reads no KEYS or ARGV. No
+-- call here costs more than O(log n) in the line's length n, or
+-- O(PRUNE log n).
 --
 -- A line is two sorted sets, in the name's hash tag (one Cluster slot):
 -- * the line, {prefix}{name}:line: token -> arrival sequence. A waiter
@@ -17,6 +19,7 @@
 -- Broker versions before these keys kept a list (:queue) and the
 -- deadlines in :alive; the two never touch each other's keys.
 --
+-- Uses: none.
 -- Defines: PRUNE; prune(line, places, now_ms); first_in_line(line, places,
 -- now_ms).
 

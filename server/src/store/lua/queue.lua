@@ -1,29 +1,41 @@
--- queue.lua: a waiter's place in the line of a name (line.lua), prepended
--- to acquire.lua and semaphore_acquire.lua after line.lua.
+-- queue.lua: a waiter's place in the line of a name (line.lua). A shared
+-- part: it defines functions only and reads no KEYS or ARGV; the script
+-- that includes it (acquire.lua, semaphore_acquire.lua) passes its keys and
+-- arguments to arrive(), and the waiter it gets back to the other
+-- functions. A waiter is a table of:
+--   line     the line (a sorted set, token -> arrival sequence)
+--   places   the places (a sorted set, token -> ms deadline)
+--   token    the caller's token
+--   waits    true if the caller waits (joins the line when not granted),
+--            false if it tries once
+--   life     how long a waiter keeps its place without being refreshed, ms
+--            (its broker refreshes it before that while the waiter lives,
+--            refresh.lua)
+--   now_ms   the Redis clock
 --
--- Expects KEYS[2] (the line: token -> arrival sequence), KEYS[3] (the
--- places: token -> ms deadline), ARGV[1] (the caller's token), ARGV[7] ('1'
--- if the caller waits) and ARGV[8] (how long a waiter keeps its place
--- without being refreshed, ms: its broker refreshes it before that while
--- the waiter lives, refresh.lua).
---
--- Defines: queue (the line), alive (the places), token, now_us, now_ms;
--- wait_in_line(); take_turn().
-local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
+-- Uses: line.lua.
+-- Defines: arrive(line, places, token, waits, life); wait_in_line(waiter);
+-- take_turn(waiter, fence).
 
--- Waiters that stopped calling (their broker died) leave.
-prune(queue, alive, now_ms)
+-- The caller arrives at the line: reads the Redis clock, and waiters that
+-- stopped calling (their broker died) leave. Returns the caller as a waiter
+-- (above) and the clock in microseconds.
+local function arrive(line, places, token, waits, life)
+  local time = redis.call('TIME')
+  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local now_ms = math.floor(now_us / 1000)
+  prune(line, places, now_ms)
+  local waiter = {line = line, places = places, token = token, waits = waits, life = life, now_ms = now_ms}
+  return waiter, now_us
+end
 
 -- Joins the line (or renews the caller's place) if the caller waits;
 -- returns its position (1 = next; 0 = not in the line). O(log n).
-local function wait_in_line()
-  if ARGV[7] ~= '1' then
+local function wait_in_line(waiter)
+  if not waiter.waits then
     return 0
   end
-  local life = tonumber(ARGV[8])
+  local queue, alive, token = waiter.line, waiter.places, waiter.token
   if not redis.call('ZSCORE', queue, token) then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local seq = 1
@@ -32,28 +44,30 @@ local function wait_in_line()
     end
     redis.call('ZADD', queue, string.format('%d', seq), token)
   end
-  redis.call('ZADD', alive, now_ms + life, token)
-  redis.call('PEXPIRE', queue, life)
-  redis.call('PEXPIRE', alive, life)
+  redis.call('ZADD', alive, waiter.now_ms + waiter.life, token)
+  redis.call('PEXPIRE', queue, waiter.life)
+  redis.call('PEXPIRE', alive, waiter.life)
   return redis.call('ZRANK', queue, token) + 1
 end
 
 -- The name is free: the first in line gets it. Returns the "queued" reply
--- (code 3) if someone else is first; else takes the caller out of the line
--- (if it was in it) and returns nil.
-local function take_turn(fence)
+-- (code 3, with `fence`) if someone else is first; else takes the caller
+-- out of the line (if it was in it) and returns nil.
+local function take_turn(waiter, fence)
+  local queue, alive, token, now_ms = waiter.line, waiter.places, waiter.token, waiter.now_ms
   local first, first_deadline = first_in_line(queue, alive, now_ms)
   if first and first ~= token then
-    -- A place never lasts longer than ARGV[8] from now: longer means the
-    -- Redis clock stepped back since it was taken. Counted from now instead,
-    -- so that a dead broker's waiter leaves within ARGV[8], not ARGV[8] plus
-    -- the step (the first in line is the one that blocks the others).
-    local far = now_ms + tonumber(ARGV[8])
+    -- A place never lasts longer than waiter.life from now: longer means
+    -- the Redis clock stepped back since it was taken. Counted from now
+    -- instead, so that a dead broker's waiter leaves within its life, not
+    -- its life plus the step (the first in line is the one that blocks the
+    -- others).
+    local far = now_ms + waiter.life
     if first_deadline > far then
       first_deadline = far
       redis.call('ZADD', alive, far, first)
     end
-    local position = wait_in_line()
+    local position = wait_in_line(waiter)
     return {3, fence, math.max(1, first_deadline - now_ms), '', 0, position, redis.call('ZCARD', queue)}
   end
   if first then

@@ -1,7 +1,8 @@
 -- refresh.lua: a broker renews the places of its waiters on one name, all
 -- in one run, every second (QUEUE_REFRESH), instead of each waiter calling
--- acquire.lua: O(log n) per waiter in the line's length n. (line.lua comes
--- first.)
+-- acquire.lua: O(log n) per waiter in the line's length n.
+--
+-- Uses: line.lua.
 --
 -- KEYS[1]  the line of the name: {prefix}{name}:line (see line.lua)
 -- KEYS[2]  the places of the line: {prefix}{name}:until

@@ -4,7 +4,7 @@
 -- KEYS[1]  the lease hash of the name
 -- KEYS[2]  the permits of the name, if it is a semaphore: a token not found
 --          in KEYS[1] may be a permit
--- KEYS[3]  the line of the name (see line.lua, which comes first)
+-- KEYS[3]  the line of the name (see line.lua)
 -- KEYS[4]  the places of the line (see line.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  the name's release channel
@@ -32,6 +32,8 @@
 -- token, so that a retry reports success and a heartbeat that crossed the
 -- release is not taken for a loss). Fences need no tombstone: they come
 -- from the counter (acquire.lua).
+--
+-- Uses: constants.lua, line.lua.
 local key, permits, queue, alive, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
 local l = redis.call('HMGET', key, 'o', 'f', 'e', 'r', 'x', 'n')
 local time = redis.call('TIME')

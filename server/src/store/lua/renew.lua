@@ -1,5 +1,5 @@
 -- renew.lua: extend one lease, only for its owner.
--- (renew_lease.lua comes first: renew().)
+-- Uses: constants.lua, renew_lease.lua (renew()).
 --
 -- KEYS[1]  the lease hash of the name
 -- KEYS[2]  the permits of the name, if it is a semaphore

@@ -1,8 +1,13 @@
--- renew_lease.lua: extend a lease, only for its owner; prepended to
--- renew.lua (one lease), renew_many.lua (a batch), renew_lock.lua and
--- renew_permit.lua (one lease, one key: for a Redis Cluster).
+-- renew_lease.lua: extend a lease, only for its owner; a shared part
+-- (functions only, no KEYS or ARGV) included in renew.lua (one lease),
+-- renew_many.lua (a batch), renew_lock.lua and renew_permit.lua (one
+-- lease, one key: for a Redis Cluster).
 --
--- Defines renew(key, permits, token, new_ttl, now_ms):
+-- Uses: constants.lua.
+-- Defines: renew_lock(key, token, new_ttl, now_ms); renew_permit(permits,
+-- token, new_ttl, now_ms); renew(key, permits, token, new_ttl, now_ms).
+--
+-- renew(key, permits, token, new_ttl, now_ms):
 --   key      the lease hash of the name
 --   permits  the permits of the name, if it is a semaphore (see
 --            semaphore_acquire.lua): a token not found in key may be a permit

@@ -2,7 +2,7 @@
 -- the lease hash as the only key (for a Redis Cluster: a one-key script is
 -- never refused with TRYAGAIN while its slot migrates; ASK sends it to
 -- whichever node has the key).
--- (renew_lease.lua comes first: renew_lock().)
+-- Uses: constants.lua, renew_lease.lua (renew_lock()).
 --
 -- KEYS[1]  the lease hash of the name
 -- ARGV[1]  owner token

@@ -18,6 +18,8 @@
 -- acquire.lua) and u (the end of the lock-delay). It lives
 -- until the revoked lease would have expired or the delay ends, whichever
 -- is later, plus LINGER_MS (constants.lua).
+--
+-- Uses: constants.lua.
 local key = KEYS[1]
 local l = redis.call('HMGET', key, 'o', 'f', 'e', 'd', 'r')
 local time = redis.call('TIME')

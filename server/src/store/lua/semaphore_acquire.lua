@@ -33,13 +33,17 @@
 -- late holder still finds its own. "_x" keeps the last released token
 -- (release.lua). Fences come from the counter, as in acquire.lua: the
 -- name's lock and permit grants share one sequence.
--- (line.lua and queue.lua come first: queue, alive, token, now_us, now_ms, wait_in_line, take_turn.)
+--
+-- Uses: constants.lua, line.lua, queue.lua.
+local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
+local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]))
+local now_ms = waiter.now_ms
 local permits, lease, counter = KEYS[1], KEYS[4], KEYS[5]
 
 -- A name held as a plain lock has no permit to give.
 local plain = redis.call('HMGET', lease, 'o', 'f', 'h', 'g', 'e')
 if plain[1] and now_ms < tonumber(plain[5]) then
-  local position = wait_in_line()
+  local position = wait_in_line(waiter)
   return {0, tonumber(plain[2]), tonumber(plain[5]) - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
 end
 
@@ -74,11 +78,11 @@ for i = 1, #entries, 2 do
 end
 
 if live >= tonumber(ARGV[5]) then
-  local position = wait_in_line()
+  local position = wait_in_line(waiter)
   return {0, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('ZCARD', queue), expired}
 end
 
-local queued = take_turn(last)
+local queued = take_turn(waiter, last)
 if queued then
   table.insert(queued, expired)
   return queued

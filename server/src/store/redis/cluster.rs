@@ -1,4 +1,5 @@
-//! Redis Cluster: the seed nodes of a `redis+cluster://` URL.
+//! Redis Cluster: the seed nodes of a `redis+cluster://` URL, and the
+//! follower that keeps the store's subscription on a live node.
 //!
 //! Scripts go through redis-rs' cluster connection, which routes each by its
 //! first key's slot and follows MOVED and ASK (every key of a name shares the
@@ -11,10 +12,19 @@
 //! (`rediss+cluster://` for TLS). List several nodes: they are where the
 //! store starts, and where it looks for another subscription node.
 
-use redis::{ConnectionInfo, IntoConnectionInfo};
+use std::sync::{Arc, Weak};
 
-use super::url::MultiHost;
-use crate::error::{Error, Result};
+use redis::{aio::ConnectionManager, ConnectionInfo, IntoConnectionInfo};
+use tokio::sync::mpsc;
+
+use super::{
+    connect::{bounded, next_look, Connector, Topology},
+    Inner,
+};
+use crate::{
+    error::{Error, Result},
+    store::url::MultiHost,
+};
 
 /// The seed nodes of a cluster.
 pub struct ClusterTarget {
@@ -62,6 +72,74 @@ impl ClusterTarget {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(ClusterTarget { seeds }))
+    }
+}
+
+/// Keeps the subscription of a Cluster store on a live node: checks it
+/// every [`FOLLOW_INTERVAL`](super::connect::FOLLOW_INTERVAL) and when a
+/// health check fails, and moves it to the first seed node that answers
+/// when it does not. Ends with the store.
+pub(super) async fn follow_nodes(
+    store: Weak<Inner>,
+    connector: Arc<Connector>,
+    switches: mpsc::UnboundedSender<ConnectionManager>,
+) {
+    let mut current = 0;
+    let mut failing = false;
+    loop {
+        let Some(inner) = store.upgrade() else { return };
+        let Topology::Cluster(cluster) = &inner.topology else {
+            return;
+        };
+        let subscriber = inner
+            .subscriber
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let alive = match subscriber {
+            Some(mut sub) => bounded(
+                "ping",
+                inner.timeout,
+                redis::cmd("PING").query_async::<()>(&mut sub),
+            )
+            .await
+            .is_ok(),
+            None => false,
+        };
+        if !alive {
+            let n = cluster.seeds.len();
+            let start = current + 1;
+            let mut moved = false;
+            for i in (start..start + n).map(|i| i % n) {
+                let Ok(mut sub) = connector.subscriber(cluster.seeds[i].clone()) else {
+                    continue;
+                };
+                let ping = redis::cmd("PING");
+                if bounded("ping", inner.timeout, ping.query_async::<()>(&mut sub))
+                    .await
+                    .is_ok()
+                {
+                    tracing::info!(
+                        node = %cluster.seeds[i].addr(),
+                        "Redis Cluster: subscribing for release events on this node"
+                    );
+                    *inner.subscriber.write().unwrap_or_else(|e| e.into_inner()) =
+                        Some(sub.clone());
+                    let _ = switches.send(sub);
+                    current = i;
+                    moved = true;
+                    failing = false;
+                    break;
+                }
+            }
+            if !moved && !failing {
+                tracing::warn!(
+                    "Redis Cluster: no seed node answers; waiters fall back to their timers"
+                );
+                failing = true;
+            }
+        }
+        next_look(inner).await;
     }
 }
 

@@ -1,4 +1,5 @@
-//! Redis Sentinel: which server is the primary now.
+//! Redis Sentinel: which server is the primary now, and the follower that
+//! moves the store to it.
 //!
 //! A `redis+sentinel://` store names the sentinels and the master's name,
 //! not a Redis server: the store asks the sentinels for the primary's
@@ -12,12 +13,25 @@
 //! user and password are the data nodes'; the sentinels are reached without
 //! authentication.
 
-use std::{sync::Mutex, time::Duration};
+use std::{
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
 
-use redis::{aio::MultiplexedConnection, ConnectionInfo, IntoConnectionInfo, Value};
+use redis::{
+    aio::{ConnectionManager, MultiplexedConnection},
+    ConnectionInfo, IntoConnectionInfo, Value,
+};
+use tokio::sync::mpsc;
 
-use super::url::MultiHost;
-use crate::error::{Error, Result};
+use super::{
+    connect::{next_look, Conn, Connector, Topology},
+    Inner,
+};
+use crate::{
+    error::{Error, Result},
+    store::url::MultiHost,
+};
 
 /// The sentinels of one master, and how to reach the data nodes.
 pub struct SentinelTarget {
@@ -201,6 +215,69 @@ impl SentinelTarget {
 
     fn forget(&self, i: usize) {
         self.connections.lock().unwrap_or_else(|e| e.into_inner())[i] = None;
+    }
+}
+
+/// Follows the primary of a Sentinel store: asks the sentinels every
+/// [`FOLLOW_INTERVAL`](super::connect::FOLLOW_INTERVAL) and when a failed
+/// call suggests a failover; when the primary moved, connects there and
+/// hands the new subscription connection to the subscription task. Ends
+/// with the store.
+pub(super) async fn follow_primary(
+    store: Weak<Inner>,
+    connector: Arc<Connector>,
+    switches: mpsc::UnboundedSender<ConnectionManager>,
+) {
+    let mut current: Option<(String, u16)> = None;
+    let mut failing = false;
+    let client = {
+        let connector = Arc::clone(&connector);
+        move |info: redis::ConnectionInfo| connector.client(info)
+    };
+    loop {
+        let Some(inner) = store.upgrade() else { return };
+        let Topology::Sentinel(sentinel) = &inner.topology else {
+            return;
+        };
+        let ask = inner.timeout.min(Duration::from_millis(500));
+        match sentinel.primary(ask, &client).await {
+            Ok(primary) if current.as_ref() != Some(&primary) => {
+                let made = sentinel.node_info(&primary.0, primary.1).and_then(|info| {
+                    let conn = connector.commands(info.clone());
+                    let sub = connector.subscriber(info);
+                    conn.and_then(|c| sub.map(|s| (c, s)))
+                        .map_err(|e| Error::Internal(format!("connecting to the primary: {e}")))
+                });
+                match made {
+                    Ok((conn, sub)) => {
+                        tracing::info!(
+                            master = sentinel.master(),
+                            primary = %format!("{}:{}", primary.0, primary.1),
+                            previous = ?current.as_ref().map(|(h, p)| format!("{h}:{p}")),
+                            "Redis primary (named by Sentinel)"
+                        );
+                        *inner.conn.write().unwrap_or_else(|e| e.into_inner()) =
+                            Some(Conn::Single(conn));
+                        *inner.subscriber.write().unwrap_or_else(|e| e.into_inner()) =
+                            Some(sub.clone());
+                        let _ = switches.send(sub);
+                        current = Some(primary);
+                        failing = false;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot connect to the primary Sentinel named")
+                    }
+                }
+            }
+            Ok(_) => failing = false,
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, "cannot learn the Redis primary from Sentinel");
+                }
+                failing = true;
+            }
+        }
+        next_look(inner).await;
     }
 }
 

@@ -1,0 +1,555 @@
+//! The Lua scripts and the one way to call them.
+//!
+//! Redis scripts cannot call one another, and Redis Functions (which could
+//! share code) need Redis 7: code that several scripts share lives in
+//! shared parts (`constants.lua`, `line.lua`, `queue.lua`,
+//! `renew_lease.lua`) that define only `local function`s and constants and
+//! read no KEYS or ARGV, and each script is sent as its declared parts
+//! followed by its own body. [`Scripts::new`] declares each script's parts
+//! and [`Script::new`] is the one place where they are joined; each
+//! script's header names the parts it uses, and the tests below hold both
+//! to the names the script calls.
+//!
+//! Every script runs through [`RedisStore::run`]: EVALSHA (loading the
+//! script after a Redis restart), bounded by the store timeout, retried on
+//! a broken connection or a migrating Cluster slot, its errors classified,
+//! and its reply read into the script's reply type.
+
+use std::{marker::PhantomData, sync::LazyLock, time::Duration};
+
+use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, ToRedisArgs, Value};
+
+use super::{
+    connect::{classify, timed_out, Conn},
+    replies::{decode, Dequeued, Description, LockRenewal, Ranks, Renewal, Renewals, Reply},
+    RedisStore,
+};
+use crate::{
+    error::{Error, Result},
+    store::{Acquired, Checked, Revocation},
+};
+
+/// A shared part: Lua that defines functions and constants for the scripts
+/// that include it, and runs nothing itself.
+#[derive(Clone, Copy)]
+pub(super) struct Part {
+    /// Its file name, as script headers name it (read by the tests that
+    /// hold the headers to the declared parts).
+    #[cfg_attr(not(test), allow(dead_code))]
+    file: &'static str,
+    source: &'static str,
+}
+
+/// A shared part of `lua/`, by file name.
+macro_rules! part {
+    ($file:literal) => {
+        Part {
+            file: $file,
+            source: include_str!(concat!("../lua/", $file)),
+        }
+    };
+}
+
+/// `LINGER_MS`: how long a lease's record outlives it.
+const CONSTANTS: Part = part!("constants.lua");
+/// The wait line: `prune`, `first_in_line`.
+const LINE: Part = part!("line.lua");
+/// A waiter's place in the line: `arrive`, `wait_in_line`, `take_turn`.
+const QUEUE: Part = part!("queue.lua");
+/// Renewing a lease: `renew_lock`, `renew_permit`, `renew`.
+const RENEW_LEASE: Part = part!("renew_lease.lua");
+
+/// A script of `lua/`, by file name, built from `parts` (in order) and
+/// its own body.
+macro_rules! script {
+    ($file:literal, [$($part:expr),*]) => {
+        Script::new($file, &[$($part),*], include_str!(concat!("../lua/", $file)))
+    };
+}
+
+/// A script as Redis runs it (its parts, then its body), hashed once;
+/// `R` is what its reply reads as.
+pub(super) struct Script<R> {
+    file: &'static str,
+    parts: &'static [Part],
+    body: &'static str,
+    /// The full text as sent to Redis.
+    source: String,
+    redis: redis::Script,
+    reply: PhantomData<fn() -> R>,
+}
+
+impl<R: Reply> Script<R> {
+    fn new(file: &'static str, parts: &'static [Part], body: &'static str) -> Self {
+        let source: String = parts.iter().map(|p| p.source).chain([body]).collect();
+        Script {
+            file,
+            parts,
+            body,
+            redis: redis::Script::new(&source),
+            source,
+            reply: PhantomData,
+        }
+    }
+
+    /// A call of this script, for `op` (named in errors and logs), with no
+    /// run yet.
+    pub fn call(&self, op: &'static str) -> Call<'_, R> {
+        Call {
+            op,
+            script: self,
+            runs: Vec::new(),
+            asking: false,
+            acknowledged: false,
+        }
+    }
+}
+
+/// Every script, each with its reply type.
+pub(super) struct Scripts {
+    pub acquire: Script<Acquired>,
+    pub semaphore_acquire: Script<Acquired>,
+    pub renew: Script<Renewal>,
+    pub renew_many: Script<Renewals>,
+    pub renew_lock: Script<LockRenewal>,
+    pub renew_permit: Script<Renewal>,
+    pub release: Script<Checked<()>>,
+    pub revoke: Script<Revocation>,
+    pub dequeue: Script<Dequeued>,
+    pub refresh: Script<Ranks>,
+    pub describe: Script<Description>,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire: script!("acquire.lua", [CONSTANTS, LINE, QUEUE]),
+            semaphore_acquire: script!("semaphore_acquire.lua", [CONSTANTS, LINE, QUEUE]),
+            renew: script!("renew.lua", [CONSTANTS, RENEW_LEASE]),
+            renew_many: script!("renew_many.lua", [CONSTANTS, RENEW_LEASE]),
+            renew_lock: script!("renew_lock.lua", [CONSTANTS, RENEW_LEASE]),
+            renew_permit: script!("renew_permit.lua", [CONSTANTS, RENEW_LEASE]),
+            release: script!("release.lua", [CONSTANTS, LINE]),
+            revoke: script!("revoke.lua", [CONSTANTS]),
+            dequeue: script!("dequeue.lua", [LINE]),
+            refresh: script!("refresh.lua", [LINE]),
+            describe: script!("describe.lua", []),
+        }
+    }
+
+    /// `(file, parts, body, full text)` of every script.
+    fn all(&self) -> [(&'static str, &'static [Part], &'static str, &str); 11] {
+        fn entry<R: Reply>(s: &Script<R>) -> (&'static str, &'static [Part], &'static str, &str) {
+            (s.file, s.parts, s.body, &s.source)
+        }
+        [
+            entry(&self.acquire),
+            entry(&self.renew),
+            entry(&self.renew_many),
+            entry(&self.renew_lock),
+            entry(&self.renew_permit),
+            entry(&self.release),
+            entry(&self.revoke),
+            entry(&self.dequeue),
+            entry(&self.refresh),
+            entry(&self.semaphore_acquire),
+            entry(&self.describe),
+        ]
+    }
+}
+
+/// The scripts, built and hashed once per process.
+pub(super) fn scripts() -> &'static Scripts {
+    static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
+    &SCRIPTS
+}
+
+/// Every script as Redis runs it (its parts and body joined), with its file
+/// name, for tests that load each one into a real Redis.
+pub static SCRIPTS: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(|| {
+    scripts()
+        .all()
+        .into_iter()
+        .map(|(file, _, _, source)| (file, source))
+        .collect()
+});
+
+/// One call of a script: one or more runs, sent in one write.
+pub(super) struct Call<'s, R> {
+    op: &'static str,
+    script: &'s Script<R>,
+    runs: Vec<ScriptInvocation<'s>>,
+    asking: bool,
+    acknowledged: bool,
+}
+
+impl<'s, R: Reply> Call<'s, R> {
+    /// Adds a run with these KEYS and ARGV.
+    pub fn run(mut self, keys: &[impl ToRedisArgs], args: &[impl ToRedisArgs]) -> Self {
+        let mut run = self.script.redis.prepare_invoke();
+        for key in keys {
+            run.key(key);
+        }
+        for arg in args {
+            run.arg(arg);
+        }
+        self.runs.push(run);
+        self
+    }
+
+    /// Sends `ASKING` first, in the same write: where the key has moved to
+    /// a Cluster node importing its slot, that node serves the script only
+    /// right after an `ASKING` on the same connection. redis-rs sends its
+    /// own `ASKING` when it follows an ASK, but as a request of its own:
+    /// with many calls redirected at once on the shared connection,
+    /// another's script can come between and use it up, and the script is
+    /// then refused (MOVED). Elsewhere `ASKING` is a no-op.
+    pub fn asking(mut self) -> Self {
+        self.asking = true;
+        self
+    }
+
+    /// A grant or renewal: followed by `WAIT` when replicas must
+    /// acknowledge (`--replica-acks`), on the same connection (WAIT counts
+    /// the writes of its own connection).
+    pub fn acknowledged(mut self) -> Self {
+        self.acknowledged = true;
+        self
+    }
+}
+
+/// The replies of a call's runs, in order, and whether enough replicas
+/// acknowledged them.
+pub(super) struct Ran<R> {
+    pub replies: Vec<R>,
+    /// UNAVAILABLE when a `WAIT` found too few replicas acknowledging: the
+    /// write is done on the primary, and a failover could undo it.
+    pub acks: Result<()>,
+}
+
+impl<R> Ran<R> {
+    /// The replies, once enough replicas acknowledged them.
+    pub fn acknowledged(self) -> Result<Vec<R>> {
+        self.acks?;
+        Ok(self.replies)
+    }
+}
+
+/// The one reply of a call of one run.
+pub(super) fn only<R>(op: &str, replies: Vec<R>) -> Result<R> {
+    let n = replies.len();
+    let mut replies = replies.into_iter();
+    match (replies.next(), replies.next()) {
+        (Some(reply), None) => Ok(reply),
+        _ => Err(Error::Internal(format!("{op}: {n} replies to one run"))),
+    }
+}
+
+/// First and longest pause before an attempt refused with TRYAGAIN is made
+/// again (see [`RedisStore::retrying`]).
+const TRYAGAIN_PAUSE_MIN: Duration = Duration::from_millis(10);
+const TRYAGAIN_PAUSE_MAX: Duration = Duration::from_millis(100);
+
+impl RedisStore {
+    /// Calls a script: the one path every script takes. One run alone is
+    /// one `EVALSHA`; several runs, an `ASKING` or a `WAIT` make a
+    /// pipeline, sent in one write. A script Redis does not know (it
+    /// restarted) is loaded and the call sent again. The whole is bounded
+    /// by the store timeout ([`RedisStore::retrying`]); each run's reply is
+    /// read as the script's reply type.
+    pub(super) async fn run<R: Reply>(&self, call: Call<'_, R>) -> Result<Ran<R>> {
+        let Call {
+            op,
+            script,
+            runs,
+            asking,
+            acknowledged,
+        } = call;
+        let replicas = if acknowledged {
+            self.inner.replica_acks
+        } else {
+            0
+        };
+        let mut pipe = redis::pipe();
+        if asking {
+            pipe.cmd("ASKING").ignore();
+        }
+        for run in &runs {
+            pipe.invoke_script(run);
+        }
+        if replicas > 0 {
+            pipe.cmd("WAIT")
+                .arg(replicas)
+                .arg(self.inner.replica_ack_timeout.as_millis() as u64);
+        }
+        let pipe = &pipe;
+        let mut values = self
+            .retrying(op, |mut conn| async move {
+                match send(pipe, &mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script.redis.load_async(&mut conn).await?;
+                        send(pipe, &mut conn).await
+                    }
+                    other => other,
+                }
+            })
+            .await?;
+        let acks = if replicas > 0 {
+            match values.pop() {
+                Some(Value::Int(acks)) => self.check_acks(acks),
+                other => return Err(Error::Internal(format!("WAIT reply: {other:?}"))),
+            }
+        } else {
+            Ok(())
+        };
+        if values.len() != runs.len() {
+            return Err(Error::Internal(format!(
+                "{op}: {} replies to {} runs of {}",
+                values.len(),
+                runs.len(),
+                script.file
+            )));
+        }
+        let replies = values
+            .into_iter()
+            .map(|value| decode(script.file, value))
+            .collect::<Result<_>>()?;
+        Ok(Ran { replies, acks })
+    }
+
+    /// Runs `attempt` within the store timeout. An attempt whose connection
+    /// turns out to be broken (Redis restarted, a proxy dropped it) is made
+    /// once more on the new connection: every script is safe to repeat with
+    /// the same arguments. An attempt refused with TRYAGAIN (a Redis
+    /// Cluster slot migrating: a script whose keys are partly on either
+    /// node; nothing ran) is made again after a short pause until the store
+    /// timeout, since migrating a slot's keys takes longer than redis-rs'
+    /// own few retries.
+    async fn retrying<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.inner.timeout;
+        let mut broken = false;
+        let mut pause = TRYAGAIN_PAUSE_MIN;
+        loop {
+            match tokio::time::timeout_at(deadline, attempt(self.conn()?)).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) if !broken && (e.is_connection_dropped() || e.is_io_error()) => {
+                    self.suspect(&e);
+                    tracing::debug!(op, error = %e, "Redis connection broken; retrying once");
+                    broken = true;
+                }
+                Ok(Err(e)) if e.kind() == ErrorKind::Server(ServerErrorKind::TryAgain) => {
+                    if tokio::time::Instant::now() + pause >= deadline {
+                        return Err(Error::Unavailable(format!(
+                            "Redis Cluster refused {op} with TRYAGAIN for {} ms (the store \
+                             timeout): its slot is migrating; retry",
+                            self.inner.timeout.as_millis()
+                        )));
+                    }
+                    tracing::debug!(op, "slot migrating (TRYAGAIN); retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(TRYAGAIN_PAUSE_MAX);
+                }
+                Ok(Err(e)) => {
+                    self.suspect(&e);
+                    return Err(
+                        if broken && (e.is_connection_dropped() || e.is_io_error()) {
+                            Error::Unavailable(format!("Redis connection broken twice during {op}"))
+                        } else {
+                            classify(op, e)
+                        },
+                    );
+                }
+                Err(_) => {
+                    self.inner.follow.notify_one();
+                    return Err(timed_out(op, self.inner.timeout));
+                }
+            }
+        }
+    }
+
+    /// UNAVAILABLE unless `acks` replicas acknowledged.
+    fn check_acks(&self, acks: i64) -> Result<()> {
+        if acks >= i64::from(self.inner.replica_acks) {
+            return Ok(());
+        }
+        Err(Error::Unavailable(format!(
+            "only {acks} of the {} Redis replicas required (--replica-acks) acknowledged the write \
+             within {} ms; not granted or renewed, so that a failover cannot undo it",
+            self.inner.replica_acks,
+            self.inner.replica_ack_timeout.as_millis()
+        )))
+    }
+}
+
+/// Sends `pipe`: a lone command as itself (a script run alone is the
+/// `EVALSHA` redis-rs would send, routed and redirected as a command on a
+/// Cluster), anything more as a pipeline.
+async fn send(pipe: &redis::Pipeline, conn: &mut Conn) -> redis::RedisResult<Vec<Value>> {
+    let mut commands = pipe.cmd_iter();
+    match (commands.next(), commands.next()) {
+        (Some(only), None) => Ok(vec![only.query_async(conn).await?]),
+        _ => pipe.query_async(conn).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The Lua text without its comments.
+    fn code(lua: &str) -> String {
+        lua.lines()
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The identifiers in a Lua text's code.
+    fn identifiers(lua: &str) -> BTreeSet<String> {
+        code(lua)
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// What a part defines: its top-level `local function NAME` and
+    /// `local NAME =`.
+    fn defined(part: &Part) -> BTreeSet<String> {
+        code(part.source)
+            .lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix("local ")?;
+                let rest = rest.strip_prefix("function ").unwrap_or(rest);
+                rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .next()
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+
+    /// The `.lua` files a header's `-- <label>:` line names.
+    fn header_files(lua: &str, label: &str) -> Option<Vec<String>> {
+        let line = lua
+            .lines()
+            .take_while(|l| l.starts_with("--"))
+            .find_map(|l| l.strip_prefix(&format!("-- {label}:")))?;
+        Some(
+            line.split(|c: char| c == ',' || c.is_whitespace())
+                .map(|w| w.trim_end_matches('.'))
+                .filter(|w| w.ends_with(".lua"))
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    fn all_parts() -> [Part; 4] {
+        [CONSTANTS, LINE, QUEUE, RENEW_LEASE]
+    }
+
+    /// A script (or a part) that calls a shared function, or reads a shared
+    /// constant, includes the part that defines it, before it: otherwise
+    /// Lua would find a nil global at run time, on the first request that
+    /// takes that branch.
+    #[test]
+    fn every_shared_name_a_script_uses_comes_from_a_part_it_includes() {
+        let shared: BTreeSet<String> = all_parts().iter().flat_map(defined).collect();
+        assert!(shared.contains("take_turn") && shared.contains("LINGER_MS"));
+        for (file, parts, body, _) in scripts().all() {
+            let mut known = BTreeSet::new();
+            let texts = parts.iter().map(|p| (p.file, p.source, defined(p)));
+            for (what, text, mine) in texts.chain([(file, body, BTreeSet::new())]) {
+                for name in identifiers(text).intersection(&shared) {
+                    assert!(
+                        known.contains(name) || mine.contains(name),
+                        "{file}: {what} uses {name}, which no part before it defines"
+                    );
+                }
+                known.extend(mine);
+            }
+        }
+    }
+
+    /// A shared part takes everything through its functions' parameters:
+    /// it reads no KEYS or ARGV (which would tie it to the argument order
+    /// of the scripts that include it), and at its top level only defines
+    /// (`local`, and the `end` of a function), running nothing.
+    #[test]
+    fn shared_parts_read_no_keys_or_argv_and_only_define() {
+        for part in all_parts() {
+            let names = identifiers(part.source);
+            assert!(
+                !names.contains("KEYS") && !names.contains("ARGV"),
+                "{} reads KEYS or ARGV",
+                part.file
+            );
+            for line in code(part.source).lines() {
+                let top = !line.starts_with(char::is_whitespace) && !line.trim().is_empty();
+                assert!(
+                    !top || line.starts_with("local ") || line == "end",
+                    "{} runs code at its top level: {line}",
+                    part.file
+                );
+                assert!(
+                    !(line.starts_with("local ") && line.contains("redis.call")),
+                    "{} calls Redis at its top level: {line}",
+                    part.file
+                );
+            }
+        }
+    }
+
+    /// Headers tell the truth: each script's `Uses:` line names exactly the
+    /// parts it is built from, in order, and each part's `Defines:` line
+    /// names what it defines.
+    #[test]
+    fn headers_name_the_parts_used_and_the_names_defined() {
+        for (file, parts, body, _) in scripts().all() {
+            let declared: Vec<String> = parts.iter().map(|p| p.file.to_owned()).collect();
+            let named = header_files(body, "Uses").unwrap_or_default();
+            assert_eq!(named, declared, "{file}'s header: Uses");
+        }
+        for part in all_parts() {
+            let uses = identifiers(part.source);
+            let needed: Vec<String> = all_parts()
+                .iter()
+                .filter(|p| p.file != part.file && !defined(p).is_disjoint(&uses))
+                .map(|p| p.file.to_owned())
+                .collect();
+            let named = header_files(part.source, "Uses").unwrap_or_default();
+            assert_eq!(named, needed, "{}'s header: Uses", part.file);
+            let header: String = part
+                .source
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .skip_while(|l| !l.starts_with("-- Defines:"))
+                .take_while(|l| *l != "--")
+                .collect::<Vec<_>>()
+                .join(" ");
+            for name in defined(&part) {
+                assert!(
+                    header.contains(&name),
+                    "{}'s Defines line does not name {name}",
+                    part.file
+                );
+            }
+        }
+    }
+
+    /// Each script is its parts and its body, nothing else: what Redis runs
+    /// is what the files say.
+    #[test]
+    fn scripts_are_their_parts_then_their_body() {
+        for (file, parts, body, source) in scripts().all() {
+            let joined: String = parts.iter().map(|p| p.source).chain([body]).collect();
+            assert_eq!(source, joined, "{file}");
+        }
+        assert_eq!(SCRIPTS.len(), 11);
+    }
+}
