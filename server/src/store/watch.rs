@@ -1,7 +1,7 @@
 //! Local registry of callers waiting for an event of a name (its release,
 //! its grant), keyed by the event's channel (`{prefix}{name}:released`...).
 //!
-//! Each channel with at least one watch on this replica has a slot listing
+//! Each channel with at least one watch on this replica has an entry listing
 //! its watches, each with a [`Notify`] of its own. An event (seen directly by
 //! the memory store, or as a Redis pub/sub message) names the waiter first in
 //! the name's queue, if any: only that waiter is woken, with every observer
@@ -40,7 +40,7 @@ pub(crate) enum SubscriptionRequest {
     Unsubscribe(String),
 }
 
-/// One watch, as its slot knows it.
+/// One watch, as its channel's entry knows it.
 struct Member {
     id: u64,
     /// The waiter id ([`waiter_id`]) of a caller waiting to acquire; `None`
@@ -49,14 +49,15 @@ struct Member {
     notify: Arc<Notify>,
 }
 
-struct Slot {
+/// The watches of one channel: its entry in the registry.
+struct ChannelWatches {
     /// The watches of this channel; changed only under the map entry lock.
     members: Mutex<Vec<Member>>,
-    /// Set once the subscription for this slot is confirmed.
+    /// Set once the subscription to this channel is confirmed.
     subscribed: OnceCell<()>,
 }
 
-impl Slot {
+impl ChannelWatches {
     fn members(&self) -> MutexGuard<'_, Vec<Member>> {
         // Nothing panics while holding it; a poisoned list is still whole.
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
@@ -64,7 +65,7 @@ impl Slot {
 }
 
 struct Inner {
-    slots: DashMap<String, Arc<Slot>>,
+    by_channel: DashMap<String, Arc<ChannelWatches>>,
     next_id: AtomicU64,
     /// `None` for stores that see every release themselves (memory).
     subscriptions: Option<mpsc::UnboundedSender<SubscriptionRequest>>,
@@ -82,7 +83,7 @@ pub struct Watch {
     channel: String,
     id: u64,
     notify: Arc<Notify>,
-    slot: Arc<Slot>,
+    watches: Arc<ChannelWatches>,
     inner: Arc<Inner>,
 }
 
@@ -90,7 +91,7 @@ impl Watchers {
     pub(crate) fn new(subscriptions: Option<mpsc::UnboundedSender<SubscriptionRequest>>) -> Self {
         Watchers {
             inner: Arc::new(Inner {
-                slots: DashMap::new(),
+                by_channel: DashMap::new(),
                 next_id: AtomicU64::new(0),
                 subscriptions,
             }),
@@ -103,23 +104,23 @@ impl Watchers {
     pub(crate) async fn watch(&self, channel: &str, waiter: Option<&str>) -> Result<Watch> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
-        let slot = {
-            let slot = self
+        let watches = {
+            let watches = self
                 .inner
-                .slots
+                .by_channel
                 .entry(channel.to_owned())
                 .or_insert_with(|| {
-                    Arc::new(Slot {
+                    Arc::new(ChannelWatches {
                         members: Mutex::new(Vec::new()),
                         subscribed: OnceCell::new(),
                     })
                 });
-            slot.members().push(Member {
+            watches.members().push(Member {
                 id,
                 waiter: waiter.map(|t| waiter_id(t).into()),
                 notify: Arc::clone(&notify),
             });
-            Arc::clone(&slot)
+            Arc::clone(&watches)
         };
         // Built before subscribing, so that a failed subscription still
         // unregisters on drop.
@@ -127,12 +128,12 @@ impl Watchers {
             channel: channel.to_owned(),
             id,
             notify,
-            slot,
+            watches,
             inner: Arc::clone(&self.inner),
         };
         if let Some(subscriptions) = &self.inner.subscriptions {
             watch
-                .slot
+                .watches
                 .subscribed
                 .get_or_try_init(|| async {
                     let (tx, rx) = oneshot::channel();
@@ -155,8 +156,8 @@ impl Watchers {
     /// watch. A wake-up reaching a watch that is not waiting is kept for its
     /// next wait, so a caller busy with an attempt does not miss it.
     pub(crate) fn wake(&self, channel: &str, next: &str) {
-        if let Some(slot) = self.inner.slots.get(channel) {
-            for member in slot.members().iter() {
+        if let Some(watches) = self.inner.by_channel.get(channel) {
+            for member in watches.members().iter() {
                 let woken = match &member.waiter {
                     None => true,
                     Some(id) => next.is_empty() || **id == *next,
@@ -177,8 +178,8 @@ impl Watchers {
             return;
         }
         let ids: std::collections::HashSet<&str> = tokens.iter().map(|t| waiter_id(t)).collect();
-        if let Some(slot) = self.inner.slots.get(channel) {
-            for member in slot.members().iter() {
+        if let Some(watches) = self.inner.by_channel.get(channel) {
+            for member in watches.members().iter() {
                 if member.waiter.as_deref().is_some_and(|id| ids.contains(id)) {
                     member.notify.notify_one();
                 }
@@ -189,8 +190,8 @@ impl Watchers {
     /// Wakes every watch: after a lost subscription connection, releases may
     /// have gone unseen, so every waiter must look again.
     pub(crate) fn wake_all(&self) {
-        for slot in self.inner.slots.iter() {
-            for member in slot.members().iter() {
+        for watches in self.inner.by_channel.iter() {
+            for member in watches.members().iter() {
                 member.notify.notify_one();
             }
         }
@@ -198,7 +199,7 @@ impl Watchers {
 
     /// Watches of `channel` by callers waiting to acquire, alive now.
     pub(crate) fn waiters(&self, channel: &str) -> usize {
-        self.inner.slots.get(channel).map_or(0, |s| {
+        self.inner.by_channel.get(channel).map_or(0, |s| {
             s.members().iter().filter(|m| m.waiter.is_some()).count()
         })
     }
@@ -217,9 +218,9 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         // Removed under the entry lock, so that a concurrent `watch` either
-        // sees this slot alive or creates a fresh one after it is gone.
-        if let Entry::Occupied(entry) = self.inner.slots.entry(self.channel.clone()) {
-            if !Arc::ptr_eq(entry.get(), &self.slot) {
+        // sees this entry alive or creates a fresh one after it is gone.
+        if let Entry::Occupied(entry) = self.inner.by_channel.entry(self.channel.clone()) {
+            if !Arc::ptr_eq(entry.get(), &self.watches) {
                 return;
             }
             let empty = {
@@ -281,7 +282,7 @@ mod tests {
         assert!(second.notified().now_or_never().is_some());
         drop((first, second, observer));
         assert_eq!(watchers.waiters("c"), 0);
-        assert!(watchers.inner.slots.is_empty());
+        assert!(watchers.inner.by_channel.is_empty());
     }
 
     #[tokio::test]
@@ -318,7 +319,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_subscription_leaves_no_slot_behind() {
+    async fn a_failed_subscription_leaves_no_entry_behind() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(tx));
         let w = watchers.clone();
