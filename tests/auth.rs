@@ -19,7 +19,7 @@ use leasehold_client::{Broker as Grpc, Credentials};
 use leasehold_server::{
     auth::{generate_token, token_credential},
     proto::{
-        lease_status, DescribeRequest, KeepAliveRequest, LeaderRequest, Lease, LeaseRef,
+        lease_status, DescribeRequest, KeepAliveRequest, Lease, LeaseRef, ObserveRequest,
         ReleaseRequest, RenewRequest, RevokeRequest,
     },
 };
@@ -243,14 +243,15 @@ async fn calls_without_a_known_credential_are_unauthenticated() {
     assert_eq!(stream.code(), Code::Unauthenticated);
 
     // Another scheme than Bearer.
-    let mut basic = leasehold_server::proto::leasehold_client::LeaseholdClient::with_interceptor(
-        broker.channel().await,
-        |mut r: tonic::Request<()>| {
-            r.metadata_mut()
-                .insert("authorization", "Basic dXNlcjpwYXNz".parse().unwrap());
-            Ok(r)
-        },
-    );
+    let mut basic =
+        leasehold_server::proto::leasehold_service_client::LeaseholdServiceClient::with_interceptor(
+            broker.channel().await,
+            |mut r: tonic::Request<()>| {
+                r.metadata_mut()
+                    .insert("authorization", "Basic dXNlcjpwYXNz".parse().unwrap());
+                Ok(r)
+            },
+        );
     let status = basic.describe(describe("x")).await.unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated);
     assert!(status.message().contains("Bearer <token>"), "{status:?}");
@@ -1114,7 +1115,7 @@ async fn a_withdrawn_credential_ends_its_streams() {
         let mut client = client.clone();
         async move {
             let mut changes = client
-                .observe(LeaderRequest {
+                .observe(ObserveRequest {
                     election: "watched".into(),
                 })
                 .await

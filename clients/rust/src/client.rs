@@ -11,8 +11,9 @@ use std::{
 };
 
 use leasehold_proto::{
-    leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
-    DescribeResponse, LeaderRequest, ReleaseRequest, RevokeRequest,
+    leasehold_service_client::LeaseholdServiceClient, AcquireRequest, CheckFenceRequest,
+    DescribeRequest, DescribeResponse, LeaderRequest, ObserveRequest, ReleaseRequest,
+    RevokeRequest,
 };
 use tokio::{
     sync::{watch, Notify},
@@ -105,7 +106,7 @@ impl Shared {
 
 /// A gRPC client of one broker, sending the client's credentials with
 /// every call.
-pub type Broker = LeaseholdClient<InterceptedService<Channel, Credentials>>;
+pub type Broker = LeaseholdServiceClient<InterceptedService<Channel, Credentials>>;
 
 /// A connection to the broker (or to several replicas); cheap to clone.
 #[derive(Clone)]
@@ -338,7 +339,7 @@ impl Client {
     /// Follows the leadership of `election`: the first item is the
     /// leadership now, then every change in order.
     pub async fn observe(&self, election: &str) -> Result<Observation, ClientError> {
-        let request = LeaderRequest {
+        let request = ObserveRequest {
             election: election.to_owned(),
         };
         let stream = self
