@@ -139,12 +139,19 @@ impl Client {
         let mut endpoints = Vec::new();
         for url in urls {
             let url = url.into();
+            // Without a scheme tonic would fail at connect time, as if the
+            // broker were down: a typo must not look like an outage.
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ClientError::Config(format!(
+                    "bad broker URL '{url}': it must start with http:// or https://"
+                )));
+            }
             let endpoint = Channel::from_shared(url.clone())
-                .map_err(|e| ClientError::Connect(format!("bad broker URL '{url}': {e}")))?;
+                .map_err(|e| ClientError::Config(format!("bad broker URL '{url}': {e}")))?;
             let endpoint = match url.starts_with("https://") {
                 true => endpoint
                     .tls_config(ClientTls::config(tls))
-                    .map_err(|e| ClientError::Connect(format!("TLS settings for '{url}': {e}")))?,
+                    .map_err(|e| ClientError::Config(format!("TLS settings for '{url}': {e}")))?,
                 false => endpoint,
             };
             let endpoint = endpoint
@@ -157,7 +164,7 @@ impl Client {
             endpoints.push(endpoint);
         }
         if endpoints.is_empty() {
-            return Err(ClientError::Connect("no broker URL given".into()));
+            return Err(ClientError::Config("no broker URL given".into()));
         }
         // Start with the first replica that answers; the others connect
         // when they are needed.

@@ -107,7 +107,7 @@ impl Credentials {
             .map(|t| {
                 let mut value =
                     MetadataValue::try_from(format!("Bearer {}", t.trim())).map_err(|_| {
-                        ClientError::Connect(
+                        ClientError::Config(
                             "the bearer token has characters a header cannot carry".into(),
                         )
                     })?;
