@@ -307,16 +307,25 @@ DEFAULT_MAX_WAIT = 300.0
 #: How long before a waiting call's end the next one is sent, at most.
 MAX_LEAD = 2.0
 
-_MAX_WAIT_LIMIT = re.compile(r"limit is (\d+) ms \(--max-wait\)")
+_MAX_WAIT_LIMIT = re.compile(r"limit is (\d+(?:\.\d+)?) ?(ms|s|min|h) \(--max-wait\)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0}
 
 
 def max_wait_from(error: grpc.RpcError) -> Optional[float]:
     """The broker's --max-wait, in seconds, from its refusal of a longer
-    wait (INVALID_ARGUMENT naming --max-wait); None for any other error."""
+    wait (INVALID_ARGUMENT naming --max-wait, e.g. "the limit is 300000 ms
+    (--max-wait)" or "the limit is 5 min (--max-wait)"); 0.0 when the
+    refusal names --max-wait in words this cannot read (the caller then
+    halves its guess); None for any other error."""
     if error.code() != grpc.StatusCode.INVALID_ARGUMENT:
         return None
-    found = _MAX_WAIT_LIMIT.search(error.details() or "")
-    return int(found.group(1)) / 1000.0 if found else None
+    details = error.details() or ""
+    if "--max-wait" not in details:
+        return None
+    found = _MAX_WAIT_LIMIT.search(details)
+    if not found:
+        return 0.0
+    return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
 
 
 class WaitPlan:
@@ -438,6 +447,8 @@ class Chain:
                 return None  # a successor was not sent in time: send it now
             return from_rpc_error(error)
         learnt = max_wait_from(error)
+        if learnt == 0.0:
+            learnt = self.plan.max_wait / 2 if self.plan.max_wait > 0.5 else None
         if learnt is not None and self.plan.learnt(learnt):
             return None
         # Deferred import: _brokers imports the generated stubs' module.
