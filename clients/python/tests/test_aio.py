@@ -144,3 +144,72 @@ async def test_invalid_arguments_are_refused_with_the_broker_message(broker, nam
         with pytest.raises(ValueError):
             await c.acquire(name, ttl=5, wait=-1)
 
+
+
+async def test_a_dead_address_is_skipped_and_the_lease_kept_alive_on_the_next(broker, name):
+    from test_failover import nobody
+
+    dead = nobody()
+    async with AsyncClient([dead, broker.address]) as c, AsyncClient(broker.address) as watcher:
+        lease = await c.acquire(name, ttl=TTL)
+        assert c.target == broker.address
+        await asyncio.sleep(4 * TTL)  # renewals must happen: real time passes
+        assert not lease.is_lost(), lease.loss_reason
+        assert (await watcher.describe(name)).fence == lease.fence
+        await lease.release()
+
+
+async def test_a_lease_survives_the_death_of_its_broker(redis, tmp_path, name):
+    from conftest import Broker
+
+    first = Broker(tmp_path / "first.log", store=redis.url)
+    second = Broker(tmp_path / "second.log", store=redis.url)
+    try:
+        async with AsyncClient([first.address, second.address]) as c, AsyncClient(second.address) as watcher:
+            ttl = 2.0
+            lease = await c.acquire(name, ttl=ttl, holder="survivor")
+            granted = lease.deadline
+
+            async def renewed_after(t):
+                assert not lease.is_lost(), lease.loss_reason
+                return lease.deadline > t
+
+            await eventually_async(lambda: renewed_after(granted), ttl, "a renewal through the first broker")
+            first.kill()
+            killed = time.monotonic()
+            # Renewed through the second: a deadline counted from a heartbeat
+            # sent after the kill.
+            await eventually_async(
+                lambda: renewed_after(killed + ttl - lease.ttl / 10), ttl, "resumed on the second broker"
+            )
+            assert c.target == second.address
+            d = await watcher.describe(name)
+            assert d.held and d.holder == "survivor" and d.fence == lease.fence
+            await lease.release()
+            assert not (await watcher.describe(name)).held
+    finally:
+        first.stop()
+        second.stop()
+
+
+async def test_reconnects_and_resumes_after_the_stream_breaks(broker, name):
+    from proxy import Proxy
+
+    proxy = Proxy(broker.port)
+    try:
+        async with AsyncClient(proxy.address) as c:
+            ttl = 2.0
+            lease = await c.acquire(name, ttl=ttl)
+            for cut in range(2):
+                before = proxy.accepted
+                proxy.cut()
+                deadline = lease.deadline
+
+                async def resumed():
+                    assert not lease.is_lost(), f"lost after cut {cut}: {lease.loss_reason}"
+                    return proxy.accepted > before and lease.deadline > deadline
+
+                await eventually_async(resumed, ttl, f"resumed after cut {cut}")
+            await lease.release()
+    finally:
+        proxy.close()
