@@ -126,3 +126,18 @@ async def test_async_wait_none_outlasts_max_wait(short_wait_broker, name):
         assert lease.waited > SHORT_MAX_WAIT
         assert (await a.describe(name)).holder == "patient"
         await lease.release()
+
+
+def test_campaign_wait_none_outlasts_max_wait(short_wait_broker, name):
+    with Client(short_wait_broker.address) as a, Client(short_wait_broker.address) as b:
+        leader = a.campaign(name, "node-a", ttl=30)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            candidate = pool.submit(b.campaign, name, "node-b", 10, None)
+            eventually(lambda: waiters(a, name) == 2, 3 * SHORT_MAX_WAIT, "the next call of the chain")
+            eventually(lambda: waiters(a, name) == 1, 3 * SHORT_MAX_WAIT, "the previous call left")
+            assert not candidate.done(), candidate.exception()
+            leader.release()  # resigns
+            lead = candidate.result(timeout=10)
+        assert lead.waited > SHORT_MAX_WAIT
+        assert a.leader(name).value == "node-b" and a.leader(name).term == lead.fence
+        lead.release()

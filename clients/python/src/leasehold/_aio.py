@@ -526,11 +526,15 @@ class AsyncClient:
         return _Acquiring(self._acquire(name, ttl, wait, holder, margin, lock_delay, limit))
 
     async def _acquire(self, name, ttl, wait, holder, margin, lock_delay, limit) -> AsyncLease:
-        brokers = self._brokers()
         request, wait_s = _core.acquire_request(name, ttl, wait, holder, lock_delay, limit)
         if margin is not None:
             _seconds(margin, "margin")
-        chain = _core.Chain(request, wait_s, self._max_wait, len(brokers))
+        return await self._chained("Acquire", request, wait_s, margin)
+
+    async def _chained(self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds]) -> AsyncLease:
+        """Acquire or Campaign in a chain of calls (see Client._chained)."""
+        brokers = self._brokers()
+        chain = _core.Chain(method, request, wait_s, self._max_wait, len(brokers))
         granted: Optional[_core.ChainCall] = None
         try:
             while granted is None:
@@ -539,7 +543,7 @@ class AsyncClient:
                     index, stub = brokers.current()
                     # The deadline counts from the time the request was *sent*.
                     sent = time.monotonic()
-                    call = stub.Acquire(req, timeout=segment + self._timeout, metadata=brokers.metadata)
+                    call = getattr(stub, method)(req, timeout=segment + self._timeout, metadata=brokers.metadata)
                     chain.sent((call, asyncio.ensure_future(_result(call))), sent, segment, index)
                 for c in list(chain.calls):
                     task = c.handle[1]
@@ -585,19 +589,12 @@ class AsyncClient:
 
         task.add_done_callback(done)
 
-    async def campaign(self, election: str, value: str, ttl: Seconds, wait: Seconds = 0) -> AsyncLease:
-        """Becomes the leader of ``election`` (see :meth:`Client.campaign`)."""
-        brokers = self._brokers()
-        wait_s = _seconds(wait, "wait")
-        request = pb.CampaignRequest(
-            election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")), wait_timeout_ms=_ms(wait_s)
-        )
-        sent = time.monotonic()
-        try:
-            response = await brokers.acall("Campaign", request, timeout=wait_s + self._timeout)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return self._hold(response.lease, response.waited_ms, sent, None)
+    async def campaign(self, election: str, value: str, ttl: Seconds, wait: Optional[Seconds] = 0) -> AsyncLease:
+        """Becomes the leader of ``election`` (see :meth:`Client.campaign`;
+        ``wait=None`` waits as long as it takes)."""
+        self._brokers()
+        request = pb.CampaignRequest(election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")))
+        return await self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None)
 
     def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> AsyncLease:
         held = _core.held_from(lease, waited_ms, sent, margin)

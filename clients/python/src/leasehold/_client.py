@@ -200,7 +200,12 @@ class Client:
         request, wait_s = _core.acquire_request(name, ttl, wait, holder, lock_delay, limit)
         if margin is not None:
             _seconds(margin, "margin")
-        chain = _core.Chain(request, wait_s, self._max_wait, len(self._brokers))
+        return self._chained("Acquire", request, wait_s, margin)
+
+    def _chained(self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds]) -> Lease:
+        """Acquire or Campaign, waiting ``wait_s`` (None: without end) in a
+        chain of calls within the broker's --max-wait (_core.WaitPlan)."""
+        chain = _core.Chain(method, request, wait_s, self._max_wait, len(self._brokers))
         woken = threading.Event()
         granted: Optional[_core.ChainCall] = None
         try:
@@ -210,7 +215,7 @@ class Client:
                     index, stub = self._brokers.current()
                     # The deadline counts from the time the request was *sent*.
                     sent = time.monotonic()
-                    future = stub.Acquire.future(
+                    future = getattr(stub, method).future(
                         req, timeout=segment + self._timeout, metadata=self._brokers.metadata
                     )
                     future.add_done_callback(lambda _: woken.set())
@@ -249,22 +254,14 @@ class Client:
             lease = future.result().lease
             self._keeper.release_in_background(lease.name, lease.owner_token)
 
-    def campaign(self, election: str, value: str, ttl: Seconds, wait: Seconds = 0) -> Lease:
+    def campaign(self, election: str, value: str, ttl: Seconds, wait: Optional[Seconds] = 0) -> Lease:
         """Becomes the leader of ``election`` with ``value`` (waiting up to
-        ``wait``). The lease returned is the leadership: its fence is the
+        ``wait``; None: as long as it takes, as for :meth:`acquire`). The lease returned is the leadership: its fence is the
         leader's term, attach it to what the leader writes; release it to
         resign. Raises :class:`NotAcquired` if another leader remains."""
         self._check_open()
-        wait_s = _seconds(wait, "wait")
-        request = pb.CampaignRequest(
-            election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")), wait_timeout_ms=_ms(wait_s)
-        )
-        sent = time.monotonic()
-        try:
-            response = self._brokers.call("Campaign", request, timeout=wait_s + self._timeout)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return self._hold(response.lease, response.waited_ms, sent, None)
+        request = pb.CampaignRequest(election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")))
+        return self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None)
 
     def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> Lease:
         held = _core.held_from(lease, waited_ms, sent, margin)

@@ -373,8 +373,9 @@ class WaitPlan:
         return True
 
 
-def with_wait(request: pb.AcquireRequest, segment: float) -> pb.AcquireRequest:
-    r = pb.AcquireRequest()
+def with_wait(request, segment: float):
+    """A copy of an AcquireRequest or CampaignRequest waiting ``segment``."""
+    r = type(request)()
     r.CopyFrom(request)
     r.wait_timeout_ms = _ms(segment)
     return r
@@ -395,11 +396,14 @@ class ChainCall:
 
 
 class Chain:
-    """The decisions of one acquire (see :class:`WaitPlan`): when to send a
+    """The decisions of one acquire or campaign (see :class:`WaitPlan`): when to send a
     call, what to make of each failed one. Both clients drive it, each with
     its own I/O; it is not thread-safe (one driver at a time)."""
 
-    def __init__(self, request: pb.AcquireRequest, wait: Optional[float], max_wait: float, replicas: int):
+    def __init__(self, method: str, request, wait: Optional[float], max_wait: float, replicas: int):
+        #: "Acquire" or "Campaign": both wait in a line, and answer a lease
+        #: and waited_ms.
+        self.method = method
         self._request = request
         self.plan = WaitPlan(wait, max_wait)
         #: The calls in flight, oldest first.
@@ -422,7 +426,7 @@ class Chain:
             return None
         return newest.next_at
 
-    def request(self, now: float) -> Tuple[pb.AcquireRequest, float]:
+    def request(self, now: float) -> Tuple[Any, float]:
         """The request of the call to send now, and its wait (segment)."""
         segment = self.plan.segment(now)
         return with_wait(self._request, segment), segment

@@ -223,7 +223,8 @@ class Lease(_LeaseView):
     def __init__(self, held: _Held, client: "Client", waited: float):
         self._held = held
         self._client = client
-        #: How long the Acquire call waited for the lock, in seconds.
+        #: How long the acquire waited for the lock, in seconds (over all the
+        #: calls of a wait longer than the broker's --max-wait).
         self.waited = waited
 
     # -- loss notification ---------------------------------------------------
