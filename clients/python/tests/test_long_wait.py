@@ -141,3 +141,27 @@ def test_campaign_wait_none_outlasts_max_wait(short_wait_broker, name):
         assert lead.waited > SHORT_MAX_WAIT
         assert a.leader(name).value == "node-b" and a.leader(name).term == lead.fence
         lead.release()
+
+
+def test_a_cap_of_one_waiter_per_connection_turns_the_chain_sequential(tmp_path, name):
+    from conftest import Broker
+
+    capped = Broker(tmp_path / "broker.log", args=["--max-wait", f"{SHORT_MAX_WAIT:g}s", "--conn-max-waiters", "1"])
+    try:
+        with Client(capped.address) as a, Client(capped.address) as b:
+            holder = a.acquire(name, ttl=30)
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                started = time.monotonic()
+                waiting = pool.submit(b.acquire, name, 10, None, "patient")
+                eventually(lambda: waiters(a, name) == 1, 5.0, "the waiter queued")
+                # The overlapping call is refused (RESOURCE_EXHAUSTED): the
+                # chain goes on with one call at a time, past --max-wait.
+                eventually(lambda: time.monotonic() - started > 2.5 * SHORT_MAX_WAIT and waiters(a, name) == 1,
+                           5 * SHORT_MAX_WAIT, "still waiting past two --max-wait windows")
+                assert not waiting.done(), waiting.exception()
+                holder.release()
+                lease = waiting.result(timeout=10)
+            assert a.describe(name).holder == "patient"
+            lease.release()
+    finally:
+        capped.stop()

@@ -410,6 +410,9 @@ class Chain:
         self.calls: List[ChainCall] = []
         self._replicas = replicas
         self._unreached = 0
+        # False once a cap on waiters refused the overlapping call: then
+        # each call is sent when the previous one ended.
+        self._overlap = True
 
     def needs_call(self, now: float) -> bool:
         """Whether to send a call now: none is in flight, or the newest
@@ -434,7 +437,8 @@ class Chain:
     def sent(self, handle: Any, sent: float, segment: float, index: int) -> None:
         if self.calls:
             self.calls[-1].followed = True
-        self.calls.append(ChainCall(handle, sent, segment, index, self.plan.next_at(sent, segment)))
+        next_at = self.plan.next_at(sent, segment) if self._overlap else None
+        self.calls.append(ChainCall(handle, sent, segment, index, next_at))
 
     def failed(self, call: ChainCall, error: grpc.RpcError, unreachable, now: float) -> Optional[LeaseholdError]:
         """A call of the chain failed (it is no longer in flight). Returns
@@ -450,6 +454,15 @@ class Chain:
             if not self.plan.over(now) and now >= call.sent + 0.9 * call.segment:
                 return None  # a successor was not sent in time: send it now
             return from_rpc_error(error)
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and self.calls:
+            # A cap on waiters (--conn-max-waiters, --tenant-max-waiters)
+            # leaves no room for a second waiting call: from now on the
+            # next call goes when the previous one ends (out of the line
+            # for that moment).
+            self._overlap = False
+            self.calls[-1].next_at = None
+            self.calls[-1].followed = False
+            return None
         learnt = max_wait_from(error)
         if learnt == 0.0:
             learnt = self.plan.max_wait / 2 if self.plan.max_wait > 0.5 else None
