@@ -28,7 +28,7 @@ const definition = protoLoader.loadSync('leasehold/v1/leasehold.proto', {
   enums: String,
   defaults: true,
 });
-const { Leasehold } = grpc.loadPackageDefinition(definition).leasehold.v1;
+const { LeaseholdService } = grpc.loadPackageDefinition(definition).leasehold.v1;
 
 const now = () => performance.now(); // monotonic: wall-clock steps cannot move deadlines
 const MIN_BACKOFF_MS = 50;
@@ -103,7 +103,7 @@ class Client {
   #token;
   constructor(target, credentials, { token = null, serverName = null, tls = false } = {}) {
     const options = serverName ? { 'grpc.ssl_target_name_override': serverName } : {};
-    this._stub = new Leasehold(target, credentials, options);
+    this._stub = new LeaseholdService(target, credentials, options);
     this.target = target;
     this.tls = tls;
     this.#token = token;
@@ -231,14 +231,16 @@ class Client {
     res.leases.forEach((st, i) => {
       const lease = entry.leases[i];
       if (!lease || lease.name !== st.name) return;
-      if (st.state === 'ALIVE') lease._renewed(entry.sent, Number(st.ttl_ms));
-      else if (st.state === 'REJECTED') this._lose(lease, 'REJECTED', st.message);
-      else if (st.state === 'LOST') {
+      if (st.state === 'STATE_ALIVE') lease._renewed(entry.sent, Number(st.ttl_ms));
+      else if (st.state === 'STATE_REJECTED') this._lose(lease, 'REJECTED', st.message);
+      else if (st.state === 'STATE_LOST') {
+        // The proto's LOSS_REASON_EXPIRED is this client's EXPIRED, and so on.
+        const given = st.reason.replace(/^LOSS_REASON_/, '');
         // EXPIRED before our own (early) deadline cannot be an expiry: the store lost it.
-        const reason = st.reason === 'EXPIRED' && now() < lease.deadline ? 'STORE_LOST' : st.reason;
+        const reason = given === 'EXPIRED' && now() < lease.deadline ? 'STORE_LOST' : given;
         this._lose(lease, reason, st.message);
       }
-      // UNCONFIRMED: the store did not answer; keep beating, the deadline decides.
+      // STATE_UNCONFIRMED: the store did not answer; keep beating, the deadline decides.
     });
   }
 

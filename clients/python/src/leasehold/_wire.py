@@ -10,20 +10,20 @@ from ._proto import leasehold_pb2 as pb
 from ._proto import leasehold_pb2_grpc as pb_grpc
 from .errors import LossReason
 
-#: The generated stub class of the Leasehold service.
-Stub = pb_grpc.LeaseholdStub
+#: The generated stub class of the LeaseholdService.
+Stub = pb_grpc.LeaseholdServiceStub
 
 _State = pb.LeaseStatus.State
-ALIVE = _State.Value("ALIVE")
-LOST = _State.Value("LOST")
-REJECTED = _State.Value("REJECTED")
+ALIVE = _State.Value("STATE_ALIVE")
+LOST = _State.Value("STATE_LOST")
+REJECTED = _State.Value("STATE_REJECTED")
 
 #: LossReason values the broker names; EXPIRED and unspecified are decided
-#: by the caller (see keepalive.loss_reason).
+#: by the caller (see _heartbeat.loss_reason).
 NAMED_LOSSES = {
-    pb.LossReason.Value("NOT_OWNER"): LossReason.NOT_OWNER,
-    pb.LossReason.Value("STORE_LOST"): LossReason.STORE_LOST,
-    pb.LossReason.Value("REVOKED"): LossReason.REVOKED,
+    pb.LossReason.Value("LOSS_REASON_NOT_OWNER"): LossReason.NOT_OWNER,
+    pb.LossReason.Value("LOSS_REASON_STORE_LOST"): LossReason.STORE_LOST,
+    pb.LossReason.Value("LOSS_REASON_REVOKED"): LossReason.REVOKED,
 }
 
 
@@ -33,4 +33,4 @@ def named_loss(reason: int) -> Optional[LossReason]:
 
 def observe_request(election: str):
     """The request of an Observe call."""
-    return pb.LeaderRequest(election=election)
+    return pb.ObserveRequest(election=election)
