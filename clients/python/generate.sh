@@ -6,20 +6,22 @@
 # fails when they are stale.
 #
 # Usage: ./generate.sh [OUT_DIR]   (default: src/leasehold/_proto)
-# Python: $PYTHON, else .venv/bin/python if present, else python3; it needs
-# grpcio-tools (the version pinned in pyproject.toml's `test` extra, so that
-# the output matches the files in the tree).
+# Python: $PYTHON, else the "oldest" test virtualenv of run-tests.sh if
+# present, else python3; it needs grpcio-tools 1.63.0 (pyproject.toml's
+# `generate` extra: the oldest that writes protobuf 5 gencode, so that the
+# package works with protobuf 5.26.1 to 7.x; see pyproject.toml).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 proto_root="$(cd "$here/../../proto" && pwd)"
 out="${1:-$here/src/leasehold/_proto}"
 python="${PYTHON:-}"
 if [ -z "$python" ]; then
-  if [ -x "$here/.venv/bin/python" ]; then python="$here/.venv/bin/python"; else python=python3; fi
+  oldest="${LEASEHOLD_PY_VENVS:-$HOME/.cache/leasehold-python}/oldest/bin/python"
+  if [ -x "$oldest" ]; then python="$oldest"; else python=python3; fi
 fi
 
 if ! "$python" -c 'import grpc_tools' >/dev/null 2>&1; then
-  echo "generate.sh: $python has no grpc_tools: pip install 'grpcio-tools==1.85.1' (or run ./run-tests.sh once, then retry)" >&2
+  echo "generate.sh: $python has no grpc_tools: pip install 'grpcio-tools==1.63.0' (or run ./run-tests.sh once, then retry)" >&2
   exit 1
 fi
 

@@ -3,6 +3,8 @@ a real redis-server, for brokers that share a store."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import shutil
 import signal
@@ -18,6 +20,17 @@ from leasehold import Client
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_BIN = REPO / "target" / "debug" / "leasehold"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Runs ``async def`` tests in a fresh event loop (no plugin needed),
+    bounded so that a hung test fails instead of hanging the run."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    args = {a: pyfuncitem.funcargs[a] for a in pyfuncitem._fixtureinfo.argnames}
+    asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), 120))
+    return True
 
 
 def free_port() -> int:
@@ -139,6 +152,19 @@ def broker(tmp_path_factory):
     b.stop()
 
 
+#: The --max-wait of the ``short_wait_broker``: waits longer than this are
+#: chains of Acquire calls.
+SHORT_MAX_WAIT = 2.0
+
+
+@pytest.fixture(scope="session")
+def short_wait_broker(tmp_path_factory):
+    """A broker whose --max-wait is SHORT_MAX_WAIT, for the long-wait tests."""
+    b = Broker(tmp_path_factory.mktemp("short-wait") / "broker.log", args=["--max-wait", f"{SHORT_MAX_WAIT:g}s"])
+    yield b
+    b.stop()
+
+
 @pytest.fixture
 def own_broker(tmp_path):
     """A broker for one test only (for tests that kill it)."""
@@ -159,6 +185,23 @@ def other(broker):
     knows)."""
     with Client(broker.address) as c:
         yield c
+
+
+def eventually(condition, timeout: float = 10.0, what: str = "condition"):
+    """Waits (polling every 10 ms) until ``condition()`` is true: for states
+    only visible by asking the broker (e.g. how many callers wait)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"{what}: not within {timeout} s"
+        time.sleep(0.01)
+
+
+async def eventually_async(condition, timeout: float = 10.0, what: str = "condition"):
+    """``eventually`` for a coroutine function ``condition``."""
+    end = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < end, f"{what}: not within {timeout} s"
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ lock names are per tenant."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import secrets
@@ -135,3 +136,19 @@ def test_a_token_over_tls_and_a_client_certificate_tenant(tokens, tmp_path):
             assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
     finally:
         b.stop()
+
+
+async def test_the_asyncio_client_sends_the_token_on_every_call_and_the_stream(auth_broker, tokens):
+    from leasehold import AsyncClient
+
+    async with AsyncClient(auth_broker.address, token=tokens["search"]) as client:
+        assert tokens["search"] not in repr(client)
+        lease = await client.acquire(unique("aio"), ttl=TTL)
+        await asyncio.sleep(TTL * 5)  # renewed over the stream, which carries the token
+        assert not lease.is_lost(), lease.loss_reason
+        assert (await client.describe(lease.name)).fence == lease.fence
+        await lease.release()
+    async with AsyncClient(auth_broker.address) as anonymous:
+        with pytest.raises(LeaseholdError) as refused:
+            await anonymous.acquire(unique("aio"), ttl=TTL)
+        assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED

@@ -12,14 +12,27 @@ paused past its TTL::
             lease.check()
             write_report(fence=lease.fence)
 
+The same with asyncio (``grpc.aio``)::
+
+    from leasehold import AsyncClient
+
+    async with AsyncClient("127.0.0.1:7420") as client:
+        async with client.acquire("jobs/nightly", ttl=10, wait=None) as lease:
+            lease.check()
+            await write_report(fence=lease.fence)
+
 See README.md for the rules the client follows.
 """
 
+from ._aio import AsyncClient, AsyncLease, AsyncObservation
 from ._client import Client, Description, FenceCheck, Leader, Observation, default_holder
 from ._lease import Lease
 from .errors import LeaseholdError, LeaseLost, LossReason, NotAcquired
 
 __all__ = [
+    "AsyncClient",
+    "AsyncLease",
+    "AsyncObservation",
     "Client",
     "Description",
     "FenceCheck",

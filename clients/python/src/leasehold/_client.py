@@ -2,163 +2,30 @@
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import os
-import socket
+import threading
 import time
 import weakref
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterator, Optional, Sequence, Tuple, Union
 
 import grpc
 
+from . import _core
+from . import _wire
 from ._brokers import Brokers
+from ._core import (  # noqa: F401 (re-exported: the public names live here)
+    Description,
+    FenceCheck,
+    Leader,
+    Pem,
+    Seconds,
+    _ms,
+    _seconds,
+    default_holder,
+)
 from ._keeper import Keeper
 from ._lease import Lease, _Held
 from ._proto import leasehold_pb2 as pb
-from .errors import LeaseholdError, LeaseLost, LossReason, from_rpc_error
-
-Seconds = Union[float, int, datetime.timedelta]
-#: A PEM file (a path) or PEM text itself (bytes).
-Pem = Union[str, "os.PathLike[str]", bytes]
-
-# gRPC's default reconnect backoff starts at 1 s and grows to 2 minutes: far
-# too slow to resume a lease of a few seconds after a broker restart or a
-# network blip. gRPC core takes grpc.min_reconnect_backoff_ms as the least
-# time a connection attempt is given (TCP, TLS and HTTP/2 handshakes), not as
-# a backoff: 5 s, the Rust client's connect timeout. (At 100 ms, a broker a
-# few tens of milliseconds away over TLS failed its first calls with
-# UNAVAILABLE, and with several brokers it counted as unreachable.) HTTP/2
-# pings notice a dead connection that TCP alone would not (same settings as
-# the Rust client).
-_CHANNEL_OPTIONS: Sequence[Tuple[str, int]] = (
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 5_000),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-)
-
-
-def _seconds(value: Seconds, what: str) -> float:
-    if isinstance(value, datetime.timedelta):
-        value = value.total_seconds()
-    value = float(value)
-    if value < 0:
-        raise ValueError(f"{what} must not be negative, got {value}")
-    return value
-
-
-def _ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
-
-
-def _pem(value: Pem, what: str) -> bytes:
-    """PEM bytes as given, or read from the file named by a path."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    try:
-        with open(value, "rb") as f:
-            return f.read()
-    except OSError as e:
-        # The path only: never the file's contents (it may be a key).
-        raise LeaseholdError(f"cannot read {what} {os.fspath(value)!r}: {e.strerror}") from None
-
-
-def _bearer_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
-    """The ``authorization`` metadata every call carries, or none.
-
-    Checked here so that a bad token fails at once, with a message that does
-    not contain it (gRPC's own complaint about an invalid metadata value
-    might)."""
-    if token is None:
-        return ()
-    if not isinstance(token, str):
-        raise TypeError("token must be a str")
-    # RFC 6750's b64token is narrower; visible ASCII is what a header value
-    # without folding can carry, and what gRPC accepts.
-    if not token or any(not ("!" <= c <= "~") for c in token):
-        raise ValueError("token must be non-empty visible ASCII without spaces (the token itself is not shown)")
-    return (("authorization", f"Bearer {token}"),)
-
-
-def _split_targets(target: Union[str, Sequence[str]]) -> Tuple[Optional[str], List[str]]:
-    """The scheme (``"http"``, ``"https"`` or None) and the addresses of one
-    target, a comma-separated list of them, or a sequence of them."""
-    if isinstance(target, str):
-        targets = target.split(",")
-    else:
-        targets = list(target)
-        if not all(isinstance(t, str) for t in targets):
-            raise TypeError("target must be a str or a sequence of str")
-    schemes = set()
-    addresses = []
-    for t in targets:
-        t = t.strip()
-        if not t:
-            continue
-        scheme = None
-        for prefix in ("https://", "http://"):
-            if t.startswith(prefix):
-                scheme, t = prefix[:-3], t[len(prefix) :]
-        schemes.add(scheme)
-        addresses.append(t.rstrip("/"))
-    if not addresses:
-        raise ValueError("no broker address given")
-    if {"http", "https"} <= schemes:
-        raise ValueError("the broker addresses mix http:// and https://: one client is either TLS or plaintext")
-    scheme = "https" if "https" in schemes else ("http" if "http" in schemes else None)
-    return scheme, addresses
-
-
-def default_holder() -> str:
-    """``hostname:pid``, so that an operator can find the holder."""
-    return f"{socket.gethostname() or 'unknown'}:{os.getpid()}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Description:
-    """Who holds a name, as Describe reports it (never the owner token).
-    Durations are in seconds."""
-
-    held: bool
-    holder: str
-    fence: int
-    remaining: float
-    ttl: float
-    granted_at_unix: float
-    waiters: int
-    local_waiters: int
-    lock_delay: float
-    lock_delay_remaining: float
-    permits_held: int
-
-
-@dataclasses.dataclass(frozen=True)
-class FenceCheck:
-    """The answer of CheckFence; true in a boolean context when the fence is
-    the current lease's."""
-
-    current: bool
-    current_fence: int
-
-    def __bool__(self) -> bool:
-        return self.current
-
-
-@dataclasses.dataclass(frozen=True)
-class Leader:
-    """An election's leader: its value and its term (its lease's fence)."""
-
-    value: str
-    term: int
-    remaining: float
-
-    @staticmethod
-    def _from(r: Union[pb.LeaderResponse, pb.ObserveResponse]) -> Optional["Leader"]:
-        if not r.present:
-            return None
-        return Leader(value=r.value, term=r.term, remaining=r.remaining_ms / 1000.0)
+from .errors import LeaseholdError, from_rpc_error
 
 
 class Observation:
@@ -171,9 +38,9 @@ class Observation:
     step raises :class:`LeaseholdError` (UNAVAILABLE): observe again, which
     goes to another replica if this one cannot be reached."""
 
-    def __init__(self, call, first: pb.ObserveResponse):
+    def __init__(self, call, first):
         self._call = call
-        self._first: Optional[pb.ObserveResponse] = first
+        self._first = first
         self._cancelled = False
 
     def __iter__(self) -> Iterator[Optional[Leader]]:
@@ -262,50 +129,30 @@ class Client:
         credentials: Optional[grpc.ChannelCredentials] = None,
         options: Sequence[Tuple[str, object]] = (),
     ):
-        scheme, targets = _split_targets(target)
-        if (client_cert is None) != (client_key is None):
-            raise ValueError("client_cert and client_key go together (mutual TLS needs both)")
-        if credentials is not None and (tls not in (None, True) or client_cert is not None):
-            raise ValueError("give either credentials or tls/client_cert/client_key, not both")
-        wants_tls = (
-            credentials is not None
-            or client_cert is not None
-            or (tls is not None and tls is not False)
-            or scheme == "https"
+        settings = _core.channel_settings(
+            target,
+            tls=tls,
+            client_cert=client_cert,
+            client_key=client_key,
+            server_name=server_name,
+            token=token,
+            credentials=credentials,
+            options=options,
         )
-        if tls is False and wants_tls:
-            raise ValueError("tls=False contradicts an https:// target, a client certificate or credentials")
-        if scheme == "http" and wants_tls:
-            raise ValueError("an http:// target is plaintext: use https:// (or no scheme) with TLS options")
-        metadata = _bearer_metadata(token)
 
-        opts = list(_CHANNEL_OPTIONS)
-        if server_name is not None:
-            opts.append(("grpc.ssl_target_name_override", server_name))
-        opts += list(options)
-        if wants_tls:
-            if credentials is None:
-                credentials = grpc.ssl_channel_credentials(
-                    root_certificates=None if tls in (None, True) else _pem(tls, "CA file"),
-                    private_key=None if client_key is None else _pem(client_key, "client key"),
-                    certificate_chain=None if client_cert is None else _pem(client_cert, "client certificate"),
-                )
-            secure = credentials
+        def channel(t: str) -> grpc.Channel:
+            if settings.credentials is not None:
+                return grpc.secure_channel(t, settings.credentials, settings.options)
+            return grpc.insecure_channel(t, settings.options)
 
-            def channel(t: str) -> grpc.Channel:
-                return grpc.secure_channel(t, secure, opts)
-
-        else:
-
-            def channel(t: str) -> grpc.Channel:
-                return grpc.insecure_channel(t, opts)
-
-        self._brokers = Brokers(targets, channel, metadata)
+        self._brokers = Brokers(settings.targets, channel, settings.metadata)
         #: The broker addresses given, in order.
         self.targets: Tuple[str, ...] = self._brokers.targets
         #: Whether the channels use TLS.
-        self.tls = wants_tls
+        self.tls = settings.tls
         self._timeout = timeout
+        # The broker's --max-wait as last learnt (see _core.WaitPlan).
+        self._max_wait = _core.DEFAULT_MAX_WAIT
         self._keeper = Keeper(self._brokers)
         # Open observations, cancelled by close() so that they end cleanly.
         self._observations: "weakref.WeakSet[Observation]" = weakref.WeakSet()
@@ -322,7 +169,7 @@ class Client:
         self,
         name: str,
         ttl: Seconds,
-        wait: Seconds = 0,
+        wait: Optional[Seconds] = 0,
         holder: Optional[str] = None,
         *,
         margin: Optional[Seconds] = None,
@@ -333,7 +180,11 @@ class Client:
         background until released or lost.
 
         ``wait``: how long to wait if the lock is held (0: try once; a try
-        never jumps the queue of waiting callers). ``holder``: the label
+        never jumps the queue of waiting callers; None: as long as it takes).
+        A wait longer than the broker's ``--max-wait`` is a chain of waiting
+        calls, each sent before the previous one ends (see README: a long
+        wait keeps its place against later callers only while they wait
+        less than ``--max-wait``). ``holder``: the label
         Describe shows (default ``hostname:pid``). ``margin``: how long before
         the computed deadline the lease counts as lost, time for the
         application to stop writing (default: a tenth of the TTL).
@@ -346,62 +197,85 @@ class Client:
         a TTL outside the broker's bounds).
         """
         self._check_open()
-        ttl_s = _seconds(ttl, "ttl")
-        wait_s = _seconds(wait, "wait")
-        request = pb.AcquireRequest(
-            name=name,
-            ttl_ms=_ms(ttl_s),
-            holder=default_holder() if holder is None else holder,
-            wait_timeout_ms=_ms(wait_s),
-            lock_delay_ms=_ms(_seconds(lock_delay, "lock_delay")),
-            limit=limit,
-        )
-        # The deadline counts from the time the request was *sent*.
-        sent = time.monotonic()
-        try:
-            response = self._brokers.call("Acquire", request, timeout=wait_s + self._timeout)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return self._hold(response.lease, response.waited_ms, sent, margin)
+        request, wait_s = _core.acquire_request(name, ttl, wait, holder, lock_delay, limit)
+        if margin is not None:
+            _seconds(margin, "margin")
+        return self._chained("Acquire", request, wait_s, margin)
 
-    def campaign(self, election: str, value: str, ttl: Seconds, wait: Seconds = 0) -> Lease:
+    def _chained(self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds]) -> Lease:
+        """Acquire or Campaign, waiting ``wait_s`` (None: without end) in a
+        chain of calls within the broker's --max-wait (_core.WaitPlan)."""
+        chain = _core.Chain(method, request, wait_s, self._max_wait, len(self._brokers))
+        woken = threading.Event()
+        granted: Optional[_core.ChainCall] = None
+        try:
+            while granted is None:
+                if chain.needs_call(time.monotonic()):
+                    req, segment = chain.request(time.monotonic())
+                    index, stub = self._brokers.current()
+                    # The deadline counts from the time the request was *sent*.
+                    sent = time.monotonic()
+                    future = getattr(stub, method).future(
+                        req, timeout=segment + self._timeout, metadata=self._brokers.metadata
+                    )
+                    future.add_done_callback(lambda _: woken.set())
+                    chain.sent(future, sent, segment, index)
+                woken.clear()
+                for call in list(chain.calls):
+                    if not call.handle.done():
+                        continue
+                    error = call.handle.exception()
+                    if error is None:
+                        granted = call
+                        break
+                    failure = chain.failed(call, error, self._brokers.unreachable, time.monotonic())
+                    if failure is not None:
+                        raise failure from None
+                if granted is None and not chain.needs_call(time.monotonic()):
+                    at = chain.wake_at()
+                    woken.wait(None if at is None else max(0.0, at - time.monotonic()))
+        finally:
+            self._max_wait = chain.plan.max_wait
+            for call in chain.calls:
+                if call is not granted:
+                    self._abandon(call.handle)
+        response = granted.handle.result()
+        lease = self._hold(response.lease, response.waited_ms, granted.sent, margin)
+        lease.waited = granted.sent - chain.plan.start + response.waited_ms / 1000.0
+        return lease
+
+    def _abandon(self, future) -> None:
+        """Cancels a waiting Acquire the caller no longer needs: the broker
+        drops its place in line, and releases a grant that crossed the
+        cancellation. One that was granted before is released here."""
+        if future.cancel() or not future.done():
+            return
+        if future.exception() is None:
+            lease = future.result().lease
+            self._keeper.release_in_background(lease.name, lease.owner_token)
+
+    def campaign(self, election: str, value: str, ttl: Seconds, wait: Optional[Seconds] = 0) -> Lease:
         """Becomes the leader of ``election`` with ``value`` (waiting up to
-        ``wait``). The lease returned is the leadership: its fence is the
+        ``wait``; None: as long as it takes, as for :meth:`acquire`). The lease returned is the leadership: its fence is the
         leader's term, attach it to what the leader writes; release it to
         resign. Raises :class:`NotAcquired` if another leader remains."""
         self._check_open()
-        wait_s = _seconds(wait, "wait")
-        request = pb.CampaignRequest(
-            election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")), wait_timeout_ms=_ms(wait_s)
-        )
-        sent = time.monotonic()
-        try:
-            response = self._brokers.call("Campaign", request, timeout=wait_s + self._timeout)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return self._hold(response.lease, response.waited_ms, sent, None)
+        request = pb.CampaignRequest(election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")))
+        return self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None)
 
     def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> Lease:
-        ttl = lease.ttl_ms / 1000.0
-        margin_s = ttl / 10.0 if margin is None else min(_seconds(margin, "margin"), ttl)
-        # The grant happened no sooner than waited_ms after we sent, and the
-        # store counts the TTL from then.
-        deadline = sent + waited_ms / 1000.0 + ttl - margin_s
-        held = _Held(lease.name, lease.owner_token, lease.fence, ttl, margin_s, deadline)
+        held = _core.held_from(lease, waited_ms, sent, margin)
         self._keeper.add(held)
         return Lease(held, self, waited_ms / 1000.0)
 
     def _release_held(self, held: _Held, timeout: Optional[float] = None) -> None:
-        held.released = True
+        lost = _core.released_loss(held)
         self._keeper.forget(held)
-        reason = held.loss()
-        if reason is not None and reason is not LossReason.DEADLINE_PASSED:
-            # The broker said it is gone: nothing to release.
-            raise LeaseLost(reason, held.message)
-        if reason is LossReason.DEADLINE_PASSED:
-            # It may still exist on the broker: free it for the next holder.
-            self._keeper.release_in_background(held.name, held.token)
-            raise LeaseLost(reason, "no renewal was confirmed before the local deadline")
+        if lost is not None:
+            if lost.reason is _core.LossReason.DEADLINE_PASSED:
+                # It may still exist on the broker: free it for the next holder.
+                self._keeper.release_in_background(held.name, held.token)
+            raise lost
         self.release_token(held.name, held.token, timeout=timeout)
 
     def release_token(self, name: str, owner_token: str, *, timeout: Optional[float] = None) -> None:
@@ -415,12 +289,7 @@ class Client:
                 timeout=self._timeout if timeout is None else timeout,
             )
         except grpc.RpcError as e:
-            code = e.code()
-            if code == grpc.StatusCode.NOT_FOUND:
-                raise LeaseLost(LossReason.EXPIRED, e.details() or "", code) from None
-            if code == grpc.StatusCode.FAILED_PRECONDITION:
-                raise LeaseLost(LossReason.NOT_OWNER, e.details() or "", code) from None
-            raise from_rpc_error(e) from None
+            raise _core.release_error(e) from None
 
     # -- questions -----------------------------------------------------------
 
@@ -430,20 +299,7 @@ class Client:
         ``tenant``: another tenant's lock of that name, for a credential
         with the ``admin`` permission (PERMISSION_DENIED otherwise); empty
         for the caller's own."""
-        r = self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant))
-        return Description(
-            held=r.held,
-            holder=r.holder,
-            fence=r.fence,
-            remaining=r.remaining_ms / 1000.0,
-            ttl=r.ttl_ms / 1000.0,
-            granted_at_unix=r.granted_at_unix_ms / 1000.0,
-            waiters=r.waiters,
-            local_waiters=r.local_waiters,
-            lock_delay=r.lock_delay_ms / 1000.0,
-            lock_delay_remaining=r.lock_delay_remaining_ms / 1000.0,
-            permits_held=r.permits_held,
-        )
+        return _core.description(self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant)))
 
     def check_fence(self, name: str, fence: int) -> FenceCheck:
         """Whether ``fence`` is the fence of the current lease on ``name``,
@@ -468,7 +324,7 @@ class Client:
         self._check_open()
         try:
             call, first = self._brokers.open_stream(
-                "Observe", pb.ObserveRequest(election=election), timeout=self._timeout
+                "Observe", _wire.observe_request(election), timeout=self._timeout
             )
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None

@@ -1,22 +1,12 @@
 """The keeper: one thread per Client that keeps all its leases alive over one
 KeepAlive stream, notices losses, and reconnects when the stream breaks.
 
-It follows the rules of the Rust client (clients/rust/src/keeper.rs):
-
-* one heartbeat every third of the shortest TTL, naming every live lease;
-* each renewal moves a lease's local deadline to (heartbeat *send* time +
-  granted TTL - safety margin), so latency can only make it early;
-* a lease is lost when the broker answers LOST (or REJECTED), or when its
-  local deadline passes without a confirmation, whatever the broker says
-  later (the keeper wakes up at the nearest deadline to notice that);
-* when the stream breaks or stalls, it opens a new one (with jittered
-  backoff, never longer than a heartbeat interval) and resumes the leases by
-  owner token, which works as long as they have not expired;
-* with several broker replicas, a stream that could not connect moves the
-  client on to the next replica, where the leases resume (any replica can
-  renew them: they share the store);
-* a lease past its local deadline is released in the background, so the
-  next holder need not wait for the broker-side TTL.
+It follows the rules of the Rust client (clients/rust/src/keeper.rs), set
+out in _heartbeat.py and shared with the asyncio keeper (_aio.py). With
+several broker replicas, a stream that could not connect moves the client
+on to the next replica, where the leases resume (any replica can renew
+them: they share the store). A lease past its local deadline is released in
+the background, so the next holder need not wait for the broker-side TTL.
 
 Everything the keeper reacts to arrives through one inbox queue (stream
 responses and ends, new and dropped leases, close), so the heartbeat state is
@@ -28,44 +18,19 @@ from __future__ import annotations
 
 import logging
 import queue
-import random
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import grpc
 
+from . import _heartbeat as hb
 from ._brokers import Brokers, not_connected
 from ._lease import _Held, run_callbacks
 from ._proto import leasehold_pb2 as pb
 from .errors import LossReason
 
 log = logging.getLogger("leasehold")
-
-MIN_BACKOFF = 0.05
-MAX_BACKOFF = 2.0
-#: Heartbeats never come closer together than this, whatever the TTL.
-MIN_INTERVAL = 0.05
-#: Beats queued but not yet taken by gRPC beyond which the stream counts as
-#: stuck.
-MAX_BACKLOG = 4
-#: Most leases one heartbeat names: the broker's default --max-stream-leases,
-#: which keeps the largest heartbeat well inside its default
-#: --max-message-size. More leases go in several heartbeats per beat.
-HEARTBEAT_LEASES = 1000
-
-
-def beat_interval(leases: List[_Held]) -> float:
-    """A third of the shortest TTL."""
-    if not leases:
-        return 1.0
-    return max(min(h.ttl for h in leases) / 3.0, MIN_INTERVAL)
-
-
-def jitter(d: float) -> float:
-    """``d`` scaled by a random factor in [0.5, 1.5), so clients that lost
-    the same broker do not reconnect in lockstep."""
-    return d * (0.5 + random.random())
 
 
 class _Stream:
@@ -180,8 +145,7 @@ class Keeper:
                 continue
             self.forget(held)
             if reason is LossReason.DEADLINE_PASSED:
-                callbacks = held.mark_lost(reason, "no renewal was confirmed before the local deadline")
-                log.warning("lease %r lost: %s", held.name, reason)
+                callbacks, reason = hb.expired(held)
                 self._fire(callbacks, reason, held.name)
                 self.release_in_background(held.name, held.token)
         return live
@@ -204,10 +168,10 @@ class Keeper:
         gen = 0
         seq = 0
         # Heartbeats awaiting their answer: seq -> (send time, leases in order).
-        pending: Dict[int, Tuple[float, List[_Held]]] = {}
+        pending: hb.Pending = {}
         next_beat = 0.0
         reconnect_at = 0.0
-        backoff = MIN_BACKOFF
+        backoff = hb.MIN_BACKOFF
 
         while True:
             now = time.monotonic()
@@ -229,29 +193,17 @@ class Keeper:
                     stream, gen = None, gen + 1
                     pending.clear()
                 else:
-                    interval = beat_interval(live)
-                    oldest = min((sent for sent, _ in pending.values()), default=None)
-                    stalled = oldest is not None and now - oldest > max(2 * interval, 1.0)
-                    if stalled or stream.backlog() > MAX_BACKLOG * -(-len(live) // HEARTBEAT_LEASES):
+                    if hb.stuck(pending, stream.backlog(), live, now):
                         log.debug("KeepAlive stream %d stalled; reconnecting", gen)
                         stream.cancel()
                         stream, gen = None, gen + 1
                         pending.clear()
                         reconnect_at = now
                         continue
-                    # Several heartbeats when the leases are more than one
-                    # may name (the broker's --max-stream-leases).
-                    for start in range(0, len(live), HEARTBEAT_LEASES):
-                        chunk = live[start:start + HEARTBEAT_LEASES]
-                        seq += 1
-                        stream.send(
-                            pb.KeepAliveRequest(
-                                seq=seq,
-                                leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0) for h in chunk],
-                            )
-                        )
-                        pending[seq] = (now, chunk)
-                    next_beat = now + interval
+                    seq, requests = hb.heartbeats(live, seq, now, pending)
+                    for request in requests:
+                        stream.send(request)
+                    next_beat = now + hb.beat_interval(live)
 
             # Sleep until the next thing to do: a heartbeat, a reconnection,
             # or the nearest local deadline (to report it lost on time).
@@ -272,7 +224,7 @@ class Keeper:
                 return
             if kind == "added":
                 if stream is not None:
-                    next_beat = min(next_beat, time.monotonic() + beat_interval(self.snapshot()))
+                    next_beat = min(next_beat, time.monotonic() + hb.beat_interval(self.snapshot()))
             elif kind == "dropped":
                 held = event[1]
                 if not held.released:
@@ -282,8 +234,10 @@ class Keeper:
                         self.release_in_background(held.name, held.token)
             elif kind == "response":
                 if event[1] == gen:
-                    backoff = MIN_BACKOFF
-                    self._apply(pending, event[2])
+                    backoff = hb.MIN_BACKOFF
+                    for held, reason, callbacks in hb.apply(pending, event[2]):
+                        self.forget(held)
+                        self._fire(callbacks, reason, held.name)
             elif kind == "end":
                 if event[1] == gen and stream is not None:
                     error = event[2]
@@ -300,48 +254,6 @@ class Keeper:
                     pending.clear()
                     # Retry soon enough to resume the leases before their
                     # deadlines: never wait longer than a heartbeat interval.
-                    delay = min(jitter(backoff), beat_interval(self.snapshot()))
+                    delay = min(hb.jitter(backoff), hb.beat_interval(self.snapshot()))
                     reconnect_at = time.monotonic() + delay
-                    backoff = min(backoff * 2, MAX_BACKOFF)
-
-    def _apply(self, pending: Dict[int, Tuple[float, List[_Held]]], response: pb.KeepAliveResponse) -> None:
-        entry = pending.pop(response.seq, None)
-        if entry is None:
-            return
-        # Answers come in order: older heartbeats still pending got none.
-        for old in [s for s in pending if s < response.seq]:
-            del pending[old]
-        sent, leases = entry
-        State = pb.LeaseStatus.State
-        for held, status in zip(leases, response.leases):
-            if status.name != held.name or held.released:
-                continue
-            if status.state == State.Value("STATE_ALIVE"):
-                held.renewed(sent, status.ttl_ms)
-                continue
-            if status.state == State.Value("STATE_REJECTED"):
-                log.warning("broker rejected lease %r: %s", held.name, status.message)
-                reason = LossReason.EXPIRED
-            elif status.state == State.Value("STATE_LOST"):
-                reason = self._loss_reason(held, status.reason)
-            else:  # UNCONFIRMED (the store did not answer), UNSPECIFIED
-                continue
-            callbacks = held.mark_lost(reason, status.message)
-            self.forget(held)
-            log.warning("lease %r lost: %s (%s)", held.name, reason, status.message)
-            self._fire(callbacks, reason, held.name)
-
-    @staticmethod
-    def _loss_reason(held: _Held, reason: int) -> LossReason:
-        if reason == pb.LOSS_REASON_NOT_OWNER:
-            return LossReason.NOT_OWNER
-        if reason == pb.LOSS_REASON_STORE_LOST:
-            return LossReason.STORE_LOST
-        if reason == pb.LOSS_REASON_REVOKED:
-            return LossReason.REVOKED
-        # EXPIRED or unspecified, but gone before our own (early) deadline:
-        # it cannot have expired, so the store lost it. The broker cannot
-        # always tell (e.g. on a new stream's first heartbeat); we can.
-        if time.monotonic() < held.deadline:
-            return LossReason.STORE_LOST
-        return LossReason.EXPIRED
+                    backoff = min(backoff * 2, hb.MAX_BACKOFF)

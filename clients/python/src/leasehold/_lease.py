@@ -35,6 +35,10 @@ class _Held:
         self._callbacks: List[LostCallback] = []
         self._lost = threading.Event()
         self.released = False
+        #: Called (without arguments, from the thread that marks the loss)
+        #: once the lease is marked lost: how the asyncio client wakes
+        #: the tasks waiting for the loss.
+        self.on_marked: Optional[Callable[[], None]] = None
 
     @property
     def deadline(self) -> float:
@@ -81,6 +85,8 @@ class _Held:
             self._message = message
             callbacks, self._callbacks = self._callbacks, []
         self._lost.set()
+        if self.on_marked is not None:
+            self.on_marked()
         return callbacks
 
     def add_callback(self, callback: LostCallback) -> Optional[LossReason]:
@@ -121,26 +127,10 @@ def run_callbacks(callbacks: List[LostCallback], reason: LossReason, name: str) 
             log.exception("lost callback for lease %r raised", name)
 
 
-class Lease:
-    """A held lease, renewed in the background by its :class:`Client`.
+class _LeaseView:
+    """What a lease is, as both clients' lease handles show it."""
 
-    Attach :attr:`fence` to every write made under the lease and have the
-    storage refuse writes with a lower fence than one it already accepted:
-    a lease alone cannot stop a holder that was paused past its TTL, a fence
-    checked by the storage can. Call :meth:`check` before each write, so
-    that a lease known to be lost stops the write before it happens.
-
-    The lease is kept alive until :meth:`release` (or the end of a ``with``
-    block), until it is lost, or until the object is garbage-collected (then
-    it is released in the background, as the Rust client does on drop, so a
-    forgotten lease cannot hold a lock forever).
-    """
-
-    def __init__(self, held: _Held, client: "Client", waited: float):
-        self._held = held
-        self._client = client
-        #: How long the Acquire call waited for the lock, in seconds.
-        self.waited = waited
+    _held: _Held
 
     # -- what the lease is ---------------------------------------------------
 
@@ -200,6 +190,42 @@ class Lease:
         reason = self._held.loss()
         if reason is not None:
             raise LeaseLost(reason, self._held.message)
+
+    def __repr__(self) -> str:
+        if self._held.released:
+            state = "released"
+        else:
+            reason = self._held.loss()
+            state = "held" if reason is None else f"lost: {reason}"
+        return (
+            f"Lease(name={self._held.name!r}, fence={self._held.fence}, "
+            f"owner_token={redact(self._held.token)!r}, state={state!r})"
+        )
+
+    __str__ = __repr__
+
+
+class Lease(_LeaseView):
+    """A held lease, renewed in the background by its :class:`Client`.
+
+    Attach :attr:`fence` to every write made under the lease and have the
+    storage refuse writes with a lower fence than one it already accepted:
+    a lease alone cannot stop a holder that was paused past its TTL, a fence
+    checked by the storage can. Call :meth:`check` before each write, so
+    that a lease known to be lost stops the write before it happens.
+
+    The lease is kept alive until :meth:`release` (or the end of a ``with``
+    block), until it is lost, or until the object is garbage-collected (then
+    it is released in the background, as the Rust client does on drop, so a
+    forgotten lease cannot hold a lock forever).
+    """
+
+    def __init__(self, held: _Held, client: "Client", waited: float):
+        self._held = held
+        self._client = client
+        #: How long the acquire waited for the lock, in seconds (over all the
+        #: calls of a wait longer than the broker's --max-wait).
+        self.waited = waited
 
     # -- loss notification ---------------------------------------------------
 
@@ -263,16 +289,3 @@ class Lease:
                 self._client._keeper.dropped(self._held)
         except Exception:
             pass
-
-    def __repr__(self) -> str:
-        if self._held.released:
-            state = "released"
-        else:
-            reason = self._held.loss()
-            state = "held" if reason is None else f"lost: {reason}"
-        return (
-            f"Lease(name={self._held.name!r}, fence={self._held.fence}, "
-            f"owner_token={redact(self._held.token)!r}, state={state!r})"
-        )
-
-    __str__ = __repr__

@@ -2,8 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -118,7 +117,7 @@ class DescribeResponse(_message.Message):
     lock_delay_remaining_ms: int
     waiters: int
     permits_held: int
-    def __init__(self, held: _Optional[bool] = ..., holder: _Optional[str] = ..., fence: _Optional[int] = ..., remaining_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., granted_at_unix_ms: _Optional[int] = ..., local_waiters: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., lock_delay_remaining_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., permits_held: _Optional[int] = ...) -> None: ...
+    def __init__(self, held: bool = ..., holder: _Optional[str] = ..., fence: _Optional[int] = ..., remaining_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., granted_at_unix_ms: _Optional[int] = ..., local_waiters: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., lock_delay_remaining_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., permits_held: _Optional[int] = ...) -> None: ...
 
 class CheckFenceRequest(_message.Message):
     __slots__ = ("name", "fence")
@@ -134,7 +133,7 @@ class CheckFenceResponse(_message.Message):
     CURRENT_FENCE_FIELD_NUMBER: _ClassVar[int]
     current: bool
     current_fence: int
-    def __init__(self, current: _Optional[bool] = ..., current_fence: _Optional[int] = ...) -> None: ...
+    def __init__(self, current: bool = ..., current_fence: _Optional[int] = ...) -> None: ...
 
 class RevokeRequest(_message.Message):
     __slots__ = ("name", "tenant")
@@ -240,7 +239,7 @@ class LeaderResponse(_message.Message):
     value: str
     term: int
     remaining_ms: int
-    def __init__(self, present: _Optional[bool] = ..., value: _Optional[str] = ..., term: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, present: bool = ..., value: _Optional[str] = ..., term: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
 
 class ObserveRequest(_message.Message):
     __slots__ = ("election",)
@@ -258,7 +257,7 @@ class ObserveResponse(_message.Message):
     value: str
     term: int
     remaining_ms: int
-    def __init__(self, present: _Optional[bool] = ..., value: _Optional[str] = ..., term: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, present: bool = ..., value: _Optional[str] = ..., term: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
 
 class ResignRequest(_message.Message):
     __slots__ = ("election", "owner_token")

@@ -1,0 +1,722 @@
+"""The asyncio client (grpc.aio): the same rules as the synchronous Client,
+with the keeper as a task of the event loop instead of a thread.
+
+What the two share lives in _core (options, requests, deadlines, errors,
+long waits) and _heartbeat (the keep-alive rules); this module only does the
+I/O the asyncio way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import weakref
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+import grpc
+import grpc.aio
+
+from . import _core, _heartbeat as hb, _wire
+from ._brokers import Brokers, not_connected
+from ._core import Description, FenceCheck, Leader, Pem, Seconds, _ms, _seconds
+from ._lease import _Held, _LeaseView
+from ._proto import leasehold_pb2 as pb
+from .errors import LeaseholdError, LossReason, from_rpc_error
+
+log = logging.getLogger("leasehold")
+
+#: A lost callback: a function of the reason, or a coroutine function (its
+#: coroutine then runs as a task of the loop).
+AsyncLostCallback = Callable[[LossReason], Union[None, Awaitable[None]]]
+
+
+def _run_callback(callback: AsyncLostCallback, reason: LossReason, name: str, tasks: Set["asyncio.Task"]) -> None:
+    try:
+        result = callback(reason)
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    except Exception:  # a broken callback must not stop the others
+        log.exception("lost callback for lease %r raised", name)
+
+
+class _AioBrokers(Brokers):
+    """The replicas, with grpc.aio channels (the generated stub takes
+    either kind)."""
+
+    async def acall(self, method: str, request, timeout: float):
+        attempts = len(self)
+        while True:
+            index, stub = self.current()
+            try:
+                return await getattr(stub, method)(request, timeout=timeout, metadata=self.metadata)
+            except grpc.RpcError as e:
+                if attempts > 1 and not_connected(e):
+                    self.unreachable(index)
+                    attempts -= 1
+                    continue
+                raise
+
+    async def aclose(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+
+
+class _Stream:
+    """One KeepAlive call: a writer task fed from a queue, a reader task that
+    posts the answers to the keeper's inbox, tagged with the stream's
+    generation so that news from an abandoned stream is ignored."""
+
+    def __init__(self, brokers: _AioBrokers, gen: int, inbox: "asyncio.Queue"):
+        self.gen = gen
+        self.index, stub = brokers.current()
+        self._call = stub.KeepAlive(metadata=brokers.metadata)
+        self._requests: "asyncio.Queue[Optional[pb.KeepAliveRequest]]" = asyncio.Queue()
+        self._writer = asyncio.ensure_future(self._write())
+        self._reader = asyncio.ensure_future(self._read(inbox))
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                request = await self._requests.get()
+                if request is None:
+                    await self._call.done_writing()
+                    return
+                await self._call.write(request)
+        except Exception:
+            return  # the call ended: the reader reports how
+
+    async def _read(self, inbox: "asyncio.Queue") -> None:
+        error: Optional[BaseException] = None
+        try:
+            while True:
+                response = await self._call.read()
+                if response is grpc.aio.EOF:
+                    break
+                inbox.put_nowait(("response", self.gen, response))
+        except asyncio.CancelledError:
+            pass
+        except Exception as e:
+            error = e
+        inbox.put_nowait(("end", self.gen, error))
+
+    def send(self, request: pb.KeepAliveRequest) -> None:
+        self._requests.put_nowait(request)
+
+    def backlog(self) -> int:
+        return self._requests.qsize()
+
+    def half_close(self) -> None:
+        """Ends the stream cleanly: no lease is left to keep."""
+        self._requests.put_nowait(None)
+
+    def cancel(self) -> None:
+        self._call.cancel()
+        self._writer.cancel()
+
+
+class _Keeper:
+    """One task per AsyncClient that keeps all its leases alive over one
+    KeepAlive stream (the rules of _heartbeat, as the synchronous keeper)."""
+
+    def __init__(self, brokers: _AioBrokers):
+        self._brokers = brokers
+        self._leases: Dict[str, _Held] = {}  # by owner token
+        self._inbox: "asyncio.Queue" = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.ensure_future(self._run())
+        # Tasks started and not awaited (background releases, coroutine
+        # callbacks): referenced until done, so they are not collected.
+        self.tasks: Set["asyncio.Task"] = set()
+
+    def add(self, held: _Held) -> None:
+        self._leases[held.token] = held
+        self._inbox.put_nowait(("added",))
+
+    def forget(self, held: _Held) -> None:
+        if self._leases.get(held.token) is held:
+            del self._leases[held.token]
+
+    def dropped(self, held: _Held) -> None:
+        """A lease handle was garbage-collected unreleased (from any thread)."""
+        try:
+            self._loop.call_soon_threadsafe(self._inbox.put_nowait, ("dropped", held))
+        except RuntimeError:
+            pass  # the loop is closed: the lease expires at its TTL
+
+    def snapshot(self) -> List[_Held]:
+        return list(self._leases.values())
+
+    def release_in_background(self, name: str, token: str) -> None:
+        async def release() -> None:
+            try:
+                await self._brokers.acall("Release", pb.ReleaseRequest(name=name, owner_token=token), timeout=5)
+            except Exception:
+                pass
+
+        self._spawn(release())
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def fire(self, callbacks: List[AsyncLostCallback], reason: LossReason, name: str) -> None:
+        for callback in callbacks:
+            self._loop.call_soon(_run_callback, callback, reason, name, self.tasks)
+
+    async def close(self) -> None:
+        self._inbox.put_nowait(("close",))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), 5.0)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            self._task.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=5.0)
+
+    def _live_leases(self) -> List[_Held]:
+        live = []
+        for held in self.snapshot():
+            reason = held.loss()
+            if reason is None:
+                live.append(held)
+                continue
+            self.forget(held)
+            if reason is LossReason.DEADLINE_PASSED:
+                callbacks, reason = hb.expired(held)
+                self.fire(callbacks, reason, held.name)
+                self.release_in_background(held.name, held.token)
+        return live
+
+    async def _run(self) -> None:
+        try:
+            await self._loop_forever()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # pragma: no cover - a bug; leases then expire
+            log.exception("leasehold keeper task crashed; leases will no longer be renewed")
+
+    async def _loop_forever(self) -> None:
+        stream: Optional[_Stream] = None
+        gen = 0
+        seq = 0
+        pending: hb.Pending = {}
+        next_beat = 0.0
+        reconnect_at = 0.0
+        backoff = hb.MIN_BACKOFF
+
+        while True:
+            now = time.monotonic()
+            live = self._live_leases()
+
+            if stream is None and live and now >= reconnect_at:
+                gen += 1
+                pending.clear()
+                stream = _Stream(self._brokers, gen, self._inbox)
+                next_beat = now  # beat at once: after a reconnection this resumes the leases
+
+            if stream is not None and now >= next_beat:
+                if not live:
+                    stream.half_close()  # a clean end, not a loss
+                    stream, gen = None, gen + 1
+                    pending.clear()
+                else:
+                    if hb.stuck(pending, stream.backlog(), live, now):
+                        log.debug("KeepAlive stream %d stalled; reconnecting", gen)
+                        stream.cancel()
+                        stream, gen = None, gen + 1
+                        pending.clear()
+                        reconnect_at = now
+                        continue
+                    seq, requests = hb.heartbeats(live, seq, now, pending)
+                    for request in requests:
+                        stream.send(request)
+                    next_beat = now + hb.beat_interval(live)
+
+            wake = float("inf")
+            if live:
+                wake = next_beat if stream is not None else reconnect_at
+                wake = min([wake] + [h.deadline for h in live])
+            timeout = None if wake == float("inf") else max(0.0, wake - time.monotonic())
+            try:
+                event = await asyncio.wait_for(self._inbox.get(), timeout)
+            except asyncio.TimeoutError:
+                continue
+
+            kind = event[0]
+            if kind == "close":
+                if stream is not None:
+                    stream.cancel()
+                return
+            if kind == "added":
+                if stream is not None:
+                    next_beat = min(next_beat, time.monotonic() + hb.beat_interval(self.snapshot()))
+            elif kind == "dropped":
+                held = event[1]
+                if not held.released:
+                    held.released = True
+                    self.forget(held)
+                    if held.loss() is None or held.loss() is LossReason.DEADLINE_PASSED:
+                        self.release_in_background(held.name, held.token)
+            elif kind == "response":
+                if event[1] == gen:
+                    backoff = hb.MIN_BACKOFF
+                    for held, reason, callbacks in hb.apply(pending, event[2]):
+                        self.forget(held)
+                        self.fire(callbacks, reason, held.name)
+            elif kind == "end":
+                if event[1] == gen and stream is not None:
+                    error = event[2]
+                    if error is not None:
+                        log.debug("KeepAlive stream %d ended: %s", gen, error)
+                        if not_connected(error):
+                            self._brokers.unreachable(stream.index)
+                    stream.half_close()
+                    stream, gen = None, gen + 1
+                    pending.clear()
+                    delay = min(hb.jitter(backoff), hb.beat_interval(self.snapshot()))
+                    reconnect_at = time.monotonic() + delay
+                    backoff = min(backoff * 2, hb.MAX_BACKOFF)
+
+
+class AsyncLease(_LeaseView):
+    """A held lease, renewed in the background by its :class:`AsyncClient`:
+    the asyncio twin of :class:`Lease` (same properties, ``check()``,
+    fence), with ``await lease.release()``, ``await lease.wait_lost()`` and
+    ``async with``."""
+
+    def __init__(self, held: _Held, client: "AsyncClient", waited: float):
+        self._held = held
+        self._client = client
+        #: How long the acquire waited for the lock, in seconds.
+        self.waited = waited
+        self._lost = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def marked() -> None:
+            try:
+                loop.call_soon_threadsafe(self._lost.set)
+            except RuntimeError:
+                pass  # the loop is closed
+
+        held.on_marked = marked
+
+    def on_lost(self, callback: AsyncLostCallback) -> AsyncLostCallback:
+        """Calls ``callback(reason)`` once, in the event loop, when the lease
+        is lost (the broker said so, or the local deadline passed without a
+        confirmed renewal). A coroutine function's coroutine runs as a task.
+        A release is not a loss. Returns ``callback`` (usable as a
+        decorator)."""
+        reason = self._held.add_callback(callback)  # type: ignore[arg-type]
+        if reason is not None and not self._held.released:
+            asyncio.get_running_loop().call_soon(
+                _run_callback, callback, reason, self._held.name, self._client._background
+            )
+        return callback
+
+    async def wait_lost(self, timeout: Optional[float] = None) -> Optional[LossReason]:
+        """Waits until the lease is lost, for at most ``timeout`` seconds;
+        returns the reason, or None if it is still held."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            reason = self._held.loss()
+            if reason is not None:
+                return reason
+            now = time.monotonic()
+            wake = self._held.deadline
+            if end is not None:
+                if now >= end:
+                    return None
+                wake = min(wake, end)
+            try:
+                # Woken early by the loss; otherwise at the deadline, which
+                # the loop then sees as passed.
+                await asyncio.wait_for(self._lost.wait(), max(0.0, wake - now) + 0.001)
+            except asyncio.TimeoutError:
+                pass
+
+    async def release(self) -> None:
+        """Stops renewing the lease and releases it, waking the next waiter.
+        Raises :class:`LeaseLost` if it was already lost; a second call does
+        nothing."""
+        if self._held.released:
+            return
+        await self._client._release_held(self._held)
+
+    async def __aenter__(self) -> "AsyncLease":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        # As Lease.__exit__: LeaseLost only if the block itself succeeded.
+        try:
+            await self.release()
+        except Exception:
+            if exc_type is None:
+                raise
+            log.debug("releasing lease %r on the way out of a failed block failed", self._held.name, exc_info=True)
+
+    def __del__(self) -> None:
+        try:
+            if not self._held.released and self._client._keeper is not None:
+                self._client._keeper.dropped(self._held)
+        except Exception:
+            pass
+
+
+class _Acquiring:
+    """What :meth:`AsyncClient.acquire` returns: await it for the lease, or
+    use it in ``async with`` to release the lease at the end of the block."""
+
+    def __init__(self, coroutine):
+        self._coroutine = coroutine
+        self._lease: Optional[AsyncLease] = None
+
+    def __await__(self):
+        return self._coroutine.__await__()
+
+    async def __aenter__(self) -> AsyncLease:
+        self._lease = await self._coroutine
+        return self._lease
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        assert self._lease is not None
+        await self._lease.__aexit__(exc_type, exc, tb)
+
+
+class AsyncObservation:
+    """The leadership of an election now, then every change: ``async for``
+    over it for ``Leader`` objects (``None``: no leader). Returned by
+    :meth:`AsyncClient.observe`; ends after :meth:`cancel` (or the end of an
+    ``async with`` block); a broken stream raises :class:`LeaseholdError`."""
+
+    def __init__(self, call, first):
+        self._call = call
+        self._first = first
+        self._cancelled = False
+
+    def __aiter__(self) -> "AsyncObservation":
+        return self
+
+    async def __anext__(self) -> Optional[Leader]:
+        if self._cancelled:
+            raise StopAsyncIteration
+        if self._first is not None:
+            r, self._first = self._first, None
+            return Leader._from(r)
+        try:
+            r = await self._call.read()
+        except asyncio.CancelledError:
+            if self._cancelled:
+                raise StopAsyncIteration from None
+            raise
+        except grpc.RpcError as e:
+            if self._cancelled:
+                raise StopAsyncIteration from None
+            raise from_rpc_error(e) from None
+        if r is grpc.aio.EOF:
+            raise StopAsyncIteration
+        return Leader._from(r)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._call.cancel()
+
+    async def __aenter__(self) -> "AsyncObservation":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.cancel()
+
+
+class AsyncClient:
+    """The asyncio client: the same options and rules as :class:`Client`
+    (see it for ``target``, TLS and tokens), its calls coroutines::
+
+        async with AsyncClient("127.0.0.1:7420") as client:
+            async with client.acquire("jobs/nightly", ttl=10, wait=None) as lease:
+                lease.check()
+                await write_report(fence=lease.fence)
+
+    One task of the running event loop keeps every lease of the client alive
+    over one KeepAlive stream. Use the client from one event loop; close it
+    (``await client.close()``, or ``async with``) to release its leases."""
+
+    def __init__(
+        self,
+        target: Union[str, Sequence[str]],
+        *,
+        timeout: float = 10.0,
+        tls: Union[bool, Pem, None] = None,
+        client_cert: Optional[Pem] = None,
+        client_key: Optional[Pem] = None,
+        server_name: Optional[str] = None,
+        token: Optional[str] = None,
+        credentials: Optional[grpc.ChannelCredentials] = None,
+        options: Sequence[Tuple[str, object]] = (),
+    ):
+        self._settings = _core.channel_settings(
+            target,
+            tls=tls,
+            client_cert=client_cert,
+            client_key=client_key,
+            server_name=server_name,
+            token=token,
+            credentials=credentials,
+            options=options,
+        )
+        #: The broker addresses given, in order.
+        self.targets: Tuple[str, ...] = tuple(self._settings.targets)
+        #: Whether the channels use TLS.
+        self.tls = self._settings.tls
+        self._timeout = timeout
+        self._max_wait = _core.DEFAULT_MAX_WAIT
+        # Made at first use, in the running loop (grpc.aio channels belong
+        # to the loop that made them).
+        self._brokers_: Optional[_AioBrokers] = None
+        self._keeper: Optional[_Keeper] = None
+        self._background: Set["asyncio.Task"] = set()
+        self._observations: "weakref.WeakSet[AsyncObservation]" = weakref.WeakSet()
+        self._closed = False
+
+    def _brokers(self) -> _AioBrokers:
+        if self._closed:
+            raise LeaseholdError("the client is closed")
+        if self._brokers_ is None:
+            settings = self._settings
+
+            def channel(t: str) -> grpc.aio.Channel:
+                if settings.credentials is not None:
+                    return grpc.aio.secure_channel(t, settings.credentials, settings.options)
+                return grpc.aio.insecure_channel(t, settings.options)
+
+            self._brokers_ = _AioBrokers(settings.targets, channel, settings.metadata)
+        return self._brokers_
+
+    def _keeper_(self) -> _Keeper:
+        if self._keeper is None:
+            self._keeper = _Keeper(self._brokers())
+        return self._keeper
+
+    @property
+    def target(self) -> str:
+        """The broker address calls go to now."""
+        return self.targets[0] if self._brokers_ is None else self._brokers_.target
+
+    # -- leases --------------------------------------------------------------
+
+    def acquire(
+        self,
+        name: str,
+        ttl: Seconds,
+        wait: Optional[Seconds] = 0,
+        holder: Optional[str] = None,
+        *,
+        margin: Optional[Seconds] = None,
+        lock_delay: Seconds = 0,
+        limit: int = 0,
+    ) -> _Acquiring:
+        """Takes the lease on ``name`` (see :meth:`Client.acquire` for the
+        arguments; ``wait=None`` waits as long as it takes). Use as
+        ``lease = await client.acquire(...)`` or
+        ``async with client.acquire(...) as lease:``. Cancelling the task
+        while it waits leaves the line at once."""
+        return _Acquiring(self._acquire(name, ttl, wait, holder, margin, lock_delay, limit))
+
+    async def _acquire(self, name, ttl, wait, holder, margin, lock_delay, limit) -> AsyncLease:
+        request, wait_s = _core.acquire_request(name, ttl, wait, holder, lock_delay, limit)
+        if margin is not None:
+            _seconds(margin, "margin")
+        return await self._chained("Acquire", request, wait_s, margin)
+
+    async def _chained(self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds]) -> AsyncLease:
+        """Acquire or Campaign in a chain of calls (see Client._chained)."""
+        brokers = self._brokers()
+        chain = _core.Chain(method, request, wait_s, self._max_wait, len(brokers))
+        granted: Optional[_core.ChainCall] = None
+        try:
+            while granted is None:
+                if chain.needs_call(time.monotonic()):
+                    req, segment = chain.request(time.monotonic())
+                    index, stub = brokers.current()
+                    # The deadline counts from the time the request was *sent*.
+                    sent = time.monotonic()
+                    call = getattr(stub, method)(req, timeout=segment + self._timeout, metadata=brokers.metadata)
+                    chain.sent((call, asyncio.ensure_future(_result(call))), sent, segment, index)
+                for c in list(chain.calls):
+                    task = c.handle[1]
+                    if not task.done():
+                        continue
+                    error = task.exception()
+                    if error is None:
+                        granted = c
+                        break
+                    if not isinstance(error, grpc.RpcError):
+                        raise error
+                    failure = chain.failed(c, error, brokers.unreachable, time.monotonic())
+                    if failure is not None:
+                        raise failure from None
+                if granted is None and chain.calls and not chain.needs_call(time.monotonic()):
+                    at = chain.wake_at()
+                    await asyncio.wait(
+                        [c.handle[1] for c in chain.calls],
+                        timeout=None if at is None else max(0.0, at - time.monotonic()),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+        finally:
+            self._max_wait = chain.plan.max_wait
+            for c in chain.calls:
+                if c is not granted:
+                    self._abandon(*c.handle)
+        response = granted.handle[1].result()
+        lease = self._hold(response.lease, response.waited_ms, granted.sent, margin)
+        lease.waited = granted.sent - chain.plan.start + response.waited_ms / 1000.0
+        return lease
+
+    def _abandon(self, call, task: "asyncio.Task") -> None:
+        """Cancels a waiting Acquire no longer needed (the broker drops its
+        place, and releases a grant that crossed the cancellation); one
+        granted before is released here."""
+        call.cancel()
+
+        def done(t: "asyncio.Task") -> None:
+            if t.cancelled() or t.exception() is not None:
+                return
+            lease = t.result().lease
+            self._keeper_().release_in_background(lease.name, lease.owner_token)
+
+        task.add_done_callback(done)
+
+    async def campaign(self, election: str, value: str, ttl: Seconds, wait: Optional[Seconds] = 0) -> AsyncLease:
+        """Becomes the leader of ``election`` (see :meth:`Client.campaign`;
+        ``wait=None`` waits as long as it takes)."""
+        self._brokers()
+        request = pb.CampaignRequest(election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")))
+        return await self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None)
+
+    def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> AsyncLease:
+        held = _core.held_from(lease, waited_ms, sent, margin)
+        handle = AsyncLease(held, self, waited_ms / 1000.0)
+        self._keeper_().add(held)
+        return handle
+
+    async def _release_held(self, held: _Held, timeout: Optional[float] = None) -> None:
+        lost = _core.released_loss(held)
+        keeper = self._keeper_()
+        keeper.forget(held)
+        if lost is not None:
+            if lost.reason is LossReason.DEADLINE_PASSED:
+                keeper.release_in_background(held.name, held.token)
+            raise lost
+        await self.release_token(held.name, held.token, timeout=timeout)
+
+    async def release_token(self, name: str, owner_token: str, *, timeout: Optional[float] = None) -> None:
+        """Releases a lease known only by its name and owner token. Raises
+        :class:`LeaseLost` if it is already gone."""
+        try:
+            await self._brokers().acall(
+                "Release",
+                pb.ReleaseRequest(name=name, owner_token=owner_token),
+                timeout=self._timeout if timeout is None else timeout,
+            )
+        except grpc.RpcError as e:
+            raise _core.release_error(e) from None
+
+    # -- questions -----------------------------------------------------------
+
+    async def describe(self, name: str, tenant: str = "") -> Description:
+        """Who holds ``name`` (see :meth:`Client.describe`)."""
+        return _core.description(await self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant)))
+
+    async def check_fence(self, name: str, fence: int) -> FenceCheck:
+        """Whether ``fence`` is the current lease's (see :meth:`Client.check_fence`)."""
+        r = await self._unary("CheckFence", pb.CheckFenceRequest(name=name, fence=fence))
+        return FenceCheck(current=r.current, current_fence=r.current_fence)
+
+    async def leader(self, election: str) -> Optional[Leader]:
+        """The current leader of ``election``, or None."""
+        return Leader._from(await self._unary("Leader", pb.LeaderRequest(election=election)))
+
+    async def observe(self, election: str) -> AsyncObservation:
+        """The leadership of ``election`` now, then every change: returns
+        once the first answer arrived (within the client's ``timeout``), so
+        refusals raise here (see :meth:`Client.observe`)."""
+        brokers = self._brokers()
+        attempts = len(brokers)
+        while True:
+            index, stub = brokers.current()
+            call = stub.Observe(_wire.observe_request(election), metadata=brokers.metadata)
+            try:
+                first = await asyncio.wait_for(call.read(), self._timeout)
+            except asyncio.TimeoutError:
+                call.cancel()
+                raise LeaseholdError(
+                    f"DEADLINE_EXCEEDED: no answer to Observe within {self._timeout:g} s",
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                ) from None
+            except grpc.RpcError as e:
+                if attempts > 1 and not_connected(e):
+                    brokers.unreachable(index)
+                    attempts -= 1
+                    continue
+                raise from_rpc_error(e) from None
+            if first is grpc.aio.EOF:
+                raise LeaseholdError("the broker ended the Observe stream without an answer")
+            observation = AsyncObservation(call, first)
+            self._observations.add(observation)
+            return observation
+
+    # -- administration ------------------------------------------------------
+
+    async def revoke(self, name: str, tenant: str = "") -> int:
+        """Ends the current lease on ``name``, whoever holds it (see
+        :meth:`Client.revoke`)."""
+        return (await self._unary("Revoke", pb.RevokeRequest(name=name, tenant=tenant))).fence
+
+    async def _unary(self, method: str, request):
+        try:
+            return await self._brokers().acall(method, request, timeout=self._timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    # -- lifetime ------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Releases the leases still held (best effort), ends the open
+        observations, stops the keeper task and closes the channels."""
+        if self._closed:
+            return
+        if self._keeper is not None:
+            for held in self._keeper.snapshot():
+                try:
+                    # Short: a broker that is down must not hold up the close.
+                    await self._release_held(held, timeout=2.0)
+                except Exception:
+                    pass
+        for observation in list(self._observations):
+            observation.cancel()
+        if self._keeper is not None:
+            await self._keeper.close()
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=5.0)
+        self._closed = True
+        if self._brokers_ is not None:
+            await self._brokers_.aclose()
+
+    aclose = close
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        token = ", token=<redacted>" if self._settings.metadata else ""
+        return f"AsyncClient(targets={list(self.targets)!r}, tls={self.tls}{token})"
+
+
+async def _result(call) -> Any:
+    return await call

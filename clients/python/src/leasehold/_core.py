@@ -1,0 +1,478 @@
+"""What the synchronous Client and the asyncio AsyncClient share: option
+checks, channel settings, the acquire request and the deadline of a grant,
+the mapping of broker answers to results and errors, and the plan of a long
+wait. Nothing here does I/O, so both clients follow one set of rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import re
+import socket
+import time
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import grpc
+
+from ._lease import _Held
+from ._proto import leasehold_pb2 as pb
+from .errors import LeaseholdError, LeaseLost, LossReason, from_rpc_error
+
+Seconds = Union[float, int, datetime.timedelta]
+#: A PEM file (a path) or PEM text itself (bytes).
+Pem = Union[str, "os.PathLike[str]", bytes]
+
+# gRPC's default reconnect backoff starts at 1 s and grows to 2 minutes: far
+# too slow to resume a lease of a few seconds after a broker restart or a
+# network blip. gRPC core takes grpc.min_reconnect_backoff_ms as the least
+# time a connection attempt is given (TCP, TLS and HTTP/2 handshakes), not as
+# a backoff: 5 s, the Rust client's connect timeout. (At 100 ms, a broker a
+# few tens of milliseconds away over TLS failed its first calls with
+# UNAVAILABLE, and with several brokers it counted as unreachable.) HTTP/2
+# pings notice a dead connection that TCP alone would not (same settings as
+# the Rust client).
+_CHANNEL_OPTIONS: Sequence[Tuple[str, int]] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 5_000),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+)
+
+
+def _seconds(value: Seconds, what: str) -> float:
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    value = float(value)
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value}")
+    return value
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def _pem(value: Pem, what: str) -> bytes:
+    """PEM bytes as given, or read from the file named by a path."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    try:
+        with open(value, "rb") as f:
+            return f.read()
+    except OSError as e:
+        # The path only: never the file's contents (it may be a key).
+        raise LeaseholdError(f"cannot read {what} {os.fspath(value)!r}: {e.strerror}") from None
+
+
+def _bearer_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
+    """The ``authorization`` metadata every call carries, or none.
+
+    Checked here so that a bad token fails at once, with a message that does
+    not contain it (gRPC's own complaint about an invalid metadata value
+    might)."""
+    if token is None:
+        return ()
+    if not isinstance(token, str):
+        raise TypeError("token must be a str")
+    # RFC 6750's b64token is narrower; visible ASCII is what a header value
+    # without folding can carry, and what gRPC accepts.
+    if not token or any(not ("!" <= c <= "~") for c in token):
+        raise ValueError("token must be non-empty visible ASCII without spaces (the token itself is not shown)")
+    return (("authorization", f"Bearer {token}"),)
+
+
+def _split_targets(target: Union[str, Sequence[str]]) -> Tuple[Optional[str], List[str]]:
+    """The scheme (``"http"``, ``"https"`` or None) and the addresses of one
+    target, a comma-separated list of them, or a sequence of them."""
+    if isinstance(target, str):
+        targets = target.split(",")
+    else:
+        targets = list(target)
+        if not all(isinstance(t, str) for t in targets):
+            raise TypeError("target must be a str or a sequence of str")
+    schemes = set()
+    addresses = []
+    for t in targets:
+        t = t.strip()
+        if not t:
+            continue
+        scheme = None
+        for prefix in ("https://", "http://"):
+            if t.startswith(prefix):
+                scheme, t = prefix[:-3], t[len(prefix) :]
+        schemes.add(scheme)
+        addresses.append(t.rstrip("/"))
+    if not addresses:
+        raise ValueError("no broker address given")
+    if {"http", "https"} <= schemes:
+        raise ValueError("the broker addresses mix http:// and https://: one client is either TLS or plaintext")
+    scheme = "https" if "https" in schemes else ("http" if "http" in schemes else None)
+    return scheme, addresses
+
+
+def default_holder() -> str:
+    """``hostname:pid``, so that an operator can find the holder."""
+    return f"{socket.gethostname() or 'unknown'}:{os.getpid()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """Who holds a name, as Describe reports it (never the owner token).
+    Durations are in seconds."""
+
+    held: bool
+    holder: str
+    fence: int
+    remaining: float
+    ttl: float
+    granted_at_unix: float
+    waiters: int
+    local_waiters: int
+    lock_delay: float
+    lock_delay_remaining: float
+    permits_held: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FenceCheck:
+    """The answer of CheckFence; true in a boolean context when the fence is
+    the current lease's."""
+
+    current: bool
+    current_fence: int
+
+    def __bool__(self) -> bool:
+        return self.current
+
+
+@dataclasses.dataclass(frozen=True)
+class Leader:
+    """An election's leader: its value and its term (its lease's fence)."""
+
+    value: str
+    term: int
+    remaining: float
+
+    @staticmethod
+    def _from(r) -> Optional["Leader"]:
+        if not r.present:
+            return None
+        return Leader(value=r.value, term=r.term, remaining=r.remaining_ms / 1000.0)
+
+
+
+
+def description(r) -> Description:
+    """A DescribeResponse as a :class:`Description`."""
+    return Description(
+        held=r.held,
+        holder=r.holder,
+        fence=r.fence,
+        remaining=r.remaining_ms / 1000.0,
+        ttl=r.ttl_ms / 1000.0,
+        granted_at_unix=r.granted_at_unix_ms / 1000.0,
+        waiters=r.waiters,
+        local_waiters=r.local_waiters,
+        lock_delay=r.lock_delay_ms / 1000.0,
+        lock_delay_remaining=r.lock_delay_remaining_ms / 1000.0,
+        permits_held=r.permits_held,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelSettings:
+    """How to open a channel to each target: TLS credentials (None for
+    plaintext), channel options, and the metadata every call carries."""
+
+    targets: List[str]
+    credentials: Optional[grpc.ChannelCredentials]
+    options: List[Tuple[str, Any]]
+    metadata: Tuple[Tuple[str, str], ...]
+
+    @property
+    def tls(self) -> bool:
+        return self.credentials is not None
+
+
+def channel_settings(
+    target: Union[str, Sequence[str]],
+    *,
+    tls: Union[bool, Pem, None],
+    client_cert: Optional[Pem],
+    client_key: Optional[Pem],
+    server_name: Optional[str],
+    token: Optional[str],
+    credentials: Optional[grpc.ChannelCredentials],
+    options: Sequence[Tuple[str, object]],
+) -> ChannelSettings:
+    """Checks a client's connection options (see :class:`Client`)."""
+    scheme, targets = _split_targets(target)
+    if (client_cert is None) != (client_key is None):
+        raise ValueError("client_cert and client_key go together (mutual TLS needs both)")
+    if credentials is not None and (tls not in (None, True) or client_cert is not None):
+        raise ValueError("give either credentials or tls/client_cert/client_key, not both")
+    wants_tls = (
+        credentials is not None
+        or client_cert is not None
+        or (tls is not None and tls is not False)
+        or scheme == "https"
+    )
+    if tls is False and wants_tls:
+        raise ValueError("tls=False contradicts an https:// target, a client certificate or credentials")
+    if scheme == "http" and wants_tls:
+        raise ValueError("an http:// target is plaintext: use https:// (or no scheme) with TLS options")
+    metadata = _bearer_metadata(token)
+
+    opts: List[Tuple[str, Any]] = list(_CHANNEL_OPTIONS)
+    if server_name is not None:
+        opts.append(("grpc.ssl_target_name_override", server_name))
+    opts += list(options)
+    if wants_tls and credentials is None:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=None if tls in (None, True) else _pem(tls, "CA file"),
+            private_key=None if client_key is None else _pem(client_key, "client key"),
+            certificate_chain=None if client_cert is None else _pem(client_cert, "client certificate"),
+        )
+    return ChannelSettings(targets, credentials if wants_tls else None, opts, metadata)
+
+
+# -- acquiring ---------------------------------------------------------------
+
+
+def acquire_request(
+    name: str,
+    ttl: Seconds,
+    wait: Optional[Seconds],
+    holder: Optional[str],
+    lock_delay: Seconds,
+    limit: int,
+) -> Tuple[pb.AcquireRequest, Optional[float]]:
+    """The AcquireRequest (its wait left for :class:`WaitPlan` to fill in)
+    and the wait in seconds (None: as long as it takes)."""
+    ttl_s = _seconds(ttl, "ttl")
+    wait_s = None if wait is None else _seconds(wait, "wait")
+    request = pb.AcquireRequest(
+        name=name,
+        ttl_ms=_ms(ttl_s),
+        holder=default_holder() if holder is None else holder,
+        lock_delay_ms=_ms(_seconds(lock_delay, "lock_delay")),
+        limit=limit,
+    )
+    return request, wait_s
+
+
+def held_from(lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> _Held:
+    """The state of a granted lease, its local deadline counted from the
+    time the Acquire that got it was *sent*: the grant happened no sooner
+    than ``waited_ms`` after that, and the store counts the TTL from then;
+    less the margin (default: a tenth of the TTL)."""
+    ttl = lease.ttl_ms / 1000.0
+    margin_s = ttl / 10.0 if margin is None else min(_seconds(margin, "margin"), ttl)
+    deadline = sent + waited_ms / 1000.0 + ttl - margin_s
+    return _Held(lease.name, lease.owner_token, lease.fence, ttl, margin_s, deadline)
+
+
+def release_error(error: grpc.RpcError) -> LeaseholdError:
+    """A failed Release as the exception to raise: LeaseLost when the lease
+    was already gone."""
+    code = error.code()
+    if code == grpc.StatusCode.NOT_FOUND:
+        return LeaseLost(LossReason.EXPIRED, error.details() or "", code)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return LeaseLost(LossReason.NOT_OWNER, error.details() or "", code)
+    return from_rpc_error(error)
+
+
+def released_loss(held: _Held) -> Optional[LeaseLost]:
+    """Marks ``held`` released. Returns the LeaseLost to raise if it was lost
+    before (then there is nothing to release, unless only its local deadline
+    passed: the caller frees it in the background), None if the caller must
+    send a Release."""
+    held.released = True
+    reason = held.loss()
+    if reason is None:
+        return None
+    if reason is LossReason.DEADLINE_PASSED:
+        return LeaseLost(reason, "no renewal was confirmed before the local deadline")
+    return LeaseLost(reason, held.message)
+
+
+# -- long waits --------------------------------------------------------------
+
+#: The broker's default --max-wait: the longest wait one Acquire call may ask
+#: for until the broker says otherwise.
+DEFAULT_MAX_WAIT = 300.0
+#: How long before a waiting call's end the next one is sent, at most.
+MAX_LEAD = 2.0
+
+_MAX_WAIT_LIMIT = re.compile(r"limit is (\d+(?:\.\d+)?) ?(ms|s|min|h) \(--max-wait\)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def max_wait_from(error: grpc.RpcError) -> Optional[float]:
+    """The broker's --max-wait, in seconds, from its refusal of a longer
+    wait (INVALID_ARGUMENT naming --max-wait, e.g. "the limit is 300000 ms
+    (--max-wait)" or "the limit is 5 min (--max-wait)"); 0.0 when the
+    refusal names --max-wait in words this cannot read (the caller then
+    halves its guess); None for any other error."""
+    if error.code() != grpc.StatusCode.INVALID_ARGUMENT:
+        return None
+    details = error.details() or ""
+    if "--max-wait" not in details:
+        return None
+    found = _MAX_WAIT_LIMIT.search(details)
+    if not found:
+        return 0.0
+    return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+
+
+class WaitPlan:
+    """The Acquire calls of one acquire, each within the broker's
+    --max-wait.
+
+    A wait longer than --max-wait (or without end: ``wait=None``) is a chain
+    of waiting calls. The broker keeps a caller's place in line only while
+    its call lives (the place is the call's own, keyed by the owner token
+    the broker made for it, and dropped when the call ends), and an
+    AcquireRequest cannot name an earlier place. So each next call is sent
+    while the previous one still waits (``lead`` seconds before its end):
+    the caller is never out of the line, and while the older call lives it
+    keeps the older place. The new call's place is at the back, though:
+    callers that arrived while the previous call waited, and still wait
+    when it ends, are served before it. (Callers that chain the same way
+    keep their order among themselves.)"""
+
+    def __init__(self, wait: Optional[float], max_wait: float):
+        self.start = time.monotonic()
+        self.end = None if wait is None else self.start + wait
+        self.max_wait = max_wait
+
+    def segment(self, now: float) -> float:
+        """How long the call sent now waits."""
+        left = float("inf") if self.end is None else max(0.0, self.end - now)
+        return min(left, self.max_wait)
+
+    def next_at(self, sent: float, segment: float) -> Optional[float]:
+        """When to send the call after one sent at ``sent`` waiting
+        ``segment``: None if that one waits to the end of the plan."""
+        if self.end is not None and sent + segment >= self.end:
+            return None
+        return sent + segment - min(segment / 3.0, MAX_LEAD)
+
+    def over(self, now: float) -> bool:
+        return self.end is not None and now >= self.end
+
+    def learnt(self, max_wait: float) -> bool:
+        """The broker refused a segment and named its --max-wait: True if
+        the plan can go on with shorter segments."""
+        if max_wait <= 0.0 or max_wait >= self.max_wait:
+            return False
+        self.max_wait = max_wait
+        return True
+
+
+def with_wait(request, segment: float):
+    """A copy of an AcquireRequest or CampaignRequest waiting ``segment``."""
+    r = type(request)()
+    r.CopyFrom(request)
+    r.wait_timeout_ms = _ms(segment)
+    return r
+
+
+@dataclasses.dataclass
+class ChainCall:
+    """One Acquire call of a chain: the client's handle on it (a gRPC future
+    or an asyncio task), when it was sent and to which replica, how long it
+    waits, and when its successor is due."""
+
+    handle: Any
+    sent: float
+    segment: float
+    index: int
+    next_at: Optional[float]
+    followed: bool = False
+
+
+class Chain:
+    """The decisions of one acquire or campaign (see :class:`WaitPlan`): when to send a
+    call, what to make of each failed one. Both clients drive it, each with
+    its own I/O; it is not thread-safe (one driver at a time)."""
+
+    def __init__(self, method: str, request, wait: Optional[float], max_wait: float, replicas: int):
+        #: "Acquire" or "Campaign": both wait in a line, and answer a lease
+        #: and waited_ms.
+        self.method = method
+        self._request = request
+        self.plan = WaitPlan(wait, max_wait)
+        #: The calls in flight, oldest first.
+        self.calls: List[ChainCall] = []
+        self._replicas = replicas
+        self._unreached = 0
+        # False once a cap on waiters refused the overlapping call: then
+        # each call is sent when the previous one ended.
+        self._overlap = True
+
+    def needs_call(self, now: float) -> bool:
+        """Whether to send a call now: none is in flight, or the newest
+        one's successor is due."""
+        if not self.calls:
+            return True
+        newest = self.calls[-1]
+        return not newest.followed and newest.next_at is not None and now >= newest.next_at
+
+    def wake_at(self) -> Optional[float]:
+        """When the driver must look again even if no call finished."""
+        newest = self.calls[-1] if self.calls else None
+        if newest is None or newest.followed:
+            return None
+        return newest.next_at
+
+    def request(self, now: float) -> Tuple[Any, float]:
+        """The request of the call to send now, and its wait (segment)."""
+        segment = self.plan.segment(now)
+        return with_wait(self._request, segment), segment
+
+    def sent(self, handle: Any, sent: float, segment: float, index: int) -> None:
+        if self.calls:
+            self.calls[-1].followed = True
+        next_at = self.plan.next_at(sent, segment) if self._overlap else None
+        self.calls.append(ChainCall(handle, sent, segment, index, next_at))
+
+    def failed(self, call: ChainCall, error: grpc.RpcError, unreachable, now: float) -> Optional[LeaseholdError]:
+        """A call of the chain failed (it is no longer in flight). Returns
+        the error to raise, or None if the chain goes on: a newer call
+        waits, or the driver sends one (see :meth:`needs_call`).
+        ``unreachable(index)`` moves the client off a replica that could not
+        be reached."""
+        self.calls.remove(call)
+        code = error.code()
+        if code == grpc.StatusCode.ABORTED:
+            if self.calls:
+                return None  # its segment ran out; a newer call holds the line
+            if not self.plan.over(now) and now >= call.sent + 0.9 * call.segment:
+                return None  # a successor was not sent in time: send it now
+            return from_rpc_error(error)
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and self.calls:
+            # A cap on waiters (--conn-max-waiters, --tenant-max-waiters)
+            # leaves no room for a second waiting call: from now on the
+            # next call goes when the previous one ends (out of the line
+            # for that moment).
+            self._overlap = False
+            self.calls[-1].next_at = None
+            self.calls[-1].followed = False
+            return None
+        learnt = max_wait_from(error)
+        if learnt == 0.0:
+            learnt = self.plan.max_wait / 2 if self.plan.max_wait > 0.5 else None
+        if learnt is not None and self.plan.learnt(learnt):
+            return None
+        # Deferred import: _brokers imports the generated stubs' module.
+        from ._brokers import not_connected
+
+        if not_connected(error) and self._unreached + 1 < self._replicas and not self.calls:
+            self._unreached += 1
+            unreachable(call.index)
+            return None
+        return from_rpc_error(error)

@@ -1,0 +1,133 @@
+"""The heartbeat rules both keepers follow (the thread of Client, the task
+of AsyncClient), without their I/O: when to beat, what a beat names, what
+an answer does to each lease, when a stream counts as stuck.
+
+* one heartbeat every third of the shortest TTL, naming every live lease
+  (several heartbeats when more than the broker's --max-stream-leases);
+* each renewal moves a lease's local deadline to (heartbeat *send* time +
+  granted TTL - safety margin), so latency can only make it early;
+* a lease is lost when the broker answers LOST (or REJECTED), or when its
+  local deadline passes without a confirmation, whatever the broker says
+  later;
+* a broken or stalled stream is reopened with jittered backoff, never
+  longer than a heartbeat interval, and the leases resume by owner token.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Dict, List, Optional, Tuple
+
+from . import _wire
+from ._lease import LostCallback, _Held
+from ._proto import leasehold_pb2 as pb
+from .errors import LossReason
+
+log = logging.getLogger("leasehold")
+
+MIN_BACKOFF = 0.05
+MAX_BACKOFF = 2.0
+#: Heartbeats never come closer together than this, whatever the TTL.
+MIN_INTERVAL = 0.05
+#: Beats queued but not yet taken by gRPC beyond which the stream counts as
+#: stuck.
+MAX_BACKLOG = 4
+#: Most leases one heartbeat names: the broker's default --max-stream-leases,
+#: which keeps the largest heartbeat well inside its default
+#: --max-message-size. More leases go in several heartbeats per beat.
+HEARTBEAT_LEASES = 1000
+
+#: Heartbeats awaiting their answer: seq -> (send time, leases in order).
+Pending = Dict[int, Tuple[float, List[_Held]]]
+
+
+def beat_interval(leases: List[_Held]) -> float:
+    """A third of the shortest TTL."""
+    if not leases:
+        return 1.0
+    return max(min(h.ttl for h in leases) / 3.0, MIN_INTERVAL)
+
+
+def jitter(d: float) -> float:
+    """``d`` scaled by a random factor in [0.5, 1.5), so clients that lost
+    the same broker do not reconnect in lockstep."""
+    return d * (0.5 + random.random())
+
+
+def stuck(pending: Pending, backlog: int, live: List[_Held], now: float) -> bool:
+    """Whether the stream stalled: the oldest heartbeat has waited more than
+    two intervals (and a second) for its answer, or gRPC is not taking the
+    heartbeats."""
+    interval = beat_interval(live)
+    oldest = min((sent for sent, _ in pending.values()), default=None)
+    stalled = oldest is not None and now - oldest > max(2 * interval, 1.0)
+    return stalled or backlog > MAX_BACKLOG * -(-len(live) // HEARTBEAT_LEASES)
+
+
+def heartbeats(live: List[_Held], seq: int, now: float, pending: Pending) -> Tuple[int, List[pb.KeepAliveRequest]]:
+    """The heartbeats of one beat (recorded in ``pending``) and the last seq."""
+    requests = []
+    for start in range(0, len(live), HEARTBEAT_LEASES):
+        chunk = live[start:start + HEARTBEAT_LEASES]
+        seq += 1
+        requests.append(
+            pb.KeepAliveRequest(
+                seq=seq,
+                leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0) for h in chunk],
+            )
+        )
+        pending[seq] = (now, chunk)
+    return seq, requests
+
+
+def expired(held: _Held) -> Optional[Tuple[List[LostCallback], LossReason]]:
+    """For a lease whose local deadline passed: marks it lost and returns its
+    callbacks to run (the caller forgets it and frees it in the background)."""
+    reason = LossReason.DEADLINE_PASSED
+    callbacks = held.mark_lost(reason, "no renewal was confirmed before the local deadline")
+    log.warning("lease %r lost: %s", held.name, reason)
+    return callbacks, reason
+
+
+def apply(pending: Pending, response: pb.KeepAliveResponse) -> List[Tuple[_Held, LossReason, List[LostCallback]]]:
+    """Applies a KeepAliveResponse: renews the leases it confirms, marks lost
+    those it reports gone. Returns the lost ones, with the callbacks to run."""
+    entry = pending.pop(response.seq, None)
+    if entry is None:
+        return []
+    # Answers come in order: older heartbeats still pending got none.
+    for old in [s for s in pending if s < response.seq]:
+        del pending[old]
+    sent, leases = entry
+    lost = []
+    for held, status in zip(leases, response.leases):
+        if status.name != held.name or held.released:
+            continue
+        if status.state == _wire.ALIVE:
+            held.renewed(sent, status.ttl_ms)
+            continue
+        if status.state == _wire.REJECTED:
+            log.warning("broker rejected lease %r: %s", held.name, status.message)
+            reason = LossReason.EXPIRED
+        elif status.state == _wire.LOST:
+            reason = loss_reason(held, status.reason)
+        else:  # UNCONFIRMED (the store did not answer), UNSPECIFIED
+            continue
+        callbacks = held.mark_lost(reason, status.message)
+        log.warning("lease %r lost: %s (%s)", held.name, reason, status.message)
+        lost.append((held, reason, callbacks))
+    return lost
+
+
+def loss_reason(held: _Held, reason: int) -> LossReason:
+    named = _wire.named_loss(reason)
+    if named is not None:
+        return named
+    # EXPIRED or unspecified, but gone before our own (early) deadline:
+    # it cannot have expired, so the store lost it. The broker cannot
+    # always tell (e.g. on a new stream's first heartbeat); we can.
+    if time.monotonic() < held.deadline:
+        return LossReason.STORE_LOST
+    return LossReason.EXPIRED
