@@ -2,7 +2,7 @@
 // a redis-server) and a real redis-server, each on a free loopback port, and
 // `eventually` for conditions that no event announces.
 // The broker binary is $LEASEHOLD_BIN, or target/debug/leasehold of this checkout.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -77,6 +77,14 @@ export async function startBroker(args = [], { store = 'memory' } = {}) {
 }
 
 // A redis-server without persistence, for brokers that share a store.
+// Without one on the PATH the caller skips, except in CI (CI=true), where a
+// missing redis-server fails the run rather than hide the tests.
+export function haveRedis() {
+  if (spawnSync('redis-server', ['--version']).status === 0) return true;
+  if (process.env.CI === 'true') throw new Error('redis-server is not on the PATH (scripts/test installs it)');
+  return false;
+}
+
 export async function startRedis() {
   const port = await freePort();
   const proc = child('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
