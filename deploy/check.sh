@@ -11,7 +11,13 @@
 #      validated too;
 #   3. deploy/prometheus/rules.yaml with `promtool check rules`, and
 #      rules_test.yaml with `promtool test rules`;
-#   4. deploy/grafana/*.json: parses, and every panel target has an expr.
+#   4. deploy/grafana/*.json: parses, and every panel target has an expr;
+#   5. what the manifests promise beyond their schema: Redis's maxmemory
+#      below its memory limit with noeviction and a password from a Secret,
+#      the NetworkPolicies selecting real pods and ports (brokers may reach
+#      Redis, labelled clients the brokers), the brokers' preStop pause, the
+#      headless Service, a sidecar readiness that does not read the store,
+#      and the CronJob's busy exit code 0.
 #
 # Usage: deploy/check.sh   (from anywhere; idempotent; exits 1 on any failure)
 #
@@ -25,14 +31,14 @@
 # falls back to a Python check and says so; set CHECK_STRICT=1 to make a
 # missing tool a failure instead.
 #
-# Environment: K8S_VERSIONS (default "1.29.0 1.37.0": the oldest Kubernetes
-# the manifests support, native sidecars being the newest feature they use,
-# and the newest kubernetes-validate knows).
+# Environment: K8S_VERSIONS (default "1.30.0 1.37.0": the oldest Kubernetes
+# the manifests support, the brokers' preStop `sleep` action being the
+# newest feature they use, and the newest kubernetes-validate knows).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="$here/.venv"
-K8S_VERSIONS="${K8S_VERSIONS:-1.29.0 1.37.0}"
+K8S_VERSIONS="${K8S_VERSIONS:-1.30.0 1.37.0}"
 CHECK_STRICT="${CHECK_STRICT:-0}"
 
 KUBERNETES_VALIDATE="kubernetes-validate==1.37.0"
@@ -179,6 +185,7 @@ if not files:
     errors.append("no manifests found")
 
 kustomizations, service_monitors, services, workloads = [], [], [], []
+policies, jobs = [], []
 checked = 0
 for path in files:
     try:
@@ -204,6 +211,10 @@ for path in files:
             services.append(doc)
         if kind in ("Deployment", "StatefulSet", "DaemonSet") and not path.startswith(rendered):
             workloads.append((what, doc))
+        if kind == "NetworkPolicy" and not path.startswith(rendered):
+            policies.append((what, doc))
+        if kind == "CronJob" and not path.startswith(rendered):
+            jobs.append((what, doc))
         for version in versions:
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
@@ -258,6 +269,120 @@ for svc in broker:
         labels = ((w.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
         if selector and all(labels.get(k) == v for k, v in selector.items()):
             errors.append(f"{what}: pod labels match the `leasehold` Service selector {selector}")
+
+# What the manifests promise beyond their schema (deploy/README.md).
+def template(w):
+    spec = w.get("spec") or {}
+    if w.get("kind") == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    return spec.get("template") or {}
+
+def pod_labels(w):
+    return (template(w).get("metadata") or {}).get("labels") or {}
+
+def containers(w):
+    spec = template(w).get("spec") or {}
+    return (spec.get("containers") or []) + (spec.get("initContainers") or [])
+
+def selects(selector, labels):
+    wanted = (selector or {}).get("matchLabels") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+def memory_mib(q):
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "kb": 1 / 1024, "mb": 1, "gb": 1024}
+    for unit, factor in units.items():
+        if str(q).lower().endswith(unit.lower()):
+            return float(str(q)[: -len(unit)]) * factor
+    return float(q) / (1 << 20)
+
+def named(name):
+    return next((w for what, w in workloads if (w.get("metadata") or {}).get("name") == name
+                 and "deploy/kubernetes" in what), None)
+
+broker_w, redis_w = named("leasehold"), named("redis")
+if broker_w is None or redis_w is None:
+    errors.append("deploy/kubernetes: no Deployment `leasehold` or StatefulSet `redis`")
+else:
+    # Redis refuses writes when full (noeviction under a maxmemory below the
+    # container's limit), and wants a password from a Secret.
+    redis_c = containers(redis_w)[0]
+    args = [str(a) for a in redis_c.get("args") or []]
+    flag = lambda f: args[args.index(f) + 1] if f in args[:-1] else None
+    limit = ((redis_c.get("resources") or {}).get("limits") or {}).get("memory")
+    if flag("--maxmemory-policy") != "noeviction":
+        errors.append("redis.yaml: --maxmemory-policy must be noeviction")
+    if flag("--maxmemory") is None or limit is None or memory_mib(flag("--maxmemory")) >= 0.9 * memory_mib(limit):
+        errors.append(f"redis.yaml: --maxmemory ({flag('--maxmemory')}) must be set and leave at least a tenth of the memory limit ({limit})")
+    secret_env = {e["name"]: e for e in redis_c.get("env") or []
+                  if ((e.get("valueFrom") or {}).get("secretKeyRef"))}
+    if flag("--requirepass") != "$(REDIS_PASSWORD)" or "REDIS_PASSWORD" not in secret_env:
+        errors.append("redis.yaml: --requirepass must be $(REDIS_PASSWORD), from a secretKeyRef")
+    # The brokers: the same password in their store URL, a preStop pause
+    # shorter than the grace period.
+    broker_c = containers(broker_w)[0]
+    env = {e["name"]: e for e in broker_c.get("env") or []}
+    if "REDIS_PASSWORD" not in env or "$(REDIS_PASSWORD)@" not in str(env.get("LEASEHOLD_STORE", {}).get("value")):
+        errors.append("deployment.yaml: LEASEHOLD_STORE must carry $(REDIS_PASSWORD) from the Secret")
+    names = [e["name"] for e in broker_c.get("env") or []]
+    if "REDIS_PASSWORD" in names and "LEASEHOLD_STORE" in names and names.index("REDIS_PASSWORD") > names.index("LEASEHOLD_STORE"):
+        errors.append("deployment.yaml: REDIS_PASSWORD must come before LEASEHOLD_STORE ($(VAR) refers to earlier variables only)")
+    pause = (((broker_c.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds")
+    grace = (template(broker_w).get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+    if not pause or pause >= grace:
+        errors.append(f"deployment.yaml: the broker needs a preStop sleep below terminationGracePeriodSeconds ({grace})")
+    # NetworkPolicies: each selects real pods; Redis admits the brokers
+    # (and sidecars), the brokers admit labelled clients on real ports.
+    by_name = {(p.get("metadata") or {}).get("name"): (what, p) for what, p in policies}
+    for pname, target in (("redis", redis_w), ("leasehold", broker_w)):
+        if pname not in by_name:
+            errors.append(f"deploy/kubernetes: no NetworkPolicy `{pname}`")
+            continue
+        what, pol = by_name[pname]
+        spec = pol.get("spec") or {}
+        if not selects(spec.get("podSelector"), pod_labels(target)):
+            errors.append(f"{what}: podSelector does not select {target['metadata']['name']}'s pods")
+        ports = {p.get("name") for c in containers(target) for p in c.get("ports") or []} | \
+                {p.get("containerPort") for c in containers(target) for p in c.get("ports") or []}
+        for rule in spec.get("ingress") or []:
+            for port in rule.get("ports") or []:
+                if port.get("port") not in ports:
+                    errors.append(f"{what}: port {port.get('port')!r} is not a port of {target['metadata']['name']}")
+    if "redis" in by_name:
+        what, pol = by_name["redis"]
+        froms = [f.get("podSelector") for r in (pol.get("spec") or {}).get("ingress") or [] for f in r.get("from") or []]
+        admitted = lambda w: any(selects(f, pod_labels(w)) for f in froms if f is not None)
+        if not admitted(broker_w):
+            errors.append(f"{what}: the brokers' pods are not admitted to Redis")
+        for w_what, w in workloads:
+            if "sidecar" in w_what and not admitted(w):
+                errors.append(f"{what}: the sidecar example's pods ({w_what}) are not admitted to Redis")
+    if "leasehold" in by_name:
+        what, pol = by_name["leasehold"]
+        froms = [f.get("podSelector") for r in (pol.get("spec") or {}).get("ingress") or [] for f in r.get("from") or []]
+        for w_what, w in workloads + jobs:
+            talks = any("LEASEHOLD_BROKER" == e.get("name") and "127.0.0.1" not in str(e.get("value"))
+                        for c in containers(w) for e in c.get("env") or []) or \
+                    any("http://leasehold" in str(a) for c in containers(w) for a in (c.get("command") or []) + (c.get("args") or []))
+            if talks and not any(selects(f, pod_labels(w)) for f in froms if f is not None):
+                errors.append(f"{what}: {w_what} calls the brokers but its pods are not admitted")
+# Client-side balancing needs a headless Service over the brokers.
+if not any((s.get("spec") or {}).get("clusterIP") == "None" and
+           selects({"matchLabels": (s.get("spec") or {}).get("selector")}, pod_labels(broker_w or {}))
+           for s in services):
+    errors.append("deploy/kubernetes: no headless Service over the brokers (client-side balancing)")
+# A sidecar's readiness must not read the store; the CronJob skips with 0.
+for w_what, w in workloads:
+    for c in containers(w):
+        probe = ((c.get("readinessProbe") or {}).get("exec") or {}).get("command") or []
+        if "leasehold" in probe and ("describe" in probe or "--store" in probe):
+            errors.append(f"{w_what}: container {c.get('name')}: readiness reads the store ({' '.join(probe)})")
+for j_what, j in jobs:
+    for c in containers(j):
+        cmd = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        if "run" in cmd and "leasehold" in cmd[0] and cmd[cmd.index("--busy-exit-code") + 1 if "--busy-exit-code" in cmd else 0] != "0":
+            errors.append(f"{j_what}: `leasehold run` needs --busy-exit-code 0 (a skipped run is not a failed Job)")
+if not errors:
+    print("Redis maxmemory/noeviction/password, NetworkPolicies, preStop, headless Service, sidecar readiness, CronJob busy code: as promised")
 
 # Kustomizations: every listed file exists; every manifest beside it is listed.
 for path, k in kustomizations:

@@ -12,11 +12,11 @@ use tokio::net::TcpListener;
 
 /// Leasehold: a distributed lock broker with fencing tokens.
 ///
-/// Exit codes of the client commands: 75 the lock is held by someone else,
-/// 76 the lease was lost (run: the command was stopped), 69 the broker could
-/// not be reached or refused; run otherwise exits with its command's code.
+/// The client commands exit with the codes below (sysexits' where one
+/// fits), so that a script or a Job can tell "try later" (69, 75) from "fix
+/// the command" (64, 77).
 #[derive(Parser)]
-#[command(version, about, long_about)]
+#[command(version, about, long_about, after_help = cli::EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,7 +26,9 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Serve(Box<ServeConfig>),
-    /// Take a lease once and print it as LEASEHOLD_*= lines (not kept alive).
+    /// Take a lease once and print it as `export LEASEHOLD_*=...` lines for
+    /// `eval` (the lease is not kept alive).
+    #[command(after_help = cli::EXIT_CODES)]
     Acquire(cli::AcquireArgs),
     /// Release a lease by name and owner token.
     Release(cli::ReleaseArgs),
@@ -40,10 +42,12 @@ enum Command {
     /// stderr.
     Token(cli::TokenArgs),
     /// Campaign in an election, then hold the leadership until Ctrl-C.
+    #[command(after_help = cli::EXIT_CODES)]
     Elect(cli::ElectArgs),
     /// Print an election's leader, then every change.
     Observe(cli::ObserveArgs),
     /// Take a lease and keep it until Ctrl-C, printing its state.
+    #[command(after_help = cli::EXIT_CODES)]
     Hold(cli::HoldArgs),
     /// Run a command while holding a lease; stop it if the lease is lost.
     ///
@@ -64,14 +68,40 @@ enum Command {
     /// descendants; a guardian that is itself killed (the command and its
     /// process group still die, a descendant that left the group may not);
     /// and `run` stopped (SIGSTOP, Ctrl-Z) while its command runs on.
+    ///
+    /// If the lock is held by someone else, the command does not run and
+    /// `run` exits with --busy-exit-code (75 unless set; 0 makes a skipped
+    /// cron run a success). Pick codes the command itself does not use.
+    #[command(after_help = cli::EXIT_CODES)]
     Run(cli::RunArgs),
+    /// Ask a broker's gRPC health service; exit 0 if it answers, 1 if not.
+    ///
+    /// For a Docker HEALTHCHECK or an exec probe (e.g. a sidecar that
+    /// listens on 127.0.0.1 only). By default any answer counts, SERVING or
+    /// NOT_SERVING: the broker process runs, whether or not its store is
+    /// reachable right now, so a Redis blip does not mark every broker
+    /// unhealthy at once. --store requires SERVING as well.
+    Health(cli::HealthArgs),
     /// `run`'s guardian of its command (started by `run` only).
     #[command(name = "__guard", hide = true)]
     Guard(cli::GuardArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version go to stdout and succeed; a bad flag is a
+        // usage error (64), not clap's 2, which a wrapped command could
+        // mean for itself.
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(cli::EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     // `run`'s guardian: small, one thread, no async runtime.
     let cli = match cli.command {
         Command::Guard(args) => return cli::guard(args),
@@ -128,6 +158,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Command::Revoke(args) => cli::revoke(args).await,
                 Command::Token(args) => cli::token(args),
                 Command::Run(args) => cli::run(args).await,
+                Command::Health(args) => cli::health(args).await,
                 Command::Serve(_) | Command::Guard(_) => unreachable!("handled above"),
             }
         }

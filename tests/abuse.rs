@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, must_acquire, Broker, BrokerProcess, RedisServer};
 use leasehold_server::proto::{
-    leasehold_client::LeaseholdClient, DescribeRequest, KeepAliveRequest, LeaseRef, RenewRequest,
+    leasehold_service_client::LeaseholdServiceClient, DescribeRequest, KeepAliveRequest, LeaseRef,
+    RenewRequest,
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -18,7 +19,7 @@ use tokio::{
 use tonic::transport::Channel;
 
 /// The bystander's lease is still there, with its fence, and renewable.
-async fn bystander_intact(client: &mut LeaseholdClient<Channel>, fence: u64, token: &str) {
+async fn bystander_intact(client: &mut LeaseholdServiceClient<Channel>, fence: u64, token: &str) {
     let d = client
         .describe(DescribeRequest {
             name: "bystander".into(),
@@ -284,7 +285,7 @@ mod raw {
         sent: usize,
     ) -> (Feed, tokio::task::JoinHandle<Option<i32>>) {
         let (tx, rx) = mpsc::channel(4);
-        let mut request = hyper::Request::post("/leasehold.v1.Leasehold/Acquire")
+        let mut request = hyper::Request::post("/leasehold.v1.LeaseholdService/Acquire")
             .header("content-type", "application/grpc")
             .header("te", "trailers");
         if let Some(token) = token {

@@ -19,7 +19,7 @@ use leasehold_client::{Broker as Grpc, Credentials};
 use leasehold_server::{
     auth::{generate_token, token_credential},
     proto::{
-        lease_status, DescribeRequest, KeepAliveRequest, LeaderRequest, Lease, LeaseRef,
+        lease_status, DescribeRequest, KeepAliveRequest, Lease, LeaseRef, ObserveRequest,
         ReleaseRequest, RenewRequest, RevokeRequest,
     },
 };
@@ -243,14 +243,15 @@ async fn calls_without_a_known_credential_are_unauthenticated() {
     assert_eq!(stream.code(), Code::Unauthenticated);
 
     // Another scheme than Bearer.
-    let mut basic = leasehold_server::proto::leasehold_client::LeaseholdClient::with_interceptor(
-        broker.channel().await,
-        |mut r: tonic::Request<()>| {
-            r.metadata_mut()
-                .insert("authorization", "Basic dXNlcjpwYXNz".parse().unwrap());
-            Ok(r)
-        },
-    );
+    let mut basic =
+        leasehold_server::proto::leasehold_service_client::LeaseholdServiceClient::with_interceptor(
+            broker.channel().await,
+            |mut r: tonic::Request<()>| {
+                r.metadata_mut()
+                    .insert("authorization", "Basic dXNlcjpwYXNz".parse().unwrap());
+                Ok(r)
+            },
+        );
     let status = basic.describe(describe("x")).await.unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated);
     assert!(status.message().contains("Bearer <token>"), "{status:?}");
@@ -610,13 +611,14 @@ async fn the_cli_makes_tokens_and_sends_them() {
         &["acquire", "--lock", "nightly", "--ttl", "30s"],
     );
     assert!(out.status.success(), "{out:?}");
-    // `eval $(leasehold acquire ...)` sets LEASEHOLD_TOKEN, the owner token,
-    // which `release` reads; the bearer token is another variable.
+    // `eval "$(leasehold acquire ...)"` exports LEASEHOLD_TOKEN, the owner
+    // token, which `release` reads; the bearer token is another variable.
     let printed = String::from_utf8(out.stdout).unwrap();
     let owner = printed
         .lines()
-        .find_map(|l| l.strip_prefix("LEASEHOLD_TOKEN="))
+        .find_map(|l| l.strip_prefix("export LEASEHOLD_TOKEN="))
         .expect("acquire prints the owner token")
+        .trim_matches('\'')
         .to_owned();
     assert!(!printed.contains(&token), "the bearer token is not printed");
     let out = cli(
@@ -626,7 +628,8 @@ async fn the_cli_makes_tokens_and_sends_them() {
     let owner2 = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .find_map(|l| l.strip_prefix("LEASEHOLD_TOKEN=").map(str::to_owned))
+        .find_map(|l| l.strip_prefix("export LEASEHOLD_TOKEN="))
+        .map(|t| t.trim_matches('\'').to_owned())
         .unwrap();
     let released = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["release", "--lock", "nightly-2", "--broker", &broker.url()])
@@ -650,8 +653,10 @@ async fn the_cli_makes_tokens_and_sends_them() {
         String::from_utf8_lossy(&out.stdout).contains("held=true"),
         "{out:?}"
     );
+    // No token: UNAUTHENTICATED exits 77 (EX_NOPERM: a credential to fix),
+    // not 69, which a retry loop would retry.
     let out = cli(None, &["describe", "--lock", "nightly"]);
-    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("Bearer"),
         "{out:?}"
@@ -1114,7 +1119,7 @@ async fn a_withdrawn_credential_ends_its_streams() {
         let mut client = client.clone();
         async move {
             let mut changes = client
-                .observe(LeaderRequest {
+                .observe(ObserveRequest {
                     election: "watched".into(),
                 })
                 .await

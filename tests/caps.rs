@@ -13,8 +13,8 @@ use leasehold_client::{Broker as Grpc, Credentials};
 use leasehold_server::{
     auth::{generate_token, token_credential},
     proto::{
-        leasehold_client::LeaseholdClient, DescribeRequest, KeepAliveRequest, LeaderRequest, Lease,
-        RenewRequest,
+        leasehold_service_client::LeaseholdServiceClient, DescribeRequest, KeepAliveRequest, Lease,
+        ObserveRequest, RenewRequest,
     },
 };
 use tokio::io::AsyncReadExt;
@@ -36,7 +36,7 @@ fn exhausted<T: std::fmt::Debug>(result: Result<T, tonic::Status>, flag: &str) {
 }
 
 /// The bystander's lease is still held, with its fence, and renews.
-async fn intact(client: &mut LeaseholdClient<Channel>, lease: &Lease) {
+async fn intact(client: &mut LeaseholdServiceClient<Channel>, lease: &Lease) {
     let d = client
         .describe(describe(&lease.name))
         .await
@@ -289,7 +289,7 @@ async fn streams_are_capped_per_connection() {
     );
     exhausted(
         client
-            .observe(LeaderRequest {
+            .observe(ObserveRequest {
                 election: "e".into(),
             })
             .await
@@ -316,7 +316,7 @@ async fn streams_are_capped_per_connection() {
     // Another connection opens its own stream.
     let mut other = broker.client().await;
     other
-        .observe(LeaderRequest {
+        .observe(ObserveRequest {
             election: "e".into(),
         })
         .await
@@ -328,7 +328,7 @@ async fn streams_are_capped_per_connection() {
         let mut client = client.clone();
         async move {
             client
-                .observe(LeaderRequest {
+                .observe(ObserveRequest {
                     election: "e".into(),
                 })
                 .await
@@ -351,7 +351,7 @@ async fn streams_are_capped_per_tenant() {
     .await;
     let _open = as_(&broker, &t.a)
         .await
-        .observe(LeaderRequest {
+        .observe(ObserveRequest {
             election: "e".into(),
         })
         .await
@@ -359,7 +359,7 @@ async fn streams_are_capped_per_tenant() {
     exhausted(
         as_(&broker, &t.a)
             .await
-            .observe(LeaderRequest {
+            .observe(ObserveRequest {
                 election: "e".into(),
             })
             .await
@@ -368,7 +368,7 @@ async fn streams_are_capped_per_tenant() {
     );
     as_(&broker, &t.b)
         .await
-        .observe(LeaderRequest {
+        .observe(ObserveRequest {
             election: "e".into(),
         })
         .await
@@ -443,7 +443,7 @@ async fn connections_are_capped() {
     let lease = must_acquire(&mut first, "held", 30_000).await;
     let second = broker.client().await;
     let mut third =
-        LeaseholdClient::new(Channel::from_shared(broker.url()).unwrap().connect_lazy());
+        LeaseholdServiceClient::new(Channel::from_shared(broker.url()).unwrap().connect_lazy());
     let refused = third.describe(describe("held")).await.unwrap_err();
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert!(
@@ -461,7 +461,7 @@ async fn connections_are_capped() {
             let Ok(channel) = Channel::from_shared(url).unwrap().connect().await else {
                 return false;
             };
-            LeaseholdClient::new(channel)
+            LeaseholdServiceClient::new(channel)
                 .describe(describe("held"))
                 .await
                 .is_ok()

@@ -1,6 +1,7 @@
 //! The `leasehold` binary as users run it: `run` around real child processes
 //! (exit codes, environment, kill -9, lease loss, SIGTERM), `hold` paused by
-//! SIGSTOP, and the acquire/describe/release commands.
+//! SIGSTOP, the acquire/describe/release commands, every documented exit
+//! code, and `health`.
 
 use leasehold_testkit as common;
 
@@ -16,6 +17,8 @@ use tokio::{
     process::{Child, ChildStdout, Command},
 };
 
+const EXIT_USAGE: i32 = 64;
+const EXIT_UNAVAILABLE: i32 = 69;
 const EXIT_LOCK_BUSY: i32 = 75;
 const EXIT_LEASE_LOST: i32 = 76;
 
@@ -257,11 +260,12 @@ async fn a_paused_holder_knows_its_lease_is_lost_when_it_resumes() {
     next.release().await.unwrap();
 }
 
-/// The value of `key` in `acquire`'s `KEY=value` lines.
+/// The value of `key` in `acquire`'s `export KEY='value'` lines.
 fn assignment(text: &str, key: &str) -> String {
     text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .find_map(|l| l.strip_prefix(&format!("export {key}=")))
         .unwrap_or_else(|| panic!("no {key} in {text}"))
+        .trim_matches('\'')
         .to_owned()
 }
 
@@ -357,4 +361,254 @@ async fn commands_move_past_an_unreachable_broker() {
     release.env("LEASEHOLD_TOKEN", value("LEASEHOLD_TOKEN"));
     assert!(release.status().await.unwrap().success());
     assert!(!held(&Client::connect(broker.url()).await.unwrap(), "failover").await);
+}
+
+/// `leasehold ARGS` against `broker`: its exit code and what it said on
+/// standard error.
+async fn outcome(broker: &Broker, args: &[&str]) -> (i32, String) {
+    let output = tokio::time::timeout(
+        Duration::from_secs(20),
+        leasehold(broker).args(args).output(),
+    )
+    .await
+    .expect("the command ended in time")
+    .unwrap();
+    (
+        output.status.code().expect("an exit code"),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A request the broker refuses as invalid, and a bad flag, exit 64 (a
+/// command to fix), not 69 (an outage to wait out): a retry loop that
+/// retries on 69 would otherwise retry a typo forever. The message says
+/// what to fix, ranges in words.
+#[tokio::test]
+async fn misconfiguration_exits_64() {
+    let broker = Broker::start("memory").await;
+    // Refused by the broker (INVALID_ARGUMENT).
+    for args in [
+        &["acquire", "--lock", "no spaces"][..],
+        &["run", "--lock", "no spaces", "--", "echo", "ran"],
+        &["hold", "--lock", "bad{tag}"],
+    ] {
+        let (code, stderr) = outcome(&broker, args).await;
+        assert_eq!(code, EXIT_USAGE, "{args:?}: {stderr}");
+        assert!(stderr.contains("allowed are"), "{args:?}: {stderr}");
+    }
+    // Over the broker's --max-wait (5 min by default).
+    let (code, stderr) = outcome(&broker, &["acquire", "--lock", "ok", "--wait", "1h"]).await;
+    assert_eq!(code, EXIT_USAGE, "{stderr}");
+    assert!(
+        stderr.contains("the limit is 5 min (--max-wait)"),
+        "{stderr}"
+    );
+    // A TTL outside the broker's bounds, said as people write them.
+    let (code, stderr) = outcome(&broker, &["acquire", "--lock", "ok", "--ttl", "100ms"]).await;
+    assert_eq!(code, EXIT_USAGE, "{stderr}");
+    assert!(stderr.contains("from 500 ms to 1 h"), "{stderr}");
+    assert!(!stderr.contains("..="), "{stderr}");
+    // Refused before any call: bad flags, a broker URL without a scheme.
+    for args in [
+        &["acquire", "--lock", "ok", "--ttl", "10"][..],
+        &["acquire", "--lock", "ok", "--busy-exit-code", "256"],
+        &["acquire", "--no-such-flag"],
+        &["acquire", "--lock", "ok", "--broker", "127.0.0.1:7420"],
+    ] {
+        let (code, stderr) = outcome(&broker, args).await;
+        assert_eq!(code, EXIT_USAGE, "{args:?}: {stderr}");
+    }
+    let client = Client::connect(broker.url()).await.unwrap();
+    assert!(!held(&client, "ok").await, "nothing was acquired");
+}
+
+/// An unreachable broker exits 69, for every lock command.
+#[tokio::test]
+async fn an_unreachable_broker_exits_69() {
+    let broker = Broker::start("memory").await;
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    for args in [
+        &["acquire", "--lock", "a"][..],
+        &["hold", "--lock", "a"],
+        &["run", "--lock", "a", "--", "echo", "ran"],
+        &["describe", "--lock", "a"],
+    ] {
+        let mut command = leasehold(&broker);
+        command.env("LEASEHOLD_BROKER", &dead).args(args);
+        let output = command.output().await.unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(EXIT_UNAVAILABLE),
+            "{args:?}: {output:?}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}: the command ran");
+    }
+}
+
+/// "Someone else holds the lock" exits 75 unless --busy-exit-code says
+/// otherwise (0: a cron job that skips is not a failed job); the command
+/// does not run either way.
+#[tokio::test]
+async fn the_busy_exit_code_is_the_callers_choice() {
+    let broker = Broker::start("memory").await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let _lease = client.acquire("busy", AcquireOptions::new()).await.unwrap();
+    let cases: [(&[&str], i32); 6] = [
+        (&["acquire", "--lock", "busy"], EXIT_LOCK_BUSY),
+        (&["acquire", "--lock", "busy", "--busy-exit-code", "0"], 0),
+        (&["hold", "--lock", "busy", "--busy-exit-code", "3"], 3),
+        (
+            &["run", "--lock", "busy", "--", "echo", "ran"],
+            EXIT_LOCK_BUSY,
+        ),
+        (
+            &[
+                "run",
+                "--lock",
+                "busy",
+                "--busy-exit-code",
+                "0",
+                "--",
+                "echo",
+                "ran",
+            ],
+            0,
+        ),
+        (
+            &[
+                "elect",
+                "--election",
+                "busy",
+                "--value",
+                "b",
+                "--wait",
+                "0",
+                "--busy-exit-code",
+                "0",
+            ],
+            0,
+        ),
+    ];
+    for (args, want) in cases {
+        let output = leasehold(&broker).args(args).output().await.unwrap();
+        assert_eq!(output.status.code(), Some(want), "{args:?}: {output:?}");
+        assert!(output.stdout.is_empty(), "{args:?}: {output:?}");
+    }
+}
+
+/// `--wait 0` (no unit: zero is zero in any unit) tries once.
+#[tokio::test]
+async fn wait_zero_needs_no_unit() {
+    let broker = Broker::start("memory").await;
+    let (code, stderr) = outcome(&broker, &["acquire", "--lock", "zero", "--wait", "0"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let started = Instant::now();
+    let (code, stderr) = outcome(&broker, &["acquire", "--lock", "zero", "--wait", "0"]).await;
+    assert_eq!(code, EXIT_LOCK_BUSY, "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5), "it waited");
+}
+
+/// `eval "$(leasehold acquire ...)"` sets and exports the variables: the
+/// shell sees the fence, and `release` (a child of the shell) finds the
+/// owner token in its environment.
+#[tokio::test]
+async fn acquire_output_is_evaluable_and_exported() {
+    let broker = Broker::start("memory").await;
+    let output = Command::new("sh")
+        .args([
+            "-c",
+            r#"eval "$("$LH" acquire --lock 'evaluated' --ttl 30s)" || exit 9
+               echo "$LEASEHOLD_LOCK $LEASEHOLD_FENCE"
+               "$LH" describe --lock "$LEASEHOLD_LOCK" || exit 8
+               "$LH" release --lock "$LEASEHOLD_LOCK""#,
+        ])
+        .env("LH", env!("CARGO_BIN_EXE_leasehold"))
+        .env("LEASEHOLD_BROKER", broker.url())
+        .env_remove("LEASEHOLD_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let mut lines = stdout.lines();
+    let (lock, fence) = lines.next().unwrap().split_once(' ').unwrap();
+    assert_eq!(lock, "evaluated");
+    assert!(fence.parse::<u64>().unwrap() > 0, "{stdout}");
+    assert!(
+        lines.next().unwrap().contains(&format!("fence={fence}")),
+        "{stdout}"
+    );
+    let client = Client::connect(broker.url()).await.unwrap();
+    assert!(!held(&client, "evaluated").await, "release found the token");
+}
+
+/// `--help` of the top level and of `run` lists every exit code.
+#[tokio::test]
+async fn help_lists_the_exit_codes() {
+    for args in [&["--help"][..], &["run", "--help"]] {
+        let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(args)
+            .output()
+            .await
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let help = String::from_utf8(output.stdout).unwrap();
+        for code in ["64", "69", "75", "76", "77", "126", "127"] {
+            assert!(
+                help.lines().any(|l| l.trim_start().starts_with(code)),
+                "{args:?}: no exit code {code} in\n{help}"
+            );
+        }
+        assert!(help.contains("--busy-exit-code"), "{help}");
+    }
+}
+
+/// `health` exits 0 while the broker answers, even NOT_SERVING (its store
+/// unreachable: a sidecar's readiness and a Docker HEALTHCHECK must not
+/// follow a Redis blip); `--store` requires SERVING; no broker: 1.
+#[tokio::test]
+async fn health_checks_the_broker_process_and_optionally_the_store() {
+    let mut redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let health = |extra: &'static [&'static str]| {
+        let broker = &broker;
+        async move {
+            let output = leasehold(broker)
+                .arg("health")
+                .args(extra)
+                .output()
+                .await
+                .unwrap();
+            (
+                output.status.code().unwrap(),
+                String::from_utf8(output.stdout).unwrap(),
+            )
+        }
+    };
+    let (code, out) = health(&["--store"]).await;
+    assert_eq!(
+        (code, out.trim_end()),
+        (0, &*format!("broker={} status=SERVING", broker.url()))
+    );
+
+    redis.stop();
+    common::eventually(Duration::from_secs(15), "health --store fails", || async {
+        health(&["--store"]).await == (1, format!("broker={} status=NOT_SERVING\n", broker.url()))
+    })
+    .await;
+    let (code, out) = health(&[]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("status=NOT_SERVING"), "{out}");
+
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let output = leasehold(&broker)
+        .args(["health", "--broker", &dead])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("status=UNREACHABLE"),
+        "{output:?}"
+    );
 }

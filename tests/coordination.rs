@@ -132,7 +132,7 @@ async fn check_fence_follows_the_current_holder() {
     let text = String::from_utf8(output.stdout).unwrap();
     let f3: u64 = text
         .lines()
-        .find_map(|l| l.strip_prefix("LEASEHOLD_FENCE="))
+        .find_map(|l| l.strip_prefix("export LEASEHOLD_FENCE="))
         .expect("a fence")
         .parse()
         .unwrap();

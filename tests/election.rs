@@ -95,9 +95,21 @@ async fn leaders_follow_each_other_and_observers_see_every_change() {
             .expect("a candidate leads");
         let mut elected = candidates.remove(index);
         let line = elected.out.next_line().await.unwrap().unwrap();
-        assert!(line.starts_with("granted lock=svc/primary"), "{line}");
         assert!(
-            line.contains(&format!("fence={}", leader.term)),
+            line.starts_with(&format!(
+                "elected election=svc/primary value={:?} term={}",
+                leader.value, leader.term
+            )),
+            "{line} vs term {}",
+            leader.term
+        );
+        // Then its status lines, in the same words.
+        let line = elected.out.next_line().await.unwrap().unwrap();
+        assert!(
+            line.starts_with(&format!(
+                "leading election=svc/primary term={} valid_for_ms=",
+                leader.term
+            )),
             "{line} vs term {}",
             leader.term
         );
@@ -131,6 +143,18 @@ async fn leaders_follow_each_other_and_observers_see_every_change() {
                 resigned.elapsed()
             );
             seen.push(change);
+            // ...and the candidate says so in an election's words.
+            let said = tokio::time::timeout(Duration::from_secs(5), async {
+                while let Some(line) = elected.out.next_line().await.unwrap() {
+                    if !line.starts_with("leading ") {
+                        return line;
+                    }
+                }
+                "(end of output)".to_owned()
+            })
+            .await
+            .expect("a line within 5 s");
+            assert_eq!(said, "resigned election=svc/primary");
         }
     }
     assert!(

@@ -133,18 +133,19 @@ async fn the_waiters_of_a_dead_broker_lapse() {
             .acquire(acquire_req("lapse", 10_000, "first", 60_000))
             .await
     });
-    let describe = |mut c: leasehold_server::proto::leasehold_client::LeaseholdClient<
-        tonic::transport::Channel,
-    >| async move {
-        c.describe(DescribeRequest {
-            name: "lapse".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .waiters
-    };
+    let describe =
+        |mut c: leasehold_server::proto::leasehold_service_client::LeaseholdServiceClient<
+            tonic::transport::Channel,
+        >| async move {
+            c.describe(DescribeRequest {
+                name: "lapse".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .waiters
+        };
     eventually(Duration::from_secs(5), "the first waiter", || {
         describe(client.clone()).map_eq(1)
     })

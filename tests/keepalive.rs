@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{acquire_req, eventually, must_acquire, sample, scrape, Broker, RedisServer};
 use leasehold_server::proto::{
-    lease_status::State, leasehold_client::LeaseholdClient, DescribeRequest, KeepAliveRequest,
-    KeepAliveResponse, Lease, LeaseRef, LossReason, ReleaseRequest,
+    lease_status::State, leasehold_service_client::LeaseholdServiceClient, DescribeRequest,
+    KeepAliveRequest, KeepAliveResponse, Lease, LeaseRef, LossReason, ReleaseRequest,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -23,7 +23,7 @@ struct Stream {
 }
 
 impl Stream {
-    async fn open(client: &mut LeaseholdClient<Channel>) -> Stream {
+    async fn open(client: &mut LeaseholdServiceClient<Channel>) -> Stream {
         let (tx, rx) = mpsc::channel(16);
         let rx = client
             .keep_alive(ReceiverStream::new(rx))
@@ -57,21 +57,21 @@ impl Stream {
 }
 
 /// A client whose connection to `broker` runs through a proxy we can cut.
-async fn through_proxy(broker: &Broker) -> (LeaseholdClient<Channel>, common::proxy::Proxy) {
+async fn through_proxy(broker: &Broker) -> (LeaseholdServiceClient<Channel>, common::proxy::Proxy) {
     let proxy = common::proxy::Proxy::start(broker.addr).await;
     let channel = Channel::from_shared(format!("http://{}", proxy.addr()))
         .unwrap()
         .connect()
         .await
         .unwrap();
-    (LeaseholdClient::new(channel), proxy)
+    (LeaseholdServiceClient::new(channel), proxy)
 }
 
 fn pair(lease: &Lease) -> (&str, &str) {
     (lease.name.as_str(), lease.owner_token.as_str())
 }
 
-async fn held(client: &mut LeaseholdClient<Channel>, name: &str) -> bool {
+async fn held(client: &mut LeaseholdServiceClient<Channel>, name: &str) -> bool {
     client
         .describe(DescribeRequest {
             name: name.into(),

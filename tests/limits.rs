@@ -248,7 +248,7 @@ async fn configured_limits_are_enforced() {
         .await
         .unwrap_err();
     assert!(
-        status.message().contains("500..=5000"),
+        status.message().contains("from 500 ms to 5 s"),
         "{}",
         status.message()
     );

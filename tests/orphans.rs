@@ -10,7 +10,9 @@ use leasehold_testkit as common;
 use std::time::Duration;
 
 use common::{acquire_req, must_acquire, proxy::Proxy, scrape, Broker, RedisServer};
-use leasehold_server::proto::{leasehold_client::LeaseholdClient, DescribeRequest, ReleaseRequest};
+use leasehold_server::proto::{
+    leasehold_service_client::LeaseholdServiceClient, DescribeRequest, ReleaseRequest,
+};
 use tokio::time::Instant;
 use tonic::{transport::Channel, Code};
 
@@ -23,7 +25,7 @@ const STORE_TIMEOUT: Duration = Duration::from_millis(500);
 const TTL_MS: u64 = 60_000;
 
 /// The holder label of `name`'s lease, if held.
-async fn holder(client: &mut LeaseholdClient<Channel>, name: &str) -> Option<String> {
+async fn holder(client: &mut LeaseholdServiceClient<Channel>, name: &str) -> Option<String> {
     let described = client
         .describe(DescribeRequest {
             name: name.into(),
@@ -37,7 +39,11 @@ async fn holder(client: &mut LeaseholdClient<Channel>, name: &str) -> Option<Str
 
 /// Waits until `name` is free, failing past `deadline`; returns when it
 /// was seen free.
-async fn free_by(client: &mut LeaseholdClient<Channel>, name: &str, deadline: Instant) -> Instant {
+async fn free_by(
+    client: &mut LeaseholdServiceClient<Channel>,
+    name: &str,
+    deadline: Instant,
+) -> Instant {
     loop {
         if holder(client, name).await.is_none() {
             return Instant::now();

@@ -24,7 +24,7 @@ async fn reflection_describes_the_api() {
     let mut reflection = ServerReflectionClient::new(broker.channel().await);
     let requests = [
         MessageRequest::ListServices(String::new()),
-        MessageRequest::FileContainingSymbol("leasehold.v1.Leasehold".into()),
+        MessageRequest::FileContainingSymbol("leasehold.v1.LeaseholdService".into()),
     ]
     .map(|message| ServerReflectionRequest {
         host: String::new(),
@@ -40,7 +40,7 @@ async fn reflection_describes_the_api() {
         Some(MessageResponse::ListServicesResponse(list)) => {
             let names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
             for want in [
-                "leasehold.v1.Leasehold",
+                "leasehold.v1.LeaseholdService",
                 "grpc.health.v1.Health",
                 "grpc.reflection.v1.ServerReflection",
             ] {
@@ -69,7 +69,7 @@ async fn reflection_describes_the_api() {
 async fn health_is_serving_on_a_working_store() {
     let broker = Broker::start("memory").await;
     let mut health = HealthClient::new(broker.channel().await);
-    for service in ["", "leasehold.v1.Leasehold"] {
+    for service in ["", "leasehold.v1.LeaseholdService"] {
         let mut watch = health
             .watch(HealthCheckRequest {
                 service: service.into(),
@@ -215,7 +215,7 @@ async fn reflection_v1alpha_lists_the_api() {
             assert!(
                 list.service
                     .iter()
-                    .any(|s| s.name == "leasehold.v1.Leasehold"),
+                    .any(|s| s.name == "leasehold.v1.LeaseholdService"),
                 "{list:?}"
             );
         }

@@ -25,7 +25,7 @@ use common::{
     certs::{scratch, write_server, Ca},
     eventually, must_acquire, sample, scrape, Broker, BrokerProcess,
 };
-use leasehold_server::proto::{leasehold_client::LeaseholdClient, DescribeRequest};
+use leasehold_server::proto::{leasehold_service_client::LeaseholdServiceClient, DescribeRequest};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::TcpStream,
@@ -146,7 +146,7 @@ impl Served {
 }
 
 /// A Describe from an established client, every 50 ms.
-fn describing(client: &LeaseholdClient<Channel>) -> Served {
+fn describing(client: &LeaseholdServiceClient<Channel>) -> Served {
     let client = client.clone();
     Served::start("Describe on an open connection", move || {
         let mut client = client.clone();
@@ -169,7 +169,7 @@ async fn newcomer_served(url: String) -> Duration {
     let started = Instant::now();
     loop {
         if let Ok(channel) = Channel::from_shared(url.clone()).unwrap().connect().await {
-            let served = LeaseholdClient::new(channel)
+            let served = LeaseholdServiceClient::new(channel)
                 .describe(DescribeRequest {
                     name: "bystander".into(),
                     ..Default::default()
@@ -219,7 +219,7 @@ async fn stalled_handshakes_are_closed_at_the_deadline() {
         }
         // The broker is full: a newcomer is told so.
         let mut newcomer =
-            LeaseholdClient::new(Channel::from_shared(broker.url()).unwrap().connect_lazy());
+            LeaseholdServiceClient::new(Channel::from_shared(broker.url()).unwrap().connect_lazy());
         let refused = newcomer
             .describe(DescribeRequest::default())
             .await
@@ -409,7 +409,7 @@ async fn stalled_tls_connections_are_closed_at_the_deadline() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut client = LeaseholdClient::new(connected.expect("a TLS client connects"));
+    let mut client = LeaseholdServiceClient::new(connected.expect("a TLS client connects"));
     must_acquire(&mut client, "bystander", 60_000).await;
     let served = describing(&client);
 

@@ -11,7 +11,7 @@ use common::{
     certs::{scratch, write_server, Ca},
     BrokerProcess,
 };
-use leasehold_server::proto::leasehold_client::LeaseholdClient;
+use leasehold_server::proto::leasehold_service_client::LeaseholdServiceClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// A TLS client of `broker` trusting `ca`, presenting `identity` if given.
@@ -19,7 +19,7 @@ async fn tls_client(
     broker: &BrokerProcess,
     ca: &str,
     identity: Option<&(String, String)>,
-) -> Result<LeaseholdClient<Channel>, tonic::transport::Error> {
+) -> Result<LeaseholdServiceClient<Channel>, tonic::transport::Error> {
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(ca))
         .domain_name("localhost");
@@ -31,11 +31,11 @@ async fn tls_client(
         .tls_config(tls)?
         .connect()
         .await?;
-    Ok(LeaseholdClient::new(channel))
+    Ok(LeaseholdServiceClient::new(channel))
 }
 
 /// Whether an Acquire through this client succeeds.
-async fn works(client: Result<LeaseholdClient<Channel>, tonic::transport::Error>) -> bool {
+async fn works(client: Result<LeaseholdServiceClient<Channel>, tonic::transport::Error>) -> bool {
     match client {
         Ok(mut client) => client
             .acquire(acquire_req(
@@ -68,7 +68,7 @@ async fn tls_refuses_plaintext_and_untrusted_clients() {
         .unwrap()
         .connect()
         .await
-        .map(LeaseholdClient::new);
+        .map(LeaseholdServiceClient::new);
     assert!(!works(plaintext).await, "a plaintext client was served");
 
     let other = Ca::new("some other CA");

@@ -4,7 +4,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use leasehold_proto::leasehold_client::LeaseholdClient;
+use leasehold_proto::leasehold_service_client::LeaseholdServiceClient;
 
 /// The `leasehold` binary the bench starts brokers and holders from:
 /// `$LEASEHOLD_BIN`, else the `leasehold` beside this executable (both are
@@ -26,7 +26,7 @@ pub fn leasehold_exe() -> Result<PathBuf, String> {
 /// one more hand-off per call that a load generator, sharing the machine
 /// with what it measures, cannot afford: this calls hyper's connection
 /// directly. It does not reconnect.
-pub type BenchClient = LeaseholdClient<H2>;
+pub type BenchClient = LeaseholdServiceClient<H2>;
 
 /// hyper's HTTP/2 request sender as the service a tonic client calls.
 #[derive(Clone)]
@@ -69,7 +69,7 @@ pub async fn bench_client(addr: std::net::SocketAddr) -> Result<BenchClient, Str
     let origin = format!("http://{addr}")
         .parse()
         .map_err(|e| format!("{e}"))?;
-    Ok(LeaseholdClient::with_origin(H2(sender), origin))
+    Ok(LeaseholdServiceClient::with_origin(H2(sender), origin))
 }
 
 /// A broker of the bench's own: a child `leasehold serve`, killed when

@@ -7,8 +7,8 @@ use std::{
 };
 
 use leasehold_proto::{
-    lease_status::State, leasehold_client::LeaseholdClient, AcquireRequest, KeepAliveRequest,
-    Lease, LeaseRef, ReleaseRequest,
+    lease_status::State, leasehold_service_client::LeaseholdServiceClient, AcquireRequest,
+    KeepAliveRequest, Lease, LeaseRef, ReleaseRequest,
 };
 use leasehold_server::config::parse_duration;
 use tokio::sync::mpsc;
@@ -61,7 +61,7 @@ pub async fn keepalive(args: KeepaliveArgs) -> ExitCode {
 }
 
 async fn keepalive_run(
-    grpc: &mut LeaseholdClient<Channel>,
+    grpc: &mut LeaseholdServiceClient<Channel>,
     n: usize,
     duration: Duration,
 ) -> Result<(), String> {
@@ -150,11 +150,11 @@ async fn keepalive_run(
 }
 
 /// A plain channel to `url`, Nagle off.
-async fn connect(url: &str) -> Result<LeaseholdClient<Channel>, tonic::transport::Error> {
+async fn connect(url: &str) -> Result<LeaseholdServiceClient<Channel>, tonic::transport::Error> {
     let channel = tonic::transport::Endpoint::from_shared(url.to_owned())?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .connect()
         .await?;
-    Ok(LeaseholdClient::new(channel))
+    Ok(LeaseholdServiceClient::new(channel))
 }

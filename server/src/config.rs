@@ -405,8 +405,9 @@ impl ServeConfig {
         self.limits.limits().check()?;
         if self.replica_acks > 0 && self.replica_ack_timeout >= self.store_timeout {
             return Err(format!(
-                "--replica-ack-timeout ({:?}) must be below --store-timeout ({:?})",
-                self.replica_ack_timeout, self.store_timeout
+                "--replica-ack-timeout ({}) must be below --store-timeout ({})",
+                format_duration(self.replica_ack_timeout),
+                format_duration(self.store_timeout)
             ));
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
@@ -507,9 +508,13 @@ impl ServeConfig {
     }
 }
 
-/// Parses `250ms`, `10s`, `5m`, `1h` (a whole number and a unit).
+/// Parses `250ms`, `10s`, `5m`, `1h` (a whole number and a unit). A bare
+/// `0` needs no unit: zero is zero in every unit (`--wait 0`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b == b'0') {
+        return Ok(Duration::ZERO);
+    }
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(|| format!("'{text}' has no unit: write e.g. 500ms, 10s, 5m or 1h"))?;
@@ -532,9 +537,42 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
+/// Shows a duration as a person writes it, in the largest unit that keeps
+/// it whole: `500 ms`, `10 s`, `5 min`, `1 h` (messages, not `{:?}`'s
+/// `300s`, nor milliseconds nobody counts in).
+pub fn format_duration(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    match ms {
+        0 => "0 s".into(),
+        ms if ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{} min", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{} s", ms / 1_000),
+        ms => format!("{ms} ms"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_show_in_the_largest_whole_unit() {
+        let show = |ms| format_duration(Duration::from_millis(ms));
+        assert_eq!(show(0), "0 s");
+        assert_eq!(show(500), "500 ms");
+        assert_eq!(show(1_500), "1500 ms");
+        assert_eq!(show(10_000), "10 s");
+        assert_eq!(show(90_000), "90 s");
+        assert_eq!(show(300_000), "5 min");
+        assert_eq!(show(3_600_000), "1 h");
+    }
+
+    #[test]
+    fn a_bare_zero_needs_no_unit() {
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("00"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
 
     #[test]
     fn durations_parse_in_every_unit() {

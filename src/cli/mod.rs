@@ -1,8 +1,9 @@
-//! The command-line client: `acquire`, `release`, `describe`, `hold` and
-//! `run`. Each command prints what a person or a shell script needs and
-//! exits with a documented code.
+//! The command-line client: `acquire`, `release`, `describe`, `hold`,
+//! `elect`, `run` and `health`. Each command prints what a person or a shell
+//! script needs and exits with a documented code ([`EXIT_CODES`]).
 
 mod guard;
+mod health;
 mod run;
 
 use std::{process::ExitCode, time::Duration};
@@ -11,19 +12,49 @@ use tokio::time::{interval, Instant};
 
 pub use self::{
     guard::{guard, GuardArgs},
+    health::{health, HealthArgs},
     run::RunArgs,
 };
-use leasehold_client::{default_holder, AcquireOptions, Client, ClientError};
+use leasehold_client::{default_holder, AcquireOptions, Client, ClientError, Lease, LossReason};
 use leasehold_server::config::parse_duration;
 
-/// Exit code: the lock is held by someone else (and any wait ran out). Like
-/// sysexits' EX_TEMPFAIL: try again later.
+/// Exit code: a bad flag, or a request the broker refuses as invalid (a
+/// bad lock name, a wait over its --max-wait). sysexits' EX_USAGE: retrying
+/// the same command cannot help, so it must not look like an outage.
+pub const EXIT_USAGE: u8 = 64;
+/// Exit code: the broker could not be reached, or cannot serve now
+/// (UNAVAILABLE, RESOURCE_EXHAUSTED, ...). sysexits' EX_UNAVAILABLE: retry.
+pub const EXIT_UNAVAILABLE: u8 = 69;
+/// Exit code: the lock is held by someone else (and any wait ran out), unless
+/// --busy-exit-code says otherwise. Like sysexits' EX_TEMPFAIL: try again
+/// later.
 pub const EXIT_LOCK_BUSY: u8 = 75;
 /// Exit code: the lease was lost while held (`hold`, and `run`, which killed
-/// its child).
+/// its child), or is not the caller's (NOT_FOUND, FAILED_PRECONDITION).
 pub const EXIT_LEASE_LOST: u8 = 76;
-/// Exit code: the broker could not be reached, or refused the request.
-pub const EXIT_BROKER_ERROR: u8 = 69;
+/// Exit code: the broker refused the caller (UNAUTHENTICATED: no or a wrong
+/// token; PERMISSION_DENIED: a permission it lacks). sysexits' EX_NOPERM: a
+/// credential to fix, not an outage to wait out.
+pub const EXIT_NO_PERMISSION: u8 = 77;
+
+/// The exit codes, as `--help` shows them (main's and the lock commands').
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0    done (run: the command's own exit code instead)
+  64   usage: a bad flag, or a request the broker refuses as invalid
+       (INVALID_ARGUMENT, OUT_OF_RANGE: a bad lock name, --wait over the
+       broker's --max-wait); retrying the same command cannot help
+  69   the broker cannot be reached or cannot serve now (UNAVAILABLE,
+       RESOURCE_EXHAUSTED, ...): retry later
+  75   the lock is held by someone else and any --wait ran out
+       (--busy-exit-code N chooses another code, e.g. 0)
+  76   the lease was lost (hold, elect; run stopped its command), or it is
+       not the caller's (NOT_FOUND, FAILED_PRECONDITION)
+  77   the broker refused the caller: no or a wrong token (UNAUTHENTICATED),
+       or a permission it lacks (PERMISSION_DENIED)
+  126  run: the command could not be started
+  127  run: the command was not found
+  health exits 0 (healthy) or 1 (not), as Docker's HEALTHCHECK expects.";
 
 /// Where the broker is.
 #[derive(clap::Args, Clone, Debug)]
@@ -54,15 +85,15 @@ pub struct BrokerArgs {
 }
 
 impl BrokerArgs {
-    /// The TLS settings given (files read now; an unreadable one exits 69
-    /// naming it).
+    /// The TLS settings given (files read now; an unreadable one exits 64
+    /// naming it: a flag to fix).
     fn tls(&self) -> Result<leasehold_client::ClientTls, ExitCode> {
         let read = |flag: &str, path: &Option<std::path::PathBuf>| {
             path.as_ref()
                 .map(|p| {
                     std::fs::read(p).map_err(|e| {
                         eprintln!("leasehold: {flag} {}: {e}", p.display());
-                        ExitCode::from(EXIT_BROKER_ERROR)
+                        ExitCode::from(EXIT_USAGE)
                     })
                 })
                 .transpose()
@@ -82,7 +113,7 @@ impl BrokerArgs {
         let token = match &self.auth_token_file {
             Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
                 eprintln!("leasehold: --auth-token-file {}: {e}", path.display());
-                ExitCode::from(EXIT_BROKER_ERROR)
+                ExitCode::from(EXIT_USAGE)
             })?),
             None => std::env::var("LEASEHOLD_AUTH_TOKEN").ok(),
         };
@@ -120,7 +151,7 @@ pub struct LockArgs {
     /// Lease TTL (e.g. `10s`).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub ttl: Duration,
-    /// How long to wait if the lock is held (`0s`: try once).
+    /// How long to wait if the lock is held (`0`: try once).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub wait: Duration,
     /// Label shown to others by `describe` (default: hostname:pid).
@@ -133,6 +164,24 @@ pub struct LockArgs {
     /// Make the lock a semaphore: up to this many holders at once.
     #[arg(long, default_value_t = 1)]
     pub limit: u32,
+    #[command(flatten)]
+    pub busy: BusyArgs,
+}
+
+/// What "someone else holds the lock" exits with.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct BusyArgs {
+    /// Exit code when the lock is held by someone else (and any --wait ran
+    /// out), as `flock -E`: e.g. 0 for a cron job that should just skip.
+    #[arg(long, value_name = "N", default_value_t = EXIT_LOCK_BUSY, value_parser = parse_exit_code)]
+    pub busy_exit_code: u8,
+}
+
+/// An exit code: 0 to 255.
+fn parse_exit_code(text: &str) -> Result<u8, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not an exit code: give a whole number from 0 to 255"))
 }
 
 impl LockArgs {
@@ -146,7 +195,7 @@ impl LockArgs {
     }
 }
 
-/// `leasehold acquire`: take a lease once and print it as shell assignments.
+/// `leasehold acquire`: take a lease once and print it as `export` lines.
 #[derive(clap::Args, Debug)]
 pub struct AcquireArgs {
     #[command(flatten)]
@@ -222,7 +271,7 @@ pub fn token(args: TokenArgs) -> ExitCode {
         let mut text = String::new();
         if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
             eprintln!("leasehold: reading the token from standard input: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
         text.trim().to_owned()
     } else {
@@ -236,7 +285,7 @@ pub fn token(args: TokenArgs) -> ExitCode {
     };
     if token.is_empty() {
         eprintln!("leasehold: the token on standard input is empty");
-        return ExitCode::from(2);
+        return ExitCode::from(EXIT_USAGE);
     }
     let entry = format!(
         "{} {} {}",
@@ -248,7 +297,7 @@ pub fn token(args: TokenArgs) -> ExitCode {
     // said now, not when the broker loads the file.
     if let Err(e) = leasehold_server::auth::check_line(&entry) {
         eprintln!("leasehold: {e}");
-        return ExitCode::from(2);
+        return ExitCode::from(EXIT_USAGE);
     }
     if args.stdin {
         println!("{entry}");
@@ -289,6 +338,8 @@ pub struct ElectArgs {
     /// How long to campaign before giving up.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     wait: Duration,
+    #[command(flatten)]
+    busy: BusyArgs,
 }
 
 /// `leasehold observe`: print every change of an election's leadership.
@@ -310,27 +361,45 @@ pub struct HoldArgs {
     lock: LockArgs,
 }
 
-/// Says what went wrong and exits with its code: busy (75), the lease is
-/// not (or no longer) the caller's (76), anything else (69).
-fn fail(e: &ClientError) -> ExitCode {
-    eprintln!("leasehold: {e}");
+/// The exit code of an error (see [`EXIT_CODES`]); `busy` for "someone else
+/// holds the lock".
+fn exit_code(e: &ClientError, busy: u8) -> u8 {
+    use tonic::Code;
     match e {
-        ClientError::NotAcquired(_) => ExitCode::from(EXIT_LOCK_BUSY),
-        ClientError::Lost(_) => ExitCode::from(EXIT_LEASE_LOST),
-        ClientError::Status(status)
-            if matches!(
-                status.code(),
-                tonic::Code::NotFound | tonic::Code::FailedPrecondition
-            ) =>
-        {
-            ExitCode::from(EXIT_LEASE_LOST)
-        }
-        _ => ExitCode::from(EXIT_BROKER_ERROR),
+        ClientError::NotAcquired(_) => busy,
+        ClientError::Lost(_) => EXIT_LEASE_LOST,
+        ClientError::Config(_) => EXIT_USAGE,
+        ClientError::Connect(_) => EXIT_UNAVAILABLE,
+        ClientError::Status(status) => match status.code() {
+            Code::InvalidArgument | Code::OutOfRange => EXIT_USAGE,
+            Code::NotFound | Code::FailedPrecondition => EXIT_LEASE_LOST,
+            Code::Unauthenticated | Code::PermissionDenied => EXIT_NO_PERMISSION,
+            _ => EXIT_UNAVAILABLE,
+        },
     }
 }
 
+/// Says what went wrong and exits with its code.
+fn fail(e: &ClientError) -> ExitCode {
+    fail_busy(e, EXIT_LOCK_BUSY)
+}
+
+/// [`fail`], exiting with `busy` if someone else holds the lock.
+fn fail_busy(e: &ClientError, busy: u8) -> ExitCode {
+    eprintln!("leasehold: {e}");
+    ExitCode::from(exit_code(e, busy))
+}
+
+/// `value` quoted for a POSIX shell: `'...'`, each `'` inside as `'\''`.
+fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
 /// Takes the lease once (it is not kept alive: it expires at its TTL unless
-/// renewed) and prints `LEASEHOLD_*=` lines a shell can `eval`.
+/// renewed) and prints `export LEASEHOLD_*=...` lines, quoted, for
+/// `eval "$(leasehold acquire ...)"`: exported, so that the commands the
+/// script then starts (`leasehold release`, which reads LEASEHOLD_TOKEN, or
+/// the job that needs the fence) see them.
 pub async fn acquire(args: AcquireArgs) -> ExitCode {
     let client = match args.broker.client().await {
         Ok(c) => c,
@@ -346,13 +415,13 @@ pub async fn acquire(args: AcquireArgs) -> ExitCode {
     }
     match client.grant(&args.lock.lock, options).await {
         Ok(lease) => {
-            println!("LEASEHOLD_LOCK={}", lease.name);
-            println!("LEASEHOLD_FENCE={}", lease.fence);
-            println!("LEASEHOLD_TOKEN={}", lease.owner_token);
-            println!("LEASEHOLD_TTL_MS={}", lease.ttl_ms);
+            println!("export LEASEHOLD_LOCK={}", shell_quote(&lease.name));
+            println!("export LEASEHOLD_FENCE={}", lease.fence);
+            println!("export LEASEHOLD_TOKEN={}", shell_quote(&lease.owner_token));
+            println!("export LEASEHOLD_TTL_MS={}", lease.ttl_ms);
             ExitCode::SUCCESS
         }
-        Err(e) => fail(&e),
+        Err(e) => fail_busy(&e, args.lock.busy.busy_exit_code),
     }
 }
 
@@ -440,19 +509,26 @@ pub async fn check_fence(args: CheckFenceArgs) -> ExitCode {
 }
 
 /// Campaigns, then holds the leadership like `hold` (the lock is the
-/// election, the holder label the value).
+/// election, the holder label the value), in an election's words.
 pub async fn elect(args: ElectArgs) -> ExitCode {
-    hold(HoldArgs {
-        broker: args.broker,
-        lock: LockArgs {
-            lock: args.election,
-            ttl: args.ttl,
-            wait: args.wait,
-            holder: Some(args.value),
-            lock_delay: Duration::ZERO,
-            limit: 1,
+    let words = Words::Election {
+        value: args.value.clone(),
+    };
+    keep(
+        HoldArgs {
+            broker: args.broker,
+            lock: LockArgs {
+                lock: args.election,
+                ttl: args.ttl,
+                wait: args.wait,
+                holder: Some(args.value),
+                lock_delay: Duration::ZERO,
+                limit: 1,
+                busy: args.busy,
+            },
         },
-    })
+        words,
+    )
     .await
 }
 
@@ -482,7 +558,7 @@ pub async fn observe(args: ObserveArgs) -> ExitCode {
             }
             Some(Ok(None)) => println!("no-leader election={}", args.election),
             Some(Err(e)) => return fail(&e),
-            None => return ExitCode::from(EXIT_BROKER_ERROR),
+            None => return ExitCode::from(EXIT_UNAVAILABLE),
         }
     }
 }
@@ -494,6 +570,66 @@ pub async fn observe(args: ObserveArgs) -> ExitCode {
 /// application should guard each write: a process that was paused past its
 /// deadline reports the loss before anything else.
 pub async fn hold(args: HoldArgs) -> ExitCode {
+    keep(args, Words::Lock).await
+}
+
+/// How `hold` and `elect` word their status lines: a lock and its holder's
+/// fence, or an election and its leader's term (the same number: a term is
+/// the leadership lease's fence).
+enum Words {
+    Lock,
+    Election { value: String },
+}
+
+impl Words {
+    fn granted(&self, lease: &Lease) -> String {
+        let ttl_ms = lease.ttl().as_millis();
+        match self {
+            Words::Lock => format!(
+                "granted lock={} fence={} ttl_ms={ttl_ms}",
+                lease.name(),
+                lease.fence()
+            ),
+            Words::Election { value } => format!(
+                "elected election={} value={value:?} term={} ttl_ms={ttl_ms}",
+                lease.name(),
+                lease.fence()
+            ),
+        }
+    }
+
+    fn holding(&self, lease: &Lease) -> String {
+        let valid_for_ms = lease
+            .deadline()
+            .saturating_duration_since(Instant::now())
+            .as_millis();
+        let (what, name, number) = match self {
+            Words::Lock => ("holding lock", "fence", lease.fence()),
+            Words::Election { .. } => ("leading election", "term", lease.fence()),
+        };
+        format!(
+            "{what}={} {name}={number} valid_for_ms={valid_for_ms}",
+            lease.name()
+        )
+    }
+
+    fn lost(&self, name: &str, reason: LossReason) -> String {
+        match self {
+            Words::Lock => format!("lost lock={name} reason={reason:?}"),
+            Words::Election { .. } => format!("deposed election={name} reason={reason:?}"),
+        }
+    }
+
+    fn released(&self, name: &str) -> String {
+        match self {
+            Words::Lock => format!("released lock={name}"),
+            Words::Election { .. } => format!("resigned election={name}"),
+        }
+    }
+}
+
+/// `hold` and `elect`: takes the lease and keeps it, saying so in `words`.
+async fn keep(args: HoldArgs, words: Words) -> ExitCode {
     let stop = leasehold_server::shutdown::signal();
     let client = match args.broker.client().await {
         Ok(c) => c,
@@ -501,41 +637,31 @@ pub async fn hold(args: HoldArgs) -> ExitCode {
     };
     let lease = match client.acquire(&args.lock.lock, args.lock.options()).await {
         Ok(lease) => lease,
-        Err(e) => return fail(&e),
+        Err(e) => return fail_busy(&e, args.lock.busy.busy_exit_code),
     };
-    println!(
-        "granted lock={} fence={} ttl_ms={}",
-        lease.name(),
-        lease.fence(),
-        lease.ttl().as_millis()
-    );
+    println!("{}", words.granted(&lease));
     let mut tick = interval((lease.ttl() / 3).max(Duration::from_millis(100)));
     tokio::pin!(stop);
     loop {
         tokio::select! {
             reason = lease.lost() => {
-                println!("lost lock={} reason={reason:?}", lease.name());
+                println!("{}", words.lost(lease.name(), reason));
                 return ExitCode::from(EXIT_LEASE_LOST);
             }
             () = &mut stop => {
                 let name = lease.name().to_owned();
                 return match lease.release().await {
                     Ok(()) => {
-                        println!("released lock={name}");
+                        println!("{}", words.released(&name));
                         ExitCode::SUCCESS
                     }
                     Err(e) => fail(&e),
                 };
             }
             _ = tick.tick() => match lease.check() {
-                Ok(()) => println!(
-                    "holding lock={} fence={} valid_for_ms={}",
-                    lease.name(),
-                    lease.fence(),
-                    lease.deadline().saturating_duration_since(Instant::now()).as_millis()
-                ),
+                Ok(()) => println!("{}", words.holding(&lease)),
                 Err(reason) => {
-                    println!("lost lock={} reason={reason:?}", lease.name());
+                    println!("{}", words.lost(lease.name(), reason));
                     return ExitCode::from(EXIT_LEASE_LOST);
                 }
             },

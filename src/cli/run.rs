@@ -25,7 +25,7 @@ use tokio::{
     time::{sleep_until, timeout, Instant},
 };
 
-use super::{fail, BrokerArgs, LockArgs, EXIT_LEASE_LOST};
+use super::{fail_busy, BrokerArgs, LockArgs, EXIT_LEASE_LOST};
 use leasehold_client::{ClientError, Lease};
 use leasehold_server::config::parse_duration;
 
@@ -49,8 +49,8 @@ pub struct RunArgs {
 }
 
 /// Runs the command under the lease; returns its exit code, or
-/// `EXIT_LOCK_BUSY` if the lock was not obtained, or `EXIT_LEASE_LOST` if the
-/// lease was lost and the command stopped.
+/// --busy-exit-code (`EXIT_LOCK_BUSY`) if the lock was not obtained, or
+/// `EXIT_LEASE_LOST` if the lease was lost and the command stopped.
 pub async fn run(args: RunArgs) -> ExitCode {
     let client = match args.broker.client().await {
         Ok(client) => client,
@@ -58,7 +58,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let lease = match client.acquire(&args.lock.lock, args.lock.options()).await {
         Ok(lease) => lease,
-        Err(e) => return fail(&e),
+        Err(e) => return fail_busy(&e, args.lock.busy.busy_exit_code),
     };
     let grace = args
         .kill_grace

@@ -11,8 +11,9 @@ use std::{
 };
 
 use leasehold_proto::{
-    leasehold_client::LeaseholdClient, AcquireRequest, CheckFenceRequest, DescribeRequest,
-    DescribeResponse, LeaderRequest, ReleaseRequest, RevokeRequest,
+    leasehold_service_client::LeaseholdServiceClient, AcquireRequest, CheckFenceRequest,
+    DescribeRequest, DescribeResponse, LeaderRequest, ObserveRequest, ReleaseRequest,
+    RevokeRequest,
 };
 use tokio::{
     sync::{watch, Notify},
@@ -105,7 +106,7 @@ impl Shared {
 
 /// A gRPC client of one broker, sending the client's credentials with
 /// every call.
-pub type Broker = LeaseholdClient<InterceptedService<Channel, Credentials>>;
+pub type Broker = LeaseholdServiceClient<InterceptedService<Channel, Credentials>>;
 
 /// A connection to the broker (or to several replicas); cheap to clone.
 #[derive(Clone)]
@@ -138,12 +139,19 @@ impl Client {
         let mut endpoints = Vec::new();
         for url in urls {
             let url = url.into();
+            // Without a scheme tonic would fail at connect time, as if the
+            // broker were down: a typo must not look like an outage.
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ClientError::Config(format!(
+                    "bad broker URL '{url}': it must start with http:// or https://"
+                )));
+            }
             let endpoint = Channel::from_shared(url.clone())
-                .map_err(|e| ClientError::Connect(format!("bad broker URL '{url}': {e}")))?;
+                .map_err(|e| ClientError::Config(format!("bad broker URL '{url}': {e}")))?;
             let endpoint = match url.starts_with("https://") {
                 true => endpoint
                     .tls_config(ClientTls::config(tls))
-                    .map_err(|e| ClientError::Connect(format!("TLS settings for '{url}': {e}")))?,
+                    .map_err(|e| ClientError::Config(format!("TLS settings for '{url}': {e}")))?,
                 false => endpoint,
             };
             let endpoint = endpoint
@@ -156,7 +164,7 @@ impl Client {
             endpoints.push(endpoint);
         }
         if endpoints.is_empty() {
-            return Err(ClientError::Connect("no broker URL given".into()));
+            return Err(ClientError::Config("no broker URL given".into()));
         }
         // Start with the first replica that answers; the others connect
         // when they are needed.
@@ -338,7 +346,7 @@ impl Client {
     /// Follows the leadership of `election`: the first item is the
     /// leadership now, then every change in order.
     pub async fn observe(&self, election: &str) -> Result<Observation, ClientError> {
-        let request = LeaderRequest {
+        let request = ObserveRequest {
             election: election.to_owned(),
         };
         let stream = self

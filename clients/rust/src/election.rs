@@ -18,11 +18,20 @@ impl LeaderInfo {
             term: r.term,
         })
     }
+
+    /// Observe's message carries the same fields as Leader's under its own
+    /// name (every call has its own message types).
+    pub(crate) fn from_observation(r: leasehold_proto::ObserveResponse) -> Option<Self> {
+        r.present.then_some(LeaderInfo {
+            value: r.value,
+            term: r.term,
+        })
+    }
 }
 
 /// The changes of an election's leadership (see [`Client::observe`]).
 pub struct Observation {
-    pub(crate) stream: tonic::Streaming<leasehold_proto::LeaderResponse>,
+    pub(crate) stream: tonic::Streaming<leasehold_proto::ObserveResponse>,
 }
 
 impl Observation {
@@ -30,7 +39,7 @@ impl Observation {
     /// stream ended (the broker shut down: observe again).
     pub async fn next(&mut self) -> Option<Result<Option<LeaderInfo>, ClientError>> {
         match self.stream.message().await {
-            Ok(Some(r)) => Some(Ok(LeaderInfo::from_message(r))),
+            Ok(Some(r)) => Some(Ok(LeaderInfo::from_observation(r))),
             Ok(None) => None,
             Err(status) => Some(Err(status.into())),
         }

@@ -35,9 +35,15 @@ impl fmt::Display for LossReason {
 /// What can go wrong in the client.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The broker URL is malformed, or no connection could be made.
+    /// No connection could be made to any broker: worth retrying later.
     #[error("cannot reach the broker: {0}")]
     Connect(String),
+    /// The client's own settings are unusable (a malformed or missing
+    /// broker URL, TLS settings tonic refuses, a token a header cannot
+    /// carry): retrying cannot help, so it is kept apart from
+    /// [`ClientError::Connect`].
+    #[error("{0}")]
+    Config(String),
     /// The lock is held by someone else (and any wait ran out).
     #[error("{0}")]
     NotAcquired(String),

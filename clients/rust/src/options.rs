@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_proto::leasehold_client::LeaseholdClient;
+use leasehold_proto::leasehold_service_client::LeaseholdServiceClient;
 use tonic::{
     metadata::{Ascii, MetadataValue},
     transport::Channel,
@@ -107,7 +107,7 @@ impl Credentials {
             .map(|t| {
                 let mut value =
                     MetadataValue::try_from(format!("Bearer {}", t.trim())).map_err(|_| {
-                        ClientError::Connect(
+                        ClientError::Config(
                             "the bearer token has characters a header cannot carry".into(),
                         )
                     })?;
@@ -121,7 +121,7 @@ impl Credentials {
 
     /// A client of `channel` sending these credentials.
     pub fn client(&self, channel: Channel) -> Broker {
-        LeaseholdClient::with_interceptor(channel, self.clone())
+        LeaseholdServiceClient::with_interceptor(channel, self.clone())
     }
 }
 

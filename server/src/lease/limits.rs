@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::Caps;
+use crate::config::format_duration;
 
 /// Bounds on what a request may ask for. Past a bound, the request fails with
 /// INVALID_ARGUMENT or RESOURCE_EXHAUSTED and a message naming the bound
@@ -133,14 +134,17 @@ impl Limits {
         }
         if self.ttl_min > self.ttl_max {
             return Err(format!(
-                "--ttl-min ({:?}) is above --ttl-max ({:?})",
-                self.ttl_min, self.ttl_max
+                "--ttl-min ({}) is above --ttl-max ({})",
+                format_duration(self.ttl_min),
+                format_duration(self.ttl_max)
             ));
         }
         if self.ttl_default < self.ttl_min || self.ttl_default > self.ttl_max {
             return Err(format!(
-                "--ttl-default ({:?}) is outside --ttl-min..=--ttl-max ({:?}..={:?})",
-                self.ttl_default, self.ttl_min, self.ttl_max
+                "--ttl-default ({}) must lie within --ttl-min and --ttl-max ({} to {})",
+                format_duration(self.ttl_default),
+                format_duration(self.ttl_min),
+                format_duration(self.ttl_max)
             ));
         }
         if self.max_stream_rate == 0 {

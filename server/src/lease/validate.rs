@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::token;
 use super::Limits;
-use crate::{error::Error, Result};
+use crate::{config::format_duration, error::Error, Result};
 
 /// Checks a lock name: 1..=max bytes of `[A-Za-z0-9._:/-]`. The set leaves
 /// out `{` and `}` (Redis Cluster hash tags), spaces and control characters.
@@ -82,8 +82,10 @@ pub fn ttl(limits: &Limits, ttl_ms: u64, default: Option<Duration>) -> Result<Op
     );
     if ttl_ms < min || ttl_ms > max {
         return Err(Error::InvalidArgument(format!(
-            "ttl_ms is {ttl_ms}; it must lie within {min}..={max} ms (--ttl-min, --ttl-max), \
-             or be 0 for the default"
+            "ttl_ms is {ttl_ms}; it must be from {} to {} (--ttl-min, --ttl-max), \
+             or 0 for the default",
+            format_duration(limits.ttl_min),
+            format_duration(limits.ttl_max)
         )));
     }
     Ok(Some(ttl_ms))
@@ -95,7 +97,8 @@ pub fn wait(limits: &Limits, wait_ms: u64) -> Result<Duration> {
     let max = limits.max_wait.as_millis() as u64;
     if wait_ms > max {
         return Err(Error::InvalidArgument(format!(
-            "wait_timeout_ms is {wait_ms}; the limit is {max} ms (--max-wait)"
+            "wait_timeout_ms is {wait_ms}; the limit is {} (--max-wait)",
+            format_duration(limits.max_wait)
         )));
     }
     Ok(Duration::from_millis(wait_ms))
@@ -106,7 +109,8 @@ pub fn lock_delay(limits: &Limits, delay_ms: u64) -> Result<u64> {
     let max = limits.max_lock_delay.as_millis() as u64;
     if delay_ms > max {
         return Err(Error::InvalidArgument(format!(
-            "lock_delay_ms is {delay_ms}; the limit is {max} ms (--max-lock-delay)"
+            "lock_delay_ms is {delay_ms}; the limit is {} (--max-lock-delay)",
+            format_duration(limits.max_lock_delay)
         )));
     }
     Ok(delay_ms)
@@ -195,7 +199,7 @@ mod tests {
         assert_eq!(ttl(&l, 0, Some(l.ttl_default)).unwrap(), Some(10_000));
         assert_eq!(ttl(&l, 0, None).unwrap(), None);
         assert_eq!(ttl(&l, 500, None).unwrap(), Some(500));
-        assert!(message(ttl(&l, 499, None)).contains("500..=3600000"));
+        assert!(message(ttl(&l, 499, None)).contains("from 500 ms to 1 h"));
         assert!(message(ttl(&l, 3_600_001, None)).contains("--ttl-max"));
         assert!(message(ttl(&l, u64::MAX, None)).contains("ttl_ms"));
     }

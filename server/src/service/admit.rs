@@ -44,7 +44,7 @@ use crate::metrics::{Metrics, Rejection};
 
 /// The path prefix of the calls that need a credential (health checks and
 /// reflection stay open, as probes and tools expect).
-const API: &str = "/leasehold.v1.Leasehold/";
+const API: &str = "/leasehold.v1.LeaseholdService/";
 
 /// Length of the gRPC message prefix: a compression flag and a 4-byte
 /// big-endian length.
@@ -306,6 +306,16 @@ impl HttpBody for Metered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The prefix names the service the generated code serves: a rename in
+    /// the proto cannot leave every call unguarded.
+    #[test]
+    fn api_prefix_is_the_generated_service_path() {
+        assert_eq!(
+            API,
+            format!("/{}/", crate::proto::leasehold_service_server::SERVICE_NAME)
+        );
+    }
 
     fn metered(budget: &Arc<Budget>, conn: &Arc<AtomicUsize>) -> Metered {
         Metered {

@@ -1,5 +1,5 @@
-//! The `leasehold.v1.Leasehold` gRPC service: converts messages and calls the
-//! lease rules. No store access and no decisions here.
+//! The `leasehold.v1.LeaseholdService` gRPC service: converts messages and
+//! calls the lease rules. No store access and no decisions here.
 
 use std::sync::Arc;
 
@@ -14,28 +14,30 @@ use super::{
 use crate::{
     lease::{AcquireArgs, Leader, Leases},
     proto::{
-        leasehold_server::Leasehold, AcquireRequest, AcquireResponse, CampaignRequest,
-        CampaignResponse, CheckFenceRequest, CheckFenceResponse, DescribeRequest, DescribeResponse,
-        KeepAliveRequest, LeaderRequest, LeaderResponse, Lease, ReleaseRequest, ReleaseResponse,
-        RenewRequest, RenewResponse, ResignRequest, ResignResponse, RevokeRequest, RevokeResponse,
+        leasehold_service_server::LeaseholdService, AcquireRequest, AcquireResponse,
+        CampaignRequest, CampaignResponse, CheckFenceRequest, CheckFenceResponse, DescribeRequest,
+        DescribeResponse, KeepAliveRequest, LeaderRequest, LeaderResponse, Lease, ObserveRequest,
+        ObserveResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
+        ResignRequest, ResignResponse, RevokeRequest, RevokeResponse,
     },
 };
 
-/// The service over the lease rules.
-pub struct LeaseholdService {
+/// The service over the lease rules: the implementation of the generated
+/// `LeaseholdService` trait (hence not that name).
+pub struct LeaseholdApi {
     leases: Leases,
     gate: Arc<Gate>,
 }
 
-impl LeaseholdService {
+impl LeaseholdApi {
     /// Serves `leases` to the callers `gate` lets in.
     pub fn new(leases: Leases, gate: Arc<Gate>) -> Self {
-        LeaseholdService { leases, gate }
+        LeaseholdApi { leases, gate }
     }
 }
 
 #[tonic::async_trait]
-impl Leasehold for LeaseholdService {
+impl LeaseholdService for LeaseholdApi {
     type KeepAliveStream = keepalive::ResponseStream;
 
     async fn keep_alive(
@@ -180,11 +182,11 @@ impl Leasehold for LeaseholdService {
         Ok(Response::new(leader_message(leader)))
     }
 
-    type ObserveStream = ReceiverStream<Result<LeaderResponse, Status>>;
+    type ObserveStream = ReceiverStream<Result<ObserveResponse, Status>>;
 
     async fn observe(
         &self,
-        request: Request<LeaderRequest>,
+        request: Request<ObserveRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
         let caller = self.gate.caller(&request)?;
         let mut credential = self.gate.stream_credential(&request, &caller);
@@ -206,7 +208,7 @@ impl Leasehold for LeaseholdService {
                 };
                 let end = change.is_err();
                 if tx
-                    .send(change.map(leader_message).map_err(Status::from))
+                    .send(change.map(observation).map_err(Status::from))
                     .await
                     .is_err()
                     || end
@@ -259,5 +261,23 @@ fn leader_message(leader: Option<Leader>) -> LeaderResponse {
             remaining_ms: l.remaining_ms,
         },
         None => LeaderResponse::default(),
+    }
+}
+
+/// Observe's message: Leader's answer under its own name (buf's rule that
+/// every call has its own request and response types, so that either can
+/// grow alone).
+fn observation(leader: Option<Leader>) -> ObserveResponse {
+    let LeaderResponse {
+        present,
+        value,
+        term,
+        remaining_ms,
+    } = leader_message(leader);
+    ObserveResponse {
+        present,
+        value,
+        term,
+        remaining_ms,
     }
 }

@@ -20,12 +20,13 @@ use tonic_health::{server::HealthReporter, ServingStatus};
 use crate::{
     lease::Leases,
     metrics::{ClockJump, Metrics},
+    proto,
     store::ClockReading,
 };
 
 /// The gRPC service names whose health this reports: the whole server ("")
 /// and the Leasehold API.
-const SERVICES: [&str; 2] = ["", "leasehold.v1.Leasehold"];
+const SERVICES: [&str; 2] = ["", proto::leasehold_service_server::SERVICE_NAME];
 
 /// The smallest change of the store's clock, against ours, reported as a
 /// step. Far above what a reading's uncertainty leaves after its round trip

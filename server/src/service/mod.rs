@@ -18,14 +18,14 @@ use tokio::{
     sync::{watch, Semaphore},
 };
 
-pub use self::{conn::ConnInfo, gate::Gate, grpc::LeaseholdService};
+pub use self::{conn::ConnInfo, gate::Gate, grpc::LeaseholdApi};
 use crate::{
     auth::Auth,
     config::ServeConfig,
     error::{Error, Result},
     lease::{Events, Leases, Tenants},
     metrics::Metrics,
-    proto::{self, leasehold_server::LeaseholdServer},
+    proto::{self, leasehold_service_server::LeaseholdServiceServer},
     store::Store,
 };
 
@@ -170,7 +170,7 @@ pub async fn run(
         .add_service(reflection_v1.max_decoding_message_size(config.max_message_size))
         .add_service(reflection_v1alpha.max_decoding_message_size(config.max_message_size))
         .add_service(
-            LeaseholdServer::new(LeaseholdService::new(leases, gate))
+            LeaseholdServiceServer::new(LeaseholdApi::new(leases, gate))
                 .max_decoding_message_size(config.max_message_size)
                 .max_encoding_message_size(config.max_message_size),
         );

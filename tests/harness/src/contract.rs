@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use leasehold_server::proto::{leasehold_client::LeaseholdClient, ReleaseRequest};
+use leasehold_server::proto::{leasehold_service_client::LeaseholdServiceClient, ReleaseRequest};
 use tokio::time::Instant;
 use tonic::{transport::Channel, Code};
 
@@ -24,7 +24,7 @@ pub const TTL_MS: u64 = 2_000;
 /// every grant; any status other than ABORTED (wait ran out) or
 /// UNAVAILABLE (the failover) fails the test.
 pub async fn worker(
-    mut client: LeaseholdClient<Channel>,
+    mut client: LeaseholdServiceClient<Channel>,
     id: usize,
     locks: &'static [&'static str],
     log: Arc<Mutex<Vec<Grant>>>,
@@ -85,7 +85,7 @@ impl Run {
     pub async fn start<F, Fut>(locks: &'static [&'static str], workers: usize, connect: F) -> Self
     where
         F: Fn() -> Fut,
-        Fut: std::future::Future<Output = LeaseholdClient<Channel>>,
+        Fut: std::future::Future<Output = LeaseholdServiceClient<Channel>>,
     {
         let started = Instant::now();
         let log = Arc::new(Mutex::new(Vec::new()));

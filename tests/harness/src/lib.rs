@@ -23,7 +23,7 @@ use std::{
 
 use leasehold_server::{
     config::ServeConfig,
-    proto::{leasehold_client::LeaseholdClient, AcquireRequest, Lease},
+    proto::{leasehold_service_client::LeaseholdServiceClient, AcquireRequest, Lease},
 };
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
@@ -483,8 +483,8 @@ impl Broker {
     }
 
     /// A client connected to this broker.
-    pub async fn client(&self) -> LeaseholdClient<Channel> {
-        LeaseholdClient::new(self.channel().await)
+    pub async fn client(&self) -> LeaseholdServiceClient<Channel> {
+        LeaseholdServiceClient::new(self.channel().await)
     }
 
     /// A channel to this broker (retrying the connect for up to 5 s while
@@ -651,11 +651,11 @@ impl BrokerProcess {
     }
 
     /// A client of it (retrying the connect for up to 10 s while it starts).
-    pub async fn client(&self) -> LeaseholdClient<Channel> {
+    pub async fn client(&self) -> LeaseholdServiceClient<Channel> {
         let endpoint = Channel::from_shared(format!("http://{}", self.addr)).expect("valid URL");
         for _ in 0..100 {
             if let Ok(channel) = endpoint.connect().await {
-                return LeaseholdClient::new(channel);
+                return LeaseholdServiceClient::new(channel);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -688,7 +688,11 @@ pub fn acquire_req(name: &str, ttl_ms: u64, holder: &str, wait_timeout_ms: u64) 
 }
 
 /// Acquires `name` once, expecting a grant.
-pub async fn must_acquire(client: &mut LeaseholdClient<Channel>, name: &str, ttl_ms: u64) -> Lease {
+pub async fn must_acquire(
+    client: &mut LeaseholdServiceClient<Channel>,
+    name: &str,
+    ttl_ms: u64,
+) -> Lease {
     client
         .acquire(acquire_req(name, ttl_ms, "test", 0))
         .await
@@ -747,7 +751,7 @@ where
 }
 
 /// Local waiters on `name` as the broker reports them.
-pub async fn local_waiters(client: &mut LeaseholdClient<Channel>, name: &str) -> u32 {
+pub async fn local_waiters(client: &mut LeaseholdServiceClient<Channel>, name: &str) -> u32 {
     client
         .describe(leasehold_server::proto::DescribeRequest {
             name: name.into(),

@@ -43,7 +43,7 @@ class Brokers:
     def __init__(self, targets: Sequence[str], channel: Callable[[str], grpc.Channel], metadata=()):
         self.targets: Tuple[str, ...] = tuple(targets)
         self._channels: List[grpc.Channel] = [channel(t) for t in self.targets]
-        self._stubs = [pb_grpc.LeaseholdStub(c) for c in self._channels]
+        self._stubs = [pb_grpc.LeaseholdServiceStub(c) for c in self._channels]
         # The bearer token's metadata, if any: sent with every call (never logged).
         self.metadata = metadata
         self._lock = threading.Lock()
@@ -52,7 +52,7 @@ class Brokers:
     def __len__(self) -> int:
         return len(self._stubs)
 
-    def current(self) -> Tuple[int, pb_grpc.LeaseholdStub]:
+    def current(self) -> Tuple[int, pb_grpc.LeaseholdServiceStub]:
         """The replica calls go to now: its index (for :meth:`unreachable`)
         and its stub."""
         with self._lock:

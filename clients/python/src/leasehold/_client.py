@@ -155,7 +155,7 @@ class Leader:
     remaining: float
 
     @staticmethod
-    def _from(r: pb.LeaderResponse) -> Optional["Leader"]:
+    def _from(r: Union[pb.LeaderResponse, pb.ObserveResponse]) -> Optional["Leader"]:
         if not r.present:
             return None
         return Leader(value=r.value, term=r.term, remaining=r.remaining_ms / 1000.0)
@@ -171,9 +171,9 @@ class Observation:
     step raises :class:`LeaseholdError` (UNAVAILABLE): observe again, which
     goes to another replica if this one cannot be reached."""
 
-    def __init__(self, call, first: pb.LeaderResponse):
+    def __init__(self, call, first: pb.ObserveResponse):
         self._call = call
-        self._first: Optional[pb.LeaderResponse] = first
+        self._first: Optional[pb.ObserveResponse] = first
         self._cancelled = False
 
     def __iter__(self) -> Iterator[Optional[Leader]]:
@@ -468,7 +468,7 @@ class Client:
         self._check_open()
         try:
             call, first = self._brokers.open_stream(
-                "Observe", pb.LeaderRequest(election=election), timeout=self._timeout
+                "Observe", pb.ObserveRequest(election=election), timeout=self._timeout
             )
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None

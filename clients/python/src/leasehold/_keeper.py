@@ -316,13 +316,13 @@ class Keeper:
         for held, status in zip(leases, response.leases):
             if status.name != held.name or held.released:
                 continue
-            if status.state == State.Value("ALIVE"):
+            if status.state == State.Value("STATE_ALIVE"):
                 held.renewed(sent, status.ttl_ms)
                 continue
-            if status.state == State.Value("REJECTED"):
+            if status.state == State.Value("STATE_REJECTED"):
                 log.warning("broker rejected lease %r: %s", held.name, status.message)
                 reason = LossReason.EXPIRED
-            elif status.state == State.Value("LOST"):
+            elif status.state == State.Value("STATE_LOST"):
                 reason = self._loss_reason(held, status.reason)
             else:  # UNCONFIRMED (the store did not answer), UNSPECIFIED
                 continue
@@ -333,11 +333,11 @@ class Keeper:
 
     @staticmethod
     def _loss_reason(held: _Held, reason: int) -> LossReason:
-        if reason == pb.NOT_OWNER:
+        if reason == pb.LOSS_REASON_NOT_OWNER:
             return LossReason.NOT_OWNER
-        if reason == pb.STORE_LOST:
+        if reason == pb.LOSS_REASON_STORE_LOST:
             return LossReason.STORE_LOST
-        if reason == pb.REVOKED:
+        if reason == pb.LOSS_REASON_REVOKED:
             return LossReason.REVOKED
         # EXPIRED or unspecified, but gone before our own (early) deadline:
         # it cannot have expired, so the store lost it. The broker cannot

@@ -10,15 +10,15 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class LossReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LOSS_REASON_UNSPECIFIED: _ClassVar[LossReason]
-    EXPIRED: _ClassVar[LossReason]
-    NOT_OWNER: _ClassVar[LossReason]
-    STORE_LOST: _ClassVar[LossReason]
-    REVOKED: _ClassVar[LossReason]
+    LOSS_REASON_EXPIRED: _ClassVar[LossReason]
+    LOSS_REASON_NOT_OWNER: _ClassVar[LossReason]
+    LOSS_REASON_STORE_LOST: _ClassVar[LossReason]
+    LOSS_REASON_REVOKED: _ClassVar[LossReason]
 LOSS_REASON_UNSPECIFIED: LossReason
-EXPIRED: LossReason
-NOT_OWNER: LossReason
-STORE_LOST: LossReason
-REVOKED: LossReason
+LOSS_REASON_EXPIRED: LossReason
+LOSS_REASON_NOT_OWNER: LossReason
+LOSS_REASON_STORE_LOST: LossReason
+LOSS_REASON_REVOKED: LossReason
 
 class Lease(_message.Message):
     __slots__ = ("name", "owner_token", "fence", "ttl_ms")
@@ -181,15 +181,15 @@ class LeaseStatus(_message.Message):
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[LeaseStatus.State]
-        ALIVE: _ClassVar[LeaseStatus.State]
-        LOST: _ClassVar[LeaseStatus.State]
-        UNCONFIRMED: _ClassVar[LeaseStatus.State]
-        REJECTED: _ClassVar[LeaseStatus.State]
+        STATE_ALIVE: _ClassVar[LeaseStatus.State]
+        STATE_LOST: _ClassVar[LeaseStatus.State]
+        STATE_UNCONFIRMED: _ClassVar[LeaseStatus.State]
+        STATE_REJECTED: _ClassVar[LeaseStatus.State]
     STATE_UNSPECIFIED: LeaseStatus.State
-    ALIVE: LeaseStatus.State
-    LOST: LeaseStatus.State
-    UNCONFIRMED: LeaseStatus.State
-    REJECTED: LeaseStatus.State
+    STATE_ALIVE: LeaseStatus.State
+    STATE_LOST: LeaseStatus.State
+    STATE_UNCONFIRMED: LeaseStatus.State
+    STATE_REJECTED: LeaseStatus.State
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +231,24 @@ class LeaderRequest(_message.Message):
     def __init__(self, election: _Optional[str] = ...) -> None: ...
 
 class LeaderResponse(_message.Message):
+    __slots__ = ("present", "value", "term", "remaining_ms")
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    present: bool
+    value: str
+    term: int
+    remaining_ms: int
+    def __init__(self, present: _Optional[bool] = ..., value: _Optional[str] = ..., term: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
+
+class ObserveRequest(_message.Message):
+    __slots__ = ("election",)
+    ELECTION_FIELD_NUMBER: _ClassVar[int]
+    election: str
+    def __init__(self, election: _Optional[str] = ...) -> None: ...
+
+class ObserveResponse(_message.Message):
     __slots__ = ("present", "value", "term", "remaining_ms")
     PRESENT_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]

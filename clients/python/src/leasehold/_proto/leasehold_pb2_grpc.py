@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class LeaseholdStub:
+class LeaseholdServiceStub:
     """The lock broker.
     """
 
@@ -36,63 +36,63 @@ class LeaseholdStub:
             channel: A grpc.Channel.
         """
         self.Acquire = channel.unary_unary(
-                '/leasehold.v1.Leasehold/Acquire',
+                '/leasehold.v1.LeaseholdService/Acquire',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.AcquireRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.AcquireResponse.FromString,
                 _registered_method=True)
         self.Renew = channel.unary_unary(
-                '/leasehold.v1.Leasehold/Renew',
+                '/leasehold.v1.LeaseholdService/Renew',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.RenewRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.RenewResponse.FromString,
                 _registered_method=True)
         self.Release = channel.unary_unary(
-                '/leasehold.v1.Leasehold/Release',
+                '/leasehold.v1.LeaseholdService/Release',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
         self.Describe = channel.unary_unary(
-                '/leasehold.v1.Leasehold/Describe',
+                '/leasehold.v1.LeaseholdService/Describe',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.DescribeRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.DescribeResponse.FromString,
                 _registered_method=True)
         self.KeepAlive = channel.stream_stream(
-                '/leasehold.v1.Leasehold/KeepAlive',
+                '/leasehold.v1.LeaseholdService/KeepAlive',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveResponse.FromString,
                 _registered_method=True)
         self.CheckFence = channel.unary_unary(
-                '/leasehold.v1.Leasehold/CheckFence',
+                '/leasehold.v1.LeaseholdService/CheckFence',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.CheckFenceRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.CheckFenceResponse.FromString,
                 _registered_method=True)
         self.Revoke = channel.unary_unary(
-                '/leasehold.v1.Leasehold/Revoke',
+                '/leasehold.v1.LeaseholdService/Revoke',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.RevokeRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.RevokeResponse.FromString,
                 _registered_method=True)
         self.Campaign = channel.unary_unary(
-                '/leasehold.v1.Leasehold/Campaign',
+                '/leasehold.v1.LeaseholdService/Campaign',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.CampaignRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.CampaignResponse.FromString,
                 _registered_method=True)
         self.Leader = channel.unary_unary(
-                '/leasehold.v1.Leasehold/Leader',
+                '/leasehold.v1.LeaseholdService/Leader',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.LeaderRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.LeaderResponse.FromString,
                 _registered_method=True)
         self.Observe = channel.unary_stream(
-                '/leasehold.v1.Leasehold/Observe',
-                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.LeaderRequest.SerializeToString,
-                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.LeaderResponse.FromString,
+                '/leasehold.v1.LeaseholdService/Observe',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ObserveRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ObserveResponse.FromString,
                 _registered_method=True)
         self.Resign = channel.unary_unary(
-                '/leasehold.v1.Leasehold/Resign',
+                '/leasehold.v1.LeaseholdService/Resign',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ResignRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ResignResponse.FromString,
                 _registered_method=True)
 
 
-class LeaseholdServicer:
+class LeaseholdServiceServicer:
     """The lock broker.
     """
 
@@ -183,13 +183,14 @@ class LeaseholdServicer:
 
     def Revoke(self, request, context):
         """Ends the current lease on `name`, whoever holds it. The holder hears
-        LOST with reason REVOKED at its next heartbeat (NOT_FOUND on Renew); the
-        lease's lock-delay starts now; waiters are woken; the next grant gets a
-        higher fence. An operator's tool: refused with PERMISSION_DENIED unless
-        the caller has the `admin` permission (without an --auth-file: unless the
-        broker runs with --enable-revoke). NOT_FOUND if the name is not held;
-        repeated before anything else was granted (a retry whose first try did
-        the work), it reports that revocation's fence again.
+        STATE_LOST with LOSS_REASON_REVOKED at its next heartbeat (NOT_FOUND on
+        Renew); the lease's lock-delay starts now; waiters are woken; the next
+        grant gets a higher fence. An operator's tool: refused with
+        PERMISSION_DENIED unless the caller has the `admin` permission (without
+        an --auth-file: unless the broker runs with --enable-revoke). NOT_FOUND
+        if the name is not held; repeated before anything else was granted (a
+        retry whose first try did the work), it reports that revocation's fence
+        again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -236,7 +237,7 @@ class LeaseholdServicer:
         raise NotImplementedError('Method not implemented!')
 
 
-def add_LeaseholdServicer_to_server(servicer, server):
+def add_LeaseholdServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Acquire': grpc.unary_unary_rpc_method_handler(
                     servicer.Acquire,
@@ -285,8 +286,8 @@ def add_LeaseholdServicer_to_server(servicer, server):
             ),
             'Observe': grpc.unary_stream_rpc_method_handler(
                     servicer.Observe,
-                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.LeaderRequest.FromString,
-                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.LeaderResponse.SerializeToString,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ObserveRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ObserveResponse.SerializeToString,
             ),
             'Resign': grpc.unary_unary_rpc_method_handler(
                     servicer.Resign,
@@ -295,13 +296,13 @@ def add_LeaseholdServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'leasehold.v1.Leasehold', rpc_method_handlers)
+            'leasehold.v1.LeaseholdService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('leasehold.v1.Leasehold', rpc_method_handlers)
+    server.add_registered_method_handlers('leasehold.v1.LeaseholdService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class Leasehold:
+class LeaseholdService:
     """The lock broker.
     """
 
@@ -319,7 +320,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/Acquire',
+            '/leasehold.v1.LeaseholdService/Acquire',
             leasehold_dot_v1_dot_leasehold__pb2.AcquireRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.AcquireResponse.FromString,
             options,
@@ -346,7 +347,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/Renew',
+            '/leasehold.v1.LeaseholdService/Renew',
             leasehold_dot_v1_dot_leasehold__pb2.RenewRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.RenewResponse.FromString,
             options,
@@ -373,7 +374,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/Release',
+            '/leasehold.v1.LeaseholdService/Release',
             leasehold_dot_v1_dot_leasehold__pb2.ReleaseRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.ReleaseResponse.FromString,
             options,
@@ -400,7 +401,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/Describe',
+            '/leasehold.v1.LeaseholdService/Describe',
             leasehold_dot_v1_dot_leasehold__pb2.DescribeRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.DescribeResponse.FromString,
             options,
@@ -427,7 +428,7 @@ class Leasehold:
         return grpc.experimental.stream_stream(
             request_iterator,
             target,
-            '/leasehold.v1.Leasehold/KeepAlive',
+            '/leasehold.v1.LeaseholdService/KeepAlive',
             leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.KeepAliveResponse.FromString,
             options,
@@ -454,7 +455,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/CheckFence',
+            '/leasehold.v1.LeaseholdService/CheckFence',
             leasehold_dot_v1_dot_leasehold__pb2.CheckFenceRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.CheckFenceResponse.FromString,
             options,
@@ -481,7 +482,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/Revoke',
+            '/leasehold.v1.LeaseholdService/Revoke',
             leasehold_dot_v1_dot_leasehold__pb2.RevokeRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.RevokeResponse.FromString,
             options,
@@ -508,7 +509,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/Campaign',
+            '/leasehold.v1.LeaseholdService/Campaign',
             leasehold_dot_v1_dot_leasehold__pb2.CampaignRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.CampaignResponse.FromString,
             options,
@@ -535,7 +536,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/Leader',
+            '/leasehold.v1.LeaseholdService/Leader',
             leasehold_dot_v1_dot_leasehold__pb2.LeaderRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.LeaderResponse.FromString,
             options,
@@ -562,9 +563,9 @@ class Leasehold:
         return grpc.experimental.unary_stream(
             request,
             target,
-            '/leasehold.v1.Leasehold/Observe',
-            leasehold_dot_v1_dot_leasehold__pb2.LeaderRequest.SerializeToString,
-            leasehold_dot_v1_dot_leasehold__pb2.LeaderResponse.FromString,
+            '/leasehold.v1.LeaseholdService/Observe',
+            leasehold_dot_v1_dot_leasehold__pb2.ObserveRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.ObserveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -589,7 +590,7 @@ class Leasehold:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/leasehold.v1.Leasehold/Resign',
+            '/leasehold.v1.LeaseholdService/Resign',
             leasehold_dot_v1_dot_leasehold__pb2.ResignRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.ResignResponse.FromString,
             options,
