@@ -1,7 +1,7 @@
 // The names the client takes from the proto, in one place: the service and
 // the enum values it matches on. When the proto renames one of them, this
-// file is the only one to change (requests are plain objects whose field
-// names proto-loader checks against the proto it ships).
+// file is the only one to change (requests and answers are plain objects
+// with the proto's field names, as proto-loader reads the shipped proto).
 
 /** The package and service in proto/leasehold/v1/leasehold.proto. */
 export const PROTO_FILE = 'leasehold/v1/leasehold.proto';
