@@ -3,7 +3,8 @@
 // works wherever it is installed), compiles src/ with tsc into dist/
 // (CommonJS and .d.ts), and writes the ES module entry point dist/index.mjs,
 // which re-exports the CommonJS build (one copy of the code, whichever way it
-// is loaded). Run by `npm run build` and by `npm pack` (prepack).
+// is loaded). Run by `npm run build`, and as `prepare` by npm ci/install in
+// this folder, by `npm pack` and by `npm install --install-links <this folder>`.
 'use strict';
 const { cpSync, existsSync, rmSync, writeFileSync } = require('node:fs');
 const { join } = require('node:path');

@@ -3,7 +3,8 @@
 // and their types; installed with `npm install <tarball>` in an empty folder
 // outside the repository (its dependencies from the npm registry), it
 // type-checks and compiles a TypeScript user's file (test/smoke/usage.mts),
-// and both entry points acquire and release against a real broker.
+// and both entry points acquire and release against a real broker. And
+// `npm install --install-links <this folder>` works as well.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -20,11 +21,11 @@ const repoProto = fileURLToPath(new URL('../../../proto/leasehold/v1/leasehold.p
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 const quiet = ['--no-audit', '--no-fund', '--loglevel=error'];
 
-test('npm pack makes a tarball that installs in an empty folder and runs against a real broker', { timeout: 300_000 }, async () => {
+test('npm pack makes a tarball that installs in an empty folder and runs against a real broker (and so does an install from the folder)', { timeout: 300_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-pack-'));
   const broker = await startBroker();
   try {
-    // Pack (prepack builds: proto copied, tsc, the ES module entry point).
+    // Pack (its prepare script builds: proto copied, tsc, the ES module entry point).
     const { stdout } = await run(npm, ['pack', '--json', '--pack-destination', dir, ...quiet], { cwd: here, maxBuffer: 1 << 24 });
     const [packed] = JSON.parse(stdout.slice(stdout.indexOf('[')));
     const files = packed.files.map((f) => f.path).sort();
@@ -62,6 +63,16 @@ test('npm pack makes a tarball that installs in an empty folder and runs against
     const cjs = JSON.parse((await run(process.execPath, ['usage.cjs', broker.address], { cwd: app })).stdout);
     assert.deepEqual({ ...cjs, fence: undefined }, { fence: undefined, lease: true, busy: true, free: true });
     assert.ok(BigInt(cjs.fence) > BigInt(esm.fence), 'one broker, one sequence: the later grant has the higher fence');
+
+    // Installed from this folder (a copy built by its prepare script, not a
+    // symlink into the checkout), as the README shows too.
+    const fromFolder = join(dir, 'from-folder');
+    await run('mkdir', ['-p', fromFolder]);
+    writeFileSync(join(fromFolder, 'package.json'), JSON.stringify({ name: 'smoke-folder', version: '1.0.0', private: true }));
+    await run(npm, ['install', ...quiet, '--install-links', here], { cwd: fromFolder, maxBuffer: 1 << 24 });
+    copyFileSync(new URL('smoke/usage.cjs', import.meta.url), join(fromFolder, 'usage.cjs'));
+    const folder = JSON.parse((await run(process.execPath, ['usage.cjs', broker.address], { cwd: fromFolder })).stdout);
+    assert.deepEqual({ ...folder, fence: undefined }, { fence: undefined, lease: true, busy: true, free: true });
   } finally {
     await broker.kill();
     rmSync(dir, { recursive: true, force: true });
