@@ -55,6 +55,8 @@ export class Brokers {
   readonly #token: string | null;
   #current = 0;
   #log: (message: string) => void;
+  // Aborted by cancelCalls(): every unary call in flight listens to it.
+  #inFlight = new AbortController();
 
   constructor(targets: string[], credentials: grpc.ChannelCredentials, options: grpc.ChannelOptions, token: string | null, log: (message: string) => void) {
     const Stub = loadService();
@@ -100,12 +102,14 @@ export class Brokers {
    */
   async call<T = any>(method: string, request: object, timeoutMs: number, signal?: AbortSignal): Promise<T> {
     let attempts = this.#stubs.length;
+    const cancelled = this.#inFlight.signal;
     for (;;) {
       const { index, stub } = this.current();
       try {
-        return await unary<T>(stub, method, request, this.metadata(), timeoutMs, signal);
+        return await unary<T>(stub, method, request, this.metadata(), timeoutMs, signal, cancelled);
       } catch (err) {
         if (signal?.aborted) throw abortError(signal);
+        if (cancelled.aborted) throw new LeaseholdError(`${method} cancelled: the client is closed`);
         if (attempts > 1 && notConnected(err)) {
           this.unreachable(index);
           attempts -= 1;
@@ -122,7 +126,15 @@ export class Brokers {
     return { index, call: stub[method](request, this.metadata()) };
   }
 
+  /** Cancels the unary calls in flight (a waiting Acquire leaves the queue); later calls are not affected. */
+  cancelCalls(): void {
+    const controller = this.#inFlight;
+    this.#inFlight = new AbortController();
+    controller.abort();
+  }
+
   close(): void {
+    this.cancelCalls();
     for (const stub of this.#stubs) stub.close();
   }
 }
@@ -131,16 +143,19 @@ export function isServiceError(err: unknown): err is grpc.ServiceError {
   return err instanceof Error && typeof (err as grpc.ServiceError).code === 'number' && 'details' in err;
 }
 
-function unary<T>(stub: ServiceClient, method: string, request: object, metadata: grpc.Metadata, timeoutMs: number, signal?: AbortSignal): Promise<T> {
+// One call, cancelled when either signal aborts (AbortSignal.any is not in Node 18).
+function unary<T>(stub: ServiceClient, method: string, request: object, metadata: grpc.Metadata, timeoutMs: number, signal: AbortSignal | undefined, cancelled: AbortSignal): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     if (signal?.aborted) return reject(abortError(signal));
     const onAbort = () => call.cancel();
     const call: grpc.ClientUnaryCall = stub[method](request, metadata, { deadline: Date.now() + timeoutMs }, (err: grpc.ServiceError | null, res: T) => {
       signal?.removeEventListener('abort', onAbort);
+      cancelled.removeEventListener('abort', onAbort);
       if (err) reject(err);
       else resolve(res);
     });
     signal?.addEventListener('abort', onAbort, { once: true });
+    cancelled.addEventListener('abort', onAbort, { once: true });
   });
 }
 

@@ -279,10 +279,11 @@ export class Client {
     // store counts the TTL from then.
     const deadline = sent + waitedMs + ttlMs - margin;
     const lease = new Lease(this.#keeper, granted.name, granted.owner_token, BigInt(granted.fence), ttlMs, margin, waitedMs, deadline);
-    if (signal?.aborted) {
-      // Aborted as the grant arrived: nobody will use it, so free it now.
+    if (signal?.aborted || this.#closing || this.#closed) {
+      // Aborted, or the client closed, as the grant arrived: nobody will
+      // use it or renew it, so free it now (best effort).
       void lease.release().catch(() => {});
-      throw abortError(signal);
+      throw signal?.aborted ? abortError(signal) : new LeaseholdError('the client was closed while the call was in flight');
     }
     this.#leases.add(lease);
     this.#scheduleBeat(this.#interval()); // a shorter TTL may need an earlier heartbeat
@@ -402,10 +403,15 @@ export class Client {
     if (this.#closed || this.#closing) throw new LeaseholdError('the client is closed');
   }
 
-  /** Releases the leases still held (best effort, 2 s each), ends the observations and the stream, closes the channels. */
+  /**
+   * Cancels the calls in flight (a waiting acquire rejects), releases the
+   * leases still held (best effort, 2 s each), ends the observations and the
+   * stream, closes the channels.
+   */
   async close(): Promise<void> {
     if (this.#closed || this.#closing) return;
     this.#closing = true;
+    this.#brokers.cancelCalls(); // waiting acquires and campaigns end now
     await Promise.allSettled([...this.#leases].map((lease) => lease.release()));
     this.#closed = true;
     for (const observation of [...this.#observations]) observation.cancel();

@@ -103,6 +103,30 @@ describe('against one broker', () => {
     await lease.release();
   });
 
+  test('one KeepAlive stream per client, whatever its number of leases; ended once none is left', async () => {
+    // The gauge of open KeepAlive streams (lease_keepalive_streams, named
+    // leasehold_keepalive_streams since the metrics took the leasehold_ prefix).
+    const streams = async () => {
+      const m = /^(?:leasehold|lease)_keepalive_streams (\d+)$/m.exec(await broker.metrics());
+      assert.ok(m, 'the broker exports its KeepAlive stream gauge');
+      return Number(m[1]);
+    };
+    const own = connect(broker.address, { logger: null });
+    try {
+      // The other tests' clients end theirs at their next heartbeat time.
+      await eventually(async () => (await streams()) === 0, 'no stream open before');
+      const leases = [];
+      for (const ttlMs of [MIN_TTL, 2000, 5000]) leases.push(await own.acquire(lockName('one-stream'), { ttlMs }));
+      const deadlines = leases.map((l) => l.deadline);
+      await eventually(() => leases.every((l, i) => l.deadline > deadlines[i]), 'every lease renewed');
+      assert.equal(await streams(), 1);
+      for (const lease of leases) await lease.release();
+      await eventually(async () => (await streams()) === 0, 'the stream ended after the last release');
+    } finally {
+      await own.close();
+    }
+  });
+
   test('release frees the lock: checkFence turns false, the signal aborts, lost stays pending, a second release does nothing', async () => {
     const name = lockName('release');
     const lease = await client.acquire(name, { ttlMs: 5000, holder: 'releaser' });
@@ -210,6 +234,22 @@ describe('against one broker', () => {
     observation.cancel();
     assert.equal((await seen.next()).done, true);
     assert.equal(await client.leader(election), null);
+  });
+
+  test('close() while an acquire waits: the wait ends, the lease is not kept, the lock is free', async () => {
+    const name = lockName('close-waiting');
+    const lease = await client.acquire(name, { ttlMs: 5000 });
+    const closing = connect(broker.address, { logger: null });
+    const waiting = closing.acquire(name, { ttlMs: 5000, waitMs: 60_000 });
+    await eventually(async () => (await client.describe(name)).waiters === 1, 'the waiter is queued');
+    const closedAt = performance.now();
+    await closing.close();
+    await assert.rejects(waiting, (err) => err instanceof LeaseholdError && /the client is closed/.test(err.message));
+    assert.ok(performance.now() - closedAt < 5000, 'the wait ended with the close, not at its end');
+    await eventually(async () => (await client.describe(name)).waiters === 0, 'the waiter left the queue');
+    await lease.release();
+    assert.equal((await client.describe(name)).held, false);
+    await assert.rejects(closing.acquire(name), /the client is closed/);
   });
 
   test('bad input: a clear error with the gRPC code and the broker\'s message; bad options fail before any call', async () => {

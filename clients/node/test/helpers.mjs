@@ -4,6 +4,7 @@
 // The broker binary is $LEASEHOLD_BIN, or target/debug/leasehold of this checkout.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 
@@ -69,11 +70,26 @@ function child(command, args, ready, what) {
 export async function startBroker(args = [], { store = 'memory' } = {}) {
   if (!existsSync(BIN)) throw new Error(`broker binary not found at ${BIN}: build it (cargo build --bin leasehold) or set LEASEHOLD_BIN`);
   const port = await freePort();
+  const metricsPort = await freePort();
   const address = `127.0.0.1:${port}`;
-  const proc = child(BIN, ['serve', '--store', store, '--listen', address, '--metrics-listen', '127.0.0.1:0', ...args],
+  const proc = child(BIN, ['serve', '--store', store, '--listen', address, '--metrics-listen', `127.0.0.1:${metricsPort}`, ...args],
     async () => (await poke(port)) !== null, `broker on ${address}`);
   await proc.started;
-  return { address, port, kill: proc.kill, output: proc.output };
+  return {
+    address,
+    port,
+    kill: proc.kill,
+    output: proc.output,
+    // The broker's /metrics page (Prometheus text format).
+    metrics: () => new Promise((resolve, reject) => {
+      http.get(`http://127.0.0.1:${metricsPort}/metrics`, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d) => (body += d));
+        res.on('end', () => resolve(body));
+      }).on('error', reject);
+    }),
+  };
 }
 
 // A redis-server without persistence, for brokers that share a store.
