@@ -421,6 +421,11 @@ export class Client {
     this.#brokers.close();
   }
 
+  /** For `await using client = connect(...)`: closed at the end of the block. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
   /** What printing a client shows: never the token. */
   toString(): string {
     const where = this.targets.length === 1 ? `target: ${this.target}` : `targets: ${this.targets.join(',')}, current: ${this.target}`;

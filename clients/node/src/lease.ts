@@ -147,6 +147,15 @@ export class Lease {
     await this.#keeper.release(this);
   }
 
+  /**
+   * For `await using lease = await client.acquire(...)` (TypeScript 5.2+):
+   * the lease is released at the end of the block, and a lease lost before
+   * rejects with LeaseLost there.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
   /** What printing or logging a lease shows: the token's first 4 characters only. */
   toString(): string {
     const state = this.#released ? 'released' : this.#reason ? `lost: ${this.#reason}` : 'held';

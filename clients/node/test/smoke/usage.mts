@@ -30,8 +30,15 @@ try {
 } catch (err) {
   if (err instanceof LeaseLost) afterRelease = err.reason;
 }
+// Released at the end of its block.
+let scoped: Lease | undefined;
+{
+  await using held = await client.acquire(`smoke-using/${process.pid}`, { ttlMs: 2000 });
+  scoped = held;
+}
+const scopedReleased = scoped.released && !(await client.describe(scoped.name)).held;
 await client.close();
-console.log(JSON.stringify({ fence: String(fence), held: described.held, current: checked.current, busy: busy !== '', afterRelease }));
+console.log(JSON.stringify({ fence: String(fence), held: described.held, current: checked.current, busy: busy !== '', afterRelease, scopedReleased }));
 
 // Never called: misuses the types must refuse.
 export function misuses(lease: Lease): void {
