@@ -361,7 +361,10 @@ async fn an_unauthenticated_body_is_refused_before_it_is_read() {
     );
     let scrape = common::scrape(broker.metrics_addr).await;
     assert_eq!(
-        common::sample(&scrape, r#"lease_rejected_total{reason="unauthenticated"}"#),
+        common::sample(
+            &scrape,
+            r#"leasehold_rejected_total{reason="unauthenticated"}"#
+        ),
         2.0
     );
 }
@@ -397,7 +400,7 @@ async fn unfinished_messages_cannot_fill_the_brokers_memory() {
             None => ("unauthenticated", STREAMS),
             Some(_) => ("buffer", STREAMS - 8),
         };
-        let series = format!(r#"lease_rejected_total{{reason="{reason}"}}"#);
+        let series = format!(r#"leasehold_rejected_total{{reason="{reason}"}}"#);
         let base = common::sample(&common::scrape(broker.metrics_addr).await, &series);
         eventually(Duration::from_secs(60), "every refusal", || async {
             common::sample(&common::scrape(broker.metrics_addr).await, &series) - base

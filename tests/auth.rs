@@ -267,7 +267,10 @@ async fn calls_without_a_known_credential_are_unauthenticated() {
 
     let text = scrape(broker.metrics_addr).await;
     assert_eq!(
-        sample(&text, r#"lease_rejected_total{reason="unauthenticated"}"#),
+        sample(
+            &text,
+            r#"leasehold_rejected_total{reason="unauthenticated"}"#
+        ),
         4.0,
         "{text}"
     );
@@ -339,7 +342,10 @@ async fn permissions_decide_what_a_credential_may_do() {
 
     let text = scrape(broker.metrics_addr).await;
     assert_eq!(
-        sample(&text, r#"lease_rejected_total{reason="permission_denied"}"#),
+        sample(
+            &text,
+            r#"leasehold_rejected_total{reason="permission_denied"}"#
+        ),
         2.0
     );
 }
@@ -1174,11 +1180,16 @@ async fn a_withdrawn_credential_ends_its_streams() {
     })
     .await;
     let metrics = scrape(broker.metrics_addr).await;
-    assert!(sample(&metrics, "lease_rejected_total{reason=\"unauthenticated\"}") >= 1.0);
     assert!(
         sample(
             &metrics,
-            "lease_rejected_total{reason=\"permission_denied\"}"
+            "leasehold_rejected_total{reason=\"unauthenticated\"}"
+        ) >= 1.0
+    );
+    assert!(
+        sample(
+            &metrics,
+            "leasehold_rejected_total{reason=\"permission_denied\"}"
         ) >= 1.0
     );
 }

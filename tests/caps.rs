@@ -106,7 +106,10 @@ async fn leases_are_capped_per_connection() {
         .unwrap();
     must_acquire(&mut greedy, "g3", 30_000).await;
     let text = scrape(broker.metrics_addr).await;
-    assert_eq!(sample(&text, r#"lease_rejected_total{reason="cap"}"#), 1.0);
+    assert_eq!(
+        sample(&text, r#"leasehold_rejected_total{reason="cap"}"#),
+        1.0
+    );
 }
 
 /// A tenant holding `--tenant-max-leases` leases, over any number of
@@ -452,8 +455,8 @@ async fn connections_are_capped() {
     );
     intact(&mut first, &lease).await;
     let text = scrape(broker.metrics_addr).await;
-    assert!(sample(&text, r#"lease_rejected_total{reason="connections"}"#) >= 1.0);
-    assert_eq!(sample(&text, "lease_connections"), 2.0);
+    assert!(sample(&text, r#"leasehold_rejected_total{reason="connections"}"#) >= 1.0);
+    assert_eq!(sample(&text, "leasehold_connections"), 2.0);
     drop(second);
     eventually(Duration::from_secs(10), "a slot frees up", || {
         let url = broker.url();

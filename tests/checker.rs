@@ -525,15 +525,15 @@ async fn clock_jumps_counted(brokers: &[BrokerProcess], direction: &str) -> Vec<
 }
 
 /// Restarts every broker (SIGKILL, then the same address) and waits until
-/// each has pinged Redis (its `store_up` is 1): its fence floor starts from
+/// each has pinged Redis (its `leasehold_store_up` is 1): its fence floor starts from
 /// nothing, and it has read Redis' clock before any step to come.
 async fn restart_all(brokers: &mut [BrokerProcess]) {
     for broker in brokers.iter_mut() {
         broker.restart().await;
         eventually(
             Duration::from_secs(10),
-            "store_up after a restart",
-            || async { sample(&scrape(broker.metrics_addr).await, "store_up") == 1.0 },
+            "leasehold_store_up after a restart",
+            || async { sample(&scrape(broker.metrics_addr).await, "leasehold_store_up") == 1.0 },
         )
         .await;
     }

@@ -247,7 +247,10 @@ async fn a_release_whose_answer_was_lost_is_retried_and_succeeds() {
         .unwrap();
     assert!(released.is_ok(), "{released:?}");
     let metrics = common::scrape(broker.metrics_addr).await;
-    assert_eq!(common::sample(&metrics, "lease_released_total"), 1.0);
+    assert_eq!(
+        common::sample(&metrics, "leasehold_lease_released_total"),
+        1.0
+    );
     assert_eq!(
         common::sample(&metrics, "lease_lost_total{reason=\"expired\"}"),
         0.0

@@ -100,8 +100,8 @@ async fn a_step_of_the_redis_clock_is_counted_once_in_its_direction() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_store_reports_no_clock_steps() {
     let broker = Broker::start("memory").await;
-    eventually(Duration::from_secs(10), "store_up", || async {
-        sample(&scrape(broker.metrics_addr).await, "store_up") == 1.0
+    eventually(Duration::from_secs(10), "leasehold_store_up", || async {
+        sample(&scrape(broker.metrics_addr).await, "leasehold_store_up") == 1.0
     })
     .await;
     assert_eq!(jumps(&broker, "forward").await, 0.0);

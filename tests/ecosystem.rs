@@ -1,6 +1,8 @@
 //! The files around the broker agree with what it serves: every metric the
 //! Prometheus rules (deploy/prometheus/rules.yaml) and the Grafana dashboard
-//! (deploy/grafana/leasehold-dashboard.json) query exists in `/metrics`, the
+//! (deploy/grafana/leasehold-dashboard.json) query exists in `/metrics`, every
+//! recorded series they query is recorded by the rules (and every recording
+//! is used), every selector of the rules is scoped to job="leasehold", the
 //! README's "Metrics reference" table lists exactly the families the broker
 //! serves, and its "Configuration reference" table exactly the flags,
 //! environment variables and defaults of `leasehold serve --help`.
@@ -12,8 +14,13 @@ use std::collections::BTreeSet;
 use common::{must_acquire, scrape, Broker};
 use leasehold_server::proto::ReleaseRequest;
 
-/// The prefixes of Leasehold's own metric families.
-const PREFIXES: [&str; 4] = ["lease_", "heartbeat_", "store_", "leasehold_"];
+/// The prefixes of the metric families the broker serves: its own (the
+/// `leasehold_` namespace and the three names kept from before it) and the
+/// process collector's.
+const PREFIXES: [&str; 4] = ["lease_", "heartbeat_", "leasehold_", "process_"];
+
+/// The job every rule selects (deploy/README.md, "Alerts").
+const JOB: &str = r#"job="leasehold""#;
 
 /// A file of the repository, by its path from the crate root.
 fn repo_file(path: &str) -> String {
@@ -32,16 +39,18 @@ fn family(name: &str) -> String {
     name.to_owned()
 }
 
-/// The metric families a PromQL expression names: identifiers starting with
-/// one of [`PREFIXES`], outside string literals (so that a label value such
-/// as `reason="store_lost"` is not taken for a metric).
-fn metrics_in_expr(expr: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut ident = String::new();
+/// An identifier of a PromQL expression outside string literals, with what
+/// follows it (to read its selector).
+fn identifiers(expr: &str) -> Vec<(String, &str)> {
+    let mut found = Vec::new();
+    let mut start: Option<usize> = None;
     let mut quote: Option<char> = None;
     let mut escaped = false;
-    // A trailing space flushes the last identifier.
-    for c in expr.chars().chain(std::iter::once(' ')) {
+    let mut variable = false;
+    for (i, c) in expr
+        .char_indices()
+        .chain(std::iter::once((expr.len(), ' ')))
+    {
         if let Some(q) = quote {
             if escaped {
                 escaped = false;
@@ -53,27 +62,70 @@ fn metrics_in_expr(expr: &str) -> BTreeSet<String> {
             continue;
         }
         if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
-            ident.push(c);
+            start.get_or_insert(i);
             continue;
         }
-        // `$__rate_interval` and the like are Grafana variables, not metrics.
-        let is_variable = c == '$';
-        if !ident.is_empty() {
-            if PREFIXES.iter().any(|p| ident.starts_with(p)) {
-                names.insert(family(&ident));
+        if let Some(s) = start.take() {
+            // `$__rate_interval`, `$job`: Grafana variables, not metrics.
+            if !variable {
+                found.push((expr[s..i].to_owned(), &expr[i..]));
             }
-            ident.clear();
         }
+        variable = c == '$';
         if c == '"' || c == '\'' || c == '`' {
             quote = Some(c);
         }
-        if is_variable {
-            // Skip the variable name by treating it as an identifier that
-            // cannot match a prefix.
-            ident.push('$');
-        }
     }
-    names
+    found
+}
+
+/// The metric families a PromQL expression names: identifiers starting with
+/// one of [`PREFIXES`], outside string literals (so that a label value such
+/// as `reason="store_lost"` is not taken for a metric). Recorded series
+/// (with a `:`) are not served: see [`recorded_in_expr`].
+fn metrics_in_expr(expr: &str) -> BTreeSet<String> {
+    identifiers(expr)
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !name.contains(':') && PREFIXES.iter().any(|p| name.starts_with(p)))
+        .map(|name| family(&name))
+        .collect()
+}
+
+/// The recorded series (`level:metric:operations`) an expression queries.
+fn recorded_in_expr(expr: &str) -> BTreeSet<String> {
+    identifiers(expr)
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| name.contains(':') && !name.starts_with(|c: char| c.is_ascii_digit()))
+        .collect()
+}
+
+/// The `record:` names of a Prometheus rules file.
+fn recorded_names(yaml: &str) -> BTreeSet<String> {
+    yaml.lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- record:"))
+        .map(|name| name.trim().to_owned())
+        .collect()
+}
+
+/// The series selectors of an expression (metrics, recorded series, `up`)
+/// that do not select [`JOB`].
+fn unscoped_selectors(expr: &str) -> Vec<String> {
+    identifiers(expr)
+        .into_iter()
+        .filter(|(name, _)| {
+            name == "up" || name.contains(':') || PREFIXES.iter().any(|p| name.starts_with(p))
+        })
+        .filter(|(_, rest)| {
+            let selector = rest
+                .strip_prefix('{')
+                .and_then(|r| r.split_once('}'))
+                .map(|(labels, _)| labels);
+            !selector.is_some_and(|labels| labels.split(',').any(|l| l.trim() == JOB))
+        })
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// The `expr:` values of a Prometheus rules file (single-line values, and
@@ -216,9 +268,9 @@ fn the_scanners_find_metrics_and_skip_label_values() {
         .into();
     assert_eq!(names, expected);
 
-    let yaml = "      - alert: A\n        expr: store_up == 0\n      - alert: B\n        expr: |\n          rate(store_errors_total[5m])\n            > 0\n        for: 1m\n";
+    let yaml = "      - alert: A\n        expr: leasehold_store_up == 0\n      - alert: B\n        expr: |\n          rate(leasehold_store_errors_total[5m])\n            > 0\n        for: 1m\n";
     assert_eq!(rule_exprs(yaml).len(), 2);
-    assert!(rule_exprs(yaml)[1].contains("store_errors_total"));
+    assert!(rule_exprs(yaml)[1].contains("leasehold_store_errors_total"));
 
     let json = r#"{"targets": [{"expr": "sum(rate(lease_acquired_total{job=~\"$job\"}[5m]))", "refId": "A"}]}"#;
     assert_eq!(
@@ -256,6 +308,97 @@ async fn rules_and_dashboard_query_only_served_metrics() {
         assert!(
             missing.is_empty(),
             "{file} queries metrics the broker does not serve: {missing:?}\nserved: {served:?}"
+        );
+    }
+}
+
+/// The recorded series the dashboard and the alerts query are recorded by
+/// rules.yaml, and every recording is queried by one of them (or by another
+/// recording).
+#[test]
+fn recorded_series_are_recorded_and_used() {
+    let rules_file = repo_file("deploy/prometheus/rules.yaml");
+    let recorded = recorded_names(&rules_file);
+    assert!(recorded.len() >= 5, "too few recording rules: {recorded:?}");
+    let rules = rule_exprs(&rules_file);
+    let dashboard = dashboard_exprs(&repo_file("deploy/grafana/leasehold-dashboard.json"));
+    let dashboard_uses: BTreeSet<String> =
+        dashboard.iter().flat_map(|e| recorded_in_expr(e)).collect();
+    assert!(
+        dashboard_uses.len() >= 5,
+        "the dashboard queries too few recorded series: {dashboard_uses:?}"
+    );
+    let used: BTreeSet<String> = rules
+        .iter()
+        .chain(&dashboard)
+        .flat_map(|e| recorded_in_expr(e))
+        .collect();
+    let missing: Vec<&String> = used.difference(&recorded).collect();
+    assert!(
+        missing.is_empty(),
+        "queried but recorded by no rule of deploy/prometheus/rules.yaml: {missing:?}"
+    );
+    let unused: Vec<&String> = recorded.difference(&used).collect();
+    assert!(unused.is_empty(), "recorded but never queried: {unused:?}");
+}
+
+/// Every selector of every rule names the job, so that no rule matches
+/// another exporter's series in a shared Prometheus.
+#[test]
+fn every_rule_selector_is_scoped_to_the_job() {
+    let rules = rule_exprs(&repo_file("deploy/prometheus/rules.yaml"));
+    assert!(rules.len() >= 5, "too few expressions found: {rules:?}");
+    for expr in &rules {
+        let unscoped = unscoped_selectors(expr);
+        assert!(unscoped.is_empty(), "{unscoped:?} without {JOB} in: {expr}");
+    }
+    // The scanner itself: it sees an unscoped selector, and a scoped one.
+    assert_eq!(
+        unscoped_selectors(r#"rate(lease_lost_total{reason="x"}[5m]) + up{job="leasehold"}"#),
+        vec!["lease_lost_total".to_owned()]
+    );
+    assert_eq!(
+        unscoped_selectors(r#"a:b:rate5m{job="leasehold", reason!="revoked"} > 0"#),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        unscoped_selectors("sum by (job) (leasehold_store_up)"),
+        vec!["leasehold_store_up".to_owned()]
+    );
+}
+
+/// deploy/README.md's alert table lists exactly the alerts of rules.yaml,
+/// each with its runbook section, and names every recorded series.
+#[test]
+fn deploy_readme_lists_every_rule() {
+    let rules = repo_file("deploy/prometheus/rules.yaml");
+    let readme = repo_file("deploy/README.md");
+    let alerts: BTreeSet<String> = rules
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- alert:"))
+        .map(|name| name.trim().to_owned())
+        .collect();
+    assert!(alerts.len() >= 5, "too few alerts parsed: {alerts:?}");
+    let table: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `Leasehold"))
+        .filter_map(|l| l.split_once('`'))
+        .map(|(name, _)| format!("Leasehold{name}"))
+        .collect();
+    assert_eq!(
+        alerts, table,
+        "rules.yaml's alerts against deploy/README.md's table"
+    );
+    for alert in &alerts {
+        assert!(
+            readme.contains(&format!("\n### {alert}\n")),
+            "deploy/README.md has no runbook section ### {alert}"
+        );
+    }
+    for record in recorded_names(&rules) {
+        assert!(
+            readme.contains(&format!("`{record}`")),
+            "deploy/README.md does not name the recorded series {record}"
         );
     }
 }

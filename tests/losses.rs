@@ -60,7 +60,7 @@ async fn counts(brokers: &[Broker]) -> Counts {
         c.store_lost += lost("store_lost");
         c.revoked += lost("revoked");
         c.acquired += common::sample(&s, "lease_acquired_total");
-        c.released += common::sample(&s, "lease_released_total");
+        c.released += common::sample(&s, "leasehold_lease_released_total");
     }
     c
 }

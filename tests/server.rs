@@ -157,18 +157,21 @@ async fn metrics_move_with_traffic() {
 
     let after = scrape(broker.metrics_addr).await;
     assert_eq!(sample(&after, "lease_acquired_total"), 3.0);
-    assert_eq!(sample(&after, "lease_released_total"), 1.0);
-    assert_eq!(sample(&after, "lease_acquire_refused_total"), 1.0);
+    assert_eq!(sample(&after, "leasehold_lease_released_total"), 1.0);
+    assert_eq!(sample(&after, "leasehold_lease_acquire_refused_total"), 1.0);
     assert_eq!(sample(&after, "lease_lost_total{reason=\"expired\"}"), 1.0);
     assert_eq!(
         sample(&after, "lease_lost_total{reason=\"not_owner\"}"),
         0.0
     );
     assert_eq!(sample(&after, "heartbeat_latency_seconds_count"), 5.0);
-    assert_eq!(sample(&after, "lease_acquire_wait_seconds_count"), 3.0);
-    assert_eq!(sample(&after, "lease_waiters"), 0.0);
-    assert_eq!(sample(&after, "store_up"), 1.0);
-    assert_eq!(sample(&after, "store_errors_total"), 0.0);
+    assert_eq!(
+        sample(&after, "leasehold_lease_acquire_wait_seconds_count"),
+        3.0
+    );
+    assert_eq!(sample(&after, "leasehold_lease_waiters"), 0.0);
+    assert_eq!(sample(&after, "leasehold_store_up"), 1.0);
+    assert_eq!(sample(&after, "leasehold_store_errors_total"), 0.0);
     assert!(!after.contains("m1"), "a lock name leaked into the metrics");
 }
 

@@ -243,7 +243,7 @@ async fn stalled_handshakes_are_closed_at_the_deadline() {
     served.finish("stalled handshakes, gRPC").await;
     let text = scrape(broker.metrics_addr).await;
     assert_eq!(
-        sample(&text, r#"lease_rejected_total{reason="handshake"}"#),
+        sample(&text, r#"leasehold_rejected_total{reason="handshake"}"#),
         9.0
     );
     eprintln!("figures: stalled handshakes lived {longest:?} at most");
@@ -283,7 +283,7 @@ async fn wrong_prefaces_are_closed_at_once() {
     }
     let text = scrape(broker.metrics_addr).await;
     assert_eq!(
-        sample(&text, r#"lease_rejected_total{reason="handshake"}"#),
+        sample(&text, r#"leasehold_rejected_total{reason="handshake"}"#),
         5.0
     );
     must_acquire(&mut client, "still-served", 10_000).await;

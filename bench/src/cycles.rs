@@ -11,7 +11,7 @@ use std::{
 
 use leasehold_proto::{AcquireRequest, DescribeRequest, ReleaseRequest};
 use leasehold_server::{
-    config::parse_duration,
+    duration::parse_duration,
     lease::token,
     store::{Acquired, GrantSpec, Store},
 };

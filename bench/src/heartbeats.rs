@@ -12,7 +12,7 @@ use std::{
 
 use leasehold_proto::{LeaseRef, ReleaseRequest};
 use leasehold_server::{
-    config::parse_duration,
+    duration::parse_duration,
     lease::token,
     store::{Acquired, Checked, GrantSpec, RenewItem, Store},
 };

@@ -10,7 +10,7 @@ use leasehold_proto::{
     lease_status::State, leasehold_service_client::LeaseholdServiceClient, AcquireRequest,
     KeepAliveRequest, Lease, LeaseRef, ReleaseRequest,
 };
-use leasehold_server::config::parse_duration;
+use leasehold_server::duration::parse_duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;

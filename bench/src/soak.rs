@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use leasehold_proto::{lease_status::State, AcquireRequest, KeepAliveRequest, LeaseRef};
-use leasehold_server::config::parse_duration;
+use leasehold_server::duration::parse_duration;
 
 use crate::EXIT_BROKER_ERROR;
 

@@ -23,7 +23,7 @@ use std::{
 };
 
 use leasehold_proto::{AcquireRequest, DescribeRequest, ReleaseRequest};
-use leasehold_server::config::parse_duration;
+use leasehold_server::duration::parse_duration;
 
 use crate::{
     broker::{bench_client, start_broker_exe, BenchClient},

@@ -30,11 +30,13 @@
 //! * [`shutdown`]: signal handling.
 //! * [`proto`]: the API (the `leasehold-proto` crate).
 //! * [`redact`]: what never reaches a log whole (tokens, store passwords).
+//! * [`duration`]: durations as people write them (flags, messages).
 
 #![warn(missing_docs)]
 
 pub mod auth;
 pub mod config;
+pub mod duration;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -1,12 +1,18 @@
 //! Prometheus metrics. Names follow Prometheus conventions (`_total` for
-//! counters, base units in seconds). No metric carries a lock name as a label:
-//! names are unbounded and would explode the series count.
+//! counters, base units in seconds). Every family is in the `leasehold_`
+//! namespace, so that it cannot be mistaken for another exporter's in a
+//! shared Prometheus (`store_up` could be anyone's), except the three the
+//! product was known by before the namespace, kept for the dashboards and
+//! alerts people wrote against them: `lease_acquired_total`,
+//! `lease_lost_total` and `heartbeat_latency_seconds`. No metric carries a
+//! lock name as a label: names are unbounded and would explode the series
+//! count.
 
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 use crate::lease::{Events, LossReason, Refusal};
@@ -22,7 +28,7 @@ fn loss_label(reason: LossReason) -> &'static str {
 }
 
 /// Why a request was refused before it reached the lease rules (the
-/// `reason` label of `lease_rejected_total`).
+/// `reason` label of `leasehold_rejected_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejection {
     /// No credential, or one the broker does not know.
@@ -138,7 +144,10 @@ impl Metrics {
             ),
             released: register(
                 &r,
-                IntCounter::new("lease_released_total", "Leases released by their holder."),
+                IntCounter::new(
+                    "leasehold_lease_released_total",
+                    "Leases released by their holder.",
+                ),
             ),
             orphans_released: register(
                 &r,
@@ -162,7 +171,7 @@ impl Metrics {
             acquire_refused: register(
                 &r,
                 IntCounter::new(
-                    "lease_acquire_refused_total",
+                    "leasehold_lease_acquire_refused_total",
                     "Acquire calls that did not obtain the lock (held, or the wait ran out).",
                 ),
             ),
@@ -184,7 +193,7 @@ impl Metrics {
                 &r,
                 Histogram::with_opts(
                     HistogramOpts::new(
-                        "lease_acquire_wait_seconds",
+                        "leasehold_lease_acquire_wait_seconds",
                         "Time from Acquire to grant (0 when the lock was free).",
                     )
                     .buckets(vec![
@@ -195,28 +204,28 @@ impl Metrics {
             waiters: register(
                 &r,
                 IntGauge::new(
-                    "lease_waiters",
+                    "leasehold_lease_waiters",
                     "Acquire calls waiting now on this replica.",
                 ),
             ),
             keepalive_streams: register(
                 &r,
                 IntGauge::new(
-                    "lease_keepalive_streams",
+                    "leasehold_keepalive_streams",
                     "KeepAlive streams open now on this replica.",
                 ),
             ),
             store_errors: register(
                 &r,
                 IntCounter::new(
-                    "store_errors_total",
+                    "leasehold_store_errors_total",
                     "Store calls that failed (timeout, connection error, unexpected answer).",
                 ),
             ),
             store_up: register(
                 &r,
                 IntGauge::new(
-                    "store_up",
+                    "leasehold_store_up",
                     "1 while the last store health check succeeded, else 0.",
                 ),
             ),
@@ -224,7 +233,7 @@ impl Metrics {
                 &r,
                 IntCounterVec::new(
                     Opts::new(
-                        "lease_rejected_total",
+                        "leasehold_rejected_total",
                         "Requests refused before the lease rules (unauthenticated, \
                          permission_denied, cap: a tenant or connection limit; buffer: \
                          --conn-max-buffer or --max-buffer), connections closed at \
@@ -239,7 +248,7 @@ impl Metrics {
             connections: register(
                 &r,
                 IntGauge::new(
-                    "lease_connections",
+                    "leasehold_connections",
                     "Client connections open now on this replica (gRPC port).",
                 ),
             ),
@@ -265,6 +274,8 @@ impl Metrics {
             ),
             registry: r,
         };
+        register_build_info(&m.registry);
+        register_process_collector(&m.registry);
         for reason in LossReason::ALL {
             m.lost.with_label_values(&[loss_label(reason)]);
         }
@@ -297,6 +308,44 @@ impl Metrics {
         String::from_utf8(buf).unwrap_or_default()
     }
 }
+
+/// `leasehold_build_info`: 1, with the version and compiler as labels, so
+/// that a dashboard or an alert can tell which build each replica runs
+/// (during a rollout, or to join a regression to a release). The git commit
+/// is left out: a container build has no `.git`, and a dev build's would go
+/// stale between commits without a rebuild.
+fn register_build_info(registry: &Registry) {
+    let info = register(
+        registry,
+        IntGaugeVec::new(
+            Opts::new(
+                "leasehold_build_info",
+                "1, labelled with the broker's version and the rustc that built it.",
+            ),
+            &["version", "rustc_version"],
+        ),
+    );
+    info.with_label_values(&[env!("CARGO_PKG_VERSION"), env!("LEASEHOLD_RUSTC_VERSION")])
+        .set(1);
+}
+
+/// The standard `process_*` families (CPU seconds, resident and virtual
+/// memory, open and maximum file descriptors, threads, start time), read
+/// from /proc at each scrape: what a leak or an fd exhaustion shows first,
+/// under the names every Prometheus user already queries. Linux only: the
+/// prometheus crate reads them through procfs.
+#[cfg(target_os = "linux")]
+fn register_process_collector(registry: &Registry) {
+    registry
+        .register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+        .expect("process metric names are unique");
+}
+
+/// Elsewhere there is no /proc to read: no `process_*` families.
+#[cfg(not(target_os = "linux"))]
+fn register_process_collector(_: &Registry) {}
 
 /// Registers a metric built from constant definitions: failure is a bug in
 /// this file (a bad or repeated name), caught by every test that starts a
@@ -399,5 +448,60 @@ mod tests {
             assert!(text.contains(&series), "missing {series} in\n{text}");
         }
         assert!(text.contains("# TYPE heartbeat_latency_seconds histogram"));
+    }
+
+    #[test]
+    fn build_info_names_this_version() {
+        let text = Metrics::new().render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("leasehold_build_info{"))
+            .unwrap_or_else(|| panic!("no leasehold_build_info in\n{text}"));
+        assert!(line.ends_with("} 1"), "{line}");
+        assert!(
+            line.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))),
+            "{line}"
+        );
+        assert!(line.contains("rustc_version=\"1."), "{line}");
+    }
+
+    /// Namespaced: only the three historical names are outside `leasehold_`
+    /// (and the standard `process_*` families).
+    #[test]
+    fn every_family_is_namespaced() {
+        let text = Metrics::new().render();
+        let outside: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|name| {
+                !name.starts_with("leasehold_")
+                    && !name.starts_with("process_")
+                    && ![
+                        "lease_acquired_total",
+                        "lease_lost_total",
+                        "heartbeat_latency_seconds",
+                    ]
+                    .contains(name)
+            })
+            .collect();
+        assert!(outside.is_empty(), "outside the namespace: {outside:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_metrics_are_served() {
+        let text = Metrics::new().render();
+        for family in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {family} ")),
+                "missing {family} in\n{text}"
+            );
+        }
     }
 }

@@ -40,7 +40,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use leasehold_server::config::parse_duration;
+use leasehold_server::duration::parse_duration;
 
 /// Arguments of the hidden `leasehold __guard` (started by `run` only).
 #[derive(clap::Args, Debug)]

@@ -20,7 +20,7 @@ use tonic_health::pb::{
 };
 
 use super::BrokerArgs;
-use leasehold_server::config::parse_duration;
+use leasehold_server::duration::parse_duration;
 
 /// `leasehold health`: is the broker up (and, with --store, serving)?
 #[derive(clap::Args, Debug)]
@@ -85,7 +85,7 @@ pub async fn health(args: HealthArgs) -> ExitCode {
         Err(_) => {
             println!(
                 "broker={url} status=UNREACHABLE error=\"no answer within {}\"",
-                leasehold_server::config::format_duration(args.timeout)
+                leasehold_server::duration::format_duration(args.timeout)
             );
             return unhealthy;
         }

@@ -16,7 +16,7 @@ pub use self::{
     run::RunArgs,
 };
 use leasehold_client::{default_holder, AcquireOptions, Client, ClientError, Lease, LossReason};
-use leasehold_server::config::parse_duration;
+use leasehold_server::duration::parse_duration;
 
 /// Exit code: a bad flag, or a request the broker refuses as invalid (a
 /// bad lock name, a wait over its --max-wait). sysexits' EX_USAGE: retrying

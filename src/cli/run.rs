@@ -27,7 +27,7 @@ use tokio::{
 
 use super::{fail_busy, BrokerArgs, LockArgs, EXIT_LEASE_LOST};
 use leasehold_client::{ClientError, Lease};
-use leasehold_server::config::parse_duration;
+use leasehold_server::duration::parse_duration;
 
 /// Arguments of `leasehold run`.
 #[derive(clap::Args, Debug)]

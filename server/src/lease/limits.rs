@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Caps;
-use crate::config::format_duration;
+use crate::duration::format_duration;
 
 /// Bounds on what a request may ask for. Past a bound, the request fails with
 /// INVALID_ARGUMENT or RESOURCE_EXHAUSTED and a message naming the bound

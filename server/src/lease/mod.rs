@@ -599,7 +599,7 @@ impl Leases {
         }
     }
 
-    /// Counts store failures in `store_errors_total`.
+    /// Counts store failures in `leasehold_store_errors_total`.
     fn count_errors<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(e @ (Error::Unavailable(_) | Error::Internal(_))) = &result {
             self.inner.events.store_failed();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::token;
 use super::Limits;
-use crate::{config::format_duration, error::Error, Result};
+use crate::{duration::format_duration, error::Error, Result};
 
 /// Checks a lock name: 1..=max bytes of `[A-Za-z0-9._:/-]`. The set leaves
 /// out `{` and `}` (Redis Cluster hash tags), spaces and control characters.

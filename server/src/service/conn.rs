@@ -371,7 +371,7 @@ async fn refuse(acceptor: &Acceptor, stream: TcpStream, peer: SocketAddr) {
 /// Why a connection was closed before hyper saw it.
 enum Refused {
     /// The handshake failed or ran out of time, or the client spoke
-    /// something else than HTTP/2: counted in `lease_rejected_total`
+    /// something else than HTTP/2: counted in `leasehold_rejected_total`
     /// (`handshake`).
     Counted,
     /// The client closed (or reset) the connection itself: not a refusal,
