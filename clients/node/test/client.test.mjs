@@ -104,10 +104,9 @@ describe('against one broker', () => {
   });
 
   test('one KeepAlive stream per client, whatever its number of leases; ended once none is left', async () => {
-    // The gauge of open KeepAlive streams (lease_keepalive_streams, named
-    // leasehold_keepalive_streams since the metrics took the leasehold_ prefix).
+    // The broker's gauge of open KeepAlive streams.
     const streams = async () => {
-      const m = /^(?:leasehold|lease)_keepalive_streams (\d+)$/m.exec(await broker.metrics());
+      const m = /^leasehold_keepalive_streams (\d+)$/m.exec(await broker.metrics());
       assert.ok(m, 'the broker exports its KeepAlive stream gauge');
       return Number(m[1]);
     };
