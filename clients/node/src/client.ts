@@ -251,10 +251,11 @@ export class Client {
       lock_delay_ms: checkMs(options.lockDelayMs ?? 0, 'lockDelayMs'),
       limit: checkCount(options.limit ?? 0, 'limit'),
     };
+    const marginMs = optionalMs(options.marginMs, 'marginMs'); // checked before anything is granted
     // The deadline counts from the time the request was *sent*.
     const sent = now();
     const res = await this.#brokers.call('Acquire', request, waitMs + this.timeoutMs, options.signal);
-    return this.#hold(res.lease, Number(res.waited_ms), sent, options.marginMs, options.signal);
+    return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
   }
 
   /**
@@ -267,14 +268,15 @@ export class Client {
     this.#checkOpen();
     const waitMs = checkMs(options.waitMs ?? 0, 'waitMs');
     const request = { election, value, ttl_ms: checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs'), wait_timeout_ms: waitMs };
+    const marginMs = optionalMs(options.marginMs, 'marginMs');
     const sent = now();
     const res = await this.#brokers.call('Campaign', request, waitMs + this.timeoutMs, options.signal);
-    return this.#hold(res.lease, Number(res.waited_ms), sent, options.marginMs, options.signal);
+    return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
   }
 
   #hold(granted: any, waitedMs: number, sent: number, marginMs: number | undefined, signal: AbortSignal | undefined): Lease {
     const ttlMs = Number(granted.ttl_ms); // the TTL the store applied, which counts
-    const margin = marginMs === undefined ? ttlMs / 10 : Math.min(checkMs(marginMs, 'marginMs'), ttlMs);
+    const margin = marginMs === undefined ? ttlMs / 10 : Math.min(marginMs, ttlMs);
     // The grant happened no sooner than waited_ms after we sent, and the
     // store counts the TTL from then.
     const deadline = sent + waitedMs + ttlMs - margin;
@@ -654,6 +656,10 @@ function splitTargets(target: string | readonly string[]): { scheme: 'http' | 'h
   if (addresses.length === 0) throw new LeaseholdError('no broker address given');
   if (schemes.has('http') && schemes.has('https')) throw new LeaseholdError('the broker addresses mix http:// and https://: one client is either TLS or plaintext');
   return { scheme: schemes.has('https') ? 'https' : schemes.has('http') ? 'http' : null, addresses };
+}
+
+function optionalMs(value: number | undefined, what: string): number | undefined {
+  return value === undefined ? undefined : checkMs(value, what);
 }
 
 function checkCount(value: unknown, what: string): number {

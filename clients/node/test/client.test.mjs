@@ -259,6 +259,9 @@ describe('against one broker', () => {
     });
     await assert.rejects(client.acquire('no spaces allowed', { ttlMs: 5000 }), (err) => err.code === status.INVALID_ARGUMENT);
     await assert.rejects(client.acquire(lockName('bad'), { ttlMs: -5 }), /ttlMs must be a non-negative number/);
+    const unmargined = lockName('bad-margin');
+    await assert.rejects(client.acquire(unmargined, { ttlMs: 5000, marginMs: NaN }), /marginMs must be/);
+    assert.equal((await client.describe(unmargined)).held, false, 'nothing was granted');
     assert.throws(() => connect(broker.address, { cert: 'x.pem' }), /cert and key go together/);
     assert.throws(() => connect(['http://a:1', 'https://b:2']), /mix http/);
     assert.throws(() => connect(broker.address, { token: 'has space' }), (err) => /visible ASCII/.test(err.message) && !err.message.includes('has space'));
