@@ -3,7 +3,9 @@
 // users import it (the ES module entry point; pack.test.mjs covers require).
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { inspect } from 'node:util';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { inspect, promisify } from 'node:util';
 import { connect, Lease, LeaseholdError, LeaseLost, NotAcquired, status } from '@leasehold/client';
 import { MIN_TTL, eventually, lockName, sleep, startBroker } from './helpers.mjs';
 
@@ -291,6 +293,20 @@ test('killing the broker: the lost callback fires at the local deadline, before 
     await assert.rejects(lease.release(), (err) => err instanceof LeaseLost && err.reason === 'DEADLINE_PASSED');
   } finally {
     await client.close();
+    await broker.kill();
+  }
+});
+
+test('example.mjs takes the lock, writes with its fence and releases it', async () => {
+  const broker = await startBroker();
+  try {
+    const example = fileURLToPath(new URL('../example.mjs', import.meta.url));
+    const { stdout } = await promisify(execFile)(process.execPath, [example, broker.address, lockName('example')]);
+    const fence = /acquired \S+ with fence (\d+)/.exec(stdout)?.[1];
+    assert.ok(fence, stdout);
+    assert.equal(stdout.match(new RegExp(`wrote row\\d=value\\d with fence ${fence}`, 'g'))?.length, 3, stdout);
+    assert.match(stdout, /released /);
+  } finally {
     await broker.kill();
   }
 });
