@@ -47,6 +47,10 @@ function child(command, args, ready, what) {
   proc.stderr.on('data', (d) => (output += d));
   let gone = null;
   const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve((gone = { code, signal }))));
+  // A test that failed before its cleanup leaves no process behind.
+  const reap = () => { if (!gone) proc.kill('SIGKILL'); };
+  process.once('exit', reap);
+  exited.then(() => process.removeListener('exit', reap));
   const started = (async () => {
     const end = Date.now() + 20_000;
     // Polling is for startup only: nothing else says when the port is ready.
