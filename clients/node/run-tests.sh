@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Runs the Node.js example client's tests against a real broker (memory store).
-#
-# Safe to run again: installs the locked dependencies (npm ci) only when
-# node_modules is missing or package-lock.json changed since the last install,
-# then runs `node --test`. Installs no Node and builds nothing: the broker
-# binary is $LEASEHOLD_BIN, or target/debug/leasehold (cargo build --bin leasehold).
+# Runs the Node.js client's checks against a real broker:
+# - npm ci (the locked dependencies, from the npm registry), only when
+#   node_modules is missing or package-lock.json changed since the last install;
+# - the build (npm run build: the proto copied into the package, tsc) and the
+#   type check (tsc --noEmit of src/ and of test/smoke/usage.mts, a typed usage);
+# - node --test: the client against `leasehold serve` (memory store; TLS,
+#   tokens), two brokers sharing a redis-server (failover), and the package as
+#   users get it (npm pack, npm install of the tarball in an empty folder
+#   outside the repository, its ES module and CommonJS entry points run).
+# Safe to run again. Installs no Node and builds no broker: the broker binary
+# is $LEASEHOLD_BIN, or target/debug/leasehold (cargo build --bin leasehold).
 # Extra arguments go to node --test, e.g. ./run-tests.sh --test-name-pattern=fence
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -12,7 +17,7 @@ repo="$(cd "$here/../.." && pwd)"
 cd "$here"
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "error: node and npm are needed (Node.js >= 18); install them first" >&2
+  echo "error: node and npm are needed (Node.js >= 18; Debian: apt-get install nodejs npm)" >&2
   exit 1
 fi
 major="$(node -p 'process.versions.node.split(".")[0]')"
@@ -36,4 +41,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-exec node --test "$@" test/*.test.js
+echo "node $(node --version), npm $(npm --version)"
+npm run --silent build
+npm run --silent typecheck
+exec node --test "$@" test/*.test.mjs

@@ -1,13 +1,13 @@
 // Takes a lock, "writes" under it with its fence, and releases it.
 //
-//   node example.js [broker address, default 127.0.0.1:7420] [lock name]
+//   node example.mjs [broker address, default 127.0.0.1:7420] [lock name]
 //
 // For a TLS broker give an https:// address; LEASEHOLD_BROKER_CA,
 // LEASEHOLD_CLIENT_CERT and LEASEHOLD_CLIENT_KEY name PEM files. For a broker
 // with an --auth-file, the bearer token is read from the file named by
 // LEASEHOLD_AUTH_TOKEN_FILE, else from LEASEHOLD_AUTH_TOKEN (all as for the Rust CLI).
 import { readFileSync } from 'node:fs';
-import { connect, status } from './leasehold.js';
+import { connect, NotAcquired } from '@leasehold/client';
 
 const target = process.argv[2] ?? process.env.LEASEHOLD_ADDR ?? '127.0.0.1:7420';
 const name = process.argv[3] ?? 'examples/node';
@@ -34,14 +34,14 @@ try {
   try {
     lease = await client.acquire(name, { ttlMs: 5000, waitMs: 10_000, holder: `node-example:${process.pid}` });
   } catch (err) {
-    if (err.code === status.ABORTED) throw new Error(`busy: ${err.details}`); // names the holder
+    if (err instanceof NotAcquired) throw new Error(`busy: ${err.details}`); // names the holder
     throw err;
   }
   console.log(`acquired ${lease.name} with fence ${lease.fence} (waited ${lease.waitedMs} ms)`);
-  lease.lost.then((reason) => console.error(`lock lost (${reason}): stopping`));
+  lease.onLost((reason) => console.error(`lock lost (${reason}): stopping`));
 
   for (let i = 1; i <= 3; i++) {
-    if (lease.lostReason) break; // stop writing once the lease is known lost
+    lease.check(); // throws LeaseLost once the lease is known lost: no write after that
     storage.write(`row${i}`, `value${i}`, lease.fence);
     await new Promise((r) => setTimeout(r, 200));
   }

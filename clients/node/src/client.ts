@@ -1,0 +1,689 @@
+// The Client: unary calls, and the keeper that renews all its leases over one
+// KeepAlive stream. It follows the rules of the Python and Rust clients:
+//
+// - one heartbeat every third of the shortest TTL, naming every live lease;
+// - each renewal moves a lease's local deadline to (heartbeat *send* time +
+//   granted TTL - margin), so latency and clock skew can only make it early;
+// - a lease is lost when the broker answers LOST (or REJECTED), or when its
+//   local deadline passes without a confirmation (a timer per lease notices
+//   on time even if the broker never answers); a lost lease never comes back;
+// - when the stream breaks or stalls, a new one is opened (jittered backoff,
+//   never longer than a heartbeat interval) and the leases resumed by owner
+//   token, on the next broker replica if this one cannot be reached;
+// - a lease past its local deadline is released in the background, so the
+//   next holder need not wait for the broker-side TTL;
+// - owner tokens and the bearer token are secrets: never logged or printed
+//   in full.
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { inspect } from 'node:util';
+import * as grpc from '@grpc/grpc-js';
+import { Brokers, checkMs, isServiceError, notConnected } from './brokers';
+import { LeaseholdError, LeaseLost, abortError, fromServiceError, status, type LossReason } from './errors';
+import { Lease, now, type Keeper } from './lease';
+import { LOSS_REASON, STATE } from './names';
+
+/** PEM: a Buffer (or Uint8Array) is used as is; a string names a file, read at once. */
+export type Pem = string | Uint8Array;
+
+/** Where the client reports lost leases and failovers (warn), and stream restarts (debug, if present). */
+export interface Logger {
+  warn(message: string): void;
+  debug?(message: string): void;
+}
+
+export interface ConnectOptions {
+  /** TLS trusting the system's roots. Implied by an https:// target, `ca` or `cert`. Default: plaintext. */
+  tls?: boolean;
+  /** CA certificates (PEM) the broker's certificate must chain to (turns TLS on). */
+  ca?: Pem;
+  /** This client's certificate (PEM), for a broker with mutual TLS; goes with `key`. */
+  cert?: Pem;
+  /** This client's private key (PEM); goes with `cert`. */
+  key?: Pem;
+  /** The name the broker's certificate must carry, if not the target's host. */
+  serverName?: string;
+  /**
+   * A bearer token for a broker with --auth-file, sent as `authorization:
+   * Bearer <token>` on every call and on the KeepAlive stream. Sent on
+   * plaintext channels too (a broker on loopback); elsewhere use TLS.
+   */
+  token?: string;
+  /** Ready-made channel credentials instead of tls/ca/cert/key. */
+  credentials?: grpc.ChannelCredentials;
+  /** How long a unary call may take, in milliseconds, on top of the wait asked for. Default 10 000. */
+  timeoutMs?: number;
+  /** More grpc-js channel options (they override the client's). */
+  channelOptions?: grpc.ChannelOptions;
+  /** Default: warnings to console.warn. null: silent. */
+  logger?: Logger | null;
+}
+
+export interface AcquireOptions {
+  /** The lease's TTL in milliseconds (within the broker's bounds: 500 ms to 1 h unless configured). Default 10 000. */
+  ttlMs?: number;
+  /** How long to wait if the lock is held, in milliseconds. 0 (the default) tries once; a try never jumps the queue. */
+  waitMs?: number;
+  /** The label Describe shows. Default `hostname:pid`. */
+  holder?: string;
+  /** How long before the computed deadline the lease counts as lost: time for the application to stop writing. Default: a tenth of the TTL. */
+  marginMs?: number;
+  /** If this lease ends involuntarily (expiry, revocation), nobody gets the lock for this long afterwards. */
+  lockDelayMs?: number;
+  /** > 1 makes `name` a semaphore with that many permits. */
+  limit?: number;
+  /** Aborting it cancels the wait: the call leaves the queue at once and rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export interface CampaignOptions {
+  /** The leadership lease's TTL in milliseconds. Default 10 000. */
+  ttlMs?: number;
+  /** How long to wait to become the leader, in milliseconds (0: try once). */
+  waitMs?: number;
+  marginMs?: number;
+  /** Aborting it cancels the wait. */
+  signal?: AbortSignal;
+}
+
+/** Who holds a name, as Describe reports it (never the owner token). */
+export interface Description {
+  held: boolean;
+  holder: string;
+  fence: bigint;
+  remainingMs: number;
+  ttlMs: number;
+  grantedAtUnixMs: number;
+  /** Callers queued for the name on every broker replica. */
+  waiters: number;
+  /** Callers waiting on the replica that answered. */
+  localWaiters: number;
+  lockDelayMs: number;
+  lockDelayRemainingMs: number;
+  permitsHeld: number;
+}
+
+/** The answer of CheckFence. */
+export interface FenceCheck {
+  /** Whether the fence is the current lease's. */
+  current: boolean;
+  /** The fence of the lease that holds the name now; 0n if it is free. */
+  currentFence: bigint;
+}
+
+/** An election's leader: its value and its term (its lease's fence). */
+export interface Leader {
+  value: string;
+  term: bigint;
+  remainingMs: number;
+}
+
+/** A fence as a BigInt, a safe integer or a decimal string. */
+export type Fence = bigint | number | string;
+
+const DEFAULT_TTL_MS = 10_000;
+const MIN_BACKOFF_MS = 50;
+const MAX_BACKOFF_MS = 2000;
+/** Heartbeats never come closer together than this, whatever the TTL. */
+const MIN_INTERVAL_MS = 50;
+/**
+ * Most leases one heartbeat names: the broker's default --max-stream-leases.
+ * More leases go in several heartbeats per beat.
+ */
+const HEARTBEAT_LEASES = 1000;
+/** How long close() gives each release: a broker that is down must not hold it up (the leases then expire at their TTL). */
+const CLOSE_RELEASE_MS = 2000;
+
+// gRPC's default reconnect backoff starts at 1 s and grows to 2 minutes: far
+// too slow to resume a lease of a few seconds after a broker restart. HTTP/2
+// pings notice a dead connection that TCP alone would not. (As the Python
+// and Rust clients.)
+const CHANNEL_OPTIONS: grpc.ChannelOptions = {
+  'grpc.initial_reconnect_backoff_ms': 100,
+  'grpc.max_reconnect_backoff_ms': MAX_BACKOFF_MS,
+  'grpc.keepalive_time_ms': 10_000,
+  'grpc.keepalive_timeout_ms': 5_000,
+};
+
+/** `hostname:pid`, so that an operator can find the holder. */
+export function defaultHolder(): string {
+  return `${hostname() || 'unknown'}:${process.pid}`;
+}
+
+/** Connects to a broker, or to several replicas of one: `new Client(target, options)`. */
+export function connect(target: string | readonly string[], options: ConnectOptions = {}): Client {
+  return new Client(target, options);
+}
+
+interface Stream {
+  call: grpc.ClientDuplexStream<any, any>;
+  index: number;
+}
+
+interface Pending {
+  sent: number;
+  leases: Lease[];
+}
+
+/**
+ * A connection to a Leasehold broker, or to several replicas of one (sharing
+ * one store).
+ *
+ * `target` is `host:port`; `http://` and `https://` prefixes are accepted,
+ * and `https://` means TLS. Several replicas: an array of targets, or one
+ * string of them separated by commas. Calls and the KeepAlive stream go to one
+ * replica and move on to the next only when it cannot be reached (the call
+ * failed to connect, so the request never left); the leases then resume there
+ * by owner token. Every target takes the same TLS settings and token.
+ *
+ * The client keeps every lease alive over one KeepAlive stream, and that
+ * stream keeps the process alive while leases are held: release them, or
+ * close() the client, when done.
+ */
+export class Client {
+  /** The broker addresses given, in order. */
+  readonly targets: readonly string[];
+  /** Whether the channels use TLS. */
+  readonly tls: boolean;
+  /** The timeout of unary calls, in milliseconds (plus the wait asked for). */
+  readonly timeoutMs: number;
+
+  readonly #brokers: Brokers;
+  readonly #logger: Logger | null;
+  readonly #leases = new Set<Lease>();
+  readonly #pending = new Map<number, Pending>();
+  readonly #observations = new Set<Observation>();
+  readonly #keeper: Keeper;
+  #stream: Stream | null = null;
+  #seq = 0;
+  #beatTimer: NodeJS.Timeout | null = null;
+  #nextBeat = 0;
+  #backoff = MIN_BACKOFF_MS;
+  #closing = false;
+  #closed = false;
+
+  constructor(target: string | readonly string[], options: ConnectOptions = {}) {
+    const { tls, ca, cert, key, serverName, token, credentials } = options;
+    const { scheme, addresses } = splitTargets(target);
+    if ((cert == null) !== (key == null)) throw new LeaseholdError('cert and key go together (mutual TLS needs both)');
+    if (credentials != null && (tls === false || ca != null || cert != null)) {
+      throw new LeaseholdError('give either credentials or tls/ca/cert/key, not both');
+    }
+    const secure = credentials != null || scheme === 'https' || tls === true || ca != null || cert != null;
+    if (tls === false && secure) throw new LeaseholdError('tls: false contradicts an https:// target, a CA, a client certificate or credentials');
+    if (scheme === 'http' && secure) throw new LeaseholdError('an http:// target is plaintext: use https:// (or no scheme) with TLS options');
+    const channelCredentials = credentials
+      ?? (secure ? grpc.credentials.createSsl(pem(ca, 'CA file'), pem(key, 'client key'), pem(cert, 'client certificate')) : grpc.credentials.createInsecure());
+    const channelOptions: grpc.ChannelOptions = { ...CHANNEL_OPTIONS, ...(serverName ? { 'grpc.ssl_target_name_override': serverName } : {}), ...options.channelOptions };
+    this.#logger = options.logger === undefined ? { warn: (m) => console.warn(`leasehold: ${m}`) } : options.logger;
+    this.timeoutMs = checkMs(options.timeoutMs ?? 10_000, 'timeoutMs');
+    this.#brokers = new Brokers(addresses, channelCredentials, channelOptions, checkToken(token), (m) => this.#warn(m));
+    this.targets = this.#brokers.targets;
+    this.tls = secure;
+    this.#keeper = {
+      lose: (lease, reason, message) => this.#lose(lease, reason, message),
+      release: (lease) => this.#release(lease),
+      warn: (message) => this.#warn(message),
+    };
+  }
+
+  /** The broker address calls go to now (with several, the one in use). */
+  get target(): string { return this.#brokers.target; }
+
+  // -- leases ---------------------------------------------------------------
+
+  /**
+   * Takes the lease on `name`, renewed in the background until released or
+   * lost. Rejects with NotAcquired (`err.code === status.ABORTED`) if the
+   * lock is held and the wait ran out, with LeaseholdError for other refusals
+   * (e.g. INVALID_ARGUMENT for a TTL outside the broker's bounds), and with
+   * the signal's reason when `signal` aborts the wait.
+   */
+  async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
+    this.#checkOpen();
+    const ttlMs = checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs');
+    const waitMs = checkMs(options.waitMs ?? 0, 'waitMs');
+    const request = {
+      name,
+      ttl_ms: ttlMs,
+      wait_timeout_ms: waitMs,
+      holder: options.holder ?? defaultHolder(),
+      lock_delay_ms: checkMs(options.lockDelayMs ?? 0, 'lockDelayMs'),
+      limit: checkCount(options.limit ?? 0, 'limit'),
+    };
+    const marginMs = optionalMs(options.marginMs, 'marginMs'); // checked before anything is granted
+    // The deadline counts from the time the request was *sent*.
+    const sent = now();
+    const res = await this.#brokers.call('Acquire', request, waitMs + this.timeoutMs, options.signal);
+    return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
+  }
+
+  /**
+   * Becomes the leader of `election` with `value` (waiting up to `waitMs`).
+   * The lease returned is the leadership: its fence is the leader's term,
+   * attach it to what the leader writes; release it to resign. Rejects with
+   * NotAcquired if another leader remains.
+   */
+  async campaign(election: string, value: string, options: CampaignOptions = {}): Promise<Lease> {
+    this.#checkOpen();
+    const waitMs = checkMs(options.waitMs ?? 0, 'waitMs');
+    const request = { election, value, ttl_ms: checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs'), wait_timeout_ms: waitMs };
+    const marginMs = optionalMs(options.marginMs, 'marginMs');
+    const sent = now();
+    const res = await this.#brokers.call('Campaign', request, waitMs + this.timeoutMs, options.signal);
+    return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
+  }
+
+  #hold(granted: any, waitedMs: number, sent: number, marginMs: number | undefined, signal: AbortSignal | undefined): Lease {
+    const ttlMs = Number(granted.ttl_ms); // the TTL the store applied, which counts
+    const margin = marginMs === undefined ? ttlMs / 10 : Math.min(marginMs, ttlMs);
+    // The grant happened no sooner than waited_ms after we sent, and the
+    // store counts the TTL from then.
+    const deadline = sent + waitedMs + ttlMs - margin;
+    const lease = new Lease(this.#keeper, granted.name, granted.owner_token, BigInt(granted.fence), ttlMs, margin, waitedMs, deadline);
+    if (signal?.aborted || this.#closing || this.#closed) {
+      // Aborted, or the client closed, as the grant arrived: nobody will
+      // use it or renew it, so free it now (best effort).
+      void lease.release().catch(() => {});
+      throw signal?.aborted ? abortError(signal) : new LeaseholdError('the client was closed while the call was in flight');
+    }
+    this.#leases.add(lease);
+    this.#scheduleBeat(this.#interval()); // a shorter TTL may need an earlier heartbeat
+    return lease;
+  }
+
+  /**
+   * Releases a lease known only by its name and owner token (e.g. taken by
+   * another process). Rejects with LeaseLost if it is already gone.
+   */
+  async releaseToken(name: string, ownerToken: string, options: { timeoutMs?: number } = {}): Promise<void> {
+    this.#checkOpen();
+    try {
+      await this.#brokers.call('Release', { name, owner_token: ownerToken }, options.timeoutMs ?? this.timeoutMs);
+    } catch (err) {
+      if (err instanceof LeaseholdError && err.code === status.NOT_FOUND) throw new LeaseLost('EXPIRED', err.details, err.code);
+      if (err instanceof LeaseholdError && err.code === status.FAILED_PRECONDITION) throw new LeaseLost('NOT_OWNER', err.details, err.code);
+      throw err;
+    }
+  }
+
+  // -- questions ------------------------------------------------------------
+
+  /**
+   * Who holds `name` (`held` is false for a free name). `tenant`: another
+   * tenant's lock of that name, for a credential with the `admin` permission.
+   */
+  async describe(name: string, options: { tenant?: string } = {}): Promise<Description> {
+    const r = await this.#unary('Describe', { name, tenant: options.tenant ?? '' });
+    return {
+      held: r.held,
+      holder: r.holder,
+      fence: BigInt(r.fence),
+      remainingMs: Number(r.remaining_ms),
+      ttlMs: Number(r.ttl_ms),
+      grantedAtUnixMs: Number(r.granted_at_unix_ms),
+      waiters: Number(r.waiters),
+      localWaiters: Number(r.local_waiters),
+      lockDelayMs: Number(r.lock_delay_ms),
+      lockDelayRemainingMs: Number(r.lock_delay_remaining_ms),
+      permitsHeld: Number(r.permits_held),
+    };
+  }
+
+  /**
+   * Whether `fence` is the fence of the current lease on `name`, for a
+   * resource that cannot remember the highest fence it has seen. The answer
+   * can be stale by the time it arrives: a resource that keeps the highest
+   * fence itself is safer.
+   */
+  async checkFence(name: string, fence: Fence): Promise<FenceCheck> {
+    const r = await this.#unary('CheckFence', { name, fence: String(fence) });
+    return { current: r.current, currentFence: BigInt(r.current_fence) };
+  }
+
+  /** The current leader of `election`, or null. */
+  async leader(election: string): Promise<Leader | null> {
+    return toLeader(await this.#unary('Leader', { election }));
+  }
+
+  /**
+   * The leadership of `election` now, then every change as it happens
+   * (pushed by the broker, nothing polls): an async iterable of Leader
+   * (null: no leader). Resolves once the first answer arrived (within the
+   * client's timeout), so refusals (UNAUTHENTICATED, INVALID_ARGUMENT) reject
+   * here. Cancel it (or abort `signal`, or break out of `for await`) to end it.
+   */
+  async observe(election: string, options: { signal?: AbortSignal } = {}): Promise<Observation> {
+    this.#checkOpen();
+    const { signal } = options;
+    let attempts = this.#brokers.size;
+    for (;;) {
+      if (signal?.aborted) throw abortError(signal);
+      const { index, call } = this.#brokers.serverStream('Observe', { election });
+      const observation = new Observation(call, () => this.#observations.delete(observation));
+      const onAbort = () => observation.cancel();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        await observation._first(this.timeoutMs);
+        this.#observations.add(observation);
+        return observation;
+      } catch (err) {
+        signal?.removeEventListener('abort', onAbort);
+        observation.cancel();
+        if (signal?.aborted) throw abortError(signal);
+        if (attempts > 1 && notConnected(err)) {
+          this.#brokers.unreachable(index);
+          attempts -= 1;
+          continue;
+        }
+        throw isServiceError(err) ? fromServiceError(err) : err;
+      }
+    }
+  }
+
+  // -- administration -------------------------------------------------------
+
+  /**
+   * Ends the current lease on `name`, whoever holds it, and returns its
+   * fence. Its holder hears it is lost (REVOKED) at its next heartbeat. An
+   * operator's tool: the credential needs the `admin` permission (without an
+   * --auth-file, the broker must run with --enable-revoke), otherwise
+   * PERMISSION_DENIED. NOT_FOUND if the name is not held.
+   */
+  async revoke(name: string, options: { tenant?: string } = {}): Promise<bigint> {
+    return BigInt((await this.#unary('Revoke', { name, tenant: options.tenant ?? '' })).fence);
+  }
+
+  async #unary(method: string, request: object): Promise<any> {
+    this.#checkOpen();
+    return this.#brokers.call(method, request, this.timeoutMs);
+  }
+
+  // -- lifetime -------------------------------------------------------------
+
+  #checkOpen(): void {
+    if (this.#closed || this.#closing) throw new LeaseholdError('the client is closed');
+  }
+
+  /**
+   * Cancels the calls in flight (a waiting acquire rejects), releases the
+   * leases still held (best effort, 2 s each), ends the observations and the
+   * stream, closes the channels.
+   */
+  async close(): Promise<void> {
+    if (this.#closed || this.#closing) return;
+    this.#closing = true;
+    this.#brokers.cancelCalls(); // waiting acquires and campaigns end now
+    await Promise.allSettled([...this.#leases].map((lease) => lease.release()));
+    this.#closed = true;
+    for (const observation of [...this.#observations]) observation.cancel();
+    if (this.#beatTimer) clearTimeout(this.#beatTimer);
+    this.#beatTimer = null;
+    this.#endStream(false);
+    this.#brokers.close();
+  }
+
+  /** For `await using client = connect(...)`: closed at the end of the block. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  /** What printing a client shows: never the token. */
+  toString(): string {
+    const where = this.targets.length === 1 ? `target: ${this.target}` : `targets: ${this.targets.join(',')}, current: ${this.target}`;
+    return `Client { ${where}, tls: ${this.tls}${this.#brokers.hasToken ? ', token: <redacted>' : ''} }`;
+  }
+  [inspect.custom](): string { return this.toString(); }
+
+  // -- the keeper -------------------------------------------------------------
+
+  #warn(message: string): void { this.#logger?.warn(message); }
+  #debug(message: string): void { this.#logger?.debug?.(message); }
+
+  async #release(lease: Lease): Promise<void> {
+    this.#leases.delete(lease);
+    const timeoutMs = this.#closing ? CLOSE_RELEASE_MS : this.timeoutMs;
+    try {
+      await this.#brokers.call('Release', { name: lease.name, owner_token: lease.ownerToken }, timeoutMs);
+    } catch (err) {
+      if (err instanceof LeaseholdError && err.code === status.NOT_FOUND) throw new LeaseLost('EXPIRED', err.details, err.code);
+      if (err instanceof LeaseholdError && err.code === status.FAILED_PRECONDITION) throw new LeaseLost('NOT_OWNER', err.details, err.code);
+      throw err;
+    }
+  }
+
+  #lose(lease: Lease, reason: LossReason, message: string): void {
+    this.#leases.delete(lease);
+    if (!lease._markLost(reason, message)) return;
+    this.#warn(`lease ${lease.name} lost: ${reason} (${message})`);
+    // Past our deadline the lease is useless to us: release it so the next
+    // holder need not wait for the broker-side TTL (best effort, in the background).
+    if (reason === 'DEADLINE_PASSED') {
+      this.#brokers.call('Release', { name: lease.name, owner_token: lease.ownerToken }, CLOSE_RELEASE_MS).catch(() => {});
+    }
+  }
+
+  /** A third of the shortest TTL. */
+  #interval(leases: Iterable<Lease> = this.#leases): number {
+    let shortest = Infinity;
+    for (const lease of leases) shortest = Math.min(shortest, lease.ttlMs);
+    return shortest === Infinity ? 1000 : Math.max(MIN_INTERVAL_MS, shortest / 3);
+  }
+
+  #scheduleBeat(delayMs: number): void {
+    if (this.#beatTimer && this.#nextBeat <= now() + delayMs) return; // an earlier one is due
+    if (this.#beatTimer) clearTimeout(this.#beatTimer);
+    this.#nextBeat = now() + delayMs;
+    this.#beatTimer = setTimeout(() => { this.#beatTimer = null; this.#beat(); }, delayMs);
+  }
+
+  #beat(): void {
+    // Leases whose deadline passed before their timer fired are lost now.
+    for (const lease of [...this.#leases]) {
+      if (now() >= lease.deadline) this.#lose(lease, 'DEADLINE_PASSED', 'no renewal was confirmed before the local deadline');
+    }
+    const live = [...this.#leases];
+    if (this.#closed || live.length === 0) return this.#endStream(false); // no lease left: a clean end
+    const interval = this.#interval(live);
+    // A heartbeat unanswered for two intervals (at least a second, for a
+    // loaded machine) means a stalled stream: start over.
+    let oldest = Infinity;
+    for (const p of this.#pending.values()) oldest = Math.min(oldest, p.sent);
+    if (this.#stream && now() - oldest > Math.max(2 * interval, 1000)) {
+      this.#debug('KeepAlive stream stalled; reconnecting');
+      this.#endStream(true);
+    }
+    if (!this.#stream) this.#openStream();
+    const stream = this.#stream!;
+    for (let start = 0; start < live.length; start += HEARTBEAT_LEASES) {
+      const chunk = live.slice(start, start + HEARTBEAT_LEASES);
+      const seq = ++this.#seq;
+      this.#pending.set(seq, { sent: now(), leases: chunk });
+      stream.call.write({ seq, leases: chunk.map((l) => ({ name: l.name, owner_token: l.ownerToken, ttl_ms: 0 })) });
+    }
+    this.#scheduleBeat(interval);
+  }
+
+  #openStream(): void {
+    const { index, stub } = this.#brokers.current();
+    const stream: Stream = { call: stub.KeepAlive(this.#brokers.metadata()), index };
+    this.#stream = stream;
+    this.#pending.clear();
+    stream.call.on('data', (res: any) => { if (this.#stream === stream) this.#apply(res); });
+    stream.call.on('error', () => {}); // reported through 'status' as well
+    stream.call.on('status', (st: grpc.StatusObject) => {
+      if (this.#stream !== stream) return; // an abandoned stream
+      this.#stream = null;
+      this.#pending.clear();
+      this.#debug(`KeepAlive stream to ${this.#brokers.targets[index]} ended: ${status[st.code]} ${st.details}`);
+      // The replica cannot be reached: resume the leases on the next one (if any).
+      if (notConnected(st)) this.#brokers.unreachable(index);
+      if (this.#leases.size === 0 || this.#closed) return;
+      // Reopen soon enough to resume the leases before their deadlines: never
+      // later than a heartbeat interval, jittered so clients do not reconnect in lockstep.
+      const delay = Math.min(this.#backoff * (0.5 + Math.random()), this.#interval());
+      this.#backoff = Math.min(this.#backoff * 2, MAX_BACKOFF_MS);
+      if (this.#beatTimer) clearTimeout(this.#beatTimer);
+      this.#beatTimer = null;
+      this.#scheduleBeat(delay);
+    });
+  }
+
+  #endStream(cancel: boolean): void {
+    const stream = this.#stream;
+    this.#stream = null;
+    this.#pending.clear();
+    if (!stream) return;
+    if (cancel) stream.call.cancel();
+    else stream.call.end(); // half-close after releasing is not a loss
+  }
+
+  #apply(res: any): void {
+    const seq = Number(res.seq);
+    const entry = this.#pending.get(seq);
+    if (!entry) return;
+    // Answers come in order: older heartbeats still pending got none.
+    for (const s of this.#pending.keys()) if (s <= seq) this.#pending.delete(s);
+    this.#backoff = MIN_BACKOFF_MS;
+    (res.leases as any[]).forEach((st, i) => {
+      const lease = entry.leases[i];
+      if (!lease || lease.name !== st.name || lease.released) return;
+      if (st.state === STATE.ALIVE) {
+        lease._renewed(entry.sent, Number(st.ttl_ms));
+      } else if (st.state === STATE.REJECTED) {
+        this.#lose(lease, 'EXPIRED', `rejected by the broker: ${st.message}`);
+      } else if (st.state === STATE.LOST) {
+        // EXPIRED (or unspecified) before our own, early, deadline cannot be
+        // an expiry: the store lost it. The broker cannot always tell (e.g.
+        // on a new stream's first heartbeat); we can.
+        let reason: LossReason = LOSS_REASON[st.reason] ?? 'EXPIRED';
+        if (reason === 'EXPIRED' && now() < lease.deadline) reason = 'STORE_LOST';
+        this.#lose(lease, reason, st.message);
+      }
+      // UNCONFIRMED: the store did not answer; keep beating, the deadline decides.
+    });
+  }
+}
+
+/**
+ * The leadership of an election as it is now, then every change, as the
+ * broker pushes them: `for await (const leader of observation)` gives Leader
+ * objects (null: no leader). The iteration ends after cancel(). If the stream
+ * breaks (the broker shut down or died), the next step rejects with a
+ * LeaseholdError (UNAVAILABLE): observe again, which goes to another replica
+ * if this one cannot be reached.
+ */
+export class Observation implements AsyncIterableIterator<Leader | null> {
+  readonly #call: grpc.ClientReadableStream<any>;
+  readonly #it: AsyncIterator<any>;
+  readonly #onEnd: () => void;
+  #first: any = undefined;
+  #cancelled = false;
+
+  /** @internal */
+  constructor(call: grpc.ClientReadableStream<any>, onEnd: () => void) {
+    this.#call = call;
+    this.#it = call[Symbol.asyncIterator]();
+    this.#onEnd = onEnd;
+  }
+
+  /** @internal Waits for the first answer, which tells whether the call could be made. */
+  async _first(timeoutMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new LeaseholdError(`DEADLINE_EXCEEDED: no answer to Observe within ${timeoutMs} ms`, status.DEADLINE_EXCEEDED)), timeoutMs);
+    });
+    try {
+      const r = await Promise.race([this.#it.next(), late]);
+      if (r.done) throw new LeaseholdError('the broker ended the Observe stream without an answer');
+      this.#first = r.value;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async next(): Promise<IteratorResult<Leader | null>> {
+    if (this.#cancelled) return { done: true, value: undefined };
+    if (this.#first !== undefined) {
+      const r = this.#first;
+      this.#first = undefined;
+      return { done: false, value: toLeader(r) };
+    }
+    try {
+      const r = await this.#it.next();
+      if (r.done) return { done: true, value: undefined };
+      return { done: false, value: toLeader(r.value) };
+    } catch (err) {
+      if (this.#cancelled) return { done: true, value: undefined };
+      throw isServiceError(err) ? fromServiceError(err) : err;
+    }
+  }
+
+  async return(): Promise<IteratorResult<Leader | null>> {
+    this.cancel();
+    return { done: true, value: undefined };
+  }
+
+  [Symbol.asyncIterator](): this { return this; }
+
+  /** Ends the stream; the iteration stops. */
+  cancel(): void {
+    if (this.#cancelled) return;
+    this.#cancelled = true;
+    this.#call.cancel();
+    this.#onEnd();
+  }
+}
+
+function toLeader(r: any): Leader | null {
+  if (!r.present) return null;
+  return { value: r.value, term: BigInt(r.term), remainingMs: Number(r.remaining_ms) };
+}
+
+/** The scheme (http, https or null) and the addresses of one target, a comma-separated list of them, or an array of them. */
+function splitTargets(target: string | readonly string[]): { scheme: 'http' | 'https' | null; addresses: string[] } {
+  const list = typeof target === 'string' ? target.split(',') : Array.isArray(target) ? target : null;
+  if (!list || !list.every((t) => typeof t === 'string')) throw new TypeError('target must be a string or an array of strings');
+  const schemes = new Set<string | null>();
+  const addresses: string[] = [];
+  for (let t of list) {
+    t = t.trim();
+    if (!t) continue;
+    const m = /^(https?):\/\//.exec(t);
+    schemes.add(m ? m[1] : null);
+    addresses.push((m ? t.slice(m[0].length) : t).replace(/\/+$/, ''));
+  }
+  if (addresses.length === 0) throw new LeaseholdError('no broker address given');
+  if (schemes.has('http') && schemes.has('https')) throw new LeaseholdError('the broker addresses mix http:// and https://: one client is either TLS or plaintext');
+  return { scheme: schemes.has('https') ? 'https' : schemes.has('http') ? 'http' : null, addresses };
+}
+
+function optionalMs(value: number | undefined, what: string): number | undefined {
+  return value === undefined ? undefined : checkMs(value, what);
+}
+
+function checkCount(value: unknown, what: string): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) throw new LeaseholdError(`${what} must be a non-negative integer, got ${String(value)}`);
+  return value;
+}
+
+function pem(value: Pem | undefined, what: string): Buffer | null {
+  if (value == null) return null;
+  if (typeof value !== 'string') return Buffer.from(value);
+  try {
+    return readFileSync(value);
+  } catch (err) {
+    // The path, never the contents (it may be a key).
+    throw new LeaseholdError(`cannot read ${what} ${value}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}
+
+// Visible ASCII, no spaces: what a header value carries. Checked here so a bad
+// token fails at once with a message that does not contain it.
+function checkToken(token: string | undefined): string | null {
+  if (token == null) return null;
+  if (typeof token !== 'string' || !/^[\x21-\x7e]+$/.test(token)) {
+    throw new LeaseholdError('token must be a non-empty string of visible ASCII without spaces (the token itself is not shown)');
+  }
+  return token;
+}

@@ -1,0 +1,80 @@
+// The errors the client throws. Every error of a failed call carries the gRPC
+// status code (`err.code === status.ABORTED`) and the broker's message
+// (`err.details`): the broker's messages name the rule or limit involved (who
+// holds the lock and for how long, which bound a TTL broke), which is what a
+// person reading a log needs.
+import { status, type ServiceError } from '@grpc/grpc-js';
+
+export { status };
+
+/**
+ * Why a lease was lost.
+ *
+ * - `EXPIRED`: the broker found the lease expired.
+ * - `NOT_OWNER`: it expired and the lock was granted to another owner since.
+ * - `STORE_LOST`: the store lost it before its TTL could have run out (Redis
+ *   restarted empty or was flushed, a memory-store broker restarted).
+ * - `REVOKED`: an operator revoked it.
+ * - `DEADLINE_PASSED`: no renewal confirmed it before its local deadline (the
+ *   broker was unreachable, or this process was stalled). The broker may not
+ *   have expired it yet, but it could at any moment, so it counts as lost.
+ * - `RELEASED`: released by this client. Only `lease.check()` and
+ *   `lease.signal` report it; lost callbacks never see it (a release is not a loss).
+ */
+export type LossReason = 'EXPIRED' | 'NOT_OWNER' | 'STORE_LOST' | 'REVOKED' | 'DEADLINE_PASSED' | 'RELEASED';
+
+/** The base class of the client's errors. `code` is the gRPC status code (null for errors found locally). */
+export class LeaseholdError extends Error {
+  readonly code: status | null;
+  readonly details: string;
+  constructor(message: string, code: status | null = null, details = '') {
+    super(message);
+    this.name = 'LeaseholdError';
+    this.code = code;
+    this.details = details;
+  }
+}
+
+/**
+ * The lock is held by someone else and the wait (if any) ran out: the broker
+ * answered ABORTED, and `details` names the current holder and the time left
+ * on its lease (or the lock-delay still running).
+ */
+export class NotAcquired extends LeaseholdError {
+  constructor(details: string) {
+    super(details || 'the lock is held', status.ABORTED, details);
+    this.name = 'NotAcquired';
+  }
+}
+
+/**
+ * The lease is gone: stop acting on it, acquire again if needed. Thrown by
+ * `lease.check()`, and by `lease.release()` when the lease was lost before it
+ * was released (it ran out while you held it: writes made near the end may
+ * have raced with the next holder, which is what fences are for).
+ */
+export class LeaseLost extends LeaseholdError {
+  readonly reason: LossReason;
+  constructor(reason: LossReason, message = '', code: status | null = null) {
+    super(`the lease was lost: ${reason}${message ? ` (${message})` : ''}`, code, message);
+    this.name = 'LeaseLost';
+    this.reason = reason;
+  }
+}
+
+/** Turns a failed call into the matching error. */
+export function fromServiceError(err: ServiceError): LeaseholdError {
+  if (err.code === status.ABORTED) return new NotAcquired(err.details);
+  const name = status[err.code] ?? 'UNKNOWN';
+  return new LeaseholdError(`${name}: ${err.details}`, err.code, err.details);
+}
+
+/** The error an aborted wait rejects with: the signal's reason, as Node's own APIs do. */
+export function abortError(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException('This operation was aborted', 'AbortError');
+}
+
+/** The first 4 characters of a secret, as the broker logs it: enough to tell leases apart. */
+export function redact(token: string): string {
+  return `${token.slice(0, 4)}…`;
+}

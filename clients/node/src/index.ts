@@ -1,0 +1,9 @@
+// Leasehold's Node.js client: leases with fencing tokens, kept alive over one
+// KeepAlive stream per client. See README.md for the rules it follows.
+export { Client, Observation, connect, defaultHolder } from './client';
+export type { AcquireOptions, CampaignOptions, ConnectOptions, Description, Fence, FenceCheck, Leader, Logger, Pem } from './client';
+export { Lease } from './lease';
+export type { LostCallback } from './lease';
+export { LeaseholdError, LeaseLost, NotAcquired, status } from './errors';
+export type { LossReason } from './errors';
+export { PROTO_DIR } from './brokers';

@@ -1,0 +1,127 @@
+// What the tests share: a real broker (`leasehold serve`, the memory store or
+// a redis-server) and a real redis-server, each on a free loopback port, and
+// `eventually` for conditions that no event announces.
+// The broker binary is $LEASEHOLD_BIN, or target/debug/leasehold of this checkout.
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { fileURLToPath } from 'node:url';
+
+export const BIN = process.env.LEASEHOLD_BIN || fileURLToPath(new URL('../../../target/debug/leasehold', import.meta.url));
+export const MIN_TTL = 500; // the broker's minimum TTL
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let unique = 0;
+export const lockName = (what) => `node-test/${what}/${process.pid}-${++unique}`;
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+// Sends `probe` (if any) and resolves with the first bytes answered ('' when
+// there is no probe), or null if the port does not accept connections.
+function poke(port, probe) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, '127.0.0.1');
+    sock.once('connect', () => {
+      if (!probe) { sock.destroy(); resolve(''); return; }
+      sock.write(probe);
+      sock.once('data', (d) => { sock.destroy(); resolve(String(d)); });
+    });
+    sock.once('error', () => resolve(null));
+    sock.setTimeout(2000, () => { sock.destroy(); resolve(null); });
+  });
+}
+
+// A child process, killed (SIGKILL: no clean shutdown) by kill().
+function child(command, args, ready, what) {
+  const proc = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  proc.stdout.on('data', (d) => (output += d));
+  proc.stderr.on('data', (d) => (output += d));
+  let gone = null;
+  const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve((gone = { code, signal }))));
+  // A test that failed before its cleanup leaves no process behind.
+  const reap = () => { if (!gone) proc.kill('SIGKILL'); };
+  process.once('exit', reap);
+  exited.then(() => process.removeListener('exit', reap));
+  const started = (async () => {
+    const end = Date.now() + 20_000;
+    // Polling is for startup only: nothing else says when the port is ready.
+    while (!(await ready())) {
+      if (gone) throw new Error(`${what} exited (${JSON.stringify(gone)}): ${output}`);
+      if (Date.now() > end) { proc.kill('SIGKILL'); throw new Error(`${what} not ready within 20 s: ${output}`); }
+      await sleep(20);
+    }
+  })();
+  return {
+    started,
+    output: () => output,
+    async kill() {
+      if (!gone) { proc.kill('SIGKILL'); await exited; }
+    },
+  };
+}
+
+// Starts a broker (the memory store unless `store` names another, and more
+// `serve` flags, if given) and waits until its port accepts connections.
+export async function startBroker(args = [], { store = 'memory' } = {}) {
+  if (!existsSync(BIN)) throw new Error(`broker binary not found at ${BIN}: build it (cargo build --bin leasehold) or set LEASEHOLD_BIN`);
+  const port = await freePort();
+  const metricsPort = await freePort();
+  const address = `127.0.0.1:${port}`;
+  const proc = child(BIN, ['serve', '--store', store, '--listen', address, '--metrics-listen', `127.0.0.1:${metricsPort}`, ...args],
+    async () => (await poke(port)) !== null, `broker on ${address}`);
+  await proc.started;
+  return {
+    address,
+    port,
+    kill: proc.kill,
+    output: proc.output,
+    // The broker's /metrics page (Prometheus text format).
+    metrics: () => new Promise((resolve, reject) => {
+      http.get(`http://127.0.0.1:${metricsPort}/metrics`, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d) => (body += d));
+        res.on('end', () => resolve(body));
+      }).on('error', reject);
+    }),
+  };
+}
+
+// A redis-server without persistence, for brokers that share a store.
+// Without one on the PATH the caller skips, except in CI (CI=true), where a
+// missing redis-server fails the run rather than hide the tests.
+export function haveRedis() {
+  if (spawnSync('redis-server', ['--version']).status === 0) return true;
+  if (process.env.CI === 'true') throw new Error('redis-server is not on the PATH (scripts/test installs it)');
+  return false;
+}
+
+export async function startRedis() {
+  const port = await freePort();
+  const proc = child('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    async () => ((await poke(port, 'PING\r\n')) ?? '').startsWith('+PONG'), `redis-server on port ${port}`);
+  await proc.started;
+  return { url: `redis://127.0.0.1:${port}/`, port, kill: proc.kill };
+}
+
+// Waits until `condition()` (sync or async) is truthy, checking every 20 ms,
+// for at most `timeoutMs`: for states that no event announces (a waiter
+// queued on the broker).
+export async function eventually(condition, what, timeoutMs = 10_000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await condition();
+    if (value) return value;
+    if (Date.now() > end) throw new Error(`not within ${timeoutMs} ms: ${what}`);
+    await sleep(20);
+  }
+}

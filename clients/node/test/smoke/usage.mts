@@ -1,0 +1,52 @@
+// A typed usage of the package, as a TypeScript user writes it: type-checked
+// by `npm run typecheck` (against this checkout) and, by pack.test.mjs,
+// compiled in an empty folder against the installed tarball and run there
+// against a real broker: node usage.mjs <broker address>.
+// The @ts-expect-error lines are misuses the types must refuse.
+import { connect, Lease, LeaseLost, NotAcquired, status } from '@leasehold/client';
+import type { AcquireOptions, Description, FenceCheck, LossReason } from '@leasehold/client';
+
+const address: string = process.argv[2] ?? '127.0.0.1:7420';
+const client = connect(address, { timeoutMs: 5000, logger: null });
+const options: AcquireOptions = { ttlMs: 2000, waitMs: 1000, holder: 'smoke', signal: AbortSignal.timeout(10_000) };
+const lease: Lease = await client.acquire(`smoke/${process.pid}`, options);
+const fence: bigint = lease.fence;
+const unsubscribe: () => void = lease.onLost((reason: LossReason, which: Lease) => console.error(`lost ${which.name}: ${reason}`));
+lease.check();
+const described: Description = await client.describe(lease.name);
+const checked: FenceCheck = await client.checkFence(lease.name, fence);
+let busy = '';
+try {
+  await client.acquire(lease.name, { ttlMs: 2000 });
+} catch (err) {
+  if (err instanceof NotAcquired && err.code === status.ABORTED) busy = err.details;
+  else throw err;
+}
+unsubscribe();
+await lease.release();
+let afterRelease: LossReason | undefined;
+try {
+  lease.check();
+} catch (err) {
+  if (err instanceof LeaseLost) afterRelease = err.reason;
+}
+// Released at the end of its block.
+let scoped: Lease | undefined;
+{
+  await using held = await client.acquire(`smoke-using/${process.pid}`, { ttlMs: 2000 });
+  scoped = held;
+}
+const scopedReleased = scoped.released && !(await client.describe(scoped.name)).held;
+await client.close();
+console.log(JSON.stringify({ fence: String(fence), held: described.held, current: checked.current, busy: busy !== '', afterRelease, scopedReleased }));
+
+// Never called: misuses the types must refuse.
+export function misuses(lease: Lease): void {
+  // @ts-expect-error: the fence is read-only
+  lease.fence = 1n;
+  // @ts-expect-error: durations are ttlMs/waitMs, in milliseconds
+  void client.acquire('x', { ttl: 10 });
+  // @ts-expect-error: a fence is a bigint, not a number
+  const wrong: number = lease.fence;
+  void wrong;
+}
