@@ -208,7 +208,8 @@ pub async fn failover(etcd: &Etcd, ttl: Duration, runs: usize) -> Result<Vec<Fai
         waiter.revoke(waiter_lease).await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant: None,
+            expiry_to_grant_ms: None,
+            expiry_to_grant_in_store_ms: None,
         });
     }
     Ok(results)
