@@ -695,40 +695,47 @@ pub async fn merge(
     Ok(total)
 }
 
-/// The handoffs of one contended lock, shared by its workers: each grant is
-/// timed from the release before it.
+/// The handoffs of one contended lock, shared by its workers: each grant to
+/// another worker than the last holder is timed from the release before it.
+/// A worker that takes the lock again right after its own release (a
+/// polling lock lets it: the others are asleep) hands nothing off: such a
+/// grant is counted, not timed.
 #[derive(Clone, Default)]
 pub struct Handoffs {
-    last_release: Arc<Mutex<Option<Instant>>>,
+    /// When the lock was last released, and by which worker.
+    last_release: Arc<Mutex<Option<(Instant, usize)>>>,
     samples_us: Arc<Mutex<Vec<u64>>>,
 }
 
 impl Handoffs {
-    /// A worker got the lock.
-    pub fn granted(&self) {
+    /// Worker `worker` got the lock.
+    pub fn granted(&self, worker: usize) {
         let now = Instant::now();
-        if let Some(released) = *self
+        if let Some((released, by)) = *self
             .last_release
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
         {
-            self.samples_us
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(now.duration_since(released).as_micros() as u64);
+            if by != worker {
+                self.samples_us
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(now.duration_since(released).as_micros() as u64);
+            }
         }
     }
 
-    /// A worker is about to release it.
-    pub fn releasing(&self) {
+    /// Worker `worker` is about to release it.
+    pub fn releasing(&self, worker: usize) {
         *self
             .last_release
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+            .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), worker));
     }
 
     /// Waits for the workers (each returns its grants) and returns the run
-    /// (cycles: grants in all; latencies: handoffs) and each worker's grants.
+    /// (cycles: grants in all; latencies: handoffs to another worker) and
+    /// each worker's grants.
     pub async fn finish(
         self,
         workers: Vec<tokio::task::JoinHandle<Result<u64, String>>>,
@@ -750,16 +757,19 @@ impl Handoffs {
     }
 }
 
-/// Prints a contended run: handoffs per second, handoff latency and fairness
+/// Prints a contended run: grants per second (and those that went to
+/// another worker than the last holder), handoff latency and fairness
 /// (fewest / most grants per worker).
 fn print_contended(label: &str, run: &Run, grants: &[u64], duration: Duration) {
     let (min, max) = (
         grants.iter().min().copied().unwrap_or(0),
         grants.iter().max().copied().unwrap_or(0),
     );
+    let per_s = |n: usize| n as f64 / duration.as_secs_f64();
     println!(
-        "{label:<24} {:>12.0} handoffs/s; handoff p50/p99 {}/{} µs; grants per worker min/max {min}/{max} ({:.2})",
-        run.cycles as f64 / duration.as_secs_f64(),
+        "{label:<24} {:>12.0} handoffs/s ({:.0}/s to another worker); handoff p50/p99 {}/{} µs; grants per worker min/max {min}/{max} ({:.2})",
+        per_s(run.cycles as usize),
+        per_s(run.latencies_us.len()),
         run.percentile(0.5),
         run.percentile(0.99),
         min as f64 / max.max(1) as f64
@@ -777,7 +787,7 @@ async fn contended(
     let name = format!("bench/contended/{}", std::process::id());
     let handoffs = Handoffs::default();
     let mut tasks = Vec::new();
-    for _ in 0..waiters {
+    for worker in 0..waiters {
         let (mut grpc, name, handoffs) = (grpc.clone(), name.clone(), handoffs.clone());
         tasks.push(tokio::spawn(async move {
             let mut grants = 0u64;
@@ -791,10 +801,10 @@ async fn contended(
                 let Ok(response) = grpc.acquire(request).await else {
                     continue;
                 };
-                handoffs.granted();
+                handoffs.granted(worker);
                 let lease = response.into_inner().lease.ok_or("no lease")?;
                 grants += 1;
-                handoffs.releasing();
+                handoffs.releasing(worker);
                 grpc.release(ReleaseRequest {
                     name: lease.name,
                     owner_token: lease.owner_token,

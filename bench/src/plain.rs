@@ -171,7 +171,7 @@ pub async fn contended(
     let name = format!("bench/contended/{}", std::process::id());
     let handoffs = Handoffs::default();
     let mut tasks = Vec::new();
-    for _ in 0..waiters {
+    for worker in 0..waiters {
         let (mut lock, name, handoffs) = (lock.clone(), name.clone(), handoffs.clone());
         tasks.push(tokio::spawn(async move {
             let mut grants = 0u64;
@@ -181,9 +181,9 @@ pub async fn contended(
                     tokio::time::sleep(retry).await;
                     continue;
                 }
-                handoffs.granted();
+                handoffs.granted(worker);
                 grants += 1;
-                handoffs.releasing();
+                handoffs.releasing(worker);
                 lock.release(&name, &token).await?;
             }
             Ok::<u64, String>(grants)
