@@ -111,14 +111,20 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
     let (direct_runtime, direct) =
         crate::broker::direct_store(&args.store, &format!("cycles{run_id}d:"))?;
     // The plain lock on the direct side's runtime: both are Redis clients
-    // without a broker, measured alike.
-    let plain = direct_runtime
-        .spawn(PlainLock::connect(
-            args.store.clone(),
-            format!("cycles{run_id}p:"),
-        ))
-        .await
-        .map_err(|e| e.to_string())?;
+    // without a broker, measured alike. On one Redis server only (a
+    // hand-written lock does not follow a Sentinel or a Cluster).
+    let plain = if PlainLock::supports(&args.store) {
+        direct_runtime
+            .spawn(PlainLock::connect(
+                args.store.clone(),
+                format!("cycles{run_id}p:"),
+            ))
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Some)
+    } else {
+        Ok(None)
+    };
     let result = match plain {
         Ok(plain) => {
             let sides = Sides {
@@ -146,7 +152,8 @@ struct Sides<'a> {
     broker_prefix: String,
     direct: &'a Store,
     direct_prefix: String,
-    plain: PlainLock,
+    /// `None` unless the store is one Redis server.
+    plain: Option<PlainLock>,
     runtime: &'a tokio::runtime::Handle,
 }
 
@@ -199,7 +206,10 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
     let grpc = &broker.grpc;
     let clients: Vec<_> = brokers.iter().map(|b| b.grpc.clone()).collect();
     let pids: Vec<u32> = brokers.iter().filter_map(|b| b.child.id()).collect();
-    let redis_pid = sides.plain.clone().local_pid().await;
+    let redis_pid = match &sides.plain {
+        Some(plain) => plain.clone().local_pid().await,
+        None => None,
+    };
     if brokers.len() > 1 {
         println!(
             "{} brokers; uncontended workers spread over them",
@@ -243,17 +253,6 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
                 .map_err(|e| e.to_string())?
         })
         .await?;
-        let (plain, plain_cpu) = with_cpu(&pids, redis_pid, async {
-            direct_runtime
-                .spawn(crate::plain::uncontended(
-                    sides.plain.clone(),
-                    workers,
-                    args.duration,
-                ))
-                .await
-                .map_err(|e| e.to_string())?
-        })
-        .await?;
         println!(
             "{:<24} {:>12.0} {:>12.0} {:>7.2} {:>22} {:>22}",
             label,
@@ -263,28 +262,44 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
             tail(&broker),
             tail(&direct)
         );
-        println!(
-            "{:<24} {:>12.0} cycles/s with a plain Redis lock; broker/plain {:.2}x; plain acquire p50/p99/p999 {} µs",
-            label,
-            per_s(&plain),
-            per_s(&broker) / per_s(&plain).max(1.0),
-            tail(&plain)
-        );
         let redis = |cpu: &CpuSample| match redis_pid {
             Some(_) => format!("{:.1}", cpu.redis),
             None => "-".into(),
         };
-        println!(
-            "{:<24} CPU µs per cycle: broker {:.1} + Redis {} + load generator {:.1}; direct: Redis {} + load generator {:.1}; plain lock: Redis {} + load generator {:.1}",
-            label,
+        let mut cpu = format!(
+            "{label:<24} CPU µs per cycle: broker {:.1} + Redis {} + load generator {:.1}; direct: Redis {} + load generator {:.1}",
             broker_cpu.brokers,
             redis(&broker_cpu),
             broker_cpu.load,
             redis(&direct_cpu),
             direct_cpu.load,
-            redis(&plain_cpu),
-            plain_cpu.load,
         );
+        if let Some(lock) = &sides.plain {
+            let (plain, plain_cpu) = with_cpu(&pids, redis_pid, async {
+                direct_runtime
+                    .spawn(crate::plain::uncontended(
+                        lock.clone(),
+                        workers,
+                        args.duration,
+                    ))
+                    .await
+                    .map_err(|e| e.to_string())?
+            })
+            .await?;
+            println!(
+                "{:<24} {:>12.0} cycles/s with a plain Redis lock; broker/plain {:.2}x; plain acquire p50/p99/p999 {} µs",
+                label,
+                per_s(&plain),
+                per_s(&broker) / per_s(&plain).max(1.0),
+                tail(&plain)
+            );
+            cpu += &format!(
+                "; plain lock: Redis {} + load generator {:.1}",
+                redis(&plain_cpu),
+                plain_cpu.load
+            );
+        }
+        println!("{cpu}");
         if let Some(etcd) = &etcd {
             let etcd = crate::etcd::uncontended(etcd, workers, args.duration).await?;
             println!(
@@ -300,24 +315,26 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
         let label = format!("one lock, {} waiters", args.contended);
         let (run, grants) = contended(grpc, args.contended, args.duration).await?;
         print_contended(&label, &run, &grants, args.duration);
-        let (run, grants) = direct_runtime
-            .spawn(crate::plain::contended(
-                sides.plain.clone(),
-                args.contended,
+        if let Some(lock) = &sides.plain {
+            let (run, grants) = direct_runtime
+                .spawn(crate::plain::contended(
+                    lock.clone(),
+                    args.contended,
+                    args.duration,
+                    args.plain_retry,
+                ))
+                .await
+                .map_err(|e| e.to_string())??;
+            print_contended(
+                &format!(
+                    "{label}, plain lock polling every {} ms",
+                    args.plain_retry.as_secs_f64() * 1e3
+                ),
+                &run,
+                &grants,
                 args.duration,
-                args.plain_retry,
-            ))
-            .await
-            .map_err(|e| e.to_string())??;
-        print_contended(
-            &format!(
-                "{label}, plain lock polling every {} ms",
-                args.plain_retry.as_secs_f64() * 1e3
-            ),
-            &run,
-            &grants,
-            args.duration,
-        );
+            );
+        }
         if let Some(etcd) = &etcd {
             let (run, grants) = crate::etcd::contended(etcd, args.contended, args.duration).await?;
             print_contended(&format!("{label}, etcd"), &run, &grants, args.duration);
@@ -325,7 +342,7 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
     }
     if args.failovers > 0 {
         let ttl = args.failover_ttl;
-        let redis = sides.plain.connection();
+        let redis = sides.plain.as_ref().map(PlainLock::connection);
         let broker_runs = failover_broker(
             broker,
             redis.clone(),
@@ -390,9 +407,10 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
 /// way back).
 pub struct Failover {
     pub kill_to_grant: Duration,
-    /// `None` where the expiry is not known (etcd).
+    /// `None` where the expiry is not known (etcd; a store that is not one
+    /// Redis server).
     pub expiry_to_grant_ms: Option<f64>,
-    /// `None` where the store is not Redis (etcd).
+    /// `None` where the expiry is not known.
     pub expiry_to_grant_in_store_ms: Option<f64>,
 }
 
@@ -444,7 +462,7 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// broker: the waiter must be granted when the lease expires.
 async fn failover_broker(
     broker: &OwnBroker,
-    mut redis: redis::aio::MultiplexedConnection,
+    mut redis: Option<redis::aio::MultiplexedConnection>,
     prefix: &str,
     ttl: Duration,
     runs: usize,
@@ -501,14 +519,20 @@ async fn failover_broker(
         holder.start_kill().map_err(|e| e.to_string())?;
         let killed = Instant::now();
         let _ = holder.wait().await;
-        let expiry = dead_lease_expiry(&mut redis, prefix, &name).await?;
+        let expiry = match &mut redis {
+            Some(redis) => Some(dead_lease_expiry(redis, prefix, &name).await?),
+            None => None,
+        };
         let (at, seen, lease) = granted.await.map_err(|e| e.to_string())?;
         let lease = lease
             .map_err(|s| format!("the waiter was not granted: {}", s.message()))?
             .into_inner()
             .lease
             .ok_or("no lease")?;
-        let (_, _, granted_at) = lease_fields(&mut redis, prefix, &name).await?;
+        let granted_at = match &mut redis {
+            Some(redis) => lease_fields(redis, prefix, &name).await?.2,
+            None => None,
+        };
         let _ = describer
             .release(ReleaseRequest {
                 name: lease.name,
@@ -517,8 +541,8 @@ async fn failover_broker(
             .await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant_ms: Some(seen - expiry),
-            expiry_to_grant_in_store_ms: granted_at.map(|g| g - expiry),
+            expiry_to_grant_ms: expiry.map(|e| seen - e),
+            expiry_to_grant_in_store_ms: expiry.zip(granted_at).map(|(e, g)| g - e),
         });
     }
     Ok(results)
@@ -529,7 +553,7 @@ async fn failover_broker(
 /// lease will have expired (the broker's own rule, minus the broker).
 async fn failover_direct(
     store: Store,
-    mut redis: redis::aio::MultiplexedConnection,
+    mut redis: Option<redis::aio::MultiplexedConnection>,
     prefix: String,
     ttl: Duration,
     runs: usize,
@@ -578,14 +602,20 @@ async fn failover_direct(
                 }
             })
         };
-        let expiry = dead_lease_expiry(&mut redis, &prefix, &name).await?;
+        let expiry = match &mut redis {
+            Some(redis) => Some(dead_lease_expiry(redis, &prefix, &name).await?),
+            None => None,
+        };
         let (at, seen, token) = waiting.await.map_err(|e| e.to_string())??;
-        let (_, _, granted_at) = lease_fields(&mut redis, &prefix, &name).await?;
+        let granted_at = match &mut redis {
+            Some(redis) => lease_fields(redis, &prefix, &name).await?.2,
+            None => None,
+        };
         let _ = store.release(&name, &token).await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant_ms: Some(seen - expiry),
-            expiry_to_grant_in_store_ms: granted_at.map(|g| g - expiry),
+            expiry_to_grant_ms: expiry.map(|e| seen - e),
+            expiry_to_grant_in_store_ms: expiry.zip(granted_at).map(|(e, g)| g - e),
         });
     }
     Ok(results)

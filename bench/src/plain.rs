@@ -30,6 +30,14 @@ pub struct PlainLock {
 }
 
 impl PlainLock {
+    /// Whether the store URL names one Redis server (the plain lock's
+    /// setting; not a Sentinel set or a Cluster, nor the memory store).
+    pub fn supports(url: &str) -> bool {
+        ["redis://", "rediss://", "unix://", "redis+unix://"]
+            .iter()
+            .any(|scheme| url.starts_with(scheme))
+    }
+
     /// Connects to the Redis at `url` (Nagle off, as Jedis and Lettuce and
     /// the broker's store do) and loads the scripts; keys go under `prefix`.
     pub async fn connect(url: String, prefix: String) -> Result<Self, String> {
