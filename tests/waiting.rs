@@ -412,3 +412,130 @@ async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> String {
         .await
         .unwrap()
 }
+
+/// The wake-up at expiry is driven by the expiry itself, not by a periodic
+/// timer (the line's refresh runs every second): a holder renews its 1.5 s
+/// lease a few times after the waiter queued (so the waiter's first
+/// estimate of the expiry goes stale, as with a real holder's heartbeats)
+/// and is then left to expire; the waiter is granted within a bound of the
+/// expiry as the store has it (the lease's `e` field, read in Redis after
+/// the last renewal; the grant's time is the new lease's `g`, same clock),
+/// 20 times in a row. The bound is far below the refresh period and
+/// generous for a loaded 2-core machine; the margins are printed.
+#[tokio::test]
+async fn a_waiter_is_granted_at_the_expiry_not_at_a_refresh() {
+    use redis::AsyncCommands;
+    const ROUNDS: usize = 20;
+    const BOUND_MS: i64 = 250;
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let mut conn = redis.connection().await;
+    let mut client = broker.client().await;
+    let mut store_late = Vec::new();
+    let mut seen_late = Vec::new();
+    for round in 0..ROUNDS {
+        let name = format!("expiry/{round}");
+        let key = leasehold_server::store::lease_key("test:", &name);
+        let held = must_acquire(&mut client, &name, 1_500).await;
+        let mut expiry = holder_expiry(&mut conn, &key, &held.owner_token)
+            .await
+            .expect("the holder's lease");
+        let mut waiter = client.clone();
+        let request = acquire_req(&name, 10_000, "waiter", 10_000);
+        let waiting = tokio::spawn(async move {
+            let granted = waiter.acquire(request).await;
+            (wall_ms(), granted)
+        });
+        eventually(Duration::from_secs(5), "the waiter to wait", || {
+            let mut c = client.clone();
+            let name = name.clone();
+            async move { local_waiters(&mut c, &name).await == 1 }
+        })
+        .await;
+        // 0 to 2 renewals, 200 to 500 ms apart: the holder dies at a
+        // different point of its heartbeat in each round. (On a machine so
+        // slow that the lease ran out first, the renewal is refused and the
+        // expiry read before it stands.)
+        for _ in 0..round % 3 {
+            tokio::time::sleep(Duration::from_millis(200 + 100 * (round as u64 % 4))).await;
+            let renewed = client
+                .renew(leasehold_server::proto::RenewRequest {
+                    name: name.clone(),
+                    owner_token: held.owner_token.clone(),
+                    ttl_ms: 0,
+                })
+                .await;
+            match (
+                renewed,
+                holder_expiry(&mut conn, &key, &held.owner_token).await,
+            ) {
+                (Ok(_), Some(renewed)) => expiry = renewed,
+                _ => break,
+            }
+        }
+        let (seen, granted) = waiting.await.unwrap();
+        let granted = granted.expect("granted at the expiry").into_inner();
+        let lease = granted.lease.expect("a lease");
+        assert!(lease.fence > held.fence);
+        let granted_at: i64 = conn.hget(&key, "g").await.expect("the grant's time");
+        assert!(
+            granted_at >= expiry,
+            "round {round}: granted at {granted_at}, before the expiry {expiry}"
+        );
+        store_late.push(granted_at - expiry);
+        seen_late.push(seen - expiry);
+        assert!(
+            seen - expiry < BOUND_MS,
+            "round {round}: granted {} ms after the expiry (store: {} ms); \
+             the wake-up is not driven by the expiry",
+            seen - expiry,
+            granted_at - expiry
+        );
+        client
+            .release(ReleaseRequest {
+                name: name.clone(),
+                owner_token: lease.owner_token,
+            })
+            .await
+            .unwrap();
+    }
+    let summary = |v: &mut Vec<i64>| {
+        v.sort();
+        format!(
+            "min {} / median {} / max {} ms",
+            v[0],
+            v[v.len() / 2],
+            v[v.len() - 1]
+        )
+    };
+    println!(
+        "expiry -> grant over {ROUNDS} rounds: in the store {}; at the caller {}",
+        summary(&mut store_late),
+        summary(&mut seen_late)
+    );
+}
+
+/// The expiry (ms, Redis clock) of the lease at `key` while `token` holds
+/// it.
+async fn holder_expiry(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    token: &str,
+) -> Option<i64> {
+    let (owner, expiry): (Option<String>, Option<i64>) = redis::cmd("HMGET")
+        .arg(key)
+        .arg("o")
+        .arg("e")
+        .query_async(conn)
+        .await
+        .expect("the lease's fields");
+    expiry.filter(|_| owner.as_deref() == Some(token))
+}
+
+/// Now on the wall clock (which Redis' TIME reads too), in ms.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64
+}

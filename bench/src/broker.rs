@@ -115,7 +115,13 @@ pub async fn start_broker_exe(
         ])
         .args(["--store", store, "--key-prefix", key_prefix])
         .args(extra)
-        .env("RUST_LOG", "warn")
+        // $BENCH_BROKER_LOG (a RUST_LOG filter, e.g.
+        // `leasehold_server::lease=debug` for a waiter's timeline) on
+        // stderr; warnings only by default.
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_BROKER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true)

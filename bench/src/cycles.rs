@@ -1,7 +1,10 @@
 //! `leasehold-bench cycles`: acquire+release cycles through a broker of the
 //! bench's own and, in the same run, straight against Redis with the same Lua
-//! scripts (the store layer the broker uses: the floor no broker can beat);
-//! then one contended lock with N waiters. Prints a table with the ratios.
+//! scripts (the store layer the broker uses: the floor no broker can beat),
+//! and with a plain Redis lock as a user writes it by hand (`plain`: not the
+//! broker's scripts); then one contended lock with N waiters. Prints a table
+//! with the ratios, and the CPU each cycle costs the broker, Redis and the
+//! load generator.
 
 use std::{
     process::ExitCode,
@@ -13,10 +16,10 @@ use leasehold_proto::{AcquireRequest, DescribeRequest, ReleaseRequest};
 use leasehold_server::{
     duration::parse_duration,
     lease::token,
-    store::{Acquired, GrantSpec, Store},
+    store::{lease_key, Acquired, GrantSpec, Store},
 };
 
-use crate::{broker::OwnBroker, EXIT_BROKER_ERROR};
+use crate::{broker::OwnBroker, heartbeats::cpu_seconds, plain::PlainLock, EXIT_BROKER_ERROR};
 
 /// Arguments of `bench cycles`.
 #[derive(clap::Args, Debug)]
@@ -51,6 +54,10 @@ pub struct CyclesArgs {
     /// TTL of the lease whose holder is killed.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     failover_ttl: Duration,
+    /// How long the plain Redis lock's contended workers sleep before they
+    /// try again (a hand-written lock has no wait line: its users poll).
+    #[arg(long, default_value = "2ms", value_parser = parse_duration)]
+    plain_retry: Duration,
     /// An etcd endpoint (e.g. `http://127.0.0.1:2379`): run the same
     /// scenarios with etcd's v3 lock service too.
     #[arg(long)]
@@ -103,23 +110,106 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
     // this client library does.
     let (direct_runtime, direct) =
         crate::broker::direct_store(&args.store, &format!("cycles{run_id}d:"))?;
-    let result = scenarios(&args, &brokers, &direct, direct_runtime.handle()).await;
+    // The plain lock on the direct side's runtime: both are Redis clients
+    // without a broker, measured alike. On one Redis server only (a
+    // hand-written lock does not follow a Sentinel or a Cluster).
+    let plain = if PlainLock::supports(&args.store) {
+        direct_runtime
+            .spawn(PlainLock::connect(
+                args.store.clone(),
+                format!("cycles{run_id}p:"),
+            ))
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Some)
+    } else {
+        Ok(None)
+    };
+    let result = match plain {
+        Ok(plain) => {
+            let sides = Sides {
+                brokers: &brokers,
+                broker_prefix: format!("cycles{run_id}:"),
+                direct: &direct,
+                direct_prefix: format!("cycles{run_id}d:"),
+                plain,
+                runtime: direct_runtime.handle(),
+            };
+            scenarios(&args, &sides).await
+        }
+        Err(e) => Err(e),
+    };
     // Dropping a runtime may block; not allowed inside this one.
     direct_runtime.shutdown_background();
     result
 }
 
+/// What the scenarios measure: the brokers under test and the Redis clients
+/// without a broker (on the thread-per-core runtime), with their key
+/// prefixes.
+struct Sides<'a> {
+    brokers: &'a [OwnBroker],
+    broker_prefix: String,
+    direct: &'a Store,
+    direct_prefix: String,
+    /// `None` unless the store is one Redis server.
+    plain: Option<PlainLock>,
+    runtime: &'a tokio::runtime::Handle,
+}
+
+/// CPU seconds used so far by the brokers, Redis (when it runs on this
+/// machine: its pid from `INFO server`, its time from /proc) and this load
+/// generator.
+#[derive(Clone, Copy, Default)]
+struct CpuSample {
+    brokers: f64,
+    redis: f64,
+    load: f64,
+}
+
+impl CpuSample {
+    fn take(brokers: &[u32], redis: Option<u32>) -> Self {
+        CpuSample {
+            brokers: brokers.iter().map(|&pid| cpu_seconds(pid)).sum(),
+            redis: redis.map_or(0.0, cpu_seconds),
+            load: cpu_seconds(std::process::id()),
+        }
+    }
+
+    /// µs of CPU per cycle since `before`.
+    fn per_cycle(&self, before: &CpuSample, cycles: u64) -> CpuSample {
+        let per = |a: f64, b: f64| (a - b) * 1e6 / cycles.max(1) as f64;
+        CpuSample {
+            brokers: per(self.brokers, before.brokers),
+            redis: per(self.redis, before.redis),
+            load: per(self.load, before.load),
+        }
+    }
+}
+
+/// Runs `run` and the CPU it cost, per cycle.
+async fn with_cpu<F>(pids: &[u32], redis: Option<u32>, run: F) -> Result<(Run, CpuSample), String>
+where
+    F: std::future::Future<Output = Result<Run, String>>,
+{
+    let before = CpuSample::take(pids, redis);
+    let run = run.await?;
+    let cpu = CpuSample::take(pids, redis).per_cycle(&before, run.cycles);
+    Ok((run, cpu))
+}
+
 /// The first of `brokers` runs the contended and failover scenarios; the
 /// uncontended workers are spread over all of them.
-async fn scenarios(
-    args: &CyclesArgs,
-    brokers: &[OwnBroker],
-    direct: &Store,
-    direct_runtime: &tokio::runtime::Handle,
-) -> Result<(), String> {
+async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
+    let (brokers, direct, direct_runtime) = (sides.brokers, sides.direct, sides.runtime);
     let broker = &brokers[0];
     let grpc = &broker.grpc;
     let clients: Vec<_> = brokers.iter().map(|b| b.grpc.clone()).collect();
+    let pids: Vec<u32> = brokers.iter().filter_map(|b| b.child.id()).collect();
+    let redis_pid = match &sides.plain {
+        Some(plain) => plain.clone().local_pid().await,
+        None => None,
+    };
     if brokers.len() > 1 {
         println!(
             "{} brokers; uncontended workers spread over them",
@@ -149,25 +239,72 @@ async fn scenarios(
         )
     };
     for &workers in &args.workers {
-        let broker = uncontended_broker(&clients, workers, args.duration).await?;
-        let direct = direct_runtime
-            .spawn(uncontended_direct(direct.clone(), workers, args.duration))
-            .await
-            .map_err(|e| e.to_string())??;
+        let label = format!("uncontended, {workers} workers");
+        let (broker, broker_cpu) = with_cpu(
+            &pids,
+            redis_pid,
+            uncontended_broker(&clients, workers, args.duration),
+        )
+        .await?;
+        let (direct, direct_cpu) = with_cpu(&pids, redis_pid, async {
+            direct_runtime
+                .spawn(uncontended_direct(direct.clone(), workers, args.duration))
+                .await
+                .map_err(|e| e.to_string())?
+        })
+        .await?;
         println!(
             "{:<24} {:>12.0} {:>12.0} {:>7.2} {:>22} {:>22}",
-            format!("uncontended, {workers} workers"),
+            label,
             per_s(&broker),
             per_s(&direct),
             per_s(&broker) / per_s(&direct).max(1.0),
             tail(&broker),
             tail(&direct)
         );
+        let redis = |cpu: &CpuSample| match redis_pid {
+            Some(_) => format!("{:.1}", cpu.redis),
+            None => "-".into(),
+        };
+        let mut cpu = format!(
+            "{label:<24} CPU µs per cycle: broker {:.1} + Redis {} + load generator {:.1}; direct: Redis {} + load generator {:.1}",
+            broker_cpu.brokers,
+            redis(&broker_cpu),
+            broker_cpu.load,
+            redis(&direct_cpu),
+            direct_cpu.load,
+        );
+        if let Some(lock) = &sides.plain {
+            let (plain, plain_cpu) = with_cpu(&pids, redis_pid, async {
+                direct_runtime
+                    .spawn(crate::plain::uncontended(
+                        lock.clone(),
+                        workers,
+                        args.duration,
+                    ))
+                    .await
+                    .map_err(|e| e.to_string())?
+            })
+            .await?;
+            println!(
+                "{:<24} {:>12.0} cycles/s with a plain Redis lock; broker/plain {:.2}x; plain acquire p50/p99/p999 {} µs",
+                label,
+                per_s(&plain),
+                per_s(&broker) / per_s(&plain).max(1.0),
+                tail(&plain)
+            );
+            cpu += &format!(
+                "; plain lock: Redis {} + load generator {:.1}",
+                redis(&plain_cpu),
+                plain_cpu.load
+            );
+        }
+        println!("{cpu}");
         if let Some(etcd) = &etcd {
             let etcd = crate::etcd::uncontended(etcd, workers, args.duration).await?;
             println!(
                 "{:<24} {:>12.0} cycles/s on etcd; broker/etcd {:.1}x; etcd Lock p50/p99/p999 {} µs",
-                format!("uncontended, {workers} workers"),
+                label,
                 per_s(&etcd),
                 per_s(&broker) / per_s(&etcd).max(1.0),
                 tail(&etcd)
@@ -178,6 +315,26 @@ async fn scenarios(
         let label = format!("one lock, {} waiters", args.contended);
         let (run, grants) = contended(grpc, args.contended, args.duration).await?;
         print_contended(&label, &run, &grants, args.duration);
+        if let Some(lock) = &sides.plain {
+            let (run, grants) = direct_runtime
+                .spawn(crate::plain::contended(
+                    lock.clone(),
+                    args.contended,
+                    args.duration,
+                    args.plain_retry,
+                ))
+                .await
+                .map_err(|e| e.to_string())??;
+            print_contended(
+                &format!(
+                    "{label}, plain lock polling every {} ms",
+                    args.plain_retry.as_secs_f64() * 1e3
+                ),
+                &run,
+                &grants,
+                args.duration,
+            );
+        }
         if let Some(etcd) = &etcd {
             let (run, grants) = crate::etcd::contended(etcd, args.contended, args.duration).await?;
             print_contended(&format!("{label}, etcd"), &run, &grants, args.duration);
@@ -185,9 +342,23 @@ async fn scenarios(
     }
     if args.failovers > 0 {
         let ttl = args.failover_ttl;
-        let broker_runs = failover_broker(broker, ttl, args.failovers).await?;
+        let redis = sides.plain.as_ref().map(PlainLock::connection);
+        let broker_runs = failover_broker(
+            broker,
+            redis.clone(),
+            &sides.broker_prefix,
+            ttl,
+            args.failovers,
+        )
+        .await?;
         let direct_runs = direct_runtime
-            .spawn(failover_direct(direct.clone(), ttl, args.failovers))
+            .spawn(failover_direct(
+                direct.clone(),
+                redis,
+                sides.direct_prefix.clone(),
+                ttl,
+                args.failovers,
+            ))
             .await
             .map_err(|e| e.to_string())??;
         let mut sides = vec![("broker", broker_runs), ("direct", direct_runs)];
@@ -199,18 +370,22 @@ async fn scenarios(
         }
         for (side, runs) in sides {
             let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
-            let late = |f: &Failover| {
-                f.expiry_to_grant
-                    .map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64() * 1e3))
-            };
+            let late = |late: Option<f64>| late.map_or("-".into(), |ms| format!("{ms:.1}"));
             println!(
-                "{:<24} kill -9 -> next grant {} ms; expiry -> grant {} ms (TTL {} ms)",
+                "{:<24} kill -9 -> next grant {} ms; expiry -> grant {} ms, in Redis {} ms (TTL {} ms)",
                 format!("holder killed, {side}"),
                 runs.iter()
                     .map(|r| ms(&r.kill_to_grant))
                     .collect::<Vec<_>>()
                     .join(" / "),
-                runs.iter().map(late).collect::<Vec<_>>().join(" / "),
+                runs.iter()
+                    .map(|r| late(r.expiry_to_grant_ms))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                runs.iter()
+                    .map(|r| late(r.expiry_to_grant_in_store_ms))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
                 ttl.as_millis()
             );
         }
@@ -219,19 +394,76 @@ async fn scenarios(
 }
 
 /// One failover: from the holder's death to the waiter's grant, and from the
-/// lease's expiry (as the store reported its remaining time right after the
-/// kill) to the grant.
+/// lease's expiry to the grant.
+///
+/// The expiry is the lease's own, as Redis has it (its `e` field, in ms of
+/// the Redis clock, read after any renewal the holder sent before it died
+/// has landed), not an estimate from a Describe's remaining time (which
+/// reads early by the time Describe took to reach Redis through the broker,
+/// and misses a renewal still in flight at the kill). The grant is timed
+/// twice: where the waiter learns it (the wall clock here: Redis is assumed
+/// to run on this machine, as in every bench run), and in Redis (the new
+/// lease's grant time `g`: the store's own lateness, without the answer's
+/// way back).
 pub struct Failover {
     pub kill_to_grant: Duration,
-    /// `None` where the expiry is not known (etcd).
-    pub expiry_to_grant: Option<Duration>,
+    /// `None` where the expiry is not known (etcd; a store that is not one
+    /// Redis server).
+    pub expiry_to_grant_ms: Option<f64>,
+    /// `None` where the expiry is not known.
+    pub expiry_to_grant_in_store_ms: Option<f64>,
 }
+
+/// Now by the wall clock (which Redis' `TIME` reads too), in ms.
+fn wall_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// The lease of `name` as Redis has it: its owner token, expiry and grant
+/// time (ms of the Redis clock).
+async fn lease_fields(
+    redis: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    name: &str,
+) -> Result<(Option<String>, Option<f64>, Option<f64>), String> {
+    redis::cmd("HMGET")
+        .arg(lease_key(prefix, name))
+        .arg(&["o", "e", "g"])
+        .query_async(redis)
+        .await
+        .map_err(|e| format!("HMGET of the lease: {e}"))
+}
+
+/// The expiry of the lease on `name` of a holder that just died: read after
+/// [`SETTLE`], so that a renewal sent just before the death has landed.
+async fn dead_lease_expiry(
+    redis: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    name: &str,
+) -> Result<f64, String> {
+    tokio::time::sleep(SETTLE).await;
+    match lease_fields(redis, prefix, name).await? {
+        (Some(_), Some(expiry), _) if expiry > wall_ms() => Ok(expiry),
+        other => Err(format!(
+            "the dead holder's lease on {name} ended within {SETTLE:?} of its death \
+             (TTL too short to measure): {other:?}"
+        )),
+    }
+}
+
+/// How long after a holder's death its lease's expiry is read: a renewal in
+/// flight at the kill lands well within it, and a TTL is far longer.
+const SETTLE: Duration = Duration::from_millis(100);
 
 /// A `leasehold hold` process keeps a lease alive over KeepAlive; a waiter
 /// queues for the lock; the holder is killed with SIGKILL. Nothing tells the
 /// broker: the waiter must be granted when the lease expires.
 async fn failover_broker(
     broker: &OwnBroker,
+    mut redis: Option<redis::aio::MultiplexedConnection>,
+    prefix: &str,
     ttl: Duration,
     runs: usize,
 ) -> Result<Vec<Failover>, String> {
@@ -266,7 +498,7 @@ async fn failover_broker(
         };
         let granted = tokio::spawn(async move {
             let lease = waiter.acquire(request).await;
-            (Instant::now(), lease)
+            (Instant::now(), wall_ms(), lease)
         });
         // The waiter is in line before the kill.
         let mut describer = broker.grpc.clone();
@@ -287,26 +519,20 @@ async fn failover_broker(
         holder.start_kill().map_err(|e| e.to_string())?;
         let killed = Instant::now();
         let _ = holder.wait().await;
-        // The lease's expiry by the store's answer, timed from the asking:
-        // no later than the true expiry, so the lateness below is an upper
-        // bound.
-        let asked = Instant::now();
-        let remaining = describer
-            .describe(DescribeRequest {
-                name: name.clone(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|s| format!("describe: {}", s.message()))?
-            .into_inner()
-            .remaining_ms;
-        let expiry = asked + Duration::from_millis(remaining);
-        let (at, lease) = granted.await.map_err(|e| e.to_string())?;
+        let expiry = match &mut redis {
+            Some(redis) => Some(dead_lease_expiry(redis, prefix, &name).await?),
+            None => None,
+        };
+        let (at, seen, lease) = granted.await.map_err(|e| e.to_string())?;
         let lease = lease
             .map_err(|s| format!("the waiter was not granted: {}", s.message()))?
             .into_inner()
             .lease
             .ok_or("no lease")?;
+        let granted_at = match &mut redis {
+            Some(redis) => lease_fields(redis, prefix, &name).await?.2,
+            None => None,
+        };
         let _ = describer
             .release(ReleaseRequest {
                 name: lease.name,
@@ -315,7 +541,8 @@ async fn failover_broker(
             .await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant: Some(at.saturating_duration_since(expiry)),
+            expiry_to_grant_ms: expiry.map(|e| seen - e),
+            expiry_to_grant_in_store_ms: expiry.zip(granted_at).map(|(e, g)| g - e),
         });
     }
     Ok(results)
@@ -326,6 +553,8 @@ async fn failover_broker(
 /// lease will have expired (the broker's own rule, minus the broker).
 async fn failover_direct(
     store: Store,
+    mut redis: Option<redis::aio::MultiplexedConnection>,
+    prefix: String,
     ttl: Duration,
     runs: usize,
 ) -> Result<Vec<Failover>, String> {
@@ -356,21 +585,37 @@ async fn failover_direct(
             queued: true,
             ..spec(&name, 10_000)?
         };
-        let mut expiry = None;
-        let at = loop {
-            match store.acquire(&waiter).await.map_err(|e| e.to_string())? {
-                Acquired::Granted { .. } => break Instant::now(),
-                Acquired::Blocked(blocked) => {
-                    let wake = Instant::now() + Duration::from_millis(blocked.remaining_ms.max(1));
-                    expiry.get_or_insert(wake);
-                    tokio::time::sleep_until(wake.into()).await;
+        let waiting = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    match store.acquire(&waiter).await.map_err(|e| e.to_string())? {
+                        Acquired::Granted { .. } => {
+                            break Ok::<_, String>((Instant::now(), wall_ms(), waiter.token))
+                        }
+                        Acquired::Blocked(blocked) => {
+                            let wake =
+                                Instant::now() + Duration::from_millis(blocked.remaining_ms.max(1));
+                            tokio::time::sleep_until(wake.into()).await;
+                        }
+                    }
                 }
-            }
+            })
         };
-        let _ = store.release(&name, &waiter.token).await;
+        let expiry = match &mut redis {
+            Some(redis) => Some(dead_lease_expiry(redis, &prefix, &name).await?),
+            None => None,
+        };
+        let (at, seen, token) = waiting.await.map_err(|e| e.to_string())??;
+        let granted_at = match &mut redis {
+            Some(redis) => lease_fields(redis, &prefix, &name).await?.2,
+            None => None,
+        };
+        let _ = store.release(&name, &token).await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant: Some(at.saturating_duration_since(expiry.unwrap_or(killed))),
+            expiry_to_grant_ms: expiry.map(|e| seen - e),
+            expiry_to_grant_in_store_ms: expiry.zip(granted_at).map(|(e, g)| g - e),
         });
     }
     Ok(results)
@@ -480,40 +725,47 @@ pub async fn merge(
     Ok(total)
 }
 
-/// The handoffs of one contended lock, shared by its workers: each grant is
-/// timed from the release before it.
+/// The handoffs of one contended lock, shared by its workers: each grant to
+/// another worker than the last holder is timed from the release before it.
+/// A worker that takes the lock again right after its own release (a
+/// polling lock lets it: the others are asleep) hands nothing off: such a
+/// grant is counted, not timed.
 #[derive(Clone, Default)]
 pub struct Handoffs {
-    last_release: Arc<Mutex<Option<Instant>>>,
+    /// When the lock was last released, and by which worker.
+    last_release: Arc<Mutex<Option<(Instant, usize)>>>,
     samples_us: Arc<Mutex<Vec<u64>>>,
 }
 
 impl Handoffs {
-    /// A worker got the lock.
-    pub fn granted(&self) {
+    /// Worker `worker` got the lock.
+    pub fn granted(&self, worker: usize) {
         let now = Instant::now();
-        if let Some(released) = *self
+        if let Some((released, by)) = *self
             .last_release
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
         {
-            self.samples_us
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(now.duration_since(released).as_micros() as u64);
+            if by != worker {
+                self.samples_us
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(now.duration_since(released).as_micros() as u64);
+            }
         }
     }
 
-    /// A worker is about to release it.
-    pub fn releasing(&self) {
+    /// Worker `worker` is about to release it.
+    pub fn releasing(&self, worker: usize) {
         *self
             .last_release
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+            .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), worker));
     }
 
     /// Waits for the workers (each returns its grants) and returns the run
-    /// (cycles: grants in all; latencies: handoffs) and each worker's grants.
+    /// (cycles: grants in all; latencies: handoffs to another worker) and
+    /// each worker's grants.
     pub async fn finish(
         self,
         workers: Vec<tokio::task::JoinHandle<Result<u64, String>>>,
@@ -535,16 +787,19 @@ impl Handoffs {
     }
 }
 
-/// Prints a contended run: handoffs per second, handoff latency and fairness
+/// Prints a contended run: grants per second (and those that went to
+/// another worker than the last holder), handoff latency and fairness
 /// (fewest / most grants per worker).
 fn print_contended(label: &str, run: &Run, grants: &[u64], duration: Duration) {
     let (min, max) = (
         grants.iter().min().copied().unwrap_or(0),
         grants.iter().max().copied().unwrap_or(0),
     );
+    let per_s = |n: usize| n as f64 / duration.as_secs_f64();
     println!(
-        "{label:<24} {:>12.0} handoffs/s; handoff p50/p99 {}/{} µs; grants per worker min/max {min}/{max} ({:.2})",
-        run.cycles as f64 / duration.as_secs_f64(),
+        "{label:<24} {:>12.0} handoffs/s ({:.0}/s to another worker); handoff p50/p99 {}/{} µs; grants per worker min/max {min}/{max} ({:.2})",
+        per_s(run.cycles as usize),
+        per_s(run.latencies_us.len()),
         run.percentile(0.5),
         run.percentile(0.99),
         min as f64 / max.max(1) as f64
@@ -562,7 +817,7 @@ async fn contended(
     let name = format!("bench/contended/{}", std::process::id());
     let handoffs = Handoffs::default();
     let mut tasks = Vec::new();
-    for _ in 0..waiters {
+    for worker in 0..waiters {
         let (mut grpc, name, handoffs) = (grpc.clone(), name.clone(), handoffs.clone());
         tasks.push(tokio::spawn(async move {
             let mut grants = 0u64;
@@ -576,10 +831,10 @@ async fn contended(
                 let Ok(response) = grpc.acquire(request).await else {
                     continue;
                 };
-                handoffs.granted();
+                handoffs.granted(worker);
                 let lease = response.into_inner().lease.ok_or("no lease")?;
                 grants += 1;
-                handoffs.releasing();
+                handoffs.releasing(worker);
                 grpc.release(ReleaseRequest {
                     name: lease.name,
                     owner_token: lease.owner_token,

@@ -159,16 +159,16 @@ pub async fn contended(
     let name = format!("bench/contended/{}", std::process::id());
     let handoffs = Handoffs::default();
     let mut tasks = Vec::new();
-    for _ in 0..waiters {
+    for worker in 0..waiters {
         let (mut etcd, name, handoffs) = (etcd.clone(), name.clone(), handoffs.clone());
         tasks.push(tokio::spawn(async move {
             let lease = etcd.grant(Duration::from_secs(60)).await?;
             let mut grants = 0u64;
             while Instant::now() < end {
                 let key = etcd.lock(&name, lease).await?;
-                handoffs.granted();
+                handoffs.granted(worker);
                 grants += 1;
-                handoffs.releasing();
+                handoffs.releasing(worker);
                 etcd.unlock(key).await?;
             }
             etcd.revoke(lease).await;
@@ -208,7 +208,8 @@ pub async fn failover(etcd: &Etcd, ttl: Duration, runs: usize) -> Result<Vec<Fai
         waiter.revoke(waiter_lease).await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant: None,
+            expiry_to_grant_ms: None,
+            expiry_to_grant_in_store_ms: None,
         });
     }
     Ok(results)

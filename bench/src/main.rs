@@ -17,6 +17,7 @@ mod cycles;
 mod etcd;
 mod heartbeats;
 mod keepalive;
+mod plain;
 mod soak;
 mod stats;
 mod waiters;

@@ -443,9 +443,26 @@ impl Leases {
             } else {
                 deadline
             };
+            // The timeline of a wait, for finding where a handoff's time
+            // goes: what the attempt learnt, when it means to look again,
+            // and what woke it (the timer how late: tokio's fires on the
+            // next millisecond tick, so up to about 1 ms).
+            let wake = wake.min(deadline);
+            tracing::debug!(
+                lock = %spec.name, position = blocked.position, remaining_ms = blocked.remaining_ms,
+                wake_in_us = wake.duration_since(now).as_micros() as u64, "blocked; waiting"
+            );
             tokio::select! {
-                () = &mut notified => {}
-                () = sleep_until(wake.min(deadline)) => {}
+                () = &mut notified => {
+                    tracing::debug!(lock = %spec.name, "woken by an event")
+                }
+                () = sleep_until(wake) => {
+                    tracing::debug!(
+                        lock = %spec.name,
+                        late_us = Instant::now().saturating_duration_since(wake).as_micros() as u64,
+                        "woken by the timer"
+                    )
+                }
                 () = reply.closed() => return Err(Error::Cancelled),
                 () = &mut shutdown => {
                     return Err(Error::Unavailable(
