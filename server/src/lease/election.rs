@@ -46,6 +46,7 @@ impl Leases {
                 wait_timeout_ms,
                 lock_delay_ms: 0,
                 limit: 1,
+                ..Default::default()
             },
         )
         .await

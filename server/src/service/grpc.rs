@@ -72,6 +72,8 @@ impl LeaseholdService for LeaseholdApi {
                     wait_timeout_ms: r.wait_timeout_ms,
                     lock_delay_ms: r.lock_delay_ms,
                     limit: r.limit,
+                    keep_place: r.keep_place,
+                    place: r.place,
                 },
             )
             .await?;
