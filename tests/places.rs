@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{acquire_req, eventually, must_acquire, Broker, RedisServer};
 use leasehold_server::proto::{
     leasehold_service_client::LeaseholdServiceClient, AcquireRequest, AcquireResponse,
-    DescribeRequest, ReleaseRequest,
+    CampaignRequest, DescribeRequest, ReleaseRequest,
 };
 use tokio::task::JoinHandle;
 use tonic::{transport::Channel, Code, Response, Status};
@@ -119,6 +119,9 @@ async fn a_kept_place_keeps_its_turn() {
         );
         assert_eq!(waiters(&client, name).await, 2, "{store}: A's place stays");
 
+        // The waiters of the broker A comes back to: A, and B if that is
+        // B's broker too.
+        let local = if again.is_some() { 1 } else { 2 };
         let again = again.as_ref().unwrap_or(&broker).client().await;
         let a = spawn_acquire(
             &again,
@@ -130,7 +133,7 @@ async fn a_kept_place_keeps_its_turn() {
         );
         eventually(Duration::from_secs(10), "A to wait again", || {
             let c = again.clone();
-            async move { common::local_waiters(&mut c.clone(), name).await == 1 }
+            async move { common::local_waiters(&mut c.clone(), name).await == local }
         })
         .await;
         assert_eq!(
@@ -293,5 +296,70 @@ async fn a_lapsed_place_joins_at_the_back() {
             .lease
             .unwrap();
         assert_eq!(a.owner_token, place, "{store}");
+    }
+}
+
+/// A candidate's Campaign keeps its place the same way: the candidate that
+/// comes back with its place becomes leader before the one that arrived
+/// during its first call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_keeps_its_place() {
+    for (store, broker, _, _redis) in setups().await {
+        let name = "leader";
+        let client = broker.client().await;
+        let campaign = |value: &str, wait_timeout_ms, keep_place, place: &str| CampaignRequest {
+            election: name.into(),
+            value: value.into(),
+            ttl_ms: 30_000,
+            wait_timeout_ms,
+            keep_place,
+            place: place.into(),
+        };
+        let leader = client
+            .clone()
+            .campaign(campaign("first", 0, false, ""))
+            .await
+            .expect("the first candidate leads")
+            .into_inner()
+            .lease
+            .unwrap();
+        let mut c = client.clone();
+        let req = campaign("a", 1_500, true, "");
+        let a = tokio::spawn(async move { c.campaign(req).await });
+        until_waiters(&client, name, 1, "A to queue").await;
+        let mut c = client.clone();
+        let req = campaign("b", 60_000, false, "");
+        let b = tokio::spawn(async move { c.campaign(req).await });
+        until_waiters(&client, name, 2, "B to queue behind A").await;
+        let refused = a.await.unwrap().expect_err("A's wait runs out");
+        assert_eq!(refused.code(), Code::Aborted, "{store}: {refused:?}");
+        let place = refused
+            .metadata()
+            .get(PLACE)
+            .expect("a place")
+            .to_str()
+            .unwrap()
+            .to_owned();
+
+        let mut c = client.clone();
+        let req = campaign("a", 30_000, true, &place);
+        let a = tokio::spawn(async move { c.campaign(req).await });
+        eventually(Duration::from_secs(10), "A to campaign again", || {
+            let c = client.clone();
+            async move { common::local_waiters(&mut c.clone(), name).await == 2 }
+        })
+        .await;
+        release(&client, name, leader.owner_token).await;
+        let a = a
+            .await
+            .unwrap()
+            .expect("A leads next")
+            .into_inner()
+            .lease
+            .unwrap();
+        assert_eq!(a.owner_token, place, "{store}");
+        assert!(!b.is_finished(), "{store}: B waits behind A");
+        release(&client, name, a.owner_token).await;
+        b.await.unwrap().expect("then B");
     }
 }

@@ -39,8 +39,9 @@ use crate::{
     },
 };
 
-/// What a caller asks of Acquire (fields as in the proto).
-#[derive(Clone, Debug, Default)]
+/// What a caller asks of Acquire (fields as in the proto). Its `Debug`
+/// shows only a prefix of `place`, a secret.
+#[derive(Clone, Default)]
 pub struct AcquireArgs {
     /// Lock name.
     pub name: String,
@@ -60,6 +61,41 @@ pub struct AcquireArgs {
     pub keep_place: bool,
     /// A place kept by an earlier call, to wait in; empty for a new one.
     pub place: String,
+}
+
+/// A waiter's place in line across calls (a Campaign's keep_place and
+/// place; see [`AcquireArgs`]). Its `Debug` shows only a prefix of the
+/// place, a secret.
+#[derive(Clone, Default)]
+pub struct PlaceArgs {
+    /// Whether a wait that runs out keeps its place in line.
+    pub keep: bool,
+    /// A place kept by an earlier call; empty for a new one.
+    pub given: String,
+}
+
+impl std::fmt::Debug for AcquireArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireArgs")
+            .field("name", &self.name)
+            .field("ttl_ms", &self.ttl_ms)
+            .field("holder", &self.holder)
+            .field("wait_timeout_ms", &self.wait_timeout_ms)
+            .field("lock_delay_ms", &self.lock_delay_ms)
+            .field("limit", &self.limit)
+            .field("keep_place", &self.keep_place)
+            .field("place", &crate::redact::Redacted(&self.place))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for PlaceArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlaceArgs")
+            .field("keep", &self.keep)
+            .field("given", &crate::redact::Redacted(&self.given))
+            .finish()
+    }
 }
 
 /// A granted lease, with the secret that proves it (redacted by `Debug`).
