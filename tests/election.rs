@@ -186,6 +186,7 @@ async fn campaign_leader_and_resign_over_grpc() {
         value: value.into(),
         ttl_ms: 5_000,
         wait_timeout_ms: 0,
+        ..Default::default()
     };
     let lease = grpc
         .campaign(campaign("10.0.0.7:8080"))

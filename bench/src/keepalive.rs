@@ -76,6 +76,7 @@ async fn keepalive_run(
                 wait_timeout_ms: 0,
                 lock_delay_ms: 0,
                 limit: 0,
+                ..Default::default()
             })
             .await
             .map_err(|s| format!("acquire: {}", s.message()))?;

@@ -282,6 +282,7 @@ fn request(name: &str, wait_timeout_ms: u64) -> AcquireRequest {
         wait_timeout_ms,
         lock_delay_ms: 0,
         limit: 0,
+        ..Default::default()
     }
 }
 

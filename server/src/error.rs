@@ -69,6 +69,26 @@ pub enum Error {
         waited_ms: u64,
     },
 
+    /// Acquire's wait ran out without the lock (`refusal`: held, in its
+    /// lock-delay or queued), and the caller asked to keep its place in
+    /// line (keep_place): the place stays in line for [`QUEUE_LIFETIME`] so
+    /// that the caller's next Acquire, passing it back, waits on in the
+    /// same position. The status carries the place in its metadata, never
+    /// in the message (which a client may log).
+    ///
+    /// [`QUEUE_LIFETIME`]: crate::store::QUEUE_LIFETIME
+    #[error(
+        "{refusal}; your place in line is kept for {} ms: pass the leasehold-place \
+         metadata as `place` to the next Acquire to wait on in it",
+        crate::store::QUEUE_LIFETIME.as_millis()
+    )]
+    PlaceKept {
+        /// Why the wait ended without the lock.
+        refusal: Box<Error>,
+        /// The place kept (the token it waited with).
+        place: KeptPlace,
+    },
+
     /// Renew or release of a lease that an operator revoked.
     #[error("the lease on '{name}' (fence {fence}) was revoked by an operator")]
     Revoked {
@@ -133,5 +153,16 @@ fn display_holder(holder: &str) -> String {
         "an unnamed holder".to_owned()
     } else {
         format!("'{holder}'")
+    }
+}
+
+/// A place in a name's wait line, kept for its caller: a secret like an
+/// owner token (granted, it becomes one), so its `Debug` shows only a
+/// prefix.
+pub struct KeptPlace(pub String);
+
+impl std::fmt::Debug for KeptPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&crate::redact::Redacted(&self.0), f)
     }
 }

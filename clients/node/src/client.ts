@@ -19,9 +19,30 @@ import { hostname } from 'node:os';
 import { inspect } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { Brokers, checkMs, isServiceError, notConnected } from './brokers';
-import { LeaseholdError, LeaseLost, abortError, fromServiceError, status, type LossReason } from './errors';
+import { LeaseholdError, LeaseLost, abortError, fromServiceError, keptPlace, status, type LossReason } from './errors';
 import { Lease, now, type Keeper } from './lease';
 import { LOSS_REASON, STATE } from './names';
+
+/** The broker's default --max-wait, assumed until a refusal says otherwise. */
+const DEFAULT_MAX_WAIT_MS = 300_000;
+const MAX_WAIT_LIMIT = /limit is (\d+(?:\.\d+)?) ?(ms|s|min|h) \(--max-wait\)/;
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, min: 60_000, h: 3_600_000 };
+
+/** Whether a `waitMs` means "as long as it takes". */
+function endless(waitMs: number | null | undefined): boolean {
+  return waitMs === null || waitMs === Infinity;
+}
+
+/**
+ * The broker's --max-wait in milliseconds from its refusal of a longer wait
+ * ("the limit is 2s (--max-wait)"); 0 when the message names --max-wait in
+ * words this cannot read (the caller halves its guess); null otherwise.
+ */
+function maxWaitFrom(details: string): number | null {
+  if (!details.includes('--max-wait')) return null;
+  const found = MAX_WAIT_LIMIT.exec(details);
+  return found ? Math.floor(Number(found[1]) * UNIT_MS[found[2]]) : 0;
+}
 
 /** PEM: a Buffer (or Uint8Array) is used as is; a string names a file, read at once. */
 export type Pem = string | Uint8Array;
@@ -62,8 +83,14 @@ export interface ConnectOptions {
 export interface AcquireOptions {
   /** The lease's TTL in milliseconds (within the broker's bounds: 500 ms to 1 h unless configured). Default 10 000. */
   ttlMs?: number;
-  /** How long to wait if the lock is held, in milliseconds. 0 (the default) tries once; a try never jumps the queue. */
-  waitMs?: number;
+  /**
+   * How long to wait if the lock is held, in milliseconds. 0 (the default)
+   * tries once; a try never jumps the queue. `null` (or `Infinity`) waits as
+   * long as it takes, past the broker's --max-wait: one call after the other,
+   * each waiting in the place in line the previous one kept (keep_place), so
+   * nobody who arrived later overtakes it.
+   */
+  waitMs?: number | null;
   /** The label Describe shows. Default `hostname:pid`. */
   holder?: string;
   /** How long before the computed deadline the lease counts as lost: time for the application to stop writing. Default: a tenth of the TTL. */
@@ -79,8 +106,8 @@ export interface AcquireOptions {
 export interface CampaignOptions {
   /** The leadership lease's TTL in milliseconds. Default 10 000. */
   ttlMs?: number;
-  /** How long to wait to become the leader, in milliseconds (0: try once). */
-  waitMs?: number;
+  /** How long to wait to become the leader, in milliseconds (0: try once; `null` or `Infinity`: as long as it takes, as for acquire). */
+  waitMs?: number | null;
   marginMs?: number;
   /** Aborting it cancels the wait. */
   signal?: AbortSignal;
@@ -201,6 +228,8 @@ export class Client {
   #backoff = MIN_BACKOFF_MS;
   #closing = false;
   #closed = false;
+  /** The broker's --max-wait as far as known: the longest wait of one call in a chain. */
+  #maxWaitMs = DEFAULT_MAX_WAIT_MS;
 
   constructor(target: string | readonly string[], options: ConnectOptions = {}) {
     const { tls, ca, cert, key, serverName, token, credentials } = options;
@@ -242,20 +271,57 @@ export class Client {
   async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
     this.#checkOpen();
     const ttlMs = checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs');
-    const waitMs = checkMs(options.waitMs ?? 0, 'waitMs');
+    const waitMs = endless(options.waitMs) ? null : checkMs(options.waitMs ?? 0, 'waitMs');
     const request = {
       name,
       ttl_ms: ttlMs,
-      wait_timeout_ms: waitMs,
+      wait_timeout_ms: waitMs ?? 0,
       holder: options.holder ?? defaultHolder(),
       lock_delay_ms: checkMs(options.lockDelayMs ?? 0, 'lockDelayMs'),
       limit: checkCount(options.limit ?? 0, 'limit'),
     };
     const marginMs = optionalMs(options.marginMs, 'marginMs'); // checked before anything is granted
-    // The deadline counts from the time the request was *sent*.
-    const sent = now();
-    const res = await this.#brokers.call('Acquire', request, waitMs + this.timeoutMs, options.signal);
+    const { res, sent } = await this.#waiting('Acquire', request, waitMs, options.signal);
     return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
+  }
+
+  /**
+   * One call waiting `waitMs`, or (null) a chain of calls waiting as long as
+   * it takes: each within the broker's --max-wait (learnt from its refusal
+   * of a longer wait; 5 minutes until then), each asking the broker to keep
+   * its place in line when its wait runs out, and the next sent at once in
+   * that place (the broker keeps it 3 s). Returns the answer and the time
+   * the granting call was sent (the lease's deadline counts from then).
+   */
+  async #waiting(method: string, request: object, waitMs: number | null, signal: AbortSignal | undefined): Promise<{ res: any; sent: number }> {
+    if (waitMs !== null) {
+      // The deadline counts from the time the request was *sent*.
+      const sent = now();
+      return { res: await this.#brokers.call(method, request, waitMs + this.timeoutMs, signal), sent };
+    }
+    let place = '';
+    for (;;) {
+      const segment = this.#maxWaitMs;
+      const sent = now();
+      try {
+        const chained = { ...request, wait_timeout_ms: segment, keep_place: true, place };
+        return { res: await this.#brokers.call(method, chained, segment + this.timeoutMs, signal), sent };
+      } catch (err) {
+        if (!(err instanceof LeaseholdError)) throw err;
+        if (err.code === status.ABORTED) {
+          const kept = keptPlace(err);
+          if (kept) place = kept; // the next call waits there
+          else if (now() - sent < 0.9 * segment) throw err; // not a wait that ran out
+          continue; // (no place: a broker from before keep_place; the next call joins at the back)
+        }
+        const learnt = err.code === status.INVALID_ARGUMENT ? maxWaitFrom(err.details) : null;
+        if (learnt !== null && learnt < segment) {
+          this.#maxWaitMs = learnt > 0 ? learnt : Math.floor(segment / 2);
+          if (this.#maxWaitMs >= 1) continue;
+        }
+        throw err;
+      }
+    }
   }
 
   /**
@@ -266,11 +332,10 @@ export class Client {
    */
   async campaign(election: string, value: string, options: CampaignOptions = {}): Promise<Lease> {
     this.#checkOpen();
-    const waitMs = checkMs(options.waitMs ?? 0, 'waitMs');
-    const request = { election, value, ttl_ms: checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs'), wait_timeout_ms: waitMs };
+    const waitMs = endless(options.waitMs) ? null : checkMs(options.waitMs ?? 0, 'waitMs');
+    const request = { election, value, ttl_ms: checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs'), wait_timeout_ms: waitMs ?? 0 };
     const marginMs = optionalMs(options.marginMs, 'marginMs');
-    const sent = now();
-    const res = await this.#brokers.call('Campaign', request, waitMs + this.timeoutMs, options.signal);
+    const { res, sent } = await this.#waiting('Campaign', request, waitMs, options.signal);
     return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
   }
 

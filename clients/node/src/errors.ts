@@ -62,9 +62,26 @@ export class LeaseLost extends LeaseholdError {
   }
 }
 
+/**
+ * The places in line that ABORTED calls kept (keep_place), by error: kept off
+ * the error object itself, since a place is a secret like an owner token (it
+ * becomes one when granted) and errors get logged.
+ */
+const keptPlaces = new WeakMap<LeaseholdError, string>();
+
+/** The place an ABORTED call kept in line (its `leasehold-place` trailing metadata), if any. */
+export function keptPlace(err: unknown): string | undefined {
+  return err instanceof LeaseholdError ? keptPlaces.get(err) : undefined;
+}
+
 /** Turns a failed call into the matching error. */
 export function fromServiceError(err: ServiceError): LeaseholdError {
-  if (err.code === status.ABORTED) return new NotAcquired(err.details);
+  if (err.code === status.ABORTED) {
+    const error = new NotAcquired(err.details);
+    const place = err.metadata?.get('leasehold-place')[0];
+    if (typeof place === 'string' && place) keptPlaces.set(error, place);
+    return error;
+  }
   const name = status[err.code] ?? 'UNKNOWN';
   return new LeaseholdError(`${name}: ${err.details}`, err.code, err.details);
 }

@@ -5,14 +5,20 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from leasehold._core import MAX_LEAD, WaitPlan, max_wait_from
+import time
+
+from leasehold._core import Chain, WaitPlan, max_wait_from, place_from
+from leasehold._proto import leasehold_pb2 as pb
 
 
 class Refusal(grpc.RpcError):
     """A failed call as gRPC reports it: a code and the broker's message."""
 
-    def __init__(self, code: grpc.StatusCode, details: str):
-        self._code, self._details = code, details
+    def __init__(self, code: grpc.StatusCode, details: str, trailing=()):
+        self._code, self._details, self._trailing = code, details, trailing
+
+    def trailing_metadata(self):
+        return self._trailing
 
     def code(self):
         return self._code
@@ -42,16 +48,40 @@ def test_other_errors_teach_nothing_about_max_wait():
     assert max_wait_from(Refusal(grpc.StatusCode.ABORTED, "the limit is 2 s (--max-wait)")) is None
 
 
-def test_a_wait_plan_overlaps_each_call_with_the_next_and_stops_at_the_end():
+def test_a_wait_plan_chains_calls_up_to_the_end():
     plan = WaitPlan(None, 300.0)
     assert plan.segment(plan.start) == 300.0
-    # The next call goes out MAX_LEAD before the current one's end.
-    assert plan.next_at(plan.start, 300.0) == plan.start + 300.0 - MAX_LEAD
-    # Short segments overlap by a third of their length.
-    assert plan.next_at(plan.start, 3.0) == pytest.approx(plan.start + 2.0)
+    assert not plan.reaches_end(plan.start, 300.0)
     finite = WaitPlan(10.0, 4.0)
     assert finite.segment(finite.start) == 4.0
+    assert not finite.reaches_end(finite.start, 4.0)
     assert finite.segment(finite.start + 8.0) == pytest.approx(2.0)
-    # The call that reaches the end of the wait has no successor.
-    assert finite.next_at(finite.start + 8.0, 2.0) is None
+    # The call that reaches the end of the wait is the last.
+    assert finite.reaches_end(finite.start + 8.0, 2.0)
     assert not finite.learnt(5.0) and finite.learnt(2.0) and finite.max_wait == 2.0
+
+
+PLACE = "0123456789abcdef" * 2
+
+
+def test_the_kept_place_is_read_from_the_trailing_metadata():
+    kept = Refusal(grpc.StatusCode.ABORTED, "held", (("other", "x"), ("leasehold-place", PLACE)))
+    assert place_from(kept) == PLACE
+    assert place_from(Refusal(grpc.StatusCode.ABORTED, "held")) == ""
+
+
+def test_each_call_but_the_last_keeps_its_place_and_the_next_waits_in_it():
+    chain = Chain("Acquire", pb.AcquireRequest(name="n", ttl_ms=1000), None, 2.0, 1)
+    request, segment = chain.request(time.monotonic())
+    assert request.keep_place and request.place == "" and request.name == "n"
+    chain.sent("call", time.monotonic(), segment, 0)
+    kept = Refusal(grpc.StatusCode.ABORTED, "held", (("leasehold-place", PLACE),))
+    assert chain.failed(chain.calls[0], kept, None, time.monotonic()) is None
+    assert chain.needs_call(time.monotonic())
+    request, _ = chain.request(time.monotonic())
+    assert request.keep_place and request.place == PLACE
+
+    # A wait that one call covers keeps nothing: its caller then gives up.
+    once = Chain("Campaign", pb.CampaignRequest(election="e"), 1.0, 2.0, 1)
+    request, segment = once.request(time.monotonic())
+    assert not request.keep_place and request.wait_timeout_ms == pytest.approx(1000, abs=20)

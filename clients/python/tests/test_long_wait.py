@@ -1,6 +1,6 @@
 """Waits without a limit (``wait=None``) and waits longer than the broker's
---max-wait: chains of Acquire calls, each sent while the previous one still
-waits (see _core.WaitPlan for what that keeps of the caller's place)."""
+--max-wait: chains of Acquire calls, one after the other, each waiting in
+the place in line the previous one kept (keep_place; see _core.WaitPlan)."""
 
 from __future__ import annotations
 
@@ -19,20 +19,36 @@ def waiters(client, name) -> int:
     return client.describe(name).waiters
 
 
+def holds_one_place_for(client, name, seconds, waiting, holder) -> None:
+    """Watches the line for ``seconds`` (past the end of the chain's first
+    calls): the waiter holds exactly one place all along, never out of the
+    line between its calls. On failure the holder releases first, so that
+    the waiter (waiting without end) lets the test end."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        failure = None
+        if waiting.done():
+            failure = f"the wait ended: {waiting.exception()}"
+        else:
+            seen = waiters(client, name)
+            if seen != 1:
+                failure = f"{seen} places in line, not 1"
+        if failure:
+            holder.release()
+            pytest.fail(failure)
+        time.sleep(0.05)
+
+
 def test_wait_none_outlasts_several_max_waits_and_gets_the_lock(short_wait_broker, name):
     with Client(short_wait_broker.address) as a, Client(short_wait_broker.address) as b:
         holder = a.acquire(name, ttl=30)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             started = time.monotonic()
             waiting = pool.submit(b.acquire, name, 10, None, "patient")
-            # Each chained call overlaps its predecessor: the line shows two
-            # places of this caller for a moment, then one. Seen twice, the
-            # wait has outlived two --max-wait windows.
-            for _ in range(2):
-                eventually(lambda: waiters(a, name) == 2, 3 * SHORT_MAX_WAIT, "the next call of the chain")
-                eventually(lambda: waiters(a, name) == 1, 3 * SHORT_MAX_WAIT, "the previous call left")
-                assert not waiting.done(), waiting.exception()
-            assert time.monotonic() - started > SHORT_MAX_WAIT
+            eventually(lambda: waiters(a, name) == 1, 5.0, "the waiter queued")
+            # Past two --max-wait windows, in one place all along.
+            holds_one_place_for(a, name, 2.5 * SHORT_MAX_WAIT, waiting, holder)
+            assert time.monotonic() - started > 2 * SHORT_MAX_WAIT
             holder.release()
             lease = waiting.result(timeout=10)
         assert lease.fence > holder.fence
@@ -78,36 +94,41 @@ def test_a_chained_wait_keeps_its_place_ahead_of_later_callers_that_chain(short_
         second_lease.release()
 
 
-def test_the_gap_a_plain_wait_that_arrived_during_a_chain_segment_goes_first(short_wait_broker, name):
-    """What the broker cannot do: a place lives as long as its call, and an
-    AcquireRequest cannot name an earlier place. A caller B that arrived
-    while the chained caller A's call waited, and still waits when that
-    call's --max-wait runs out, is served before A's next call."""
+def test_a_plain_wait_that_arrived_during_a_chain_call_does_not_overtake(short_wait_broker, name):
+    """The chained caller A keeps its place across its calls: a caller B
+    that arrived while A's first call waited, and still waits when that
+    call's --max-wait runs out, stays behind A's next call."""
     with Client(short_wait_broker.address) as a, Client(short_wait_broker.address) as chained, \
             Client(short_wait_broker.address) as plain:
         holder = a.acquire(name, ttl=30)
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             started = time.monotonic()
-            patient = pool.submit(chained.acquire, name, 10, None, "chained")
+            # A finite chain (four --max-wait windows), so that a failure
+            # ends.
+            patient = pool.submit(chained.acquire, name, 10, 4 * SHORT_MAX_WAIT, "chained")
             eventually(lambda: waiters(a, name) == 1, 5.0, "the chained waiter queued")
-            # B arrives half-way through A's first call and waits for as long
-            # as the broker allows: it outlives A's first call by ~1 s.
-            time.sleep(max(0.0, started + SHORT_MAX_WAIT / 2 - time.monotonic()))
+            # B arrives during A's first call and waits for as long as the
+            # broker allows: it outlives A's first call by more than 1 s.
+            time.sleep(max(0.0, started + SHORT_MAX_WAIT * 0.6 - time.monotonic()))
             hurried = pool.submit(plain.acquire, name, 10, SHORT_MAX_WAIT, "plain")
-            # A's second call joins (3 places), then its first leaves (2):
-            # B is now ahead of A.
-            eventually(lambda: waiters(a, name) == 3, 5.0, "the chain's next call")
-            eventually(lambda: waiters(a, name) == 2, 5.0, "the chain's first call left")
+            eventually(lambda: waiters(a, name) == 2, 5.0, "B queued")
+            if time.monotonic() > started + SHORT_MAX_WAIT:
+                pytest.fail("B queued after A's first call ended (loaded machine?)")
+            # Past the end of A's first call: two places all along (A's next
+            # call took A's place back rather than a third at the back).
+            while time.monotonic() < started + SHORT_MAX_WAIT + 0.5:
+                assert waiters(a, name) == 2
+                time.sleep(0.05)
             if hurried.done():
                 pytest.fail(f"B gave up before the check (loaded machine?): {hurried.exception()}")
             holder.release()
-            b_lease = hurried.result(timeout=10)
-            assert a.describe(name).holder == "plain"
-            assert not patient.done()
-            b_lease.release()
             a_lease = patient.result(timeout=10)
-        assert a_lease.fence > b_lease.fence
-        a_lease.release()
+            assert a.describe(name).holder == "chained"
+            assert not hurried.done()
+            a_lease.release()
+            b_lease = hurried.result(timeout=10)
+        assert b_lease.fence > a_lease.fence
+        b_lease.release()
 
 
 async def test_async_wait_none_outlasts_max_wait(short_wait_broker, name):
@@ -115,12 +136,16 @@ async def test_async_wait_none_outlasts_max_wait(short_wait_broker, name):
         holder = await a.acquire(name, ttl=30)
         waiting = asyncio.ensure_future(b.acquire(name, ttl=10, wait=None, holder="patient"))
 
-        async def places(n):
-            assert not waiting.done(), waiting
-            return (await a.describe(name)).waiters == n
+        async def queued():
+            return (await a.describe(name)).waiters == 1
 
-        await eventually_async(lambda: places(2), 3 * SHORT_MAX_WAIT, "the next call of the chain")
-        await eventually_async(lambda: places(1), 3 * SHORT_MAX_WAIT, "the previous call left")
+        await eventually_async(queued, 5.0, "the waiter queued")
+        # Past the end of the first --max-wait window, in one place all along.
+        end = time.monotonic() + 1.5 * SHORT_MAX_WAIT
+        while time.monotonic() < end:
+            assert not waiting.done(), waiting
+            assert (await a.describe(name)).waiters == 1
+            await asyncio.sleep(0.05)
         await holder.release()
         lease = await asyncio.wait_for(waiting, 10)
         assert lease.waited > SHORT_MAX_WAIT
@@ -133,9 +158,8 @@ def test_campaign_wait_none_outlasts_max_wait(short_wait_broker, name):
         leader = a.campaign(name, "node-a", ttl=30)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             candidate = pool.submit(b.campaign, name, "node-b", 10, None)
-            eventually(lambda: waiters(a, name) == 2, 3 * SHORT_MAX_WAIT, "the next call of the chain")
-            eventually(lambda: waiters(a, name) == 1, 3 * SHORT_MAX_WAIT, "the previous call left")
-            assert not candidate.done(), candidate.exception()
+            eventually(lambda: waiters(a, name) == 1, 5.0, "the candidate queued")
+            holds_one_place_for(a, name, 1.5 * SHORT_MAX_WAIT, candidate, leader)
             leader.release()  # resigns
             lead = candidate.result(timeout=10)
         assert lead.waited > SHORT_MAX_WAIT
@@ -143,7 +167,7 @@ def test_campaign_wait_none_outlasts_max_wait(short_wait_broker, name):
         lead.release()
 
 
-def test_a_cap_of_one_waiter_per_connection_turns_the_chain_sequential(tmp_path, name):
+def test_a_chain_fits_a_cap_of_one_waiter_per_connection(tmp_path, name):
     from conftest import Broker
 
     capped = Broker(tmp_path / "broker.log", args=["--max-wait", f"{SHORT_MAX_WAIT:g}s", "--conn-max-waiters", "1"])
@@ -154,8 +178,8 @@ def test_a_cap_of_one_waiter_per_connection_turns_the_chain_sequential(tmp_path,
                 started = time.monotonic()
                 waiting = pool.submit(b.acquire, name, 10, None, "patient")
                 eventually(lambda: waiters(a, name) == 1, 5.0, "the waiter queued")
-                # The overlapping call is refused (RESOURCE_EXHAUSTED): the
-                # chain goes on with one call at a time, past --max-wait.
+                # The chain's calls never overlap: a cap of one waiting call
+                # per connection lets it go on past --max-wait.
                 eventually(lambda: time.monotonic() - started > 2.5 * SHORT_MAX_WAIT and waiters(a, name) == 1,
                            5 * SHORT_MAX_WAIT, "still waiting past two --max-wait windows")
                 assert not waiting.done(), waiting.exception()

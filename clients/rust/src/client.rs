@@ -237,6 +237,7 @@ impl Client {
             wait_timeout_ms: opts.wait.as_millis() as u64,
             lock_delay_ms: opts.lock_delay.as_millis() as u64,
             limit: opts.limit,
+            ..Default::default()
         };
         let response = self
             .shared

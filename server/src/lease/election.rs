@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{AcquireArgs, Caller, Granted, Leases, Slot};
+use super::{AcquireArgs, Caller, Granted, Leases, PlaceArgs, Slot};
 use crate::{
     error::Result,
     store::{Event, Watch},
@@ -28,14 +28,15 @@ pub struct Leader {
 impl Leases {
     /// Waits (up to `wait_timeout_ms`) to become the leader of `election`
     /// with `value`; the lease returned is the leadership, kept alive like
-    /// any lease (KeepAlive) and given up by Release.
+    /// any lease (KeepAlive) and given up by Release. `place`: as for
+    /// Acquire (keep_place, place).
     pub async fn campaign(
         &self,
         caller: &Caller,
         election: &str,
         value: &str,
-        ttl_ms: u64,
-        wait_timeout_ms: u64,
+        (ttl_ms, wait_timeout_ms): (u64, u64),
+        place: PlaceArgs,
     ) -> Result<Granted> {
         self.acquire(
             caller,
@@ -46,6 +47,8 @@ impl Leases {
                 wait_timeout_ms,
                 lock_delay_ms: 0,
                 limit: 1,
+                keep_place: place.keep,
+                place: place.given,
             },
         )
         .await

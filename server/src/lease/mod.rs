@@ -39,8 +39,9 @@ use crate::{
     },
 };
 
-/// What a caller asks of Acquire (fields as in the proto).
-#[derive(Clone, Debug, Default)]
+/// What a caller asks of Acquire (fields as in the proto). Its `Debug`
+/// shows only a prefix of `place`, a secret.
+#[derive(Clone, Default)]
 pub struct AcquireArgs {
     /// Lock name.
     pub name: String,
@@ -55,6 +56,46 @@ pub struct AcquireArgs {
     /// Leases the name may have at once: 0 or 1 for a lock, more for a
     /// semaphore.
     pub limit: u32,
+    /// Whether a wait that runs out keeps its place in line
+    /// ([`Error::PlaceKept`]).
+    pub keep_place: bool,
+    /// A place kept by an earlier call, to wait in; empty for a new one.
+    pub place: String,
+}
+
+/// A waiter's place in line across calls (a Campaign's keep_place and
+/// place; see [`AcquireArgs`]). Its `Debug` shows only a prefix of the
+/// place, a secret.
+#[derive(Clone, Default)]
+pub struct PlaceArgs {
+    /// Whether a wait that runs out keeps its place in line.
+    pub keep: bool,
+    /// A place kept by an earlier call; empty for a new one.
+    pub given: String,
+}
+
+impl std::fmt::Debug for AcquireArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireArgs")
+            .field("name", &self.name)
+            .field("ttl_ms", &self.ttl_ms)
+            .field("holder", &self.holder)
+            .field("wait_timeout_ms", &self.wait_timeout_ms)
+            .field("lock_delay_ms", &self.lock_delay_ms)
+            .field("limit", &self.limit)
+            .field("keep_place", &self.keep_place)
+            .field("place", &crate::redact::Redacted(&self.place))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for PlaceArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlaceArgs")
+            .field("keep", &self.keep)
+            .field("given", &crate::redact::Redacted(&self.given))
+            .finish()
+    }
 }
 
 /// A granted lease, with the secret that proves it (redacted by `Debug`).
@@ -202,10 +243,21 @@ impl Leases {
         let wait = validate::wait(limits, args.wait_timeout_ms)?;
         let lock_delay_ms = validate::lock_delay(limits, args.lock_delay_ms)?;
         let limit = validate::limit(limits, args.limit, lock_delay_ms)?;
+        validate::place(&args.place)?;
         let room = caller.reserve_lease()?;
+        // A place passed back waits as the token it was kept under: the
+        // store finds that token in line and keeps its position (or, the
+        // place lapsed, it joins at the back), and granted, it is the owner
+        // token. Only its caller ever learnt it (see [`Error::PlaceKept`]).
+        let token = if args.place.is_empty() {
+            token::generate()?
+        } else {
+            args.place
+        };
+        let keep_place = args.keep_place;
         let spec = GrantSpec {
             name: caller.tenant().qualify(&args.name),
-            token: token::generate()?,
+            token,
             holder: args.holder,
             ttl_ms,
             lock_delay_ms,
@@ -216,10 +268,17 @@ impl Leases {
         // call in flight still completes, and a grant it produced is released
         // at once instead of holding the lock for nobody until its TTL.
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(
-            self.clone()
-                .acquire_task(caller.clone(), room, args.name, spec, wait, tx),
-        );
+        tokio::spawn(self.clone().acquire_task(
+            caller.clone(),
+            room,
+            args.name,
+            spec,
+            Wait {
+                time: wait,
+                keep_place,
+            },
+            tx,
+        ));
         rx.await
             .map_err(|_| Error::Internal("the acquire task ended without an answer".into()))?
     }
@@ -232,7 +291,7 @@ impl Leases {
         room: LeaseRoom,
         name: String,
         spec: GrantSpec,
-        wait: Duration,
+        wait: Wait,
         mut reply: oneshot::Sender<Result<Granted>>,
     ) {
         let started = Instant::now();
@@ -243,7 +302,7 @@ impl Leases {
                 &name,
                 &spec,
                 started,
-                started + wait,
+                (started + wait.time, wait.keep_place),
                 &mut reply,
                 &mut unknown,
             )
@@ -274,9 +333,12 @@ impl Leases {
                     holder = %spec.holder, token = %crate::redact::Redacted(&spec.token), "granted"
                 );
             }
-            Err(Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. }) => {
-                events.acquire_refused()
-            }
+            Err(
+                Error::Held { .. }
+                | Error::LockDelay { .. }
+                | Error::Queued { .. }
+                | Error::PlaceKept { .. },
+            ) => events.acquire_refused(),
             // An attempt failed without an answer: it may have granted.
             Err(_) if unknown => self.orphaned(&spec),
             Err(_) => {}
@@ -317,7 +379,10 @@ impl Leases {
     /// fence of the grant and when the granting attempt was sent (the lease
     /// started no sooner). A caller that waits holds a place in the name's
     /// queue (in the store, across replicas) and leaves it however the wait
-    /// ends. `unknown`: see [`Leases::attempt`].
+    /// ends, unless `keep_place` and the wait ran out: then the place stays
+    /// for [`QUEUE_LIFETIME`] (from the last attempt, which renewed it), for
+    /// the caller's next Acquire to take back, and the refusal says so
+    /// ([`Error::PlaceKept`]). `unknown`: see [`Leases::attempt`].
     #[allow(clippy::too_many_arguments)]
     async fn acquire_until(
         &self,
@@ -325,7 +390,7 @@ impl Leases {
         name: &str,
         spec: &GrantSpec,
         started: Instant,
-        deadline: Instant,
+        (deadline, keep_place): (Instant, bool),
         reply: &mut oneshot::Sender<Result<Granted>>,
         unknown: &mut bool,
     ) -> Result<(u64, Instant)> {
@@ -342,6 +407,23 @@ impl Leases {
         let result = self
             .wait_in_line(who, name, spec, started, deadline, reply, unknown)
             .await;
+        // Only the end of the wait (the refusals below) keeps the place: a
+        // caller that left, a shutdown or a failure gives it up as usual.
+        let result = match result {
+            Err(
+                refusal @ (Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. }),
+            ) if keep_place => {
+                tracing::debug!(
+                    lock = %spec.name, token = %crate::redact::Redacted(&spec.token),
+                    "wait ran out; place in line kept"
+                );
+                return Err(Error::PlaceKept {
+                    refusal: Box::new(refusal),
+                    place: crate::error::KeptPlace(spec.token.clone()),
+                });
+            }
+            result => result,
+        };
         if result.is_err() {
             // Give up the place in line at once, so the next waiter is not
             // kept waiting for it to lapse.
@@ -630,6 +712,13 @@ fn ms_since(started: Instant) -> u64 {
     started.elapsed().as_millis() as u64
 }
 
+/// How long an Acquire waits, and whether it keeps its place in line when
+/// that runs out.
+struct Wait {
+    time: Duration,
+    keep_place: bool,
+}
+
 /// How often [`Leases::dequeue_later`] tries again.
 const DEQUEUE_RETRY: Duration = Duration::from_millis(200);
 
@@ -714,7 +803,10 @@ mod tests {
                 caller.reserve_lease().unwrap(),
                 "raced".into(),
                 spec,
-                Duration::ZERO,
+                Wait {
+                    time: Duration::ZERO,
+                    keep_place: false,
+                },
                 tx,
             )
             .await;
@@ -740,6 +832,7 @@ mod tests {
             wait_timeout_ms: wait,
             lock_delay_ms: 0,
             limit: 0,
+            ..Default::default()
         };
         let caller = Caller::local();
         leases.acquire(&caller, args("first", 0)).await.unwrap();

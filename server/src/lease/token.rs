@@ -67,7 +67,22 @@ mod tests {
             owner_token: token.clone(),
             ttl_ms: 0,
         };
+        let args = crate::lease::AcquireArgs {
+            place: token.clone(),
+            ..Default::default()
+        };
+        let place = crate::lease::PlaceArgs {
+            keep: true,
+            given: token.clone(),
+        };
+        let kept = crate::error::Error::PlaceKept {
+            refusal: Box::new(crate::error::Error::Cancelled),
+            place: crate::error::KeptPlace(token.clone()),
+        };
         for shown in [
+            format!("{args:?}"),
+            format!("{place:?}"),
+            format!("{kept:?}"),
             format!("{lease:?}"),
             format!("{spec:?}"),
             format!("{item:?}"),

@@ -91,6 +91,21 @@ pub fn ttl(limits: &Limits, ttl_ms: u64, default: Option<Duration>) -> Result<Op
     Ok(Some(ttl_ms))
 }
 
+/// Checks a place in line passed back to Acquire (keep_place): empty for
+/// none, else an owner token's form, which every place has (it is the token
+/// the caller waited with).
+pub fn place(place: &str) -> Result<()> {
+    if place.is_empty() || token::is_well_formed(place) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "place is not {} lowercase hex characters: pass the leasehold-place metadata \
+             of an Acquire that kept its place, or leave place empty to join the line",
+            token::TOKEN_LEN
+        )))
+    }
+}
+
 /// Resolves a requested wait; anything above the maximum is refused rather
 /// than cut, so a client never waits less than it believes.
 pub fn wait(limits: &Limits, wait_ms: u64) -> Result<Duration> {

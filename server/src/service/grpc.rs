@@ -12,7 +12,7 @@ use super::{
     keepalive,
 };
 use crate::{
-    lease::{AcquireArgs, Leader, Leases},
+    lease::{AcquireArgs, Leader, Leases, PlaceArgs},
     proto::{
         leasehold_service_server::LeaseholdService, AcquireRequest, AcquireResponse,
         CampaignRequest, CampaignResponse, CheckFenceRequest, CheckFenceResponse, DescribeRequest,
@@ -72,6 +72,8 @@ impl LeaseholdService for LeaseholdApi {
                     wait_timeout_ms: r.wait_timeout_ms,
                     lock_delay_ms: r.lock_delay_ms,
                     limit: r.limit,
+                    keep_place: r.keep_place,
+                    place: r.place,
                 },
             )
             .await?;
@@ -162,7 +164,16 @@ impl LeaseholdService for LeaseholdApi {
         let r = request.into_inner();
         let granted = self
             .leases
-            .campaign(&caller, &r.election, &r.value, r.ttl_ms, r.wait_timeout_ms)
+            .campaign(
+                &caller,
+                &r.election,
+                &r.value,
+                (r.ttl_ms, r.wait_timeout_ms),
+                PlaceArgs {
+                    keep: r.keep_place,
+                    given: r.place,
+                },
+            )
             .await?;
         Ok(Response::new(CampaignResponse {
             waited_ms: granted.waited.as_millis() as u64,

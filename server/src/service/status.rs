@@ -10,6 +10,7 @@ pub fn code(error: &Error) -> Code {
     match error {
         Error::InvalidArgument(_) => Code::InvalidArgument,
         Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. } => Code::Aborted,
+        Error::PlaceKept { refusal, .. } => code(refusal),
         Error::Revoked { .. } => Code::NotFound,
         Error::Unauthenticated(_) => Code::Unauthenticated,
         Error::PermissionDenied(_) => Code::PermissionDenied,
@@ -22,9 +23,24 @@ pub fn code(error: &Error) -> Code {
     }
 }
 
+/// The trailing metadata that carries a kept place (keep_place) back to
+/// its caller.
+pub const PLACE_METADATA: &str = "leasehold-place";
+
 impl From<Error> for Status {
     fn from(err: Error) -> Self {
-        Status::new(code(&err), err.to_string())
+        let status = Status::new(code(&err), err.to_string());
+        let Error::PlaceKept { place, .. } = &err else {
+            return status;
+        };
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        // A place is 32 hex characters (generated or validated), always a
+        // valid ASCII value; were it not, the caller gets the refusal
+        // without it and its place simply lapses.
+        if let Ok(value) = place.0.parse() {
+            metadata.insert(PLACE_METADATA, value);
+        }
+        Status::with_metadata(status.code(), status.message(), metadata)
     }
 }
 
@@ -49,6 +65,31 @@ mod tests {
             status.message().contains("wait_timeout_ms"),
             "{}",
             status.message()
+        );
+    }
+
+    #[test]
+    fn a_kept_place_rides_in_metadata_not_in_the_message() {
+        let place = "0123456789abcdef0123456789abcdef";
+        let err = Error::PlaceKept {
+            refusal: Box::new(Error::Queued {
+                name: "n".into(),
+                queued: 2,
+                waited_ms: 100,
+            }),
+            place: crate::error::KeptPlace(place.into()),
+        };
+        assert!(!format!("{err:?}").contains(place));
+        let status = Status::from(err);
+        assert_eq!(status.code(), Code::Aborted);
+        assert!(!status.message().contains(place), "{}", status.message());
+        assert!(status.message().contains("kept"), "{}", status.message());
+        assert_eq!(
+            status
+                .metadata()
+                .get(PLACE_METADATA)
+                .map(|v| v.to_str().ok()),
+            Some(Some(place))
         );
     }
 

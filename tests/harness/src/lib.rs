@@ -684,6 +684,7 @@ pub fn acquire_req(name: &str, ttl_ms: u64, holder: &str, wait_timeout_ms: u64) 
         wait_timeout_ms,
         lock_delay_ms: 0,
         limit: 0,
+        ..Default::default()
     }
 }
 

@@ -558,13 +558,8 @@ class AsyncClient:
                     failure = chain.failed(c, error, brokers.unreachable, time.monotonic())
                     if failure is not None:
                         raise failure from None
-                if granted is None and chain.calls and not chain.needs_call(time.monotonic()):
-                    at = chain.wake_at()
-                    await asyncio.wait(
-                        [c.handle[1] for c in chain.calls],
-                        timeout=None if at is None else max(0.0, at - time.monotonic()),
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
+                if granted is None and chain.calls:
+                    await asyncio.wait([c.handle[1] for c in chain.calls], return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._max_wait = chain.plan.max_wait
             for c in chain.calls:

@@ -182,9 +182,8 @@ class Client:
         ``wait``: how long to wait if the lock is held (0: try once; a try
         never jumps the queue of waiting callers; None: as long as it takes).
         A wait longer than the broker's ``--max-wait`` is a chain of waiting
-        calls, each sent before the previous one ends (see README: a long
-        wait keeps its place against later callers only while they wait
-        less than ``--max-wait``). ``holder``: the label
+        calls, one after the other, each waiting in the place in line the
+        previous one kept (see README: Long waits). ``holder``: the label
         Describe shows (default ``hostname:pid``). ``margin``: how long before
         the computed deadline the lease counts as lost, time for the
         application to stop writing (default: a tenth of the TTL).
@@ -232,8 +231,7 @@ class Client:
                     if failure is not None:
                         raise failure from None
                 if granted is None and not chain.needs_call(time.monotonic()):
-                    at = chain.wake_at()
-                    woken.wait(None if at is None else max(0.0, at - time.monotonic()))
+                    woken.wait()
         finally:
             self._max_wait = chain.plan.max_wait
             for call in chain.calls:

@@ -304,11 +304,27 @@ def released_loss(held: _Held) -> Optional[LeaseLost]:
 #: The broker's default --max-wait: the longest wait one Acquire call may ask
 #: for until the broker says otherwise.
 DEFAULT_MAX_WAIT = 300.0
-#: How long before a waiting call's end the next one is sent, at most.
-MAX_LEAD = 2.0
+
+#: The trailing metadata of an ABORTED Acquire or Campaign that kept its
+#: place in line (keep_place): the place, to pass back as ``place``.
+PLACE_METADATA = "leasehold-place"
 
 _MAX_WAIT_LIMIT = re.compile(r"limit is (\d+(?:\.\d+)?) ?(ms|s|min|h) \(--max-wait\)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def place_from(error: grpc.RpcError) -> str:
+    """The place an ABORTED call kept in line (its ``leasehold-place``
+    trailing metadata), or "" if it kept none (no keep_place, or a broker
+    from before keep_place)."""
+    try:
+        metadata = error.trailing_metadata()
+    except Exception:  # an error that is no call (e.g. raised locally)
+        return ""
+    for key, value in metadata or ():
+        if key == PLACE_METADATA:
+            return value.decode("ascii") if isinstance(value, bytes) else value
+    return ""
 
 
 def max_wait_from(error: grpc.RpcError) -> Optional[float]:
@@ -333,16 +349,13 @@ class WaitPlan:
     --max-wait.
 
     A wait longer than --max-wait (or without end: ``wait=None``) is a chain
-    of waiting calls. The broker keeps a caller's place in line only while
-    its call lives (the place is the call's own, keyed by the owner token
-    the broker made for it, and dropped when the call ends), and an
-    AcquireRequest cannot name an earlier place. So each next call is sent
-    while the previous one still waits (``lead`` seconds before its end):
-    the caller is never out of the line, and while the older call lives it
-    keeps the older place. The new call's place is at the back, though:
-    callers that arrived while the previous call waited, and still wait
-    when it ends, are served before it. (Callers that chain the same way
-    keep their order among themselves.)"""
+    of waiting calls, one after the other. Each but the last asks the broker
+    to keep its place in line when its wait runs out (``keep_place``): the
+    ABORTED answer then carries the place (:func:`place_from`), which the
+    broker keeps for 3 s, and the next call, sent at once, waits in it
+    (``place``), in the same position. So callers that arrived later, with
+    any kind of wait, stay behind. The last call of a finite wait keeps
+    nothing: its caller gives up."""
 
     def __init__(self, wait: Optional[float], max_wait: float):
         self.start = time.monotonic()
@@ -354,12 +367,9 @@ class WaitPlan:
         left = float("inf") if self.end is None else max(0.0, self.end - now)
         return min(left, self.max_wait)
 
-    def next_at(self, sent: float, segment: float) -> Optional[float]:
-        """When to send the call after one sent at ``sent`` waiting
-        ``segment``: None if that one waits to the end of the plan."""
-        if self.end is not None and sent + segment >= self.end:
-            return None
-        return sent + segment - min(segment / 3.0, MAX_LEAD)
+    def reaches_end(self, now: float, segment: float) -> bool:
+        """Whether a call sent at ``now`` waiting ``segment`` is the last."""
+        return self.end is not None and now + segment >= self.end
 
     def over(self, now: float) -> bool:
         return self.end is not None and now >= self.end
@@ -373,26 +383,28 @@ class WaitPlan:
         return True
 
 
-def with_wait(request, segment: float):
-    """A copy of an AcquireRequest or CampaignRequest waiting ``segment``."""
+def with_wait(request, segment: float, keep_place: bool, place: str):
+    """A copy of an AcquireRequest or CampaignRequest waiting ``segment``,
+    keeping its place in line when that runs out (``keep_place``), and
+    waiting in ``place`` (a place an earlier call kept; "" for none)."""
     r = type(request)()
     r.CopyFrom(request)
     r.wait_timeout_ms = _ms(segment)
+    r.keep_place = keep_place
+    r.place = place
     return r
 
 
 @dataclasses.dataclass
 class ChainCall:
     """One Acquire call of a chain: the client's handle on it (a gRPC future
-    or an asyncio task), when it was sent and to which replica, how long it
-    waits, and when its successor is due."""
+    or an asyncio task), when it was sent and to which replica, and how long
+    it waits."""
 
     handle: Any
     sent: float
     segment: float
     index: int
-    next_at: Optional[float]
-    followed: bool = False
 
 
 class Chain:
@@ -406,63 +418,47 @@ class Chain:
         self.method = method
         self._request = request
         self.plan = WaitPlan(wait, max_wait)
-        #: The calls in flight, oldest first.
+        #: The call in flight, if any (a list: the drivers iterate over it).
         self.calls: List[ChainCall] = []
         self._replicas = replicas
         self._unreached = 0
-        # False once a cap on waiters refused the overlapping call: then
-        # each call is sent when the previous one ended.
-        self._overlap = True
+        # The place the last call kept in line ("" before one did). Kept
+        # across a failed call too: sent again (to another replica, say)
+        # within the broker's 3 s, it still finds its position.
+        self._place = ""
 
     def needs_call(self, now: float) -> bool:
-        """Whether to send a call now: none is in flight, or the newest
-        one's successor is due."""
-        if not self.calls:
-            return True
-        newest = self.calls[-1]
-        return not newest.followed and newest.next_at is not None and now >= newest.next_at
-
-    def wake_at(self) -> Optional[float]:
-        """When the driver must look again even if no call finished."""
-        newest = self.calls[-1] if self.calls else None
-        if newest is None or newest.followed:
-            return None
-        return newest.next_at
+        """Whether to send a call now: none is in flight."""
+        return not self.calls
 
     def request(self, now: float) -> Tuple[Any, float]:
         """The request of the call to send now, and its wait (segment)."""
         segment = self.plan.segment(now)
-        return with_wait(self._request, segment), segment
+        keep_place = not self.plan.reaches_end(now, segment)
+        return with_wait(self._request, segment, keep_place, self._place), segment
 
     def sent(self, handle: Any, sent: float, segment: float, index: int) -> None:
-        if self.calls:
-            self.calls[-1].followed = True
-        next_at = self.plan.next_at(sent, segment) if self._overlap else None
-        self.calls.append(ChainCall(handle, sent, segment, index, next_at))
+        self.calls.append(ChainCall(handle, sent, segment, index))
 
     def failed(self, call: ChainCall, error: grpc.RpcError, unreachable, now: float) -> Optional[LeaseholdError]:
-        """A call of the chain failed (it is no longer in flight). Returns
-        the error to raise, or None if the chain goes on: a newer call
-        waits, or the driver sends one (see :meth:`needs_call`).
-        ``unreachable(index)`` moves the client off a replica that could not
-        be reached."""
+        """The call of the chain failed (it is no longer in flight). Returns
+        the error to raise, or None if the chain goes on: the driver sends
+        the next call (see :meth:`needs_call`). ``unreachable(index)`` moves
+        the client off a replica that could not be reached."""
         self.calls.remove(call)
         code = error.code()
         if code == grpc.StatusCode.ABORTED:
-            if self.calls:
-                return None  # its segment ran out; a newer call holds the line
-            if not self.plan.over(now) and now >= call.sent + 0.9 * call.segment:
-                return None  # a successor was not sent in time: send it now
+            if self.plan.over(now):
+                return from_rpc_error(error)
+            place = place_from(error)
+            if place:
+                self._place = place  # its wait ran out; the next call waits there
+                return None
+            if now >= call.sent + 0.9 * call.segment:
+                # Its wait ran out without a place kept (a broker from before
+                # keep_place): the next call joins at the back.
+                return None
             return from_rpc_error(error)
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and self.calls:
-            # A cap on waiters (--conn-max-waiters, --tenant-max-waiters)
-            # leaves no room for a second waiting call: from now on the
-            # next call goes when the previous one ends (out of the line
-            # for that moment).
-            self._overlap = False
-            self.calls[-1].next_at = None
-            self.calls[-1].followed = False
-            return None
         learnt = max_wait_from(error)
         if learnt == 0.0:
             learnt = self.plan.max_wait / 2 if self.plan.max_wait > 0.5 else None
@@ -471,7 +467,7 @@ class Chain:
         # Deferred import: _brokers imports the generated stubs' module.
         from ._brokers import not_connected
 
-        if not_connected(error) and self._unreached + 1 < self._replicas and not self.calls:
+        if not_connected(error) and self._unreached + 1 < self._replicas:
             self._unreached += 1
             unreachable(call.index)
             return None

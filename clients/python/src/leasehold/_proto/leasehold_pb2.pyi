@@ -32,20 +32,24 @@ class Lease(_message.Message):
     def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., fence: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("name", "ttl_ms", "holder", "wait_timeout_ms", "lock_delay_ms", "limit")
+    __slots__ = ("name", "ttl_ms", "holder", "wait_timeout_ms", "lock_delay_ms", "limit", "keep_place", "place")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     WAIT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    KEEP_PLACE_FIELD_NUMBER: _ClassVar[int]
+    PLACE_FIELD_NUMBER: _ClassVar[int]
     name: str
     ttl_ms: int
     holder: str
     wait_timeout_ms: int
     lock_delay_ms: int
     limit: int
-    def __init__(self, name: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., holder: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    keep_place: bool
+    place: str
+    def __init__(self, name: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., holder: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., limit: _Optional[int] = ..., keep_place: bool = ..., place: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "waited_ms")
@@ -204,16 +208,20 @@ class LeaseStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[LeaseStatus.State, str]] = ..., ttl_ms: _Optional[int] = ..., fence: _Optional[int] = ..., reason: _Optional[_Union[LossReason, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class CampaignRequest(_message.Message):
-    __slots__ = ("election", "value", "ttl_ms", "wait_timeout_ms")
+    __slots__ = ("election", "value", "ttl_ms", "wait_timeout_ms", "keep_place", "place")
     ELECTION_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     WAIT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_PLACE_FIELD_NUMBER: _ClassVar[int]
+    PLACE_FIELD_NUMBER: _ClassVar[int]
     election: str
     value: str
     ttl_ms: int
     wait_timeout_ms: int
-    def __init__(self, election: _Optional[str] = ..., value: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., wait_timeout_ms: _Optional[int] = ...) -> None: ...
+    keep_place: bool
+    place: str
+    def __init__(self, election: _Optional[str] = ..., value: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., wait_timeout_ms: _Optional[int] = ..., keep_place: bool = ..., place: _Optional[str] = ...) -> None: ...
 
 class CampaignResponse(_message.Message):
     __slots__ = ("lease", "waited_ms")
