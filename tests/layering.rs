@@ -101,11 +101,12 @@ fn the_shipped_binary_carries_no_load_generator() {
 }
 
 /// The modules of the broker's library (`server/src/`), in layers: each
-/// may use the ones after it, never one before it. `duration`, `redact` and `error`
-/// are leaves every layer may use; `proto` is the API's definition.
+/// may use the ones after it, never one before it. `duration`, `error` and
+/// `redact` are leaves every layer may use (the error's secrets are
+/// redacted); `proto` is the API's definition.
 const LAYERS: &[&str] = &[
-    "service", "metrics", "auth", "config", "lease", "store", "proto", "duration", "redact",
-    "error",
+    "service", "metrics", "auth", "config", "lease", "store", "proto", "duration", "error",
+    "redact",
 ];
 
 /// The top-level modules the non-test code of each module of `src/` names

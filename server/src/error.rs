@@ -71,22 +71,21 @@ pub enum Error {
 
     /// Acquire's wait ran out without the lock (`refusal`: held, in its
     /// lock-delay or queued), and the caller asked to keep its place in
-    /// line (keep_place): the place stays in line for [`QUEUE_LIFETIME`] so
-    /// that the caller's next Acquire, passing it back, waits on in the
-    /// same position. The status carries the place in its metadata, never
-    /// in the message (which a client may log).
-    ///
-    /// [`QUEUE_LIFETIME`]: crate::store::QUEUE_LIFETIME
+    /// line (keep_place): the place stays in line for `kept_ms` (the
+    /// store's place lifetime) so that the caller's next Acquire, passing it
+    /// back, waits on in the same position. The status carries the place in
+    /// its metadata, never in the message (which a client may log).
     #[error(
-        "{refusal}; your place in line is kept for {} ms: pass the leasehold-place \
-         metadata as `place` to the next Acquire to wait on in it",
-        crate::store::QUEUE_LIFETIME.as_millis()
+        "{refusal}; your place in line is kept for {kept_ms} ms: pass the leasehold-place \
+         metadata as `place` to the next Acquire to wait on in it"
     )]
     PlaceKept {
         /// Why the wait ended without the lock.
         refusal: Box<Error>,
         /// The place kept (the token it waited with).
         place: KeptPlace,
+        /// How long the place stays in line untaken.
+        kept_ms: u64,
     },
 
     /// Renew or release of a lease that an operator revoked.

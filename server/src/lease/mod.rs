@@ -420,6 +420,7 @@ impl Leases {
                 return Err(Error::PlaceKept {
                     refusal: Box::new(refusal),
                     place: crate::error::KeptPlace(spec.token.clone()),
+                    kept_ms: crate::store::QUEUE_LIFETIME.as_millis() as u64,
                 });
             }
             result => result,

@@ -78,6 +78,7 @@ mod tests {
         let kept = crate::error::Error::PlaceKept {
             refusal: Box::new(crate::error::Error::Cancelled),
             place: crate::error::KeptPlace(token.clone()),
+            kept_ms: 3_000,
         };
         for shown in [
             format!("{args:?}"),

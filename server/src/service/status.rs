@@ -78,6 +78,7 @@ mod tests {
                 waited_ms: 100,
             }),
             place: crate::error::KeptPlace(place.into()),
+            kept_ms: 3_000,
         };
         assert!(!format!("{err:?}").contains(place));
         let status = Status::from(err);
