@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{acquire_req, eventually, must_acquire, Broker, RedisServer};
 use leasehold_server::proto::{
     leasehold_service_client::LeaseholdServiceClient, AcquireRequest, AcquireResponse,
-    CampaignRequest, DescribeRequest, ReleaseRequest,
+    CampaignRequest, DescribeRequest, Lease, ReleaseRequest,
 };
 use tokio::task::JoinHandle;
 use tonic::{transport::Channel, Code, Response, Status};
@@ -75,6 +75,52 @@ async fn release(client: &Client, name: &str, owner_token: String) {
         .expect("release");
 }
 
+/// The line every test here starts from: `name` held, waiter A (keeping its
+/// place or not) and then waiter B queued behind it, until A's wait of
+/// `a_wait_ms` runs out. Returns the holder's lease, B's pending call and
+/// A's refusal.
+async fn b_behind_a_refused(
+    client: &Client,
+    name: &str,
+    keep_place: bool,
+    a_wait_ms: u64,
+) -> (Lease, Pending, Status) {
+    let holder = must_acquire(&mut client.clone(), name, 60_000).await;
+    let a = spawn_acquire(
+        client,
+        AcquireRequest {
+            keep_place,
+            ..acquire_req(name, 30_000, "a", a_wait_ms)
+        },
+    );
+    until_waiters(client, name, 1, "A to queue").await;
+    let b = spawn_acquire(client, acquire_req(name, B_TTL, "b", 60_000));
+    until_waiters(client, name, 2, "B to queue behind A").await;
+    assert!(!a.is_finished(), "B queued while A's call waited");
+    let refused = a.await.unwrap().expect_err("A's wait runs out");
+    assert_eq!(refused.code(), Code::Aborted, "{refused:?}");
+    (holder, b, refused)
+}
+
+/// The place a refusal kept, from its metadata.
+fn kept_place(refused: &Status) -> Option<String> {
+    refused
+        .metadata()
+        .get(PLACE)
+        .map(|v| v.to_str().expect("an ASCII place").to_owned())
+}
+
+/// The lease a pending Acquire was granted.
+async fn granted(pending: Pending, what: &str) -> Lease {
+    pending
+        .await
+        .unwrap()
+        .unwrap_or_else(|s| panic!("{what}: {s:?}"))
+        .into_inner()
+        .lease
+        .unwrap()
+}
+
 /// Waiter A keeps its place; B arrives while A's call waits; A's wait runs
 /// out and A comes back (on Redis: to another replica) with its place; when
 /// the holder releases, A is granted before B, with its place as its owner
@@ -84,34 +130,14 @@ async fn a_kept_place_keeps_its_turn() {
     for (store, broker, again, _redis) in setups().await {
         let name = "kept";
         let client = broker.client().await;
-        let holder = must_acquire(&mut client.clone(), name, 60_000).await;
-
-        let a = spawn_acquire(
-            &client,
-            AcquireRequest {
-                keep_place: true,
-                ..acquire_req(name, 30_000, "a", 3_000)
-            },
-        );
-        until_waiters(&client, name, 1, "A to queue").await;
-        let b = spawn_acquire(&client, acquire_req(name, B_TTL, "b", 60_000));
-        until_waiters(&client, name, 2, "B to queue behind A").await;
-        assert!(!a.is_finished(), "{store}: B queued while A's call waited");
-
-        let refused = a.await.unwrap().expect_err("A's wait runs out");
-        assert_eq!(refused.code(), Code::Aborted, "{store}: {refused:?}");
+        let (holder, b, refused) = b_behind_a_refused(&client, name, true, 3_000).await;
         assert!(
             refused.message().contains("place in line is kept"),
             "{store}: {}",
             refused.message()
         );
-        let place = refused
-            .metadata()
-            .get(PLACE)
-            .unwrap_or_else(|| panic!("{store}: no {PLACE} in {refused:?}"))
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let place =
+            kept_place(&refused).unwrap_or_else(|| panic!("{store}: no {PLACE} in {refused:?}"));
         assert_eq!(place.len(), 32, "{store}: {place}");
         assert!(
             !refused.message().contains(&place),
@@ -143,28 +169,13 @@ async fn a_kept_place_keeps_its_turn() {
         );
 
         release(&client, name, holder.owner_token).await;
-        let granted = a
-            .await
-            .unwrap()
-            .unwrap_or_else(|s| panic!("{store}: A is granted first: {s:?}"))
-            .into_inner()
-            .lease
-            .unwrap();
-        assert_eq!(
-            granted.owner_token, place,
-            "{store}: the place is the token"
-        );
+        let first = granted(a, &format!("{store}: A is granted first")).await;
+        assert_eq!(first.owner_token, place, "{store}: the place is the token");
         assert!(!b.is_finished(), "{store}: B waits behind A");
-        release(&again, name, granted.owner_token).await;
-        let b = b
-            .await
-            .unwrap()
-            .expect("then B")
-            .into_inner()
-            .lease
-            .unwrap();
+        release(&again, name, first.owner_token).await;
+        let b = granted(b, "then B").await;
         assert_eq!(b.ttl_ms, B_TTL, "{store}: B (by its TTL)");
-        assert!(b.fence > granted.fence, "{store}");
+        assert!(b.fence > first.fence, "{store}");
     }
 }
 
@@ -175,18 +186,8 @@ async fn without_keep_place_the_place_is_given_up() {
     for (store, broker, _, _redis) in setups().await {
         let name = "given-up";
         let client = broker.client().await;
-        let holder = must_acquire(&mut client.clone(), name, 60_000).await;
-        let a = spawn_acquire(&client, acquire_req(name, 30_000, "a", 1_500));
-        until_waiters(&client, name, 1, "A to queue").await;
-        let b = spawn_acquire(&client, acquire_req(name, B_TTL, "b", 60_000));
-        until_waiters(&client, name, 2, "B to queue behind A").await;
-
-        let refused = a.await.unwrap().expect_err("A's wait runs out");
-        assert_eq!(refused.code(), Code::Aborted, "{store}: {refused:?}");
-        assert!(
-            refused.metadata().get(PLACE).is_none(),
-            "{store}: {refused:?}"
-        );
+        let (holder, b, refused) = b_behind_a_refused(&client, name, false, 1_500).await;
+        assert!(kept_place(&refused).is_none(), "{store}: {refused:?}");
         assert!(
             !refused.message().contains("kept"),
             "{store}: {}",
@@ -195,13 +196,7 @@ async fn without_keep_place_the_place_is_given_up() {
         assert_eq!(waiters(&client, name).await, 1, "{store}: A left the line");
 
         release(&client, name, holder.owner_token).await;
-        let b = b
-            .await
-            .unwrap()
-            .expect("B is next")
-            .into_inner()
-            .lease
-            .unwrap();
+        let b = granted(b, "B is next").await;
         assert_eq!(b.ttl_ms, B_TTL, "{store}: B (by its TTL)");
     }
 }
@@ -245,25 +240,8 @@ async fn a_lapsed_place_joins_at_the_back() {
     for (store, broker, _, _redis) in setups().await {
         let name = "lapsed";
         let client = broker.client().await;
-        let holder = must_acquire(&mut client.clone(), name, 60_000).await;
-        let a = spawn_acquire(
-            &client,
-            AcquireRequest {
-                keep_place: true,
-                ..acquire_req(name, 30_000, "a", 1_000)
-            },
-        );
-        until_waiters(&client, name, 1, "A to queue").await;
-        let b = spawn_acquire(&client, acquire_req(name, B_TTL, "b", 60_000));
-        until_waiters(&client, name, 2, "B to queue behind A").await;
-        let refused = a.await.unwrap().expect_err("A's wait runs out");
-        let place = refused
-            .metadata()
-            .get(PLACE)
-            .expect("a place")
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let (holder, b, refused) = b_behind_a_refused(&client, name, true, 1_000).await;
+        let place = kept_place(&refused).expect("a place");
 
         // Nobody refreshes a kept place: it lapses after its 3 s.
         until_waiters(&client, name, 1, "A's kept place to lapse").await;
@@ -278,23 +256,11 @@ async fn a_lapsed_place_joins_at_the_back() {
         );
         until_waiters(&client, name, 2, "A to queue again, at the back").await;
         release(&client, name, holder.owner_token).await;
-        let b = b
-            .await
-            .unwrap()
-            .expect("B is next")
-            .into_inner()
-            .lease
-            .unwrap();
+        let b = granted(b, "B is next").await;
         assert_eq!(b.ttl_ms, B_TTL, "{store}: B (by its TTL)");
         assert!(!a.is_finished(), "{store}: A waits behind B");
         release(&client, name, b.owner_token).await;
-        let a = a
-            .await
-            .unwrap()
-            .expect("then A")
-            .into_inner()
-            .lease
-            .unwrap();
+        let a = granted(a, "then A").await;
         assert_eq!(a.owner_token, place, "{store}");
     }
 }
