@@ -76,7 +76,11 @@ mod tests {
     /// being zeroed, would repeat one).
     #[test]
     fn tokens_from_several_pools_and_threads_never_repeat() {
-        let draw = || (0..3 * POOL + 5).map(|_| generate().unwrap()).collect::<Vec<_>>();
+        let draw = || {
+            (0..3 * POOL + 5)
+                .map(|_| generate().unwrap())
+                .collect::<Vec<_>>()
+        };
         let other = std::thread::spawn(draw);
         let mut all = draw();
         all.extend(other.join().unwrap());

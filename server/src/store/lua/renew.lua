@@ -6,7 +6,7 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  new TTL in milliseconds, or 0 to keep the lease's own TTL
 --
--- Returns what renew() returns.
+-- Returns what renew() returns, as one array {code, ttl_ms, fence}.
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-return renew(KEYS[1], KEYS[2], ARGV[1], ARGV[2], now_ms)
+return {renew(KEYS[1], KEYS[2], ARGV[1], ARGV[2], now_ms)}

@@ -9,8 +9,13 @@
 -- ARGV[2]  new TTL in milliseconds, 0 to keep the lease's own TTL, -1 to
 --          only look (see renew_lease.lua)
 --
--- Returns what renew() returns, except {3, 0, 0} when the lease hash knows
+-- Returns what renew() returns, as one array {code, ttl_ms, fence}, except
+-- {3, 0, 0} when the lease hash knows
 -- nothing of the token: it may be a semaphore permit (renew_permit.lua).
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-return renew_lock(KEYS[1], ARGV[1], ARGV[2], now_ms) or {3, 0, 0}
+local code, ttl, fence = renew_lock(KEYS[1], ARGV[1], ARGV[2], now_ms)
+if code == nil then
+  return {3, 0, 0}
+end
+return {code, ttl, fence}

@@ -6,7 +6,9 @@
 -- KEYS[2i-1], KEYS[2i]  the lease hash and the permits of lease i
 -- ARGV[2i-1], ARGV[2i]  its owner token and new TTL (0: keep its own)
 --
--- Returns one renew() reply per lease, in order.
+-- Returns renew()'s three values per lease, in order, in one flat array
+-- {code_1, ttl_1, fence_1, code_2, ...}: no table per lease in Redis, no
+-- nested reply for the broker to parse.
 --
 -- All the keys of a batch must live on one Redis node: fine on one Redis;
 -- on a Cluster the broker must batch per slot (names have their own hash
@@ -15,6 +17,7 @@ local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local replies = {}
 for i = 1, #KEYS / 2 do
-  replies[i] = renew(KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i], now_ms)
+  local code, ttl, fence = renew(KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i], now_ms)
+  replies[3 * i - 2], replies[3 * i - 1], replies[3 * i] = code, ttl, fence
 end
 return replies

@@ -8,7 +8,8 @@
 -- ARGV[2]  new TTL in milliseconds, 0 to keep the permit's own TTL, -1 to
 --          only look (see renew_lease.lua)
 --
--- Returns what renew_permit() returns (see renew_lease.lua).
+-- Returns what renew_permit() returns (see renew_lease.lua), as one array
+-- {code, ttl_ms, fence}.
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-return renew_permit(KEYS[1], ARGV[1], ARGV[2], now_ms)
+return {renew_permit(KEYS[1], ARGV[1], ARGV[2], now_ms)}

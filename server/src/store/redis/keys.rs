@@ -36,7 +36,7 @@ impl NameKeys {
         NameKeys {
             queue: format!("{lease}:line"),
             alive: format!("{lease}:until"),
-            permits: format!("{lease}:permits"),
+            permits: permits_key(&lease),
             fences: fence_counter_key(prefix, &lease, cluster),
             lease,
         }
@@ -51,6 +51,11 @@ pub fn lease_key(prefix: &str, name: &str) -> String {
 /// The fence counter for the name whose lease key is `lease`: one key on a
 /// Redis server; on a Cluster one per hash slot, in the name's slot (so
 /// that the grant scripts stay single-slot), never one per name.
+/// The permits of a name (a semaphore's), beside its lease hash `lease`.
+pub(super) fn permits_key(lease: &str) -> String {
+    format!("{lease}:permits")
+}
+
 fn fence_counter_key(prefix: &str, lease: &str, cluster: bool) -> String {
     if !cluster {
         return format!("{prefix}fences");

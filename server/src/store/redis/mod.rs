@@ -400,8 +400,10 @@ impl RedisStore {
             let mut keys = Vec::with_capacity(2 * batch.len());
             let mut args = Vec::with_capacity(2 * batch.len());
             for item in batch {
-                let k = self.keys(&item.name);
-                keys.extend([k.lease, k.permits]);
+                // The two keys the script reads, not all five of NameKeys.
+                let lease = self.key(&item.name);
+                let permits = keys::permits_key(&lease);
+                keys.extend([lease, permits]);
                 args.extend([item.token.clone(), item.ttl_ms.unwrap_or(0).to_string()]);
             }
             call = call.run(&keys, &args);

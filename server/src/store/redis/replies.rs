@@ -54,6 +54,11 @@ impl<'a> Fields<'a> {
         self.next < self.reply.len()
     }
 
+    /// How many fields are left.
+    pub fn remaining(&self) -> usize {
+        self.reply.len().saturating_sub(self.next)
+    }
+
     fn take(&mut self, name: &str) -> Result<&'a Value> {
         let i = self.next;
         self.next += 1;
@@ -105,14 +110,6 @@ impl<'a> Fields<'a> {
     /// A field the store does not read, whatever it is (or if missing).
     pub fn skip(&mut self, _name: &str) {
         self.next += 1;
-    }
-
-    /// A nested reply (renew_many.lua: one renewal per lease).
-    pub fn array(&mut self, name: &str) -> Result<Fields<'a>> {
-        match self.take(name)? {
-            Value::Array(items) => Ok(Fields::new(self.file, items)),
-            other => Err(self.wrong(name, "an array", other)),
-        }
     }
 }
 
@@ -203,14 +200,15 @@ impl Reply for LockRenewal {
     }
 }
 
-/// renew_many.lua: one renew.lua reply per lease, in order.
+/// renew_many.lua: one renew.lua reply per lease, in order, flat:
+/// `{code_1, ttl_1, fence_1, code_2, ...}` (no nested array per lease).
 pub(super) struct Renewals(pub Vec<Renewal>);
 
 impl Reply for Renewals {
     fn read(fields: &mut Fields<'_>) -> Result<Self> {
-        let mut renewals = Vec::new();
+        let mut renewals = Vec::with_capacity(fields.remaining() / 3);
         while fields.more() {
-            renewals.push(Renewal::read(&mut fields.array("renewal")?)?);
+            renewals.push(Renewal::read(fields)?);
         }
         Ok(Renewals(renewals))
     }
@@ -422,8 +420,8 @@ mod tests {
         ));
     }
 
-    /// Each reply reads as its script's header defines it, a nested one
-    /// included, and a count from an expiry race reads as none left.
+    /// Each reply reads as its script's header defines it, renew_many's
+    /// flat one included, and a count from an expiry race reads as none left.
     #[test]
     fn typed_replies_read_their_scripts_headers() {
         let free = Value::Array([0, 12, 300, 2, 1].map(Value::Int).to_vec());
@@ -438,11 +436,10 @@ mod tests {
             ),
             (300, 2, 1)
         );
-        let renewals = Value::Array(vec![
-            Value::Array([1, 5_000, 8].map(Value::Int).to_vec()),
-            Value::Array([-3, 0, 0].map(Value::Int).to_vec()),
-        ]);
+        let renewals = Value::Array([1, 5_000, 8, -3, 0, 0].map(Value::Int).to_vec());
         let Renewals(renewals) = decode("renew_many.lua", renewals).unwrap();
+        let cut_short = Value::Array([1, 5_000, 8, 1].map(Value::Int).to_vec());
+        assert!(decode::<Renewals>("renew_many.lua", cut_short).is_err());
         let outcomes: Vec<_> = renewals.into_iter().map(|r| r.outcome).collect();
         assert_eq!(
             outcomes,
