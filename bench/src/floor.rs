@@ -451,7 +451,7 @@ async fn run(args: &FloorArgs) -> Result<(), String> {
         args.duration.as_secs_f64()
     );
     println!(
-        "{:<26} {:>7} {:>10} {:>18} {:>16} {:>22}",
+        "{:<26} {:>7} {:>10} {:>18} {:>16} {:>23}",
         "client",
         "workers",
         "cycles/s",
@@ -462,7 +462,7 @@ async fn run(args: &FloorArgs) -> Result<(), String> {
     let per_s = |r: &Run| r.cycles as f64 / args.duration.as_secs_f64();
     let print = |label: &str, workers: usize, m: &Measured| {
         println!(
-            "{label:<26} {workers:>7} {:>10.0} {:>18} {:>16.1} {:>22.1}",
+            "{label:<26} {workers:>7} {:>10.0} {:>18} {:>16.1} {:>23.1}",
             per_s(&m.run),
             format!("{}/{}", m.run.percentile(0.5), m.run.percentile(0.99)),
             m.server_us,
