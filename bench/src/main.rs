@@ -15,6 +15,7 @@
 mod broker;
 mod cycles;
 mod etcd;
+mod floor;
 mod heartbeats;
 mod keepalive;
 mod plain;
@@ -25,6 +26,13 @@ mod waiters;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+/// mimalloc, as the `leasehold` binary: the floor server (`floor
+/// --serve-floor`) runs in this binary and must allocate as the broker does
+/// to be its floor; the load generators' CPU per call is measured with it
+/// too.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit code: the broker (or a store it needs) could not be reached, or a
 /// run failed (sysexits' EX_UNAVAILABLE, as the `leasehold` client commands).
@@ -59,16 +67,36 @@ enum Command {
     /// (each grantee releases at once and queues again at the back):
     /// handoffs per second and handoff latency percentiles.
     Waiters(crate::waiters::WaitersArgs),
+    /// The gRPC floor and the client library's cost: acquire+release cycles
+    /// against a bare tonic server of the bench's own (a child process:
+    /// canned answers, no store, the broker's allocator, thread and HTTP/2
+    /// settings), its CPU per cycle being the share of the broker's that no
+    /// change to the broker's own code removes; then the load generator's
+    /// CPU per cycle through `leasehold_client::Client` against a bare
+    /// generated client over a tonic Channel, on that same server (issue 18:
+    /// the client at most 1.5x).
+    Floor(crate::floor::FloorArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // One thread: a load generator shares the machine with what it
     // measures; the direct baseline opens a runtime of its own.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // A floor server asked for more threads runs as the broker would.
+    let mut builder = match &cli.command {
+        Command::Floor(args) => match args.server_runtime_threads() {
+            Some(threads) => {
+                let mut builder = tokio::runtime::Builder::new_multi_thread();
+                if threads > 1 {
+                    builder.worker_threads(threads);
+                }
+                builder
+            }
+            None => tokio::runtime::Builder::new_current_thread(),
+        },
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("leasehold-bench: cannot start the async runtime: {e}");
@@ -82,6 +110,7 @@ fn main() -> ExitCode {
             Command::Cycles(args) => cycles::cycles(args).await,
             Command::Heartbeats(args) => heartbeats::heartbeats(args).await,
             Command::Waiters(args) => waiters::waiters(args).await,
+            Command::Floor(args) => floor::floor(args).await,
         }
     })
 }

@@ -241,3 +241,54 @@ async fn the_heartbeats_benchmark_runs() {
         assert_eq!(owner, None, "{key} is still held");
     }
 }
+
+/// The floor benchmark serves the floor itself (a bare tonic server, a
+/// child process), drives it through the bench's HTTP/2 client, a bare tonic
+/// Channel and the client library, and prints each one's throughput and the
+/// CPU a cycle costs server and load generator, then the client library's
+/// CPU per cycle against the bare Channel's.
+#[tokio::test]
+async fn the_floor_benchmark_runs() {
+    // Not `bench`: no broker, so no `leasehold` binary needed.
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .args(["floor", "--workers", "4", "--duration", "1s"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the run failed: {text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for label in [
+        "bench HTTP/2 client",
+        "tonic Channel, bare",
+        "leasehold_client::Client",
+    ] {
+        let line = row(&text, label);
+        // workers, cycles/s, acquire p50/p99 µs, server and load generator
+        // CPU µs per cycle.
+        let fields: Vec<&str> = line[label.len()..].split_whitespace().collect();
+        assert_eq!(fields.len(), 5, "{text}");
+        assert_eq!(fields[0], "4", "{line}");
+        let figure = |i: usize| -> f64 { fields[i].parse().unwrap_or_else(|_| panic!("{line}")) };
+        let (per_s, server_us, load_us) = (figure(1), figure(3), figure(4));
+        assert!(per_s > 0.0 && server_us > 0.0 && load_us > 0.0, "{line}");
+        let (p50, p99) = fields[2]
+            .split_once('/')
+            .unwrap_or_else(|| panic!("{line}"));
+        let (p50, p99): (u64, u64) = (p50.parse().unwrap(), p99.parse().unwrap());
+        assert!(p50 > 0 && p50 <= p99, "{line}");
+    }
+    let line = row(
+        &text,
+        "client/bare load generator CPU per cycle, 4 workers: ",
+    );
+    let ratio: f64 = line
+        .rsplit_once("= ")
+        .and_then(|(_, r)| r.split_once('x'))
+        .and_then(|(r, _)| r.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(ratio > 0.0, "{line}");
+}
