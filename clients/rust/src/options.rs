@@ -83,13 +83,22 @@ impl AcquireOptions {
 }
 
 /// `hostname:pid`, so an operator can find the holder.
+///
+/// The host name is read once per process: reading it from /proc on every
+/// acquire (open, read, close) was the largest item in a profile of the
+/// client, a tenth of its CPU per acquire+release cycle (BENCHMARKS.md,
+/// `leasehold-bench floor`). The pid is asked each time: a forked child is
+/// a holder of its own.
 pub fn default_holder() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into());
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown".into())
+    });
     format!("{host}:{}", std::process::id())
 }
 
