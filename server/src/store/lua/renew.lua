@@ -9,4 +9,5 @@
 -- Returns what renew() returns, as one array {code, ttl_ms, fence}.
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-return {renew(KEYS[1], KEYS[2], ARGV[1], ARGV[2], now_ms)}
+local code, ttl, fence = renew(KEYS[1], KEYS[2], ARGV[1], ARGV[2], now_ms)
+return {code, tonumber(ttl), tonumber(fence)}

@@ -16,7 +16,9 @@
 --            or '-1' to only look: report as below without extending
 --   now_ms   the Redis clock
 -- and returns three values (no table: a heartbeat renews hundreds of
--- leases in one run, and a table per lease cost Redis 0.6 µs each, measured)
+-- leases in one run, and a table per lease cost Redis 0.6 µs each,
+-- measured); ttl_ms and fence as the strings the record or the caller gave
+-- (never through a Lua number, which would print a fence as 1.7e+15):
 --             1, ttl_ms, fence when renewed (or, with '-1', alive),
 --             0, 0, 0 when the store has no record of this token's lease
 --                       (never held here, its record lapsed, its loss was
@@ -41,7 +43,7 @@
 local function renew_lock(key, token, new_ttl, now_ms)
   local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'r', 'x', 'n')
   if l[6] == token then
-    return -2, 0, tonumber(l[2])
+    return -2, 0, l[2]
   end
   if l[7] == token then
     return -4, 0, 0
@@ -57,16 +59,16 @@ local function renew_lock(key, token, new_ttl, now_ms)
     end
     local ttl = new_ttl
     if ttl == '-1' then
-      return 1, tonumber(l[3]), tonumber(l[2])
+      return 1, l[3], l[2]
     elseif ttl == '0' then
       ttl = l[3]
     end
     redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
     redis.call('PEXPIRE', key, tonumber(ttl) + tonumber(l[5] or '0') + LINGER_MS)
-    return 1, tonumber(ttl), tonumber(l[2])
+    return 1, ttl, l[2]
   end
   if live then
-    return -1, 0, tonumber(l[2])
+    return -1, 0, l[2]
   end
   return nil
 end
@@ -80,7 +82,7 @@ local function renew_permit(permits, token, new_ttl, now_ms)
       return -3, 0, 0
     end
     if new_ttl == '-1' then
-      return 1, tonumber(ttl), tonumber(fence)
+      return 1, ttl, fence
     elseif new_ttl ~= '0' then
       ttl = new_ttl
     end
@@ -89,7 +91,7 @@ local function renew_permit(permits, token, new_ttl, now_ms)
     if redis.call('PTTL', permits) < tonumber(ttl) + LINGER_MS then
       redis.call('PEXPIRE', permits, tonumber(ttl) + LINGER_MS)
     end
-    return 1, tonumber(ttl), tonumber(fence)
+    return 1, ttl, fence
   end
   if redis.call('HGET', permits, '_x') == token then
     return -4, 0, 0

@@ -18,4 +18,4 @@ local code, ttl, fence = renew_lock(KEYS[1], ARGV[1], ARGV[2], now_ms)
 if code == nil then
   return {3, 0, 0}
 end
-return {code, ttl, fence}
+return {code, tonumber(ttl), tonumber(fence)}

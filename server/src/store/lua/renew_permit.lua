@@ -12,4 +12,5 @@
 -- {code, ttl_ms, fence}.
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-return {renew_permit(KEYS[1], ARGV[1], ARGV[2], now_ms)}
+local code, ttl, fence = renew_permit(KEYS[1], ARGV[1], ARGV[2], now_ms)
+return {code, tonumber(ttl), tonumber(fence)}

@@ -54,11 +54,6 @@ impl<'a> Fields<'a> {
         self.next < self.reply.len()
     }
 
-    /// How many fields are left.
-    pub fn remaining(&self) -> usize {
-        self.reply.len().saturating_sub(self.next)
-    }
-
     fn take(&mut self, name: &str) -> Result<&'a Value> {
         let i = self.next;
         self.next += 1;
@@ -162,18 +157,40 @@ pub(super) struct Renewal {
 impl Renewal {
     fn read_after_code(code: i64, fields: &mut Fields<'_>) -> Result<Self> {
         let ttl_ms = if code == 1 {
-            Some(fields.uint("ttl_ms")?)
+            fields.uint("ttl_ms")?
         } else {
             fields.skip("ttl_ms");
-            None
+            0
         };
         let fence = fields.uint("fence")?;
-        let outcome = match ttl_ms {
-            Some(ttl_ms) => Checked::Done(Renewed { ttl_ms, fence }),
-            None => ended(code, fence)
-                .ok_or_else(|| Error::Internal(format!("renew reply code {code}")))?,
+        Renewal::new(code, ttl_ms, fence)
+    }
+
+    fn new(code: i64, ttl_ms: u64, fence: u64) -> Result<Self> {
+        let outcome = if code == 1 {
+            Checked::Done(Renewed { ttl_ms, fence })
+        } else {
+            ended(code, fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))?
         };
         Ok(Renewal { outcome, fence })
+    }
+
+    /// One item of renew_many.lua's reply: `code ttl_ms fence`.
+    fn parse(item: &str) -> Result<Self> {
+        let bad = || {
+            Error::Internal(format!(
+                "renew_many.lua reply item {item:?} is not 'code ttl_ms fence'"
+            ))
+        };
+        let mut values = item.split(' ');
+        let mut next = || values.next().ok_or_else(bad);
+        let code: i64 = next()?.parse().map_err(|_| bad())?;
+        let ttl_ms: u64 = next()?.parse().map_err(|_| bad())?;
+        let fence: u64 = next()?.parse().map_err(|_| bad())?;
+        if values.next().is_some() {
+            return Err(bad());
+        }
+        Renewal::new(code, ttl_ms, fence)
     }
 }
 
@@ -200,17 +217,21 @@ impl Reply for LockRenewal {
     }
 }
 
-/// renew_many.lua: one renew.lua reply per lease, in order, flat:
-/// `{code_1, ttl_1, fence_1, code_2, ...}` (no nested array per lease).
+/// renew_many.lua: one renew.lua reply per lease, in order, in one string:
+/// `"code ttl_ms fence,code ttl_ms fence,..."` (one value for redis-rs to
+/// parse, not three per lease).
 pub(super) struct Renewals(pub Vec<Renewal>);
 
 impl Reply for Renewals {
     fn read(fields: &mut Fields<'_>) -> Result<Self> {
-        let mut renewals = Vec::with_capacity(fields.remaining() / 3);
-        while fields.more() {
-            renewals.push(Renewal::read(fields)?);
+        let text = fields.text("renewals")?;
+        if text.is_empty() {
+            return Ok(Renewals(Vec::new()));
         }
-        Ok(Renewals(renewals))
+        text.split(',')
+            .map(Renewal::parse)
+            .collect::<Result<Vec<_>>>()
+            .map(Renewals)
     }
 }
 
@@ -436,17 +457,24 @@ mod tests {
             ),
             (300, 2, 1)
         );
-        let renewals = Value::Array([1, 5_000, 8, -3, 0, 0].map(Value::Int).to_vec());
+        let renewals = Value::BulkString(b"1 5000 1796080931737054,-3 0 0".to_vec());
         let Renewals(renewals) = decode("renew_many.lua", renewals).unwrap();
-        let cut_short = Value::Array([1, 5_000, 8, 1].map(Value::Int).to_vec());
-        assert!(decode::<Renewals>("renew_many.lua", cut_short).is_err());
+        for cut_short in ["1 5000 8,1", "1 5000", "1 5000 8 9", "1 x 8", ""] {
+            let reply = Value::BulkString(cut_short.as_bytes().to_vec());
+            let read = decode::<Renewals>("renew_many.lua", reply).map(|Renewals(r)| r.len());
+            assert!(
+                read.is_err() || cut_short.is_empty() && matches!(read, Ok(0)),
+                "{cut_short:?} read as {:?}",
+                read.ok()
+            );
+        }
         let outcomes: Vec<_> = renewals.into_iter().map(|r| r.outcome).collect();
         assert_eq!(
             outcomes,
             [
                 Checked::Done(Renewed {
                     ttl_ms: 5_000,
-                    fence: 8
+                    fence: 1_796_080_931_737_054
                 }),
                 Checked::Expired
             ]
