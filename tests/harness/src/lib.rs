@@ -10,6 +10,7 @@
 pub mod certs;
 pub mod contract;
 pub mod history;
+pub mod postgres;
 pub mod proxy;
 pub mod topology;
 
@@ -27,6 +28,8 @@ use leasehold_server::{
 };
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
+
+pub use self::postgres::PostgresServer;
 
 /// The redis-server binary: `$LEASEHOLD_REDIS_SERVER`, or `redis-server` on
 /// the PATH (`scripts/test` installs it).
