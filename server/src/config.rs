@@ -37,7 +37,12 @@ pub struct ServeConfig {
     /// shared by every replica: `redis://127.0.0.1:6379/0`,
     /// `redis+sentinel://s1:26379,s2:26379/mymaster` (the primary the
     /// sentinels name, followed across failovers) or
-    /// `redis+cluster://n1:7000,n2:7000` (seed nodes); `rediss...` for TLS.
+    /// `redis+cluster://n1:7000,n2:7000` (seed nodes); `rediss...` for TLS;
+    /// or PostgreSQL, shared the same way:
+    /// `postgres://user:password@host:5432/db` (`postgresql://` too;
+    /// `sslmode=disable` or `prefer` only for now: no TLS yet). On
+    /// PostgreSQL the broker creates its schema on first use unless
+    /// `leasehold migrate` made it already.
     #[arg(
         long,
         env = "LEASEHOLD_STORE",
@@ -47,7 +52,9 @@ pub struct ServeConfig {
     pub store: String,
 
     /// Prefix of every Redis key and channel the broker uses, so that several
-    /// deployments can share one Redis.
+    /// deployments can share one Redis. On PostgreSQL it names the schema
+    /// instead: lowercased, other characters than letters, digits and `_`
+    /// made `_`, outer `_` dropped (`leasehold:` -> schema `leasehold`).
     #[arg(long, env = "LEASEHOLD_KEY_PREFIX", default_value = "leasehold:")]
     pub key_prefix: String,
 

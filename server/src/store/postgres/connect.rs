@@ -119,14 +119,19 @@ pub(super) fn pool(config: tokio_postgres::Config, timeout: Duration) -> Result<
 
 /// A driver error in the broker's words: a database error that says the
 /// server is going away, overloaded or unreachable (SQLSTATE classes 08,
-/// 53, 57, and 40: a rollback a retry may cure) is UNAVAILABLE, as is any
-/// error without a database answer (connection refused, reset, closed);
-/// any other database error is our bug (INTERNAL).
+/// 53, 57, and 40: a rollback a retry may cure) or that it refuses us (28:
+/// a wrong password, 3D: no such database: the operator's to fix, and
+/// the broker serves nothing meanwhile) is UNAVAILABLE, as is any error
+/// without a database answer (connection refused, reset, closed); any
+/// other database error is our bug (INTERNAL).
 pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
     match e.as_db_error() {
         Some(db) => {
             let code = db.code().code();
-            if ["08", "53", "57", "40"].iter().any(|c| code.starts_with(c)) {
+            if ["08", "53", "57", "40", "28", "3D"]
+                .iter()
+                .any(|c| code.starts_with(c))
+            {
                 Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {db})"))
             } else {
                 Error::Internal(format!("PostgreSQL {op}: {db} (SQLSTATE {code})"))
@@ -185,7 +190,13 @@ pub(super) async fn migrate(client: &Client, schema: &str) -> Result<()> {
     if let Err(e) = client.batch_execute(&script).await {
         // Leave the connection usable for the pool's next caller.
         let _ = client.batch_execute("ROLLBACK").await;
-        return Err(classify("migrate", e));
+        return Err(match classify("migrate", e) {
+            Error::Internal(why) => Error::Unavailable(format!(
+                "cannot create or migrate the PostgreSQL schema '{schema}' ({why}): run \
+                 `leasehold migrate` with a role that may, or let this role create schemas"
+            )),
+            other => other,
+        });
     }
     tracing::info!(schema, version = SCHEMA_VERSION, "PostgreSQL schema ready");
     Ok(())
