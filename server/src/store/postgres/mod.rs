@@ -56,6 +56,12 @@ const RENEW_BATCH: usize = 500;
 /// while it found that many.
 const SWEEP_BATCH: i32 = 1_000;
 
+/// How long the first call may wait for the schema to be checked (and
+/// created or migrated): DDL on a busy server can take longer than a store
+/// call should. Only until the schema is first found ready; a server that
+/// is down fails at once, not after this.
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How often rows whose time is up are deleted.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -222,7 +228,8 @@ impl PostgresStore {
         self.inner
             .migrated
             .get_or_try_init(|| async {
-                self.bounded("migrate", async {
+                let limit = self.inner.timeout.max(MIGRATE_TIMEOUT);
+                let migrated = async {
                     let client = self
                         .inner
                         .pool
@@ -230,8 +237,10 @@ impl PostgresStore {
                         .await
                         .map_err(|e| pool_error("migrate", e))?;
                     connect::migrate(&client, &self.inner.schema).await
-                })
-                .await
+                };
+                tokio::time::timeout(limit, migrated)
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out("migrate", limit)))
             })
             .await?;
         Ok(())
