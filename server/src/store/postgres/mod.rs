@@ -87,12 +87,13 @@ impl Statements {
                 "SELECT * FROM {s}.semaphore_acquire($1, $2, $3, $4, $5, $6, $7, $8)"
             ),
             renew: format!("SELECT * FROM {s}.renew($1, $2, $3)"),
-            renew_many: format!("SELECT * FROM {s}.renew_many($1, $2, $3)"),
+            // In the order of the arguments, whatever the plan.
+            renew_many: format!("SELECT * FROM {s}.renew_many($1, $2, $3) ORDER BY ord"),
             release: format!("SELECT * FROM {s}.release($1, $2)"),
             revoke: format!("SELECT * FROM {s}.revoke($1)"),
             describe: format!("SELECT * FROM {s}.describe($1)"),
             dequeue: format!("SELECT {s}.dequeue($1, $2)"),
-            refresh: format!("SELECT * FROM {s}.refresh($1, $2, $3)"),
+            refresh: format!("SELECT * FROM {s}.refresh($1, $2, $3) ORDER BY ord"),
             sweep: format!("SELECT {s}.sweep($1)"),
         }
     }
