@@ -8,7 +8,7 @@ use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, proxy::Proxy, PostgresServer};
+use common::{certs::Ca, eventually, proxy::Proxy, PostgresServer};
 use leasehold_server::{
     store::{Acquired, Checked, Event, GrantSpec, Renewed, Store, StoreOptions},
     Error,
@@ -226,4 +226,47 @@ async fn a_stalled_postgres_is_unavailable_within_the_store_timeout() {
         async move { matches!(store.renew("a", "t1", None).await, Ok(Checked::Done(_))) }
     })
     .await;
+}
+
+/// sslmode=verify-full: the store talks TLS to a PostgreSQL that accepts
+/// TLS connections only, verifying its certificate against --store-ca. The
+/// same server refuses plain text (sslmode=disable), and a certificate the
+/// store cannot verify (no --store-ca: the system's roots) is refused too:
+/// both UNAVAILABLE, with the reason.
+#[tokio::test]
+async fn tls_by_sslmode_verifies_the_server() {
+    let ca = Ca::new("leasehold-test-pg-ca");
+    let (cert, key) = ca.issue(&["127.0.0.1"]);
+    let postgres = PostgresServer::start_tls(&cert, &key);
+    let url = |mode: &str| {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode={mode}",
+            postgres.port()
+        )
+    };
+    let timeout = Duration::from_secs(2);
+    let with_ca = StoreOptions {
+        tls_ca: Some(ca.pem.clone().into_bytes()),
+        ..StoreOptions::new("tls:", timeout)
+    };
+    let store = Store::open(&url("verify-full"), &with_ca).expect("open");
+    let fence = grant(&store, &spec("a", "t1", 10_000)).await;
+    assert_eq!(
+        store.check("a", "t1").await.unwrap(),
+        Checked::Done(Renewed {
+            ttl_ms: 10_000,
+            fence
+        })
+    );
+
+    let plain = open(&url("disable"), "tls:", timeout);
+    match plain.describe("a").await {
+        Err(Error::Unavailable(why)) => assert!(why.contains("no encryption"), "{why}"),
+        other => panic!("plain text to a TLS-only server: {other:?}"),
+    }
+    let unverified = open(&url("require"), "tls:", timeout);
+    match unverified.describe("a").await {
+        Err(Error::Unavailable(why)) => assert!(why.contains("certificate"), "{why}"),
+        other => panic!("a certificate nobody vouches for was accepted: {other:?}"),
+    }
 }

@@ -40,7 +40,8 @@ pub struct ServeConfig {
     /// `redis+cluster://n1:7000,n2:7000` (seed nodes); `rediss...` for TLS;
     /// or PostgreSQL, shared the same way:
     /// `postgres://user:password@host:5432/db` (`postgresql://` too;
-    /// `sslmode=disable` or `prefer` only for now: no TLS yet). On
+    /// `sslmode=require`, `verify-ca` or `verify-full` for TLS, each
+    /// verifying the server against --store-ca or the system's roots). On
     /// PostgreSQL the broker creates its schema on first use unless
     /// `leasehold migrate` made it already.
     #[arg(
@@ -173,13 +174,15 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
 
-    /// CA certificates (PEM) that a `rediss://` store's certificate must
-    /// chain to, instead of the system's roots.
+    /// CA certificates (PEM) that a `rediss://` store's certificate (or a
+    /// PostgreSQL store's, with a verifying `sslmode`) must chain to,
+    /// instead of the system's roots.
     #[arg(long, env = "LEASEHOLD_STORE_CA")]
     pub store_ca: Option<PathBuf>,
 
     /// Client certificate (PEM) for a `rediss://` store that requires one
-    /// (Redis's `tls-auth-clients`), with --store-client-key.
+    /// (Redis's `tls-auth-clients`), or a PostgreSQL store over TLS that
+    /// asks for one, with --store-client-key.
     #[arg(
         long,
         env = "LEASEHOLD_STORE_CLIENT_CERT",

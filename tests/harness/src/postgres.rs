@@ -140,6 +140,8 @@ pub struct PostgresServer {
     dir: PathBuf,
     child: Option<Child>,
     fsync: bool,
+    /// More `-c name=value` settings.
+    settings: Vec<String>,
 }
 
 impl PostgresServer {
@@ -156,8 +158,34 @@ impl PostgresServer {
         Self::start_with(true)
     }
 
-    fn start_with(fsync: bool) -> Self {
+    /// A server that accepts TLS connections only (`hostssl` in its
+    /// pg_hba.conf, trust within TLS), with this certificate and key (PEM).
+    pub fn start_tls(cert: &str, key: &str) -> Self {
         let dir = temp_dir("server");
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).expect("write a TLS file");
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("chmod a TLS file");
+            path.to_string_lossy().into_owned()
+        };
+        let settings = vec![
+            "ssl=on".to_owned(),
+            format!("ssl_cert_file={}", write("server.crt", cert)),
+            format!("ssl_key_file={}", write("server.key", key)),
+            format!(
+                "hba_file={}",
+                write("pg_hba.conf", "hostssl all all 127.0.0.1/32 trust\n")
+            ),
+        ];
+        Self::start_in(dir, false, settings)
+    }
+
+    fn start_with(fsync: bool) -> Self {
+        Self::start_in(temp_dir("server"), fsync, Vec::new())
+    }
+
+    fn start_in(dir: PathBuf, fsync: bool, settings: Vec<String>) -> Self {
         let status = Command::new("cp")
             .arg("-a")
             .arg(template())
@@ -171,6 +199,7 @@ impl PostgresServer {
             dir,
             child: None,
             fsync,
+            settings,
         };
         for _ in 0..5 {
             server.port = free_port();
@@ -194,6 +223,7 @@ impl PostgresServer {
             .arg(format!("unix_socket_directories={}", self.dir.display()))
             .args(["-c", if self.fsync { "fsync=on" } else { "fsync=off" }])
             .args(["-c", "max_connections=200"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -4,9 +4,13 @@
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use tokio_postgres::{config::SslMode, Client, NoTls};
+use tokio_postgres::{config::SslMode, Client};
 
-use crate::error::{Error, Result};
+use super::tls::Tls;
+use crate::{
+    error::{Error, Result},
+    store::StoreOptions,
+};
 
 /// The schema's version this broker's functions are ([`SCHEMA_SQL`]); the
 /// version table holds the one the database has.
@@ -64,42 +68,58 @@ pub fn schema_for(prefix: &str) -> Result<String> {
 }
 
 /// Reads a `postgres://` / `postgresql://` URL (libpq's URL form, with its
-/// query parameters: `sslmode`, `connect_timeout`, `application_name`...).
-/// TLS is not built in yet: `sslmode=disable` or `prefer` (which then
-/// connects in plain text) only.
-pub(super) fn parse_url(url: &str, timeout: Duration) -> Result<tokio_postgres::Config> {
+/// query parameters: `sslmode`, `connect_timeout`, `application_name`...)
+/// and the TLS it asks for (see `tls`: `require`, `verify-ca` and
+/// `verify-full` all verify the server; `disable` and `prefer`, the
+/// default, are plain text).
+pub(super) fn parse_url(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<(tokio_postgres::Config, Tls)> {
+    // tokio-postgres reads disable, prefer and require only; the verifying
+    // modes are require here, which verifies.
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let query: Vec<&str> = query
+        .split('&')
+        .map(|pair| match pair {
+            "sslmode=verify-full" | "sslmode=verify-ca" => "sslmode=require",
+            other => other,
+        })
+        .collect();
+    let url = if query.iter().all(|p| p.is_empty()) {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", query.join("&"))
+    };
     let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
         Error::InvalidArgument(format!(
             "bad PostgreSQL URL '{}': {e}",
-            crate::redact::url(url)
+            crate::redact::url(&url)
         ))
     })?;
-    match config.get_ssl_mode() {
-        SslMode::Disable | SslMode::Prefer => {}
+    let tls = match config.get_ssl_mode() {
+        SslMode::Require => Tls::verifying(options.tls_ca.as_deref(), options.tls_client.as_ref())?,
         _ => {
-            return Err(Error::InvalidArgument(format!(
-                "PostgreSQL URL '{}': this broker does not speak TLS to PostgreSQL yet; \
-                 use sslmode=disable (on a network you trust, or through a TLS tunnel)",
-                crate::redact::url(url)
-            )))
+            config.ssl_mode(SslMode::Disable);
+            Tls::none()
         }
-    }
+    };
     if config.get_connect_timeout().is_none() {
-        config.connect_timeout(timeout);
+        config.connect_timeout(options.timeout);
     }
     if config.get_application_name().is_none() {
         config.application_name("leasehold");
     }
-    Ok(config)
+    Ok((config, tls))
 }
 
 /// The pool of connections for store calls. Nothing connects here: the
 /// broker starts (NOT_SERVING) while PostgreSQL is down, and connects when
 /// it is up. Every wait on the pool is bounded by the store timeout.
-pub(super) fn pool(config: tokio_postgres::Config, timeout: Duration) -> Result<Pool> {
+pub(super) fn pool(config: tokio_postgres::Config, tls: Tls, timeout: Duration) -> Result<Pool> {
     let manager = Manager::from_config(
         config,
-        NoTls,
+        tls,
         ManagerConfig {
             // A broken connection is noticed by its failing call (and then
             // dropped by the driver); checking each one before use would
@@ -137,8 +157,22 @@ pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
                 Error::Internal(format!("PostgreSQL {op}: {db} (SQLSTATE {code})"))
             }
         }
-        None => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {e})")),
+        None => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {})", chain(&e))),
     }
+}
+
+/// An error and its causes, `: `-separated: tokio-postgres' own message
+/// ("error performing TLS handshake") leaves the reason ("invalid peer
+/// certificate: UnknownIssuer") to its source.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 pub(super) fn pool_error(op: &str, e: PoolError) -> Error {
@@ -221,21 +255,35 @@ mod tests {
     }
 
     #[test]
-    fn tls_modes_the_broker_cannot_honour_are_refused() {
-        let t = Duration::from_secs(1);
-        assert!(parse_url("postgres://u:p@127.0.0.1:5432/db", t).is_ok());
-        assert!(parse_url("postgresql://u@127.0.0.1/db?sslmode=disable", t).is_ok());
-        match parse_url("postgres://u:secret@127.0.0.1/db?sslmode=require", t) {
-            Err(Error::InvalidArgument(m)) => {
-                assert!(
-                    m.contains("sslmode=disable") && !m.contains("secret"),
-                    "{m}"
-                )
-            }
+    fn sslmode_chooses_plain_text_or_verifying_tls() {
+        let options = StoreOptions::new("p:", Duration::from_secs(1));
+        let mode = |url: &str| parse_url(url, &options).map(|(c, _)| c.get_ssl_mode());
+        assert!(matches!(
+            mode("postgres://u:p@127.0.0.1:5432/db"),
+            Ok(SslMode::Disable)
+        ));
+        assert!(matches!(
+            mode("postgresql://u@127.0.0.1/db?sslmode=prefer"),
+            Ok(SslMode::Disable)
+        ));
+        for verifying in ["require", "verify-ca", "verify-full"] {
+            let url = format!("postgres://u@127.0.0.1/db?application_name=x&sslmode={verifying}");
+            assert!(matches!(mode(&url), Ok(SslMode::Require)), "{verifying}");
+        }
+        match mode("postgres://u:secret@127.0.0.1/db?sslmode=sometimes") {
+            Err(Error::InvalidArgument(m)) => assert!(!m.contains("secret"), "{m}"),
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            parse_url("postgres://127.0.0.1:notaport/db", t),
+            mode("postgres://127.0.0.1:notaport/db"),
+            Err(Error::InvalidArgument(_))
+        ));
+        let bad_ca = StoreOptions {
+            tls_ca: Some(b"not a certificate".to_vec()),
+            ..options.clone()
+        };
+        assert!(matches!(
+            parse_url("postgres://u@127.0.0.1/db?sslmode=require", &bad_ca),
             Err(Error::InvalidArgument(_))
         ));
     }

@@ -13,9 +13,9 @@ use std::{sync::Weak, time::Duration};
 
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
-use super::Inner;
+use super::{tls::Tls, Inner};
 use crate::store::{
     watch::{SubscriptionRequest, Watchers},
     Event,
@@ -49,19 +49,13 @@ fn parse(payload: &str) -> Option<(String, &str)> {
 /// tells [`serve_subscriptions`] whether events reach us now.
 pub(super) async fn run(
     store: Weak<Inner>,
-    config: tokio_postgres::Config,
-    schema: String,
-    timeout: Duration,
+    link: Link,
     watchers: Watchers,
     listening: watch::Sender<bool>,
 ) {
     let mut first = true;
     while store.strong_count() > 0 {
-        match listen(
-            &store, &config, &schema, timeout, &watchers, &listening, first,
-        )
-        .await
-        {
+        match listen(&store, &link, &watchers, &listening, first).await {
             Ok(()) => return,
             Err(e) => {
                 if listening.send_replace(false) {
@@ -76,18 +70,28 @@ pub(super) async fn run(
     }
 }
 
+/// How the listening connection reaches PostgreSQL, and what it listens
+/// to.
+pub(super) struct Link {
+    pub config: tokio_postgres::Config,
+    pub tls: Tls,
+    /// The schema, which names the channel.
+    pub schema: String,
+    pub timeout: Duration,
+}
+
 /// One connection's life: `Ok` when the store is gone, `Err` when the
 /// connection failed.
 async fn listen(
     store: &Weak<Inner>,
-    config: &tokio_postgres::Config,
-    schema: &str,
-    timeout: Duration,
+    link: &Link,
     watchers: &Watchers,
     listening: &watch::Sender<bool>,
     first: bool,
 ) -> Result<(), String> {
-    let (client, mut connection) = tokio::time::timeout(timeout, config.connect(NoTls))
+    let (schema, timeout) = (&link.schema, link.timeout);
+    let connect = link.config.connect(link.tls.clone());
+    let (client, mut connection) = tokio::time::timeout(timeout, connect)
         .await
         .map_err(|_| "connect timed out".to_owned())?
         .map_err(|e| e.to_string())?;

@@ -24,6 +24,7 @@
 
 mod connect;
 mod listen;
+mod tls;
 
 use std::{
     future::Future,
@@ -165,9 +166,9 @@ impl PostgresStore {
     /// connects lazily, so the broker starts (NOT_SERVING) while
     /// PostgreSQL is down.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
-        let config = connect::parse_url(url, options.timeout)?;
+        let (config, tls) = connect::parse_url(url, options)?;
         let schema = schema_for(&options.key_prefix)?;
-        let pool = connect::pool(config.clone(), options.timeout)?;
+        let pool = connect::pool(config.clone(), tls.clone(), options.timeout)?;
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(requests));
         let (listening, listening_rx) = watch::channel(false);
@@ -187,11 +188,15 @@ impl PostgresStore {
             listening_rx,
             options.timeout,
         ));
+        let link = listen::Link {
+            config,
+            tls,
+            schema,
+            timeout: options.timeout,
+        };
         tokio::spawn(listen::run(
             Arc::downgrade(&store.inner),
-            config,
-            schema,
-            options.timeout,
+            link,
             watchers,
             listening,
         ));
