@@ -1,7 +1,7 @@
 //! Where leases live: the atomic grant / renew / release operations and the
 //! release notifications that wake waiters.
 //!
-//! Two backends keep the same contract, checked by one conformance suite
+//! Three backends keep the same contract, checked by one conformance suite
 //! (`tests/conformance.rs`):
 //!
 //! * [`MemoryStore`]: embedded, for trying the broker and single-process use.
