@@ -6,6 +6,14 @@ use std::process::ExitCode;
 
 mod cli;
 
+/// mimalloc instead of glibc's malloc: a gRPC call allocates and frees
+/// dozens of small buffers (HTTP/2 frames, headers, messages, Redis
+/// commands), and in a profile of the broker at 64 concurrent callers
+/// glibc's malloc, free and their consolidation were a third of its CPU
+/// (BENCHMARKS.md, "Where a call's CPU goes").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use leasehold_server::config::{LogFormat, ServeConfig};
 use tokio::net::TcpListener;

@@ -50,24 +50,20 @@
 -- of the lock-delay). A grant carries x and r over, so that a retried
 -- release and a revoked holder still get their true answer.
 --
--- The fence comes from the counter (INCR), raised to at least
--- max(last fence of the name + 1, server clock in µs, floor + 1):
--- * while Redis keeps its data the counter alone rises, whatever any clock
---   does (a clock stepped back cannot lower it);
--- * after Redis lost its data (the counter with it), the clock term lands
---   above every earlier fence, since no fence ran ahead of the clock by more
---   than the grants made within one microsecond, and the floor (the highest
---   fence the calling broker has seen) covers a clock that also stepped back;
--- * last + 1 keeps the name's own sequence across an upgrade from brokers
---   that issued fences before the counter existed.
--- Numbers go back to Redis through string.format('%d'): a plain Lua number
--- would be written as "1.7e+15" and lose digits.
+-- The fence comes from the counter, raised past the name's last fence, the
+-- clock and the broker's floor (fence.lua).
 --
--- Uses: constants.lua, line.lua, queue.lua.
+-- The uncontended grant (a free name, no line, no permits) costs seven
+-- redis.call: HMGET, TIME, EXISTS (line and permits in one), SET ... GET
+-- (the fence), HSET, PEXPIRE, PUBLISH. The record is written in place:
+-- x and r carry over as they are, and only fields of the lease replaced
+-- that a new one must not keep (n, u) are deleted, when present.
+--
+-- Uses: constants.lua, line.lua, queue.lua, fence.lua.
 local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
-local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]))
-local now_ms = waiter.now_ms
 local key, permits, counter = KEYS[1], KEYS[4], KEYS[5]
+local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]), permits)
+local now_ms = waiter.now_ms
 
 local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'x', 'r')
 if l[1] then
@@ -100,7 +96,11 @@ elseif l[8] and now_ms < tonumber(l[8]) then
 end
 
 -- Held as a semaphore: blocked until its permits are gone.
-if redis.call('EXISTS', permits) == 1 then
+local has_permits = waiter.other
+if has_permits == nil then
+  has_permits = redis.call('EXISTS', permits) == 1
+end
+if has_permits then
   local entries = redis.call('HGETALL', permits)
   local first_expiry
   for i = 1, #entries, 2 do
@@ -124,11 +124,7 @@ if queued then
 end
 local last = tonumber(l[2] or '0')
 -- Grant.
-local counted = redis.call('INCR', counter)
-local fence = math.max(counted, last + 1, now_us, tonumber(ARGV[4]) + 1)
-if fence ~= counted then
-  redis.call('SET', counter, string.format('%d', fence))
-end
+local fence, fence_text = next_fence(counter, last, now_us, tonumber(ARGV[4]))
 -- An expired lease replaced here whose loss nobody reported: reported now.
 local expired = 0
 if l[1] and l[1] ~= token and not l[9] then
@@ -136,23 +132,17 @@ if l[1] and l[1] ~= token and not l[9] then
 end
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[5])
-local fields = {
+redis.call('HSET', key,
   'o', ARGV[1],
-  'f', string.format('%d', fence),
+  'f', fence_text,
   'h', ARGV[3],
   't', ARGV[2],
   'g', string.format('%d', now_ms),
   'e', string.format('%d', now_ms + ttl),
-  'd', ARGV[5]}
--- Carried over, in the same write.
-for i, field in ipairs({'x', 'r'}) do
-  if l[9 + i] then
-    table.insert(fields, field)
-    table.insert(fields, l[9 + i])
-  end
+  'd', ARGV[5])
+if l[8] or l[9] then
+  redis.call('HDEL', key, 'u', 'n')
 end
-redis.call('DEL', key)
-redis.call('HSET', key, unpack(fields))
 redis.call('PEXPIRE', key, ttl + delay + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
 return {1, fence, ttl, '', now_ms, expired}

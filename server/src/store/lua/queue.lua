@@ -12,20 +12,38 @@
 --            (its broker refreshes it before that while the waiter lives,
 --            refresh.lua)
 --   now_ms   the Redis clock
+--   lined    false if the line was empty on arrival (nothing to prune, and
+--            nobody comes first)
+--   other    whether the key passed to arrive() as `other` exists: false
+--            (it does not), true (it does) or nil (not known: look)
 --
 -- Uses: line.lua.
--- Defines: arrive(line, places, token, waits, life); wait_in_line(waiter);
+-- Defines: arrive(line, places, token, waits, life, other); wait_in_line(waiter);
 -- take_turn(waiter, fence).
 
 -- The caller arrives at the line: reads the Redis clock, and waiters that
 -- stopped calling (their broker died) leave. Returns the caller as a waiter
 -- (above) and the clock in microseconds.
-local function arrive(line, places, token, waits, life)
+--
+-- Most names have no line: one EXISTS of the line and `other` (a key the
+-- script must look at anyway, or nil) tells that case apart, and then
+-- nothing is pruned and take_turn() reads nothing. Every redis.call costs
+-- the script a reply encoded and parsed again (1 to 2 µs, more than most
+-- commands themselves): the uncontended path is counted in calls.
+local function arrive(line, places, token, waits, life, other)
   local time = redis.call('TIME')
   local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
   local now_ms = math.floor(now_us / 1000)
-  prune(line, places, now_ms)
-  local waiter = {line = line, places = places, token = token, waits = waits, life = life, now_ms = now_ms}
+  local waiter = {line = line, places = places, token = token, waits = waits, life = life,
+    now_ms = now_ms, lined = true}
+  if redis.call('EXISTS', line, other or line) == 0 then
+    waiter.lined, waiter.other = false, false
+  elseif other and redis.call('EXISTS', line) == 0 then
+    waiter.lined, waiter.other = false, true
+  end
+  if waiter.lined then
+    prune(line, places, now_ms)
+  end
   return waiter, now_us
 end
 
@@ -54,6 +72,9 @@ end
 -- (code 3, with `fence`) if someone else is first; else takes the caller
 -- out of the line (if it was in it) and returns nil.
 local function take_turn(waiter, fence)
+  if not waiter.lined then
+    return nil
+  end
   local queue, alive, token, now_ms = waiter.line, waiter.places, waiter.token, waiter.now_ms
   local first, first_deadline = first_in_line(queue, alive, now_ms)
   if first and first ~= token then

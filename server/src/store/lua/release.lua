@@ -74,7 +74,11 @@ end
 -- The key keeps its expiry (the lease's end, its lock-delay and LINGER_MS).
 redis.call('HDEL', key, 'o', 'h', 'g', 't', 'e', 'd', 'n')
 redis.call('HSET', key, 'x', token)
-prune(queue, alive, now_ms)
-local next = first_in_line(queue, alive, now_ms)
+-- No line (the common case): one EXISTS instead of a prune and a look.
+local next
+if redis.call('EXISTS', queue) == 1 then
+  prune(queue, alive, now_ms)
+  next = first_in_line(queue, alive, now_ms)
+end
 redis.call('PUBLISH', ARGV[2], next and string.sub(next, 1, 16) or '')
 return {1, 0}

@@ -34,7 +34,7 @@
 -- (release.lua). Fences come from the counter, as in acquire.lua: the
 -- name's lock and permit grants share one sequence.
 --
--- Uses: constants.lua, line.lua, queue.lua.
+-- Uses: constants.lua, line.lua, queue.lua, fence.lua.
 local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
 local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]))
 local now_ms = waiter.now_ms
@@ -89,16 +89,12 @@ if queued then
 end
 
 -- Grant.
-local counted = redis.call('INCR', counter)
-local fence = math.max(counted, last + 1, now_us, tonumber(ARGV[4]) + 1)
-if fence ~= counted then
-  redis.call('SET', counter, string.format('%d', fence))
-end
+local fence, fence_text = next_fence(counter, last, now_us, tonumber(ARGV[4]))
 local ttl = tonumber(ARGV[2])
 local expiry = now_ms + ttl
 redis.call('HSET', permits,
   token, string.format('%d|%d|%d|%d|', fence, expiry, ttl, now_ms) .. ARGV[3],
-  '_f', string.format('%d', fence))
+  '_f', fence_text)
 redis.call('PEXPIRE', permits, math.max(latest, expiry) - now_ms + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
 return {1, fence, ttl, '', now_ms, expired}

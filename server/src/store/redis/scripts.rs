@@ -2,7 +2,7 @@
 //!
 //! Redis scripts cannot call one another, and Redis Functions (which could
 //! share code) need Redis 7: code that several scripts share lives in
-//! shared parts (`constants.lua`, `line.lua`, `queue.lua`,
+//! shared parts (`constants.lua`, `line.lua`, `queue.lua`, `fence.lua`,
 //! `renew_lease.lua`) that define only `local function`s and constants and
 //! read no KEYS or ARGV, and each script is sent as its declared parts
 //! followed by its own body. [`Scripts::new`] declares each script's parts
@@ -56,6 +56,8 @@ const CONSTANTS: Part = part!("constants.lua");
 const LINE: Part = part!("line.lua");
 /// A waiter's place in the line: `arrive`, `wait_in_line`, `take_turn`.
 const QUEUE: Part = part!("queue.lua");
+/// The fence of a new grant: `next_fence`.
+const FENCE: Part = part!("fence.lua");
 /// Renewing a lease: `renew_lock`, `renew_permit`, `renew`.
 const RENEW_LEASE: Part = part!("renew_lease.lua");
 
@@ -123,8 +125,8 @@ pub(super) struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            acquire: script!("acquire.lua", [CONSTANTS, LINE, QUEUE]),
-            semaphore_acquire: script!("semaphore_acquire.lua", [CONSTANTS, LINE, QUEUE]),
+            acquire: script!("acquire.lua", [CONSTANTS, LINE, QUEUE, FENCE]),
+            semaphore_acquire: script!("semaphore_acquire.lua", [CONSTANTS, LINE, QUEUE, FENCE]),
             renew: script!("renew.lua", [CONSTANTS, RENEW_LEASE]),
             renew_many: script!("renew_many.lua", [CONSTANTS, RENEW_LEASE]),
             renew_lock: script!("renew_lock.lua", [CONSTANTS, RENEW_LEASE]),
@@ -449,8 +451,8 @@ mod tests {
         )
     }
 
-    fn all_parts() -> [Part; 4] {
-        [CONSTANTS, LINE, QUEUE, RENEW_LEASE]
+    fn all_parts() -> [Part; 5] {
+        [CONSTANTS, LINE, QUEUE, FENCE, RENEW_LEASE]
     }
 
     /// A script (or a part) that calls a shared function, or reads a shared
