@@ -606,11 +606,14 @@ END $$;
 -- held; fence (the last one remembered, 0 if none); remaining_ms (of the
 -- lease, or when free of a lock-delay); holder, granted_ms, ttl_ms,
 -- delay_ms (when held); waiters (live places); permits (live permits).
+-- STABLE: its reads share one snapshot (the statement's), so the lease, the
+-- waiters and the permits it reports are of one moment, as describe.lua's
+-- are; it writes nothing and takes no lock.
 CREATE OR REPLACE FUNCTION __SCHEMA__.describe(p_name text,
   OUT held boolean, OUT fence bigint, OUT remaining_ms bigint, OUT holder text,
   OUT granted_ms bigint, OUT ttl_ms bigint, OUT delay_ms bigint,
   OUT waiters bigint, OUT permits bigint)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
   now_ms bigint := __SCHEMA__.now_us() / 1000;
   l __SCHEMA__.leases;
