@@ -270,3 +270,82 @@ async fn tls_by_sslmode_verifies_the_server() {
         other => panic!("a certificate nobody vouches for was accepted: {other:?}"),
     }
 }
+
+/// Runs `sql` on `url` as it is (several statements at once).
+async fn execute(url: &str, sql: &str) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    let driver = tokio::spawn(connection);
+    client.batch_execute(sql).await.expect("run the SQL");
+    drop(client);
+    let _ = driver.await;
+}
+
+/// For deployments whose brokers may not run DDL: a broker whose role may
+/// not create the schema serves nothing and says to run `leasehold
+/// migrate`; once `leasehold migrate` ran with a role that may (and the
+/// broker's role was granted the tables, as the README says), the broker
+/// runs no DDL and serves.
+#[tokio::test]
+async fn leasehold_migrate_prepares_the_schema_for_a_role_without_ddl() {
+    let postgres = PostgresServer::start();
+    execute(&postgres.url(), "CREATE ROLE app LOGIN").await;
+    let as_app = format!(
+        "postgres://app@127.0.0.1:{}/postgres?application_name=app",
+        postgres.port()
+    );
+    let before = open(&as_app, "app:", Duration::from_secs(5));
+    match before.describe("a").await {
+        Err(Error::Unavailable(why)) => assert!(why.contains("leasehold migrate"), "{why}"),
+        other => panic!("a role without DDL rights made the schema: {other:?}"),
+    }
+
+    let migrate = |url: String| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["migrate", "--store", &url, "--key-prefix", "app:"])
+            .env_remove("LEASEHOLD_STORE")
+            .output()
+            .expect("run leasehold migrate")
+    };
+    for run in 0..2 {
+        // Twice: a second run finds the schema at its version.
+        let out = tokio::task::spawn_blocking({
+            let url = postgres.url();
+            move || migrate(url)
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "run {run}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "PostgreSQL schema 'app' is ready\n"
+        );
+    }
+    execute(
+        &postgres.url(),
+        "GRANT USAGE ON SCHEMA app TO app;
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA app TO app;
+         GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA app TO app;",
+    )
+    .await;
+    let after = open(&as_app, "app:", Duration::from_secs(5));
+    let fence = grant(&after, &spec("a", "t1", 10_000)).await;
+    assert_eq!(
+        after.renew("a", "t1", Some(20_000)).await.unwrap(),
+        Checked::Done(Renewed {
+            ttl_ms: 20_000,
+            fence
+        })
+    );
+    assert_eq!(after.release("a", "t1").await.unwrap(), Checked::Done(()));
+    let permit = GrantSpec {
+        limit: 2,
+        ..spec("s", "p1", 10_000)
+    };
+    grant(&after, &permit).await;
+}
