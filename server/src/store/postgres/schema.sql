@@ -120,7 +120,11 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- The next fence (acquire.lua): the sequence, raised to at least
--- max(last + 1, now_us, floor + 1).
+-- max(last + 1, now_us, floor + 1). setval is not ordered between two
+-- grants of different names running at once, so the sequence can end a few
+-- µs below the higher of their fences; harmless: that happens only when the
+-- clock term won, so every later fence is above the clock again, and a
+-- name's own sequence is kept by last + 1 (its row) and the caller's floor.
 CREATE OR REPLACE FUNCTION __SCHEMA__.next_fence(p_last bigint, p_now_us bigint, p_floor bigint)
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
