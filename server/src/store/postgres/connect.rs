@@ -278,6 +278,14 @@ mod tests {
             mode("postgres://127.0.0.1:notaport/db"),
             Err(Error::InvalidArgument(_))
         ));
+        let acks = StoreOptions {
+            replica_acks: 1,
+            ..options.clone()
+        };
+        assert!(matches!(
+            super::super::PostgresStore::open("postgres://u@127.0.0.1/db", &acks),
+            Err(Error::InvalidArgument(_))
+        ));
         let bad_ca = StoreOptions {
             tls_ca: Some(b"not a certificate".to_vec()),
             ..options.clone()

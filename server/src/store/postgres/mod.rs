@@ -166,6 +166,15 @@ impl PostgresStore {
     /// connects lazily, so the broker starts (NOT_SERVING) while
     /// PostgreSQL is down.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
+        if options.replica_acks > 0 {
+            // Said at start-up rather than ignored: the operator asked for
+            // a durability this store would not give that way.
+            return Err(Error::InvalidArgument(
+                "--replica-acks is Redis's WAIT; on PostgreSQL, have standbys acknowledge \
+                 commits with synchronous replication (synchronous_standby_names) instead"
+                    .into(),
+            ));
+        }
         let (config, tls) = connect::parse_url(url, options)?;
         let schema = schema_for(&options.key_prefix)?;
         let pool = connect::pool(config.clone(), tls.clone(), options.timeout)?;
