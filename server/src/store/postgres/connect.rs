@@ -147,14 +147,16 @@ pub(super) fn pool(config: tokio_postgres::Config, tls: Tls, timeout: Duration) 
 pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
     match e.as_db_error() {
         Some(db) => {
-            let code = db.code().code();
+            // The message only: a DETAIL line can quote a row's values, and
+            // a row may hold an owner token.
+            let (code, message) = (db.code().code(), db.message());
             if ["08", "53", "57", "40", "28", "3D"]
                 .iter()
                 .any(|c| code.starts_with(c))
             {
-                Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {db})"))
+                Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {message})"))
             } else {
-                Error::Internal(format!("PostgreSQL {op}: {db} (SQLSTATE {code})"))
+                Error::Internal(format!("PostgreSQL {op}: {message} (SQLSTATE {code})"))
             }
         }
         None => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {})", chain(&e))),
