@@ -349,3 +349,47 @@ async fn leasehold_migrate_prepares_the_schema_for_a_role_without_ddl() {
     };
     grant(&after, &permit).await;
 }
+
+/// The database's clock steps back an hour (NTP, a VM restored): a lease
+/// granted before the step keeps at most its TTL, not an hour more (the
+/// store counts it from now), fences still rise (the sequence, not the
+/// clock), and the name is free again within its TTL.
+#[tokio::test]
+async fn a_database_clock_stepped_back_lowers_no_fence_and_stretches_no_lease() {
+    let postgres = PostgresServer::start_faketime();
+    let store = open(&postgres.url(), "clock:", Duration::from_secs(2));
+    let before = grant(&store, &spec("a", "t1", 2_000)).await;
+
+    postgres.set_clock_offset(-3_600);
+    match store.acquire(&spec("a", "t2", 2_000)).await {
+        Ok(Acquired::Blocked(held)) => assert!(
+            held.remaining_ms <= 2_000,
+            "the step back stretched the lease: {held:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let other = grant(&store, &spec("b", "t3", 10_000)).await;
+    assert!(
+        other > before,
+        "fence {other} after {before}, clock an hour back"
+    );
+    let mut after = 0;
+    let started = Instant::now();
+    while after == 0 {
+        match store.acquire(&spec("a", "t2", 2_000)).await {
+            Ok(Acquired::Granted { fence, .. }) => after = fence,
+            Ok(Acquired::Blocked(held)) => {
+                assert!(held.remaining_ms <= 2_000, "{held:?}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "still held {:?} after the step",
+                    started.elapsed()
+                );
+                // Blocked tells when the lease ends: wait that long.
+                tokio::time::sleep(Duration::from_millis(held.remaining_ms)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(after > other, "fence {after} after {other}");
+}

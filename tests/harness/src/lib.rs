@@ -132,7 +132,7 @@ fn libc_path() -> String {
 /// while libfaketime, initialising, allocates: libfaketime issue #130), so
 /// malloc goes to glibc's allocator instead. That changes nothing the tests
 /// look at.
-fn faketime_env(clock: &std::path::Path) -> Vec<(&'static str, String)> {
+pub(crate) fn faketime_env(clock: &std::path::Path) -> Vec<(&'static str, String)> {
     vec![
         ("LD_PRELOAD", format!("{}:{}", libfaketime(), libc_path())),
         (

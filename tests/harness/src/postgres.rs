@@ -142,6 +142,8 @@ pub struct PostgresServer {
     fsync: bool,
     /// More `-c name=value` settings.
     settings: Vec<String>,
+    /// For a server under libfaketime: the file holding its clock's offset.
+    clock: Option<PathBuf>,
 }
 
 impl PostgresServer {
@@ -178,14 +180,41 @@ impl PostgresServer {
                 write("pg_hba.conf", "hostssl all all 127.0.0.1/32 trust\n")
             ),
         ];
-        Self::start_in(dir, false, settings)
+        Self::start_in(dir, false, settings, None)
     }
 
     fn start_with(fsync: bool) -> Self {
-        Self::start_in(temp_dir("server"), fsync, Vec::new())
+        Self::start_in(temp_dir("server"), fsync, Vec::new(), None)
     }
 
-    fn start_in(dir: PathBuf, fsync: bool, settings: Vec<String>) -> Self {
+    /// A server under libfaketime, its clock right for now: step it with
+    /// [`PostgresServer::set_clock_offset`] while it runs (as NTP stepping
+    /// the host's clock would). clock_timestamp() reads the wall clock,
+    /// which moves; the monotonic clock is left alone (see the harness's
+    /// `faketime_env`).
+    pub fn start_faketime() -> Self {
+        let dir = temp_dir("server");
+        let clock = dir.join("clock");
+        std::fs::write(&clock, "+0\n").expect("write the faketime file");
+        Self::start_in(dir, false, Vec::new(), Some(clock))
+    }
+
+    /// Sets the server's clock to `seconds` from the true time (negative:
+    /// behind), at once. Only for a server from
+    /// [`PostgresServer::start_faketime`].
+    pub fn set_clock_offset(&self, seconds: i64) {
+        let clock = self
+            .clock
+            .as_ref()
+            .expect("set_clock_offset needs PostgresServer::start_faketime");
+        // Written whole and renamed into place, so that no clock call reads
+        // a half-written file.
+        let next = clock.with_extension("next");
+        std::fs::write(&next, format!("{seconds:+}\n")).expect("write the faketime file");
+        std::fs::rename(&next, clock).expect("replace the faketime file");
+    }
+
+    fn start_in(dir: PathBuf, fsync: bool, settings: Vec<String>, clock: Option<PathBuf>) -> Self {
         let status = Command::new("cp")
             .arg("-a")
             .arg(template())
@@ -200,6 +229,7 @@ impl PostgresServer {
             child: None,
             fsync,
             settings,
+            clock,
         };
         for _ in 0..5 {
             server.port = free_port();
@@ -214,7 +244,11 @@ impl PostgresServer {
     /// Runs postgres on `self.port` and waits until it accepts connections;
     /// `None` if it exited first (the port was taken).
     fn spawn(&self) -> Option<Child> {
-        let mut child = command(&pg_bin().join("postgres"))
+        let mut command = command(&pg_bin().join("postgres"));
+        if let Some(clock) = &self.clock {
+            command.envs(crate::faketime_env(clock));
+        }
+        let mut child = command
             .arg("-D")
             .arg(self.dir.join("data"))
             .args(["-p", &self.port.to_string()])
