@@ -417,7 +417,13 @@ impl Store {
     /// [`Store::local_waiters`], and woken by a release only when it is first
     /// in line), or `None` for an observer (woken by every event).
     pub async fn watch(&self, name: &str, event: Event, waiter: Option<&str>) -> Result<Watch> {
-        dispatch!(self, s => s.watchers().watch(&s.channel(name, event), waiter).await)
+        match self {
+            Store::Memory(s) => s.watchers().watch(&s.channel(name, event), waiter).await,
+            Store::Redis(s) => s.watchers().watch(&s.channel(name, event), waiter).await,
+            // Also tells the database that the name is watched (it
+            // notifies only watched names).
+            Store::Postgres(s) => s.watch(name, event, waiter).await,
+        }
     }
 
     /// Takes a waiter out of the name's queue (its wait ended without a

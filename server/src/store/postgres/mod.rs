@@ -63,6 +63,16 @@ const SWEEP_BATCH: i32 = 1_000;
 /// is down fails at once, not after this.
 const MIGRATE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the database takes a name as watched after a broker said so
+/// ([`PostgresStore::watch`]); each broker says it again every
+/// [`OBSERVED_REFRESH`] for the names it still watches. Long, so that an
+/// outage shorter than this loses no watched name: a stale row only costs
+/// a NOTIFY nobody needs.
+const OBSERVED_LIFETIME: Duration = Duration::from_secs(60);
+
+/// How often a broker renews the rows of the names it watches.
+const OBSERVED_REFRESH: Duration = Duration::from_secs(20);
+
 /// How often rows whose time is up are deleted.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -78,6 +88,7 @@ struct Statements {
     dequeue: String,
     refresh: String,
     sweep: String,
+    observe: String,
 }
 
 impl Statements {
@@ -96,6 +107,7 @@ impl Statements {
             dequeue: format!("SELECT {s}.dequeue($1, $2)"),
             refresh: format!("SELECT * FROM {s}.refresh($1, $2, $3) ORDER BY ord"),
             sweep: format!("SELECT {s}.sweep($1)"),
+            observe: format!("SELECT {s}.observe($1, $2)"),
         }
     }
 }
@@ -225,6 +237,48 @@ impl PostgresStore {
 
     pub(crate) fn watchers(&self) -> &Watchers {
         &self.inner.watchers
+    }
+
+    /// Starts watching `name` for `event` ([`super::Store::watch`]): tells
+    /// the database the name is watched first (committed before the watch
+    /// is confirmed, so every later grant or release of it notifies).
+    pub(crate) async fn watch(
+        &self,
+        name: &str,
+        event: Event,
+        waiter: Option<&str>,
+    ) -> Result<super::Watch> {
+        self.observe(&[name]).await?;
+        self.inner
+            .watchers
+            .watch(&self.channel(name, event), waiter)
+            .await
+    }
+
+    /// Tells the database that `names` are watched, for
+    /// [`OBSERVED_LIFETIME`].
+    async fn observe(&self, names: &[&str]) -> Result<()> {
+        let life = int(OBSERVED_LIFETIME.as_millis() as u64);
+        for batch in names.chunks(1_000) {
+            self.query("observe", &self.inner.statements.observe, &[&batch, &life])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Renews the rows of every name watched here now.
+    async fn observe_watched(&self) -> Result<()> {
+        let mut names: Vec<String> = self
+            .inner
+            .watchers
+            .channels()
+            .into_iter()
+            .filter_map(|channel| channel.rsplit_once(':').map(|(name, _)| name.to_owned()))
+            .collect();
+        names.sort();
+        names.dedup();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.observe(&names).await
     }
 
     /// The watch key of `event` on `name`.
@@ -574,12 +628,22 @@ impl PostgresStore {
 /// Sweeps every [`SWEEP_EVERY`] while the store lives. Every broker replica
 /// sweeps; they skip each other's rows (and those of names in use) by the
 /// names' advisory locks.
+///
+/// It also renews, every [`OBSERVED_REFRESH`], the rows of the names
+/// watched here.
 async fn sweep(store: std::sync::Weak<Inner>) {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
+    let mut observed_at = tokio::time::Instant::now();
     loop {
         tick.tick().await;
         let Some(inner) = store.upgrade() else { return };
         let store = PostgresStore { inner };
+        if observed_at.elapsed() >= OBSERVED_REFRESH {
+            match store.observe_watched().await {
+                Ok(()) => observed_at = tokio::time::Instant::now(),
+                Err(e) => tracing::debug!(error = %e, "PostgreSQL watched names not renewed"),
+            }
+        }
         if let Err(e) = store.sweep_once().await {
             tracing::debug!(error = %e, "PostgreSQL sweep failed");
         }

@@ -34,8 +34,8 @@
 --   (one queue lock), so grants and releases do not share a WAL flush
 --   (group commit); measured on a 2-core VM with fsync on, about 600
 --   acquire+release cycles/s whatever the number of workers, 1,800 with
---   synchronous_commit off. Notifying only when a waiter is in line or an
---   observer watches the name would lift it (not done yet).
+--   synchronous_commit off. So a grant or release notifies only when a
+--   waiter is in line or an observer watches the name (table observed).
 
 CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
 
@@ -103,6 +103,17 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.line (
 CREATE INDEX IF NOT EXISTS line_order ON __SCHEMA__.line (name, seq);
 CREATE INDEX IF NOT EXISTS line_deadline ON __SCHEMA__.line (deadline_ms);
 
+-- Names whose grants and releases some broker's observer (an election's
+-- Observe stream) watches, until when its broker must have refreshed the
+-- row (it does every second; rows of a broker that died lapse). A grant or
+-- release of a name nobody observes and nobody waits for in line sends no
+-- NOTIFY: PostgreSQL serialises the commits of notifying transactions.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.observed (
+  name text PRIMARY KEY,
+  until_ms bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS observed_until ON __SCHEMA__.observed (until_ms);
+
 -- LINGER_MS (constants.lua).
 CREATE OR REPLACE FUNCTION __SCHEMA__.linger_ms() RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$ SELECT 10000::bigint $$;
@@ -146,6 +157,20 @@ END $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.notify(p_event text, p_next text, p_name text)
 RETURNS void LANGUAGE sql VOLATILE AS $$
   SELECT pg_notify('__SCHEMA__', p_event || ':' || left(coalesce(p_next, ''), 16) || ':' || p_name)
+$$;
+
+-- A broker's observers watch p_names for the next p_life ms.
+CREATE OR REPLACE FUNCTION __SCHEMA__.observe(p_names text[], p_life bigint) RETURNS void
+LANGUAGE sql VOLATILE AS $$
+  INSERT INTO __SCHEMA__.observed (name, until_ms)
+  SELECT DISTINCT n, __SCHEMA__.now_us() / 1000 + p_life FROM unnest(p_names) AS n
+  ON CONFLICT (name) DO UPDATE SET until_ms = greatest(__SCHEMA__.observed.until_ms, excluded.until_ms)
+$$;
+
+-- Whether an observer watches the name now.
+CREATE OR REPLACE FUNCTION __SCHEMA__.is_observed(p_name text, p_now_ms bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM __SCHEMA__.observed WHERE name = p_name AND until_ms > p_now_ms)
 $$;
 
 -- Lapsed places leave the line (line.lua's prune).
@@ -313,7 +338,9 @@ BEGIN
     expires_ms = excluded.expires_ms, delay_ms = excluded.delay_ms,
     delay_until_ms = NULL, noticed = false, released = excluded.released,
     revoked = excluded.revoked, forget_ms = excluded.forget_ms;
-  PERFORM __SCHEMA__.notify('g', '', p_name);
+  IF __SCHEMA__.is_observed(p_name, now_ms) THEN
+    PERFORM __SCHEMA__.notify('g', '', p_name);
+  END IF;
   RETURN ROW(1, fence, p_ttl_ms, '', now_ms, 0, 0, expired)::__SCHEMA__.acquired;
 END $$;
 
@@ -380,7 +407,9 @@ BEGIN
     last_fence = excluded.last_fence,
     released = CASE WHEN s.forget_ms > now_ms THEN s.released END,
     forget_ms = greatest(s.forget_ms, excluded.forget_ms);
-  PERFORM __SCHEMA__.notify('g', '', p_name);
+  IF __SCHEMA__.is_observed(p_name, now_ms) THEN
+    PERFORM __SCHEMA__.notify('g', '', p_name);
+  END IF;
   RETURN ROW(1, fence, p_ttl_ms, '', now_ms, 0, 0, expired)::__SCHEMA__.acquired;
 END $$;
 
@@ -558,7 +587,10 @@ BEGIN
       VALUES (p_name, p.fence, p_token, p.expires_ms + __SCHEMA__.linger_ms())
       ON CONFLICT (name) DO UPDATE SET released = p_token,
         forget_ms = greatest(s.forget_ms, excluded.forget_ms);
-      PERFORM __SCHEMA__.notify('r', '', p_name);
+      -- A free permit may serve any waiter in line: wake them all.
+      IF __SCHEMA__.line_length(p_name) > 0 OR __SCHEMA__.is_observed(p_name, now_ms) THEN
+        PERFORM __SCHEMA__.notify('r', '', p_name);
+      END IF;
       RETURN ROW(1, 0, 0)::__SCHEMA__.renewal;
     END IF;
     IF EXISTS (SELECT 1 FROM __SCHEMA__.semaphores
@@ -575,7 +607,9 @@ BEGIN
    WHERE name = p_name;
   PERFORM __SCHEMA__.prune(p_name, now_ms);
   SELECT token INTO next_token FROM __SCHEMA__.first_in_line(p_name);
-  PERFORM __SCHEMA__.notify('r', next_token, p_name);
+  IF next_token IS NOT NULL OR __SCHEMA__.is_observed(p_name, now_ms) THEN
+    PERFORM __SCHEMA__.notify('r', next_token, p_name);
+  END IF;
   RETURN ROW(1, 0, 0)::__SCHEMA__.renewal;
 END $$;
 
@@ -725,6 +759,11 @@ BEGIN
      WHERE expires_ms + __SCHEMA__.linger_ms() <= now_ms LIMIT p_limit)
    AND expires_ms + __SCHEMA__.linger_ms() <= now_ms
    AND pg_try_advisory_xact_lock(__SCHEMA__.name_key(name));
+  GET DIAGNOSTICS n = ROW_COUNT;
+  total := total + n;
+  DELETE FROM __SCHEMA__.observed WHERE name IN (
+    SELECT name FROM __SCHEMA__.observed WHERE until_ms <= now_ms LIMIT p_limit)
+   AND until_ms <= now_ms;
   GET DIAGNOSTICS n = ROW_COUNT;
   total := total + n;
   DELETE FROM __SCHEMA__.semaphores WHERE name IN (
