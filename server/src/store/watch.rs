@@ -207,6 +207,11 @@ impl Watchers {
             .collect()
     }
 
+    /// Whether `channel` has a watch on this replica now.
+    pub(crate) fn is_watched(&self, channel: &str) -> bool {
+        self.inner.by_channel.contains_key(channel)
+    }
+
     /// Watches of `channel` by callers waiting to acquire, alive now.
     pub(crate) fn waiters(&self, channel: &str) -> usize {
         self.inner.by_channel.get(channel).map_or(0, |s| {

@@ -241,18 +241,22 @@ impl PostgresStore {
 
     /// Starts watching `name` for `event` ([`super::Store::watch`]): tells
     /// the database the name is watched first (committed before the watch
-    /// is confirmed, so every later grant or release of it notifies).
+    /// is confirmed, so every later grant or release of it notifies),
+    /// unless a watch of this replica has it already: that one said so, and
+    /// its row outlives it by [`OBSERVED_LIFETIME`] less at most
+    /// [`OBSERVED_REFRESH`] (a commit per waiter would cost each handoff a
+    /// WAL flush).
     pub(crate) async fn watch(
         &self,
         name: &str,
         event: Event,
         waiter: Option<&str>,
     ) -> Result<super::Watch> {
-        self.observe(&[name]).await?;
-        self.inner
-            .watchers
-            .watch(&self.channel(name, event), waiter)
-            .await
+        let channel = self.channel(name, event);
+        if !self.inner.watchers.is_watched(&channel) {
+            self.observe(&[name]).await?;
+        }
+        self.inner.watchers.watch(&channel, waiter).await
     }
 
     /// Tells the database that `names` are watched, for
