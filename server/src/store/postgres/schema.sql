@@ -35,7 +35,10 @@
 --   (group commit); measured on a 2-core VM with fsync on, about 600
 --   acquire+release cycles/s whatever the number of workers, 1,800 with
 --   synchronous_commit off. So a grant or release notifies only when a
---   waiter is in line or an observer watches the name (table observed).
+--   waiter is in line or a broker watches the name (table observed): 16
+--   uncontended workers went from 268-331 to 1,113-1,362 cycles/s
+--   (interleaved runs, same loaded VM, fsync on); a contended lock, whose
+--   handoffs must notify, is unchanged (about 100 handoffs/s there).
 
 CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
 
