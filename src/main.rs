@@ -34,6 +34,13 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Serve(Box<ServeConfig>),
+    /// Create or upgrade a PostgreSQL store's schema now, then exit.
+    ///
+    /// For deployments whose brokers may not run DDL: run this once per
+    /// version with a role that may (it is idempotent), and the brokers,
+    /// finding the schema at their version, run none. Takes the broker's
+    /// --store and --key-prefix (the prefix names the schema).
+    Migrate(MigrateArgs),
     /// Take a lease once and print it as `export LEASEHOLD_*=...` lines for
     /// `eval` (the lease is not kept alive).
     #[command(after_help = cli::EXIT_CODES)]
@@ -167,8 +174,44 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Command::Token(args) => cli::token(args),
                 Command::Run(args) => cli::run(args).await,
                 Command::Health(args) => cli::health(args).await,
+                Command::Migrate(args) => migrate(args).await,
                 Command::Serve(_) | Command::Guard(_) => unreachable!("handled above"),
             }
+        }
+    }
+}
+
+/// `leasehold migrate`'s flags: the broker's own, by the same names and
+/// environment variables, so that one configuration serves both.
+#[derive(clap::Args)]
+struct MigrateArgs {
+    /// The PostgreSQL store: `postgres://user:password@host:5432/db`.
+    #[arg(long, env = "LEASEHOLD_STORE", hide_env_values = true)]
+    store: String,
+    /// The broker's --key-prefix: it names the schema.
+    #[arg(long, env = "LEASEHOLD_KEY_PREFIX", default_value = "leasehold:")]
+    key_prefix: String,
+    /// How long the migration may take.
+    #[arg(long, default_value = "30s", value_parser = leasehold_server::duration::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+/// Brings the schema to this broker's version; exit 0 when it is there.
+async fn migrate(args: MigrateArgs) -> ExitCode {
+    use leasehold_server::store::{PostgresStore, StoreOptions};
+    if !(args.store.starts_with("postgres://") || args.store.starts_with("postgresql://")) {
+        eprintln!("leasehold: migrate is for a PostgreSQL store (postgres://...); Redis and memory stores need none");
+        return ExitCode::from(cli::EXIT_USAGE);
+    }
+    let options = StoreOptions::new(args.key_prefix, args.timeout);
+    match PostgresStore::migrate(&args.store, &options).await {
+        Ok(schema) => {
+            println!("PostgreSQL schema '{schema}' is ready");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("leasehold: migrate failed: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -26,7 +26,7 @@ use common::{
     eventually,
     history::{self, Excuses, FencedResource, Findings, Grant},
     proxy::Proxy,
-    sample, scrape, BrokerProcess, RedisServer,
+    sample, scrape, BrokerProcess, PostgresServer, RedisServer,
 };
 use leasehold_client::{AcquireOptions, Client, ClientError};
 
@@ -96,10 +96,6 @@ impl Cluster {
             redis: Arc::new(Mutex::new(redis)),
             brokers,
         }
-    }
-
-    fn urls(&self) -> Vec<String> {
-        self.brokers.iter().map(BrokerProcess::url).collect()
     }
 }
 
@@ -292,10 +288,16 @@ where
 
 /// Clients connected to every broker.
 async fn clients_of(cluster: &Cluster) -> Vec<(Client, Option<Arc<Proxy>>)> {
+    clients_of_brokers(&cluster.brokers).await
+}
+
+/// Clients connected to every broker of `brokers`.
+async fn clients_of_brokers(brokers: &[BrokerProcess]) -> Vec<(Client, Option<Arc<Proxy>>)> {
+    let urls: Vec<String> = brokers.iter().map(BrokerProcess::url).collect();
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         clients.push((
-            Client::connect_any(cluster.urls()).await.expect("connect"),
+            Client::connect_any(urls.clone()).await.expect("connect"),
             None,
         ));
     }
@@ -660,4 +662,122 @@ async fn redis_clock_step_forward() {
         counted.iter().all(|&c| c >= 1.0 && c <= steps as f64),
         "forward steps counted per broker: {counted:?} of {steps}"
     );
+}
+
+/// No faults, on the PostgreSQL store: its baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_baseline() {
+    let postgres = PostgresServer::start();
+    let brokers = brokers_on(&postgres.url()).await;
+    let clients = clients_of_brokers(&brokers).await;
+    scenario("postgres_baseline", Faults::default(), clients, |_| async {
+        tokio::time::sleep(run_for()).await;
+        0
+    })
+    .await;
+}
+
+/// `BROKERS` broker processes on `url` (a PostgreSQL store).
+async fn brokers_on(url: &str) -> Vec<BrokerProcess> {
+    let mut brokers = Vec::new();
+    for _ in 0..BROKERS {
+        brokers.push(BrokerProcess::start(url).await);
+    }
+    brokers
+}
+
+/// The PostgreSQL store: broker processes killed with SIGKILL and
+/// restarted, one every 2 s (as `brokers_killed` on Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_brokers_killed() {
+    let postgres = PostgresServer::start();
+    let brokers = brokers_on(&postgres.url()).await;
+    let clients = clients_of_brokers(&brokers).await;
+    let brokers = Arc::new(tokio::sync::Mutex::new(brokers));
+    scenario(
+        "postgres_brokers_killed",
+        Faults::default(),
+        clients,
+        |_| async move {
+            let end = Instant::now() + run_for();
+            let mut faults = 0;
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(2_000)).await;
+                let mut brokers = brokers.lock().await;
+                let victim = random_below(BROKERS as u64) as usize;
+                brokers[victim].restart().await;
+                faults += 1;
+            }
+            faults
+        },
+    )
+    .await;
+}
+
+/// The PostgreSQL store: PostgreSQL stopped at once (an immediate shutdown,
+/// like a crash) and restarted with its data every 1.5 s: leases and fences
+/// survive; calls meanwhile fail UNAVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted() {
+    let postgres = Arc::new(Mutex::new(PostgresServer::start_durable()));
+    let url = postgres.lock().unwrap().url();
+    let brokers = brokers_on(&url).await;
+    let clients = clients_of_brokers(&brokers).await;
+    scenario(
+        "postgres_restarted",
+        Faults::default(),
+        clients,
+        |_| async move {
+            let end = Instant::now() + run_for();
+            let mut faults = 0;
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                let postgres = Arc::clone(&postgres);
+                tokio::task::spawn_blocking(move || postgres.lock().unwrap().restart())
+                    .await
+                    .unwrap();
+                faults += 1;
+            }
+            faults
+        },
+    )
+    .await;
+}
+
+/// The PostgreSQL store: the network between the brokers and PostgreSQL
+/// adds 20 ms of latency, drops every connection, and stalls for 1.5 s
+/// (past the store timeout), in turn (as `redis_link_faults`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_link_faults() {
+    let postgres = PostgresServer::start();
+    let link = Arc::new(Proxy::start(([127, 0, 0, 1], postgres.port()).into()).await);
+    let via_link = format!("postgres://postgres@{}/postgres", link.addr());
+    let brokers = brokers_on(&via_link).await;
+    let clients = clients_of_brokers(&brokers).await;
+    scenario(
+        "postgres_link_faults",
+        Faults::default(),
+        clients,
+        |_| async move {
+            let end = Instant::now() + run_for();
+            let mut faults = 0;
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                match faults % 3 {
+                    0 => link.set_latency(Duration::from_millis(20)),
+                    1 => link.drop_connections(),
+                    _ => {
+                        link.stall();
+                        tokio::time::sleep(Duration::from_millis(1_500)).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                link.set_latency(Duration::ZERO);
+                link.pass();
+                faults += 1;
+            }
+            faults
+        },
+    )
+    .await;
 }

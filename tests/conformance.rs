@@ -1,5 +1,5 @@
-//! The store contract, run against both backends: the embedded memory store
-//! and a real redis-server. A backend is correct when every test here passes
+//! The store contract, run against every backend: the embedded memory
+//! store, a real redis-server and a real PostgreSQL. A backend is correct when every test here passes
 //! on it.
 
 use leasehold_testkit as common;
@@ -850,6 +850,17 @@ macro_rules! conformance {
                     let redis = crate::common::RedisServer::start();
                     let store = leasehold_server::store::Store::open(&redis.url(), &leasehold_server::store::StoreOptions::new("conf:", std::time::Duration::from_secs(2)))
                         .expect("open redis store");
+                    super::$test(&store).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let postgres = crate::common::PostgresServer::start();
+                    let store = leasehold_server::store::Store::open(&postgres.url(), &leasehold_server::store::StoreOptions::new("conf:", std::time::Duration::from_secs(2)))
+                        .expect("open postgres store");
                     super::$test(&store).await;
                 }
             )*

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Broker, RedisServer};
+use common::{Broker, PostgresServer, RedisServer};
 use leasehold_client::{AcquireOptions, Client, LeaderInfo};
 use tokio::{
     io::{AsyncBufReadExt, BufReader, Lines},
@@ -70,7 +70,19 @@ async fn next_leader(
 #[tokio::test]
 async fn leaders_follow_each_other_and_observers_see_every_change() {
     let redis = RedisServer::start();
-    let broker = Broker::start(&redis.url()).await;
+    leaders_follow_each_other_on(&redis.url()).await;
+}
+
+/// The same on PostgreSQL (grants and releases reach the observer by
+/// NOTIFY).
+#[tokio::test]
+async fn leaders_follow_each_other_and_observers_see_every_change_on_postgres() {
+    let postgres = PostgresServer::start();
+    leaders_follow_each_other_on(&postgres.url()).await;
+}
+
+async fn leaders_follow_each_other_on(store: &str) {
+    let broker = Broker::start(store).await;
     let client = Client::connect(broker.url()).await.unwrap();
     let mut observation = client.observe("svc/primary").await.unwrap();
     let mut seen = Vec::new();

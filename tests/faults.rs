@@ -1,11 +1,12 @@
-//! Redis faults: calls fail fast with UNAVAILABLE, health says NOT_SERVING,
-//! and the broker recovers by itself when Redis is back.
+//! Redis (and PostgreSQL) faults: calls fail fast with UNAVAILABLE, health
+//! says NOT_SERVING, and the broker recovers by itself when the store is
+//! back.
 
 use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 
-use common::{acquire_req, must_acquire, Broker, RedisServer};
+use common::{acquire_req, must_acquire, Broker, PostgresServer, RedisServer};
 use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic_health::pb::{
@@ -71,6 +72,50 @@ async fn redis_down_means_unavailable_fast_and_recovery_is_automatic() {
 
     redis.restart();
     await_health(&mut health, ServingStatus::Serving).await;
+    must_acquire(&mut client, "after", 10_000).await;
+}
+
+/// The same on the PostgreSQL store: PostgreSQL stops, calls fail with
+/// UNAVAILABLE within 2 s and health turns NOT_SERVING; it comes back
+/// (with its data): health turns SERVING, the lease taken before is still
+/// held, and calls succeed, with no broker restart.
+#[tokio::test]
+async fn postgres_down_means_unavailable_fast_and_recovery_is_automatic() {
+    let mut postgres = PostgresServer::start_durable();
+    let broker = Broker::start(&postgres.url()).await;
+    let mut client = broker.client().await;
+    let mut health = watch_health(&broker).await;
+    await_health(&mut health, ServingStatus::Serving).await;
+    must_acquire(&mut client, "before", 60_000).await;
+
+    postgres.stop();
+    for name in ["during-1", "during-2", "during-3"] {
+        let started = Instant::now();
+        let status = client
+            .acquire(acquire_req(name, 10_000, "t", 0))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        assert!(
+            status.message().contains("PostgreSQL"),
+            "{}",
+            status.message()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "UNAVAILABLE took {:?}",
+            started.elapsed()
+        );
+    }
+    await_health(&mut health, ServingStatus::NotServing).await;
+
+    postgres.restart();
+    await_health(&mut health, ServingStatus::Serving).await;
+    let status = client
+        .acquire(acquire_req("before", 10_000, "t", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Aborted, "still held: {status:?}");
     must_acquire(&mut client, "after", 10_000).await;
 }
 

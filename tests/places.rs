@@ -7,7 +7,9 @@ use leasehold_testkit as common;
 
 use std::time::Duration;
 
-use common::{acquire_req, eventually, must_acquire, Broker, RedisServer};
+use common::{
+    acquire_req, eventually, must_acquire, Broker, PostgresServer, RedisServer, StoreServer,
+};
 use leasehold_server::proto::{
     leasehold_service_client::LeaseholdServiceClient, AcquireRequest, AcquireResponse,
     CampaignRequest, DescribeRequest, Lease, ReleaseRequest,
@@ -24,16 +26,30 @@ type Client = LeaseholdServiceClient<Channel>;
 type Pending = JoinHandle<Result<Response<AcquireResponse>, Status>>;
 
 /// The stores to run on: for each, the broker of the first calls, another
-/// replica a waiter comes back to (on Redis: the place lives in the store;
-/// the memory store is one broker's own), and the Redis server to keep
-/// alive.
-async fn setups() -> Vec<(&'static str, Broker, Option<Broker>, Option<RedisServer>)> {
+/// replica a waiter comes back to (on Redis and PostgreSQL: the place
+/// lives in the store; the memory store is one broker's own), and the
+/// server to keep alive.
+async fn setups() -> Vec<(&'static str, Broker, Option<Broker>, Option<StoreServer>)> {
     let redis = RedisServer::start();
     let first = Broker::start(&redis.url()).await;
     let second = Broker::start(&redis.url()).await;
+    let postgres = PostgresServer::start();
+    let on_postgres = Broker::start(&postgres.url()).await;
+    let again_on_postgres = Broker::start(&postgres.url()).await;
     vec![
         ("memory", Broker::start("memory").await, None, None),
-        ("redis", first, Some(second), Some(redis)),
+        (
+            "redis",
+            first,
+            Some(second),
+            Some(StoreServer::Redis(redis)),
+        ),
+        (
+            "postgres",
+            on_postgres,
+            Some(again_on_postgres),
+            Some(StoreServer::Postgres(postgres)),
+        ),
     ]
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     acquire_req, brokers_on_each_store, eventually, local_waiters, must_acquire, Broker,
-    RedisServer,
+    PostgresServer, RedisServer,
 };
 use leasehold_server::proto::{DescribeRequest, ReleaseRequest};
 use tonic::Code;
@@ -60,10 +60,19 @@ async fn a_waiter_is_woken_by_the_release() {
 #[tokio::test]
 async fn a_release_on_one_broker_wakes_a_waiter_on_another() {
     let redis = RedisServer::start();
-    let (a, b) = (
-        Broker::start(&redis.url()).await,
-        Broker::start(&redis.url()).await,
-    );
+    release_on_one_broker_wakes_a_waiter_on_another(&redis.url()).await;
+}
+
+/// The same on PostgreSQL: the release's NOTIFY reaches the other broker's
+/// LISTEN.
+#[tokio::test]
+async fn a_release_on_one_broker_wakes_a_waiter_on_another_on_postgres() {
+    let postgres = PostgresServer::start();
+    release_on_one_broker_wakes_a_waiter_on_another(&postgres.url()).await;
+}
+
+async fn release_on_one_broker_wakes_a_waiter_on_another(store: &str) {
+    let (a, b) = (Broker::start(store).await, Broker::start(store).await);
     let mut holder = a.client().await;
     let held = must_acquire(&mut holder, "x", 30_000).await;
     let mut waiter = b.client().await;

@@ -37,7 +37,13 @@ pub struct ServeConfig {
     /// shared by every replica: `redis://127.0.0.1:6379/0`,
     /// `redis+sentinel://s1:26379,s2:26379/mymaster` (the primary the
     /// sentinels name, followed across failovers) or
-    /// `redis+cluster://n1:7000,n2:7000` (seed nodes); `rediss...` for TLS.
+    /// `redis+cluster://n1:7000,n2:7000` (seed nodes); `rediss...` for TLS;
+    /// or PostgreSQL, shared the same way:
+    /// `postgres://user:password@host:5432/db` (`postgresql://` too;
+    /// `sslmode=require`, `verify-ca` or `verify-full` for TLS, each
+    /// verifying the server against --store-ca or the system's roots). On
+    /// PostgreSQL the broker creates its schema on first use unless
+    /// `leasehold migrate` made it already.
     #[arg(
         long,
         env = "LEASEHOLD_STORE",
@@ -47,7 +53,9 @@ pub struct ServeConfig {
     pub store: String,
 
     /// Prefix of every Redis key and channel the broker uses, so that several
-    /// deployments can share one Redis.
+    /// deployments can share one Redis. On PostgreSQL it names the schema
+    /// instead: lowercased, other characters than letters, digits and `_`
+    /// made `_`, outer `_` dropped (`leasehold:` -> schema `leasehold`).
     #[arg(long, env = "LEASEHOLD_KEY_PREFIX", default_value = "leasehold:")]
     pub key_prefix: String,
 
@@ -166,13 +174,15 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
 
-    /// CA certificates (PEM) that a `rediss://` store's certificate must
-    /// chain to, instead of the system's roots.
+    /// CA certificates (PEM) that a `rediss://` store's certificate (or a
+    /// PostgreSQL store's, with a verifying `sslmode`) must chain to,
+    /// instead of the system's roots.
     #[arg(long, env = "LEASEHOLD_STORE_CA")]
     pub store_ca: Option<PathBuf>,
 
     /// Client certificate (PEM) for a `rediss://` store that requires one
-    /// (Redis's `tls-auth-clients`), with --store-client-key.
+    /// (Redis's `tls-auth-clients`), or a PostgreSQL store over TLS that
+    /// asks for one, with --store-client-key.
     #[arg(
         long,
         env = "LEASEHOLD_STORE_CLIENT_CERT",

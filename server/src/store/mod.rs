@@ -1,12 +1,15 @@
 //! Where leases live: the atomic grant / renew / release operations and the
 //! release notifications that wake waiters.
 //!
-//! Two backends keep the same contract, checked by one conformance suite
+//! Three backends keep the same contract, checked by one conformance suite
 //! (`tests/conformance.rs`):
 //!
 //! * [`MemoryStore`]: embedded, for trying the broker and single-process use.
 //! * [`RedisStore`]: shared by any number of broker replicas; every operation
 //!   is one Lua script, so it is atomic in Redis.
+//! * [`PostgresStore`]: shared the same way, for teams that run PostgreSQL
+//!   and no Redis; every operation is one statement calling a PL/pgSQL
+//!   function (the Lua scripts' twin), so it is one short transaction.
 //!
 //! # The contract
 //!
@@ -32,11 +35,13 @@
 //!   no delay.
 
 mod memory;
+mod postgres;
 mod redis;
 mod url;
 mod watch;
 
 pub use self::memory::MemoryStore;
+pub use self::postgres::{schema_for, PostgresStore};
 pub use self::redis::{lease_key, RedisStore, SCRIPTS};
 pub use self::watch::Watch;
 // For the fuzz targets (see `crate::fuzzing`): the parsers of URLs and of
@@ -315,6 +320,8 @@ pub enum Store {
     Memory(MemoryStore),
     /// Shared, in Redis.
     Redis(RedisStore),
+    /// Shared, in PostgreSQL.
+    Postgres(PostgresStore),
 }
 
 macro_rules! dispatch {
@@ -322,6 +329,7 @@ macro_rules! dispatch {
         match $self {
             Store::Memory($s) => $call,
             Store::Redis($s) => $call,
+            Store::Postgres($s) => $call,
         }
     };
 }
@@ -329,7 +337,8 @@ macro_rules! dispatch {
 impl Store {
     /// Opens the store a `--store` value names: `memory`, a `redis://` /
     /// `rediss://` URL, a `redis+sentinel://` URL or a `redis+cluster://`
-    /// URL (each with a TLS variant, `rediss+...`).
+    /// URL (each with a TLS variant, `rediss+...`), or a `postgres://` /
+    /// `postgresql://` URL.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
         let redis = [
             "redis://",
@@ -343,9 +352,11 @@ impl Store {
             Ok(Store::Memory(MemoryStore::new()))
         } else if redis.iter().any(|scheme| url.starts_with(scheme)) {
             Ok(Store::Redis(RedisStore::open(url, options)?))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Store::Postgres(PostgresStore::open(url, options)?))
         } else {
             Err(crate::Error::InvalidArgument(format!(
-                "unknown store '{}': use 'memory', or a redis://, redis+sentinel:// or redis+cluster:// URL",
+                "unknown store '{}': use 'memory', a redis://, redis+sentinel:// or redis+cluster:// URL, or a postgres:// URL",
                 crate::redact::url(url)
             )))
         }
@@ -406,7 +417,13 @@ impl Store {
     /// [`Store::local_waiters`], and woken by a release only when it is first
     /// in line), or `None` for an observer (woken by every event).
     pub async fn watch(&self, name: &str, event: Event, waiter: Option<&str>) -> Result<Watch> {
-        dispatch!(self, s => s.watchers().watch(&s.channel(name, event), waiter).await)
+        match self {
+            Store::Memory(s) => s.watchers().watch(&s.channel(name, event), waiter).await,
+            Store::Redis(s) => s.watchers().watch(&s.channel(name, event), waiter).await,
+            // Also tells the database that the name is watched (it
+            // notifies only watched names).
+            Store::Postgres(s) => s.watch(name, event, waiter).await,
+        }
     }
 
     /// Takes a waiter out of the name's queue (its wait ended without a
@@ -444,6 +461,7 @@ impl Store {
         match self {
             Store::Memory(s) => s.ping().await.map(|()| None),
             Store::Redis(s) => s.ping().await.map(Some),
+            Store::Postgres(s) => s.ping().await.map(Some),
         }
     }
 }

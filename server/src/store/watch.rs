@@ -197,6 +197,21 @@ impl Watchers {
         }
     }
 
+    /// Every channel watched on this replica now (the PostgreSQL store
+    /// keeps telling the database that they are watched).
+    pub(crate) fn channels(&self) -> Vec<String> {
+        self.inner
+            .by_channel
+            .iter()
+            .map(|entry| entry.key().clone())
+            .collect()
+    }
+
+    /// Whether `channel` has a watch on this replica now.
+    pub(crate) fn is_watched(&self, channel: &str) -> bool {
+        self.inner.by_channel.contains_key(channel)
+    }
+
     /// Watches of `channel` by callers waiting to acquire, alive now.
     pub(crate) fn waiters(&self, channel: &str) -> usize {
         self.inner.by_channel.get(channel).map_or(0, |s| {

@@ -10,6 +10,7 @@
 pub mod certs;
 pub mod contract;
 pub mod history;
+pub mod postgres;
 pub mod proxy;
 pub mod topology;
 
@@ -27,6 +28,8 @@ use leasehold_server::{
 };
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
+
+pub use self::postgres::PostgresServer;
 
 /// The redis-server binary: `$LEASEHOLD_REDIS_SERVER`, or `redis-server` on
 /// the PATH (`scripts/test` installs it).
@@ -129,7 +132,7 @@ fn libc_path() -> String {
 /// while libfaketime, initialising, allocates: libfaketime issue #130), so
 /// malloc goes to glibc's allocator instead. That changes nothing the tests
 /// look at.
-fn faketime_env(clock: &std::path::Path) -> Vec<(&'static str, String)> {
+pub(crate) fn faketime_env(clock: &std::path::Path) -> Vec<(&'static str, String)> {
     vec![
         ("LD_PRELOAD", format!("{}:{}", libfaketime(), libc_path())),
         (
@@ -764,13 +767,29 @@ pub async fn local_waiters(client: &mut LeaseholdServiceClient<Channel>, name: &
         .local_waiters
 }
 
-/// One broker on each kind of store: `memory`, and Redis (the server is
-/// returned so that it lives as long as the test).
-pub async fn brokers_on_each_store() -> Vec<(&'static str, Broker, Option<RedisServer>)> {
+/// The server behind a store of [`brokers_on_each_store`], kept alive for
+/// as long as the test holds it.
+pub enum StoreServer {
+    /// A redis-server.
+    Redis(RedisServer),
+    /// A PostgreSQL server.
+    Postgres(PostgresServer),
+}
+
+/// One broker on each kind of store: `memory`, Redis and PostgreSQL (the
+/// servers are returned so that they live as long as the test).
+pub async fn brokers_on_each_store() -> Vec<(&'static str, Broker, Option<StoreServer>)> {
     let redis = RedisServer::start();
     let on_redis = Broker::start(&redis.url()).await;
+    let postgres = PostgresServer::start();
+    let on_postgres = Broker::start(&postgres.url()).await;
     vec![
         ("memory", Broker::start("memory").await, None),
-        ("redis", on_redis, Some(redis)),
+        ("redis", on_redis, Some(StoreServer::Redis(redis))),
+        (
+            "postgres",
+            on_postgres,
+            Some(StoreServer::Postgres(postgres)),
+        ),
     ]
 }

@@ -1,0 +1,300 @@
+//! Reaching PostgreSQL: the URL, the schema a key prefix names, the pool,
+//! the migration, and how driver errors become the broker's.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use tokio_postgres::{config::SslMode, Client};
+
+use super::tls::Tls;
+use crate::{
+    error::{Error, Result},
+    store::StoreOptions,
+};
+
+/// The schema's version this broker's functions are ([`SCHEMA_SQL`]); the
+/// version table holds the one the database has.
+pub(super) const SCHEMA_VERSION: i32 = 1;
+
+/// The tables and functions, `__SCHEMA__` standing for the schema.
+pub(super) const SCHEMA_SQL: &str = include_str!("schema.sql");
+
+/// The advisory lock key that serialises migrations (two brokers starting
+/// at once must not both create the same objects): "LEASEHLD" in ASCII.
+const MIGRATION_LOCK: i64 = 0x4C45_4153_4548_4C44;
+
+/// Connections per broker replica. Each store call holds one for one
+/// statement (a short transaction), so a few serve thousands of calls a
+/// second; more only add server processes.
+const POOL_SIZE: usize = 16;
+
+/// Longest schema name: PostgreSQL cuts identifiers (and the NOTIFY
+/// channel, named after the schema) at 63 bytes; this leaves room.
+const MAX_SCHEMA: usize = 40;
+
+/// The schema that holds every object of a deployment: the counterpart of
+/// Redis's key prefix, derived from `--key-prefix` so that one flag keeps
+/// deployments apart on either store. Lowercased, every character other
+/// than a letter, digit or `_` becomes `_`, and leading and trailing `_`
+/// go (`leasehold:` -> `leasehold`); one that would start with a digit or
+/// `pg_` (reserved) gets `lh_` in front. Several prefixes can name one
+/// schema (`a:` and `a-`): such deployments share their leases.
+pub fn schema_for(prefix: &str) -> Result<String> {
+    let mapped: String = prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let trimmed = mapped.trim_matches('_');
+    let schema = if trimmed.is_empty() {
+        "leasehold".to_owned()
+    } else if trimmed.starts_with(|c: char| c.is_ascii_digit()) || trimmed.starts_with("pg_") {
+        format!("lh_{trimmed}")
+    } else {
+        trimmed.to_owned()
+    };
+    if schema.len() > MAX_SCHEMA {
+        return Err(Error::InvalidArgument(format!(
+            "--key-prefix '{prefix}' names the PostgreSQL schema '{schema}', longer than \
+             {MAX_SCHEMA} characters: use a shorter prefix"
+        )));
+    }
+    Ok(schema)
+}
+
+/// Reads a `postgres://` / `postgresql://` URL (libpq's URL form, with its
+/// query parameters: `sslmode`, `connect_timeout`, `application_name`...)
+/// and the TLS it asks for (see `tls`: `require`, `verify-ca` and
+/// `verify-full` all verify the server; `disable` and `prefer`, the
+/// default, are plain text).
+pub(super) fn parse_url(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<(tokio_postgres::Config, Tls)> {
+    // tokio-postgres reads disable, prefer and require only; the verifying
+    // modes are require here, which verifies.
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let query: Vec<&str> = query
+        .split('&')
+        .map(|pair| match pair {
+            "sslmode=verify-full" | "sslmode=verify-ca" => "sslmode=require",
+            other => other,
+        })
+        .collect();
+    let url = if query.iter().all(|p| p.is_empty()) {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", query.join("&"))
+    };
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+        Error::InvalidArgument(format!(
+            "bad PostgreSQL URL '{}': {e}",
+            crate::redact::url(&url)
+        ))
+    })?;
+    let tls = match config.get_ssl_mode() {
+        SslMode::Require => Tls::verifying(options.tls_ca.as_deref(), options.tls_client.as_ref())?,
+        _ => {
+            config.ssl_mode(SslMode::Disable);
+            Tls::none()
+        }
+    };
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(options.timeout);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("leasehold");
+    }
+    Ok((config, tls))
+}
+
+/// The pool of connections for store calls. Nothing connects here: the
+/// broker starts (NOT_SERVING) while PostgreSQL is down, and connects when
+/// it is up. Every wait on the pool is bounded by the store timeout.
+pub(super) fn pool(config: tokio_postgres::Config, tls: Tls, timeout: Duration) -> Result<Pool> {
+    let manager = Manager::from_config(
+        config,
+        tls,
+        ManagerConfig {
+            // A broken connection is noticed by its failing call (and then
+            // dropped by the driver); checking each one before use would
+            // cost a round trip per call.
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(timeout))
+        .create_timeout(Some(timeout))
+        .recycle_timeout(Some(timeout))
+        .build()
+        .map_err(|e| Error::Internal(format!("PostgreSQL pool: {e}")))
+}
+
+/// A driver error in the broker's words: a database error that says the
+/// server is going away, overloaded or unreachable (SQLSTATE classes 08,
+/// 53, 57, and 40: a rollback a retry may cure) or that it refuses us (28:
+/// a wrong password, 3D: no such database: the operator's to fix, and
+/// the broker serves nothing meanwhile) is UNAVAILABLE, as is any error
+/// without a database answer (connection refused, reset, closed); any
+/// other database error is our bug (INTERNAL).
+pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
+    match e.as_db_error() {
+        Some(db) => {
+            // The message only: a DETAIL line can quote a row's values, and
+            // a row may hold an owner token.
+            let (code, message) = (db.code().code(), db.message());
+            if ["08", "53", "57", "40", "28", "3D"]
+                .iter()
+                .any(|c| code.starts_with(c))
+            {
+                Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {message})"))
+            } else {
+                Error::Internal(format!("PostgreSQL {op}: {message} (SQLSTATE {code})"))
+            }
+        }
+        None => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {})", chain(&e))),
+    }
+}
+
+/// An error and its causes, `: `-separated: tokio-postgres' own message
+/// ("error performing TLS handshake") leaves the reason ("invalid peer
+/// certificate: UnknownIssuer") to its source.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+pub(super) fn pool_error(op: &str, e: PoolError) -> Error {
+    match e {
+        PoolError::Backend(e) => classify(op, e),
+        other => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {other})")),
+    }
+}
+
+pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {
+    Error::Unavailable(format!(
+        "PostgreSQL did not answer {op} within {} ms (the store timeout)",
+        timeout.as_millis()
+    ))
+}
+
+/// Brings `schema` to [`SCHEMA_VERSION`]: nothing when the version table
+/// says it is there already (so a broker whose role may not run DDL starts
+/// on a schema `leasehold migrate` made), else the whole of schema.sql in
+/// one transaction under [`MIGRATION_LOCK`]. A schema newer than this
+/// broker is refused: its functions may answer in ways this broker cannot
+/// read.
+pub(super) async fn migrate(client: &Client, schema: &str) -> Result<()> {
+    let current = format!("SELECT max(version) FROM {schema}.leasehold_schema_version");
+    match client.query_one(&current, &[]).await {
+        Ok(row) => {
+            let version: Option<i32> = row
+                .try_get(0)
+                .map_err(|e| Error::Internal(format!("PostgreSQL schema version: {e}")))?;
+            match version {
+                Some(v) if v == SCHEMA_VERSION => return Ok(()),
+                Some(v) if v > SCHEMA_VERSION => {
+                    return Err(Error::Unavailable(format!(
+                        "PostgreSQL schema '{schema}' is at version {v}, newer than this \
+                         broker's {SCHEMA_VERSION}: upgrade the broker"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        // No schema or no version table yet: create them.
+        Err(e)
+            if e.as_db_error()
+                .is_some_and(|db| matches!(db.code().code(), "42P01" | "3F000")) => {}
+        Err(e) => return Err(classify("migrate", e)),
+    }
+    let sql = SCHEMA_SQL.replace("__SCHEMA__", schema);
+    let script = format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK});\n{sql}\nCOMMIT;");
+    if let Err(e) = client.batch_execute(&script).await {
+        // Leave the connection usable for the pool's next caller.
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(match classify("migrate", e) {
+            Error::Internal(why) => Error::Unavailable(format!(
+                "cannot create or migrate the PostgreSQL schema '{schema}' ({why}): run \
+                 `leasehold migrate` with a role that may, or let this role create schemas"
+            )),
+            other => other,
+        });
+    }
+    tracing::info!(schema, version = SCHEMA_VERSION, "PostgreSQL schema ready");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_prefix_names_a_schema() {
+        assert_eq!(schema_for("leasehold:").unwrap(), "leasehold");
+        assert_eq!(schema_for("Team-A:locks:").unwrap(), "team_a_locks");
+        assert_eq!(schema_for("").unwrap(), "leasehold");
+        assert_eq!(schema_for("7x").unwrap(), "lh_7x");
+        assert_eq!(schema_for("pg_x").unwrap(), "lh_pg_x");
+        assert_eq!(schema_for("\"; DROP").unwrap(), "drop");
+        assert!(matches!(
+            schema_for(&"a".repeat(41)),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn sslmode_chooses_plain_text_or_verifying_tls() {
+        let options = StoreOptions::new("p:", Duration::from_secs(1));
+        let mode = |url: &str| parse_url(url, &options).map(|(c, _)| c.get_ssl_mode());
+        assert!(matches!(
+            mode("postgres://u:p@127.0.0.1:5432/db"),
+            Ok(SslMode::Disable)
+        ));
+        assert!(matches!(
+            mode("postgresql://u@127.0.0.1/db?sslmode=prefer"),
+            Ok(SslMode::Disable)
+        ));
+        for verifying in ["require", "verify-ca", "verify-full"] {
+            let url = format!("postgres://u@127.0.0.1/db?application_name=x&sslmode={verifying}");
+            assert!(matches!(mode(&url), Ok(SslMode::Require)), "{verifying}");
+        }
+        match mode("postgres://u:secret@127.0.0.1/db?sslmode=sometimes") {
+            Err(Error::InvalidArgument(m)) => assert!(!m.contains("secret"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            mode("postgres://127.0.0.1:notaport/db"),
+            Err(Error::InvalidArgument(_))
+        ));
+        let acks = StoreOptions {
+            replica_acks: 1,
+            ..options.clone()
+        };
+        assert!(matches!(
+            super::super::PostgresStore::open("postgres://u@127.0.0.1/db", &acks),
+            Err(Error::InvalidArgument(_))
+        ));
+        let bad_ca = StoreOptions {
+            tls_ca: Some(b"not a certificate".to_vec()),
+            ..options.clone()
+        };
+        assert!(matches!(
+            parse_url("postgres://u@127.0.0.1/db?sslmode=require", &bad_ca),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}

@@ -1,0 +1,655 @@
+//! The PostgreSQL store: each operation is ONE statement calling one
+//! PL/pgSQL function (schema.sql), so it runs in one short transaction in
+//! the database, serialised per name by an advisory transaction lock; the
+//! broker never checks and then sets. The functions are the Redis store's
+//! Lua scripts, reply for reply; time is the database's clock_timestamp(),
+//! fences come from a sequence.
+//!
+//! Why this shape: PostgreSQL advisory locks alone would bind a lock to
+//! one database session, which a stateless broker replica cannot keep for
+//! a client across its calls (or hand over when the replica dies); a row
+//! per lease with an expiry by the database's clock can.
+//!
+//! Driver: tokio-postgres (async, no compile-time database, pipelines
+//! concurrent calls on a connection) under deadpool-postgres (a small pool:
+//! a call takes a connection for one statement). Objects live in one
+//! schema derived from the key prefix ([`connect::schema_for`]), created or
+//! migrated by the first call (or by `leasehold migrate`), with a version
+//! table. Waiters are woken by LISTEN/NOTIFY (`listen`); rows whose time is
+//! up are swept every second (schema.sql's sweep), so nothing grows per
+//! distinct name.
+//!
+//! Every call is bounded by the store timeout and fails with UNAVAILABLE
+//! past it, so a dead or stalled PostgreSQL never hangs a request.
+
+mod connect;
+mod listen;
+mod tls;
+
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use deadpool_postgres::Pool;
+use tokio::sync::{mpsc, watch, OnceCell};
+use tokio_postgres::Row;
+
+pub use self::connect::schema_for;
+use self::connect::{classify, pool_error, timed_out};
+use super::{
+    watch::Watchers, Acquired, Blocked, BlockedBy, Checked, ClockReading, Described, Event,
+    GrantSpec, LeaseInfo, RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
+};
+use crate::error::{Error, Result};
+
+/// Most leases one `renew_many` statement renews: their names stay locked
+/// until it commits, so a bound keeps every grant of those names waiting
+/// for at most one short statement. A bigger heartbeat is several
+/// statements, sent at once (the driver pipelines them).
+const RENEW_BATCH: usize = 500;
+
+/// Most rows of each kind one sweep deletes; a sweep runs again at once
+/// while it found that many.
+const SWEEP_BATCH: i32 = 1_000;
+
+/// How long the first call may wait for the schema to be checked (and
+/// created or migrated): DDL on a busy server can take longer than a store
+/// call should. Only until the schema is first found ready; a server that
+/// is down fails at once, not after this.
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the database takes a name as watched after a broker said so
+/// ([`PostgresStore::watch`]); each broker says it again every
+/// [`OBSERVED_REFRESH`] for the names it still watches. Long, so that an
+/// outage shorter than this loses no watched name: a stale row only costs
+/// a NOTIFY nobody needs.
+const OBSERVED_LIFETIME: Duration = Duration::from_secs(60);
+
+/// How often a broker renews the rows of the names it watches.
+const OBSERVED_REFRESH: Duration = Duration::from_secs(20);
+
+/// How often rows whose time is up are deleted.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The statements, the schema written in.
+struct Statements {
+    acquire: String,
+    semaphore_acquire: String,
+    renew: String,
+    renew_many: String,
+    release: String,
+    revoke: String,
+    describe: String,
+    dequeue: String,
+    refresh: String,
+    sweep: String,
+    observe: String,
+}
+
+impl Statements {
+    fn new(s: &str) -> Self {
+        Statements {
+            acquire: format!("SELECT * FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8)"),
+            semaphore_acquire: format!(
+                "SELECT * FROM {s}.semaphore_acquire($1, $2, $3, $4, $5, $6, $7, $8)"
+            ),
+            renew: format!("SELECT * FROM {s}.renew($1, $2, $3)"),
+            // In the order of the arguments, whatever the plan.
+            renew_many: format!("SELECT * FROM {s}.renew_many($1, $2, $3) ORDER BY ord"),
+            release: format!("SELECT * FROM {s}.release($1, $2)"),
+            revoke: format!("SELECT * FROM {s}.revoke($1)"),
+            describe: format!("SELECT * FROM {s}.describe($1)"),
+            dequeue: format!("SELECT {s}.dequeue($1, $2)"),
+            refresh: format!("SELECT * FROM {s}.refresh($1, $2, $3) ORDER BY ord"),
+            sweep: format!("SELECT {s}.sweep($1)"),
+            observe: format!("SELECT {s}.observe($1, $2)"),
+        }
+    }
+}
+
+/// What the clones of one store share.
+pub(crate) struct Inner {
+    pool: Pool,
+    schema: String,
+    statements: Statements,
+    timeout: Duration,
+    /// Set once the schema is known to be at this broker's version.
+    migrated: OnceCell<()>,
+    /// Highest fence this replica has seen, passed to every grant as a
+    /// floor (as on Redis: a database restored from an old backup *and* a
+    /// clock stepped back still issue no fence below it).
+    high_water: AtomicU64,
+    watchers: Watchers,
+}
+
+/// The PostgreSQL store; cheap to clone.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+/// A number for a `bigint` parameter (values above i64::MAX do not occur:
+/// the lease layer bounds TTLs and fences are microseconds).
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A `bigint` column as the store's unsigned number (negative: 0).
+fn uint(row: &Row, column: &str) -> Result<u64> {
+    let v: Option<i64> = row
+        .try_get(column)
+        .map_err(|e| Error::Internal(format!("PostgreSQL reply column {column}: {e}")))?;
+    Ok(v.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
+}
+
+fn code(row: &Row) -> Result<i32> {
+    row.try_get::<_, Option<i32>>("code")
+        .map_err(|e| Error::Internal(format!("PostgreSQL reply column code: {e}")))?
+        .ok_or_else(|| Error::Internal("PostgreSQL reply without a code".into()))
+}
+
+fn text(row: &Row, column: &str) -> Result<String> {
+    let v: Option<String> = row
+        .try_get(column)
+        .map_err(|e| Error::Internal(format!("PostgreSQL reply column {column}: {e}")))?;
+    Ok(v.unwrap_or_default())
+}
+
+/// The codes renew and release share for a lease that is not (or no
+/// longer) the caller's (the Redis store's `ended`).
+fn ended<T>(code: i32, fence: u64) -> Option<Checked<T>> {
+    Some(match code {
+        0 => Checked::NotHeld,
+        -1 => Checked::NotOwner { fence },
+        -2 => Checked::Revoked { fence },
+        -3 => Checked::Expired,
+        -4 => Checked::Released,
+        _ => return None,
+    })
+}
+
+impl PostgresStore {
+    /// Reads the URL and prepares the pool and the listening connection;
+    /// connects lazily, so the broker starts (NOT_SERVING) while
+    /// PostgreSQL is down.
+    pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
+        if options.replica_acks > 0 {
+            // Said at start-up rather than ignored: the operator asked for
+            // a durability this store would not give that way.
+            return Err(Error::InvalidArgument(
+                "--replica-acks is Redis's WAIT; on PostgreSQL, have standbys acknowledge \
+                 commits with synchronous replication (synchronous_standby_names) instead"
+                    .into(),
+            ));
+        }
+        let (config, tls) = connect::parse_url(url, options)?;
+        let schema = schema_for(&options.key_prefix)?;
+        let pool = connect::pool(config.clone(), tls.clone(), options.timeout)?;
+        let (requests, requests_rx) = mpsc::unbounded_channel();
+        let watchers = Watchers::new(Some(requests));
+        let (listening, listening_rx) = watch::channel(false);
+        let store = PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                statements: Statements::new(&schema),
+                schema: schema.clone(),
+                timeout: options.timeout,
+                migrated: OnceCell::new(),
+                high_water: AtomicU64::new(0),
+                watchers: watchers.clone(),
+            }),
+        };
+        tokio::spawn(listen::serve_subscriptions(
+            requests_rx,
+            listening_rx,
+            options.timeout,
+        ));
+        let link = listen::Link {
+            config,
+            tls,
+            schema,
+            timeout: options.timeout,
+        };
+        tokio::spawn(listen::run(
+            Arc::downgrade(&store.inner),
+            link,
+            watchers,
+            listening,
+        ));
+        tokio::spawn(sweep(Arc::downgrade(&store.inner)));
+        Ok(store)
+    }
+
+    /// Creates or migrates the schema of `url` for `key_prefix` now, and
+    /// returns the schema's name: `leasehold migrate`, for deployments
+    /// whose brokers may not run DDL (a broker finding the schema at its
+    /// version runs none).
+    pub async fn migrate(url: &str, options: &StoreOptions) -> Result<String> {
+        let store = Self::open(url, options)?;
+        store.ready().await?;
+        Ok(store.inner.schema.clone())
+    }
+
+    pub(crate) fn watchers(&self) -> &Watchers {
+        &self.inner.watchers
+    }
+
+    /// Starts watching `name` for `event` ([`super::Store::watch`]): tells
+    /// the database the name is watched first (committed before the watch
+    /// is confirmed, so every later grant or release of it notifies),
+    /// unless a watch of this replica has it already: that one said so, and
+    /// its row outlives it by [`OBSERVED_LIFETIME`] less at most
+    /// [`OBSERVED_REFRESH`] (a commit per waiter would cost each handoff a
+    /// WAL flush).
+    pub(crate) async fn watch(
+        &self,
+        name: &str,
+        event: Event,
+        waiter: Option<&str>,
+    ) -> Result<super::Watch> {
+        let channel = self.channel(name, event);
+        if !self.inner.watchers.is_watched(&channel) {
+            self.observe(&[name]).await?;
+        }
+        self.inner.watchers.watch(&channel, waiter).await
+    }
+
+    /// Tells the database that `names` are watched, for
+    /// [`OBSERVED_LIFETIME`].
+    async fn observe(&self, names: &[&str]) -> Result<()> {
+        let life = int(OBSERVED_LIFETIME.as_millis() as u64);
+        for batch in names.chunks(1_000) {
+            self.query("observe", &self.inner.statements.observe, &[&batch, &life])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Renews the rows of every name watched here now.
+    async fn observe_watched(&self) -> Result<()> {
+        let mut names: Vec<String> = self
+            .inner
+            .watchers
+            .channels()
+            .into_iter()
+            .filter_map(|channel| channel.rsplit_once(':').map(|(name, _)| name.to_owned()))
+            .collect();
+        names.sort();
+        names.dedup();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.observe(&names).await
+    }
+
+    /// The watch key of `event` on `name`.
+    pub(crate) fn channel(&self, name: &str, event: Event) -> String {
+        listen::channel(name, event)
+    }
+
+    /// Records a fence seen in a reply, raising the floor for later grants.
+    fn saw_fence(&self, fence: u64) {
+        self.inner.high_water.fetch_max(fence, Ordering::Relaxed);
+    }
+
+    /// The schema is at this broker's version (migrated by the first call
+    /// that finds it older).
+    async fn ready(&self) -> Result<()> {
+        self.inner
+            .migrated
+            .get_or_try_init(|| async {
+                let limit = self.inner.timeout.max(MIGRATE_TIMEOUT);
+                let migrated = async {
+                    let client = self
+                        .inner
+                        .pool
+                        .get()
+                        .await
+                        .map_err(|e| pool_error("migrate", e))?;
+                    connect::migrate(&client, &self.inner.schema).await
+                };
+                tokio::time::timeout(limit, migrated)
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out("migrate", limit)))
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Runs `call` under the store timeout.
+    async fn bounded<T>(&self, op: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(self.inner.timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(timed_out(op, self.inner.timeout)))
+    }
+
+    /// Runs one statement (prepared once per connection) and returns its
+    /// rows, under the store timeout: the one call path of every operation.
+    async fn query(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        self.ready().await?;
+        self.bounded(op, async {
+            let client = self.inner.pool.get().await.map_err(|e| pool_error(op, e))?;
+            let statement = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| classify(op, e))?;
+            client
+                .query(&statement, params)
+                .await
+                .map_err(|e| classify(op, e))
+        })
+        .await
+    }
+
+    /// [`PostgresStore::query`] for a statement that answers one row.
+    async fn query_one(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Row> {
+        self.query(op, sql, params)
+            .await?
+            .pop()
+            .ok_or_else(|| Error::Internal(format!("PostgreSQL {op}: no row")))
+    }
+
+    pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
+        let floor = int(self.inner.high_water.load(Ordering::Relaxed));
+        let ttl = int(spec.ttl_ms);
+        let life = int(QUEUE_LIFETIME.as_millis() as u64);
+        let row = if spec.limit > 1 {
+            let limit = i32::try_from(spec.limit).unwrap_or(i32::MAX);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                &spec.name,
+                &spec.token,
+                &ttl,
+                &spec.holder,
+                &floor,
+                &limit,
+                &spec.queued,
+                &life,
+            ];
+            let sql = &self.inner.statements.semaphore_acquire;
+            self.query_one("acquire", sql, &params).await?
+        } else {
+            let delay = int(spec.lock_delay_ms);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                &spec.name,
+                &spec.token,
+                &ttl,
+                &spec.holder,
+                &floor,
+                &delay,
+                &spec.queued,
+                &life,
+            ];
+            self.query_one("acquire", &self.inner.statements.acquire, &params)
+                .await?
+        };
+        let fence = uint(&row, "fence")?;
+        let expired: Option<i32> = row
+            .try_get("expired")
+            .map_err(|e| Error::Internal(format!("PostgreSQL reply column expired: {e}")))?;
+        let expired = expired.map_or(0, |n| u32::try_from(n).unwrap_or(0));
+        self.saw_fence(fence);
+        let by = match code(&row)? {
+            1 => return Ok(Acquired::Granted { fence, expired }),
+            0 => BlockedBy::Holder,
+            2 => BlockedBy::LockDelay,
+            3 => BlockedBy::Queue,
+            other => return Err(Error::Internal(format!("acquire reply code {other}"))),
+        };
+        Ok(Acquired::Blocked(Blocked {
+            by,
+            fence,
+            remaining_ms: uint(&row, "remaining_ms")?,
+            holder: text(&row, "holder")?,
+            position: uint(&row, "pos")?,
+            queued: uint(&row, "queued")?,
+            expired,
+        }))
+    }
+
+    pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
+        self.query("dequeue", &self.inner.statements.dequeue, &[&name, &token])
+            .await?;
+        Ok(())
+    }
+
+    /// Renews the places of `tokens` in one statement: each token's rank (0:
+    /// first in line), or `None` when it has no place.
+    pub(crate) async fn refresh_places(
+        &self,
+        name: &str,
+        tokens: &[String],
+    ) -> Result<Vec<Option<u64>>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let life = int(QUEUE_LIFETIME.as_millis() as u64);
+        let rows = self
+            .query(
+                "refresh",
+                &self.inner.statements.refresh,
+                &[&name, &life, &tokens],
+            )
+            .await?;
+        if rows.len() != tokens.len() {
+            return Err(Error::Internal(format!(
+                "{} ranks for {} places",
+                rows.len(),
+                tokens.len()
+            )));
+        }
+        rows.iter()
+            .map(|row| {
+                let rank: i64 = row
+                    .try_get("rank")
+                    .map_err(|e| Error::Internal(format!("PostgreSQL refresh rank: {e}")))?;
+                Ok(u64::try_from(rank).ok())
+            })
+            .collect()
+    }
+
+    pub(crate) async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Checked<Renewed>> {
+        self.renew_one("renew", name, token, int(ttl_ms.unwrap_or(0)))
+            .await
+    }
+
+    /// What became of `token`'s lease, without extending it (renew with a
+    /// TTL of -1).
+    pub(crate) async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        self.renew_one("check", name, token, -1).await
+    }
+
+    async fn renew_one(
+        &self,
+        op: &'static str,
+        name: &str,
+        token: &str,
+        ttl: i64,
+    ) -> Result<Checked<Renewed>> {
+        let row = self
+            .query_one(op, &self.inner.statements.renew, &[&name, &token, &ttl])
+            .await?;
+        self.renewed(&row)
+    }
+
+    /// A renewal row (code, ttl_ms, fence) as the store's outcome, its
+    /// fence raising the floor for later grants.
+    fn renewed(&self, row: &Row) -> Result<Checked<Renewed>> {
+        let code = code(row)?;
+        let fence = uint(row, "fence")?;
+        self.saw_fence(fence);
+        if code == 1 {
+            return Ok(Checked::Done(Renewed {
+                ttl_ms: uint(row, "ttl_ms")?,
+                fence,
+            }));
+        }
+        ended(code, fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))
+    }
+
+    /// Renews every item: one statement per [`RENEW_BATCH`] leases, the
+    /// statements sent at once.
+    pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+        let batches = items.chunks(RENEW_BATCH).map(|batch| async move {
+            let names: Vec<&str> = batch.iter().map(|i| i.name.as_str()).collect();
+            let tokens: Vec<&str> = batch.iter().map(|i| i.token.as_str()).collect();
+            let ttls: Vec<i64> = batch.iter().map(|i| int(i.ttl_ms.unwrap_or(0))).collect();
+            let rows = self
+                .query(
+                    "renew_many",
+                    &self.inner.statements.renew_many,
+                    &[&names, &tokens, &ttls],
+                )
+                .await?;
+            if rows.len() != batch.len() {
+                return Err(Error::Internal(format!(
+                    "{} outcomes for {} renewals",
+                    rows.len(),
+                    batch.len()
+                )));
+            }
+            rows.iter()
+                .map(|row| self.renewed(row))
+                .collect::<Result<Vec<_>>>()
+        });
+        let mut outcomes = Vec::with_capacity(items.len());
+        for batch in futures_util::future::join_all(batches).await {
+            outcomes.extend(batch?);
+        }
+        Ok(outcomes)
+    }
+
+    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
+        let row = self
+            .query_one("release", &self.inner.statements.release, &[&name, &token])
+            .await?;
+        let fence = uint(&row, "fence")?;
+        Ok(match code(&row)? {
+            1 => Checked::Done(()),
+            2 => Checked::Released,
+            other => ended(other, fence)
+                .ok_or_else(|| Error::Internal(format!("release reply code {other}")))?,
+        })
+    }
+
+    pub(crate) async fn revoke(&self, name: &str) -> Result<Revocation> {
+        let row = self
+            .query_one("revoke", &self.inner.statements.revoke, &[&name])
+            .await?;
+        let fence = uint(&row, "fence")?;
+        Ok(match code(&row)? {
+            1 => Revocation::Revoked { fence },
+            2 => Revocation::Already { fence },
+            0 => Revocation::NotHeld,
+            other => return Err(Error::Internal(format!("revoke reply code {other}"))),
+        })
+    }
+
+    pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
+        let row = self
+            .query_one("describe", &self.inner.statements.describe, &[&name])
+            .await?;
+        let held: bool = row
+            .try_get("held")
+            .map_err(|e| Error::Internal(format!("PostgreSQL describe held: {e}")))?;
+        let fence = uint(&row, "fence")?;
+        self.saw_fence(fence);
+        let remaining_ms = uint(&row, "remaining_ms")?;
+        let lease = if held {
+            Some(LeaseInfo {
+                holder: text(&row, "holder")?,
+                fence,
+                remaining_ms,
+                ttl_ms: uint(&row, "ttl_ms")?,
+                granted_at_unix_ms: uint(&row, "granted_ms")?,
+                lock_delay_ms: uint(&row, "delay_ms")?,
+            })
+        } else {
+            None
+        };
+        Ok(Described {
+            lock_delay_remaining_ms: if held { 0 } else { remaining_ms },
+            lease,
+            waiters: uint(&row, "waiters")?,
+            permits: uint(&row, "permits")?,
+        })
+    }
+
+    /// Checks that PostgreSQL answers (and the schema is ready) and reads
+    /// its clock, the one that decides when leases expire.
+    pub(crate) async fn ping(&self) -> Result<ClockReading> {
+        self.ready().await?;
+        let sent = std::time::Instant::now();
+        let row = self
+            .query_one(
+                "ping",
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us",
+                &[],
+            )
+            .await?;
+        Ok(ClockReading {
+            store_unix_us: uint(&row, "now_us")?,
+            sent,
+            received: std::time::Instant::now(),
+        })
+    }
+
+    /// Deletes rows whose time is up, as many sweeps as it takes (each
+    /// bounded): what Redis key expiry does for the Redis store.
+    async fn sweep_once(&self) -> Result<()> {
+        for _ in 0..20 {
+            let row = self
+                .query_one("sweep", &self.inner.statements.sweep, &[&SWEEP_BATCH])
+                .await?;
+            let gone: i64 = row
+                .try_get(0)
+                .map_err(|e| Error::Internal(format!("PostgreSQL sweep: {e}")))?;
+            if gone < i64::from(SWEEP_BATCH) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sweeps every [`SWEEP_EVERY`] while the store lives. Every broker replica
+/// sweeps; they skip each other's rows (and those of names in use) by the
+/// names' advisory locks.
+///
+/// It also renews, every [`OBSERVED_REFRESH`], the rows of the names
+/// watched here.
+async fn sweep(store: std::sync::Weak<Inner>) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    let mut observed_at = tokio::time::Instant::now();
+    loop {
+        tick.tick().await;
+        let Some(inner) = store.upgrade() else { return };
+        let store = PostgresStore { inner };
+        if observed_at.elapsed() >= OBSERVED_REFRESH {
+            match store.observe_watched().await {
+                Ok(()) => observed_at = tokio::time::Instant::now(),
+                Err(e) => tracing::debug!(error = %e, "PostgreSQL watched names not renewed"),
+            }
+        }
+        if let Err(e) = store.sweep_once().await {
+            tracing::debug!(error = %e, "PostgreSQL sweep failed");
+        }
+    }
+}

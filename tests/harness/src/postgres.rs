@@ -1,0 +1,337 @@
+//! A real PostgreSQL server for the tests: Debian's PostgreSQL (initdb and
+//! postgres from `/usr/lib/postgresql/<version>/bin`, or
+//! `$LEASEHOLD_PG_BIN`), its cluster in a temporary folder, listening on a
+//! free loopback port only (its Unix socket in that folder), trust
+//! authentication for user `postgres`. PostgreSQL refuses to run as root:
+//! when the tests are root (CI), initdb and postgres run as the `postgres`
+//! system user (the Debian package creates it) and the folder is theirs.
+//!
+//! initdb takes a second or two, so it runs once per test binary into a
+//! template cluster; every server copies the template (a few MB).
+
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{mpsc, OnceLock},
+    time::Duration,
+};
+
+use crate::free_port;
+
+/// The folder of initdb and postgres: `$LEASEHOLD_PG_BIN`, else the newest
+/// `/usr/lib/postgresql/*/bin` (Debian's layout; `scripts/test` installs
+/// the `postgresql` package).
+fn pg_bin() -> PathBuf {
+    if let Some(dir) = std::env::var_os("LEASEHOLD_PG_BIN") {
+        return dir.into();
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").exists().then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin).unwrap_or_else(|| {
+        panic!(
+            "no PostgreSQL under /usr/lib/postgresql: install Debian's postgresql package \
+             (scripts/test does) or set LEASEHOLD_PG_BIN"
+        )
+    })
+}
+
+/// The user and group to run PostgreSQL as: `None` when not root (it runs
+/// as us), else the `postgres` system user's.
+fn run_as() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let name = std::ffi::CString::new("postgres").expect("no NUL");
+    // SAFETY: getpwnam gets a valid C string; the record it returns is read
+    // at once, before any other call could reuse it.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    assert!(
+        !pw.is_null(),
+        "running as root, and PostgreSQL refuses root: no `postgres` user to run it as \
+         (Debian's postgresql package creates it)"
+    );
+    // SAFETY: checked non-null above.
+    Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+/// A command run as [`run_as`]'s user.
+fn command(program: &Path) -> Command {
+    let mut command = Command::new(program);
+    if let Some((uid, gid)) = run_as() {
+        command.uid(uid).gid(gid);
+        // Debian's postgres user's home; PostgreSQL reads nothing there.
+        command.env("HOME", "/var/lib/postgresql");
+    }
+    command
+}
+
+/// Gives `dir` (and what is in it) to [`run_as`]'s user.
+fn chown(dir: &Path) {
+    if let Some((uid, gid)) = run_as() {
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{uid}:{gid}"))
+            .arg(dir)
+            .status()
+            .expect("run chown");
+        assert!(status.success(), "chown {} failed", dir.display());
+    }
+}
+
+fn temp_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-pg-{what}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+
+/// Removes the template cluster when the test binary exits.
+extern "C" fn remove_template() {
+    if let Some(data) = TEMPLATE.get().and_then(|data| data.parent()) {
+        let _ = std::fs::remove_dir_all(data);
+    }
+}
+
+/// The template cluster of this test binary, made once.
+fn template() -> &'static Path {
+    TEMPLATE.get_or_init(|| {
+        let dir = temp_dir("template");
+        // SAFETY: registers a plain function with no preconditions.
+        unsafe { libc::atexit(remove_template) };
+        chown(&dir);
+        let data = dir.join("data");
+        let output = command(&pg_bin().join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .arg("--no-instructions")
+            .output()
+            .expect("run initdb");
+        assert!(
+            output.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        data
+    })
+}
+
+/// A PostgreSQL server, stopped (SIGQUIT, then SIGKILL) on drop and its
+/// folder removed.
+pub struct PostgresServer {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+    fsync: bool,
+    /// More `-c name=value` settings.
+    settings: Vec<String>,
+    /// For a server under libfaketime: the file holding its clock's offset.
+    clock: Option<PathBuf>,
+}
+
+impl PostgresServer {
+    /// A fresh server (empty database `postgres`) on a free loopback port,
+    /// fsync off (its data may not survive a crash of the machine; a kill
+    /// of the server is fine).
+    pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A server that writes its data durably (fsync on), for tests that
+    /// restart it and expect the data back.
+    pub fn start_durable() -> Self {
+        Self::start_with(true)
+    }
+
+    /// A server that accepts TLS connections only (`hostssl` in its
+    /// pg_hba.conf, trust within TLS), with this certificate and key (PEM).
+    pub fn start_tls(cert: &str, key: &str) -> Self {
+        let dir = temp_dir("server");
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).expect("write a TLS file");
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("chmod a TLS file");
+            path.to_string_lossy().into_owned()
+        };
+        let settings = vec![
+            "ssl=on".to_owned(),
+            format!("ssl_cert_file={}", write("server.crt", cert)),
+            format!("ssl_key_file={}", write("server.key", key)),
+            format!(
+                "hba_file={}",
+                write("pg_hba.conf", "hostssl all all 127.0.0.1/32 trust\n")
+            ),
+        ];
+        Self::start_in(dir, false, settings, None)
+    }
+
+    fn start_with(fsync: bool) -> Self {
+        Self::start_in(temp_dir("server"), fsync, Vec::new(), None)
+    }
+
+    /// A server under libfaketime, its clock right for now: step it with
+    /// [`PostgresServer::set_clock_offset`] while it runs (as NTP stepping
+    /// the host's clock would). clock_timestamp() reads the wall clock,
+    /// which moves; the monotonic clock is left alone (see the harness's
+    /// `faketime_env`).
+    pub fn start_faketime() -> Self {
+        let dir = temp_dir("server");
+        let clock = dir.join("clock");
+        std::fs::write(&clock, "+0\n").expect("write the faketime file");
+        Self::start_in(dir, false, Vec::new(), Some(clock))
+    }
+
+    /// Sets the server's clock to `seconds` from the true time (negative:
+    /// behind), at once. Only for a server from
+    /// [`PostgresServer::start_faketime`].
+    pub fn set_clock_offset(&self, seconds: i64) {
+        let clock = self
+            .clock
+            .as_ref()
+            .expect("set_clock_offset needs PostgresServer::start_faketime");
+        // Written whole and renamed into place, so that no clock call reads
+        // a half-written file.
+        let next = clock.with_extension("next");
+        std::fs::write(&next, format!("{seconds:+}\n")).expect("write the faketime file");
+        std::fs::rename(&next, clock).expect("replace the faketime file");
+    }
+
+    fn start_in(dir: PathBuf, fsync: bool, settings: Vec<String>, clock: Option<PathBuf>) -> Self {
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(template())
+            .arg(dir.join("data"))
+            .status()
+            .expect("run cp");
+        assert!(status.success(), "copying the template cluster failed");
+        chown(&dir);
+        let mut server = PostgresServer {
+            port: 0,
+            dir,
+            child: None,
+            fsync,
+            settings,
+            clock,
+        };
+        for _ in 0..5 {
+            server.port = free_port();
+            if let Some(child) = server.spawn() {
+                server.child = Some(child);
+                return server;
+            }
+        }
+        panic!("postgres did not start on any of 5 free ports");
+    }
+
+    /// Runs postgres on `self.port` and waits until it accepts connections;
+    /// `None` if it exited first (the port was taken).
+    fn spawn(&self) -> Option<Child> {
+        let mut command = command(&pg_bin().join("postgres"));
+        if let Some(clock) = &self.clock {
+            command.envs(crate::faketime_env(clock));
+        }
+        let mut child = command
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", self.dir.display()))
+            .args(["-c", if self.fsync { "fsync=on" } else { "fsync=off" }])
+            .args(["-c", "max_connections=200"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run postgres ({e})"));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("database system is ready to accept connections") {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                // Keep draining so the server never blocks on a full pipe.
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(()) => Some(child),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                None
+            }
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server at once (SIGQUIT: an immediate shutdown, like a
+    /// crash: the next start recovers from the log), and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill with a pid we own and a valid signal.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGQUIT) };
+            for _ in 0..100 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server and starts it again on the same port, with its
+    /// data.
+    pub fn restart(&mut self) {
+        self.stop();
+        for _ in 0..50 {
+            if let Some(child) = self.spawn() {
+                self.child = Some(child);
+                return;
+            }
+            // The port can linger briefly after the stop.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("postgres did not restart on port {}", self.port);
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

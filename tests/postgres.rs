@@ -1,0 +1,395 @@
+//! The PostgreSQL store beyond the contract (tests/conformance.rs runs that
+//! on PostgreSQL too): nothing grows per distinct name, a PostgreSQL that
+//! is down or stalled fails calls UNAVAILABLE within the store timeout, and
+//! one that comes back (with its data) is used again by itself, leases and
+//! fences intact, its LISTEN restored.
+
+use leasehold_testkit as common;
+
+use std::time::{Duration, Instant};
+
+use common::{certs::Ca, eventually, proxy::Proxy, PostgresServer};
+use leasehold_server::{
+    store::{Acquired, Checked, Event, GrantSpec, Renewed, Store, StoreOptions},
+    Error,
+};
+
+fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
+    GrantSpec {
+        name: name.into(),
+        token: token.into(),
+        holder: "test".into(),
+        ttl_ms,
+        lock_delay_ms: 0,
+        limit: 1,
+        queued: false,
+    }
+}
+
+async fn grant(store: &Store, spec: &GrantSpec) -> u64 {
+    match store.acquire(spec).await {
+        Ok(Acquired::Granted { fence, .. }) => fence,
+        other => panic!("{} not granted: {other:?}", spec.name),
+    }
+}
+
+fn open(url: &str, prefix: &str, timeout: Duration) -> Store {
+    Store::open(url, &StoreOptions::new(prefix, timeout)).expect("open the PostgreSQL store")
+}
+
+/// Every row the store keeps in `schema`, whatever the table.
+async fn rows(url: &str, schema: &str) -> i64 {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    let driver = tokio::spawn(connection);
+    let count = format!(
+        "SELECT (SELECT count(*) FROM {schema}.leases) + (SELECT count(*) FROM {schema}.permits) \
+         + (SELECT count(*) FROM {schema}.semaphores) + (SELECT count(*) FROM {schema}.line)"
+    );
+    let n: i64 = client
+        .query_one(&count, &[])
+        .await
+        .expect("count the rows")
+        .get(0);
+    drop(client);
+    let _ = driver.await;
+    n
+}
+
+/// 10,000 distinct names (locks released, locks left to expire, semaphore
+/// permits, waiters that leave the line) leave the row count where it
+/// started once their records have lapsed: what the store keeps is bounded
+/// by the names in use, not by every name ever used.
+#[tokio::test]
+async fn ten_thousand_names_leave_no_rows_behind() {
+    const NAMES: usize = 10_000;
+    let postgres = PostgresServer::start();
+    let store = open(&postgres.url(), "rows:", Duration::from_secs(5));
+    // The first call creates the schema.
+    store.describe("warm-up").await.expect("describe");
+    let start = rows(&postgres.url(), "rows").await;
+    let names: Vec<usize> = (0..NAMES).collect();
+    for chunk in names.chunks(50) {
+        let calls = chunk.iter().map(|&i| {
+            let store = &store;
+            async move {
+                let name = format!("n/{i}");
+                match i % 4 {
+                    0 => {
+                        grant(store, &spec(&name, "t", 5_000)).await;
+                        assert_eq!(store.release(&name, "t").await.unwrap(), Checked::Done(()));
+                    }
+                    1 => {
+                        // Left to expire.
+                        grant(store, &spec(&name, "t", 200)).await;
+                    }
+                    2 => {
+                        let permit = GrantSpec {
+                            limit: 3,
+                            ..spec(&name, "p", 5_000)
+                        };
+                        grant(store, &permit).await;
+                        assert_eq!(store.release(&name, "p").await.unwrap(), Checked::Done(()));
+                    }
+                    _ => {
+                        grant(store, &spec(&name, "h", 5_000)).await;
+                        let waiter = GrantSpec {
+                            queued: true,
+                            ..spec(&name, "w", 5_000)
+                        };
+                        assert!(matches!(
+                            store.acquire(&waiter).await,
+                            Ok(Acquired::Blocked(_))
+                        ));
+                        store.dequeue(&name, "w").await.unwrap();
+                        assert_eq!(store.release(&name, "h").await.unwrap(), Checked::Done(()));
+                    }
+                }
+            }
+        });
+        futures_util::future::join_all(calls).await;
+    }
+    let peak = rows(&postgres.url(), "rows").await;
+    assert!(
+        peak >= start + (NAMES as i64) / 2,
+        "the names' records were never written: {start} rows before, {peak} after"
+    );
+    // Records linger 10 s past their lease (LINGER_MS), then go.
+    let began = Instant::now();
+    eventually(
+        Duration::from_secs(90),
+        "the row count to return to its start",
+        || async { rows(&postgres.url(), "rows").await == start },
+    )
+    .await;
+    eprintln!(
+        "{NAMES} names: {start} rows before, {peak} at the peak, {start} again {:?} later",
+        began.elapsed()
+    );
+}
+
+/// PostgreSQL killed: calls fail UNAVAILABLE within the store timeout (no
+/// hang). Restarted with its data: the store is used again by itself, the
+/// lease granted before is still held with its fence, fences go on rising,
+/// and the LISTEN is back (a release wakes a watcher).
+#[tokio::test]
+async fn postgres_down_is_unavailable_then_back_with_its_leases() {
+    let timeout = Duration::from_secs(1);
+    let mut postgres = PostgresServer::start_durable();
+    let store = open(&postgres.url(), "down:", timeout);
+    let kept = grant(&store, &spec("kept", "t1", 120_000)).await;
+
+    postgres.stop();
+    for attempt in 0..3 {
+        let started = Instant::now();
+        let outcome = store.acquire(&spec("other", "t2", 10_000)).await;
+        assert!(
+            matches!(outcome, Err(Error::Unavailable(_))),
+            "attempt {attempt}: {outcome:?}"
+        );
+        assert!(
+            started.elapsed() < timeout + Duration::from_millis(1_500),
+            "attempt {attempt} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(store.ping().await.is_err(), "ping while PostgreSQL is down");
+
+    postgres.restart();
+    eventually(Duration::from_secs(30), "the store to answer again", || {
+        let store = store.clone();
+        async move { store.ping().await.is_ok() }
+    })
+    .await;
+    assert_eq!(
+        store.check("kept", "t1").await.unwrap(),
+        Checked::Done(Renewed {
+            ttl_ms: 120_000,
+            fence: kept
+        }),
+        "the lease survived the restart"
+    );
+    let after = grant(&store, &spec("after", "t3", 10_000)).await;
+    assert!(after > kept, "fence {after} after {kept}");
+
+    // The LISTEN connection came back (a watch is confirmed only while it
+    // is up), and a release reaches the watcher through it.
+    // Each attempt waits up to the store timeout for the LISTEN.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let watch = loop {
+        match store.watch("kept", Event::Released, None).await {
+            Ok(watch) => break watch,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no LISTEN after the restart: {e:?}"
+            ),
+        }
+    };
+    let notified = watch.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    assert_eq!(
+        store.release("kept", "t1").await.unwrap(),
+        Checked::Done(())
+    );
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the release woke the watcher after the restart");
+}
+
+/// A PostgreSQL that stops answering (a network black hole: no error, only
+/// silence) fails calls UNAVAILABLE within the store timeout; once it
+/// answers again, so does the store.
+#[tokio::test]
+async fn a_stalled_postgres_is_unavailable_within_the_store_timeout() {
+    let timeout = Duration::from_secs(1);
+    let postgres = PostgresServer::start();
+    let proxy = Proxy::start(([127, 0, 0, 1], postgres.port()).into()).await;
+    let url = format!("postgres://postgres@{}/postgres", proxy.addr());
+    let store = open(&url, "stall:", timeout);
+    grant(&store, &spec("a", "t1", 60_000)).await;
+
+    proxy.stall();
+    let started = Instant::now();
+    let outcome = store.renew("a", "t1", None).await;
+    let took = started.elapsed();
+    assert!(matches!(outcome, Err(Error::Unavailable(_))), "{outcome:?}");
+    assert!(
+        took >= timeout - Duration::from_millis(100) && took < timeout + Duration::from_secs(2),
+        "answered after {took:?}"
+    );
+
+    proxy.pass();
+    eventually(Duration::from_secs(30), "the store to answer again", || {
+        let store = store.clone();
+        async move { matches!(store.renew("a", "t1", None).await, Ok(Checked::Done(_))) }
+    })
+    .await;
+}
+
+/// sslmode=verify-full: the store talks TLS to a PostgreSQL that accepts
+/// TLS connections only, verifying its certificate against --store-ca. The
+/// same server refuses plain text (sslmode=disable), and a certificate the
+/// store cannot verify (no --store-ca: the system's roots) is refused too:
+/// both UNAVAILABLE, with the reason.
+#[tokio::test]
+async fn tls_by_sslmode_verifies_the_server() {
+    let ca = Ca::new("leasehold-test-pg-ca");
+    let (cert, key) = ca.issue(&["127.0.0.1"]);
+    let postgres = PostgresServer::start_tls(&cert, &key);
+    let url = |mode: &str| {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode={mode}",
+            postgres.port()
+        )
+    };
+    let timeout = Duration::from_secs(2);
+    let with_ca = StoreOptions {
+        tls_ca: Some(ca.pem.clone().into_bytes()),
+        ..StoreOptions::new("tls:", timeout)
+    };
+    let store = Store::open(&url("verify-full"), &with_ca).expect("open");
+    let fence = grant(&store, &spec("a", "t1", 10_000)).await;
+    assert_eq!(
+        store.check("a", "t1").await.unwrap(),
+        Checked::Done(Renewed {
+            ttl_ms: 10_000,
+            fence
+        })
+    );
+
+    let plain = open(&url("disable"), "tls:", timeout);
+    match plain.describe("a").await {
+        Err(Error::Unavailable(why)) => assert!(why.contains("no encryption"), "{why}"),
+        other => panic!("plain text to a TLS-only server: {other:?}"),
+    }
+    let unverified = open(&url("require"), "tls:", timeout);
+    match unverified.describe("a").await {
+        Err(Error::Unavailable(why)) => assert!(why.contains("certificate"), "{why}"),
+        other => panic!("a certificate nobody vouches for was accepted: {other:?}"),
+    }
+}
+
+/// Runs `sql` on `url` as it is (several statements at once).
+async fn execute(url: &str, sql: &str) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    let driver = tokio::spawn(connection);
+    client.batch_execute(sql).await.expect("run the SQL");
+    drop(client);
+    let _ = driver.await;
+}
+
+/// For deployments whose brokers may not run DDL: a broker whose role may
+/// not create the schema serves nothing and says to run `leasehold
+/// migrate`; once `leasehold migrate` ran with a role that may (and the
+/// broker's role was granted the tables, as the README says), the broker
+/// runs no DDL and serves.
+#[tokio::test]
+async fn leasehold_migrate_prepares_the_schema_for_a_role_without_ddl() {
+    let postgres = PostgresServer::start();
+    execute(&postgres.url(), "CREATE ROLE app LOGIN").await;
+    let as_app = format!(
+        "postgres://app@127.0.0.1:{}/postgres?application_name=app",
+        postgres.port()
+    );
+    let before = open(&as_app, "app:", Duration::from_secs(5));
+    match before.describe("a").await {
+        Err(Error::Unavailable(why)) => assert!(why.contains("leasehold migrate"), "{why}"),
+        other => panic!("a role without DDL rights made the schema: {other:?}"),
+    }
+
+    let migrate = |url: String| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["migrate", "--store", &url, "--key-prefix", "app:"])
+            .env_remove("LEASEHOLD_STORE")
+            .output()
+            .expect("run leasehold migrate")
+    };
+    for run in 0..2 {
+        // Twice: a second run finds the schema at its version.
+        let out = tokio::task::spawn_blocking({
+            let url = postgres.url();
+            move || migrate(url)
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "run {run}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "PostgreSQL schema 'app' is ready\n"
+        );
+    }
+    execute(
+        &postgres.url(),
+        "GRANT USAGE ON SCHEMA app TO app;
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA app TO app;
+         GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA app TO app;",
+    )
+    .await;
+    let after = open(&as_app, "app:", Duration::from_secs(5));
+    let fence = grant(&after, &spec("a", "t1", 10_000)).await;
+    assert_eq!(
+        after.renew("a", "t1", Some(20_000)).await.unwrap(),
+        Checked::Done(Renewed {
+            ttl_ms: 20_000,
+            fence
+        })
+    );
+    assert_eq!(after.release("a", "t1").await.unwrap(), Checked::Done(()));
+    let permit = GrantSpec {
+        limit: 2,
+        ..spec("s", "p1", 10_000)
+    };
+    grant(&after, &permit).await;
+}
+
+/// The database's clock steps back an hour (NTP, a VM restored): a lease
+/// granted before the step keeps at most its TTL, not an hour more (the
+/// store counts it from now), fences still rise (the sequence, not the
+/// clock), and the name is free again within its TTL.
+#[tokio::test]
+async fn a_database_clock_stepped_back_lowers_no_fence_and_stretches_no_lease() {
+    let postgres = PostgresServer::start_faketime();
+    let store = open(&postgres.url(), "clock:", Duration::from_secs(2));
+    let before = grant(&store, &spec("a", "t1", 2_000)).await;
+
+    postgres.set_clock_offset(-3_600);
+    match store.acquire(&spec("a", "t2", 2_000)).await {
+        Ok(Acquired::Blocked(held)) => assert!(
+            held.remaining_ms <= 2_000,
+            "the step back stretched the lease: {held:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let other = grant(&store, &spec("b", "t3", 10_000)).await;
+    assert!(
+        other > before,
+        "fence {other} after {before}, clock an hour back"
+    );
+    let mut after = 0;
+    let started = Instant::now();
+    while after == 0 {
+        match store.acquire(&spec("a", "t2", 2_000)).await {
+            Ok(Acquired::Granted { fence, .. }) => after = fence,
+            Ok(Acquired::Blocked(held)) => {
+                assert!(held.remaining_ms <= 2_000, "{held:?}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "still held {:?} after the step",
+                    started.elapsed()
+                );
+                // Blocked tells when the lease ends: wait that long.
+                tokio::time::sleep(Duration::from_millis(held.remaining_ms)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(after > other, "fence {after} after {other}");
+}
