@@ -16,15 +16,16 @@
 //! * At most one unexpired lease per name; a grant happens only if none exists.
 //! * Renew and release act only if the presented owner token matches.
 //! * Every grant of a name gets a fence strictly greater than every earlier
-//!   grant of that name. Fences come from a counter in the store (`INCR`:
-//!   one key for a Redis server, one per hash slot on a Cluster, one atomic
-//!   in memory), raised to at least `max(store clock in µs, caller's floor +
-//!   1)`. While the store keeps its data the counter alone rises, whatever
-//!   any clock does; once it lost its data, the clock term is above every
-//!   earlier fence (no fence runs ahead of the clock by more than the grants
-//!   made within one microsecond), and the floor (the highest fence the
-//!   broker replica saw) covers a clock that also stepped back. The store
-//!   keeps nothing per free name beyond a short record of its last lease.
+//!   grant of that name. Fences come from a counter in the store (Redis:
+//!   one key for a server, one per hash slot on a Cluster, `fence.lua`; a
+//!   sequence on PostgreSQL; one atomic in memory), raised to at least
+//!   `max(store clock in µs, caller's floor + 1)`. While the store keeps
+//!   its data the counter alone rises, whatever any clock does; once it
+//!   lost its data, the clock term is above every earlier fence (no fence
+//!   runs ahead of the clock by more than the grants made within one
+//!   microsecond), and the floor (the highest fence the broker replica
+//!   saw) covers a clock that also stepped back. The store keeps nothing
+//!   per free name beyond a short record of its last lease.
 //! * A loss is reported once: the first request with an expired lease's
 //!   token is answered [`Checked::Expired`], later ones are not (see
 //!   [`Checked`]).
