@@ -39,18 +39,26 @@ fn open(url: &str, prefix: &str, timeout: Duration) -> Store {
 
 /// Every row the store keeps in `schema`, whatever the table.
 async fn rows(url: &str, schema: &str) -> i64 {
+    query_i64(
+        url,
+        &format!(
+            "SELECT (SELECT count(*) FROM {schema}.leases) + (SELECT count(*) FROM {schema}.permits) \
+             + (SELECT count(*) FROM {schema}.semaphores) + (SELECT count(*) FROM {schema}.line)"
+        ),
+    )
+    .await
+}
+
+/// The one number `sql` answers, read on a connection of the test's own.
+async fn query_i64(url: &str, sql: &str) -> i64 {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect to the test PostgreSQL");
     let driver = tokio::spawn(connection);
-    let count = format!(
-        "SELECT (SELECT count(*) FROM {schema}.leases) + (SELECT count(*) FROM {schema}.permits) \
-         + (SELECT count(*) FROM {schema}.semaphores) + (SELECT count(*) FROM {schema}.line)"
-    );
     let n: i64 = client
-        .query_one(&count, &[])
+        .query_one(sql, &[])
         .await
-        .expect("count the rows")
+        .expect("run the query")
         .get(0);
     drop(client);
     let _ = driver.await;
@@ -269,6 +277,65 @@ async fn tls_by_sslmode_verifies_the_server() {
         Err(Error::Unavailable(why)) => assert!(why.contains("certificate"), "{why}"),
         other => panic!("a certificate nobody vouches for was accepted: {other:?}"),
     }
+
+    // prefer (libpq's default, and the broker's when the URL names no
+    // sslmode) is libpq's: TLS whatever the certificate, so a server that
+    // takes TLS only is reached (plain text is refused there, above).
+    let default = format!("postgres://postgres@127.0.0.1:{}/postgres", postgres.port());
+    for url in [url("prefer"), default] {
+        let preferring = open(&url, "tls:", timeout);
+        assert_eq!(
+            preferring.check("a", "t1").await.unwrap(),
+            Checked::Done(Renewed {
+                ttl_ms: 10_000,
+                fence
+            }),
+            "{url}"
+        );
+    }
+}
+
+/// `--store-connections` bounds the connections a broker opens, however
+/// many calls arrive at once: 48 concurrent grants open more than 4
+/// connections with the default pool, and no more than 3 (+ LISTEN's)
+/// with a pool of 3, every grant served.
+#[tokio::test]
+async fn store_connections_bounds_the_pool() {
+    let postgres = PostgresServer::start();
+    let base = postgres.url();
+    let opened = |name: &'static str, connections: usize| {
+        // Each store under its own application_name, to count its own.
+        let url = format!("{base}?application_name={name}");
+        let base = base.clone();
+        async move {
+            let options = StoreOptions {
+                connections,
+                ..StoreOptions::new(name, Duration::from_secs(10))
+            };
+            let store = Store::open(&url, &options).expect("open");
+            let grants = (0..48).map(|i| {
+                let store = store.clone();
+                async move {
+                    grant(&store, &spec(&format!("n{i}"), &format!("t{i}"), 60_000)).await
+                }
+            });
+            let fences = futures_util::future::join_all(grants).await;
+            assert_eq!(fences.len(), 48);
+            let sql =
+                format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}'");
+            query_i64(&base, &sql).await
+        }
+    };
+    let bounded = opened("small", 3).await;
+    assert!(
+        (1..=4).contains(&bounded),
+        "{bounded} connections for a pool of 3"
+    );
+    let wide = opened("wide", 16).await;
+    assert!(
+        wide > 4,
+        "{wide} connections: the grants did not run at once"
+    );
 }
 
 /// Runs `sql` on `url` as it is (several statements at once).

@@ -577,6 +577,7 @@ fn zero_bounds_are_refused_at_start() {
         ("--ping-timeout", "0s"),
         ("--metrics-timeout", "0s"),
         ("--metrics-max-connections", "0"),
+        ("--store-connections", "0"),
     ] {
         let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args(["serve", "--listen", "127.0.0.1:0"])

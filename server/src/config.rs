@@ -75,6 +75,15 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_REPLICA_ACK_TIMEOUT", default_value = "500ms", value_parser = parse_duration)]
     pub replica_ack_timeout: Duration,
 
+    /// Pooled connections each broker opens to a PostgreSQL store (one more
+    /// for LISTEN). A store call holds one for one short statement, so a few
+    /// serve thousands of calls a second; raise it for many concurrent
+    /// callers against a database far away, keeping replicas x (N + 1)
+    /// under the server's max_connections. Redis stores multiplex one
+    /// connection and ignore it.
+    #[arg(long, env = "LEASEHOLD_STORE_CONNECTIONS", default_value_t = 16)]
+    pub store_connections: usize,
+
     /// How often the store is pinged to keep the health status current.
     #[arg(long, env = "LEASEHOLD_HEALTH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub health_interval: Duration,
@@ -452,6 +461,9 @@ impl ServeConfig {
         if self.metrics_timeout.is_zero() {
             return Err("--metrics-timeout must be above zero".into());
         }
+        if self.store_connections == 0 {
+            return Err("--store-connections must be at least 1".into());
+        }
         if self.store_client_cert.is_some() != self.store_client_key.is_some() {
             return Err(
                 "--store-client-cert and --store-client-key go together: give both, or neither"
@@ -476,6 +488,7 @@ impl ServeConfig {
             timeout: self.store_timeout,
             replica_acks: self.replica_acks,
             replica_ack_timeout: self.replica_ack_timeout,
+            connections: self.store_connections,
             tls_ca: read("--store-ca", &self.store_ca)?,
             tls_client: client_cert.zip(client_key),
         })
@@ -494,6 +507,7 @@ impl ServeConfig {
             store_timeout: Duration::from_secs(1),
             replica_acks: 0,
             replica_ack_timeout: Duration::from_millis(500),
+            store_connections: 16,
             health_interval: Duration::from_secs(1),
             enable_revoke: false,
             auth_file: None,

@@ -65,6 +65,8 @@ pub struct StoreOptions {
     pub replica_acks: u32,
     /// How long to wait for those acknowledgements.
     pub replica_ack_timeout: std::time::Duration,
+    /// Pooled connections to a PostgreSQL store (Redis multiplexes one).
+    pub connections: usize,
     /// For a `rediss://` store: the CA certificates (PEM) to verify the
     /// server with, instead of the system's roots.
     pub tls_ca: Option<Vec<u8>>,
@@ -82,6 +84,7 @@ impl StoreOptions {
             timeout,
             replica_acks: 0,
             replica_ack_timeout: std::time::Duration::from_millis(500),
+            connections: 16,
             tls_ca: None,
             tls_client: None,
         }

@@ -23,11 +23,6 @@ pub(super) const SCHEMA_SQL: &str = include_str!("schema.sql");
 /// at once must not both create the same objects): "LEASEHLD" in ASCII.
 const MIGRATION_LOCK: i64 = 0x4C45_4153_4548_4C44;
 
-/// Connections per broker replica. Each store call holds one for one
-/// statement (a short transaction), so a few serve thousands of calls a
-/// second; more only add server processes.
-const POOL_SIZE: usize = 16;
-
 /// Longest schema name: PostgreSQL cuts identifiers (and the NOTIFY
 /// channel, named after the schema) at 63 bytes; this leaves room.
 const MAX_SCHEMA: usize = 40;
@@ -70,8 +65,8 @@ pub fn schema_for(prefix: &str) -> Result<String> {
 /// Reads a `postgres://` / `postgresql://` URL (libpq's URL form, with its
 /// query parameters: `sslmode`, `connect_timeout`, `application_name`...)
 /// and the TLS it asks for (see `tls`: `require`, `verify-ca` and
-/// `verify-full` all verify the server; `disable` and `prefer`, the
-/// default, are plain text).
+/// `verify-full` all verify the server; `prefer`, the default, is TLS
+/// unverified or else plain text, as libpq's; `disable` is plain text).
 pub(super) fn parse_url(
     url: &str,
     options: &StoreOptions,
@@ -99,6 +94,7 @@ pub(super) fn parse_url(
     })?;
     let tls = match config.get_ssl_mode() {
         SslMode::Require => Tls::verifying(options.tls_ca.as_deref(), options.tls_client.as_ref())?,
+        SslMode::Prefer => Tls::unverified(options.tls_client.as_ref())?,
         _ => {
             config.ssl_mode(SslMode::Disable);
             Tls::none()
@@ -115,8 +111,16 @@ pub(super) fn parse_url(
 
 /// The pool of connections for store calls. Nothing connects here: the
 /// broker starts (NOT_SERVING) while PostgreSQL is down, and connects when
-/// it is up. Every wait on the pool is bounded by the store timeout.
-pub(super) fn pool(config: tokio_postgres::Config, tls: Tls, timeout: Duration) -> Result<Pool> {
+/// it is up. Every wait on the pool is bounded by the store timeout. Each
+/// store call holds a connection for one statement (a short transaction),
+/// so `size` (`--store-connections`) of them serve thousands of calls a
+/// second; more only add server processes.
+pub(super) fn pool(
+    config: tokio_postgres::Config,
+    tls: Tls,
+    size: usize,
+    timeout: Duration,
+) -> Result<Pool> {
     let manager = Manager::from_config(
         config,
         tls,
@@ -128,7 +132,7 @@ pub(super) fn pool(config: tokio_postgres::Config, tls: Tls, timeout: Duration) 
         },
     );
     Pool::builder(manager)
-        .max_size(POOL_SIZE)
+        .max_size(size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(timeout))
         .create_timeout(Some(timeout))
@@ -257,15 +261,19 @@ mod tests {
     }
 
     #[test]
-    fn sslmode_chooses_plain_text_or_verifying_tls() {
+    fn sslmode_chooses_plain_text_or_tls() {
         let options = StoreOptions::new("p:", Duration::from_secs(1));
         let mode = |url: &str| parse_url(url, &options).map(|(c, _)| c.get_ssl_mode());
         assert!(matches!(
             mode("postgres://u:p@127.0.0.1:5432/db"),
-            Ok(SslMode::Disable)
+            Ok(SslMode::Prefer)
         ));
         assert!(matches!(
             mode("postgresql://u@127.0.0.1/db?sslmode=prefer"),
+            Ok(SslMode::Prefer)
+        ));
+        assert!(matches!(
+            mode("postgresql://u@127.0.0.1/db?sslmode=disable"),
             Ok(SslMode::Disable)
         ));
         for verifying in ["require", "verify-ca", "verify-full"] {

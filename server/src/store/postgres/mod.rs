@@ -189,7 +189,12 @@ impl PostgresStore {
         }
         let (config, tls) = connect::parse_url(url, options)?;
         let schema = schema_for(&options.key_prefix)?;
-        let pool = connect::pool(config.clone(), tls.clone(), options.timeout)?;
+        let pool = connect::pool(
+            config.clone(),
+            tls.clone(),
+            options.connections,
+            options.timeout,
+        )?;
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(requests));
         let (listening, listening_rx) = watch::channel(false);

@@ -6,8 +6,13 @@
 //! and `verify-full` all verify the server's certificate, chain and name
 //! (libpq's verify-full), against `--store-ca` or else the system's roots:
 //! an unverified TLS connection stops no one in the middle, and a lock store
-//! in the hands of one is a lock granted twice. `disable` and `prefer` (the
-//! default when the URL names none) connect in plain text.
+//! in the hands of one is a lock granted twice. `prefer` (the default when
+//! the URL names none) is libpq's: TLS when the server offers it, its
+//! certificate unchecked, plain text when it does not. Checking it there
+//! would add nothing, since whoever can forge a certificate can as well
+//! answer that the server has no TLS; what `prefer` buys is a connection
+//! to a server that accepts TLS only (pg_hba `hostssl`) and privacy from
+//! those who only listen. `disable` is plain text.
 
 use std::{
     future::Future,
@@ -21,8 +26,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_rustls::rustls::{
     self,
-    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName},
-    ClientConfig, RootCertStore,
+    client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    crypto::CryptoProvider,
+    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName, UnixTime},
+    ClientConfig, ConfigBuilder, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    WantsVerifier,
 };
 
 use crate::error::{Error, Result};
@@ -48,9 +56,6 @@ impl Tls {
         ca: Option<&[u8]>,
         client: Option<&(Vec<u8>, Vec<u8>)>,
     ) -> Result<Self> {
-        let bad = |what: &str, e: &dyn std::fmt::Display| {
-            Error::InvalidArgument(format!("PostgreSQL TLS: {what}: {e}"))
-        };
         let mut roots = RootCertStore::empty();
         match ca {
             Some(pem) => {
@@ -71,11 +76,25 @@ impl Tls {
                 roots.add_parsable_certificates(found.certs);
             }
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| bad("protocol versions", &e))?
-            .with_root_certificates(roots);
+        let (builder, _) = builder()?;
+        Self::finish(builder.with_root_certificates(roots), client)
+    }
+
+    /// libpq's `prefer`: TLS whatever certificate the server shows (the
+    /// handshake's signatures are still checked: the server holds the key
+    /// of the certificate it shows), or plain text if it has no TLS.
+    pub(super) fn unverified(client: Option<&(Vec<u8>, Vec<u8>)>) -> Result<Self> {
+        let (builder, provider) = builder()?;
+        let builder = builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)));
+        Self::finish(builder, client)
+    }
+
+    fn finish(
+        builder: ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>,
+        client: Option<&(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Self> {
         let config = match client {
             Some((cert, key)) => {
                 let chain = CertificateDer::pem_slice_iter(cert)
@@ -92,6 +111,72 @@ impl Tls {
         Ok(Tls {
             config: Some(Arc::new(config)),
         })
+    }
+}
+
+fn bad(what: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!("PostgreSQL TLS: {what}: {e}"))
+}
+
+/// A client config builder on ring with the safe protocol versions, and
+/// its provider.
+fn builder() -> Result<(
+    ConfigBuilder<ClientConfig, WantsVerifier>,
+    Arc<CryptoProvider>,
+)> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("protocol versions", &e))?;
+    Ok((builder, provider))
+}
+
+/// `prefer`'s verifier: any certificate, but a genuine handshake with it.
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
