@@ -123,6 +123,20 @@ pub const QUEUE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3
 /// How often a broker renews the places of its waiting callers.
 pub const QUEUE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Checks that a batched store call answered once per item it was given
+/// (`got` `answers` for `wanted` `items`): the answers are matched to the
+/// items by position, so a short or long reply would hand one caller
+/// another's outcome.
+pub(crate) fn one_answer_each(got: usize, wanted: usize, answers: &str, items: &str) -> Result<()> {
+    if got == wanted {
+        Ok(())
+    } else {
+        Err(crate::error::Error::Internal(format!(
+            "{got} {answers} for {wanted} {items}"
+        )))
+    }
+}
+
 /// A lease as the store describes it to anyone (no owner token).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseInfo {

@@ -42,8 +42,9 @@ use tokio_postgres::Row;
 pub use self::connect::schema_for;
 use self::connect::{classify, pool_error, timed_out};
 use super::{
-    watch::Watchers, Acquired, Blocked, BlockedBy, Checked, ClockReading, Described, Event,
-    GrantSpec, LeaseInfo, RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
+    one_answer_each, watch::Watchers, Acquired, Blocked, BlockedBy, Checked, ClockReading,
+    Described, Event, GrantSpec, LeaseInfo, RenewItem, Renewed, Revocation, StoreOptions,
+    QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -448,13 +449,7 @@ impl PostgresStore {
                 &[&name, &life, &tokens],
             )
             .await?;
-        if rows.len() != tokens.len() {
-            return Err(Error::Internal(format!(
-                "{} ranks for {} places",
-                rows.len(),
-                tokens.len()
-            )));
-        }
+        one_answer_each(rows.len(), tokens.len(), "ranks", "places")?;
         rows.iter()
             .map(|row| {
                 let rank: i64 = row
@@ -523,13 +518,7 @@ impl PostgresStore {
                     &[&names, &tokens, &ttls],
                 )
                 .await?;
-            if rows.len() != batch.len() {
-                return Err(Error::Internal(format!(
-                    "{} outcomes for {} renewals",
-                    rows.len(),
-                    batch.len()
-                )));
-            }
+            one_answer_each(rows.len(), batch.len(), "outcomes", "renewals")?;
             rows.iter()
                 .map(|row| self.renewed(row))
                 .collect::<Result<Vec<_>>>()

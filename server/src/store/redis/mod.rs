@@ -54,8 +54,8 @@ use self::{
 };
 pub use self::{keys::lease_key, scripts::SCRIPTS};
 use super::{
-    watch::Watchers, Acquired, Checked, ClockReading, Described, Event, GrantSpec, RenewItem,
-    Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
+    one_answer_each, watch::Watchers, Acquired, Checked, ClockReading, Described, Event, GrantSpec,
+    RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -325,13 +325,7 @@ impl RedisStore {
                 .run(&[&queue, &alive], &args);
             ranks.extend(only("refresh", self.run(call).await?.replies)?.0);
         }
-        if ranks.len() != tokens.len() {
-            return Err(Error::Internal(format!(
-                "{} ranks for {} places",
-                ranks.len(),
-                tokens.len()
-            )));
-        }
+        one_answer_each(ranks.len(), tokens.len(), "ranks", "places")?;
         Ok(ranks)
     }
 
@@ -416,13 +410,7 @@ impl RedisStore {
             .flat_map(|Renewals(batch)| batch)
             .map(|renewal| self.renewed(renewal))
             .collect();
-        if outcomes.len() != items.len() {
-            return Err(Error::Internal(format!(
-                "{} outcomes for {} renewals",
-                outcomes.len(),
-                items.len()
-            )));
-        }
+        one_answer_each(outcomes.len(), items.len(), "outcomes", "renewals")?;
         Ok(outcomes)
     }
 
