@@ -318,16 +318,72 @@ async fn proxied_clients_of(cluster: &Cluster) -> Vec<(Client, Option<Arc<Proxy>
     clients
 }
 
+/// The fault injector of a scenario without faults: waits out the run.
+async fn no_faults() -> u64 {
+    tokio::time::sleep(run_for()).await;
+    0
+}
+
+/// Kills a random broker process with SIGKILL and restarts it, every 2 s
+/// of the run; returns how many it killed.
+async fn kill_brokers(brokers: Arc<tokio::sync::Mutex<Vec<BrokerProcess>>>) -> u64 {
+    let end = Instant::now() + run_for();
+    let mut faults = 0;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        let victim = random_below(BROKERS as u64) as usize;
+        brokers.lock().await[victim].restart().await;
+        faults += 1;
+    }
+    faults
+}
+
+/// The link between the brokers and their store (`link`) adds 20 ms of
+/// latency, drops every connection, and stalls for 1.5 s (past the store
+/// timeout), in turn, each for 0.7 s of every 1.4 s of the run.
+async fn link_faults(link: Arc<Proxy>) -> u64 {
+    let end = Instant::now() + run_for();
+    let mut faults = 0;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        match faults % 3 {
+            0 => link.set_latency(Duration::from_millis(20)),
+            1 => link.drop_connections(),
+            _ => {
+                link.stall();
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        link.set_latency(Duration::ZERO);
+        link.pass();
+        faults += 1;
+    }
+    faults
+}
+
+/// Restarts the store server every 1.5 s of the run (`restart` blocks
+/// until it is back).
+async fn restart_store<S: Send + 'static>(server: Arc<Mutex<S>>, restart: fn(&mut S)) -> u64 {
+    let end = Instant::now() + run_for();
+    let mut faults = 0;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let server = Arc::clone(&server);
+        tokio::task::spawn_blocking(move || restart(&mut server.lock().unwrap()))
+            .await
+            .unwrap();
+        faults += 1;
+    }
+    faults
+}
+
 /// No faults: the baseline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baseline() {
     let cluster = Cluster::start(RedisServer::start()).await;
     let clients = clients_of(&cluster).await;
-    scenario("baseline", Faults::default(), clients, |_| async {
-        tokio::time::sleep(run_for()).await;
-        0
-    })
-    .await;
+    scenario("baseline", Faults::default(), clients, |_| no_faults()).await;
 }
 
 /// Holders paused past their TTL between their check and their write: the
@@ -343,10 +399,7 @@ async fn gc_pauses() {
             ..Faults::default()
         },
         clients,
-        |_| async {
-            tokio::time::sleep(run_for()).await;
-            0
-        },
+        |_| no_faults(),
     )
     .await;
 }
@@ -393,24 +446,9 @@ async fn brokers_killed() {
     let clients = clients_of(&cluster).await;
     let brokers = std::mem::take(&mut cluster.brokers);
     let brokers = Arc::new(tokio::sync::Mutex::new(brokers));
-    let killer = Arc::clone(&brokers);
-    scenario(
-        "brokers_killed",
-        Faults::default(),
-        clients,
-        |_| async move {
-            let end = Instant::now() + run_for();
-            let mut faults = 0;
-            while Instant::now() < end {
-                tokio::time::sleep(Duration::from_millis(2_000)).await;
-                let mut brokers = killer.lock().await;
-                let victim = random_below(BROKERS as u64) as usize;
-                brokers[victim].restart().await;
-                faults += 1;
-            }
-            faults
-        },
-    )
+    scenario("brokers_killed", Faults::default(), clients, |_| {
+        kill_brokers(Arc::clone(&brokers))
+    })
     .await;
 }
 
@@ -442,27 +480,7 @@ async fn redis_link_faults() {
         store_may_lose: false,
         ..Faults::default()
     };
-    scenario("redis_link_faults", faults, clients, |_| async move {
-        let end = Instant::now() + run_for();
-        let mut faults = 0;
-        while Instant::now() < end {
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            match faults % 3 {
-                0 => link.set_latency(Duration::from_millis(20)),
-                1 => link.drop_connections(),
-                _ => {
-                    link.stall();
-                    tokio::time::sleep(Duration::from_millis(1_500)).await;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            link.set_latency(Duration::ZERO);
-            link.pass();
-            faults += 1;
-        }
-        faults
-    })
-    .await;
+    scenario("redis_link_faults", faults, clients, |_| link_faults(link)).await;
 }
 
 /// Redis stopped and restarted empty (no persistence): every lease is lost
@@ -488,18 +506,8 @@ async fn redis_restarts(name: &str, cluster: Cluster, store_may_lose: bool) {
         store_may_lose,
         ..Faults::default()
     };
-    scenario(name, faults, clients, |_| async move {
-        let end = Instant::now() + run_for();
-        let mut faults = 0;
-        while Instant::now() < end {
-            tokio::time::sleep(Duration::from_millis(1_500)).await;
-            let redis = Arc::clone(&restarter);
-            tokio::task::spawn_blocking(move || redis.lock().unwrap().restart())
-                .await
-                .unwrap();
-            faults += 1;
-        }
-        faults
+    scenario(name, faults, clients, |_| {
+        restart_store(restarter, RedisServer::restart)
     })
     .await;
 }
@@ -670,9 +678,8 @@ async fn postgres_baseline() {
     let postgres = PostgresServer::start();
     let brokers = brokers_on(&postgres.url()).await;
     let clients = clients_of_brokers(&brokers).await;
-    scenario("postgres_baseline", Faults::default(), clients, |_| async {
-        tokio::time::sleep(run_for()).await;
-        0
+    scenario("postgres_baseline", Faults::default(), clients, |_| {
+        no_faults()
     })
     .await;
 }
@@ -698,18 +705,7 @@ async fn postgres_brokers_killed() {
         "postgres_brokers_killed",
         Faults::default(),
         clients,
-        |_| async move {
-            let end = Instant::now() + run_for();
-            let mut faults = 0;
-            while Instant::now() < end {
-                tokio::time::sleep(Duration::from_millis(2_000)).await;
-                let mut brokers = brokers.lock().await;
-                let victim = random_below(BROKERS as u64) as usize;
-                brokers[victim].restart().await;
-                faults += 1;
-            }
-            faults
-        },
+        |_| kill_brokers(Arc::clone(&brokers)),
     )
     .await;
 }
@@ -723,24 +719,9 @@ async fn postgres_restarted() {
     let url = postgres.lock().unwrap().url();
     let brokers = brokers_on(&url).await;
     let clients = clients_of_brokers(&brokers).await;
-    scenario(
-        "postgres_restarted",
-        Faults::default(),
-        clients,
-        |_| async move {
-            let end = Instant::now() + run_for();
-            let mut faults = 0;
-            while Instant::now() < end {
-                tokio::time::sleep(Duration::from_millis(1_500)).await;
-                let postgres = Arc::clone(&postgres);
-                tokio::task::spawn_blocking(move || postgres.lock().unwrap().restart())
-                    .await
-                    .unwrap();
-                faults += 1;
-            }
-            faults
-        },
-    )
+    scenario("postgres_restarted", Faults::default(), clients, |_| {
+        restart_store(Arc::clone(&postgres), PostgresServer::restart)
+    })
     .await;
 }
 
@@ -754,30 +735,8 @@ async fn postgres_link_faults() {
     let via_link = format!("postgres://postgres@{}/postgres", link.addr());
     let brokers = brokers_on(&via_link).await;
     let clients = clients_of_brokers(&brokers).await;
-    scenario(
-        "postgres_link_faults",
-        Faults::default(),
-        clients,
-        |_| async move {
-            let end = Instant::now() + run_for();
-            let mut faults = 0;
-            while Instant::now() < end {
-                tokio::time::sleep(Duration::from_millis(700)).await;
-                match faults % 3 {
-                    0 => link.set_latency(Duration::from_millis(20)),
-                    1 => link.drop_connections(),
-                    _ => {
-                        link.stall();
-                        tokio::time::sleep(Duration::from_millis(1_500)).await;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(700)).await;
-                link.set_latency(Duration::ZERO);
-                link.pass();
-                faults += 1;
-            }
-            faults
-        },
-    )
+    scenario("postgres_link_faults", Faults::default(), clients, |_| {
+        link_faults(link)
+    })
     .await;
 }
