@@ -73,7 +73,8 @@ struct Measured {
     broker_cpu: Option<f64>,
     /// The store's CPU (a fraction of a core), when it can be read.
     store_cpu: Option<f64>,
-    /// The store's peak memory, when it can be read.
+    /// The store's peak memory, when it can be read: Redis's whole server,
+    /// PostgreSQL's tables of this side's schema (see `Probe::memory`).
     store_memory: Option<Memory>,
 }
 

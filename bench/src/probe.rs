@@ -97,7 +97,9 @@ fn tree_ticks(root: u32, processes: &[(u32, ProcStat)]) -> u64 {
 }
 
 /// CPU seconds used so far by the process tree under `root` (see the module
-/// doc), from /proc.
+/// doc), from /proc. A process reaped while the tree is read can be missed
+/// (or counted twice) by that reading, not by the next: one connection's
+/// time at most, and the benchmarks keep their connections open.
 pub fn tree_cpu_seconds(root: u32) -> f64 {
     let processes: Vec<(u32, ProcStat)> = std::fs::read_dir("/proc")
         .into_iter()
