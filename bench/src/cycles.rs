@@ -3,8 +3,9 @@
 //! scripts (the store layer the broker uses: the floor no broker can beat),
 //! and with a plain Redis lock as a user writes it by hand (`plain`: not the
 //! broker's scripts); then one contended lock with N waiters. Prints a table
-//! with the ratios, and the CPU each cycle costs the broker, Redis and the
-//! load generator.
+//! with the ratios, and the CPU each cycle costs the broker, the store (Redis
+//! or PostgreSQL, when it runs on this machine: see `probe`) and the load
+//! generator.
 
 use std::{
     process::ExitCode,
@@ -19,13 +20,18 @@ use leasehold_server::{
     store::{lease_key, Acquired, GrantSpec, Store},
 };
 
-use crate::{broker::OwnBroker, heartbeats::cpu_seconds, plain::PlainLock, EXIT_BROKER_ERROR};
+use crate::{
+    broker::OwnBroker,
+    plain::PlainLock,
+    probe::{cpu_seconds, LocalCpu, Probe},
+    EXIT_BROKER_ERROR,
+};
 
 /// Arguments of `bench cycles`.
 #[derive(clap::Args, Debug)]
 pub struct CyclesArgs {
-    /// Redis URL: the broker under test runs on it, and the direct baseline
-    /// talks to it.
+    /// Store URL (Redis or PostgreSQL): the broker under test runs on it,
+    /// and the direct baseline talks to it.
     #[arg(long)]
     store: String,
     /// Worker counts for the uncontended runs (each worker cycles on a lock
@@ -125,28 +131,31 @@ async fn run(args: CyclesArgs) -> Result<(), String> {
     } else {
         Ok(None)
     };
-    let result = match plain {
-        Ok(plain) => {
+    // The store's CPU, read from /proc when it runs here.
+    let probe = Probe::connect(&args.store).await;
+    let result = match (plain, probe) {
+        (Ok(plain), Ok(probe)) => {
             let sides = Sides {
                 brokers: &brokers,
                 broker_prefix: format!("cycles{run_id}:"),
                 direct: &direct,
                 direct_prefix: format!("cycles{run_id}d:"),
                 plain,
+                probe,
                 runtime: direct_runtime.handle(),
             };
             scenarios(&args, &sides).await
         }
-        Err(e) => Err(e),
+        (Err(e), _) | (_, Err(e)) => Err(e),
     };
     // Dropping a runtime may block; not allowed inside this one.
     direct_runtime.shutdown_background();
     result
 }
 
-/// What the scenarios measure: the brokers under test and the Redis clients
+/// What the scenarios measure: the brokers under test and the store clients
 /// without a broker (on the thread-per-core runtime), with their key
-/// prefixes.
+/// prefixes, and the store's probe.
 struct Sides<'a> {
     brokers: &'a [OwnBroker],
     broker_prefix: String,
@@ -154,24 +163,26 @@ struct Sides<'a> {
     direct_prefix: String,
     /// `None` unless the store is one Redis server.
     plain: Option<PlainLock>,
+    /// `None` for a store whose figures are not read (see `Probe::connect`).
+    probe: Option<Probe>,
     runtime: &'a tokio::runtime::Handle,
 }
 
-/// CPU seconds used so far by the brokers, Redis (when it runs on this
-/// machine: its pid from `INFO server`, its time from /proc) and this load
-/// generator.
+/// CPU seconds used so far by the brokers, the store (when it runs on this
+/// machine: redis-server, or PostgreSQL's process tree; from /proc) and this
+/// load generator.
 #[derive(Clone, Copy, Default)]
 struct CpuSample {
     brokers: f64,
-    redis: f64,
+    store: f64,
     load: f64,
 }
 
 impl CpuSample {
-    fn take(brokers: &[u32], redis: Option<u32>) -> Self {
+    fn take(brokers: &[u32], store: Option<LocalCpu>) -> Self {
         CpuSample {
             brokers: brokers.iter().map(|&pid| cpu_seconds(pid)).sum(),
-            redis: redis.map_or(0.0, cpu_seconds),
+            store: store.map_or(0.0, |cpu| cpu.seconds()),
             load: cpu_seconds(std::process::id()),
         }
     }
@@ -181,20 +192,24 @@ impl CpuSample {
         let per = |a: f64, b: f64| (a - b) * 1e6 / cycles.max(1) as f64;
         CpuSample {
             brokers: per(self.brokers, before.brokers),
-            redis: per(self.redis, before.redis),
+            store: per(self.store, before.store),
             load: per(self.load, before.load),
         }
     }
 }
 
 /// Runs `run` and the CPU it cost, per cycle.
-async fn with_cpu<F>(pids: &[u32], redis: Option<u32>, run: F) -> Result<(Run, CpuSample), String>
+async fn with_cpu<F>(
+    pids: &[u32],
+    store: Option<LocalCpu>,
+    run: F,
+) -> Result<(Run, CpuSample), String>
 where
     F: std::future::Future<Output = Result<Run, String>>,
 {
-    let before = CpuSample::take(pids, redis);
+    let before = CpuSample::take(pids, store);
     let run = run.await?;
-    let cpu = CpuSample::take(pids, redis).per_cycle(&before, run.cycles);
+    let cpu = CpuSample::take(pids, store).per_cycle(&before, run.cycles);
     Ok((run, cpu))
 }
 
@@ -206,10 +221,8 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
     let grpc = &broker.grpc;
     let clients: Vec<_> = brokers.iter().map(|b| b.grpc.clone()).collect();
     let pids: Vec<u32> = brokers.iter().filter_map(|b| b.child.id()).collect();
-    let redis_pid = match &sides.plain {
-        Some(plain) => plain.clone().local_pid().await,
-        None => None,
-    };
+    let store_cpu = sides.probe.as_ref().and_then(Probe::local_cpu);
+    let store_name = sides.probe.as_ref().map_or("store", Probe::store);
     if brokers.len() > 1 {
         println!(
             "{} brokers; uncontended workers spread over them",
@@ -242,11 +255,11 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
         let label = format!("uncontended, {workers} workers");
         let (broker, broker_cpu) = with_cpu(
             &pids,
-            redis_pid,
+            store_cpu,
             uncontended_broker(&clients, workers, args.duration),
         )
         .await?;
-        let (direct, direct_cpu) = with_cpu(&pids, redis_pid, async {
+        let (direct, direct_cpu) = with_cpu(&pids, store_cpu, async {
             direct_runtime
                 .spawn(uncontended_direct(direct.clone(), workers, args.duration))
                 .await
@@ -262,20 +275,20 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
             tail(&broker),
             tail(&direct)
         );
-        let redis = |cpu: &CpuSample| match redis_pid {
-            Some(_) => format!("{:.1}", cpu.redis),
-            None => "-".into(),
+        let store = |cpu: &CpuSample| match store_cpu {
+            Some(_) => format!("{store_name} {:.1}", cpu.store),
+            None => format!("{store_name} -"),
         };
         let mut cpu = format!(
-            "{label:<24} CPU µs per cycle: broker {:.1} + Redis {} + load generator {:.1}; direct: Redis {} + load generator {:.1}",
+            "{label:<24} CPU µs per cycle: broker {:.1} + {} + load generator {:.1}; direct: {} + load generator {:.1}",
             broker_cpu.brokers,
-            redis(&broker_cpu),
+            store(&broker_cpu),
             broker_cpu.load,
-            redis(&direct_cpu),
+            store(&direct_cpu),
             direct_cpu.load,
         );
         if let Some(lock) = &sides.plain {
-            let (plain, plain_cpu) = with_cpu(&pids, redis_pid, async {
+            let (plain, plain_cpu) = with_cpu(&pids, store_cpu, async {
                 direct_runtime
                     .spawn(crate::plain::uncontended(
                         lock.clone(),
@@ -294,8 +307,8 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
                 tail(&plain)
             );
             cpu += &format!(
-                "; plain lock: Redis {} + load generator {:.1}",
-                redis(&plain_cpu),
+                "; plain lock: {} + load generator {:.1}",
+                store(&plain_cpu),
                 plain_cpu.load
             );
         }

@@ -49,7 +49,7 @@ use leasehold_proto::{
 use leasehold_server::duration::parse_duration;
 use tonic::{transport::Channel, Request, Response, Status, Streaming};
 
-use crate::{broker::BenchClient, cycles::Run, heartbeats::cpu_seconds, EXIT_BROKER_ERROR};
+use crate::{broker::BenchClient, cycles::Run, probe::cpu_seconds, EXIT_BROKER_ERROR};
 
 /// Arguments of `bench floor`.
 #[derive(clap::Args, Debug)]

@@ -1,8 +1,9 @@
 //! `leasehold-bench heartbeats`: N leases kept alive over S KeepAlive streams
 //! through a broker of the bench's own and, in the same run, renewed straight
-//! against Redis with the same script and batching (one pipeline per stream's
-//! share, the floor), each for the same time. Reports the renewal round trip
-//! p50/p99, leases lost, and the CPU and memory of broker and Redis.
+//! against the store with the same scripts and batching (one pipeline per
+//! stream's share, the floor), each for the same time. Reports the renewal
+//! round trip p50/p99, leases lost, and the CPU and memory of broker and
+//! store (Redis or PostgreSQL: see `probe`).
 
 use std::{
     process::ExitCode,
@@ -19,6 +20,7 @@ use leasehold_server::{
 
 use crate::{
     broker::{direct_store, start_broker, OwnBroker},
+    probe::{cpu_seconds, Memory, Probe},
     soak::{acquire_many, rss_mib, stream, Tally},
     stats::percentile,
     EXIT_BROKER_ERROR,
@@ -27,8 +29,8 @@ use crate::{
 /// Arguments of `bench heartbeats`.
 #[derive(clap::Args, Debug)]
 pub struct HeartbeatsArgs {
-    /// Redis URL: the broker under test runs on it, and the direct baseline
-    /// talks to it.
+    /// Store URL (Redis or PostgreSQL): the broker under test runs on it,
+    /// and the direct baseline talks to it.
     #[arg(long)]
     store: String,
     /// Lease counts, one run each (comma-separated).
@@ -69,9 +71,11 @@ struct Measured {
     lost: u64,
     broker_rss_mib: Option<(f64, f64)>,
     broker_cpu: Option<f64>,
-    redis_cpu: f64,
-    redis_rss_mib: f64,
-    redis_used_mib: f64,
+    /// The store's CPU (a fraction of a core), when it can be read.
+    store_cpu: Option<f64>,
+    /// The store's peak memory, when it can be read: Redis's whole server,
+    /// PostgreSQL's tables of this side's schema (see `Probe::memory`).
+    store_memory: Option<Memory>,
 }
 
 async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
@@ -90,59 +94,99 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
         &prefix,
     )
     .await?;
-    let redis = redis::Client::open(args.store.as_str())
-        .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| format!("cannot reach Redis: {e}"))?;
+    let probe = Probe::connect(&args.store).await?;
+    let store = probe.as_ref().map_or("store", Probe::store);
     // The direct side on its own thread-per-core runtime, as in `cycles`.
-    let (direct_runtime, direct) = direct_store(&args.store, &format!("{prefix}d:"))?;
+    let prefixes = Prefixes {
+        direct: format!("{prefix}d:"),
+        broker: prefix,
+    };
+    let (direct_runtime, direct) = direct_store(&args.store, &prefixes.direct)?;
     println!(
-        "{} streams, a heartbeat each every {:?}, TTL {:?}, {:?} per side",
+        "{} streams, a heartbeat each every {:?}, TTL {:?}, {:?} per side, on {store}",
         args.streams, args.interval, args.ttl, args.duration
     );
+    let widths = Widths::for_store(store);
     println!(
-        "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>10} {:>15} {:>12}",
+        "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>cpu$} {:>rss$} {:>data$}",
         "leases",
         "side",
         "renewal p50/p99",
         "lost",
         "broker RSS MiB",
         "broker CPU",
-        "Redis CPU",
-        "Redis RSS MiB",
-        "Redis data"
+        format!("{store} CPU"),
+        format!("{store} RSS MiB"),
+        format!("{store} data"),
+        cpu = widths.cpu,
+        rss = widths.rss,
+        data = widths.data,
     );
-    let outcome = measure(&args, &broker, &redis, &direct, direct_runtime.handle()).await;
+    let outcome = measure(
+        &args,
+        &broker,
+        probe.as_ref(),
+        &prefixes,
+        &direct,
+        direct_runtime.handle(),
+    )
+    .await;
     // Dropping a runtime may block; not allowed inside this one.
     direct_runtime.shutdown_background();
     outcome
+}
+
+/// The key prefixes of the two sides (on PostgreSQL: a schema each).
+struct Prefixes {
+    broker: String,
+    direct: String,
+}
+
+/// The widths of the store's columns, wide enough for their headers.
+struct Widths {
+    cpu: usize,
+    rss: usize,
+    data: usize,
+}
+
+impl Widths {
+    fn for_store(store: &str) -> Self {
+        Widths {
+            cpu: (store.len() + 4).max(10),
+            rss: (store.len() + 8).max(15),
+            data: (store.len() + 5).max(12),
+        }
+    }
 }
 
 /// Both sides for each lease count, a row each; the leases lost in all.
 async fn measure(
     args: &HeartbeatsArgs,
     broker: &OwnBroker,
-    redis: &redis::aio::MultiplexedConnection,
+    probe: Option<&Probe>,
+    prefixes: &Prefixes,
     direct: &Store,
     direct_runtime: &tokio::runtime::Handle,
 ) -> Result<u64, String> {
+    let widths = Widths::for_store(probe.map_or("store", Probe::store));
     let mut lost = 0;
     for &n in &args.leases {
-        let through = through_broker(args, broker, &mut redis.clone(), n).await?;
+        let through = through_broker(args, broker, probe, &prefixes.broker, n).await?;
         let floor = direct_runtime
             .spawn(direct_side(
                 args.clone_shape(),
                 direct.clone(),
-                redis.clone(),
+                probe.cloned(),
+                prefixes.direct.clone(),
                 n,
             ))
             .await
             .map_err(|e| e.to_string())??;
         for (side, mut m) in [("broker", through), ("direct", floor)] {
             lost += m.lost;
+            let memory = m.store_memory;
             println!(
-                "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>9.0}% {:>15.1} {:>9.1} MiB",
+                "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>cpu$} {:>rss$} {:>data$}",
                 n,
                 side,
                 format!(
@@ -156,9 +200,15 @@ async fn measure(
                 )),
                 m.broker_cpu
                     .map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
-                m.redis_cpu * 100.0,
-                m.redis_rss_mib,
-                m.redis_used_mib
+                m.store_cpu
+                    .map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
+                memory
+                    .and_then(|m| m.rss_mib)
+                    .map_or("-".into(), |rss| format!("{rss:.1}")),
+                memory.map_or("-".into(), |m| format!("{:.1} MiB", m.data_mib)),
+                cpu = widths.cpu,
+                rss = widths.rss,
+                data = widths.data,
             );
         }
     }
@@ -185,48 +235,39 @@ struct Shape {
     duration: Duration,
 }
 
-/// Redis's CPU seconds so far, RSS and dataset size (MiB), from INFO.
-async fn redis_info(
-    redis: &mut redis::aio::MultiplexedConnection,
-) -> Result<(f64, f64, f64), String> {
-    let info: String = redis::cmd("INFO")
-        .query_async(redis)
-        .await
-        .map_err(|e| format!("INFO: {e}"))?;
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    Ok((
-        field("used_cpu_sys") + field("used_cpu_user"),
-        field("used_memory_rss") / 1048576.0,
-        field("used_memory") / 1048576.0,
-    ))
+/// The store's CPU seconds so far, if they can be read.
+async fn store_cpu(probe: Option<&Probe>) -> Result<Option<f64>, String> {
+    match probe {
+        Some(probe) => probe.cpu_seconds().await,
+        None => Ok(None),
+    }
 }
 
-/// CPU seconds a process has used (user + system), from /proc (Linux).
-pub fn cpu_seconds(pid: u32) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // Fields after the command name (which may hold spaces), from 3.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let utime: f64 = fields.get(11)?.parse().ok()?;
-            let stime: f64 = fields.get(12)?.parse().ok()?;
-            Some((utime + stime) / ticks)
-        })
-        .unwrap_or(0.0)
+/// The store's memory now, its peak with `peak`.
+async fn store_memory(
+    probe: Option<&Probe>,
+    prefix: &str,
+    peak: Option<Memory>,
+) -> Result<Option<Memory>, String> {
+    Ok(match probe {
+        Some(probe) => {
+            let now = probe.memory(prefix).await?;
+            Some(peak.map_or(now, |peak| peak.max(now)))
+        }
+        None => None,
+    })
+}
+
+/// CPU used between two readings, as a fraction of a core over `elapsed`.
+fn share(before: Option<f64>, after: Option<f64>, elapsed: f64) -> Option<f64> {
+    Some((after? - before?) / elapsed)
 }
 
 async fn through_broker(
     args: &HeartbeatsArgs,
     broker: &OwnBroker,
-    redis: &mut redis::aio::MultiplexedConnection,
+    probe: Option<&Probe>,
+    prefix: &str,
     n: usize,
 ) -> Result<Measured, String> {
     let pid = broker.child.id().ok_or("the broker exited")?;
@@ -235,7 +276,7 @@ async fn through_broker(
     let refs = acquire_many(&broker.grpc, names, args.ttl, "bench").await?;
 
     let tally = Arc::new(Tally::default());
-    let (cpu_before, _, _) = redis_info(redis).await?;
+    let cpu_before = store_cpu(probe).await?;
     let broker_cpu_before = cpu_seconds(pid);
     let rss_start = rss_mib(pid);
     let started = Instant::now();
@@ -256,19 +297,18 @@ async fn through_broker(
         )));
     }
     let mut peak = rss_start;
-    let (mut redis_rss, mut redis_used) = (0.0f64, 0.0f64);
+    let mut memory = None;
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_secs(1)).await;
         peak = peak.max(rss_mib(pid));
-        let (_, rss, used) = redis_info(redis).await?;
-        (redis_rss, redis_used) = (redis_rss.max(rss), redis_used.max(used));
+        memory = store_memory(probe, prefix, memory).await?;
     }
     for task in tasks {
         let _ = task.await;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let broker_cpu = (cpu_seconds(pid) - broker_cpu_before) / elapsed;
-    let (cpu_after, _, _) = redis_info(redis).await?;
+    let cpu_after = store_cpu(probe).await?;
 
     for chunk in refs.chunks(64) {
         let calls = chunk.iter().map(|r| {
@@ -287,9 +327,8 @@ async fn through_broker(
         lost: tally.lost.load(Ordering::Relaxed),
         broker_rss_mib: Some((rss_start, peak)),
         broker_cpu: Some(broker_cpu),
-        redis_cpu: (cpu_after - cpu_before) / elapsed,
-        redis_rss_mib: redis_rss,
-        redis_used_mib: redis_used,
+        store_cpu: share(cpu_before, cpu_after, elapsed),
+        store_memory: memory,
     })
 }
 
@@ -298,9 +337,11 @@ async fn through_broker(
 async fn direct_side(
     shape: Shape,
     store: Store,
-    mut redis: redis::aio::MultiplexedConnection,
+    probe: Option<Probe>,
+    prefix: String,
     n: usize,
 ) -> Result<Measured, String> {
+    let probe = probe.as_ref();
     let run = format!("{}/{n}", std::process::id());
     let ttl_ms = shape.ttl.as_millis() as u64;
     let mut items = Vec::with_capacity(n);
@@ -330,7 +371,7 @@ async fn direct_side(
         }
     }
 
-    let (cpu_before, _, _) = redis_info(&mut redis).await?;
+    let cpu_before = store_cpu(probe).await?;
     let started = Instant::now();
     let end = started + shape.duration;
     let per_batch = n.div_ceil(shape.streams).max(1);
@@ -367,17 +408,16 @@ async fn direct_side(
             }
         }));
     }
-    let (mut redis_rss, mut redis_used) = (0.0f64, 0.0f64);
+    let mut memory = None;
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let (_, rss, used) = redis_info(&mut redis).await?;
-        (redis_rss, redis_used) = (redis_rss.max(rss), redis_used.max(used));
+        memory = store_memory(probe, &prefix, memory).await?;
     }
     for task in tasks {
         let _ = task.await;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let (cpu_after, _, _) = redis_info(&mut redis).await?;
+    let cpu_after = store_cpu(probe).await?;
     for chunk in items.chunks(64) {
         futures_util::future::join_all(chunk.iter().map(|i| store.release(&i.name, &i.token)))
             .await;
@@ -388,8 +428,7 @@ async fn direct_side(
         lost: tally.lost.load(Ordering::Relaxed),
         broker_rss_mib: None,
         broker_cpu: None,
-        redis_cpu: (cpu_after - cpu_before) / elapsed,
-        redis_rss_mib: redis_rss,
-        redis_used_mib: redis_used,
+        store_cpu: share(cpu_before, cpu_after, elapsed),
+        store_memory: memory,
     })
 }

@@ -19,6 +19,7 @@ mod floor;
 mod heartbeats;
 mod keepalive;
 mod plain;
+mod probe;
 mod soak;
 mod stats;
 mod waiters;
@@ -59,8 +60,9 @@ enum Command {
     /// with the same scripts (the ratio), then one contended lock.
     Cycles(crate::cycles::CyclesArgs),
     /// N leases kept alive over S KeepAlive streams through a broker and
-    /// renewed straight against Redis with the same batching: renewal
-    /// latency, losses, CPU and memory of broker and Redis.
+    /// renewed straight against the store (Redis or PostgreSQL) with the
+    /// same batching: renewal latency, losses, CPU and memory of broker and
+    /// store.
     Heartbeats(crate::heartbeats::HeartbeatsArgs),
     /// N callers waiting on one lock through a broker of the bench's own:
     /// Redis and broker CPU while they wait, then handoffs down the line

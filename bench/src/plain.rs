@@ -64,25 +64,6 @@ impl PlainLock {
         self.conn.clone()
     }
 
-    /// The pid of redis-server (`INFO server`'s process_id) when it runs on
-    /// this machine (its /proc entry is there, so its CPU time can be read);
-    /// else `None`.
-    pub async fn local_pid(mut self) -> Option<u32> {
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut self.conn)
-            .await
-            .ok()?;
-        let pid: u32 = info
-            .lines()
-            .find_map(|l| l.strip_prefix("process_id:"))?
-            .trim()
-            .parse()
-            .ok()?;
-        let command = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        command.starts_with("redis").then_some(pid)
-    }
-
     /// Tries once to take `name` for `ttl_ms`: the fence, or `None` when
     /// someone has it.
     pub async fn acquire(

@@ -27,7 +27,7 @@ use leasehold_server::duration::parse_duration;
 
 use crate::{
     broker::{bench_client, start_broker_exe, BenchClient},
-    heartbeats::cpu_seconds,
+    probe::cpu_seconds,
     stats::percentile,
     EXIT_BROKER_ERROR,
 };

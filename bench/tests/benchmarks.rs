@@ -6,7 +6,7 @@ use leasehold_testkit as common;
 
 use std::process::Stdio;
 
-use common::{Broker, RedisServer};
+use common::{Broker, PostgresServer, RedisServer};
 use leasehold_client::Client;
 use tokio::process::Command;
 
@@ -240,6 +240,139 @@ async fn the_heartbeats_benchmark_runs() {
             .unwrap();
         assert_eq!(owner, None, "{key} is still held");
     }
+}
+
+/// The fields of the first row of `text` whose first two are `leases` and
+/// `side` (a `heartbeats` row).
+fn heartbeats_row<'a>(text: &'a str, leases: &str, side: &str) -> Vec<&'a str> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|fields| fields.len() > 2 && fields[..2] == [leases, side])
+        .unwrap_or_else(|| panic!("no {leases} {side} row in\n{text}"))
+}
+
+/// On PostgreSQL, the heartbeat benchmark keeps leases alive through a
+/// broker of its own and straight through the store layer, loses none, and
+/// reports the database's CPU (its process tree, read from /proc) and the
+/// size of each side's tables, in columns named after the store.
+#[tokio::test]
+async fn the_heartbeats_benchmark_runs_on_postgres() {
+    let postgres = PostgresServer::start();
+    let text = bench(&[
+        "heartbeats",
+        "--store",
+        &postgres.url(),
+        "--leases",
+        "200",
+        "--streams",
+        "2",
+        "--interval",
+        "100ms",
+        "--ttl",
+        "5s",
+        "--duration",
+        "2s",
+    ])
+    .await;
+    assert!(row(&text, "2 streams").ends_with("on PostgreSQL"), "{text}");
+    let header = row(&text, " leases");
+    for column in ["PostgreSQL CPU", "PostgreSQL RSS MiB", "PostgreSQL data"] {
+        assert!(header.contains(column), "{header}");
+    }
+    for side in ["broker", "direct"] {
+        let fields = heartbeats_row(&text, "200", side);
+        let line = fields.join(" ");
+        // leases, side, "p50/p99 ms", lost, broker RSS and CPU, then the
+        // database's CPU, RSS (not read: "-") and data ("N MiB").
+        let (p50, p99) = fields[2].split_once('/').unwrap();
+        let (p50, p99): (f64, f64) = (p50.parse().unwrap(), p99.parse().unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "renewals: {line}");
+        assert_eq!(fields[4], "0", "lost: {line}");
+        let end = fields.len();
+        assert_eq!(fields[end - 1], "MiB", "{line}");
+        let cpu: f64 = fields[end - 4]
+            .strip_suffix('%')
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no database CPU in {line}"));
+        assert!(cpu > 0.0, "{line}");
+        assert_eq!(fields[end - 3], "-", "{line}");
+        let data: f64 = fields[end - 2].parse().unwrap();
+        assert!(data > 0.0, "{line}");
+    }
+    // Every lease was released afterwards: no row of either side's schema
+    // holds a token (a released lease leaves a tombstone without one, and
+    // a held lease's row stays at least until it expires).
+    let (client, connection) = tokio_postgres::connect(&postgres.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let schemas: Vec<String> = client
+        .query(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'beats%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(schemas.len(), 2, "one schema per side: {schemas:?}");
+    for schema in schemas {
+        let held: i64 = client
+            .query_one(&format!("SELECT count(token) FROM {schema}.leases"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(held, 0, "leases still held in {schema}");
+    }
+}
+
+/// On PostgreSQL, the cycles benchmark reads the database's CPU per cycle
+/// (its process tree: the backends of the broker's and the direct side's
+/// connections, and the postmaster) as it does Redis's.
+#[tokio::test]
+async fn the_cycles_benchmark_reads_the_database_cpu_on_postgres() {
+    let postgres = PostgresServer::start();
+    let text = bench(&[
+        "cycles",
+        "--store",
+        &postgres.url(),
+        "--workers",
+        "1",
+        "--contended",
+        "0",
+        "--failovers",
+        "0",
+        "--duration",
+        "500ms",
+    ])
+    .await;
+    let name = "uncontended, 1 workers";
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(name)).collect();
+    // The throughput row and the CPU per cycle (no plain Redis lock here).
+    assert_eq!(lines.len(), 2, "{text}");
+    let cycles: f64 = lines[0][name.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(cycles > 0.0, "{text}");
+    let cpu = lines[1];
+    assert!(
+        cpu.contains("broker ")
+            && cpu.contains("+ PostgreSQL ")
+            && cpu.contains("direct: PostgreSQL "),
+        "{cpu}"
+    );
+    // broker, PostgreSQL, load generator; direct: PostgreSQL, load
+    // generator.
+    let figures: Vec<f64> = cpu[name.len()..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(figures.len(), 5, "{cpu}");
+    assert!(figures[1] > 0.0 && figures[3] > 0.0, "{cpu}");
 }
 
 /// The floor benchmark serves the floor itself (a bare tonic server, a

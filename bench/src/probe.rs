@@ -1,0 +1,435 @@
+//! What a benchmark reads of the store it runs on: its CPU time and its
+//! memory, on Redis or PostgreSQL, so that a table can show the store's
+//! cost beside the broker's whichever store it is.
+//!
+//! CPU comes from /proc when the store runs on this machine (as in every
+//! bench run): an overloaded store answers a query late, /proc does not.
+//! Redis is one process (`INFO server`'s process_id). PostgreSQL is a tree
+//! of processes: the postmaster, a backend per connection and background
+//! workers; a backend that exits (its connection closed) is reaped by the
+//! postmaster, so the kernel adds its CPU to the postmaster's cutime and
+//! cstime (checked on PostgreSQL 15: they grow by a closed backend's CPU
+//! once it exits). The tree's CPU so far is therefore the postmaster's own
+//! and reaped time plus that of every live descendant: it does not fall
+//! when a connection closes. Either way the whole server is counted, other
+//! clients' work and the probe's own queries included (a few a second).
+
+use std::sync::Arc;
+
+use leasehold_server::store::schema_for;
+use redis::aio::MultiplexedConnection;
+
+/// A process's CPU counters from its /proc/<pid>/stat line, in clock ticks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcStat {
+    pub ppid: u32,
+    /// User and system time of the process (all its threads).
+    pub utime: u64,
+    pub stime: u64,
+    /// User and system time of its children that it has waited for.
+    pub cutime: u64,
+    pub cstime: u64,
+    /// When it started, in ticks since boot.
+    pub start_ticks: u64,
+}
+
+impl ProcStat {
+    /// Parses a /proc/<pid>/stat line (proc(5)); `None` if it is not one.
+    pub fn parse(stat: &str) -> Option<ProcStat> {
+        // Fields after the command name (in parentheses, and it may hold
+        // spaces and parentheses itself), from field 3 (state) on.
+        let rest = stat.get(stat.rfind(')')? + 1..)?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+        Some(ProcStat {
+            ppid: u32::try_from(field(4)?).ok()?,
+            utime: field(14)?,
+            stime: field(15)?,
+            cutime: field(16)?,
+            cstime: field(17)?,
+            start_ticks: field(22)?,
+        })
+    }
+
+    /// The counters of process `pid`, if it exists.
+    pub fn read(pid: u32) -> Option<ProcStat> {
+        Self::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+}
+
+/// Clock ticks per second, the unit of /proc's CPU times.
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
+}
+
+/// CPU seconds a process has used (user + system), from /proc (Linux); 0 if
+/// it is gone.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    ProcStat::read(pid).map_or(0.0, |s| (s.utime + s.stime) as f64 / ticks_per_second())
+}
+
+/// The CPU ticks of the process tree under `root`, out of a snapshot of the
+/// machine's processes: every process of the tree, its own time and that of
+/// the children it reaped (a reaped child's own reaped children are in its
+/// cutime already).
+fn tree_ticks(root: u32, processes: &[(u32, ProcStat)]) -> u64 {
+    let mut tree = vec![root];
+    let mut total = 0;
+    // Parents before children is not guaranteed (pids wrap): go until no
+    // process is added.
+    let mut left: Vec<&(u32, ProcStat)> = processes.iter().collect();
+    loop {
+        let before = left.len();
+        left.retain(|(pid, stat)| {
+            if *pid == root || tree.contains(&stat.ppid) {
+                tree.push(*pid);
+                total += stat.utime + stat.stime + stat.cutime + stat.cstime;
+                false
+            } else {
+                true
+            }
+        });
+        if left.len() == before {
+            return total;
+        }
+    }
+}
+
+/// CPU seconds used so far by the process tree under `root` (see the module
+/// doc), from /proc. A process reaped while the tree is read can be missed
+/// (or counted twice) by that reading, not by the next: one connection's
+/// time at most, and the benchmarks keep their connections open.
+pub fn tree_cpu_seconds(root: u32) -> f64 {
+    let processes: Vec<(u32, ProcStat)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            Some((pid, ProcStat::read(pid)?))
+        })
+        .collect();
+    tree_ticks(root, &processes) as f64 / ticks_per_second()
+}
+
+/// The boot time (Unix seconds) from /proc/stat's text.
+fn boot_time(proc_stat: &str) -> Option<f64> {
+    proc_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether a process that started `start_ticks` after a boot at `boot_s`
+/// (Unix seconds) is the one a server says started at `started_s`: within
+/// a few seconds (the server reads its clock a little after its exec; a
+/// loaded machine).
+fn same_start(start_ticks: u64, boot_s: f64, ticks_per_s: f64, started_s: f64) -> bool {
+    (boot_s + start_ticks as f64 / ticks_per_s - started_s).abs() < 5.0
+}
+
+/// Where the store's CPU time is read on this machine.
+#[derive(Clone, Copy, Debug)]
+pub enum LocalCpu {
+    /// One process (redis-server).
+    Process(u32),
+    /// A process and its descendants (PostgreSQL's postmaster).
+    Tree(u32),
+}
+
+impl LocalCpu {
+    /// CPU seconds used so far.
+    pub fn seconds(&self) -> f64 {
+        match *self {
+            LocalCpu::Process(pid) => cpu_seconds(pid),
+            LocalCpu::Tree(root) => tree_cpu_seconds(root),
+        }
+    }
+}
+
+/// The store's memory at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Memory {
+    /// The server's resident memory (Redis only: see [`Probe::memory`]).
+    pub rss_mib: Option<f64>,
+    /// The data: Redis's used_memory, PostgreSQL's tables of the schema.
+    pub data_mib: f64,
+}
+
+impl Memory {
+    /// The larger of each figure (a peak over samples).
+    pub fn max(self, other: Memory) -> Memory {
+        Memory {
+            rss_mib: match (self.rss_mib, other.rss_mib) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+            data_mib: self.data_mib.max(other.data_mib),
+        }
+    }
+}
+
+/// A connection of the bench's own to the store, for its figures.
+#[derive(Clone)]
+pub struct Probe {
+    kind: Kind,
+    local: Option<LocalCpu>,
+}
+
+#[derive(Clone)]
+enum Kind {
+    Redis(MultiplexedConnection),
+    Postgres(Arc<tokio_postgres::Client>),
+}
+
+impl Probe {
+    /// Connects to the store at `url` when it is one Redis server or a
+    /// PostgreSQL database; `None` for the other stores (memory, a Sentinel
+    /// set, a Cluster: their figures are not read) and for a PostgreSQL URL
+    /// asking for TLS (the bench has no TLS client for it; said on stderr).
+    /// Spawns the connection's task on the current runtime.
+    pub async fn connect(url: &str) -> Result<Option<Probe>, String> {
+        if crate::plain::PlainLock::supports(url) {
+            let mut conn = redis::Client::open(url)
+                .map_err(|e| format!("bad Redis URL: {e}"))?
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| format!("cannot reach Redis: {e}"))?;
+            let local = redis_local_pid(&mut conn).await.map(LocalCpu::Process);
+            return Ok(Some(Probe {
+                kind: Kind::Redis(conn),
+                local,
+            }));
+        }
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Ok(None);
+        }
+        let redacted = leasehold_server::redact::url(url);
+        if url.contains("sslmode=require") || url.contains("sslmode=verify-") {
+            eprintln!("the database's CPU and size are not read over TLS ({redacted})");
+            return Ok(None);
+        }
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| format!("bad PostgreSQL URL '{redacted}': {e}"))?;
+        config
+            .ssl_mode(tokio_postgres::config::SslMode::Disable)
+            .application_name("leasehold-bench");
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| format!("cannot reach PostgreSQL at {redacted}: {e}"))?;
+        tokio::spawn(connection);
+        let local = postmaster(&client).await?.map(LocalCpu::Tree);
+        Ok(Some(Probe {
+            kind: Kind::Postgres(Arc::new(client)),
+            local,
+        }))
+    }
+
+    /// The store's name, for tables: `Redis` or `PostgreSQL`.
+    pub fn store(&self) -> &'static str {
+        match self.kind {
+            Kind::Redis(_) => "Redis",
+            Kind::Postgres(_) => "PostgreSQL",
+        }
+    }
+
+    /// Where the store's CPU is read, when it runs on this machine.
+    pub fn local_cpu(&self) -> Option<LocalCpu> {
+        self.local
+    }
+
+    /// The store's CPU seconds so far: from /proc when it runs on this
+    /// machine, else what Redis's INFO says (PostgreSQL has no such figure:
+    /// `None`).
+    pub async fn cpu_seconds(&self) -> Result<Option<f64>, String> {
+        if let Some(local) = self.local {
+            return Ok(Some(local.seconds()));
+        }
+        match &self.kind {
+            Kind::Redis(conn) => {
+                let info = redis_info(conn.clone()).await?;
+                Ok(Some(
+                    info_field(&info, "used_cpu_sys") + info_field(&info, "used_cpu_user"),
+                ))
+            }
+            Kind::Postgres(_) => Ok(None),
+        }
+    }
+
+    /// The store's memory now. Redis: the whole server's RSS and dataset
+    /// (INFO). PostgreSQL: the on-disk size of the tables of the schema
+    /// `key_prefix` names (with their indexes and TOAST, dead row versions
+    /// not yet vacuumed included), read through the buffer cache; no RSS:
+    /// the process tree's RSS counts the shared buffers once per process
+    /// that touched them, which says little about the data.
+    pub async fn memory(&self, key_prefix: &str) -> Result<Memory, String> {
+        match &self.kind {
+            Kind::Redis(conn) => {
+                let info = redis_info(conn.clone()).await?;
+                Ok(Memory {
+                    rss_mib: Some(info_field(&info, "used_memory_rss") / 1048576.0),
+                    data_mib: info_field(&info, "used_memory") / 1048576.0,
+                })
+            }
+            Kind::Postgres(client) => {
+                let schema = schema_for(key_prefix).map_err(|e| e.to_string())?;
+                let bytes: f64 = client
+                    .query_one(
+                        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::float8 \
+                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                         WHERE n.nspname = $1 AND c.relkind = 'r'",
+                        &[&schema],
+                    )
+                    .await
+                    .map_err(|e| format!("the size of schema {schema}: {e}"))?
+                    .get(0);
+                Ok(Memory {
+                    rss_mib: None,
+                    data_mib: bytes / 1048576.0,
+                })
+            }
+        }
+    }
+}
+
+/// Redis's `INFO`.
+async fn redis_info(mut conn: MultiplexedConnection) -> Result<String, String> {
+    redis::cmd("INFO")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("INFO: {e}"))
+}
+
+/// A numeric field of an INFO reply (0 if absent).
+fn info_field(info: &str, name: &str) -> f64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+/// The pid of redis-server (`INFO server`'s process_id) when it runs on
+/// this machine (its /proc entry is there, and is a redis process); else
+/// `None`.
+async fn redis_local_pid(conn: &mut MultiplexedConnection) -> Option<u32> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(conn)
+        .await
+        .ok()?;
+    let pid: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    let command = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    command.starts_with("redis").then_some(pid)
+}
+
+/// The postmaster's pid when PostgreSQL runs on this machine, else `None`:
+/// the parent of this connection's backend (`pg_backend_pid()`), if that
+/// process exists here, is named postgres, and started when the server
+/// says it did (`pg_postmaster_start_time()`): a pid of a server elsewhere
+/// (another machine, a container's pid namespace) names another process
+/// here, if any.
+async fn postmaster(client: &tokio_postgres::Client) -> Result<Option<u32>, String> {
+    let row = client
+        .query_one(
+            "SELECT pg_backend_pid(), extract(epoch FROM pg_postmaster_start_time())::float8",
+            &[],
+        )
+        .await
+        .map_err(|e| format!("PostgreSQL's backend pid: {e}"))?;
+    let (backend, started_s): (i32, f64) = (row.get(0), row.get(1));
+    let found = || {
+        let parent = ProcStat::read(u32::try_from(backend).ok()?)?.ppid;
+        let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).ok()?;
+        let boot_s = boot_time(&std::fs::read_to_string("/proc/stat").ok()?)?;
+        let stat = ProcStat::read(parent)?;
+        (comm.trim() == "postgres"
+            && same_start(stat.start_ticks, boot_s, ticks_per_second(), started_s))
+        .then_some(parent)
+    };
+    Ok(found())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A postmaster's line (PostgreSQL 15 on Linux 6), then a backend's
+    /// with a command name holding spaces and a parenthesis.
+    const POSTMASTER: &str = "19449 (postgres) S 1 19448 19448 0 -1 4194560 1817 34519 0 \
+        0 1 0 402 37 20 0 1 0 3975818 225853440 7325 18446744073709551615 1 1 0 0 0 0 \
+        4194304 19935232 1610632967 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+    const ODD: &str = "42 (a b) c)) R 19449 42 42 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 \
+        3975900 0 0 0";
+
+    #[test]
+    fn a_stat_line_gives_the_parent_the_times_and_the_start() {
+        assert_eq!(
+            ProcStat::parse(POSTMASTER),
+            Some(ProcStat {
+                ppid: 1,
+                utime: 1,
+                stime: 0,
+                cutime: 402,
+                cstime: 37,
+                start_ticks: 3975818,
+            })
+        );
+        let odd = ProcStat::parse(ODD).unwrap();
+        assert_eq!((odd.ppid, odd.utime, odd.stime), (19449, 7, 3));
+        assert_eq!(odd.start_ticks, 3975900);
+        assert_eq!(ProcStat::parse("19449 (postgres) S 1 2"), None);
+        assert_eq!(ProcStat::parse("no parenthesis"), None);
+    }
+
+    fn stat(ppid: u32, utime: u64, stime: u64, cutime: u64, cstime: u64) -> ProcStat {
+        ProcStat {
+            ppid,
+            utime,
+            stime,
+            cutime,
+            cstime,
+            start_ticks: 0,
+        }
+    }
+
+    #[test]
+    fn a_tree_counts_its_root_every_descendant_and_what_they_reaped() {
+        let processes = [
+            // A grandchild listed before its parent (pids wrap).
+            (5, stat(300, 1, 1, 0, 0)),
+            (100, stat(1, 2, 1, 40, 6)),
+            (200, stat(100, 10, 5, 0, 0)),
+            (300, stat(100, 20, 0, 3, 1)),
+            // Not under 100: its parent, and a sibling of the root.
+            (1, stat(0, 1000, 1000, 1000, 1000)),
+            (400, stat(1, 500, 0, 0, 0)),
+        ];
+        assert_eq!(tree_ticks(100, &processes), 49 + 15 + 24 + 2);
+        assert_eq!(tree_ticks(300, &processes), 24 + 2);
+        assert_eq!(tree_ticks(999, &processes), 0);
+    }
+
+    #[test]
+    fn the_postmaster_is_the_process_that_started_when_the_server_says() {
+        assert_eq!(
+            boot_time("cpu 1 2\nbtime 1796051563\nprocesses 9\n"),
+            Some(1796051563.0)
+        );
+        assert_eq!(boot_time("cpu 1 2\n"), None);
+        // Started 39,758.18 s after boot; the server read its clock 0.16 s
+        // later.
+        assert!(same_start(3975818, 1796051563.0, 100.0, 1796091321.34));
+        assert!(!same_start(3975818, 1796051563.0, 100.0, 1796091421.34));
+        assert!(!same_start(3975818, 1796051563.0, 100.0, 1796001321.34));
+    }
+}
