@@ -17,6 +17,13 @@
 --   and the name (held to commit), so two grants of one name never both
 --   see it free. Functions touching several names (renew_many) lock them in
 --   ascending key order, so that two batches cannot deadlock.
+-- * Helpers that read or write a table are PL/pgSQL, not LANGUAGE sql:
+--   PostgreSQL plans a non-inlined SQL function's body on every call
+--   (about 35 µs each here), while PL/pgSQL keeps its plans for the
+--   session (6-9 µs); measured with track_functions, this halved the
+--   database's time per acquire (225 -> 114 µs) and release (180 -> 81).
+--   One-expression helpers (now_us, name_key, lock_name, notify) stay
+--   SQL: those are inlined into their caller's expression.
 -- * Time: clock_timestamp() of the database server, read once per call,
 --   in ms (and µs for fences), never the broker's clock.
 -- * Fences: the sequence fences (durable: PostgreSQL logs it ahead, so it
@@ -164,34 +171,35 @@ $$;
 
 -- A broker's observers watch p_names for the next p_life ms.
 CREATE OR REPLACE FUNCTION __SCHEMA__.observe(p_names text[], p_life bigint) RETURNS void
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE AS $$ BEGIN
   INSERT INTO __SCHEMA__.observed (name, until_ms)
   SELECT DISTINCT n, __SCHEMA__.now_us() / 1000 + p_life FROM unnest(p_names) AS n
-  ON CONFLICT (name) DO UPDATE SET until_ms = greatest(__SCHEMA__.observed.until_ms, excluded.until_ms)
-$$;
+  ON CONFLICT (name) DO UPDATE SET until_ms = greatest(__SCHEMA__.observed.until_ms, excluded.until_ms);
+END $$;
 
 -- Whether an observer watches the name now.
 CREATE OR REPLACE FUNCTION __SCHEMA__.is_observed(p_name text, p_now_ms bigint) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT EXISTS (SELECT 1 FROM __SCHEMA__.observed WHERE name = p_name AND until_ms > p_now_ms)
-$$;
+LANGUAGE plpgsql STABLE AS $$ BEGIN
+  RETURN EXISTS (SELECT 1 FROM __SCHEMA__.observed WHERE name = p_name AND until_ms > p_now_ms);
+END $$;
 
 -- Lapsed places leave the line (line.lua's prune).
 CREATE OR REPLACE FUNCTION __SCHEMA__.prune(p_name text, p_now_ms bigint) RETURNS void
-LANGUAGE sql VOLATILE AS $$
-  DELETE FROM __SCHEMA__.line WHERE name = p_name AND deadline_ms <= p_now_ms
-$$;
+LANGUAGE plpgsql VOLATILE AS $$ BEGIN
+  DELETE FROM __SCHEMA__.line WHERE name = p_name AND deadline_ms <= p_now_ms;
+END $$;
 
 -- The first waiter in line (after prune), or no row.
 CREATE OR REPLACE FUNCTION __SCHEMA__.first_in_line(p_name text, OUT token text, OUT deadline_ms bigint)
-LANGUAGE sql VOLATILE AS $$
-  SELECT token, deadline_ms FROM __SCHEMA__.line WHERE name = p_name ORDER BY seq LIMIT 1
-$$;
+LANGUAGE plpgsql VOLATILE AS $$ BEGIN
+  SELECT l.token, l.deadline_ms INTO token, deadline_ms
+    FROM __SCHEMA__.line l WHERE l.name = p_name ORDER BY l.seq LIMIT 1;
+END $$;
 
 CREATE OR REPLACE FUNCTION __SCHEMA__.line_length(p_name text) RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-  SELECT count(*) FROM __SCHEMA__.line WHERE name = p_name
-$$;
+LANGUAGE plpgsql VOLATILE AS $$ BEGIN
+  RETURN (SELECT count(*) FROM __SCHEMA__.line WHERE name = p_name);
+END $$;
 
 -- queue.lua's wait_in_line: joins the line (or renews the place) if the
 -- caller waits; its position (1 = next; 0 = not in the line).
