@@ -2,7 +2,8 @@
 //! on PostgreSQL too): nothing grows per distinct name, a PostgreSQL that
 //! is down or stalled fails calls UNAVAILABLE within the store timeout, and
 //! one that comes back (with its data) is used again by itself, leases and
-//! fences intact, its LISTEN restored.
+//! fences intact, its LISTEN restored; so is a synchronous standby promoted
+//! in its place, found through a multi-host URL.
 
 use leasehold_testkit as common;
 
@@ -204,6 +205,151 @@ async fn postgres_down_is_unavailable_then_back_with_its_leases() {
     tokio::time::timeout(Duration::from_secs(5), notified)
         .await
         .expect("the release woke the watcher after the restart");
+}
+
+/// Failover to a synchronous streaming standby, the broker's URL listing
+/// both servers with target_session_attrs=read-write: while the primary is
+/// gone and the standby not yet promoted, every call fails UNAVAILABLE (the
+/// standby, read-only, grants nothing); once it is promoted, the same store
+/// follows it by itself (no restart): every lease granted before is still
+/// held with its fence, a release made before is still made, fences go on
+/// rising, and the LISTEN is back (a release wakes the waiter it names).
+#[tokio::test]
+async fn failover_to_a_promoted_synchronous_standby_keeps_every_lease_and_fence() {
+    let timeout = Duration::from_secs(2);
+    let mut primary = PostgresServer::start();
+    let standby = primary.start_standby(true).await;
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let store = open(&url, "failover:", timeout);
+    let mut held = Vec::new();
+    for i in 0..8 {
+        let lease = spec(&format!("held/{i}"), &format!("t{i}"), 300_000);
+        let fence = grant(&store, &lease).await;
+        held.push((lease, fence));
+    }
+    let freed = spec("freed", "f1", 300_000);
+    let freed_fence = grant(&store, &freed).await;
+    assert_eq!(
+        store.release("freed", "f1").await.unwrap(),
+        Checked::Done(())
+    );
+    let highest = held.iter().map(|(_, f)| *f).max().unwrap().max(freed_fence);
+
+    primary.stop();
+    let outage = Instant::now();
+    for attempt in 0..3 {
+        let started = Instant::now();
+        let outcomes = [
+            (
+                "a new name",
+                store.acquire(&spec("new", "n1", 10_000)).await.map(|_| ()),
+            ),
+            (
+                "a held name",
+                store
+                    .acquire(&spec("held/1", "thief", 10_000))
+                    .await
+                    .map(|_| ()),
+            ),
+            (
+                "a renewal",
+                store.renew("held/0", "t0", None).await.map(|_| ()),
+            ),
+        ];
+        for (what, outcome) in outcomes {
+            assert!(
+                matches!(outcome, Err(Error::Unavailable(_))),
+                "attempt {attempt}, {what} with no primary: {outcome:?}"
+            );
+        }
+        assert!(
+            started.elapsed() < 3 * (timeout + Duration::from_millis(1_500)),
+            "attempt {attempt} took {:?}",
+            started.elapsed()
+        );
+    }
+
+    standby.promote().await;
+    let promoted = outage.elapsed();
+    // The same store: its dead connections are dropped, and new ones go to
+    // the host that takes writes now. Until then, UNAVAILABLE only.
+    let refused = std::cell::Cell::new(0);
+    eventually(
+        Duration::from_secs(60),
+        "the store to reach the promoted standby",
+        || {
+            let (store, refused) = (store.clone(), &refused);
+            async move {
+                match store.renew("held/0", "t0", None).await {
+                    Ok(_) => true,
+                    Err(Error::Unavailable(_)) => {
+                        refused.set(refused.get() + 1);
+                        false
+                    }
+                    Err(e) => panic!("after the promotion: {e:?}"),
+                }
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "promoted {promoted:?} after the primary stopped; the store was back {:?} after \
+         the stop ({} calls UNAVAILABLE meanwhile)",
+        outage.elapsed(),
+        refused.get()
+    );
+    for (lease, fence) in &held {
+        match store.renew(&lease.name, &lease.token, None).await {
+            Ok(Checked::Done(renewed)) => assert_eq!(renewed.fence, *fence, "{}", lease.name),
+            other => panic!("{} lost in the failover: {other:?}", lease.name),
+        }
+        match store.acquire(&spec(&lease.name, "thief", 10_000)).await {
+            Ok(Acquired::Blocked(blocked)) => assert_eq!(blocked.fence, *fence, "{}", lease.name),
+            other => panic!("{} granted twice: {other:?}", lease.name),
+        }
+    }
+    let regranted = grant(&store, &spec("freed", "f2", 10_000)).await;
+    assert!(
+        regranted > highest,
+        "fence {regranted} after the failover, {highest} before"
+    );
+
+    // The LISTEN connection followed too: a waiter in line on a held name
+    // is woken by the release (a NOTIFY naming it; the store has no timer
+    // of its own), then granted.
+    let (name, token) = (held[0].0.name.as_str(), held[0].0.token.as_str());
+    let waiter = GrantSpec {
+        queued: true,
+        ..spec(name, "waiter", 10_000)
+    };
+    assert!(matches!(
+        store.acquire(&waiter).await,
+        Ok(Acquired::Blocked(_))
+    ));
+    // Each attempt waits up to the store timeout for the LISTEN.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let watch = loop {
+        match store.watch(name, Event::Released, Some("waiter")).await {
+            Ok(watch) => break watch,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no LISTEN after the failover: {e:?}"
+            ),
+        }
+    };
+    let notified = watch.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    assert_eq!(store.release(name, token).await.unwrap(), Checked::Done(()));
+    tokio::time::timeout(Duration::from_secs(10), notified)
+        .await
+        .expect("the release woke the waiter after the failover");
+    let granted = grant(&store, &waiter).await;
+    assert!(granted > regranted, "fence {granted} after {regranted}");
 }
 
 /// A PostgreSQL that stops answering (a network black hole: no error, only
