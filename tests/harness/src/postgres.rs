@@ -390,7 +390,7 @@ impl PostgresServer {
     /// What psql prints (unaligned, no headers) running `statements` on
     /// this server as `postgres`, each on its own (ALTER SYSTEM may not run
     /// in a transaction block).
-    async fn psql(&self, statements: &[&str]) -> String {
+    pub async fn psql(&self, statements: &[&str]) -> String {
         let mut psql = tokio::process::Command::from(command(&pg_bin().join("psql")));
         psql.args([
             "-X",
