@@ -2,7 +2,8 @@
 //! on PostgreSQL too): nothing grows per distinct name, a PostgreSQL that
 //! is down or stalled fails calls UNAVAILABLE within the store timeout, and
 //! one that comes back (with its data) is used again by itself, leases and
-//! fences intact, its LISTEN restored.
+//! fences intact, its LISTEN restored; so is a synchronous standby promoted
+//! in its place, found through a multi-host URL.
 
 use leasehold_testkit as common;
 
@@ -204,6 +205,247 @@ async fn postgres_down_is_unavailable_then_back_with_its_leases() {
     tokio::time::timeout(Duration::from_secs(5), notified)
         .await
         .expect("the release woke the watcher after the restart");
+}
+
+/// A primary with a synchronous standby, and a store whose URL lists both
+/// (target_session_attrs=read-write: the one that takes writes), holding
+/// leases: eight held, one granted then released. Returns the held leases
+/// with their fences, and the highest fence granted.
+async fn primary_with_standby() -> (
+    PostgresServer,
+    PostgresServer,
+    Store,
+    Vec<(GrantSpec, u64)>,
+    u64,
+) {
+    let primary = PostgresServer::start();
+    let standby = primary.start_standby(true).await;
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let store = open(&url, "failover:", FAILOVER_TIMEOUT);
+    // At once, so that the pool holds several connections to the primary.
+    let leases: Vec<GrantSpec> = (0..8)
+        .map(|i| spec(&format!("held/{i}"), &format!("t{i}"), 300_000))
+        .collect();
+    let fences =
+        futures_util::future::join_all(leases.iter().map(|lease| grant(&store, lease))).await;
+    let held: Vec<(GrantSpec, u64)> = leases.into_iter().zip(fences).collect();
+    let freed = grant(&store, &spec("freed", "f1", 300_000)).await;
+    assert_eq!(
+        store.release("freed", "f1").await.unwrap(),
+        Checked::Done(())
+    );
+    let highest = held.iter().map(|(_, f)| *f).max().unwrap().max(freed);
+    (primary, standby, store, held, highest)
+}
+
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// With no server taking writes: a new name, a held name and a renewal all
+/// fail UNAVAILABLE (the standby grants nothing), each within the store
+/// timeout and a margin, three times over.
+async fn unavailable_without_a_primary(store: &Store) {
+    for attempt in 0..3 {
+        let outcomes = [
+            ("a new name", spec("new", "n1", 10_000)),
+            ("a held name", spec("held/1", "thief", 10_000)),
+        ]
+        .map(|(what, spec)| {
+            let store = store.clone();
+            (what, async move { store.acquire(&spec).await.map(|_| ()) })
+        });
+        for (what, outcome) in outcomes {
+            let started = Instant::now();
+            let outcome = outcome.await;
+            assert!(
+                matches!(outcome, Err(Error::Unavailable(_))),
+                "attempt {attempt}, {what} with no primary: {outcome:?}"
+            );
+            assert!(started.elapsed() < FAILOVER_TIMEOUT + Duration::from_millis(1_500));
+        }
+        let renewal = store.renew("held/0", "t0", None).await;
+        assert!(
+            matches!(renewal, Err(Error::Unavailable(_))),
+            "attempt {attempt}, a renewal with no primary: {renewal:?}"
+        );
+    }
+}
+
+/// After the promotion, the same store (no restart) reaches the new primary
+/// by itself, failing only UNAVAILABLE until then; every lease in `held` is
+/// still held with its fence, the released one is free, fences go on
+/// rising above `highest`, and the LISTEN connection followed too: once it
+/// listens on `promoted`, a waiter in line on a held name is woken by the
+/// release, through that connection (a NOTIFY naming it: the store has no
+/// timer of its own, and the connection is the same before and after, so
+/// no reconnection's wake-all did it), then granted.
+async fn followed_to_the_new_primary(
+    store: &Store,
+    promoted: &PostgresServer,
+    held: &[(GrantSpec, u64)],
+    highest: u64,
+) {
+    let started = Instant::now();
+    let refused = std::cell::Cell::new(0);
+    eventually(
+        Duration::from_secs(60),
+        "the store to reach the promoted standby",
+        || {
+            let (store, refused) = (store.clone(), &refused);
+            async move {
+                match store.renew("held/0", "t0", None).await {
+                    Ok(_) => true,
+                    Err(Error::Unavailable(_)) => {
+                        refused.set(refused.get() + 1);
+                        false
+                    }
+                    Err(e) => panic!("after the promotion: {e:?}"),
+                }
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "the store was back {:?} after the promotion ({} calls UNAVAILABLE meanwhile)",
+        started.elapsed(),
+        refused.get()
+    );
+    for (lease, fence) in held {
+        match store.renew(&lease.name, &lease.token, None).await {
+            Ok(Checked::Done(renewed)) => assert_eq!(renewed.fence, *fence, "{}", lease.name),
+            other => panic!("{} lost in the failover: {other:?}", lease.name),
+        }
+        match store.acquire(&spec(&lease.name, "thief", 10_000)).await {
+            Ok(Acquired::Blocked(blocked)) => assert_eq!(blocked.fence, *fence, "{}", lease.name),
+            other => panic!("{} granted twice: {other:?}", lease.name),
+        }
+    }
+    let regranted = grant(store, &spec("freed", "f2", 10_000)).await;
+    assert!(
+        regranted > highest,
+        "fence {regranted} after the failover, {highest} before"
+    );
+
+    // The listening connection's last statement is its LISTEN, or its
+    // check every second; the pool's are the store's functions.
+    let listener = "SELECT pid FROM pg_stat_activity \
+                    WHERE query LIKE 'LISTEN %' OR query = 'SHOW transaction_read_only'";
+    let listening = std::cell::RefCell::new(String::new());
+    eventually(
+        Duration::from_secs(30),
+        "the LISTEN connection on the promoted standby",
+        || async {
+            let pids = promoted.psql(&[listener]).await;
+            let found = !pids.is_empty();
+            *listening.borrow_mut() = pids;
+            found
+        },
+    )
+    .await;
+    let (name, token) = (held[0].0.name.as_str(), held[0].0.token.as_str());
+    let waiter = GrantSpec {
+        queued: true,
+        ..spec(name, "waiter", 10_000)
+    };
+    assert!(matches!(
+        store.acquire(&waiter).await,
+        Ok(Acquired::Blocked(_))
+    ));
+    // Each attempt waits up to the store timeout for the LISTEN.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let watch = loop {
+        match store.watch(name, Event::Released, Some("waiter")).await {
+            Ok(watch) => break watch,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no LISTEN after the failover: {e:?}"
+            ),
+        }
+    };
+    let notified = watch.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    assert_eq!(store.release(name, token).await.unwrap(), Checked::Done(()));
+    let released = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the release woke the waiter after the failover");
+    eprintln!(
+        "the waiter was woken {:?} after the release",
+        released.elapsed()
+    );
+    assert_eq!(
+        promoted.psql(&[listener]).await,
+        listening.into_inner(),
+        "the LISTEN connection changed under the wait"
+    );
+    let granted = grant(store, &waiter).await;
+    assert!(granted > regranted, "fence {granted} after {regranted}");
+}
+
+/// Failover to a synchronous streaming standby, the primary killed
+/// (immediate shutdown): while the standby is not yet promoted every call
+/// fails UNAVAILABLE (read-only, it grants nothing); once it is, the same
+/// store follows it through the multi-host URL by itself, every lease and
+/// fence intact, its LISTEN back ([`followed_to_the_new_primary`]).
+#[tokio::test]
+async fn failover_to_a_promoted_synchronous_standby_keeps_every_lease_and_fence() {
+    let (mut primary, standby, store, held, highest) = primary_with_standby().await;
+    primary.stop();
+    unavailable_without_a_primary(&store).await;
+    standby.promote().await;
+    followed_to_the_new_primary(&store, &standby, &held, highest).await;
+}
+
+/// Failover with the old primary left running but set read-only (as a
+/// failover tool fencing it, or a full disk, may do: default_transaction_
+/// read_only), so the store's pooled connections and its LISTEN connection
+/// stay open to a server that takes no writes: calls fail UNAVAILABLE, not
+/// INTERNAL (a read-only server is no bug of ours), and once the standby is
+/// promoted the store drops those connections and follows the URL to it,
+/// its LISTEN too.
+#[tokio::test]
+async fn failover_from_a_primary_left_read_only_follows_the_new_primary() {
+    let (primary, standby, store, held, highest) = primary_with_standby().await;
+    // The LISTEN is up, on the primary.
+    store
+        .watch("held/0", Event::Released, None)
+        .await
+        .expect("LISTEN on the primary");
+    primary
+        .psql(&[
+            "ALTER SYSTEM SET default_transaction_read_only = on",
+            "SELECT pg_reload_conf()",
+        ])
+        .await;
+    // Sessions read the setting at their next statement after the reload's
+    // signal: grants may still land until then.
+    let (mut n, highest) = (0, std::cell::Cell::new(highest));
+    eventually(
+        Duration::from_secs(30),
+        "the primary to take no more writes",
+        || {
+            n += 1;
+            let (store, name, highest) = (store.clone(), format!("late/{n}"), &highest);
+            async move {
+                match store.acquire(&spec(&name, "l", 10_000)).await {
+                    Ok(Acquired::Granted { fence, .. }) => {
+                        highest.set(highest.get().max(fence));
+                        false
+                    }
+                    Err(Error::Unavailable(_)) => true,
+                    other => panic!("{name} on a primary going read-only: {other:?}"),
+                }
+            }
+        },
+    )
+    .await;
+    unavailable_without_a_primary(&store).await;
+    standby.promote().await;
+    followed_to_the_new_primary(&store, &standby, &held, highest.get()).await;
 }
 
 /// A PostgreSQL that stops answering (a network black hole: no error, only

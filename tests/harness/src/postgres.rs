@@ -6,6 +6,9 @@
 //! when the tests are root (CI), initdb and postgres run as the `postgres`
 //! system user (the Debian package creates it) and the folder is theirs.
 //!
+//! A server can have a streaming standby (pg_basebackup, psql and pg_ctl
+//! from the same folder), synchronous or not, to promote in its place.
+//!
 //! initdb takes a second or two, so it runs once per test binary into a
 //! template cluster; every server copies the template (a few MB).
 
@@ -99,6 +102,10 @@ fn temp_dir(what: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     dir
 }
+
+/// The application_name a standby of [`PostgresServer::start_standby`]
+/// streams under: the name a synchronous primary waits for.
+pub const STANDBY_NAME: &str = "leasehold_standby";
 
 static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
 
@@ -223,6 +230,11 @@ impl PostgresServer {
             .expect("run cp");
         assert!(status.success(), "copying the template cluster failed");
         chown(&dir);
+        Self::run_in(dir, fsync, settings, clock)
+    }
+
+    /// Runs the cluster in `dir/data` on a free port.
+    fn run_in(dir: PathBuf, fsync: bool, settings: Vec<String>, clock: Option<PathBuf>) -> Self {
         let mut server = PostgresServer {
             port: 0,
             dir,
@@ -268,7 +280,8 @@ impl PostgresServer {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if line.contains("database system is ready to accept connections") {
+                // "... read-only connections" for a standby.
+                if line.contains("database system is ready to accept") {
                     if let Some(tx) = tx.take() {
                         let _ = tx.send(());
                     }
@@ -294,6 +307,119 @@ impl PostgresServer {
     /// `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A hot standby of this server, streaming its WAL, once it streams: a
+    /// base backup (pg_basebackup -R: `standby.signal`, and
+    /// `primary_conninfo` with the application_name [`STANDBY_NAME`]) run
+    /// on a free port. The template's pg_hba.conf lets 127.0.0.1 replicate
+    /// (trust), and wal_level=replica and max_wal_senders are PostgreSQL's
+    /// defaults. `synchronous`: this server then names the standby in
+    /// synchronous_standby_names (synchronous_commit is on by default), so
+    /// that a commit is acknowledged only once the standby has it: nothing
+    /// acknowledged is lost when the standby is promoted. Set after the
+    /// backup, so that the standby, promoted, waits for no standby of its
+    /// own. One standby per server.
+    pub async fn start_standby(&self, synchronous: bool) -> Self {
+        let dir = temp_dir("standby");
+        chown(&dir);
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres application_name={STANDBY_NAME}",
+            self.port
+        );
+        let output = tokio::process::Command::from(command(&pg_bin().join("pg_basebackup")))
+            .arg("-D")
+            .arg(dir.join("data"))
+            .args(["-d", &conninfo, "-R", "-X", "stream", "--checkpoint=fast"])
+            .arg("--no-sync")
+            .output()
+            .await
+            .expect("run pg_basebackup");
+        assert!(
+            output.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let standby = Self::run_in(dir, self.fsync, Vec::new(), None);
+        let state = format!(
+            "SELECT sync_state FROM pg_stat_replication \
+             WHERE application_name = '{STANDBY_NAME}' AND state = 'streaming'"
+        );
+        crate::eventually(Duration::from_secs(60), "the standby to stream", || async {
+            !self.psql(&[&state]).await.is_empty()
+        })
+        .await;
+        if synchronous {
+            self.psql(&[
+                &format!("ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'"),
+                "SELECT pg_reload_conf()",
+            ])
+            .await;
+            crate::eventually(
+                Duration::from_secs(60),
+                "the standby to be synchronous",
+                || async { self.psql(&[&state]).await == "sync" },
+            )
+            .await;
+        }
+        standby
+    }
+
+    /// Promotes this standby (pg_ctl promote) and waits until it accepts
+    /// writes (pg_is_in_recovery() false).
+    pub async fn promote(&self) {
+        let output = tokio::process::Command::from(command(&pg_bin().join("pg_ctl")))
+            .args(["promote", "--no-wait", "-D"])
+            .arg(self.dir.join("data"))
+            .output()
+            .await
+            .expect("run pg_ctl promote");
+        assert!(
+            output.status.success(),
+            "pg_ctl promote failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        crate::eventually(
+            Duration::from_secs(60),
+            "the promoted standby to accept writes",
+            || async { self.psql(&["SELECT pg_is_in_recovery()"]).await == "f" },
+        )
+        .await;
+    }
+
+    /// What psql prints (unaligned, no headers) running `statements` on
+    /// this server as `postgres`, each on its own (ALTER SYSTEM may not run
+    /// in a transaction block).
+    pub async fn psql(&self, statements: &[&str]) -> String {
+        let mut psql = tokio::process::Command::from(command(&pg_bin().join("psql")));
+        psql.args([
+            "-X",
+            "-A",
+            "-t",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+        ])
+        .args([
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ]);
+        for statement in statements {
+            psql.args(["-c", statement]);
+        }
+        let output = psql.output().await.expect("run psql");
+        assert!(
+            output.status.success(),
+            "psql {statements:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
     /// Stops the server at once (SIGQUIT: an immediate shutdown, like a

@@ -146,15 +146,23 @@ pub(super) fn pool(
 /// 53, 57, and 40: a rollback a retry may cure) or that it refuses us (28:
 /// a wrong password, 3D: no such database: the operator's to fix, and
 /// the broker serves nothing meanwhile) is UNAVAILABLE, as is any error
-/// without a database answer (connection refused, reset, closed); any
-/// other database error is our bug (INTERNAL).
+/// without a database answer (connection refused, reset, closed), and a
+/// server that takes no writes ([`is_read_only`]: a standby, or a primary
+/// set read-only at a failover: the writes belong elsewhere); any other
+/// database error is our bug (INTERNAL).
 pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
     match e.as_db_error() {
         Some(db) => {
             // The message only: a DETAIL line can quote a row's values, and
             // a row may hold an owner token.
             let (code, message) = (db.code().code(), db.message());
-            if ["08", "53", "57", "40", "28", "3D"]
+            if is_read_only(&e) {
+                Error::Unavailable(format!(
+                    "PostgreSQL takes no writes there ({op}: {message}): a standby, or a server \
+                     set read-only; list the primary in --store, or every server with \
+                     ?target_session_attrs=read-write to follow a failover"
+                ))
+            } else if ["08", "53", "57", "40", "28", "3D"]
                 .iter()
                 .any(|c| code.starts_with(c))
             {
@@ -165,6 +173,13 @@ pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
         }
         None => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {})", chain(&e))),
     }
+}
+
+/// The server refused a write because it takes none (SQLSTATE 25006,
+/// read_only_sql_transaction): a standby, or a primary set read-only
+/// (default_transaction_read_only) when it was failed over.
+pub(super) fn is_read_only(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
 }
 
 /// An error and its causes, `: `-separated: tokio-postgres' own message

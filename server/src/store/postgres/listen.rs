@@ -13,7 +13,7 @@ use std::{sync::Weak, time::Duration};
 
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::AsyncMessage;
+use tokio_postgres::{AsyncMessage, SimpleQueryMessage};
 
 use super::{tls::Tls, Inner};
 use crate::store::{
@@ -70,10 +70,27 @@ pub(super) async fn run(
     }
 }
 
+/// The check of the listening connection: it answers, and says whether
+/// its server takes writes.
+const CHECK: &str = "SHOW transaction_read_only";
+
+/// Whether [`CHECK`]'s reply says the server takes no writes.
+fn read_only(reply: &[SimpleQueryMessage]) -> bool {
+    reply
+        .iter()
+        .any(|m| matches!(m, SimpleQueryMessage::Row(row) if row.get(0) == Some("on")))
+}
+
 /// How the listening connection reaches PostgreSQL, and what it listens
 /// to.
 pub(super) struct Link {
     pub config: tokio_postgres::Config,
+    /// The URL asks for a server that takes writes
+    /// (target_session_attrs=read-write: several servers, one primary).
+    /// NOTIFYs come from the server that takes the writes, so a listening
+    /// connection whose server stops taking them (a failover that left the
+    /// old primary up, read-only) listens again, where the URL leads now.
+    pub read_write: bool,
     pub tls: Tls,
     /// The schema, which names the channel.
     pub schema: String,
@@ -142,10 +159,15 @@ async fn listen(
                     if store.strong_count() == 0 {
                         return Ok(());
                     }
-                    tokio::time::timeout(timeout, client.simple_query("SELECT 1"))
+                    let reply = tokio::time::timeout(timeout, client.simple_query(CHECK))
                         .await
                         .map_err(|_| "the LISTEN connection stalled".to_owned())?
                         .map_err(|e| e.to_string())?;
+                    if link.read_write && read_only(&reply) {
+                        return Err("the server takes no writes now (failed over?): \
+                                    listening where the writes go"
+                            .to_owned());
+                    }
                 }
             }
         }

@@ -37,7 +37,7 @@ use std::{
 
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, watch, OnceCell};
-use tokio_postgres::Row;
+use tokio_postgres::{config::TargetSessionAttrs, Row};
 
 pub use self::connect::schema_for;
 use self::connect::{classify, pool_error, timed_out};
@@ -216,6 +216,7 @@ impl PostgresStore {
             options.timeout,
         ));
         let link = listen::Link {
+            read_write: config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite,
             config,
             tls,
             schema,
@@ -343,16 +344,35 @@ impl PostgresStore {
         self.ready().await?;
         self.bounded(op, async {
             let client = self.inner.pool.get().await.map_err(|e| pool_error(op, e))?;
-            let statement = client
-                .prepare_cached(sql)
-                .await
-                .map_err(|e| classify(op, e))?;
-            client
-                .query(&statement, params)
-                .await
-                .map_err(|e| classify(op, e))
+            let rows = match client.prepare_cached(sql).await {
+                Ok(statement) => client.query(&statement, params).await,
+                Err(e) => Err(e),
+            };
+            rows.map_err(|e| {
+                if connect::is_read_only(&e) {
+                    self.drop_read_only(client);
+                }
+                classify(op, e)
+            })
         })
         .await
+    }
+
+    /// Drops `client`, whose server takes no writes now, and every idle
+    /// connection with it: at a failover that leaves the old primary up
+    /// but read-only, they all still reach it (alive, so the pool's
+    /// recycling keeps them) and would fail every call they serve. New
+    /// ones go where the URL says: with target_session_attrs=read-write,
+    /// to a server that takes writes (the promoted standby, once it is).
+    /// A connection in use now is dropped when it fails so too.
+    fn drop_read_only(&self, client: deadpool_postgres::Object) {
+        drop(deadpool_postgres::Object::take(client));
+        let dropped = self.inner.pool.retain(|_, _| false).removed.len();
+        tracing::warn!(
+            dropped = dropped + 1,
+            "PostgreSQL server takes no writes (a standby, or a failed-over primary); \
+             reconnecting"
+        );
     }
 
     /// [`PostgresStore::query`] for a statement that answers one row.
