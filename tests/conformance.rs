@@ -300,10 +300,16 @@ async fn describe_reports_the_lease(store: &Store) {
     );
 }
 
-/// A watch is woken by a release of its name, and not by other names.
+/// A waiter's watch (its place in line taken, as a waiting Acquire's
+/// first attempt takes it) is woken by a release of its name, and not by
+/// other names.
 async fn release_wakes_watchers(store: &Store) {
     grant(store, "a", "t1", 10_000).await;
     grant(store, "b", "t2", 10_000).await;
+    assert!(matches!(
+        store.acquire(&waiting(spec("a", "w", 10_000))).await.unwrap(),
+        Acquired::Blocked(_)
+    ));
     let watch = store.watch("a", Event::Released, Some("w")).await.unwrap();
     assert_eq!(store.local_waiters("a"), 1);
     {

@@ -433,7 +433,10 @@ impl Store {
     ///
     /// `waiter`: the token of a caller waiting to acquire (counted by
     /// [`Store::local_waiters`], and woken by a release only when it is first
-    /// in line), or `None` for an observer (woken by every event).
+    /// in line), or `None` for an observer (woken by every event). A waiter
+    /// must have its place in line already (a blocked [`Store::acquire`]
+    /// with `queued` took it): the PostgreSQL store notifies the releases
+    /// of a name only while someone waits in its line or observes it.
     pub async fn watch(&self, name: &str, event: Event, waiter: Option<&str>) -> Result<Watch> {
         match self {
             Store::Memory(s) => s.watchers().watch(&s.channel(name, event), waiter).await,

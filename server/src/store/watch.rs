@@ -197,19 +197,23 @@ impl Watchers {
         }
     }
 
-    /// Every channel watched on this replica now (the PostgreSQL store
-    /// keeps telling the database that they are watched).
-    pub(crate) fn channels(&self) -> Vec<String> {
+    /// Every channel an observer watches on this replica now (the
+    /// PostgreSQL store keeps telling the database that they are watched).
+    pub(crate) fn observed_channels(&self) -> Vec<String> {
         self.inner
             .by_channel
             .iter()
+            .filter(|entry| entry.value().members().iter().any(|m| m.waiter.is_none()))
             .map(|entry| entry.key().clone())
             .collect()
     }
 
-    /// Whether `channel` has a watch on this replica now.
-    pub(crate) fn is_watched(&self, channel: &str) -> bool {
-        self.inner.by_channel.contains_key(channel)
+    /// Whether an observer watches `channel` on this replica now.
+    pub(crate) fn has_observer(&self, channel: &str) -> bool {
+        self.inner
+            .by_channel
+            .get(channel)
+            .is_some_and(|entry| entry.members().iter().any(|m| m.waiter.is_none()))
     }
 
     /// Watches of `channel` by callers waiting to acquire, alive now.

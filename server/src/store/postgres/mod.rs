@@ -246,13 +246,16 @@ impl PostgresStore {
         &self.inner.watchers
     }
 
-    /// Starts watching `name` for `event` ([`super::Store::watch`]): tells
-    /// the database the name is watched first (committed before the watch
-    /// is confirmed, so every later grant or release of it notifies),
-    /// unless a watch of this replica has it already: that one said so, and
-    /// its row outlives it by [`OBSERVED_LIFETIME`] less at most
-    /// [`OBSERVED_REFRESH`] (a commit per waiter would cost each handoff a
-    /// WAL flush).
+    /// Starts watching `name` for `event` ([`super::Store::watch`]). An
+    /// observer (`waiter` None) tells the database the name is watched
+    /// first (committed before the watch is confirmed, so every later grant
+    /// or release of it notifies), unless an observer of this replica has it
+    /// already: that one said so, and its row outlives it by
+    /// [`OBSERVED_LIFETIME`] less at most [`OBSERVED_REFRESH`]. A waiter
+    /// says nothing: its place in line (taken by the attempt before its
+    /// watch) is what makes a release, a revoke or the first's leaving
+    /// notify, and a grant need not then (a notifying commit is serialised
+    /// with every other: a contended lock's handoffs would pay it twice).
     pub(crate) async fn watch(
         &self,
         name: &str,
@@ -260,7 +263,7 @@ impl PostgresStore {
         waiter: Option<&str>,
     ) -> Result<super::Watch> {
         let channel = self.channel(name, event);
-        if !self.inner.watchers.is_watched(&channel) {
+        if waiter.is_none() && !self.inner.watchers.has_observer(&channel) {
             self.observe(&[name]).await?;
         }
         self.inner.watchers.watch(&channel, waiter).await
@@ -282,7 +285,7 @@ impl PostgresStore {
         let mut names: Vec<String> = self
             .inner
             .watchers
-            .channels()
+            .observed_channels()
             .into_iter()
             .filter_map(|channel| channel.rsplit_once(':').map(|(name, _)| name.to_owned()))
             .collect();
