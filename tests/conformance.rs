@@ -307,7 +307,10 @@ async fn release_wakes_watchers(store: &Store) {
     grant(store, "a", "t1", 10_000).await;
     grant(store, "b", "t2", 10_000).await;
     assert!(matches!(
-        store.acquire(&waiting(spec("a", "w", 10_000))).await.unwrap(),
+        store
+            .acquire(&waiting(spec("a", "w", 10_000)))
+            .await
+            .unwrap(),
         Acquired::Blocked(_)
     ));
     let watch = store.watch("a", Event::Released, Some("w")).await.unwrap();

@@ -414,6 +414,79 @@ async fn a_line_scans_nothing_and_is_refreshed_in_one_call_per_name() {
     assert!(stats.contains("cmdstat_zrank:"), "{stats}");
 }
 
+/// A caller joining the line of a name already waited for on its broker
+/// costs one script run (its attempt, which takes its place), not two:
+/// its watch is set up before that attempt (the channel is subscribed
+/// already), so no second look is needed once it is up. Twenty waiters
+/// join; the scripts Redis ran meanwhile are counted: 40 or more before
+/// (an attempt, a watch, another attempt each), here 20 and the odd
+/// refresh or first-in-line look (one a second each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_a_waited_line_costs_one_script_run() {
+    const JOINING: usize = 20;
+    let redis = RedisServer::start();
+    let broker = Broker::start(&redis.url()).await;
+    let mut holder = broker.client().await;
+    let held = must_acquire(&mut holder, "busy", 60_000).await;
+    let mut first = broker.client().await;
+    let mut waiters = vec![tokio::spawn(async move {
+        first
+            .acquire(acquire_req("busy", 60_000, "first", 120_000))
+            .await
+            .map(|_| ())
+    })];
+    eventually(Duration::from_secs(10), "the first waiter in line", || {
+        let mut c = holder.clone();
+        async move { local_waiters(&mut c, "busy").await == 1 }
+    })
+    .await;
+
+    let mut conn = redis.connection().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for i in 0..JOINING {
+        let mut client = broker.client().await;
+        waiters.push(tokio::spawn(async move {
+            client
+                .acquire(acquire_req("busy", 60_000, &format!("w{i}"), 120_000))
+                .await
+                .map(|_| ())
+        }));
+    }
+    eventually(Duration::from_secs(10), "every waiter in line", || {
+        let mut c = holder.clone();
+        async move { local_waiters(&mut c, "busy").await == JOINING as u32 + 1 }
+    })
+    .await;
+    let stats = commandstats(&mut conn).await;
+    let calls = |command: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    let scripts = calls("evalsha") + calls("eval");
+    println!("{scripts} script calls for {JOINING} waiters joining a waited line");
+    assert!(
+        (JOINING as u64..JOINING as u64 + 6).contains(&scripts),
+        "{scripts} script calls for {JOINING} waiters joining"
+    );
+    for waiter in &waiters {
+        waiter.abort();
+    }
+    holder
+        .release(ReleaseRequest {
+            name: "busy".into(),
+            owner_token: held.owner_token,
+        })
+        .await
+        .unwrap();
+}
+
 async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> String {
     redis::cmd("INFO")
         .arg("commandstats")

@@ -35,7 +35,7 @@ use crate::{
     error::{Error, Result},
     store::{
         Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, LeaseInfo, Renewed, Revocation,
-        Store, QUEUE_LIFETIME, QUEUE_REFRESH,
+        Store, Watch, QUEUE_LIFETIME, QUEUE_REFRESH,
     },
 };
 
@@ -395,6 +395,13 @@ impl Leases {
         unknown: &mut bool,
     ) -> Result<(u64, Instant)> {
         let store = &self.inner.store;
+        // A caller that will wait watches before its first attempt when
+        // that is free (the name is contended here already): the attempt's
+        // answer then stands, with no second look once the watch is up.
+        let early = spec
+            .queued
+            .then(|| store.watch_now(&spec.name, Event::Released, &spec.token))
+            .flatten();
         let attempt = Instant::now();
         let blocked = match self.attempt(spec, unknown).await? {
             Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
@@ -404,8 +411,9 @@ impl Leases {
             // It tried once: it did not wait (the time was the store's).
             return Err(not_obtained(name, blocked, 0));
         }
+        let early = early.map(|watch| (watch, blocked));
         let result = self
-            .wait_in_line(who, name, spec, started, deadline, reply, unknown)
+            .wait_in_line(who, name, spec, (started, deadline), early, reply, unknown)
             .await;
         // Only the end of the wait (the refusals below) keeps the place: a
         // caller that left, a shutdown or a failure gives it up as usual.
@@ -455,14 +463,18 @@ impl Leases {
         }
     }
 
+    /// Waits in line for the grant, looking again when woken. `early`: a
+    /// watch set up before the first attempt, and that attempt's answer,
+    /// which then needs no second look ([`Store::watch_now`]); without it
+    /// the watch is set up here and the name looked at again.
     #[allow(clippy::too_many_arguments)]
     async fn wait_in_line(
         &self,
         who: &Caller,
         name: &str,
         spec: &GrantSpec,
-        started: Instant,
-        deadline: Instant,
+        (started, deadline): (Instant, Instant),
+        early: Option<(Watch, Blocked)>,
         reply: &mut oneshot::Sender<Result<Granted>>,
         unknown: &mut bool,
     ) -> Result<(u64, Instant)> {
@@ -478,11 +490,17 @@ impl Leases {
                 ))
             })?;
         let _waiting = Waiting::new(self.inner.events.as_ref());
-        let watch = self.count_errors(
-            store
-                .watch(&spec.name, Event::Released, Some(&spec.token))
-                .await,
-        )?;
+        let (watch, mut answered) = match early {
+            Some((watch, blocked)) => (watch, Some(blocked)),
+            None => (
+                self.count_errors(
+                    store
+                        .watch(&spec.name, Event::Released, Some(&spec.token))
+                        .await,
+                )?,
+                None,
+            ),
+        };
         let shutdown = self.shutting_down();
         tokio::pin!(shutdown);
         // The first attempt (before this) took a place in line; from now on
@@ -498,10 +516,15 @@ impl Leases {
             tokio::pin!(notified);
             notified.as_mut().enable();
 
-            let attempt = Instant::now();
-            let blocked = match self.attempt(spec, unknown).await? {
-                Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
-                Acquired::Blocked(blocked) => blocked,
+            let blocked = match answered.take() {
+                Some(blocked) => blocked,
+                None => {
+                    let attempt = Instant::now();
+                    match self.attempt(spec, unknown).await? {
+                        Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
+                        Acquired::Blocked(blocked) => blocked,
+                    }
+                }
             };
             place.saw(blocked.position);
             let now = Instant::now();

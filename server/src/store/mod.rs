@@ -447,6 +447,18 @@ impl Store {
         }
     }
 
+    /// [`Store::watch`] for a waiter, done now if that needs no store round
+    /// trip (the name's events reach this replica already: another caller
+    /// here waits for it, or the store is in memory); `None` otherwise.
+    /// Armed *before* the acquire attempt that takes the waiter's place,
+    /// it spares the waiter the second look [`Store::watch`] after the
+    /// attempt needs (a release in between would go unseen): one store call
+    /// less per waiting caller on a contended name.
+    pub fn watch_now(&self, name: &str, event: Event, waiter: &str) -> Option<Watch> {
+        let channel = dispatch!(self, s => s.channel(name, event));
+        dispatch!(self, s => s.watchers().watch_now(&channel, Some(waiter)))
+    }
+
     /// Takes a waiter out of the name's queue (its wait ended without a
     /// grant), waking the next in line if it was first.
     pub async fn dequeue(&self, name: &str, token: &str) -> Result<()> {

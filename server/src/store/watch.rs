@@ -151,6 +151,51 @@ impl Watchers {
         Ok(watch)
     }
 
+    /// Registers a watch on `channel` if that needs nothing of the store:
+    /// it sees every event itself (memory), or the channel's subscription
+    /// is up already (another watch of this replica has it). `None`
+    /// otherwise: [`Watchers::watch`] then.
+    pub(crate) fn watch_now(&self, channel: &str, waiter: Option<&str>) -> Option<Watch> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        let member = Member {
+            id,
+            waiter: waiter.map(|t| waiter_id(t).into()),
+            notify: Arc::clone(&notify),
+        };
+        // The member is pushed while the entry is held: a Drop removing
+        // the last member takes the entry's write lock, so it either ran
+        // before (no entry, or a fresh one) or sees this member.
+        let watches = if self.inner.subscriptions.is_some() {
+            let entry = self.inner.by_channel.get(channel)?;
+            if !entry.subscribed.initialized() {
+                return None;
+            }
+            entry.members().push(member);
+            Arc::clone(entry.value())
+        } else {
+            let entry = self
+                .inner
+                .by_channel
+                .entry(channel.to_owned())
+                .or_insert_with(|| {
+                    Arc::new(ChannelWatches {
+                        members: Mutex::new(Vec::new()),
+                        subscribed: OnceCell::new(),
+                    })
+                });
+            entry.members().push(member);
+            Arc::clone(entry.value())
+        };
+        Some(Watch {
+            channel: channel.to_owned(),
+            id,
+            notify,
+            watches,
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
     /// An event on `channel`. `next`: the waiter id of the first in line
     /// (only it is woken, with every observer), or empty to wake every
     /// watch. A wake-up reaching a watch that is not waiting is kept for its
@@ -335,6 +380,48 @@ mod tests {
         drop(second);
         assert!(matches!(rx.try_recv(), Ok(SubscriptionRequest::Unsubscribe(n)) if n == "a"));
         assert_eq!(watchers.waiters("a"), 0);
+    }
+
+    /// `watch_now` registers only what needs no subscribing: on a store
+    /// that subscribes, a channel not yet subscribed gets `None` (and no
+    /// entry, no request); once another watch subscribed it, a watch that
+    /// events wake, and the subscription ends with the last of them.
+    #[tokio::test]
+    async fn watch_now_needs_a_subscribed_channel() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let watchers = Watchers::new(Some(tx));
+        assert!(watchers.watch_now("a", Some(T1)).is_none());
+        assert!(watchers.inner.by_channel.is_empty());
+        assert!(rx.try_recv().is_err());
+
+        let w = watchers.clone();
+        let subscribing = tokio::spawn(async move { w.watch("a", Some(T1)).await });
+        let Some(SubscriptionRequest::Subscribe(_, ack)) = rx.recv().await else {
+            panic!("expected a subscribe");
+        };
+        // Not confirmed yet: still none.
+        tokio::task::yield_now().await;
+        assert!(watchers.watch_now("a", Some(T2)).is_none());
+        ack.send(Ok(())).unwrap();
+        let first = subscribing.await.unwrap().unwrap();
+
+        let early = watchers.watch_now("a", Some(T2)).expect("subscribed: free");
+        assert_eq!(watchers.waiters("a"), 2);
+        watchers.wake("a", waiter_id(T2));
+        assert!(early.notified().now_or_never().is_some());
+        assert!(first.notified().now_or_never().is_none());
+        drop(first);
+        assert!(rx.try_recv().is_err(), "unsubscribed while a watch remains");
+        drop(early);
+        assert!(matches!(rx.try_recv(), Ok(SubscriptionRequest::Unsubscribe(n)) if n == "a"));
+
+        // A store that sees every event itself: always at once.
+        let memory = Watchers::new(None);
+        let watch = memory.watch_now("m", Some(T1)).expect("memory: free");
+        memory.wake("m", "");
+        assert!(watch.notified().now_or_never().is_some());
+        drop(watch);
+        assert!(memory.inner.by_channel.is_empty());
     }
 
     #[tokio::test]
