@@ -18,10 +18,9 @@
 --   see it free. Functions touching several names (renew_many) lock them in
 --   ascending key order, so that two batches cannot deadlock.
 -- * Helpers that read or write a table are PL/pgSQL, not LANGUAGE sql:
---   PostgreSQL plans a non-inlined SQL function's body on every call
---   (about 35 µs each here), while PL/pgSQL keeps its plans for the
---   session (6-9 µs); measured with track_functions, this halved the
---   database's time per acquire (225 -> 114 µs) and release (180 -> 81).
+--   PostgreSQL plans a non-inlined SQL function's body on every call,
+--   PL/pgSQL keeps its plans for the session (track_functions showed the
+--   SQL helpers at several times the cost; BENCHMARKS.md has the figures).
 --   One-expression helpers (now_us, name_key, lock_name, notify) stay
 --   SQL: those are inlined into their caller's expression.
 -- * Time: clock_timestamp() of the database server, read once per call,
@@ -38,14 +37,12 @@
 --   first in line, or empty>:<name>' (release.lua's message, plus the
 --   event and the name, since one channel carries every name). A cost to
 --   know: PostgreSQL serialises the commits of transactions that NOTIFY
---   (one queue lock), so grants and releases do not share a WAL flush
---   (group commit); measured on a 2-core VM with fsync on, about 600
---   acquire+release cycles/s whatever the number of workers, 1,800 with
---   synchronous_commit off. So a grant or release notifies only when a
---   waiter is in line or a broker watches the name (table observed): 16
---   uncontended workers went from 268-331 to 1,113-1,362 cycles/s
---   (interleaved runs, same loaded VM, fsync on); a contended lock, whose
---   handoffs must notify, is unchanged (about 100 handoffs/s there).
+--   (one queue lock), so they share no WAL flush (group commit). So a
+--   release notifies only when a waiter is in line or an observer (an
+--   Observe stream: table observed) watches the name, and a grant only
+--   when an observer does (a waiter waits for releases, not grants):
+--   uncontended names never notify, and a contended lock's handoff
+--   notifies once, at the release.
 
 CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
 
