@@ -1,9 +1,14 @@
 //! The etcd side of `leasehold-bench cycles --etcd URL`: the same scenarios
 //! with etcd's v3 lock service, as an etcd user would take a lock (a lease
 //! per worker, `Lock` with it, `Unlock`), so that the comparison can be
-//! reproduced with etcd from Debian's packages.
+//! reproduced with etcd from Debian's packages. And of `heartbeats --etcd
+//! URL`: N etcd leases kept alive over S `LeaseKeepAlive` streams
+//! ([`grant_many`], [`keep_alive_share`], [`revoke_many`]).
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::{atomic::Ordering, Arc},
+    time::{Duration, Instant},
+};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -15,7 +20,10 @@ use self::proto::{
     },
     v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest},
 };
-use crate::cycles::{Failover, Handoffs, Run};
+use crate::{
+    cycles::{Failover, Handoffs, Run},
+    soak::Tally,
+};
 
 /// etcd's lease and lock API, a client only (`proto/etcd/`).
 mod proto {
@@ -54,7 +62,7 @@ impl Etcd {
     }
 
     async fn grant(&mut self, ttl: Duration) -> Result<i64, String> {
-        Ok(self
+        let granted = self
             .lease
             .lease_grant(LeaseGrantRequest {
                 ttl: ttl.as_secs().max(1) as i64,
@@ -62,8 +70,11 @@ impl Etcd {
             })
             .await
             .map_err(|s| format!("etcd LeaseGrant: {}", s.message()))?
-            .into_inner()
-            .id)
+            .into_inner();
+        if !granted.error.is_empty() {
+            return Err(format!("etcd LeaseGrant: {}", granted.error));
+        }
+        Ok(granted.id)
     }
 
     async fn revoke(&mut self, id: i64) {
@@ -213,4 +224,126 @@ pub async fn failover(etcd: &Etcd, ttl: Duration, runs: usize) -> Result<Vec<Fai
         });
     }
     Ok(results)
+}
+
+/// Leases granted or revoked at once by [`grant_many`] and [`revoke_many`]
+/// (over one connection: etcd batches the concurrent proposals into its
+/// raft log, so a batch costs about one fsync).
+const PARALLEL: usize = 128;
+
+/// Grants `n` leases of `ttl` (whole seconds, at least etcd's minimum: it
+/// raises a shorter TTL to it), [`PARALLEL`] at a time; their ids.
+pub async fn grant_many(etcd: &Etcd, n: usize, ttl: Duration) -> Result<Vec<i64>, String> {
+    let mut ids = Vec::with_capacity(n);
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(PARALLEL);
+        left -= batch;
+        let grants = (0..batch).map(|_| {
+            let mut etcd = etcd.clone();
+            async move { etcd.grant(ttl).await }
+        });
+        for granted in futures_util::future::join_all(grants).await {
+            ids.push(granted?);
+        }
+    }
+    Ok(ids)
+}
+
+/// Revokes `leases`, [`PARALLEL`] at a time (a lease already gone is no
+/// error worth stopping for: it is gone).
+pub async fn revoke_many(etcd: &Etcd, leases: &[i64]) {
+    for chunk in leases.chunks(PARALLEL) {
+        let revokes = chunk.iter().map(|&id| {
+            let mut etcd = etcd.clone();
+            async move { etcd.revoke(id).await }
+        });
+        futures_util::future::join_all(revokes).await;
+    }
+}
+
+/// Keeps `leases` alive over one `LeaseKeepAlive` stream until `end`, as
+/// the broker's KeepAlive stream keeps its share: after `offset`, a
+/// heartbeat every `interval`. etcd renews one lease per request message,
+/// so a heartbeat is one request per lease, all sent at once, and its round
+/// trip (into `tally`) runs from the first request sent to the last answer
+/// received (etcd answers a stream's requests one by one, in order). A lease
+/// is lost when its answer has a TTL of 0 or less (etcd's answer for a lease
+/// it no longer has), and every lease of a heartbeat the stream failed in.
+/// Returns the renewals etcd answered (keep-alives, for a rate).
+pub async fn keep_alive_share(
+    etcd: Etcd,
+    leases: Vec<i64>,
+    interval: Duration,
+    offset: Duration,
+    end: Instant,
+    tally: Arc<Tally>,
+) -> u64 {
+    let lost = |count: usize| {
+        tally.lost.fetch_add(count as u64, Ordering::Relaxed);
+    };
+    tokio::time::sleep(offset).await;
+    let mut client = etcd.lease;
+    // Room for a whole heartbeat: its requests go out back to back.
+    let (tx, rx) = mpsc::channel(leases.len().max(1));
+    let mut rx = Some(rx);
+    let mut answers = None;
+    let mut renewed = 0;
+    let mut tick = tokio::time::interval(interval);
+    while Instant::now() < end {
+        tick.tick().await;
+        let sent = Instant::now();
+        for &id in &leases {
+            if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
+                lost(leases.len());
+                return renewed;
+            }
+        }
+        // The call opens with the first heartbeat queued: etcd answers the
+        // call's headers only once the first request arrives.
+        if let Some(rx) = rx.take() {
+            match client.lease_keep_alive(ReceiverStream::new(rx)).await {
+                Ok(response) => answers = Some(response.into_inner()),
+                Err(_) => {
+                    lost(leases.len());
+                    return renewed;
+                }
+            }
+        }
+        let Some(stream) = answers.as_mut() else {
+            return renewed;
+        };
+        for answered in 0..leases.len() {
+            match stream.message().await {
+                Ok(Some(answer)) => {
+                    renewed += 1;
+                    if answer.ttl <= 0 {
+                        lost(1);
+                    }
+                }
+                _ => {
+                    lost(leases.len() - answered);
+                    return renewed;
+                }
+            }
+        }
+        let rtt = sent.elapsed().as_micros() as u64;
+        tally.heartbeats.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut rtts) = tally.rtts_us.lock() {
+            rtts.push(rtt);
+        }
+    }
+    renewed
+}
+
+/// The pid of the etcd serving `url` when it runs on this machine: the
+/// process named `etcd` listening on the URL's port (its CPU and memory are
+/// then read from /proc); else `None`.
+pub fn local_pid(url: &str) -> Option<u32> {
+    let uri: tonic::codegen::http::Uri = url.parse().ok()?;
+    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    });
+    crate::probe::listener_pid(port, "etcd")
 }

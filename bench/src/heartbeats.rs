@@ -4,6 +4,13 @@
 //! stream's share, the floor), each for the same time. Reports the renewal
 //! round trip p50/p99, leases lost, and the CPU and memory of broker and
 //! store (Redis or PostgreSQL: see `probe`).
+//!
+//! With `--etcd URL`, a third row per lease count: as many etcd leases (the
+//! same TTL) kept alive over as many `LeaseKeepAlive` streams, a heartbeat
+//! per stream per interval (see `etcd::keep_alive_share`: etcd renews one
+//! lease per request, so a heartbeat is a request per lease), with etcd's
+//! CPU and RSS in the store's columns (etcd is its own store) when it runs
+//! on this machine, and its keep-alives per second at the end of the row.
 
 use std::{
     process::ExitCode,
@@ -51,6 +58,10 @@ pub struct HeartbeatsArgs {
     /// `--worker-threads` of the broker under test (0: one per core).
     #[arg(long, default_value_t = 1)]
     broker_worker_threads: usize,
+    /// An etcd endpoint (e.g. `http://127.0.0.1:2379`): keep as many etcd
+    /// leases alive over as many LeaseKeepAlive streams too (a row "etcd").
+    #[arg(long)]
+    etcd: Option<String>,
 }
 
 /// Runs the scenario; see the module doc.
@@ -73,9 +84,22 @@ struct Measured {
     broker_cpu: Option<f64>,
     /// The store's CPU (a fraction of a core), when it can be read.
     store_cpu: Option<f64>,
-    /// The store's peak memory, when it can be read: Redis's whole server,
-    /// PostgreSQL's tables of this side's schema (see `Probe::memory`).
-    store_memory: Option<Memory>,
+    /// The store's peak memory, when it can be read: Redis's whole server
+    /// (RSS and data), PostgreSQL's tables of this side's schema (data: see
+    /// `Probe::memory`), etcd's RSS.
+    store_rss_mib: Option<f64>,
+    store_data_mib: Option<f64>,
+    /// Leases renewed per second (etcd's row only: one request each).
+    keepalives_per_s: Option<f64>,
+}
+
+impl Measured {
+    /// A side's figures with the peak of the store's memory samples.
+    fn store_memory(mut self, memory: Option<Memory>) -> Self {
+        self.store_rss_mib = memory.and_then(|m| m.rss_mib);
+        self.store_data_mib = memory.map(|m| m.data_mib);
+        self
+    }
 }
 
 async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
@@ -102,10 +126,28 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
         broker: prefix,
     };
     let (direct_runtime, direct) = direct_store(&args.store, &prefixes.direct)?;
+    let etcd = match &args.etcd {
+        Some(url) => Some((
+            crate::etcd::Etcd::connect(url).await?,
+            crate::etcd::local_pid(url),
+        )),
+        None => None,
+    };
     println!(
         "{} streams, a heartbeat each every {:?}, TTL {:?}, {:?} per side, on {store}",
         args.streams, args.interval, args.ttl, args.duration
     );
+    if let Some((_, pid)) = &etcd {
+        println!(
+            "etcd: a LeaseKeepAlive request per lease; its row's {store} columns are etcd's \
+             own ({}), keep-alives/s at its end",
+            if pid.is_some() {
+                "CPU and RSS"
+            } else {
+                "not read: it does not run here"
+            }
+        );
+    }
     let widths = Widths::for_store(store);
     println!(
         "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>cpu$} {:>rss$} {:>data$}",
@@ -129,6 +171,7 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
         &prefixes,
         &direct,
         direct_runtime.handle(),
+        etcd.as_ref(),
     )
     .await;
     // Dropping a runtime may block; not allowed inside this one.
@@ -159,7 +202,8 @@ impl Widths {
     }
 }
 
-/// Both sides for each lease count, a row each; the leases lost in all.
+/// Both sides (and etcd's, with `--etcd`) for each lease count, a row
+/// each; the leases lost in all.
 async fn measure(
     args: &HeartbeatsArgs,
     broker: &OwnBroker,
@@ -167,6 +211,7 @@ async fn measure(
     prefixes: &Prefixes,
     direct: &Store,
     direct_runtime: &tokio::runtime::Handle,
+    etcd: Option<&(crate::etcd::Etcd, Option<u32>)>,
 ) -> Result<u64, String> {
     let widths = Widths::for_store(probe.map_or("store", Probe::store));
     let mut lost = 0;
@@ -182,37 +227,46 @@ async fn measure(
             ))
             .await
             .map_err(|e| e.to_string())??;
-        for (side, mut m) in [("broker", through), ("direct", floor)] {
+        let mut rows = vec![("broker", through), ("direct", floor)];
+        if let Some((etcd, pid)) = etcd {
+            rows.push(("etcd", etcd_side(args.clone_shape(), etcd, *pid, n).await?));
+        }
+        for (side, m) in rows {
             lost += m.lost;
-            let memory = m.store_memory;
-            println!(
-                "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>cpu$} {:>rss$} {:>data$}",
-                n,
-                side,
-                format!(
-                    "{:.2}/{:.2} ms",
-                    percentile(&mut m.rtts_us, 0.5) as f64 / 1e3,
-                    percentile(&mut m.rtts_us, 0.99) as f64 / 1e3
-                ),
-                m.lost,
-                m.broker_rss_mib.map_or("-".into(), |(start, peak)| format!(
-                    "{start:.1} -> {peak:.1}"
-                )),
-                m.broker_cpu
-                    .map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
-                m.store_cpu
-                    .map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
-                memory
-                    .and_then(|m| m.rss_mib)
-                    .map_or("-".into(), |rss| format!("{rss:.1}")),
-                memory.map_or("-".into(), |m| format!("{:.1} MiB", m.data_mib)),
-                cpu = widths.cpu,
-                rss = widths.rss,
-                data = widths.data,
-            );
+            print_row(n, side, m, &widths);
         }
     }
     Ok(lost)
+}
+
+/// One row of the table (`-` for a figure the side does not have).
+fn print_row(n: usize, side: &str, mut m: Measured, widths: &Widths) {
+    let percent = |c: Option<f64>| c.map_or("-".into(), |c| format!("{:.0}%", c * 100.0));
+    println!(
+        "{:>7} {:<7} {:>17} {:>6} {:>18} {:>10} {:>cpu$} {:>rss$} {:>data$}{}",
+        n,
+        side,
+        format!(
+            "{:.2}/{:.2} ms",
+            percentile(&mut m.rtts_us, 0.5) as f64 / 1e3,
+            percentile(&mut m.rtts_us, 0.99) as f64 / 1e3
+        ),
+        m.lost,
+        m.broker_rss_mib.map_or("-".into(), |(start, peak)| format!(
+            "{start:.1} -> {peak:.1}"
+        )),
+        percent(m.broker_cpu),
+        percent(m.store_cpu),
+        m.store_rss_mib
+            .map_or("-".into(), |rss| format!("{rss:.1}")),
+        m.store_data_mib
+            .map_or("-".into(), |data| format!("{data:.1} MiB")),
+        m.keepalives_per_s
+            .map_or(String::new(), |k| format!(" {k:>9.0} keep-alives/s")),
+        cpu = widths.cpu,
+        rss = widths.rss,
+        data = widths.data,
+    );
 }
 
 impl HeartbeatsArgs {
@@ -328,8 +382,11 @@ async fn through_broker(
         broker_rss_mib: Some((rss_start, peak)),
         broker_cpu: Some(broker_cpu),
         store_cpu: share(cpu_before, cpu_after, elapsed),
-        store_memory: memory,
-    })
+        store_rss_mib: None,
+        store_data_mib: None,
+        keepalives_per_s: None,
+    }
+    .store_memory(memory))
 }
 
 /// The floor: the same leases renewed by the store layer itself, one
@@ -429,6 +486,66 @@ async fn direct_side(
         broker_rss_mib: None,
         broker_cpu: None,
         store_cpu: share(cpu_before, cpu_after, elapsed),
-        store_memory: memory,
+        store_rss_mib: None,
+        store_data_mib: None,
+        keepalives_per_s: None,
+    }
+    .store_memory(memory))
+}
+
+/// etcd's row: `n` etcd leases of the same TTL kept alive over as many
+/// `LeaseKeepAlive` streams as the broker's, spread over the interval as
+/// its streams are; etcd's CPU and peak RSS from /proc when `pid` (it runs
+/// here). The leases are revoked afterwards.
+async fn etcd_side(
+    shape: Shape,
+    etcd: &crate::etcd::Etcd,
+    pid: Option<u32>,
+    n: usize,
+) -> Result<Measured, String> {
+    let leases = crate::etcd::grant_many(etcd, n, shape.ttl).await?;
+    let tally = Arc::new(Tally::default());
+    let cpu_before = pid.map(cpu_seconds);
+    let started = Instant::now();
+    let end = started + shape.duration;
+    let per_stream = n.div_ceil(shape.streams).max(1);
+    let shares: Vec<Vec<i64>> = leases.chunks(per_stream).map(<[i64]>::to_vec).collect();
+    let count = shares.len() as u32;
+    let mut tasks = Vec::new();
+    for (i, share) in shares.into_iter().enumerate() {
+        let offset = shape.interval * i as u32 / count;
+        tasks.push(tokio::spawn(crate::etcd::keep_alive_share(
+            etcd.clone(),
+            share,
+            shape.interval,
+            offset,
+            end,
+            Arc::clone(&tally),
+        )));
+    }
+    let mut peak = pid.map(rss_mib);
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some(pid) = pid {
+            peak = Some(peak.unwrap_or(0.0).max(rss_mib(pid)));
+        }
+    }
+    let mut renewed = 0;
+    for task in tasks {
+        renewed += task.await.unwrap_or(0);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu_after = pid.map(cpu_seconds);
+    crate::etcd::revoke_many(etcd, &leases).await;
+    let rtts_us = std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(Measured {
+        rtts_us,
+        lost: tally.lost.load(Ordering::Relaxed),
+        broker_rss_mib: None,
+        broker_cpu: None,
+        store_cpu: share(cpu_before, cpu_after, elapsed),
+        store_rss_mib: peak,
+        store_data_mib: None,
+        keepalives_per_s: Some(renewed as f64 / elapsed),
     })
 }

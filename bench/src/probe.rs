@@ -113,6 +113,60 @@ pub fn tree_cpu_seconds(root: u32) -> f64 {
     tree_ticks(root, &processes) as f64 / ticks_per_second()
 }
 
+/// The inodes of the sockets listening on TCP `port` in a /proc/net/tcp
+/// (or tcp6) table's text: state 0A (LISTEN), the local port in hex after
+/// the address.
+fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (_, local_port) = fields.get(1)?.rsplit_once(':')?;
+            (u16::from_str_radix(local_port, 16).ok()? == port && *fields.get(3)? == "0A")
+                .then(|| fields.get(9)?.parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// The process listening on TCP `port` on this machine (in this network
+/// namespace) if its command name is `command`: the owner of a listening
+/// socket's inode among the file descriptors of /proc/*/fd (readable for
+/// our own processes, or all as root); `None` if there is none or it is
+/// another program (the port of a server elsewhere can be taken here by
+/// something else).
+pub fn listener_pid(port: u16, command: &str) -> Option<u32> {
+    let inodes: Vec<u64> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| listening_inodes(&table, port))
+        .collect();
+    if inodes.is_empty() {
+        return None;
+    }
+    let sockets: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            if comm.trim() != command {
+                return None;
+            }
+            std::fs::read_dir(entry.path().join("fd"))
+                .ok()?
+                .flatten()
+                .any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|target| {
+                        sockets.iter().any(|s| target.as_os_str() == s.as_str())
+                    })
+                })
+                .then_some(pid)
+        })
+}
+
 /// The boot time (Unix seconds) from /proc/stat's text.
 fn boot_time(proc_stat: &str) -> Option<f64> {
     proc_stat
@@ -417,6 +471,22 @@ mod tests {
         assert_eq!(tree_ticks(100, &processes), 49 + 15 + 24 + 2);
         assert_eq!(tree_ticks(300, &processes), 24 + 2);
         assert_eq!(tree_ticks(999, &processes), 0);
+    }
+
+    #[test]
+    fn a_listening_socket_is_found_by_its_port_and_state() {
+        // /proc/net/tcp: etcd's client (2379) and peer (2380) listeners, a
+        // connection to 2379 (state 01), and a tcp6 listener on 2379.
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+            0: 0100007F:094B 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 2369300 1 0 100 0 0 10 0\n\
+            1: 0100007F:094C 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 2369299 1 0 100 0 0 10 0\n\
+            2: 0100007F:C350 0100007F:094B 01 00000000:00000000 00:00000000 00000000  1000        0 2369500 1 0 20 4 30 10 -1\n";
+        assert_eq!(listening_inodes(tcp, 2379), vec![2369300]);
+        assert_eq!(listening_inodes(tcp, 2380), vec![2369299]);
+        assert_eq!(listening_inodes(tcp, 50000), Vec::<u64>::new());
+        let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+            0: 00000000000000000000000000000000:094B 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 77 1 0 100 0 0 10 0\n";
+        assert_eq!(listening_inodes(tcp6, 2379), vec![77]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use leasehold_testkit as common;
 
 use std::process::Stdio;
 
-use common::{Broker, PostgresServer, RedisServer};
+use common::{Broker, EtcdServer, PostgresServer, RedisServer};
 use leasehold_client::Client;
 use tokio::process::Command;
 
@@ -325,6 +325,79 @@ async fn the_heartbeats_benchmark_runs_on_postgres() {
             .get(0);
         assert_eq!(held, 0, "leases still held in {schema}");
     }
+}
+
+/// With `--etcd`, the heartbeat benchmark keeps as many etcd leases alive
+/// over as many LeaseKeepAlive streams (a request per lease), loses none,
+/// reports etcd's row (its CPU and RSS, read from /proc: it runs here) in
+/// the store's columns, its keep-alives per second, and revokes its leases.
+#[tokio::test]
+async fn the_heartbeats_benchmark_runs_on_etcd_too() {
+    let redis = RedisServer::start();
+    let etcd = EtcdServer::start();
+    let text = bench(&[
+        "heartbeats",
+        "--store",
+        &redis.url(),
+        "--etcd",
+        &etcd.url(),
+        "--leases",
+        "200",
+        "--streams",
+        "2",
+        "--interval",
+        "200ms",
+        "--ttl",
+        "5s",
+        "--duration",
+        "2s",
+    ])
+    .await;
+    assert!(row(&text, "etcd: ").contains("CPU and RSS"), "{text}");
+    let fields = heartbeats_row(&text, "200", "etcd");
+    let line = fields.join(" ");
+    // leases, side, "p50/p99 ms", lost, broker RSS and CPU (none: "-"),
+    // then etcd's CPU, RSS, data (not read: "-"), and "N keep-alives/s".
+    assert_eq!(fields.len(), 12, "{line}");
+    let (p50, p99) = fields[2].split_once('/').unwrap();
+    let (p50, p99): (f64, f64) = (p50.parse().unwrap(), p99.parse().unwrap());
+    assert!(p50 > 0.0 && p50 <= p99, "renewals: {line}");
+    assert_eq!(fields[4], "0", "lost: {line}");
+    assert_eq!(fields[5..7], ["-", "-"], "{line}");
+    let cpu: f64 = fields[7]
+        .strip_suffix('%')
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no etcd CPU in {line}"));
+    assert!(cpu > 0.0, "{line}");
+    let rss: f64 = fields[8].parse().unwrap();
+    assert!(rss > 0.0, "{line}");
+    assert_eq!(fields[9], "-", "{line}");
+    // 200 leases every 200 ms for 2 s: ~1,000 a second; at least a third of
+    // that on a loaded machine.
+    let per_s: f64 = fields[10].parse().unwrap();
+    assert!(per_s > 330.0, "{line}");
+    assert_eq!(fields[11], "keep-alives/s", "{line}");
+    // The broker's and the direct rows are there as before.
+    for side in ["broker", "direct"] {
+        assert_eq!(heartbeats_row(&text, "200", side)[4], "0", "{text}");
+    }
+    // Every etcd lease was revoked: etcd lists none (its JSON gateway's
+    // LeaseLeases leaves `leases` out when there are none).
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", etcd.port()))
+        .await
+        .unwrap();
+    let request = "POST /v3/lease/leases HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+        Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+    tokio::io::AsyncWriteExt::write_all(&mut conn, request.as_bytes())
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut conn, &mut answer)
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"header\""), "{answer}");
+    assert!(!answer.contains("\"leases\""), "leases left: {answer}");
 }
 
 /// On PostgreSQL, the cycles benchmark reads the database's CPU per cycle

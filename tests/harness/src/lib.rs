@@ -9,6 +9,7 @@
 
 pub mod certs;
 pub mod contract;
+pub mod etcd;
 pub mod history;
 pub mod postgres;
 pub mod proxy;
@@ -29,7 +30,7 @@ use leasehold_server::{
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
 
-pub use self::postgres::PostgresServer;
+pub use self::{etcd::EtcdServer, postgres::PostgresServer};
 
 /// The redis-server binary: `$LEASEHOLD_REDIS_SERVER`, or `redis-server` on
 /// the PATH (`scripts/test` installs it).
