@@ -740,3 +740,55 @@ async fn postgres_link_faults() {
     })
     .await;
 }
+
+/// The PostgreSQL store fails over: a third into the run its primary stops
+/// at once (like a crash) and 1.5 s later (past the store timeout and the
+/// leases' TTL) its synchronous standby is promoted; the
+/// brokers reach whichever server takes writes through a two-host URL
+/// (`target_session_attrs=read-write`), with no restart. Synchronous
+/// replication loses nothing a broker acknowledged, so nothing is excused:
+/// the checks are those of a run without faults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_failover() {
+    let primary = PostgresServer::start();
+    let standby = Arc::new(primary.start_standby(true).await);
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let brokers = brokers_on(&url).await;
+    let clients = clients_of_brokers(&brokers).await;
+    let primary = Arc::new(Mutex::new(primary));
+    scenario("postgres_failover", Faults::default(), clients, |_| {
+        let (primary, standby) = (Arc::clone(&primary), Arc::clone(&standby));
+        async move {
+            tokio::time::sleep(run_for() / 3).await;
+            let crashed = Instant::now();
+            tokio::task::spawn_blocking(move || primary.lock().unwrap().stop())
+                .await
+                .unwrap();
+            // As a failover manager would: it takes a while to decide.
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            standby.promote().await;
+            let gap = crashed.elapsed();
+            // The brokers did follow: the new primary commits their calls.
+            let commits = || async {
+                let n = standby
+                    .psql(&["SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'"])
+                    .await;
+                n.parse::<u64>().expect("a commit count")
+            };
+            let promoted = commits().await;
+            tokio::time::sleep(run_for() * 2 / 3).await;
+            let served = commits().await - promoted;
+            println!(
+                "postgres_failover: no primary for {gap:?}; then {served} commits on the \
+                 promoted standby"
+            );
+            assert!(served >= 20, "the brokers did not follow: {served} commits");
+            1
+        }
+    })
+    .await;
+}
