@@ -375,14 +375,7 @@ async fn a_line_scans_nothing_and_is_refreshed_in_one_call_per_name() {
         .await;
     }
     let stats = commandstats(&mut conn).await;
-    let calls = |command: &str| {
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse::<u64>().unwrap())
-    };
-    let scripts = calls("evalsha") + calls("eval");
+    let scripts = script_calls(&stats);
     println!("{scripts} script calls over two refreshes of {WAITERS} places\n{stats}");
     // The list-based line: an acquire per waiter per round, 100 at least.
     // Here: the refresh (one per round), the first in line's own look (one
@@ -462,14 +455,7 @@ async fn joining_a_waited_line_costs_one_script_run() {
     })
     .await;
     let stats = commandstats(&mut conn).await;
-    let calls = |command: &str| {
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse::<u64>().unwrap())
-    };
-    let scripts = calls("evalsha") + calls("eval");
+    let scripts = script_calls(&stats);
     println!("{scripts} script calls for {JOINING} waiters joining a waited line");
     assert!(
         (JOINING as u64..JOINING as u64 + 6).contains(&scripts),
@@ -485,6 +471,18 @@ async fn joining_a_waited_line_costs_one_script_run() {
         })
         .await
         .unwrap();
+}
+
+/// The scripts Redis ran (EVALSHA and EVAL calls), from INFO commandstats.
+fn script_calls(stats: &str) -> u64 {
+    let calls = |command: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    calls("evalsha") + calls("eval")
 }
 
 async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> String {

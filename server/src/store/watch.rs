@@ -58,6 +58,13 @@ struct ChannelWatches {
 }
 
 impl ChannelWatches {
+    fn new() -> Arc<Self> {
+        Arc::new(ChannelWatches {
+            members: Mutex::new(Vec::new()),
+            subscribed: OnceCell::new(),
+        })
+    }
+
     fn members(&self) -> MutexGuard<'_, Vec<Member>> {
         // Nothing panics while holding it; a poisoned list is still whole.
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
@@ -102,34 +109,15 @@ impl Watchers {
     /// it. `waiter`: the token of a caller waiting to acquire (woken when it
     /// is first in line), or `None` for an observer (woken by every event).
     pub(crate) async fn watch(&self, channel: &str, waiter: Option<&str>) -> Result<Watch> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let notify = Arc::new(Notify::new());
-        let watches = {
+        // Built before subscribing, so that a failed subscription still
+        // unregisters on drop.
+        let watch = {
             let watches = self
                 .inner
                 .by_channel
                 .entry(channel.to_owned())
-                .or_insert_with(|| {
-                    Arc::new(ChannelWatches {
-                        members: Mutex::new(Vec::new()),
-                        subscribed: OnceCell::new(),
-                    })
-                });
-            watches.members().push(Member {
-                id,
-                waiter: waiter.map(|t| waiter_id(t).into()),
-                notify: Arc::clone(&notify),
-            });
-            Arc::clone(&watches)
-        };
-        // Built before subscribing, so that a failed subscription still
-        // unregisters on drop.
-        let watch = Watch {
-            channel: channel.to_owned(),
-            id,
-            notify,
-            watches,
-            inner: Arc::clone(&self.inner),
+                .or_insert_with(ChannelWatches::new);
+            self.join(channel, &watches, waiter)
         };
         if let Some(subscriptions) = &self.inner.subscriptions {
             watch
@@ -156,44 +144,42 @@ impl Watchers {
     /// is up already (another watch of this replica has it). `None`
     /// otherwise: [`Watchers::watch`] then.
     pub(crate) fn watch_now(&self, channel: &str, waiter: Option<&str>) -> Option<Watch> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let notify = Arc::new(Notify::new());
-        let member = Member {
-            id,
-            waiter: waiter.map(|t| waiter_id(t).into()),
-            notify: Arc::clone(&notify),
-        };
-        // The member is pushed while the entry is held: a Drop removing
-        // the last member takes the entry's write lock, so it either ran
-        // before (no entry, or a fresh one) or sees this member.
-        let watches = if self.inner.subscriptions.is_some() {
-            let entry = self.inner.by_channel.get(channel)?;
-            if !entry.subscribed.initialized() {
-                return None;
-            }
-            entry.members().push(member);
-            Arc::clone(entry.value())
+        // Joined while the entry is held: a Drop removing the last member
+        // takes the entry's write lock, so it either ran before (no entry,
+        // or a fresh one) or sees the new member.
+        if self.inner.subscriptions.is_some() {
+            let watches = self.inner.by_channel.get(channel)?;
+            watches
+                .subscribed
+                .initialized()
+                .then(|| self.join(channel, &watches, waiter))
         } else {
-            let entry = self
+            let watches = self
                 .inner
                 .by_channel
                 .entry(channel.to_owned())
-                .or_insert_with(|| {
-                    Arc::new(ChannelWatches {
-                        members: Mutex::new(Vec::new()),
-                        subscribed: OnceCell::new(),
-                    })
-                });
-            entry.members().push(member);
-            Arc::clone(entry.value())
-        };
-        Some(Watch {
+                .or_insert_with(ChannelWatches::new);
+            Some(self.join(channel, &watches, waiter))
+        }
+    }
+
+    /// A new watch among `watches`, the entry of `channel`, which the
+    /// caller holds.
+    fn join(&self, channel: &str, watches: &Arc<ChannelWatches>, waiter: Option<&str>) -> Watch {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        watches.members().push(Member {
+            id,
+            waiter: waiter.map(|t| waiter_id(t).into()),
+            notify: Arc::clone(&notify),
+        });
+        Watch {
             channel: channel.to_owned(),
             id,
             notify,
-            watches,
+            watches: Arc::clone(watches),
             inner: Arc::clone(&self.inner),
-        })
+        }
     }
 
     /// An event on `channel`. `next`: the waiter id of the first in line
