@@ -4,10 +4,8 @@
 //! and peer), its data in a temporary folder removed on drop.
 
 use std::{
-    io::{BufRead, BufReader},
     path::PathBuf,
     process::{Child, Command, Stdio},
-    sync::mpsc,
     time::Duration,
 };
 
@@ -91,25 +89,10 @@ fn spawn(port: u16, peer: u16, dir: &std::path::Path) -> Option<Child> {
             )
         });
     let stderr = child.stderr.take().expect("piped stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if line.contains("serving insecure client requests") {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(());
-                }
-            }
-            // Keep draining so etcd never blocks on a full pipe.
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(()) => Some(child),
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
-    }
+    crate::ready_when(
+        child,
+        stderr,
+        "serving insecure client requests",
+        Duration::from_secs(30),
+    )
 }

@@ -401,20 +401,32 @@ fn spawn_until(mut command: Command, ready: &'static str) -> Option<Child> {
             )
         });
     let stdout = child.stdout.take().expect("piped stdout");
+    ready_when(child, stdout, ready, Duration::from_secs(20))
+}
+
+/// Waits until `child` writes a line containing `ready` to `output` (its
+/// piped stdout or stderr), draining the rest in a thread so that the
+/// server never blocks on a full pipe. `None`, the child killed, if no
+/// such line came within `limit` (it exited first: its port was taken).
+pub(crate) fn ready_when(
+    mut child: Child,
+    output: impl std::io::Read + Send + 'static,
+    ready: &'static str,
+    limit: Duration,
+) -> Option<Child> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
-        for line in BufReader::new(stdout).lines() {
+        for line in BufReader::new(output).lines() {
             let Ok(line) = line else { break };
             if line.contains(ready) {
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(());
                 }
             }
-            // Keep draining so the server never blocks on a full pipe.
         }
     });
-    match rx.recv_timeout(Duration::from_secs(20)) {
+    match rx.recv_timeout(limit) {
         Ok(()) => Some(child),
         Err(_) => {
             let _ = child.kill();

@@ -13,11 +13,10 @@
 //! template cluster; every server copies the template (a few MB).
 
 use std::{
-    io::{BufRead, BufReader},
     os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{mpsc, OnceLock},
+    sync::OnceLock,
     time::Duration,
 };
 
@@ -275,28 +274,13 @@ impl PostgresServer {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run postgres ({e})"));
         let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                // "... read-only connections" for a standby.
-                if line.contains("database system is ready to accept") {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                // Keep draining so the server never blocks on a full pipe.
-            }
-        });
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(()) => Some(child),
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                None
-            }
-        }
+        // "... read-only connections" for a standby.
+        crate::ready_when(
+            child,
+            stderr,
+            "database system is ready to accept",
+            Duration::from_secs(30),
+        )
     }
 
     /// The port it listens on.
