@@ -164,6 +164,71 @@ async fn the_cycles_benchmark_runs() {
     }
 }
 
+/// `cycles --etcd` runs every scenario on etcd's lock service too, beside
+/// the broker: uncontended cycles, a contended lock (its handoffs and
+/// fairness) and a killed holder (the next grant within the TTL and a
+/// margin of the kill; etcd's expiry is not known, so it shows "-").
+#[tokio::test]
+async fn the_cycles_benchmark_runs_on_etcd_too() {
+    let redis = RedisServer::start();
+    let etcd = EtcdServer::start();
+    let text = bench(&[
+        "cycles",
+        "--store",
+        &redis.url(),
+        "--etcd",
+        &etcd.url(),
+        "--workers",
+        "1",
+        "--contended",
+        "2",
+        "--duration",
+        "300ms",
+        "--failovers",
+        "1",
+        "--failover-ttl",
+        "1s",
+    ])
+    .await;
+    let first_number = |line: &str, after: &str| -> f64 {
+        line[after.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no figure in {line}"))
+    };
+    let uncontended = text
+        .lines()
+        .find(|l| l.starts_with("uncontended, 1 workers") && l.contains("cycles/s on etcd"))
+        .unwrap_or_else(|| panic!("no etcd row: {text}"));
+    assert!(
+        first_number(uncontended, "uncontended, 1 workers") > 0.0,
+        "{uncontended}"
+    );
+    assert!(
+        uncontended.contains("etcd Lock p50/p99/p999"),
+        "{uncontended}"
+    );
+    let contended = row(&text, "one lock, 2 waiters, etcd");
+    assert!(
+        first_number(contended, "one lock, 2 waiters, etcd") > 0.0,
+        "{contended}"
+    );
+    assert!(contended.contains("grants per worker"), "{contended}");
+    let killed = row(&text, "holder killed, etcd");
+    let kill_to_grant: f64 = killed
+        .split("next grant ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no kill -> grant figure: {killed}"));
+    // etcd's lease TTL is in whole seconds, at least its minimum (its
+    // leader's election timeout): within the TTL and its keep-alive
+    // margins of the kill, generous for a loaded machine.
+    assert!(kill_to_grant <= 6_000.0, "{killed}");
+    assert!(killed.contains("expiry -> grant -"), "{killed}");
+}
+
 /// The waiters benchmark fills the line, holds it, and hands the lock down
 /// it: every waiter counted in line, handoffs measured, no call failed.
 #[tokio::test]
