@@ -123,6 +123,20 @@ pub const QUEUE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3
 /// How often a broker renews the places of its waiting callers.
 pub const QUEUE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The codes the renew and release scripts (Lua on Redis, PL/pgSQL on
+/// PostgreSQL) share for a lease that is not, or no longer, the caller's;
+/// `None` for any other code.
+pub(crate) fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
+    Some(match code {
+        0 => Checked::NotHeld,
+        -1 => Checked::NotOwner { fence },
+        -2 => Checked::Revoked { fence },
+        -3 => Checked::Expired,
+        -4 => Checked::Released,
+        _ => return None,
+    })
+}
+
 /// Checks that a batched store call answered once per item it was given
 /// (`got` `answers` for `wanted` `items`): the answers are matched to the
 /// items by position, so a short or long reply would hand one caller

@@ -42,7 +42,7 @@ use tokio_postgres::{config::TargetSessionAttrs, Row};
 pub use self::connect::schema_for;
 use self::connect::{classify, pool_error, timed_out};
 use super::{
-    one_answer_each, watch::Watchers, Acquired, Blocked, BlockedBy, Checked, ClockReading,
+    ended, one_answer_each, watch::Watchers, Acquired, Blocked, BlockedBy, Checked, ClockReading,
     Described, Event, GrantSpec, LeaseInfo, RenewItem, Renewed, Revocation, StoreOptions,
     QUEUE_LIFETIME,
 };
@@ -159,19 +159,6 @@ fn text(row: &Row, column: &str) -> Result<String> {
         .try_get(column)
         .map_err(|e| Error::Internal(format!("PostgreSQL reply column {column}: {e}")))?;
     Ok(v.unwrap_or_default())
-}
-
-/// The codes renew and release share for a lease that is not (or no
-/// longer) the caller's (the Redis store's `ended`).
-fn ended<T>(code: i32, fence: u64) -> Option<Checked<T>> {
-    Some(match code {
-        0 => Checked::NotHeld,
-        -1 => Checked::NotOwner { fence },
-        -2 => Checked::Revoked { fence },
-        -3 => Checked::Expired,
-        -4 => Checked::Released,
-        _ => return None,
-    })
 }
 
 impl PostgresStore {
@@ -524,7 +511,7 @@ impl PostgresStore {
                 fence,
             }));
         }
-        ended(code, fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))
+        ended(code.into(), fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))
     }
 
     /// Renews every item: one statement per [`RENEW_BATCH`] leases, the
@@ -561,7 +548,7 @@ impl PostgresStore {
         Ok(match code(&row)? {
             1 => Checked::Done(()),
             2 => Checked::Released,
-            other => ended(other, fence)
+            other => ended(other.into(), fence)
                 .ok_or_else(|| Error::Internal(format!("release reply code {other}")))?,
         })
     }

@@ -14,7 +14,9 @@ use redis::Value;
 
 use crate::{
     error::{Error, Result},
-    store::{Acquired, Blocked, BlockedBy, Checked, Described, LeaseInfo, Renewed, Revocation},
+    store::{
+        ended, Acquired, Blocked, BlockedBy, Checked, Described, LeaseInfo, Renewed, Revocation,
+    },
 };
 
 /// A script's reply, read from its fields.
@@ -247,19 +249,6 @@ impl Reply for Checked<()> {
                 .ok_or_else(|| Error::Internal(format!("release reply code {other}")))?,
         })
     }
-}
-
-/// The codes renew_lease.lua and release.lua share for a lease that is not
-/// (or no longer) the caller's.
-fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
-    Some(match code {
-        0 => Checked::NotHeld,
-        -1 => Checked::NotOwner { fence },
-        -2 => Checked::Revoked { fence },
-        -3 => Checked::Expired,
-        -4 => Checked::Released,
-        _ => return None,
-    })
 }
 
 /// revoke.lua: `{code, fence}`.
