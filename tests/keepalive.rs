@@ -6,70 +6,16 @@ use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 
-use common::{acquire_req, eventually, must_acquire, sample, scrape, Broker, RedisServer};
+use common::{
+    acquire_req, eventually,
+    keepalive::{pair, through_proxy, Stream},
+    must_acquire, sample, scrape, Broker, RedisServer,
+};
 use leasehold_server::proto::{
     lease_status::State, leasehold_service_client::LeaseholdServiceClient, DescribeRequest,
-    KeepAliveRequest, KeepAliveResponse, Lease, LeaseRef, LossReason, ReleaseRequest,
+    LossReason, ReleaseRequest,
 };
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{transport::Channel, Code, Streaming};
-
-/// A KeepAlive stream seen from the client.
-struct Stream {
-    tx: mpsc::Sender<KeepAliveRequest>,
-    rx: Streaming<KeepAliveResponse>,
-    seq: u64,
-}
-
-impl Stream {
-    async fn open(client: &mut LeaseholdServiceClient<Channel>) -> Stream {
-        let (tx, rx) = mpsc::channel(16);
-        let rx = client
-            .keep_alive(ReceiverStream::new(rx))
-            .await
-            .expect("stream")
-            .into_inner();
-        Stream { tx, rx, seq: 0 }
-    }
-
-    async fn beat(&mut self, leases: &[(&str, &str)]) -> Result<KeepAliveResponse, tonic::Status> {
-        self.seq += 1;
-        let leases = leases
-            .iter()
-            .map(|(name, token)| LeaseRef {
-                name: (*name).into(),
-                owner_token: (*token).into(),
-                ttl_ms: 0,
-            })
-            .collect();
-        self.tx
-            .send(KeepAliveRequest {
-                seq: self.seq,
-                leases,
-            })
-            .await
-            .expect("send");
-        let response = self.rx.message().await?.expect("a response");
-        assert_eq!(response.seq, self.seq);
-        Ok(response)
-    }
-}
-
-/// A client whose connection to `broker` runs through a proxy we can cut.
-async fn through_proxy(broker: &Broker) -> (LeaseholdServiceClient<Channel>, common::proxy::Proxy) {
-    let proxy = common::proxy::Proxy::start(broker.addr).await;
-    let channel = Channel::from_shared(format!("http://{}", proxy.addr()))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    (LeaseholdServiceClient::new(channel), proxy)
-}
-
-fn pair(lease: &Lease) -> (&str, &str) {
-    (lease.name.as_str(), lease.owner_token.as_str())
-}
+use tonic::{transport::Channel, Code};
 
 async fn held(client: &mut LeaseholdServiceClient<Channel>, name: &str) -> bool {
     client

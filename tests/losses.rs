@@ -291,3 +291,197 @@ async fn strangers_and_repeated_releases_are_not_losses() {
     let c = counts(&brokers).await;
     assert_eq!((c.released, c.lost()), (1.0, 0.0), "{c:?}");
 }
+
+// Per token, not per name, on every store: a name is held by many leases
+// over time (handoffs) and at once (semaphore permits), and each lease's
+// end is counted, or not, for that lease alone.
+
+/// `lease_lost_total` over every reason, on one broker.
+async fn lost_on(broker: &Broker) -> f64 {
+    let s = scrape(broker.metrics_addr).await;
+    ["expired", "not_owner", "store_lost", "revoked"]
+        .iter()
+        .map(|r| common::sample(&s, &format!("lease_lost_total{{reason=\"{r}\"}}")))
+        .sum()
+}
+
+/// `lease_lost_total{reason="expired"}` on one broker.
+async fn expired_on(broker: &Broker) -> f64 {
+    common::sample(
+        &scrape(broker.metrics_addr).await,
+        "lease_lost_total{reason=\"expired\"}",
+    )
+}
+
+/// A grant of one permit of the semaphore `name` (limit 2).
+async fn permit(
+    client: &mut leasehold_server::proto::leasehold_service_client::LeaseholdServiceClient<
+        tonic::transport::Channel,
+    >,
+    name: &str,
+    ttl_ms: u64,
+) -> leasehold_server::proto::Lease {
+    client
+        .acquire(leasehold_server::proto::AcquireRequest {
+            limit: 2,
+            ..common::acquire_req(name, ttl_ms, "test", 0)
+        })
+        .await
+        .unwrap_or_else(|s| panic!("permit of {name}: {s:?}"))
+        .into_inner()
+        .lease
+        .expect("a permit")
+}
+
+fn release_req(lease: &leasehold_server::proto::Lease) -> ReleaseRequest {
+    ReleaseRequest {
+        name: lease.name.clone(),
+        owner_token: lease.owner_token.clone(),
+    }
+}
+
+/// A heartbeat that crossed its own release is told "released" and is no
+/// loss, even after the lock was granted to someone else and released by
+/// them too (the store remembers each token's release, not only the
+/// name's last one); the same for a semaphore permit after another permit
+/// of the name was released.
+#[tokio::test]
+async fn a_heartbeat_that_crossed_its_release_is_no_loss_after_another_handoff() {
+    use common::keepalive::{pair, Stream};
+    use leasehold_server::proto::lease_status::State;
+    for (store, broker, _server) in common::brokers_on_each_store().await {
+        let mut client = broker.client().await;
+        // One stream for the lock, one for the semaphore: each heartbeat
+        // names what its holder believes it holds.
+        let mut lock_stream = Stream::open(&mut client).await;
+        let mut permit_stream = Stream::open(&mut client).await;
+
+        let first = common::must_acquire(&mut client, "handed", 5_000).await;
+        let beat = lock_stream.beat(&[pair(&first)]).await.unwrap();
+        assert_eq!(beat.leases[0].state(), State::Alive, "{store}");
+        client.release(release_req(&first)).await.unwrap();
+        let second = common::must_acquire(&mut client, "handed", 5_000).await;
+        client.release(release_req(&second)).await.unwrap();
+
+        let one = permit(&mut client, "permits", 5_000).await;
+        let other = permit(&mut client, "permits", 5_000).await;
+        let beat = permit_stream.beat(&[pair(&one)]).await.unwrap();
+        assert_eq!(beat.leases[0].state(), State::Alive, "{store}");
+        client.release(release_req(&one)).await.unwrap();
+        client.release(release_req(&other)).await.unwrap();
+
+        // The heartbeats that crossed the releases.
+        let late = [
+            lock_stream.beat(&[pair(&first)]).await.unwrap(),
+            permit_stream.beat(&[pair(&one)]).await.unwrap(),
+        ];
+        for status in late.iter().flat_map(|beat| &beat.leases) {
+            assert_eq!(status.state(), State::Lost, "{store}: {status:?}");
+            assert!(
+                status.message.contains("released"),
+                "{store}: told it was released: {status:?}"
+            );
+        }
+        assert_eq!(lost_on(&broker).await, 0.0, "{store}: nothing was lost");
+    }
+}
+
+/// An expired permit is one loss, whoever learns it first: its holder's
+/// renewal, then a grant of the name and a second renewal, count it once.
+#[tokio::test]
+async fn an_expired_permit_is_one_loss() {
+    for (store, broker, _server) in common::brokers_on_each_store().await {
+        let mut client = broker.client().await;
+        let mut lapsing = permit(&mut client, "lapsing", 500).await;
+        let mut renew = RenewRequest {
+            name: lapsing.name.clone(),
+            owner_token: std::mem::take(&mut lapsing.owner_token),
+            ttl_ms: 0,
+        };
+        eventually(Duration::from_secs(5), "the permit to expire", || {
+            let mut c = client.clone();
+            async move {
+                let d = c
+                    .describe(leasehold_server::proto::DescribeRequest {
+                        name: "lapsing".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                d.permits_held == 0
+            }
+        })
+        .await;
+        let refused = client.renew(renew.clone()).await.unwrap_err();
+        assert_eq!(refused.code(), Code::NotFound, "{store}: {refused:?}");
+        let next = permit(&mut client, "lapsing", 5_000).await;
+        renew.ttl_ms = 1_000;
+        let again = client.renew(renew).await.unwrap_err();
+        assert_eq!(again.code(), Code::NotFound, "{store}: {again:?}");
+        client.release(release_req(&next)).await.unwrap();
+        assert_eq!(
+            (expired_on(&broker).await, lost_on(&broker).await),
+            (1.0, 1.0),
+            "{store}: counted once"
+        );
+    }
+}
+
+/// A holder of two locks and two permits of one semaphore whose connection
+/// dies (a SIGKILLed client): each of its four leases expires and is
+/// counted once, by the broker of its broken stream.
+#[tokio::test]
+async fn a_killed_holder_of_locks_and_permits_is_one_expiry_each() {
+    use common::keepalive::{pair, through_proxy, Stream};
+    for (store, broker, _server) in common::brokers_on_each_store().await {
+        let mut client = broker.client().await;
+        let leases = [
+            common::must_acquire(&mut client, "killed/a", 1_000).await,
+            common::must_acquire(&mut client, "killed/b", 1_000).await,
+            permit(&mut client, "killed/permits", 1_000).await,
+            permit(&mut client, "killed/permits", 1_000).await,
+        ];
+        let (mut doomed, proxy) = through_proxy(&broker).await;
+        let mut stream = Stream::open(&mut doomed).await;
+        let pairs: Vec<_> = leases.iter().map(pair).collect();
+        let beat = stream.beat(&pairs).await.unwrap();
+        assert_eq!(beat.leases.len(), 4, "{store}");
+        proxy.drop_connections();
+        eventually(Duration::from_secs(10), "four expiries", || async {
+            expired_on(&broker).await >= 4.0
+        })
+        .await;
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(
+            (expired_on(&broker).await, lost_on(&broker).await),
+            (4.0, 4.0),
+            "{store}: one each"
+        );
+    }
+}
+
+/// A stream its client resets (RST_STREAM, as a cancelled call does) broke
+/// as surely as one whose connection died: its lease runs out its TTL and
+/// its expiry is counted once.
+#[tokio::test]
+async fn a_stream_reset_by_its_client_counts_its_expired_leases() {
+    use common::keepalive::{pair, Stream};
+    for (store, broker, _server) in common::brokers_on_each_store().await {
+        let mut client = broker.client().await;
+        let lease = common::must_acquire(&mut client, "reset", 1_000).await;
+        let mut stream = Stream::open(&mut client).await;
+        stream.beat(&[pair(&lease)]).await.unwrap();
+        stream.reset();
+        eventually(Duration::from_secs(10), "the expiry counted", || async {
+            expired_on(&broker).await >= 1.0
+        })
+        .await;
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(
+            (expired_on(&broker).await, lost_on(&broker).await),
+            (1.0, 1.0),
+            "{store}: once"
+        );
+    }
+}

@@ -2,12 +2,14 @@
 //! means.
 //!
 //! A session is stateless towards the client (each heartbeat names the
-//! leases to renew) but remembers, per lease it renewed, the owner token and
-//! the earliest moment the lease could expire. That memory lets it tell the
-//! holder *why* a lease is gone (a lease missing before it could have expired
-//! was lost by the store, not by the clock) and, when the stream ends
-//! abruptly, look a little past the TTL whether the lease was resumed
-//! elsewhere, released, or ran out (`lease_lost_total{reason="expired"}`).
+//! leases to renew) but remembers, per lease it renewed (by owner token: a
+//! semaphore's name has several leases at once, and a lock's name many over
+//! time), the earliest moment the lease could expire. That memory lets it
+//! tell the holder *why* a lease is gone (a lease missing before it could
+//! have expired was lost by the store, not by the clock) and, when the
+//! stream ends, have the broker look a little past the TTL whether the
+//! lease was resumed elsewhere, released, or ran out
+//! (`lease_lost_total{reason="expired"}`; `abandoned.rs`).
 
 use std::{collections::HashMap, time::Duration};
 
@@ -71,11 +73,11 @@ pub enum LeaseState {
     },
 }
 
-/// A lease this session renewed (`Debug` would show the token: none).
+/// A lease this session renewed, kept by its owner token.
 #[derive(Clone)]
 struct Tracked {
-    /// Its owner token, to look at it when the stream breaks.
-    token: String,
+    /// Its name in the store.
+    name: String,
     /// The earliest moment the store may expire it: the renewal was applied
     /// after this session sent it, so the lease lives at least until then.
     expires_no_sooner_than: Instant,
@@ -88,6 +90,7 @@ pub struct Session {
     /// count against its caps.
     caller: Caller,
     _slots: (Slot, Slot),
+    /// By owner token (never logged, never `Debug`).
     tracked: HashMap<String, Tracked>,
     /// Rate limit (GCRA): the theoretical arrival time of the next heartbeat.
     next_arrival: Instant,
@@ -171,8 +174,8 @@ impl Session {
             Err(e) => {
                 // Unknown fate: keep tracking what we knew until we know more.
                 for item in &items {
-                    if let Some(t) = self.tracked.get(&item.name) {
-                        next_tracked.insert(item.name.clone(), t.clone());
+                    if let Some(t) = self.tracked_as(item) {
+                        next_tracked.insert(item.token.clone(), t.clone());
                     }
                 }
                 let message = e.to_string();
@@ -201,9 +204,9 @@ impl Session {
                         now + Duration::from_millis(renewed.ttl_ms),
                     );
                     next_tracked.insert(
-                        item.name,
+                        item.token,
                         Tracked {
-                            token: item.token,
+                            name: item.name,
                             expires_no_sooner_than: sent + Duration::from_millis(renewed.ttl_ms),
                         },
                     );
@@ -242,8 +245,7 @@ impl Session {
                     // only this session can see, so count it here. Else it
                     // is an old or foreign token, or a loss reported already.
                     let lost_early = self
-                        .tracked
-                        .get(&item.name)
+                        .tracked_as(&item)
                         .is_some_and(|t| now < t.expires_no_sooner_than);
                     if lost_early {
                         self.leases.lost(&item.name, LossReason::StoreLost);
@@ -298,48 +300,34 @@ impl Session {
             .collect())
     }
 
-    /// The client closed the stream cleanly: its leases are its own business
-    /// (released, or handed to another stream).
-    pub fn finish(self) {}
+    /// This session's record of the lease `item` names: only if it renewed
+    /// that token's lease *of that name*.
+    fn tracked_as(&self, item: &RenewItem) -> Option<&Tracked> {
+        self.tracked
+            .get(&item.token)
+            .filter(|t| t.name == item.name)
+    }
 
-    /// The stream broke (client died, network failed). Renewals stop; the
-    /// leases run out their TTL unless the client resumes them elsewhere. A
-    /// little past the TTL, each lease is looked at (without renewing it):
-    /// one that expired there is counted as lost, unless another request
-    /// learnt it first (the store reports an expiry once); one that was
-    /// released, or resumed elsewhere, is not.
-    pub fn abandon(mut self) {
+    /// The stream ended, however: the client closed it (after releasing
+    /// its leases, or handing them to another stream), reset it (a cancel,
+    /// which reaches the broker as a clean end), or the connection broke.
+    /// Renewals stop; the leases run out their TTL unless the client
+    /// resumes them elsewhere, and the broker looks at each a little past
+    /// its TTL (`abandoned.rs`): an expiry is counted, a release or a
+    /// resumption is not, so a clean end needs no trust in the client.
+    pub fn end(mut self) {
         let tracked = std::mem::take(&mut self.tracked);
         if tracked.is_empty() {
             return;
         }
         tracing::debug!(
             leases = tracked.len(),
-            "KeepAlive stream broke; its leases run out their TTL"
+            "KeepAlive stream ended; its leases run out their TTL unless resumed"
         );
-        let leases = self.leases.clone();
-        tokio::spawn(async move {
-            let latest = tracked.values().map(|t| t.expires_no_sooner_than).max();
-            if let Some(latest) = latest {
-                // A little past the TTL, so the store has expired them.
-                tokio::select! {
-                    () = sleep_until(latest + Duration::from_millis(250)) => {}
-                    () = leases.shutting_down() => return,
-                }
-            }
-            for (name, t) in tracked {
-                match leases.inner.store.check(&name, &t.token).await {
-                    Ok(Checked::Expired) => leases.lost(&name, LossReason::Expired),
-                    // Alive (resumed elsewhere), released, or reported
-                    // already (by its holder, or by the grant that took it
-                    // over).
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::debug!(lock = %name, error = %e, "could not check an abandoned lease")
-                    }
-                }
-            }
-        });
+        for (token, t) in tracked {
+            self.leases
+                .watch_abandoned(&t.name, &token, t.expires_no_sooner_than);
+        }
     }
 }
 

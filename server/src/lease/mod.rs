@@ -3,6 +3,7 @@
 //! messages; the store only executes atomic operations; the decisions are
 //! here.
 
+mod abandoned;
 mod election;
 mod events;
 mod keepalive;
@@ -159,6 +160,8 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     /// Tokens whose grant may exist unbeknownst to anyone.
     orphans: Arc<orphans::Orphans>,
+    /// Leases of ended KeepAlive streams, to look at past their TTL.
+    abandoned: Arc<abandoned::Abandoned>,
     /// This replica's waiters, whose places in line it refreshes.
     places: Arc<places::Places>,
 }
@@ -191,6 +194,7 @@ impl Leases {
                 events,
                 shutdown: watch::Sender::new(false),
                 orphans: Default::default(),
+                abandoned: Default::default(),
                 places,
             }),
         }

@@ -49,21 +49,21 @@ async fn pump(
                     // Its leases run out at their TTL, as for any broken
                     // stream.
                     let _ = tx.try_send(Err(status));
-                    return session.abandon();
+                    return session.end();
                 }
             },
             () = &mut shutdown => break,
         };
         let request = match next {
             Ok(Some(request)) => request,
-            Ok(None) => return session.finish(),
+            Ok(None) => return session.end(),
             Err(status) => {
                 // The client went away, or sent something unreadable (a
                 // message over the size limit...): tell it, if it still
                 // listens, rather than end the stream without a word.
                 tracing::debug!(code = ?status.code(), message = status.message(), "KeepAlive stream ended on a read error");
                 let _ = tx.try_send(Err(status));
-                return session.abandon();
+                return session.end();
             }
         };
         let seq = request.seq;
@@ -92,7 +92,7 @@ async fn pump(
             () = &mut shutdown => break,
         };
         if !sent || fatal {
-            return session.abandon();
+            return session.end();
         }
     }
     // Shutting down: tell the client to go elsewhere. Its leases stay alive

@@ -2,7 +2,8 @@
 //! `redis-server` on a free loopback port (and Sentinel and Cluster
 //! topologies, `topology`), brokers served in-process on `127.0.0.1:0`
 //! listeners or as `leasehold serve` processes, certificates (`certs`), a
-//! TCP proxy that stalls, drops or delays connections (`proxy`), and the
+//! TCP proxy that stalls, drops or delays connections (`proxy`), KeepAlive
+//! streams driven heartbeat by heartbeat (`keepalive`), and the
 //! history checker of the lease contract (`history`) with the contended run
 //! the topology tests feed it (`contract`). A crate of its own,
 //! compiled once for every test binary; each test file names it `common`.
@@ -11,6 +12,7 @@ pub mod certs;
 pub mod contract;
 pub mod etcd;
 pub mod history;
+pub mod keepalive;
 pub mod postgres;
 pub mod proxy;
 pub mod topology;

@@ -1,0 +1,319 @@
+//! Leases whose KeepAlive stream ended: nobody renews them here any more,
+//! and if they run out their TTL, this broker is the one that can tell
+//! (their holder is gone; the next grant of the name may be hours away).
+//! A little past the latest moment each could expire, it is looked at once
+//! (without renewing it): one that expired there is counted as lost, unless
+//! another request learnt it first (the store reports an expiry once); one
+//! that was released, or resumed on another stream, is not.
+//!
+//! Why one shared set and not a task per ended stream: a stream names up to
+//! `--max-stream-leases` leases, and a client can end streams as fast as it
+//! can open connections. A task holding each stream's list until its
+//! latest TTL (up to `--ttl-max`) grew the broker by gigabytes in seconds
+//! under a loop of "connect, one heartbeat naming 1,000 one-hour leases,
+//! reset". Here a lease is remembered once, by its owner token, however
+//! many streams named it and ended: the set holds at most one entry per
+//! lease renewed through this broker, and never more than [`MAX_WATCHED`].
+//! An entry exists only for a lease a heartbeat renewed (the store said
+//! the token holds it), so a caller cannot fill it with made-up tokens.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, Weak,
+    },
+    time::Duration,
+};
+
+use tokio::{
+    sync::Notify,
+    time::{sleep_until, Instant},
+};
+
+use super::{Inner, Leases, LossReason};
+use crate::store::Checked;
+
+/// How long after the latest moment a lease could expire it is looked at,
+/// so that the store has expired it by then.
+const LOOK_AFTER: Duration = Duration::from_millis(250);
+
+/// Most leases watched at once: the size of the largest load the broker is
+/// measured with (100,000 leases over 100 streams, BENCHMARKS.md), about
+/// 15 MB at worst. Past it, a lease of an ended stream is not watched (and
+/// that is logged): its expiry, if it comes, is counted by the next grant
+/// of its name instead, as for the leases of a broker that died.
+pub(super) const MAX_WATCHED: usize = 100_000;
+
+/// One watched lease.
+struct Watched {
+    /// The lock's name in the store.
+    name: Box<str>,
+    /// When to look at it.
+    due: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    /// By owner token (a token holds one lease; the name is checked too).
+    by_token: HashMap<Arc<str>, Watched>,
+    /// The same entries in the order they are due.
+    by_due: BTreeSet<(Instant, Arc<str>)>,
+    /// The cap was hit since the last warning.
+    warned: bool,
+}
+
+/// The leases of ended streams, shared with the task that looks at them
+/// (held apart from the lease service, so that the task waits without
+/// keeping the service alive).
+#[derive(Default)]
+pub(super) struct Abandoned {
+    /// A std mutex: held for a few map operations, never across an await.
+    state: Mutex<State>,
+    /// Wakes the task when an entry is added.
+    added: Notify,
+    /// Whether the task runs (started by the first entry).
+    started: AtomicBool,
+}
+
+impl Abandoned {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many leases are watched now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().by_token.len()
+    }
+
+    /// Takes the entries due by `now`, earliest first.
+    fn take_due(&self, now: Instant) -> Vec<(Box<str>, Arc<str>)> {
+        let mut state = self.lock();
+        let mut due = Vec::new();
+        while let Some((when, token)) = state.by_due.first().cloned() {
+            if when > now {
+                break;
+            }
+            state.by_due.pop_first();
+            if let Some(watched) = state.by_token.remove(&token) {
+                due.push((watched.name, token));
+            }
+        }
+        due
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.lock().by_due.first().map(|(when, _)| *when)
+    }
+}
+
+impl Leases {
+    /// Watches `token`'s lease on `name` (store name), renewed by a stream
+    /// that ended, until `expires_no_sooner_than` plus [`LOOK_AFTER`].
+    /// Watched already (another stream that named it ended): the later
+    /// moment stands.
+    pub(super) fn watch_abandoned(&self, name: &str, token: &str, expires_no_sooner_than: Instant) {
+        let abandoned = &self.inner.abandoned;
+        let due = expires_no_sooner_than + LOOK_AFTER;
+        {
+            let mut state = abandoned.lock();
+            let state = &mut *state;
+            let full = state.by_token.len() >= MAX_WATCHED;
+            match state.by_token.get_mut(token) {
+                Some(watched) if *watched.name == *name => {
+                    if due > watched.due {
+                        let key: Arc<str> = Arc::from(token);
+                        state.by_due.remove(&(watched.due, Arc::clone(&key)));
+                        state.by_due.insert((due, key));
+                        watched.due = due;
+                    }
+                    return;
+                }
+                // The same token named with another name: the store said
+                // this token holds `name` now, so the other entry is stale.
+                Some(watched) => {
+                    let key: Arc<str> = Arc::from(token);
+                    state.by_due.remove(&(watched.due, key));
+                    state.by_token.remove(token);
+                }
+                None if full => {
+                    if !state.warned {
+                        state.warned = true;
+                        tracing::warn!(
+                            watched = MAX_WATCHED,
+                            "too many leases of ended KeepAlive streams watched; the expiry of \
+                             further ones is counted by the next grant of their name instead"
+                        );
+                    }
+                    return;
+                }
+                None => {}
+            }
+            let key: Arc<str> = Arc::from(token);
+            state.by_due.insert((due, Arc::clone(&key)));
+            state.by_token.insert(
+                key,
+                Watched {
+                    name: name.into(),
+                    due,
+                },
+            );
+            if state.by_token.len() < MAX_WATCHED / 2 {
+                state.warned = false;
+            }
+        }
+        if !abandoned.started.swap(true, Ordering::SeqCst) {
+            tokio::spawn(look(
+                Arc::clone(&self.inner.abandoned),
+                Arc::downgrade(&self.inner),
+            ));
+        }
+        abandoned.added.notify_one();
+    }
+
+    /// Looks at one watched lease: counts its expiry if this is the first
+    /// news of it.
+    async fn look_at_abandoned(&self, name: &str, token: &str) {
+        match self.inner.store.check(name, token).await {
+            Ok(Checked::Expired) => self.lost(name, LossReason::Expired),
+            // Alive (resumed elsewhere), released, revoked (counted then),
+            // or reported already (by its holder, or by the grant that took
+            // it over).
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(lock = %name, error = %e, "could not look at the lease of an ended stream")
+            }
+        }
+    }
+}
+
+/// Looks at each watched lease when it is due. Ends when the broker shuts
+/// down (the leases stay in the store, for their holders to resume on
+/// another replica) or the lease service is gone.
+async fn look(abandoned: Arc<Abandoned>, inner: Weak<Inner>) {
+    loop {
+        let added = abandoned.added.notified();
+        tokio::pin!(added);
+        added.as_mut().enable();
+        let Some(next) = abandoned.next_due() else {
+            added.await;
+            continue;
+        };
+        // No strong reference while asleep: the wait may last up to
+        // --ttl-max, and must not keep a dropped lease service alive.
+        let Some(mut shutdown) = inner.upgrade().map(|i| i.shutdown.subscribe()) else {
+            return;
+        };
+        tokio::select! {
+            () = sleep_until(next) => {}
+            // An earlier entry may have arrived.
+            () = &mut added => continue,
+            // Shutting down, or the lease service is gone (the sender with it).
+            _ = shutdown.wait_for(|down| *down) => return,
+        }
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let leases = Leases { inner: strong };
+        for (name, token) in abandoned.take_due(Instant::now()) {
+            leases.look_at_abandoned(&name, &token).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        lease::{AcquireArgs, Caller, Limits},
+        metrics::Metrics,
+        store::{MemoryStore, Store},
+    };
+
+    fn leases() -> (Leases, Metrics) {
+        let metrics = Metrics::new();
+        let leases = Leases::new(
+            Store::Memory(MemoryStore::new()),
+            Limits::default(),
+            Arc::new(metrics.clone()),
+        );
+        (leases, metrics)
+    }
+
+    async fn grant(leases: &Leases, name: &str, ttl_ms: u64) -> String {
+        let args = AcquireArgs {
+            name: name.into(),
+            ttl_ms,
+            ..Default::default()
+        };
+        let granted = leases.acquire(&Caller::local(), args).await.unwrap();
+        granted.lease.owner_token
+    }
+
+    fn expired(metrics: &Metrics) -> u64 {
+        metrics.lost.with_label_values(&["expired"]).get()
+    }
+
+    /// However many ended streams named a lease, it is watched once, until
+    /// the latest moment any of them said it could expire, and its expiry
+    /// is counted once.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_named_by_many_ended_streams_is_watched_once() {
+        let (leases, metrics) = leases();
+        let token = grant(&leases, "many", 1_000).await;
+        let soon = Instant::now() + Duration::from_millis(1_000);
+        for i in 0..1_000 {
+            // Earlier and later reports alike.
+            let when = soon + Duration::from_millis(i % 3);
+            leases.watch_abandoned("many", &token, when);
+        }
+        assert_eq!(leases.inner.abandoned.len(), 1);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        // The look happens on the task; let it run.
+        while leases.inner.abandoned.len() > 0 || expired(&metrics) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(expired(&metrics), 1);
+    }
+
+    /// A lease released before it is looked at is not counted, and one
+    /// resumed (renewed elsewhere) is not either.
+    #[tokio::test(start_paused = true)]
+    async fn released_and_resumed_leases_are_not_losses() {
+        let (leases, metrics) = leases();
+        let released = grant(&leases, "released", 1_000).await;
+        let resumed = grant(&leases, "resumed", 1_000).await;
+        let due = Instant::now() + Duration::from_millis(1_000);
+        leases.watch_abandoned("released", &released, due);
+        leases.watch_abandoned("resumed", &resumed, due);
+        leases
+            .release(&Caller::local(), "released", &released)
+            .await
+            .unwrap();
+        let renew = |leases: Leases, token: String| async move {
+            leases
+                .renew(&Caller::local(), "resumed", &token, 60_000)
+                .await
+                .unwrap()
+        };
+        renew(leases.clone(), resumed.clone()).await;
+        while leases.inner.abandoned.len() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Taken off the set just before their look: let it finish.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(expired(&metrics), 0);
+    }
+
+    /// The set never holds more than [`MAX_WATCHED`] leases.
+    #[tokio::test(start_paused = true)]
+    async fn the_set_is_capped() {
+        let (leases, _metrics) = leases();
+        let due = Instant::now() + Duration::from_secs(3_600);
+        for i in 0..MAX_WATCHED + 10 {
+            leases.watch_abandoned("capped", &format!("{i:032x}"), due);
+        }
+        assert_eq!(leases.inner.abandoned.len(), MAX_WATCHED);
+    }
+}
