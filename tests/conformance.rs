@@ -841,6 +841,172 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
     assert_eq!(store.describe("s").await.unwrap().permits, 3);
 }
 
+/// Each lease's end is remembered for its own token, however many leases of
+/// the name came and went after it: released locks and permits are told
+/// "released", revoked ones "revoked" with their own fence, and a stranger's
+/// token is told nothing of them.
+async fn ends_are_remembered_per_token(store: &Store) {
+    for token in ["r1", "r2", "r3"] {
+        grant(store, "handed", token, 10_000).await;
+        assert_eq!(
+            store.release("handed", token).await.unwrap(),
+            Checked::Done(())
+        );
+    }
+    for token in ["r1", "r2", "r3"] {
+        assert_eq!(
+            store.renew("handed", token, None).await.unwrap(),
+            Checked::Released,
+            "{token}"
+        );
+        assert_eq!(
+            store.release("handed", token).await.unwrap(),
+            Checked::Released,
+            "{token}"
+        );
+    }
+    assert_eq!(
+        store.renew("handed", "stranger", None).await.unwrap(),
+        Checked::NotHeld
+    );
+
+    for token in ["p1", "p2"] {
+        assert!(matches!(
+            store
+                .acquire(&permit("permits", token, 10_000, 2))
+                .await
+                .unwrap(),
+            Acquired::Granted { .. }
+        ));
+    }
+    for token in ["p1", "p2"] {
+        assert_eq!(
+            store.release("permits", token).await.unwrap(),
+            Checked::Done(())
+        );
+    }
+    for token in ["p1", "p2"] {
+        assert_eq!(
+            store.check("permits", token).await.unwrap(),
+            Checked::Released,
+            "{token}"
+        );
+    }
+
+    let first = grant(store, "revoked", "v1", 10_000).await;
+    assert_eq!(
+        store.revoke("revoked").await.unwrap(),
+        Revocation::Revoked { fence: first }
+    );
+    let second = grant(store, "revoked", "v2", 10_000).await;
+    assert_eq!(
+        store.revoke("revoked").await.unwrap(),
+        Revocation::Revoked { fence: second }
+    );
+    grant(store, "revoked", "v3", 10_000).await;
+    assert_eq!(
+        store.release("revoked", "v3").await.unwrap(),
+        Checked::Done(())
+    );
+    assert_eq!(
+        store.renew("revoked", "v1", None).await.unwrap(),
+        Checked::Revoked { fence: first }
+    );
+    assert_eq!(
+        store.check("revoked", "v2").await.unwrap(),
+        Checked::Revoked { fence: second }
+    );
+}
+
+/// A revoke finds nothing to revoke once the lease it would end was
+/// released, even if an earlier lease of the name was revoked; a repeated
+/// revoke of a lease still reports that lease's fence.
+async fn a_revoke_after_a_release_finds_nothing(store: &Store) {
+    let revoked = grant(store, "a", "t1", 10_000).await;
+    assert_eq!(
+        store.revoke("a").await.unwrap(),
+        Revocation::Revoked { fence: revoked }
+    );
+    grant(store, "a", "t2", 10_000).await;
+    assert_eq!(store.release("a", "t2").await.unwrap(), Checked::Done(()));
+    assert_eq!(store.revoke("a").await.unwrap(), Revocation::NotHeld);
+    let next = grant(store, "a", "t3", 10_000).await;
+    assert_eq!(
+        store.revoke("a").await.unwrap(),
+        Revocation::Revoked { fence: next }
+    );
+    assert_eq!(
+        store.revoke("a").await.unwrap(),
+        Revocation::Already { fence: next }
+    );
+}
+
+/// A released lease's record lasts the 10 s linger after the release,
+/// whatever its TTL: a one-hour lease released at once is forgotten (its
+/// token is told "not held") 10 s later, not an hour later.
+async fn a_released_lease_is_forgotten_after_the_linger(store: &Store) {
+    grant(store, "hour", "t1", 3_600_000).await;
+    assert_eq!(
+        store.release("hour", "t1").await.unwrap(),
+        Checked::Done(())
+    );
+    assert_eq!(store.check("hour", "t1").await.unwrap(), Checked::Released);
+    // The linger (10 s) and a margin for a loaded machine; the memory
+    // store's tests run on a real clock too.
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    assert_eq!(
+        store.release("hour", "t1").await.unwrap(),
+        Checked::NotHeld,
+        "still remembered past the linger"
+    );
+}
+
+/// A lock-delay means nobody gets the name: not a lock, nor a semaphore
+/// permit, after an expiry as after a revoke.
+async fn a_lock_delay_holds_off_semaphore_permits_too(store: &Store) {
+    assert!(matches!(
+        store
+            .acquire(&delayed(spec("a", "t1", 500), 60_000))
+            .await
+            .unwrap(),
+        Acquired::Granted { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let refused = store.acquire(&permit("a", "p1", 10_000, 2)).await.unwrap();
+    assert!(
+        matches!(
+            refused,
+            Acquired::Blocked(Blocked {
+                by: BlockedBy::LockDelay,
+                ..
+            })
+        ),
+        "after an expiry: {refused:?}"
+    );
+    assert!(matches!(
+        store
+            .acquire(&delayed(spec("b", "t1", 10_000), 60_000))
+            .await
+            .unwrap(),
+        Acquired::Granted { .. }
+    ));
+    assert!(matches!(
+        store.revoke("b").await.unwrap(),
+        Revocation::Revoked { .. }
+    ));
+    let refused = store.acquire(&permit("b", "p1", 10_000, 2)).await.unwrap();
+    assert!(
+        matches!(
+            refused,
+            Acquired::Blocked(Blocked {
+                by: BlockedBy::LockDelay,
+                ..
+            })
+        ),
+        "after a revoke: {refused:?}"
+    );
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod memory {
@@ -900,4 +1066,8 @@ conformance!(
     locks_and_semaphores_share_one_fence_sequence,
     refreshing_places_tells_each_its_rank,
     a_long_line_keeps_its_order,
+    ends_are_remembered_per_token,
+    a_revoke_after_a_release_finds_nothing,
+    a_released_lease_is_forgotten_after_the_linger,
+    a_lock_delay_holds_off_semaphore_permits_too,
 );

@@ -43,6 +43,17 @@ enum End {
     Revoked,
 }
 
+/// The end of one lease by its holder's or an operator's hand, kept for
+/// that lease's token alone (constants.lua's end records): a name is held
+/// by many leases over time and at once, and each hears its own end.
+struct Ended {
+    how: End,
+    /// The lease's fence (told to a revoked holder).
+    fence: u64,
+    /// When the record may go.
+    forget_at: Instant,
+}
+
 /// What the store keeps of a name's last lease, as the Redis store's lease
 /// hash does: the live lease, or after its end (release, revoke, expiry) its
 /// tombstone, so that its holder learns why. Named apart from the domain's
@@ -59,15 +70,11 @@ struct Record {
     /// When the name becomes grantable after an involuntary end: the expiry
     /// plus the lock-delay, or the revocation plus the lock-delay.
     delay_ends: Instant,
-    /// Released or revoked: the entry stays (as a tombstone) so that its
-    /// holder learns why.
+    /// Revoked: the entry stays (as a tombstone) for the lock-delay and a
+    /// retried revoke. (A released lease's entry goes at once.)
     end: Option<End>,
     /// Its expiry was reported to someone (counted once).
     noticed: bool,
-    /// The last released and the last revoked token of the name
-    /// (acquire.lua's x and r).
-    released: Option<String>,
-    revoked: Option<String>,
     /// When the entry may go (the Redis key's expiry).
     forget_at: Instant,
 }
@@ -107,12 +114,10 @@ struct Permit {
 
 /// The permits of a name, by owner token (an expired one stays until a
 /// renewal, release or acquire finds it and reports it, or the sweeper
-/// drops it [`LINGER`] after), and the last released one (the permits
-/// hash's "_x").
+/// drops it [`LINGER`] after).
 #[derive(Default)]
 struct Permits {
     held: std::collections::HashMap<String, Permit>,
-    released: Option<String>,
 }
 
 impl Permits {
@@ -125,6 +130,9 @@ struct Inner {
     leases: DashMap<String, Record>,
     /// Semaphore permits by name. Locked after `leases` when both are needed.
     permits: DashMap<String, Permits>,
+    /// Released and revoked leases, by (name, owner token), for [`LINGER`]
+    /// after their end. Locked after `leases` and `permits`.
+    ends: DashMap<(Box<str>, Box<str>), Ended>,
     /// Wait lines (line.lua, in memory). When a name needs both maps, the
     /// line is locked first.
     queues: DashMap<String, Line>,
@@ -152,6 +160,7 @@ impl MemoryStore {
         let inner = Arc::new(Inner {
             leases: DashMap::new(),
             permits: DashMap::new(),
+            ends: DashMap::new(),
             queues: DashMap::new(),
             high_water: AtomicU64::new(0),
             watchers: Watchers::new(None),
@@ -205,7 +214,8 @@ impl MemoryStore {
     /// semaphore_acquire.lua, in memory (see there).
     fn acquire_permit(&self, spec: &GrantSpec, queue: &mut Line, now: Instant) -> Acquired {
         let position = |queue: &mut Line| join_queue(spec, queue, now);
-        // A name held as a plain lock has no permit to give.
+        // A name held as a plain lock has no permit to give, nor one in
+        // its lock-delay: the delay means nobody gets the name.
         if let Some(lease) = self.inner.leases.get(&spec.name) {
             if lease.live(now) {
                 let (fence, remaining, holder) =
@@ -213,6 +223,12 @@ impl MemoryStore {
                 drop(lease);
                 let p = position(queue);
                 return blocked(BlockedBy::Holder, fence, remaining, &holder, p, queue.len());
+            }
+            if now < lease.delay_ends {
+                let (fence, remaining) = (lease.fence, lease.delay_ends - now);
+                drop(lease);
+                let p = position(queue);
+                return blocked(BlockedBy::LockDelay, fence, remaining, "", p, queue.len());
             }
         }
         let mut permits = self.inner.permits.entry(spec.name.clone()).or_default();
@@ -343,20 +359,14 @@ impl MemoryStore {
                     }
                     None => {}
                 }
-                // What the name's record carries over to the new lease, and
-                // whether it replaces an expired lease nobody reported.
-                let (released, revoked, expired) = match &entry {
+                // Whether the grant replaces an expired lease nobody
+                // reported.
+                let expired = match &entry {
                     MapEntry::Occupied(e) => {
                         let old = e.get();
-                        let unreported =
-                            old.end.is_none() && !old.noticed && old.token != spec.token;
-                        (
-                            old.released.clone(),
-                            old.revoked.clone(),
-                            u32::from(unreported),
-                        )
+                        u32::from(old.end.is_none() && !old.noticed && old.token != spec.token)
                     }
-                    MapEntry::Vacant(_) => (None, None, 0),
+                    MapEntry::Vacant(_) => 0,
                 };
                 let fence = self.next_fence();
                 let ttl = Duration::from_millis(spec.ttl_ms);
@@ -372,8 +382,6 @@ impl MemoryStore {
                     delay_ends: now + ttl + lock_delay,
                     end: None,
                     noticed: false,
-                    released,
-                    revoked,
                     forget_at: now + ttl + lock_delay + LINGER,
                 });
                 Acquired::Granted { fence, expired }
@@ -423,7 +431,7 @@ impl MemoryStore {
     ) -> Checked<Renewed> {
         let now = Instant::now();
         if let Some(mut lease) = self.inner.leases.get_mut(name) {
-            if let Some(ended) = self.ended(&mut lease, token, now) {
+            if let Some(ended) = self.ended(name, &mut lease, token, now) {
                 return ended;
             }
             if lease.live(now) && lease.token == token {
@@ -440,8 +448,13 @@ impl MemoryStore {
                 });
             }
         }
+        let released = || match self.ended_by_hand_with_fence(name, token) {
+            Some((End::Released, _)) => Checked::Released,
+            Some((End::Revoked, fence)) => Checked::Revoked { fence },
+            None => Checked::NotHeld,
+        };
         let Some(mut permits) = self.inner.permits.get_mut(name) else {
-            return Checked::NotHeld;
+            return released();
         };
         let permits = &mut *permits;
         match permits.held.get_mut(token) {
@@ -459,9 +472,34 @@ impl MemoryStore {
                 permits.held.remove(token);
                 Checked::Expired
             }
-            None if permits.released.as_deref() == Some(token) => Checked::Released,
-            None => Checked::NotHeld,
+            // `ends` is locked after `permits` (see Inner).
+            None => released(),
         }
+    }
+
+    /// Records that `token`'s lease of `name` ended by `how`, until
+    /// `forget_at`.
+    fn record_end(&self, name: &str, token: &str, how: End, fence: u64, forget_at: Instant) {
+        self.inner.ends.insert(
+            (name.into(), token.into()),
+            Ended {
+                how,
+                fence,
+                forget_at,
+            },
+        );
+    }
+
+    /// How `token`'s lease of `name` was ended by hand, if it was, and its
+    /// fence.
+    fn ended_by_hand_with_fence(&self, name: &str, token: &str) -> Option<(End, u64)> {
+        let ended = self.inner.ends.get(&(Box::from(name), Box::from(token)))?;
+        (Instant::now() < ended.forget_at).then_some((ended.how, ended.fence))
+    }
+
+    fn ended_by_hand(&self, name: &str, token: &str) -> Option<End> {
+        self.ended_by_hand_with_fence(name, token)
+            .map(|(how, _)| how)
     }
 
     /// What the name's record says of `token` when it is not the live
@@ -469,14 +507,21 @@ impl MemoryStore {
     /// `token` holds the live lease or the record knows nothing of it and
     /// the name is free (the caller then looks at the permits). An expiry
     /// reported here is marked, so that it is reported once.
-    fn ended<T>(&self, lease: &mut Record, token: &str, now: Instant) -> Option<Checked<T>> {
-        if lease.revoked.as_deref() == Some(token) {
-            return Some(Checked::Revoked { fence: lease.fence });
-        }
-        if lease.released.as_deref() == Some(token) {
-            return Some(Checked::Released);
-        }
+    fn ended<T>(
+        &self,
+        name: &str,
+        lease: &mut Record,
+        token: &str,
+        now: Instant,
+    ) -> Option<Checked<T>> {
         let live = lease.live(now);
+        if lease.token != token || lease.end.is_some() {
+            match self.ended_by_hand_with_fence(name, token) {
+                Some((End::Released, _)) => return Some(Checked::Released),
+                Some((End::Revoked, fence)) => return Some(Checked::Revoked { fence }),
+                None => {}
+            }
+        }
         if lease.token == token && lease.end.is_none() {
             if live {
                 return None;
@@ -502,17 +547,17 @@ impl MemoryStore {
         let now = Instant::now();
         let mut next = None;
         if let Some(mut lease) = self.inner.leases.get_mut(name) {
-            if let Some(ended) = self.ended(&mut lease, token, now) {
+            if let Some(ended) = self.ended(name, &mut lease, token, now) {
                 return Ok(ended);
             }
             if lease.live(now) {
-                // Voluntary: no lock-delay. The record stays (until the
-                // lease would have ended, plus LINGER), so that a retried
-                // release still hears it worked.
-                lease.end = Some(End::Released);
-                lease.released = Some(token.to_owned());
-                lease.delay_ends = now;
+                // Voluntary: no lock-delay. The lease's entry goes; the
+                // release is recorded for its token alone, for LINGER, so
+                // that a retried release still hears it worked.
+                let fence = lease.fence;
                 drop(lease);
+                self.inner.leases.remove(name);
+                self.record_end(name, token, End::Released, fence, now + LINGER);
                 // Only the first in line can take it: wake just that waiter.
                 next = Some(self.next_in_line(name));
             }
@@ -520,16 +565,27 @@ impl MemoryStore {
         let next = match next {
             Some(next) => next,
             None => {
+                let released = || match self.ended_by_hand(name, token) {
+                    Some(End::Released) => Checked::Released,
+                    _ => Checked::NotHeld,
+                };
                 let Some(mut permits) = self.inner.permits.get_mut(name) else {
-                    return Ok(Checked::NotHeld);
+                    return Ok(released());
                 };
                 match permits.held.remove(token) {
-                    Some(p) if p.expires_at > now => permits.released = Some(token.to_owned()),
-                    Some(_) => return Ok(Checked::Expired),
-                    None if permits.released.as_deref() == Some(token) => {
-                        return Ok(Checked::Released)
+                    Some(p) if p.expires_at > now => {
+                        let empty = permits.held.is_empty();
+                        drop(permits);
+                        if empty {
+                            self.inner.permits.remove_if(name, |_, p| p.held.is_empty());
+                        }
+                        self.record_end(name, token, End::Released, p.fence, now + LINGER);
                     }
-                    None => return Ok(Checked::NotHeld),
+                    Some(_) => return Ok(Checked::Expired),
+                    None => {
+                        drop(permits);
+                        return Ok(released());
+                    }
                 }
                 // A free permit may serve more than the first in line.
                 String::new()
@@ -576,10 +632,12 @@ impl MemoryStore {
         let fence = match self.inner.leases.get_mut(name) {
             Some(mut lease) if lease.live(now) => {
                 lease.end = Some(End::Revoked);
-                lease.revoked = Some(lease.token.clone());
                 lease.delay_ends = now + lease.lock_delay;
                 lease.forget_at = lease.expires_at.max(lease.delay_ends) + LINGER;
-                lease.fence
+                let (token, fence, forget_at) = (lease.token.clone(), lease.fence, lease.forget_at);
+                drop(lease);
+                self.record_end(name, &token, End::Revoked, fence, forget_at);
+                fence
             }
             Some(lease) if lease.end == Some(End::Revoked) => {
                 return Ok(Revocation::Already { fence: lease.fence })
@@ -833,6 +891,7 @@ async fn sweep(inner: Weak<Inner>) {
         let Some(inner) = inner.upgrade() else { return };
         let now = Instant::now();
         inner.leases.retain(|_, lease| !lease.spent(now));
+        inner.ends.retain(|_, ended| now < ended.forget_at);
         inner.permits.retain(|_, permits| {
             permits.held.retain(|_, p| p.expires_at + LINGER > now);
             !permits.held.is_empty()

@@ -45,10 +45,13 @@
 -- the lease and the holder's late renewal or release still finds its own
 -- expired lease: a loss is reported once, to whoever learns it first (the
 -- holder, the broker of its broken stream, or the next grant), and field n
--- marks it reported. A hash without o is a tombstone: left by release.lua
--- (x: the released token) or revoke.lua (r: the revoked token, u: the end
--- of the lock-delay). A grant carries x and r over, so that a retried
--- release and a revoked holder still get their true answer.
+-- marks it reported. A hash without o is a tombstone, left by revoke.lua
+-- (r: the revoked token, u: the end of the lock-delay); a release deletes
+-- the hash. Releases and revocations are recorded per token apart from it
+-- (constants.lua: end records), so a grant has nothing to carry over.
+-- Brokers before those records kept x (the last released token) and r in
+-- the hash; a grant removes both, and mutual exclusion never depended on
+-- them.
 --
 -- The fence comes from the counter, raised past the name's last fence, the
 -- clock and the broker's floor (fence.lua).
@@ -56,8 +59,8 @@
 -- The uncontended grant (a free name, no line, no permits) costs seven
 -- redis.call: HMGET, TIME, EXISTS (line and permits in one), SET ... GET
 -- (the fence), HSET, PEXPIRE, PUBLISH. The record is written in place:
--- x and r carry over as they are, and only fields of the lease replaced
--- that a new one must not keep (n, u) are deleted, when present.
+-- only fields of the lease or tombstone replaced that a new one must not
+-- keep (n, u, r, x) are deleted, when present.
 --
 -- Uses: constants.lua, line.lua, queue.lua, fence.lua.
 local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
@@ -65,7 +68,7 @@ local key, permits, counter = KEYS[1], KEYS[4], KEYS[5]
 local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]), permits)
 local now_ms = waiter.now_ms
 
-local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'x', 'r')
+local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'r', 'x')
 if l[1] then
   local expiry = tonumber(l[6])
   -- A lease never has more than its TTL left: more means the Redis clock
@@ -140,8 +143,8 @@ redis.call('HSET', key,
   'g', string.format('%d', now_ms),
   'e', string.format('%d', now_ms + ttl),
   'd', ARGV[5])
-if l[8] or l[9] then
-  redis.call('HDEL', key, 'u', 'n')
+if l[8] or l[9] or l[10] or l[11] then
+  redis.call('HDEL', key, 'u', 'n', 'r', 'x')
 end
 redis.call('PEXPIRE', key, ttl + delay + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')

@@ -27,58 +27,64 @@
 -- (no queue; a semaphore permit, which may serve more than the first) wakes
 -- every waiter.
 --
--- The key becomes a tombstone until the released lease would have ended,
--- plus LINGER_MS (constants.lua): f, r if carried, and x (the released
--- token, so that a retry reports success and a heartbeat that crossed the
--- release is not taken for a loss). Fences need no tombstone: they come
--- from the counter (acquire.lua).
+-- The lease hash goes at once (nothing in it is of use to anyone once the
+-- lease was given back: fences come from the counter, acquire.lua), and
+-- the release is recorded for this token alone, for LINGER_MS
+-- (constants.lua: record_end), so that a retry reports success and a
+-- heartbeat that crossed the release is not taken for a loss, however many
+-- leases of the name come and go meanwhile. A released lease costs Redis
+-- nothing after that, whatever its TTL was.
 --
 -- Uses: constants.lua, line.lua.
 local key, permits, queue, alive, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-local l = redis.call('HMGET', key, 'o', 'f', 'e', 'r', 'x', 'n')
+local l = redis.call('HMGET', key, 'o', 'f', 'e', 'n')
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if l[4] == token then
-  return {-2, tonumber(l[2])}
-end
-if l[5] == token then
-  return {2, 0}
-end
 local live = l[1] and now_ms < tonumber(l[3])
-if l[1] == token and not live then
-  if l[6] then
-    return {0, 0}
+if l[1] == token then
+  if not live then
+    if l[4] then
+      return {0, 0}
+    end
+    redis.call('HSET', key, 'n', '1')
+    return {-3, 0}
   end
-  redis.call('HSET', key, 'n', '1')
-  return {-3, 0}
+  redis.call('DEL', key)
+  record_end(key, token, 'x', LINGER_MS)
+  -- No line (the common case): one EXISTS instead of a prune and a look.
+  local next
+  if redis.call('EXISTS', queue) == 1 then
+    prune(queue, alive, now_ms)
+    next = first_in_line(queue, alive, now_ms)
+  end
+  redis.call('PUBLISH', ARGV[2], next and string.sub(next, 1, 16) or '')
+  return {1, 0}
 end
-if live and l[1] ~= token then
+-- Not the lock's holder: this token's own end, a permit, or a stranger.
+local ended = recorded_end(key, token)
+if ended == 'x' then
+  return {2, 0}
+elseif ended then
+  return {-2, tonumber(string.sub(ended, 2))}
+end
+if live then
   return {-1, tonumber(l[2])}
 end
-if not live then
-  local permit = redis.call('HGET', permits, token)
-  if permit then
-    redis.call('HDEL', permits, token)
-    if tonumber(string.match(permit, '^%d+|(%d+)|')) <= now_ms then
-      return {-3, 0}
-    end
-    redis.call('HSET', permits, '_x', token)
-    redis.call('PUBLISH', ARGV[2], '')
-    return {1, 0}
+local permit = redis.call('HGET', permits, token)
+if permit then
+  redis.call('HDEL', permits, token)
+  if tonumber(string.match(permit, '^%d+|(%d+)|')) <= now_ms then
+    return {-3, 0}
   end
-  if redis.call('HGET', permits, '_x') == token then
-    return {2, 0}
+  record_end(permits, token, 'x', LINGER_MS)
+  -- The last permit gone (only the fence field "_f" left): nothing to keep.
+  if redis.call('HLEN', permits) == 1 then
+    redis.call('DEL', permits)
   end
-  return {0, 0}
+  redis.call('PUBLISH', ARGV[2], '')
+  return {1, 0}
 end
--- The key keeps its expiry (the lease's end, its lock-delay and LINGER_MS).
-redis.call('HDEL', key, 'o', 'h', 'g', 't', 'e', 'd', 'n')
-redis.call('HSET', key, 'x', token)
--- No line (the common case): one EXISTS instead of a prune and a look.
-local next
-if redis.call('EXISTS', queue) == 1 then
-  prune(queue, alive, now_ms)
-  next = first_in_line(queue, alive, now_ms)
+if recorded_end(permits, token) == 'x' then
+  return {2, 0}
 end
-redis.call('PUBLISH', ARGV[2], next and string.sub(next, 1, 16) or '')
-return {1, 0}
+return {0, 0}

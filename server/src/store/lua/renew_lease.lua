@@ -32,8 +32,9 @@
 --                       reports it, the token is a stranger's),
 --             -4, 0, 0 when this token released the lease (a heartbeat
 --                       that crossed its release): not a loss.
--- See acquire.lua for the fields of the lease hash; LINGER_MS is in
--- constants.lua.
+-- See acquire.lua for the fields of the lease hash; LINGER_MS and the end
+-- records (a release or revoke, per token) are in constants.lua. A live
+-- lease renewed by its holder costs no look at end records.
 --
 -- renew() is renew_lock(), then renew_permit() when renew_lock() finds
 -- nothing about the token (it returns nil): each touches one key only, so
@@ -41,17 +42,11 @@
 -- script declaring both keys is refused with TRYAGAIN while one exists on a
 -- node and the other not).
 local function renew_lock(key, token, new_ttl, now_ms)
-  local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'r', 'x', 'n')
-  if l[6] == token then
-    return -2, 0, l[2]
-  end
-  if l[7] == token then
-    return -4, 0, 0
-  end
+  local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'n')
   local live = l[1] and now_ms < tonumber(l[4])
   if l[1] == token then
     if not live then
-      if l[8] then
+      if l[6] then
         return 0, 0, 0
       end
       redis.call('HSET', key, 'n', '1')
@@ -66,6 +61,13 @@ local function renew_lock(key, token, new_ttl, now_ms)
     redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
     redis.call('PEXPIRE', key, tonumber(ttl) + tonumber(l[5] or '0') + LINGER_MS)
     return 1, ttl, l[2]
+  end
+  -- Not the holder: this token's own end, recorded apart (constants.lua).
+  local ended = recorded_end(key, token)
+  if ended == 'x' then
+    return -4, 0, 0
+  elseif ended then
+    return -2, 0, string.sub(ended, 2)
   end
   if live then
     return -1, 0, l[2]
@@ -93,7 +95,7 @@ local function renew_permit(permits, token, new_ttl, now_ms)
     end
     return 1, ttl, fence
   end
-  if redis.call('HGET', permits, '_x') == token then
+  if recorded_end(permits, token) == 'x' then
     return -4, 0, 0
   end
   return 0, 0, 0

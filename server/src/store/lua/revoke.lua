@@ -13,11 +13,13 @@
 --                    is done, nothing more to count),
 --         {0, 0}     when none was held.
 --
--- The key becomes a tombstone: f (the lease's fence), r (the revoked token,
--- so its holder learns why, even after a new grant carried r over: see
--- acquire.lua) and u (the end of the lock-delay). It lives
--- until the revoked lease would have expired or the delay ends, whichever
--- is later, plus LINGER_MS (constants.lua).
+-- The key becomes a tombstone: f (the lease's fence), r (the revoked token:
+-- a retried Revoke finds it, until the next grant of the name removes it)
+-- and u (the end of the lock-delay). It lives until the revoked lease would
+-- have expired or the delay ends, whichever is later, plus LINGER_MS
+-- (constants.lua); the revocation is also recorded for the revoked token
+-- alone for as long (record_end), so that its holder hears REVOKED however
+-- many leases of the name come after it.
 --
 -- Uses: constants.lua.
 local key = KEYS[1]
@@ -34,8 +36,10 @@ if now_ms >= tonumber(l[3]) then
   return {0, 0}
 end
 local delay_end = now_ms + tonumber(l[4] or '0')
+local life = math.max(tonumber(l[3]), delay_end) - now_ms + LINGER_MS
 redis.call('DEL', key)
 redis.call('HSET', key, 'f', l[2], 'r', l[1], 'u', string.format('%d', delay_end))
-redis.call('PEXPIRE', key, math.max(tonumber(l[3]), delay_end) - now_ms + LINGER_MS)
+redis.call('PEXPIRE', key, life)
+record_end(key, l[1], 'r' .. l[2], life)
 redis.call('PUBLISH', ARGV[1], '')
 return {1, tonumber(l[2])}

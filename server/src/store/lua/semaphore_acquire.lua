@@ -18,7 +18,9 @@
 -- ARGV[8]  how long a queued waiter keeps its place without calling again, ms
 --
 -- Returns as acquire.lua: {1, fence, ttl_ms, "", granted_at_ms, expired}
--- when granted (or already granted to this token); {0, fence, remaining_ms,
+-- when granted (or already granted to this token); {2, fence, remaining_ms,
+-- holder, granted_at_ms, position, queued} while the name is in a plain
+-- lock's lock-delay; {0, fence, remaining_ms,
 -- holder, granted_at_ms, position, queued, expired} when every permit is
 -- held (fence and holder of the permit that expires first, remaining_ms
 -- until then); {3, ..., expired} when a permit is free but waiters queued
@@ -30,8 +32,9 @@
 -- is dropped by whoever finds it first (here, or its holder's renewal or
 -- release, which then report it), so its loss is reported once; the key
 -- expires with its longest permit plus LINGER_MS (constants.lua), so that a
--- late holder still finds its own. "_x" keeps the last released token
--- (release.lua). Fences come from the counter, as in acquire.lua: the
+-- late holder still finds its own. A released permit is recorded per token
+-- (constants.lua: end records); "_x" is the last released token as brokers
+-- before those records kept it, skipped here. Fences come from the counter, as in acquire.lua: the
 -- name's lock and permit grants share one sequence.
 --
 -- Uses: constants.lua, line.lua, queue.lua, fence.lua.
@@ -40,11 +43,24 @@ local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV
 local now_ms = waiter.now_ms
 local permits, lease, counter = KEYS[1], KEYS[4], KEYS[5]
 
--- A name held as a plain lock has no permit to give.
-local plain = redis.call('HMGET', lease, 'o', 'f', 'h', 'g', 'e')
-if plain[1] and now_ms < tonumber(plain[5]) then
+-- A name held as a plain lock has no permit to give, nor one in its
+-- lock-delay (after the lock's expiry, or a revoke): the delay means nobody
+-- gets the name, as a lock or as a permit (acquire.lua's rules).
+local plain = redis.call('HMGET', lease, 'o', 'f', 'h', 'g', 'e', 'd', 'u')
+if plain[1] then
+  local expiry = tonumber(plain[5])
+  if now_ms < expiry then
+    local position = wait_in_line(waiter)
+    return {0, tonumber(plain[2]), expiry - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
+  end
+  local delay_end = expiry + tonumber(plain[6] or '0')
+  if now_ms < delay_end then
+    local position = wait_in_line(waiter)
+    return {2, tonumber(plain[2]), delay_end - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
+  end
+elseif plain[7] and now_ms < tonumber(plain[7]) then
   local position = wait_in_line(waiter)
-  return {0, tonumber(plain[2]), tonumber(plain[5]) - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
+  return {2, tonumber(plain[2]), tonumber(plain[7]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
 end
 
 local last = tonumber(redis.call('HGET', permits, '_f') or '0')

@@ -52,10 +52,13 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.leasehold_schema_version (
 
 CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.fences AS bigint;
 
--- A name's lock lease, or its tombstone (token NULL): acquire.lua's hash.
--- token o, holder h, fence f, ttl_ms t, granted_ms g, expires_ms e,
--- delay_ms d, delay_until_ms u (revoke), noticed n, released x, revoked r;
--- forget_ms: when the row may go (the key's expiry).
+-- A name's lock lease, or its tombstone (token NULL, left by a revoke):
+-- acquire.lua's hash. token o, holder h, fence f, ttl_ms t, granted_ms g,
+-- expires_ms e, delay_ms d, delay_until_ms u (revoke), noticed n, revoked r
+-- (the revoked token while the tombstone stands: a retried Revoke finds
+-- it); forget_ms: when the row may go (the key's expiry). released is
+-- unused since releases are recorded per token (table ended); the column
+-- stays so that a database migrated by an older build needs no DDL.
 CREATE TABLE IF NOT EXISTS __SCHEMA__.leases (
   name text PRIMARY KEY,
   token text,
@@ -88,7 +91,7 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.permits (
 );
 CREATE INDEX IF NOT EXISTS permits_expiry ON __SCHEMA__.permits (expires_ms);
 
--- A semaphore name's "_f" (last fence) and "_x" (last released token).
+-- A semaphore name's "_f" (last fence); released is unused (see leases).
 CREATE TABLE IF NOT EXISTS __SCHEMA__.semaphores (
   name text PRIMARY KEY,
   last_fence bigint NOT NULL DEFAULT 0,
@@ -96,6 +99,22 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.semaphores (
   forget_ms bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS semaphores_forget ON __SCHEMA__.semaphores (forget_ms);
+
+-- The end of a lease by its holder's or an operator's hand, per owner
+-- token (constants.lua's end records): how ('x' released, 'r' revoked),
+-- the lease's fence, and until when the record stands (LINGER_MS after the
+-- end; a revoke's, after the revoked lease would have ended too). A name is
+-- held by many leases over time and at once (permits): each hears its own
+-- end however many came after it.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.ended (
+  name text NOT NULL,
+  token text NOT NULL,
+  how "char" NOT NULL,
+  fence bigint NOT NULL,
+  forget_ms bigint NOT NULL,
+  PRIMARY KEY (name, token)
+);
+CREATE INDEX IF NOT EXISTS ended_forget ON __SCHEMA__.ended (forget_ms);
 
 -- The wait line of a name (line.lua's two sorted sets in one table): a
 -- waiter's arrival sequence and the deadline by which its broker must
@@ -336,9 +355,7 @@ BEGIN
     (name, token, holder, fence, ttl_ms, granted_ms, expires_ms, delay_ms,
      delay_until_ms, noticed, released, revoked, forget_ms)
   VALUES (p_name, p_token, p_holder, fence, p_ttl_ms, now_ms, now_ms + p_ttl_ms, p_delay_ms,
-          NULL, false,
-          CASE WHEN found_row THEN l.released END,
-          CASE WHEN found_row THEN l.revoked END,
+          NULL, false, NULL, NULL,
           now_ms + p_ttl_ms + p_delay_ms + __SCHEMA__.linger_ms())
   ON CONFLICT (name) DO UPDATE SET
     token = excluded.token, holder = excluded.holder, fence = excluded.fence,
@@ -374,11 +391,21 @@ BEGIN
   now_us := __SCHEMA__.now_us();
   now_ms := now_us / 1000;
   PERFORM __SCHEMA__.prune(p_name, now_ms);
-  -- A name held as a plain lock has no permit to give.
-  SELECT * INTO plain FROM __SCHEMA__.leases
-   WHERE name = p_name AND forget_ms > now_ms AND token IS NOT NULL AND expires_ms > now_ms;
-  IF FOUND THEN
+  -- A name held as a plain lock has no permit to give, nor one in its
+  -- lock-delay (semaphore_acquire.lua).
+  SELECT * INTO plain FROM __SCHEMA__.leases WHERE name = p_name AND forget_ms > now_ms;
+  IF FOUND AND plain.token IS NOT NULL AND plain.expires_ms > now_ms THEN
     RETURN ROW(0, plain.fence, plain.expires_ms - now_ms, plain.holder, plain.granted_ms,
+               __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
+               __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
+  ELSIF FOUND AND plain.token IS NOT NULL
+        AND plain.expires_ms + coalesce(plain.delay_ms, 0) > now_ms THEN
+    RETURN ROW(2, plain.fence, plain.expires_ms + coalesce(plain.delay_ms, 0) - now_ms,
+               plain.holder, plain.granted_ms,
+               __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
+               __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
+  ELSIF FOUND AND plain.token IS NULL AND plain.delay_until_ms > now_ms THEN
+    RETURN ROW(2, plain.fence, plain.delay_until_ms - now_ms, '', 0,
                __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
   END IF;
@@ -413,7 +440,7 @@ BEGIN
   VALUES (p_name, fence, NULL, now_ms + p_ttl_ms + __SCHEMA__.linger_ms())
   ON CONFLICT (name) DO UPDATE SET
     last_fence = excluded.last_fence,
-    released = CASE WHEN s.forget_ms > now_ms THEN s.released END,
+    released = NULL,
     forget_ms = greatest(s.forget_ms, excluded.forget_ms);
   IF __SCHEMA__.is_observed(p_name, now_ms) THEN
     PERFORM __SCHEMA__.notify('g', '', p_name);
@@ -428,6 +455,35 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
+-- constants.lua's record_end: records how p_token's lease of p_name ended.
+CREATE OR REPLACE FUNCTION __SCHEMA__.record_end(p_name text, p_token text, p_how "char", p_fence bigint, p_forget_ms bigint)
+RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  INSERT INTO __SCHEMA__.ended AS e (name, token, how, fence, forget_ms)
+  VALUES (p_name, p_token, p_how, p_fence, p_forget_ms)
+  ON CONFLICT (name, token) DO UPDATE SET how = excluded.how, fence = excluded.fence,
+    forget_ms = excluded.forget_ms;
+END $$;
+
+-- The renewal code of p_token's recorded end, if any (constants.lua's
+-- recorded_end, read as renew_lease.lua reads it): -4 released, -2 revoked
+-- (with the fence); NULL when nothing is recorded.
+CREATE OR REPLACE FUNCTION __SCHEMA__.recorded_end(p_name text, p_token text, p_now_ms bigint)
+RETURNS __SCHEMA__.renewal LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  e __SCHEMA__.ended;
+BEGIN
+  SELECT * INTO e FROM __SCHEMA__.ended
+   WHERE name = p_name AND token = p_token AND forget_ms > p_now_ms;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  IF e.how = 'x' THEN
+    RETURN ROW(-4, 0, 0)::__SCHEMA__.renewal;
+  END IF;
+  RETURN ROW(-2, 0, e.fence)::__SCHEMA__.renewal;
+END $$;
+
 -- renew_lease.lua's renew_lock: NULL when the lease row knows nothing of
 -- the token (it may be a permit). p_ttl_ms: the new TTL, 0 to keep the
 -- lease's own, -1 to only look. The caller holds the name's lock.
@@ -437,17 +493,9 @@ DECLARE
   l __SCHEMA__.leases;
   live boolean;
   ttl bigint;
+  ended __SCHEMA__.renewal;
 BEGIN
   SELECT * INTO l FROM __SCHEMA__.leases WHERE name = p_name AND forget_ms > p_now_ms;
-  IF NOT FOUND THEN
-    RETURN NULL;
-  END IF;
-  IF l.revoked = p_token THEN
-    RETURN ROW(-2, 0, l.fence)::__SCHEMA__.renewal;
-  END IF;
-  IF l.released = p_token THEN
-    RETURN ROW(-4, 0, 0)::__SCHEMA__.renewal;
-  END IF;
   live := l.token IS NOT NULL AND p_now_ms < l.expires_ms;
   IF l.token = p_token THEN
     IF NOT live THEN
@@ -467,13 +515,20 @@ BEGIN
      WHERE name = p_name;
     RETURN ROW(1, ttl, l.fence)::__SCHEMA__.renewal;
   END IF;
+  -- Not the holder: this token's own end (of a lock or a permit), recorded
+  -- per token.
+  ended := __SCHEMA__.recorded_end(p_name, p_token, p_now_ms);
+  IF ended IS NOT NULL THEN
+    RETURN ended;
+  END IF;
   IF live THEN
     RETURN ROW(-1, 0, l.fence)::__SCHEMA__.renewal;
   END IF;
   RETURN NULL;
 END $$;
 
--- renew_lease.lua's renew_permit. The caller holds the name's lock.
+-- renew_lease.lua's renew_permit, after renew_lock (which looked at the
+-- token's recorded end). The caller holds the name's lock.
 CREATE OR REPLACE FUNCTION __SCHEMA__.renew_permit(p_name text, p_token text, p_ttl_ms bigint, p_now_ms bigint)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -498,10 +553,7 @@ BEGIN
      WHERE name = p_name;
     RETURN ROW(1, ttl, p.fence)::__SCHEMA__.renewal;
   END IF;
-  IF EXISTS (SELECT 1 FROM __SCHEMA__.semaphores
-              WHERE name = p_name AND released = p_token AND forget_ms > p_now_ms) THEN
-    RETURN ROW(-4, 0, 0)::__SCHEMA__.renewal;
-  END IF;
+  -- A released permit's end: renew_lock looked at it already.
   RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
 END $$;
 
@@ -562,16 +614,11 @@ DECLARE
   live boolean;
   p __SCHEMA__.permits;
   next_token text;
+  ended __SCHEMA__.renewal;
 BEGIN
   PERFORM __SCHEMA__.lock_name(p_name);
   now_ms := __SCHEMA__.now_us() / 1000;
   SELECT * INTO l FROM __SCHEMA__.leases WHERE name = p_name AND forget_ms > now_ms;
-  IF l.revoked = p_token THEN
-    RETURN ROW(-2, 0, l.fence)::__SCHEMA__.renewal;
-  END IF;
-  IF l.released = p_token THEN
-    RETURN ROW(2, 0, 0)::__SCHEMA__.renewal;
-  END IF;
   live := l.token IS NOT NULL AND now_ms < l.expires_ms;
   IF l.token = p_token AND NOT live THEN
     IF l.noticed THEN
@@ -580,43 +627,41 @@ BEGIN
     UPDATE __SCHEMA__.leases SET noticed = true WHERE name = p_name;
     RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
   END IF;
-  IF live AND l.token <> p_token THEN
+  IF live AND l.token = p_token THEN
+    -- The row goes at once; the release is recorded for this token alone,
+    -- for LINGER_MS (release.lua).
+    DELETE FROM __SCHEMA__.leases WHERE name = p_name;
+    PERFORM __SCHEMA__.record_end(p_name, p_token, 'x', l.fence, now_ms + __SCHEMA__.linger_ms());
+    PERFORM __SCHEMA__.prune(p_name, now_ms);
+    SELECT token INTO next_token FROM __SCHEMA__.first_in_line(p_name);
+    IF next_token IS NOT NULL OR __SCHEMA__.is_observed(p_name, now_ms) THEN
+      PERFORM __SCHEMA__.notify('r', next_token, p_name);
+    END IF;
+    RETURN ROW(1, 0, 0)::__SCHEMA__.renewal;
+  END IF;
+  -- Not the lock's holder: this token's own end, a permit, or a stranger.
+  ended := __SCHEMA__.recorded_end(p_name, p_token, now_ms);
+  IF ended.code = -4 THEN
+    RETURN ROW(2, 0, 0)::__SCHEMA__.renewal;
+  ELSIF ended IS NOT NULL THEN
+    RETURN ended;
+  END IF;
+  IF live THEN
     RETURN ROW(-1, 0, l.fence)::__SCHEMA__.renewal;
   END IF;
-  IF NOT live THEN
-    DELETE FROM __SCHEMA__.permits
-     WHERE name = p_name AND token = p_token AND expires_ms + __SCHEMA__.linger_ms() > now_ms
-    RETURNING * INTO p;
-    IF FOUND THEN
-      IF p.expires_ms <= now_ms THEN
-        RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
-      END IF;
-      INSERT INTO __SCHEMA__.semaphores AS s (name, last_fence, released, forget_ms)
-      VALUES (p_name, p.fence, p_token, p.expires_ms + __SCHEMA__.linger_ms())
-      ON CONFLICT (name) DO UPDATE SET released = p_token,
-        forget_ms = greatest(s.forget_ms, excluded.forget_ms);
-      -- A free permit may serve any waiter in line: wake them all.
-      IF __SCHEMA__.line_length(p_name) > 0 OR __SCHEMA__.is_observed(p_name, now_ms) THEN
-        PERFORM __SCHEMA__.notify('r', '', p_name);
-      END IF;
-      RETURN ROW(1, 0, 0)::__SCHEMA__.renewal;
-    END IF;
-    IF EXISTS (SELECT 1 FROM __SCHEMA__.semaphores
-                WHERE name = p_name AND released = p_token AND forget_ms > now_ms) THEN
-      RETURN ROW(2, 0, 0)::__SCHEMA__.renewal;
-    END IF;
+  DELETE FROM __SCHEMA__.permits
+   WHERE name = p_name AND token = p_token AND expires_ms + __SCHEMA__.linger_ms() > now_ms
+  RETURNING * INTO p;
+  IF NOT FOUND THEN
     RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
   END IF;
-  -- A tombstone until the lease would have ended, plus LINGER_MS (the row
-  -- keeps its forget_ms).
-  UPDATE __SCHEMA__.leases
-     SET token = NULL, holder = NULL, granted_ms = NULL, ttl_ms = NULL, expires_ms = NULL,
-         delay_ms = NULL, noticed = false, released = p_token
-   WHERE name = p_name;
-  PERFORM __SCHEMA__.prune(p_name, now_ms);
-  SELECT token INTO next_token FROM __SCHEMA__.first_in_line(p_name);
-  IF next_token IS NOT NULL OR __SCHEMA__.is_observed(p_name, now_ms) THEN
-    PERFORM __SCHEMA__.notify('r', next_token, p_name);
+  IF p.expires_ms <= now_ms THEN
+    RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
+  END IF;
+  PERFORM __SCHEMA__.record_end(p_name, p_token, 'x', p.fence, now_ms + __SCHEMA__.linger_ms());
+  -- A free permit may serve any waiter in line: wake them all.
+  IF __SCHEMA__.line_length(p_name) > 0 OR __SCHEMA__.is_observed(p_name, now_ms) THEN
+    PERFORM __SCHEMA__.notify('r', '', p_name);
   END IF;
   RETURN ROW(1, 0, 0)::__SCHEMA__.renewal;
 END $$;
@@ -650,6 +695,8 @@ BEGIN
          delay_until_ms = delay_end,
          forget_ms = greatest(l.expires_ms, delay_end) + __SCHEMA__.linger_ms()
    WHERE name = p_name;
+  PERFORM __SCHEMA__.record_end(p_name, l.token, 'r', l.fence,
+                                greatest(l.expires_ms, delay_end) + __SCHEMA__.linger_ms());
   PERFORM __SCHEMA__.notify('r', '', p_name);
   RETURN ROW(1, 0, l.fence)::__SCHEMA__.renewal;
 END $$;
@@ -767,6 +814,11 @@ BEGIN
      WHERE expires_ms + __SCHEMA__.linger_ms() <= now_ms LIMIT p_limit)
    AND expires_ms + __SCHEMA__.linger_ms() <= now_ms
    AND pg_try_advisory_xact_lock(__SCHEMA__.name_key(name));
+  GET DIAGNOSTICS n = ROW_COUNT;
+  total := total + n;
+  DELETE FROM __SCHEMA__.ended WHERE (name, token) IN (
+    SELECT name, token FROM __SCHEMA__.ended WHERE forget_ms <= now_ms LIMIT p_limit)
+   AND forget_ms <= now_ms;
   GET DIAGNOSTICS n = ROW_COUNT;
   total := total + n;
   DELETE FROM __SCHEMA__.observed WHERE name IN (
