@@ -64,9 +64,13 @@ LABEL org.opencontainers.image.title="leasehold" \
 COPY --from=builder /out/leasehold /usr/local/bin/leasehold
 
 # The binary listens on 127.0.0.1 by default; in a container it must listen
-# on every interface to be reachable.
+# on every interface to be reachable. A store set up so that it may lose
+# held leases (an evicting Redis, a PostgreSQL committing asynchronously) is
+# refused, not served: the binary's default too, said here so that an image
+# never serves one silently whatever that default becomes.
 ENV LEASEHOLD_LISTEN=0.0.0.0:7420 \
-    LEASEHOLD_METRICS_LISTEN=0.0.0.0:7421
+    LEASEHOLD_METRICS_LISTEN=0.0.0.0:7421 \
+    LEASEHOLD_STORE_UNSAFE=refuse
 
 # 7420: gRPC (Leasehold API, grpc.health.v1, reflection). 7421: HTTP /metrics.
 EXPOSE 7420 7421

@@ -15,7 +15,8 @@
 #   5. what the manifests promise beyond their schema: Redis's maxmemory
 #      below its memory limit with noeviction and a password from a Secret,
 #      the NetworkPolicies selecting real pods and ports (brokers may reach
-#      Redis, labelled clients the brokers), the brokers' preStop pause, the
+#      Redis, labelled clients the brokers), the brokers' preStop pause and
+#      LEASEHOLD_STORE_UNSAFE=refuse, the
 #      headless Service, a sidecar readiness that does not read the store,
 #      and the CronJob's busy exit code 0.
 #
@@ -326,6 +327,9 @@ else:
     names = [e["name"] for e in broker_c.get("env") or []]
     if "REDIS_PASSWORD" in names and "LEASEHOLD_STORE" in names and names.index("REDIS_PASSWORD") > names.index("LEASEHOLD_STORE"):
         errors.append("deployment.yaml: REDIS_PASSWORD must come before LEASEHOLD_STORE ($(VAR) refers to earlier variables only)")
+    # A store that may lose held leases is refused, not served.
+    if env.get("LEASEHOLD_STORE_UNSAFE", {}).get("value") != "refuse":
+        errors.append("deployment.yaml: LEASEHOLD_STORE_UNSAFE must be refuse (an evicting store is never served)")
     pause = (((broker_c.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds")
     grace = (template(broker_w).get("spec") or {}).get("terminationGracePeriodSeconds", 30)
     if not pause or pause >= grace:

@@ -10,7 +10,8 @@
 //! - healthy traffic (grants, renewals, contended waits and releases on both
 //!   brokers) fires no alert, not even a pending one;
 //! - the faults fire the alerts meant for them: holders killed with SIGKILL
-//!   (`LeaseholdLeaseLossSpike`, reason `expired`), Redis stopped
+//!   (`LeaseholdLeaseLossSpike`, reason `expired`), Redis given a memory
+//!   limit with an evicting policy (`LeaseholdStoreUnsafe`), Redis stopped
 //!   (`LeaseholdStoreDown` on both brokers), a broker killed
 //!   (`LeaseholdBrokerDown` for it), then the other
 //!   (`LeaseholdAllBrokersDown`).
@@ -580,6 +581,27 @@ async fn rules_evaluate_stay_quiet_when_healthy_and_fire_on_faults() {
     .await;
     let losses_done = started.elapsed();
 
+    // -- Redis made evicting -----------------------------------------------------
+    // A managed Redis's usual set-up: a memory limit with volatile-lru,
+    // which evicts leases. The brokers refuse it (NOT_SERVING) and say so.
+    let mut conn = redis.connection().await;
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("100mb")
+        .arg("maxmemory-policy")
+        .arg("volatile-lru")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET");
+    fires(
+        &prometheus,
+        "LeaseholdStoreUnsafe",
+        &[("job", JOB), ("setting", "maxmemory-policy")],
+    )
+    .await;
+    let unsafe_done = started.elapsed();
+
     // -- Redis stopped ----------------------------------------------------------
     redis.stop();
     fires(
@@ -624,7 +646,8 @@ async fn rules_evaluate_stay_quiet_when_healthy_and_fire_on_faults() {
     println!(
         "prometheus: {rule_count} rules; healthy: {cycles} cycles, {rounds} quiet rounds, \
          {} dashboard queries answered, done at {healthy_done:.1?}; {VICTIMS} killed holders \
-         fired LeaseholdLeaseLossSpike at {losses_done:.1?}; Redis stopped fired \
+         fired LeaseholdLeaseLossSpike at {losses_done:.1?}; an evicting Redis fired \
+         LeaseholdStoreUnsafe at {unsafe_done:.1?}; Redis stopped fired \
          LeaseholdStoreDown at {redis_done:.1?} (alerts then: {names:?}); a killed broker fired \
          LeaseholdBrokerDown at {broker_done:.1?}, both LeaseholdAllBrokersDown at \
          {all_done:.1?}",

@@ -88,6 +88,19 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_HEALTH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub health_interval: Duration,
 
+    /// What to do while the store is set up so that it may lose a lease
+    /// its holder still holds (Redis evicting keys: `maxmemory` set and a
+    /// `maxmemory-policy` other than `noeviction`; PostgreSQL committing
+    /// asynchronously: `synchronous_commit = off`), as read at start and at
+    /// every health ping: `refuse` reports NOT_SERVING and fails every call
+    /// UNAVAILABLE, naming the setting, until it is fixed (no restart
+    /// needed); `warn` serves, and says so in the log and in
+    /// `leasehold_store_unsafe`. Settings that lose leases only at a crash
+    /// of the store (no append-only file, `fsync = off`) are reported,
+    /// never refused.
+    #[arg(long, env = "LEASEHOLD_STORE_UNSAFE", value_enum, default_value_t = StoreUnsafe::Refuse)]
+    pub store_unsafe: StoreUnsafe,
+
     /// Without --auth-file: allow the Revoke RPC, which ends anyone's lease,
     /// to every caller. Off by default, since anyone who reaches the port
     /// could use it. With --auth-file, Revoke needs the `admin` permission.
@@ -215,6 +228,16 @@ pub struct ServeConfig {
     /// is set with `RUST_LOG` (default `info`).
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
+}
+
+/// What the broker does while the store is set up unsafely
+/// (`--store-unsafe`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreUnsafe {
+    /// Not serving (health NOT_SERVING, calls UNAVAILABLE) until it is fixed.
+    Refuse,
+    /// Serving, with a warning in the log and the metric at 1.
+    Warn,
 }
 
 /// Log output format.
@@ -509,6 +532,7 @@ impl ServeConfig {
             replica_ack_timeout: Duration::from_millis(500),
             store_connections: 16,
             health_interval: Duration::from_secs(1),
+            store_unsafe: StoreUnsafe::Refuse,
             enable_revoke: false,
             auth_file: None,
             reload_interval: Duration::from_secs(10),

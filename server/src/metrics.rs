@@ -15,7 +15,10 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
-use crate::lease::{Events, LossReason, Refusal};
+use crate::{
+    lease::{Events, LossReason, Refusal},
+    store::safety::{Risk, Setting},
+};
 
 /// The `reason` label of `lease_lost_total`.
 fn loss_label(reason: LossReason) -> &'static str {
@@ -131,6 +134,11 @@ pub struct Metrics {
     pub store_clock_jumps: IntCounterVec,
     /// The store's clock minus this broker's steady clock, in seconds.
     pub store_clock_offset: Gauge,
+    /// 1 per store setting under which the store may lose a lease its
+    /// holder still holds, as the last health ping read it.
+    pub store_unsafe: IntGaugeVec,
+    /// 1 per store setting under which a crash of the store loses leases.
+    pub store_not_durable: IntGaugeVec,
 }
 
 impl Metrics {
@@ -272,6 +280,32 @@ impl Metrics {
                      by its monotonic clock), at the last health ping; 0 for the memory store.",
                 ),
             ),
+            store_unsafe: register(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "leasehold_store_unsafe",
+                        "1 while the store is set up so that it may lose a lease its holder \
+                         still holds (a lock granted twice), by setting: maxmemory-policy \
+                         (Redis evicting keys), synchronous_commit (PostgreSQL committing \
+                         asynchronously); as the last health ping read it. With \
+                         --store-unsafe=refuse the broker is not serving meanwhile.",
+                    ),
+                    &["setting"],
+                ),
+            ),
+            store_not_durable: register(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "leasehold_store_not_durable",
+                        "1 while a crash of the store (or its host) would lose every lease \
+                         (holders are told; fences stay monotonic), by setting: appendonly \
+                         (Redis without an append-only file), fsync (PostgreSQL with fsync off).",
+                    ),
+                    &["setting"],
+                ),
+            ),
             registry: r,
         };
         register_build_info(&m.registry);
@@ -285,7 +319,22 @@ impl Metrics {
         for direction in ClockJump::ALL {
             m.store_clock_jumps.with_label_values(&[direction.as_str()]);
         }
+        for setting in Setting::ALL {
+            m.store_setting(setting, false);
+        }
         m
+    }
+
+    /// Sets the series of a store `setting`: 1 if `found` (unsafe, or not
+    /// durable, as the setting risks), else 0.
+    pub fn store_setting(&self, setting: Setting, found: bool) {
+        let family = match setting.risk() {
+            Risk::Unsafe => &self.store_unsafe,
+            Risk::NotDurable => &self.store_not_durable,
+        };
+        family
+            .with_label_values(&[setting.as_str()])
+            .set(i64::from(found));
     }
 
     /// Counts a refused request or connection.
@@ -448,6 +497,14 @@ mod tests {
             assert!(text.contains(&series), "missing {series} in\n{text}");
         }
         assert!(text.contains("# TYPE heartbeat_latency_seconds histogram"));
+        for series in [
+            "leasehold_store_unsafe{setting=\"maxmemory-policy\"} 0",
+            "leasehold_store_unsafe{setting=\"synchronous_commit\"} 0",
+            "leasehold_store_not_durable{setting=\"appendonly\"} 0",
+            "leasehold_store_not_durable{setting=\"fsync\"} 0",
+        ] {
+            assert!(text.contains(series), "missing {series} in\n{text}");
+        }
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub struct Gate {
     pub enable_revoke: bool,
     /// Counts the refused credentials.
     pub metrics: Metrics,
+    /// Set while the store is refused as unsafe (`--store-unsafe=refuse`):
+    /// every call then fails UNAVAILABLE, saying why.
+    pub refusal: super::health::Refusal,
 }
 
 impl Gate {
@@ -52,7 +55,8 @@ impl Gate {
     }
 
     /// The caller of `request`, admitted under the rate caps; fails with
-    /// UNAUTHENTICATED, or RESOURCE_EXHAUSTED past a rate cap. Uses what
+    /// UNAUTHENTICATED, UNAVAILABLE while the store is refused as unsafe
+    /// (`--store-unsafe=refuse`), or RESOURCE_EXHAUSTED past a rate cap. Uses what
     /// the admission layer found from the headers ([`Admitted`]) when it
     /// ran, and authenticates here otherwise (a transport of an
     /// embedder's, without the layer).
@@ -85,6 +89,9 @@ impl Gate {
                 id,
             ),
         };
+        // After authentication: only a known caller learns the store's
+        // settings.
+        self.refusal.check()?;
         caller.admit()?;
         Ok(caller)
     }

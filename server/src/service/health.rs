@@ -11,17 +11,37 @@
 //! store's clock is compared with this process's monotonic clock, which no
 //! NTP step moves, and a step is logged at warn and counted in
 //! `leasehold_store_clock_jumps_total`.
+//!
+//! And they read the store's settings under which it may lose leases
+//! (`store::safety`): each is exported (`leasehold_store_unsafe`,
+//! `leasehold_store_not_durable`) and logged when it changes; while an
+//! unsafe one holds and `--store-unsafe=refuse` (the default), the broker
+//! is not serving: NOT_SERVING, and every call UNAVAILABLE naming the
+//! setting ([`Refusal`], checked by the gate), until a ping finds it fixed.
+//! A store that answers but takes no writes (a replica, a standby, a server
+//! set read-only) fails its ping: NOT_SERVING and `leasehold_store_up 0`.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, RwLock,
+    },
+    time::{Duration, Instant, SystemTime},
+};
 
 use tokio::sync::watch;
 use tonic_health::{server::HealthReporter, ServingStatus};
 
 use crate::{
+    config::StoreUnsafe,
+    error::{Error, Result},
     lease::Leases,
     metrics::{ClockJump, Metrics},
     proto,
-    store::ClockReading,
+    store::{
+        safety::{Finding, Risk, Setting, Settings},
+        ClockReading,
+    },
 };
 
 /// The gRPC service names whose health this reports: the whole server ("")
@@ -39,6 +59,68 @@ pub const CLOCK_JUMP_THRESHOLD: Duration = Duration::from_secs(1);
 /// The fastest a slewing clock may drift, in µs per second (NTP's limit).
 const MAX_SLEW_US_PER_S: i64 = 500;
 
+/// Whether the broker refuses every call because the store is set up
+/// unsafely (`--store-unsafe=refuse`), and why: set by [`watch_store`],
+/// checked by every Leasehold call before it reaches the store. Cheap to
+/// clone.
+#[derive(Clone, Default)]
+pub struct Refusal(Arc<RefusalState>);
+
+#[derive(Default)]
+struct RefusalState {
+    /// What every call reads: one atomic load while serving.
+    refusing: AtomicBool,
+    /// The refusal's message. A std lock: held only to copy or replace a
+    /// string, never across an await.
+    why: RwLock<String>,
+}
+
+impl Refusal {
+    /// UNAVAILABLE, saying why, while refusing.
+    pub fn check(&self) -> Result<()> {
+        if !self.0.refusing.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let why = self.0.why.read().unwrap_or_else(|e| e.into_inner()).clone();
+        Err(Error::Unavailable(why))
+    }
+
+    fn set(&self, why: Option<&str>) {
+        match why {
+            Some(why) => {
+                *self.0.why.write().unwrap_or_else(|e| e.into_inner()) = why.to_owned();
+                self.0.refusing.store(true, Ordering::Release);
+            }
+            None => self.0.refusing.store(false, Ordering::Release),
+        }
+    }
+}
+
+/// The refusal's message for the unsafe findings of `settings`, if any.
+fn refusal_message(settings: &Settings) -> Option<String> {
+    let unsafe_: Vec<String> = settings.unsafe_findings().map(Finding::explain).collect();
+    if unsafe_.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the store may lose leases that are still held: {}. This broker refuses to serve \
+         until that is fixed (--store-unsafe=refuse, LEASEHOLD_STORE_UNSAFE); \
+         --store-unsafe=warn would serve anyway",
+        unsafe_.join("; ")
+    ))
+}
+
+/// What the health status says, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Serving,
+    /// The store answers, takes writes, and is set up unsafely:
+    /// `--store-unsafe=refuse`.
+    Refused,
+    /// The store does not answer, or takes no writes.
+    Down,
+}
+
 /// Pings the store every `interval` (each ping bounded by the store timeout)
 /// until `stop` turns true.
 pub async fn watch_store(
@@ -46,26 +128,43 @@ pub async fn watch_store(
     metrics: Metrics,
     reporter: HealthReporter,
     interval: Duration,
+    mode: StoreUnsafe,
+    refusal: Refusal,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last: Option<bool> = None;
+    let mut last: Option<State> = None;
     let mut clock = ClockWatch::new();
+    let mut settings = SettingsWatch::default();
     loop {
         let result = tokio::select! {
             result = leases.store().ping() => result,
             _ = stop.wait_for(|s| *s) => return,
         };
-        if let Ok(Some(reading)) = &result {
-            let (offset, step) = clock.observe(reading);
-            metrics.store_clock_offset.set(offset.as_secs_f64());
-            if let Some(step) = step {
-                step.log();
-                metrics.store_clock_jumped(step.direction);
+        let mut refused = None;
+        if let Ok(ping) = &result {
+            if let Some(reading) = &ping.clock {
+                let (offset, step) = clock.observe(reading);
+                metrics.store_clock_offset.set(offset.as_secs_f64());
+                if let Some(step) = step {
+                    step.log();
+                    metrics.store_clock_jumped(step.direction);
+                }
             }
+            settings.observe(&ping.settings, mode, &metrics);
+            if mode == StoreUnsafe::Refuse {
+                refused = refusal_message(&ping.settings);
+            }
+            // Before the status, so that no call slips through once
+            // NOT_SERVING is said; cleared the same way.
+            refusal.set(refused.as_deref());
         }
-        let up = result.is_ok();
-        if last != Some(up) {
-            let status = if up {
+        let state = match (&result, &refused) {
+            (Err(_), _) => State::Down,
+            (Ok(_), Some(_)) => State::Refused,
+            (Ok(_), None) => State::Serving,
+        };
+        if last != Some(state) {
+            let status = if state == State::Serving {
                 ServingStatus::Serving
             } else {
                 ServingStatus::NotServing
@@ -73,17 +172,71 @@ pub async fn watch_store(
             for service in SERVICES {
                 reporter.set_service_status(service, status).await;
             }
-            metrics.store_up.set(i64::from(up));
-            match result {
-                Ok(_) => tracing::info!("store reachable: serving"),
-                Err(e) => tracing::warn!(error = %e, "store unreachable: not serving"),
+            metrics.store_up.set(i64::from(state != State::Down));
+            match (&result, &refused) {
+                (Err(e), _) => tracing::warn!(error = %e, "store unavailable: not serving"),
+                (Ok(_), Some(why)) => tracing::error!("not serving: {why}"),
+                (Ok(_), None) => tracing::info!("store reachable: serving"),
             }
-            last = Some(up);
+            last = Some(state);
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
+    }
+}
+
+/// Follows the store's settings from ping to ping: sets their metrics, and
+/// logs each finding once when it appears (unsafe: at warn, or error while
+/// it refuses) and once when it goes.
+#[derive(Default)]
+struct SettingsWatch {
+    last: Settings,
+}
+
+impl SettingsWatch {
+    fn observe(&mut self, now: &Settings, mode: StoreUnsafe, metrics: &Metrics) {
+        for setting in Setting::ALL {
+            metrics.store_setting(setting, now.has(setting));
+        }
+        for finding in &now.findings {
+            if self.last.findings.contains(finding) {
+                continue;
+            }
+            let setting = finding.setting.as_str();
+            let value = finding.value.as_str();
+            let why = finding.explain();
+            match (finding.setting.risk(), mode) {
+                // Said with the refusal itself (watch_store).
+                (Risk::Unsafe, StoreUnsafe::Refuse) => {}
+                (Risk::Unsafe, StoreUnsafe::Warn) => tracing::warn!(
+                    setting,
+                    value,
+                    "{why}; serving anyway (--store-unsafe=warn): leases may be lost while held"
+                ),
+                (Risk::NotDurable, _) => tracing::info!(setting, value, "{why}"),
+            }
+        }
+        for finding in &self.last.findings {
+            if !now.has(finding.setting) {
+                tracing::info!(
+                    setting = finding.setting.as_str(),
+                    "the store's {} is no longer {}",
+                    finding.setting.as_str(),
+                    finding.value
+                );
+            }
+        }
+        if now.unread != self.last.unread {
+            if let Some(why) = &now.unread {
+                tracing::warn!(
+                    "cannot read the store's settings ({why}): an evicting or asynchronous \
+                     store cannot be ruled out"
+                );
+            }
+        }
+        self.last = now.clone();
     }
 }
 

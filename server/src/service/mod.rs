@@ -61,11 +61,13 @@ pub async fn run(
     // The lease rules report to the metrics (metrics.rs maps each event).
     let events: Arc<dyn Events> = Arc::new(metrics.clone());
     let leases = Leases::new(store, limits.clone(), Arc::clone(&events));
+    let refusal = health::Refusal::default();
     let gate = Arc::new(Gate {
         auth: auth.clone(),
         tenants: Tenants::new(limits.tenant_caps(), limits.conn_caps(), events),
         enable_revoke: config.enable_revoke,
         metrics: metrics.clone(),
+        refusal: refusal.clone(),
     });
     let admission = admit::Admission::new(
         Arc::clone(&gate),
@@ -91,6 +93,8 @@ pub async fn run(
         metrics.clone(),
         health_reporter,
         config.health_interval,
+        config.store_unsafe,
+        refusal,
         stop_rx.clone(),
     ));
     let metrics_addr = metrics_listener

@@ -38,6 +38,7 @@
 mod memory;
 mod postgres;
 mod redis;
+pub mod safety;
 mod url;
 mod watch;
 
@@ -500,17 +501,29 @@ impl Store {
         dispatch!(self, s => s.watchers().waiters(&s.channel(name, Event::Released)))
     }
 
-    /// Checks that the store answers. On Redis, the ping also reads the
-    /// server's clock, the clock that decides when leases expire, so that the
-    /// broker can notice it stepping; the memory store's clock is this
-    /// process's own, so it has no reading to give.
-    pub async fn ping(&self) -> Result<Option<ClockReading>> {
+    /// Checks that the store answers and takes writes. The ping also reads
+    /// the store's clock, the clock that decides when leases expire, so that
+    /// the broker can notice it stepping (the memory store's clock is this
+    /// process's own: no reading), and the store's settings under which it
+    /// may lose leases ([`safety`]). A store that answers but takes no
+    /// writes (a Redis replica, a PostgreSQL standby or a server set
+    /// read-only) fails the ping: no call could succeed.
+    pub async fn ping(&self) -> Result<Ping> {
         match self {
-            Store::Memory(s) => s.ping().await.map(|()| None),
-            Store::Redis(s) => s.ping().await.map(Some),
-            Store::Postgres(s) => s.ping().await.map(Some),
+            Store::Memory(s) => s.ping().await.map(|()| Ping::default()),
+            Store::Redis(s) => s.ping().await,
+            Store::Postgres(s) => s.ping().await,
         }
     }
+}
+
+/// What one health ping learnt of the store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ping {
+    /// The store's clock, if it has one of its own.
+    pub clock: Option<ClockReading>,
+    /// Its settings that may lose leases.
+    pub settings: safety::Settings,
 }
 
 /// The store's clock as one health ping read it. The store read its clock

@@ -596,22 +596,62 @@ impl PostgresStore {
         })
     }
 
-    /// Checks that PostgreSQL answers (and the schema is ready) and reads
-    /// its clock, the one that decides when leases expire.
-    pub(crate) async fn ping(&self) -> Result<ClockReading> {
+    /// Checks that PostgreSQL answers (and the schema is ready) and takes
+    /// writes, and reads its clock, the one that decides when leases expire,
+    /// and the settings that may lose leases ([`safety`]), all in one
+    /// statement on one of the pooled sessions the calls use (so that a
+    /// per-session setting reads as the calls have it).
+    ///
+    /// A server that takes no writes (in recovery: a standby; or
+    /// `transaction_read_only`: a primary set read-only, as a failover may
+    /// leave the old one) fails the ping, so that health says NOT_SERVING
+    /// while every grant would fail; and the idle pooled sessions are
+    /// dropped, as a failed call drops them: new ones follow the URL (with
+    /// `target_session_attrs=read-write`, to a server that takes writes),
+    /// and a broker that no one calls, being NOT_SERVING, still finds the
+    /// promoted standby.
+    pub(crate) async fn ping(&self) -> Result<super::Ping> {
         self.ready().await?;
         let sent = std::time::Instant::now();
         let row = self
             .query_one(
                 "ping",
-                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us",
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us, \
+                 pg_is_in_recovery() AS recovery, \
+                 current_setting('transaction_read_only') AS read_only, \
+                 current_setting('synchronous_commit') AS synchronous_commit, \
+                 current_setting('fsync') AS fsync",
                 &[],
             )
             .await?;
-        Ok(ClockReading {
-            store_unix_us: uint(&row, "now_us")?,
-            sent,
-            received: std::time::Instant::now(),
+        let received = std::time::Instant::now();
+        let recovery: bool = row
+            .try_get("recovery")
+            .map_err(|e| Error::Internal(format!("PostgreSQL ping recovery: {e}")))?;
+        let read_only = text(&row, "read_only")? == "on";
+        if recovery || read_only {
+            let dropped = self.inner.pool.retain(|_, _| false).removed.len();
+            let why = if recovery {
+                "it is a standby (pg_is_in_recovery())"
+            } else {
+                "it is set read-only (transaction_read_only is on: default_transaction_read_only)"
+            };
+            tracing::debug!(dropped, "PostgreSQL ping: the server takes no writes");
+            return Err(Error::Unavailable(format!(
+                "PostgreSQL takes no writes there: {why}; list the primary in --store, or every \
+                 server with ?target_session_attrs=read-write to follow a failover"
+            )));
+        }
+        Ok(super::Ping {
+            clock: Some(ClockReading {
+                store_unix_us: uint(&row, "now_us")?,
+                sent,
+                received,
+            }),
+            settings: super::safety::postgres_settings(
+                &text(&row, "synchronous_commit")?,
+                &text(&row, "fsync")?,
+            ),
         })
     }
 

@@ -542,12 +542,22 @@ impl RedisStore {
     }
 
     /// PINGs the script connection and reads the server clock (`TIME`, the
-    /// clock scripts and key expiry use) on the subscription connection:
-    /// checks Redis, and makes a broken connection reconnect (and
-    /// resubscribe) even when no request is using it. The subscription
+    /// clock scripts and key expiry use) and `INFO` on the subscription
+    /// connection: checks Redis, and makes a broken connection reconnect
+    /// (and resubscribe) even when no request is using it. The subscription
     /// connection stays on one server (the primary; in a Cluster, one node
-    /// until it fails), so successive readings come from one clock.
-    pub(crate) async fn ping(&self) -> Result<ClockReading> {
+    /// until it fails), so successive readings come from one clock, and
+    /// `INFO` describes the server the scripts run on (in a Cluster: one
+    /// node, taken as the others' twin).
+    ///
+    /// `INFO` (its default sections), not `CONFIG GET`: managed services
+    /// that block CONFIG answer INFO. A server that answers it with an
+    /// error (an ACL without `info`) leaves the settings unread, said in
+    /// the log, not a failed ping. A replica (`role:slave`) fails the ping:
+    /// every script would fail READONLY there. Not in a Cluster, whose
+    /// subscription node may well be a replica; its scripts go to the
+    /// primaries.
+    pub(crate) async fn ping(&self) -> Result<super::Ping> {
         let mut conn = self.conn()?;
         let mut sub = self
             .inner
@@ -573,6 +583,39 @@ impl RedisStore {
             // The subscription node may be gone (Cluster): find another.
             self.inner.follow.notify_one();
         }
-        a.and(b)
+        a?;
+        let clock = b?;
+        let info = redis::cmd("INFO");
+        let info =
+            match tokio::time::timeout(self.inner.timeout, info.query_async::<String>(&mut sub))
+                .await
+            {
+                Ok(Ok(text)) => super::safety::redis_info(&text),
+                // The server refused the command (an ACL, a renamed command),
+                // the connection is fine: the settings stay unknown.
+                Ok(Err(e)) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
+                    super::safety::RedisInfo {
+                        settings: super::safety::Settings {
+                            findings: Vec::new(),
+                            unread: Some(format!("Redis refused INFO: {e}")),
+                        },
+                        replica: false,
+                    }
+                }
+                Ok(Err(e)) => return Err(connect::classify("info", e)),
+                Err(_) => return Err(connect::timed_out("info", self.inner.timeout)),
+            };
+        if info.replica && !self.is_cluster() {
+            self.inner.follow.notify_one();
+            return Err(Error::Unavailable(
+                "Redis there is a replica (INFO role:slave): it takes no writes; point --store \
+                 at the primary, or use redis+sentinel:// to follow it"
+                    .into(),
+            ));
+        }
+        Ok(super::Ping {
+            clock: Some(clock),
+            settings: info.settings,
+        })
     }
 }
