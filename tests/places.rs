@@ -277,7 +277,75 @@ async fn a_lapsed_place_joins_at_the_back() {
         assert!(!a.is_finished(), "{store}: A waits behind B");
         release(&client, name, b.owner_token).await;
         let a = granted(a, "then A").await;
-        assert_eq!(a.owner_token, place, "{store}");
+        // A place no longer in line is not taken as a token: A waited
+        // with a fresh one.
+        assert_ne!(a.owner_token, place, "{store}");
+    }
+}
+
+/// A place is honoured only while it is in line: a well-formed place that
+/// is a released owner token, or the caller's own live owner token, gets a
+/// fresh token (nobody chooses an owner token), and the records of those
+/// tokens are untouched: the released one is still told "released", the
+/// live one still holds its lease with its own TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_not_in_line_is_never_taken_as_a_token() {
+    for (store, broker, _, _server) in setups().await {
+        let client = broker.client().await;
+        let released = must_acquire(&mut client.clone(), "chosen", 60_000).await;
+        release(&client, "chosen", released.owner_token.clone()).await;
+        let lease = granted(
+            spawn_acquire(
+                &client,
+                AcquireRequest {
+                    place: released.owner_token.clone(),
+                    ..acquire_req("chosen", 60_000, "chooser", 1_000)
+                },
+            ),
+            "a free lock, place or not",
+        )
+        .await;
+        assert_ne!(
+            lease.owner_token, released.owner_token,
+            "{store}: granted under a released token"
+        );
+        // The lock is held by the new lease: its release frees it.
+        release(&client, "chosen", lease.owner_token.clone()).await;
+        let d = client
+            .clone()
+            .describe(DescribeRequest {
+                name: "chosen".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!d.held, "{store}: released, yet held: {d:?}");
+
+        let live = must_acquire(&mut client.clone(), "mine", 60_000).await;
+        let refused = client
+            .clone()
+            .acquire(AcquireRequest {
+                place: live.owner_token.clone(),
+                ..acquire_req("mine", 3_600_000, "again", 0)
+            })
+            .await
+            .expect_err("held by the caller's own live lease");
+        assert_eq!(refused.code(), Code::Aborted, "{store}: held: {refused:?}");
+        let d = client
+            .clone()
+            .describe(DescribeRequest {
+                name: "mine".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (d.fence, d.ttl_ms),
+            (live.fence, 60_000),
+            "{store}: the live lease untouched"
+        );
     }
 }
 

@@ -249,18 +249,15 @@ impl Leases {
         let limit = validate::limit(limits, args.limit, lock_delay_ms)?;
         validate::place(&args.place)?;
         let room = caller.reserve_lease()?;
-        // A place passed back waits as the token it was kept under: the
-        // store finds that token in line and keeps its position (or, the
-        // place lapsed, it joins at the back), and granted, it is the owner
-        // token. Only its caller ever learnt it (see [`Error::PlaceKept`]).
+        let stored = caller.tenant().qualify(&args.name);
         let token = if args.place.is_empty() {
             token::generate()?
         } else {
-            args.place
+            self.kept_place(&stored, args.place).await?
         };
         let keep_place = args.keep_place;
         let spec = GrantSpec {
-            name: caller.tenant().qualify(&args.name),
+            name: stored,
             token,
             holder: args.holder,
             ttl_ms,
@@ -285,6 +282,33 @@ impl Leases {
         ));
         rx.await
             .map_err(|_| Error::Internal("the acquire task ended without an answer".into()))?
+    }
+
+    /// The token an Acquire passing back `place` waits as: the place
+    /// itself while it is in `name`'s line now (the store keeps its position,
+    /// and granted, it is the owner token; only its caller ever learnt it,
+    /// see [`Error::PlaceKept`]), else a fresh token, at the back. A place
+    /// is never taken on its word: a well-formed string that is in no line
+    /// (a released or a live owner token, a place that lapsed, one made up)
+    /// would otherwise let the caller choose its own owner token, and be
+    /// granted under a token whose release or renewal the store already
+    /// recorded. Looking refreshes the place (refresh.lua), so it cannot
+    /// lapse before the attempt that follows; nothing else is written.
+    async fn kept_place(&self, name: &str, place: String) -> Result<String> {
+        let ranks = self.count_errors(
+            self.inner
+                .store
+                .refresh_places(name, std::slice::from_ref(&place))
+                .await,
+        )?;
+        if matches!(ranks.first(), Some(Some(_))) {
+            return Ok(place);
+        }
+        tracing::debug!(
+            lock = %name, place = %crate::redact::Redacted(&place),
+            "the place passed back is not in line (lapsed, taken or never kept); joining with a fresh token"
+        );
+        token::generate()
     }
 
     /// `name` is the lock's name as the caller gave it; `spec.name` is its
