@@ -348,7 +348,8 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
     let mut killing = false;
     let mut termed = false; // SIGTERM passed on (once: a second one could
                             // run a shell's trap twice)
-    let mut expired = false; // killing because the deadline passed
+    let mut expired = false; // stopping the command because of the deadline
+    let mut garbled = false; // killing because of what came on the pipe
     let mut deadline = args.deadline_ns;
     let mut pending = Vec::with_capacity(2 * MAX_MESSAGE);
     let mut leftovers_until = None;
@@ -368,7 +369,16 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
                     continue;
                 }
                 // No child left: nothing of the command runs any more.
+                if garbled {
+                    eprintln!("leasehold: the guardian got a garbled message from `leasehold run`, and killed the command");
+                }
                 return if expired {
+                    // Said only now (here and above): a write to a full
+                    // stderr pipe blocks, and must not hold up the kill.
+                    eprintln!(
+                        "leasehold: no renewal of the lease on {} reached the guardian in time (was `leasehold run` stopped, traced or starved of CPU?); stopped the command before the lease could expire",
+                        std::env::var("LEASEHOLD_LOCK").unwrap_or_default()
+                    );
                     EXIT_LEASE_LOST
                 } else {
                     code.unwrap_or(1)
@@ -376,23 +386,19 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
             }
         }
         let now = clock_now();
-        if !killing && now >= deadline {
-            // `run` did not say the lease was renewed: it may be stopped,
-            // and the lease expire any moment now.
-            signal_descendants(libc::SIGKILL);
-            killing = true;
-            expired = code.is_none();
-            eprintln!(
-                "leasehold: the lease on {} reached its deadline with no renewal from `leasehold run` (stopped, traced or starved of CPU?); killed the command",
-                std::env::var("LEASEHOLD_LOCK").unwrap_or_default()
-            );
-        }
         let term_at = deadline.saturating_sub(args.grace);
-        if TERM.swap(false, Ordering::SeqCst) || (!termed && now >= term_at) {
-            if !termed {
-                signal_descendants(libc::SIGTERM);
-            }
+        let from_run = TERM.swap(false, Ordering::SeqCst);
+        if !killing && now >= term_at && !expired && code.is_none() {
+            // `run` did not say the lease was renewed: it may be stopped,
+            // and the lease expire at the deadline. Do what `run` would.
+            expired = true;
+        }
+        if (from_run || now >= term_at) && !termed {
+            signal_descendants(libc::SIGTERM);
             termed = true;
+        }
+        if now >= deadline {
+            killing = true;
         }
         if code.is_some() && leftovers_until.is_none() {
             // The command is done; what it started must not outlive it.
@@ -460,7 +466,7 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
                 Some(Ok(Some(at))) => deadline = at,
                 Some(Ok(None)) => {}
                 Some(Err(())) => {
-                    eprintln!("leasehold: the guardian got a garbled message from `leasehold run`; killing the command");
+                    garbled = true;
                     watched = false;
                     killing = true;
                 }
