@@ -426,15 +426,240 @@ async fn descendants_die_with_run() {
     );
 }
 
+/// What a round of `stopped_run_cannot_outlive_its_lease` does to `run`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pause {
+    /// SIGSTOP of `run` only (as a debugger, SIGTTOU or a starved CPU
+    /// would leave it): its guardian must kill the tree at the deadline.
+    Stop,
+    /// SIGTSTP of `run` (Ctrl-Z): `run` does not stop and keeps renewing.
+    Suspend,
+}
+
+/// Whatever stops `run` itself, its command's tree does not outlive the
+/// lease: with a second `run` waiting for the lock, `run` is sent SIGSTOP
+/// (its guardian kills the tree at the lease's deadline, before the second
+/// is granted; resumed, `run` exits 76 and leaves nothing behind) or
+/// SIGTSTP (`run` holds on and renews: its tree writes on past twice the
+/// TTL, the second waits, and gets the lock once `run` is stopped with
+/// SIGTERM). In both, no write from the first tree follows the second's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_run_cannot_outlive_its_lease() {
+    const TTL: Duration = Duration::from_secs(1);
+    let redis = RedisServer::start();
+    let broker = BrokerProcess::start(&redis.url()).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let resource = Arc::new(Mutex::new(Resource::default()));
+    tokio::spawn(serve_resource(listener, Arc::clone(&resource)));
+    let survivors = Survivors::default();
+
+    let writer = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; while :; do echo \"$LEASEHOLD_FENCE $BASHPID\" >&3; read -r answer <&3; sleep 0.05; done"
+    );
+    let forks = format!("({writer}) & wait");
+    let setsid = format!("setsid bash -c '{writer}' & wait");
+    // The second holder: one write, which marks when it got the lock.
+    let once = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; echo \"$LEASEHOLD_FENCE $BASHPID\" >&3; read -r answer <&3"
+    );
+    let rounds = [
+        (Pause::Stop, &forks),
+        (Pause::Stop, &setsid),
+        (Pause::Suspend, &forks),
+        (Pause::Stop, &forks),
+        (Pause::Suspend, &setsid),
+        (Pause::Stop, &setsid),
+    ];
+    let run = |lock: &str, wait: &str, command: &str| {
+        Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["run", "--lock", lock, "--ttl", "1s", "--wait", wait])
+            .args(["--kill-grace", "200ms", "--", "bash", "-c", command])
+            .env("LEASEHOLD_BROKER", broker.url())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let mut late_writes = 0;
+    // Stop rounds: from the stop to the tree's end, and from its end to the
+    // second holder's grant.
+    let (mut dead_after_stop, mut granted_after_death) = (Vec::new(), Vec::new());
+    for (round, (pause, command)) in rounds.iter().enumerate() {
+        let lock = format!("stopped-{round}");
+        let seen = resource.lock().unwrap().writes.len();
+        let mut first = run(&lock, "0s", command);
+        let mut grandchild = None;
+        common::eventually(Duration::from_secs(10), "the grandchild's writes", || {
+            let writes = resource.lock().unwrap().writes[seen..].to_vec();
+            grandchild = writes.first().map(|w| (w.0, w.1));
+            async move { writes.len() >= 3 }
+        })
+        .await;
+        let (fence, grandchild) = grandchild.unwrap();
+        survivors.0.lock().unwrap().push(grandchild);
+        let mut second = run(&lock, "30s", &once);
+        // The second holder waits on the broker before `run` is paused.
+        let client = broker.client().await;
+        common::eventually(Duration::from_secs(10), "the second holder waiting", || {
+            let mut client = client.clone();
+            let lock = lock.clone();
+            async move { common::local_waiters(&mut client, &lock).await == 1 }
+        })
+        .await;
+
+        let paused = Instant::now();
+        let first_pid = first.id().unwrap();
+        match pause {
+            Pause::Stop => signal(first_pid, libc::SIGSTOP),
+            Pause::Suspend => signal(first_pid, libc::SIGTSTP),
+        }
+        if *pause == Pause::Suspend {
+            // Renewed: the tree writes on past twice the TTL, and the
+            // second still waits.
+            common::eventually(Duration::from_secs(10), "writes past twice the TTL", || {
+                let past = resource.lock().unwrap().writes[seen..]
+                    .iter()
+                    .any(|w| w.1 == grandchild && w.2 >= paused + 2 * TTL);
+                async move { past }
+            })
+            .await;
+            let after = state(first_pid);
+            assert!(
+                matches!(after, Some('S' | 'R')),
+                "round {round}: run's state after SIGTSTP: {after:?} (T: stopped)"
+            );
+            assert!(
+                !resource.lock().unwrap().writes[seen..]
+                    .iter()
+                    .any(|w| w.0 > fence),
+                "round {round}: the second holder got the lock while the first held on"
+            );
+            signal(first_pid, libc::SIGTERM);
+        }
+
+        // The second holder's write: when it had the lock.
+        let mut granted = None;
+        common::eventually(Duration::from_secs(15), "the second holder's write", || {
+            granted = resource.lock().unwrap().writes[seen..]
+                .iter()
+                .find(|w| w.0 > fence)
+                .map(|w| w.2);
+            async move { granted.is_some() }
+        })
+        .await;
+        let granted = granted.unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(10), second.wait()).await;
+        if *pause == Pause::Stop {
+            // A window to see what the first tree does while the lock is
+            // someone else's (nothing, or writes every 50 ms): no event
+            // marks "it would have written by now".
+            tokio::time::sleep_until((granted + Duration::from_millis(500)).into()).await;
+            signal(first_pid, libc::SIGCONT);
+        }
+        let status = tokio::time::timeout(Duration::from_secs(10), first.wait())
+            .await
+            .unwrap_or_else(|_| panic!("round {round} ({pause:?}): run did not exit"))
+            .unwrap();
+
+        let resource = resource.lock().unwrap();
+        let mine: Vec<Instant> = resource.writes[seen..]
+            .iter()
+            .filter(|w| w.1 == grandchild)
+            .map(|w| w.2)
+            .collect();
+        let late = mine.iter().filter(|at| **at >= granted).count();
+        late_writes += late;
+        let refused = resource
+            .refused
+            .iter()
+            .filter(|r| r.1 == grandchild)
+            .count();
+        assert!(
+            late == 0 && refused == 0,
+            "round {round} ({pause:?}, `{command}`): {late} writes from grandchild {grandchild} after the next holder's grant, {refused} refused"
+        );
+        let closed = resource
+            .closed
+            .iter()
+            .find(|(pid, _)| *pid == grandchild)
+            .map(|c| c.1);
+        let closed = closed.unwrap_or_else(|| {
+            panic!(
+                "round {round} ({pause:?}): grandchild {grandchild} still running after run exited"
+            )
+        });
+        assert!(
+            closed <= granted,
+            "round {round} ({pause:?}): grandchild {grandchild} ended {:?} after the next holder's grant",
+            closed - granted
+        );
+        assert!(
+            !running(grandchild),
+            "round {round} ({pause:?}): grandchild {grandchild} outlived `run`"
+        );
+        match pause {
+            Pause::Stop => {
+                // The last renewal was sent before the stop: its deadline
+                // is no later than the stop plus the TTL.
+                assert!(
+                    closed < paused + TTL,
+                    "round {round}: grandchild {grandchild} ended {:?} after the stop plus the TTL",
+                    closed - (paused + TTL)
+                );
+                assert_eq!(
+                    status.code(),
+                    Some(76),
+                    "round {round}: run's exit code after SIGCONT"
+                );
+                dead_after_stop.push(closed - paused);
+                granted_after_death.push(granted - closed);
+            }
+            Pause::Suspend => {
+                assert_eq!(
+                    status.code(),
+                    Some(143),
+                    "round {round}: run's exit code after SIGTERM"
+                );
+            }
+        }
+    }
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    dead_after_stop.sort();
+    granted_after_death.sort();
+    let figures = |d: &[Duration]| {
+        format!(
+            "min={:.1} median={:.1} max={:.1}",
+            ms(d[0]),
+            ms(d[d.len() / 2]),
+            ms(d[d.len() - 1])
+        )
+    };
+    println!(
+        "scenario=stopped_run runs={} stopped={} suspended={} late_writes={late_writes} \
+         tree_dead_after_stop_ms {} next_grant_after_tree_dead_ms {}",
+        rounds.len(),
+        rounds.iter().filter(|r| r.0 == Pause::Stop).count(),
+        rounds.iter().filter(|r| r.0 == Pause::Suspend).count(),
+        figures(&dead_after_stop),
+        figures(&granted_after_death),
+    );
+}
+
 /// Whether `pid` runs (exists and is not a zombie), from /proc.
 fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // "pid (comm) state ...": comm may hold spaces and parentheses.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        !matches!(state, Some('Z' | 'X') | None)
-    })
+    !matches!(state(pid), Some('Z' | 'X') | None)
+}
+
+/// The state of `pid` (`S` sleeping, `R` running, `T` stopped, `Z`...),
+/// from /proc; `None` if it is gone.
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ...": comm may hold spaces and parentheses.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.trim_start().chars().next()
 }
 
 /// Grandchildren to SIGKILL if the test fails (they may have outlived

@@ -612,3 +612,139 @@ async fn health_checks_the_broker_process_and_optionally_the_store() {
         "{output:?}"
     );
 }
+
+/// Now on the guardian's deadline clock (CLOCK_BOOTTIME), as `run` reads it.
+fn boot_clock() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only `now`.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) },
+        0
+    );
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// A command that prints the boot clock (/proc/uptime: CLOCK_BOOTTIME, in
+/// hundredths, rounded down) every 50 ms and ignores SIGTERM, so that only
+/// a SIGKILL ends it.
+const TICKER: &str =
+    "trap '' TERM; while :; do read -r up _ < /proc/uptime; echo \"$up\"; sleep 0.05; done";
+
+/// `leasehold __guard` around `command`, as `run` starts it, with the first
+/// deadline `deadline` on the boot clock; returns it, its ticks, and the
+/// write end of the pipe it watches (standing for `run`, which says nothing
+/// unless the test writes).
+fn guardian(
+    deadline: Duration,
+    command: &str,
+) -> (Child, Lines<BufReader<ChildStdout>>, std::os::fd::OwnedFd) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
+    let (read, write) = unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+    };
+    let watch = read.as_raw_fd();
+    let mut guard = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    guard
+        .arg("__guard")
+        .arg(format!("--watch-fd={watch}"))
+        .arg("--grace=200ms")
+        .arg(format!("--deadline-ns={}", deadline.as_nanos()))
+        .args(["--", "bash", "-c", command])
+        .kill_on_drop(true);
+    // SAFETY: fcntl is async-signal-safe; only the child inherits the read
+    // end.
+    unsafe {
+        guard.pre_exec(move || {
+            if libc::fcntl(watch, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (child, ticks) = spawn(guard);
+    drop(read);
+    (child, ticks, write)
+}
+
+fn write_all(pipe: &std::os::fd::OwnedFd, bytes: &[u8]) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: writes from a live buffer of the given length.
+    let n = unsafe { libc::write(pipe.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+    assert_eq!(n, bytes.len() as isize);
+}
+
+/// The ticks (boot clock, seconds) printed until the guardian's stdout ends.
+async fn all_ticks(ticks: &mut Lines<BufReader<ChildStdout>>) -> Vec<f64> {
+    let mut all = Vec::new();
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(20), ticks.next_line()).await
+    {
+        all.push(line.trim().parse().expect("a tick"));
+    }
+    all
+}
+
+/// When `run` says nothing more (stopped, traced, starved), the guardian
+/// ends the command by itself at the last deadline it was given, even if
+/// the command ignores SIGTERM: no tick after the deadline, ticks up to
+/// its SIGTERM (so not killed early), and exit code 76 (lease lost).
+#[tokio::test]
+async fn the_guardian_kills_at_the_deadline_when_run_is_silent() {
+    let deadline = boot_clock() + Duration::from_millis(1_500);
+    let (mut guard, mut ticks, _run) = guardian(deadline, TICKER);
+    let ticks = all_ticks(&mut ticks).await;
+    assert_eq!(
+        exit_code(&mut guard, Duration::from_secs(10)).await,
+        EXIT_LEASE_LOST
+    );
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    let deadline = deadline.as_secs_f64();
+    assert!(
+        last < deadline,
+        "a tick at {last} s, after the deadline at {deadline:.3} s"
+    );
+    // Rounded down to 10 ms, ticking every 50 ms: it ran up to 200 ms (the
+    // grace) before the deadline, allowing a loaded machine 200 ms more.
+    assert!(
+        last >= deadline - 0.4,
+        "the last tick at {last} s, long before the deadline at {deadline:.3} s (first at {first})"
+    );
+}
+
+/// A deadline message may arrive in pieces and extends the guardian's
+/// deadline; anything that is not a deadline message makes it kill the
+/// command at once (SIGKILL: exit 137), long before the deadline.
+#[tokio::test]
+async fn the_guardian_takes_torn_deadlines_and_kills_on_garbage() {
+    let start = boot_clock();
+    let (mut guard, mut ticks, run) = guardian(start + Duration::from_millis(1_000), TICKER);
+    // A deadline 30 s away, in two writes.
+    let later = format!("{}\n", (start + Duration::from_secs(30)).as_nanos());
+    write_all(&run, b"deadline ");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    write_all(&run, later.as_bytes());
+    // Past the first deadline, the command still ticks.
+    let first_deadline = (start + Duration::from_millis(1_000)).as_secs_f64();
+    loop {
+        let tick: f64 = next_line(&mut ticks).await.trim().parse().unwrap();
+        if tick > first_deadline + 0.5 {
+            break;
+        }
+    }
+    let garbage = boot_clock();
+    write_all(&run, b"deadline 12x\n");
+    let after = all_ticks(&mut ticks).await;
+    assert_eq!(exit_code(&mut guard, Duration::from_secs(10)).await, 137);
+    let killed_by = garbage.as_secs_f64() + 2.0;
+    assert!(
+        after.iter().all(|t| *t < killed_by),
+        "ticks {after:?} more than 2 s after the garbage at {:.3} s",
+        garbage.as_secs_f64()
+    );
+}

@@ -29,17 +29,44 @@
 //! - SIGTERM (or SIGINT) to the guardian: SIGTERM to every descendant;
 //! - the pipe closed (`run` exited, died, or wants the command dead now):
 //!   SIGKILL to every descendant, repeated until none is left;
+//! - a deadline on the pipe (`deadline NANOS\n`, [`DEADLINE_CLOCK`]; the
+//!   first one is `--deadline-ns`): the lease's local deadline, as `run`
+//!   computes it from the time each renewal was *sent*. Should it pass with
+//!   no later one received, the guardian does by itself what `run` would:
+//!   SIGTERM to every descendant `--grace` before it, SIGKILL at it, and
+//!   exits with `EXIT_LEASE_LOST`. So a `run` that is stopped (SIGSTOP,
+//!   SIGTTOU, a debugger), traced or starved of CPU cannot leave its command
+//!   working past the lease. Anything else on the pipe (torn, garbage, too
+//!   long) is taken as "kill now";
 //! - the command exits: SIGTERM to what it left behind, SIGKILL after
 //!   `--grace`, then exit with the command's code.
+//!
+//! Why CLOCK_BOOTTIME (Linux): the lease's TTL runs on in the store while
+//! this machine is suspended, but CLOCK_MONOTONIC (`Instant`, the client's
+//! deadline) does not: after a resume the command would run on until a
+//! renewal failed. `run` converts each deadline to CLOCK_BOOTTIME when it
+//! writes it (read before `Instant::now()`, so never later than the lease's
+//! deadline), and the guardian waits on a CLOCK_BOOTTIME timerfd, which
+//! fires as the machine resumes. Left: a suspend between a heartbeat's send
+//! and its confirmation still counts for the lease (the client timed the
+//! send on CLOCK_MONOTONIC), as it did before.
+//!
+//! Limits: the guardian itself must run. Stopped (SIGSTOP of its pid, a
+//! debugger), it enforces nothing: while `run` lives, `run` still stops the
+//! tree (SIGCONT to the guardian, then SIGKILL to its process group), but if
+//! `run` is stopped or dead too, nothing ends the command. A frozen machine
+//! or cgroup (everything stopped at once) is the fence's job (the README's
+//! "fencing").
 
 use std::{
     collections::HashMap,
     os::unix::process::CommandExt,
     process::ExitCode,
     sync::atomic::{AtomicBool, AtomicI32, Ordering},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
+use super::EXIT_LEASE_LOST;
 use leasehold_server::duration::parse_duration;
 
 /// Arguments of the hidden `leasehold __guard` (started by `run` only).
@@ -48,12 +75,147 @@ pub struct GuardArgs {
     /// The read end of the pipe whose write end `run` holds.
     #[arg(long)]
     watch_fd: libc::c_int,
-    /// How long what the command left behind gets after SIGTERM.
+    /// How long what the command left behind gets after SIGTERM; also how
+    /// long before the deadline the command gets SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     grace: Duration,
+    /// The lease's first deadline, in nanoseconds of [`DEADLINE_CLOCK`].
+    #[arg(long, value_parser = parse_nanos)]
+    deadline_ns: Duration,
     /// The command, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
+}
+
+/// The clock of the deadlines `run` gives the guardian: CLOCK_BOOTTIME
+/// where there is one (it counts a suspend, as the store's TTL does; see
+/// the module docs), CLOCK_MONOTONIC elsewhere.
+#[cfg(target_os = "linux")]
+pub(super) const DEADLINE_CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
+#[cfg(not(target_os = "linux"))]
+pub(super) const DEADLINE_CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
+
+/// What starts a deadline message: `deadline NANOS\n`.
+const DEADLINE_PREFIX: &[u8] = b"deadline ";
+/// A message longer than this (prefix, 20 digits, newline: 30) is garbage.
+const MAX_MESSAGE: usize = 64;
+
+/// Now, on [`DEADLINE_CLOCK`].
+pub(super) fn clock_now() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only `now`. It cannot fail: the clock
+    // exists on this OS (Linux >= 2.6.39 for CLOCK_BOOTTIME) and the
+    // pointer is valid; were it to, the zero left in `now` is a deadline
+    // in the past, which kills rather than lets run.
+    unsafe { libc::clock_gettime(DEADLINE_CLOCK, &mut now) };
+    Duration::new(
+        now.tv_sec.max(0) as u64,
+        now.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+/// `deadline` (an `Instant`, CLOCK_MONOTONIC) on [`DEADLINE_CLOCK`], never
+/// later than it: the clock is read first, so the time between the two
+/// reads comes off the result.
+pub(super) fn on_deadline_clock(deadline: std::time::Instant) -> Duration {
+    let clock = clock_now();
+    clock + deadline.saturating_duration_since(std::time::Instant::now())
+}
+
+/// The message that gives the guardian a new deadline (one `write`, well
+/// under PIPE_BUF, so it reaches the guardian whole or not at all).
+pub(super) fn deadline_message(at: Duration) -> Vec<u8> {
+    let mut message = DEADLINE_PREFIX.to_vec();
+    message.extend_from_slice(format!("{}\n", at.as_nanos()).as_bytes());
+    message
+}
+
+/// `--deadline-ns`: a whole number of nanoseconds.
+fn parse_nanos(text: &str) -> Result<Duration, String> {
+    text.parse::<u64>()
+        .map(Duration::from_nanos)
+        .map_err(|_| format!("'{text}' is not a number of nanoseconds"))
+}
+
+/// Adds what was read from the pipe to `pending` and takes the complete
+/// messages out of it: the last deadline among them, if any; `Err` if
+/// anything is not a well-formed deadline message (then the guardian kills:
+/// whoever writes that is not the `run` we know).
+fn take_deadlines(pending: &mut Vec<u8>, read: &[u8]) -> Result<Option<Duration>, ()> {
+    pending.extend_from_slice(read);
+    let mut last = None;
+    while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = pending.drain(..=end).collect();
+        let digits = line[..end]
+            .strip_prefix(DEADLINE_PREFIX)
+            .filter(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit))
+            .ok_or(())?;
+        let nanos = std::str::from_utf8(digits)
+            .ok()
+            .and_then(|d| d.parse::<u64>().ok())
+            .ok_or(())?;
+        last = Some(Duration::from_nanos(nanos));
+    }
+    if pending.len() > MAX_MESSAGE {
+        return Err(());
+    }
+    Ok(last)
+}
+
+/// A one-shot timer on [`DEADLINE_CLOCK`] that poll() can wait on (Linux: a
+/// timerfd, which fires as the machine resumes from a suspend that outlasted
+/// it; elsewhere none, and poll's own timeout does).
+struct Alarm(libc::c_int);
+
+impl Alarm {
+    fn new() -> Self {
+        #[cfg(target_os = "linux")]
+        // SAFETY: timerfd_create has no memory-safety preconditions. On
+        // failure (-1) the guardian relies on poll's timeout (at most a
+        // second, so a resume is noticed within a second).
+        return Self(unsafe {
+            libc::timerfd_create(DEADLINE_CLOCK, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+        });
+        #[cfg(not(target_os = "linux"))]
+        Self(-1)
+    }
+
+    /// Fires at `at` (on [`DEADLINE_CLOCK`]), replacing any earlier setting.
+    fn set(&self, at: Duration) {
+        #[cfg(target_os = "linux")]
+        if self.0 >= 0 {
+            let spec = libc::itimerspec {
+                it_interval: libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                },
+                it_value: libc::timespec {
+                    // (A zero value would disarm: 1 ns is as past as 0.)
+                    tv_sec: at.as_secs() as libc::time_t,
+                    tv_nsec: at.subsec_nanos().max(1) as libc::c_long,
+                },
+            };
+            // SAFETY: a valid timerfd and itimerspec; the old value is not
+            // asked for.
+            unsafe {
+                libc::timerfd_settime(self.0, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
+            };
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = at;
+    }
+
+    /// Clears a fired alarm (so that poll() blocks again).
+    fn clear(&self) {
+        if self.0 >= 0 {
+            let mut expirations = [0u8; 8];
+            // SAFETY: reads 8 bytes into a local; the timerfd is non-blocking.
+            unsafe { libc::read(self.0, expirations.as_mut_ptr().cast(), 8) };
+        }
+    }
 }
 
 /// The write end of the self-pipe that wakes the main loop from `poll`.
@@ -132,18 +294,31 @@ fn start(args: &GuardArgs) -> Result<libc::pid_t, u8> {
                 libc::sigaction(signal, &action, std::ptr::null_mut()) == -1,
             )?;
         }
+        // Ignored (and reset for the command below): the guardian's group
+        // is not the terminal's foreground group, so with `stty tostop` its
+        // messages would stop it (SIGTTOU), and a stopped guardian enforces
+        // no deadline.
+        setup(
+            "SIGTTOU",
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN) == libc::SIG_ERR,
+        )?;
+    }
+    if clock_now() >= args.deadline_ns {
+        eprintln!("leasehold: the lease's deadline passed before the command could start");
+        return Err(EXIT_LEASE_LOST);
     }
 
     let guardian = std::process::id() as libc::pid_t;
     let mut command = std::process::Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     #[cfg(target_os = "linux")]
-    // SAFETY: prctl and getppid are async-signal-safe. Should the guardian
+    // SAFETY: signal, prctl and getppid are async-signal-safe. Should the guardian
     // itself be SIGKILLed, the command dies with it (the guardian has one
     // thread, so "the thread that forked" is the guardian's life); if it
     // died before the prctl, the command does not start.
     unsafe {
         command.pre_exec(move || {
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
             if libc::getppid() != guardian {
                 return Err(std::io::Error::other("the guardian is gone"));
@@ -165,12 +340,20 @@ fn start(args: &GuardArgs) -> Result<libc::pid_t, u8> {
 }
 
 /// Reaps, passes signals on and kills, until no descendant is left; returns
-/// the command's exit code.
+/// the command's exit code, or `EXIT_LEASE_LOST` if the lease's deadline
+/// passed while the command ran.
 fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
     let mut code = None;
     let mut watched = true; // the pipe from `run` is still open
     let mut killing = false;
+    let mut termed = false; // SIGTERM passed on (once: a second one could
+                            // run a shell's trap twice)
+    let mut expired = false; // stopping the command because of the deadline
+    let mut garbled = false; // killing because of what came on the pipe
+    let mut deadline = args.deadline_ns;
+    let mut pending = Vec::with_capacity(2 * MAX_MESSAGE);
     let mut leftovers_until = None;
+    let alarm = Alarm::new();
     loop {
         // Reap the command and any orphan reparented here.
         loop {
@@ -186,13 +369,37 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
                     continue;
                 }
                 // No child left: nothing of the command runs any more.
-                return code.unwrap_or(1);
+                if garbled {
+                    eprintln!("leasehold: the guardian got a garbled message from `leasehold run`, and killed the command");
+                }
+                return if expired {
+                    // Said only now (here and above): a write to a full
+                    // stderr pipe blocks, and must not hold up the kill.
+                    eprintln!(
+                        "leasehold: no renewal of the lease on {} reached the guardian in time (was `leasehold run` stopped, traced or starved of CPU?); stopped the command before the lease could expire",
+                        std::env::var("LEASEHOLD_LOCK").unwrap_or_default()
+                    );
+                    EXIT_LEASE_LOST
+                } else {
+                    code.unwrap_or(1)
+                };
             }
         }
-        if TERM.swap(false, Ordering::SeqCst) {
-            signal_descendants(libc::SIGTERM);
+        let now = clock_now();
+        let term_at = deadline.saturating_sub(args.grace);
+        let from_run = TERM.swap(false, Ordering::SeqCst);
+        if !killing && now >= term_at && !expired && code.is_none() {
+            // `run` did not say the lease was renewed: it may be stopped,
+            // and the lease expire at the deadline. Do what `run` would.
+            expired = true;
         }
-        let now = Instant::now();
+        if (from_run || now >= term_at) && !termed {
+            signal_descendants(libc::SIGTERM);
+            termed = true;
+        }
+        if now >= deadline {
+            killing = true;
+        }
         if code.is_some() && leftovers_until.is_none() {
             // The command is done; what it started must not outlive it.
             signal_descendants(libc::SIGTERM);
@@ -205,13 +412,24 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
             signal_descendants(libc::SIGKILL);
         }
 
+        // The next thing to do on time: SIGTERM before the deadline, SIGKILL
+        // at it, SIGKILL to leftovers.
+        let next = [
+            (!termed).then_some(term_at),
+            Some(deadline),
+            leftovers_until,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(deadline);
         let timeout = if killing {
             10 // ms: until the killed are reaped (and to catch late forks)
-        } else if let Some(until) = leftovers_until {
-            // (At most a second at a time: the loop recomputes it.)
-            until.saturating_duration_since(now).as_millis().min(1_000) as libc::c_int + 1
         } else {
-            -1
+            alarm.set(next);
+            // Rounded up; at most a second at a time (the loop recomputes
+            // it, which also bounds a resume's delay without the alarm).
+            next.saturating_sub(now).as_millis().min(1_000) as libc::c_int + 1
         };
         let mut fds = [
             libc::pollfd {
@@ -224,21 +442,39 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: alarm.0,
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
-        // SAFETY: `fds` is a valid array of two pollfds; a negative fd is
+        // SAFETY: `fds` is a valid array of three pollfds; a negative fd is
         // ignored by poll.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
-        let mut buf = [0u8; 64];
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        alarm.clear();
+        let mut buf = [0u8; 4096];
         // SAFETY: reads into a local buffer of the given size; the
         // self-pipe is non-blocking.
-        while unsafe { libc::read(fds[0].fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+        while unsafe { libc::read(fds[0].fd, buf.as_mut_ptr().cast(), 64) } > 0 {}
         if watched && fds[1].revents != 0 {
-            // SAFETY: as above. Readable means EOF (`run` never writes) or
-            // an error: either way `run` is gone or wants everything dead.
+            // SAFETY: as above; poll said it would not block. Several
+            // messages may be waiting (the guardian was stopped): the last
+            // one counts.
             let n = unsafe { libc::read(args.watch_fd, buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                watched = false;
-                killing = true;
+            let got = usize::try_from(n).ok().filter(|&n| n > 0);
+            match got.map(|n| take_deadlines(&mut pending, &buf[..n])) {
+                Some(Ok(Some(at))) => deadline = at,
+                Some(Ok(None)) => {}
+                Some(Err(())) => {
+                    garbled = true;
+                    watched = false;
+                    killing = true;
+                }
+                // EOF or an error: `run` is gone or wants everything dead.
+                None => {
+                    watched = false;
+                    killing = true;
+                }
             }
         }
     }

@@ -10,6 +10,20 @@
 //! stop them (SIGTERM to the guardian, then closing the pipe it watches);
 //! when `run` dies, however, the kernel closes that pipe and the guardian
 //! SIGKILLs them all, which no code in a SIGKILLed `run` could do.
+//!
+//! `run` also writes each confirmed deadline of the lease on that pipe, as
+//! it learns of it. A `run` that is alive but does nothing (stopped by
+//! SIGSTOP or SIGTTOU, held by a debugger, starved of CPU) closes no pipe;
+//! the guardian then stops the tree by itself on the last deadline it was
+//! given: SIGTERM `--kill-grace` before it, SIGKILL at it. So no descendant
+//! of the command runs past the lease's local deadline, whatever happens to
+//! `run`, as long as the guardian runs (see `super::guard` for its limits).
+//! A `run` resumed after that reports the lease lost (`EXIT_LEASE_LOST`).
+//!
+//! SIGTSTP (Ctrl-Z at a terminal) is caught and does not stop `run`: a
+//! stopped `run` cannot renew, so the lease would expire and the guardian
+//! kill the command, the opposite of a pause. `run` says so and holds on;
+//! Ctrl-C stops the command and releases the lock.
 
 use std::{
     os::{
@@ -22,10 +36,15 @@ use std::{
 
 use tokio::{
     process::{Child, Command},
+    signal::unix::{signal, SignalKind},
     time::{sleep_until, timeout, Instant},
 };
 
-use super::{fail_busy, BrokerArgs, LockArgs, EXIT_LEASE_LOST};
+use super::{
+    fail_busy,
+    guard::{deadline_message, on_deadline_clock},
+    BrokerArgs, LockArgs, EXIT_LEASE_LOST,
+};
 use leasehold_client::{ClientError, Lease};
 use leasehold_server::duration::parse_duration;
 
@@ -67,6 +86,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
     // Listen before the child starts, so an early SIGTERM is forwarded.
     let stop = leasehold_server::shutdown::signal();
+    // A handler, not SIG_IGN, so that the guardian and the command start
+    // with the default disposition (exec resets handlers, keeps "ignored").
+    let mut suspend = match signal(SignalKind::from_raw(libc::SIGTSTP)) {
+        Ok(suspend) => Some(suspend),
+        Err(e) => {
+            eprintln!("leasehold: cannot catch SIGTSTP ({e}); Ctrl-Z would stop leasehold and its lease would expire");
+            None
+        }
+    };
     let mut guardian = match Guardian::spawn(&args.command, &lease, grace) {
         Ok(guardian) => guardian,
         Err(e) => {
@@ -91,7 +119,16 @@ pub async fn run(args: RunArgs) -> ExitCode {
                             // died with it): end the rest of its group.
                             guardian.signal_group(libc::SIGKILL);
                         }
-                        exit_code(status)
+                        let code = exit_code(status);
+                        if code == EXIT_LEASE_LOST && lease.deadline() <= Instant::now() {
+                            // The guardian's own deadline kill (or the
+                            // command's 76, just as true: the lease is gone).
+                            eprintln!(
+                                "leasehold: the lease on {} passed its deadline unrenewed while leasehold did not run; the command was killed",
+                                args.lock.lock
+                            );
+                        }
+                        code
                     }
                     Err(e) => {
                         eprintln!("leasehold: lost track of the command: {e}");
@@ -128,6 +165,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
                 let _ = lease.release().await;
                 return ExitCode::from(EXIT_LEASE_LOST);
             }
+            at = lease.deadline_after(guardian.told) => {
+                guardian.tell(at);
+            }
+            Some(()) = async { suspend.as_mut()?.recv().await } => {
+                eprintln!(
+                    "leasehold: not stopping on SIGTSTP: a stopped leasehold cannot renew the lease on {}, whose expiry would kill the command; Ctrl-C stops the command and releases the lock",
+                    args.lock.lock
+                );
+            }
             () = &mut stop => {
                 eprintln!("leasehold: stopping the command");
                 let code = guardian.stop(grace).await;
@@ -144,10 +190,13 @@ struct Guardian {
     process: Child,
     /// Its pid, which is also its process group's id.
     pid: libc::pid_t,
-    /// The write end of the pipe the guardian watches. Dropping it (or `run`
-    /// dying, which closes it too) makes the guardian SIGKILL every
-    /// descendant of the command.
+    /// The write end of the pipe the guardian watches (non-blocking). Dropping
+    /// it (or `run` dying, which closes it too) makes the guardian SIGKILL
+    /// every descendant of the command; the deadlines written on it are
+    /// those the guardian enforces by itself.
     pipe: Option<OwnedFd>,
+    /// The last deadline given to the guardian (or tried: see `tell`).
+    told: Instant,
 }
 
 impl Guardian {
@@ -163,7 +212,13 @@ impl Guardian {
             }
             (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
         };
+        // Non-blocking: a stopped guardian must not block `run` (see `tell`).
+        // SAFETY: fcntl on a descriptor we own.
+        if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
         let watch_fd = read.as_raw_fd();
+        let told = lease.deadline();
         // Linux: this very binary, even if it was replaced or deleted since.
         #[cfg(target_os = "linux")]
         let program = std::path::PathBuf::from("/proc/self/exe");
@@ -177,6 +232,10 @@ impl Guardian {
             .arg("__guard")
             .arg(format!("--watch-fd={watch_fd}"))
             .arg(format!("--grace={}ms", grace.as_millis()))
+            .arg(format!(
+                "--deadline-ns={}",
+                on_deadline_clock(told.into_std()).as_nanos()
+            ))
             .arg("--")
             .args(command)
             .env("LEASEHOLD_LOCK", lease.name())
@@ -199,7 +258,24 @@ impl Guardian {
             pid: process.id().map_or(0, |pid| pid as libc::pid_t),
             process,
             pipe: Some(write),
+            told,
         })
+    }
+
+    /// Gives the guardian the lease's new deadline. A message that does not
+    /// fit (the guardian is stopped and its pipe full) is dropped: the
+    /// guardian then keeps an earlier deadline, which errs on the side of
+    /// killing; the next renewal tries again. A guardian that is gone
+    /// (EPIPE) is `run`'s main loop's business.
+    fn tell(&mut self, deadline: Instant) {
+        self.told = deadline;
+        let Some(pipe) = &self.pipe else { return };
+        let message = deadline_message(on_deadline_clock(deadline.into_std()));
+        // SAFETY: writes from a live buffer of the given length to a
+        // descriptor we own. Under PIPE_BUF, the write is whole or nothing.
+        unsafe {
+            libc::write(pipe.as_raw_fd(), message.as_ptr().cast(), message.len());
+        }
     }
 
     /// Stops the command and everything it started: SIGTERM, then SIGKILL

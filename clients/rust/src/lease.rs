@@ -113,6 +113,26 @@ impl Lease {
         *self.held.deadline.borrow()
     }
 
+    /// Resolves with the deadline once it is later than `than` (a renewal
+    /// was confirmed), at once if it already is; never if the lease is not
+    /// renewed any more. Comparing with a value the caller read avoids
+    /// missing a renewal confirmed between that read and this call, so a
+    /// process that mirrors the deadline elsewhere never lags a renewal.
+    pub async fn deadline_after(&self, than: Instant) -> Instant {
+        let mut deadline = self.held.deadline.subscribe();
+        loop {
+            let at = *deadline.borrow_and_update();
+            if at > than {
+                return at;
+            }
+            if deadline.changed().await.is_err() {
+                // Unreachable while `self` holds the sender; wait forever
+                // rather than report a renewal that did not happen.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Whether the lease is lost (or its deadline passed), checked now.
     pub fn is_lost(&self) -> bool {
         self.held.loss().is_some()
