@@ -63,6 +63,57 @@ struct State {
     warned: bool,
 }
 
+impl State {
+    /// Watches `token`'s lease on `name` until `due` (or a later moment
+    /// already set), within [`MAX_WATCHED`].
+    fn watch(&mut self, name: String, token: String, due: Instant) {
+        let full = self.by_token.len() >= MAX_WATCHED;
+        match self.by_token.get_mut(token.as_str()) {
+            Some(watched) if *watched.name == *name => {
+                if due > watched.due {
+                    let key: Arc<str> = Arc::from(token);
+                    self.by_due.remove(&(watched.due, Arc::clone(&key)));
+                    self.by_due.insert((due, key));
+                    watched.due = due;
+                }
+                return;
+            }
+            // The same token named with another name: the store said this
+            // token holds `name` now, so the other entry is stale.
+            Some(watched) => {
+                let stale = watched.due;
+                let key: Arc<str> = Arc::from(token.as_str());
+                self.by_due.remove(&(stale, key));
+                self.by_token.remove(token.as_str());
+            }
+            None if full => {
+                if !self.warned {
+                    self.warned = true;
+                    tracing::warn!(
+                        watched = MAX_WATCHED,
+                        "too many leases of ended KeepAlive streams watched; the expiry of \
+                         further ones is counted by the next grant of their name instead"
+                    );
+                }
+                return;
+            }
+            None => {}
+        }
+        let key: Arc<str> = Arc::from(token);
+        self.by_due.insert((due, Arc::clone(&key)));
+        self.by_token.insert(
+            key,
+            Watched {
+                name: name.into(),
+                due,
+            },
+        );
+        if self.by_token.len() < MAX_WATCHED / 2 {
+            self.warned = false;
+        }
+    }
+}
+
 /// The leases of ended streams, shared with the task that looks at them
 /// (held apart from the lease service, so that the task waits without
 /// keeping the service alive).
@@ -109,58 +160,19 @@ impl Abandoned {
 }
 
 impl Leases {
-    /// Watches `token`'s lease on `name` (store name), renewed by a stream
-    /// that ended, until `expires_no_sooner_than` plus [`LOOK_AFTER`].
-    /// Watched already (another stream that named it ended): the later
-    /// moment stands.
-    pub(super) fn watch_abandoned(&self, name: &str, token: &str, expires_no_sooner_than: Instant) {
+    /// Watches each `(name, token, expires_no_sooner_than)` (store name;
+    /// the leases of one ended stream), until that moment plus
+    /// [`LOOK_AFTER`]. A lease watched already (another stream that named it
+    /// ended): the later moment stands. One lock of the set for the batch.
+    pub(super) fn watch_abandoned(
+        &self,
+        ended: impl IntoIterator<Item = (String, String, Instant)>,
+    ) {
         let abandoned = &self.inner.abandoned;
-        let due = expires_no_sooner_than + LOOK_AFTER;
         {
             let mut state = abandoned.lock();
-            let state = &mut *state;
-            let full = state.by_token.len() >= MAX_WATCHED;
-            match state.by_token.get_mut(token) {
-                Some(watched) if *watched.name == *name => {
-                    if due > watched.due {
-                        let key: Arc<str> = Arc::from(token);
-                        state.by_due.remove(&(watched.due, Arc::clone(&key)));
-                        state.by_due.insert((due, key));
-                        watched.due = due;
-                    }
-                    return;
-                }
-                // The same token named with another name: the store said
-                // this token holds `name` now, so the other entry is stale.
-                Some(watched) => {
-                    let key: Arc<str> = Arc::from(token);
-                    state.by_due.remove(&(watched.due, key));
-                    state.by_token.remove(token);
-                }
-                None if full => {
-                    if !state.warned {
-                        state.warned = true;
-                        tracing::warn!(
-                            watched = MAX_WATCHED,
-                            "too many leases of ended KeepAlive streams watched; the expiry of \
-                             further ones is counted by the next grant of their name instead"
-                        );
-                    }
-                    return;
-                }
-                None => {}
-            }
-            let key: Arc<str> = Arc::from(token);
-            state.by_due.insert((due, Arc::clone(&key)));
-            state.by_token.insert(
-                key,
-                Watched {
-                    name: name.into(),
-                    due,
-                },
-            );
-            if state.by_token.len() < MAX_WATCHED / 2 {
-                state.warned = false;
+            for (name, token, expires_no_sooner_than) in ended {
+                state.watch(name, token, expires_no_sooner_than + LOOK_AFTER);
             }
         }
         if !abandoned.started.swap(true, Ordering::SeqCst) {
@@ -266,7 +278,7 @@ mod tests {
         for i in 0..1_000 {
             // Earlier and later reports alike.
             let when = soon + Duration::from_millis(i % 3);
-            leases.watch_abandoned("many", &token, when);
+            leases.watch_abandoned([("many".to_owned(), token.clone(), when)]);
         }
         assert_eq!(leases.inner.abandoned.len(), 1);
         tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -285,8 +297,10 @@ mod tests {
         let released = grant(&leases, "released", 1_000).await;
         let resumed = grant(&leases, "resumed", 1_000).await;
         let due = Instant::now() + Duration::from_millis(1_000);
-        leases.watch_abandoned("released", &released, due);
-        leases.watch_abandoned("resumed", &resumed, due);
+        leases.watch_abandoned([
+            ("released".to_owned(), released.clone(), due),
+            ("resumed".to_owned(), resumed.clone(), due),
+        ]);
         leases
             .release(&Caller::local(), "released", &released)
             .await
@@ -311,9 +325,9 @@ mod tests {
     async fn the_set_is_capped() {
         let (leases, _metrics) = leases();
         let due = Instant::now() + Duration::from_secs(3_600);
-        for i in 0..MAX_WATCHED + 10 {
-            leases.watch_abandoned("capped", &format!("{i:032x}"), due);
-        }
+        leases.watch_abandoned(
+            (0..MAX_WATCHED + 10).map(|i| ("capped".to_owned(), format!("{i:032x}"), due)),
+        );
         assert_eq!(leases.inner.abandoned.len(), MAX_WATCHED);
     }
 }

@@ -324,10 +324,11 @@ impl Session {
             leases = tracked.len(),
             "KeepAlive stream ended; its leases run out their TTL unless resumed"
         );
-        for (token, t) in tracked {
-            self.leases
-                .watch_abandoned(&t.name, &token, t.expires_no_sooner_than);
-        }
+        self.leases.watch_abandoned(
+            tracked
+                .into_iter()
+                .map(|(token, t)| (t.name, token, t.expires_no_sooner_than)),
+        );
     }
 }
 

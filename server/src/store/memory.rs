@@ -1044,6 +1044,7 @@ mod tests {
             inner: Arc::new(Inner {
                 leases: DashMap::new(),
                 permits: DashMap::new(),
+                ends: DashMap::new(),
                 queues: DashMap::new(),
                 high_water: AtomicU64::new(u64::MAX / 2),
                 watchers: Watchers::new(None),
