@@ -485,3 +485,54 @@ async fn a_stream_reset_by_its_client_counts_its_expired_leases() {
         );
     }
 }
+
+/// Two permits of one semaphore on one stream, one short, one long: the
+/// short one expires between heartbeats and a grant of the name reports it;
+/// the next heartbeat naming both learns the short one is gone, and it is
+/// not counted again as lost by the store (the stream's record of the long
+/// permit is not the short one's).
+#[tokio::test]
+async fn an_expired_permit_beside_a_live_one_is_one_loss() {
+    use common::keepalive::{pair, Stream};
+    use leasehold_server::proto::lease_status::State;
+    for (store, broker, _server) in common::brokers_on_each_store().await {
+        let mut client = broker.client().await;
+        let short = permit(&mut client, "pair", 500).await;
+        let long = permit(&mut client, "pair", 30_000).await;
+        let mut stream = Stream::open(&mut client).await;
+        let beat = stream.beat(&[pair(&short), pair(&long)]).await.unwrap();
+        assert!(
+            beat.leases.iter().all(|l| l.state() == State::Alive),
+            "{store}: {beat:?}"
+        );
+        eventually(Duration::from_secs(5), "the short permit to expire", || {
+            let mut c = client.clone();
+            async move {
+                c.describe(leasehold_server::proto::DescribeRequest {
+                    name: "pair".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .permits_held
+                    == 1
+            }
+        })
+        .await;
+        // A grant of the name finds the expired permit and reports it.
+        let third = permit(&mut client, "pair", 30_000).await;
+        assert_eq!(
+            lost_on(&broker).await,
+            1.0,
+            "{store}: reported by the grant"
+        );
+        let beat = stream.beat(&[pair(&short), pair(&long)]).await.unwrap();
+        assert_eq!(beat.leases[0].state(), State::Lost, "{store}: {beat:?}");
+        assert_eq!(beat.leases[1].state(), State::Alive, "{store}: {beat:?}");
+        assert_eq!(lost_on(&broker).await, 1.0, "{store}: counted once");
+        for lease in [&long, &third] {
+            client.release(release_req(lease)).await.unwrap();
+        }
+    }
+}
