@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{certs::Ca, eventually, proxy::Proxy, PostgresServer};
 use leasehold_server::{
-    store::{Acquired, Checked, Event, GrantSpec, Renewed, Store, StoreOptions},
+    store::{Acquired, Checked, Event, GrantSpec, RenewItem, Renewed, Store, StoreOptions},
     Error,
 };
 
@@ -701,4 +701,169 @@ async fn a_database_clock_stepped_back_lowers_no_fence_and_stretches_no_lease() 
         }
     }
     assert!(after > other, "fence {after} after {other}");
+}
+
+/// A session of someone else's (tokio-postgres, from the test) that opens
+/// a transaction on `url`, runs `sql` in it and keeps it open, idle, until
+/// the returned sender is used (or dropped): then it commits.
+async fn blocker(url: &str, sql: &str) -> tokio::sync::oneshot::Sender<()> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute(&format!("BEGIN; {sql}"))
+        .await
+        .expect("take the locks");
+    let (done, until) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = until.await;
+        client.batch_execute("COMMIT").await.expect("commit");
+        drop(client);
+        let _ = driver.await;
+    });
+    done
+}
+
+/// One name's lease row locked, and another name's advisory lock held, by
+/// a session left idle in transaction: calls on those two names fail
+/// UNAVAILABLE within the store timeout (saying why), again and
+/// again, while every other name keeps being served: new names are
+/// granted, and 20 heartbeated leases (renew_many, as KeepAlive renews)
+/// are renewed for 4 of their TTLs, none failing, none expiring; once the
+/// blocker commits, the two names are served and no statement of the
+/// broker's is left running in the server.
+#[tokio::test]
+async fn a_name_blocked_by_another_session_blocks_no_other_name() {
+    let timeout = Duration::from_secs(1);
+    const TTL_MS: u64 = 1_500;
+    let postgres = PostgresServer::start();
+    let url = format!("{}?application_name=blocked_broker", postgres.url());
+    let store = open(&url, "blocked:", timeout);
+    grant(&store, &spec("row-locked", "r1", 120_000)).await;
+    let kept: Vec<GrantSpec> = (0..20)
+        .map(|i| spec(&format!("kept/{i}"), &format!("k{i}"), TTL_MS))
+        .collect();
+    for lease in &kept {
+        grant(&store, lease).await;
+    }
+    let commit = blocker(
+        &postgres.url(),
+        "SELECT 1 FROM blocked.leases WHERE name = 'row-locked' FOR UPDATE; \
+         SELECT pg_advisory_xact_lock(blocked.name_key('lock-held'));",
+    )
+    .await;
+
+    let until = Instant::now() + Duration::from_millis(4 * TTL_MS);
+    // Four callers at once keep trying the blocked names.
+    let blocked = (0..4).map(|caller| {
+        let store = store.clone();
+        async move {
+            let mut answers = Vec::new();
+            while Instant::now() < until {
+                let started = Instant::now();
+                let outcome = if caller % 2 == 0 {
+                    store.renew("row-locked", "r1", None).await.map(|_| ())
+                } else {
+                    store
+                        .acquire(&spec("lock-held", &format!("b{caller}"), 10_000))
+                        .await
+                        .map(|_| ())
+                };
+                let took = started.elapsed();
+                match outcome {
+                    Err(Error::Unavailable(why)) => answers.push((why, took)),
+                    other => panic!("caller {caller}: a blocked name answered {other:?}"),
+                }
+            }
+            answers
+        }
+    });
+    let heartbeats = async {
+        let items: Vec<RenewItem> = kept
+            .iter()
+            .map(|l| RenewItem {
+                name: l.name.clone(),
+                token: l.token.clone(),
+                ttl_ms: None,
+            })
+            .collect();
+        let mut beats = 0;
+        while Instant::now() < until {
+            let renewed = store.renew_many(&items).await;
+            let renewed = renewed.unwrap_or_else(|e| panic!("heartbeat {beats} failed: {e:?}"));
+            for (lease, outcome) in kept.iter().zip(renewed) {
+                assert!(
+                    matches!(outcome, Checked::Done(_)),
+                    "heartbeat {beats}: {} {outcome:?}",
+                    lease.name
+                );
+            }
+            beats += 1;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        beats
+    };
+    let others = async {
+        let mut round = 0;
+        while Instant::now() < until {
+            let grants = (0..20).map(|i| {
+                let store = store.clone();
+                async move {
+                    let name = format!("fresh/{round}/{i}");
+                    match store.acquire(&spec(&name, "f", 10_000)).await {
+                        Ok(Acquired::Granted { .. }) => {}
+                        other => panic!("{name}, not blocked, answered {other:?}"),
+                    }
+                }
+            });
+            futures_util::future::join_all(grants).await;
+            round += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        round
+    };
+    let (answers, beats, rounds) =
+        tokio::join!(futures_util::future::join_all(blocked), heartbeats, others);
+    let tries: Vec<usize> = answers.iter().map(Vec::len).collect();
+    eprintln!("blocked calls {tries:?}, {beats} heartbeats, {rounds} rounds of 20 grants");
+    for (why, took) in answers.iter().flatten() {
+        // Said as what it is (or, on a loaded machine, as the broker's own
+        // timeout): a lock, the server's statement limit, the store timeout.
+        assert!(
+            ["lock_timeout", "statement_timeout", "store timeout"]
+                .iter()
+                .any(|what| why.contains(what)),
+            "{why}"
+        );
+        assert!(
+            *took < timeout + Duration::from_millis(500),
+            "a blocked call took {took:?}"
+        );
+    }
+    assert!(tries.iter().all(|&n| n >= 2), "{tries:?}");
+
+    commit.send(()).expect("the blocker is waiting");
+    eventually(Duration::from_secs(10), "the blocked names served", || {
+        let store = store.clone();
+        async move {
+            matches!(
+                store.renew("row-locked", "r1", None).await,
+                Ok(Checked::Done(_))
+            ) && matches!(
+                store.acquire(&spec("lock-held", "after", 10_000)).await,
+                Ok(Acquired::Granted { .. })
+            )
+        }
+    })
+    .await;
+    // Nothing of the broker's left running in the server: the statements
+    // that timed out were cancelled, not left to wait behind the locks.
+    let running = query_i64(
+        &postgres.url(),
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'blocked_broker' \
+         AND state = 'active' AND query_start < now() - interval '2 seconds'",
+    )
+    .await;
+    assert_eq!(running, 0, "statements of the broker's still running");
 }

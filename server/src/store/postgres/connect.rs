@@ -1,10 +1,12 @@
 //! Reaching PostgreSQL: the URL, the schema a key prefix names, the pool,
 //! the migration, and how driver errors become the broker's.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use tokio_postgres::{config::SslMode, Client};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime,
+};
+use tokio_postgres::{config::SslMode, error::SqlState, Client};
 
 use super::tls::Tls;
 use crate::{
@@ -109,12 +111,45 @@ pub(super) fn parse_url(
     Ok((config, tls))
 }
 
+/// The share of the store timeout a broker session's statement may run in
+/// the server (`statement_timeout`), as a fraction: the server gives up on
+/// a statement before the broker does, so that its connection comes back
+/// free rather than busy, and what a timed-out statement was doing ends in
+/// the server too. The rest of the store timeout is for the pool wait and
+/// the network.
+const STATEMENT_SHARE: (u32, u32) = (3, 4);
+
+/// The share of the store timeout a statement may wait for one lock
+/// (`lock_timeout`: a row lock, or a name's advisory lock, held by another
+/// session), as a fraction: below [`STATEMENT_SHARE`], so that such a wait
+/// fails as what it is (SQLSTATE 55P03, [`classify`] says which lock).
+const LOCK_SHARE: (u32, u32) = (1, 2);
+
+/// `statement_timeout` and `lock_timeout` in ms for a store timeout (at
+/// least 1 ms each: 0 would mean no limit).
+pub(super) fn session_limits(timeout: Duration) -> (u128, u128) {
+    let share = |(num, den): (u32, u32)| (timeout * num / den).as_millis().max(1);
+    (share(STATEMENT_SHARE), share(LOCK_SHARE))
+}
+
+/// The statement every new pooled connection runs first, one round trip:
+/// its limits ([`session_limits`]). Session settings: a statement of the
+/// broker's never runs in another session, nor anyone else's in these.
+fn session_setup(timeout: Duration) -> String {
+    let (statement_ms, lock_ms) = session_limits(timeout);
+    format!(
+        "SELECT set_config('statement_timeout', '{statement_ms}ms', false), \
+                set_config('lock_timeout', '{lock_ms}ms', false)"
+    )
+}
+
 /// The pool of connections for store calls. Nothing connects here: the
 /// broker starts (NOT_SERVING) while PostgreSQL is down, and connects when
 /// it is up. Every wait on the pool is bounded by the store timeout. Each
 /// store call holds a connection for one statement (a short transaction),
 /// so `size` (`--store-connections`) of them serve thousands of calls a
-/// second; more only add server processes.
+/// second; more only add server processes. Each new connection runs
+/// [`session_setup`] before its first use.
 pub(super) fn pool(
     config: tokio_postgres::Config,
     tls: Tls,
@@ -131,12 +166,24 @@ pub(super) fn pool(
             recycling_method: RecyclingMethod::Fast,
         },
     );
+    let setup: Arc<str> = session_setup(timeout).into();
+    let hook = Hook::async_fn(move |client, _| {
+        let setup = Arc::clone(&setup);
+        Box::pin(async move {
+            client
+                .query_one(&*setup, &[])
+                .await
+                .map_err(HookError::Backend)?;
+            Ok(())
+        })
+    });
     Pool::builder(manager)
         .max_size(size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(timeout))
         .create_timeout(Some(timeout))
         .recycle_timeout(Some(timeout))
+        .post_create(hook)
         .build()
         .map_err(|e| Error::Internal(format!("PostgreSQL pool: {e}")))
 }
@@ -156,7 +203,21 @@ pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
             // The message only: a DETAIL line can quote a row's values, and
             // a row may hold an owner token.
             let (code, message) = (db.code().code(), db.message());
-            if is_read_only(&e) {
+            if db.code() == &SqlState::LOCK_NOT_AVAILABLE {
+                Error::Unavailable(format!(
+                    "PostgreSQL: {op} waited longer than lock_timeout (set by the broker to half \
+                     the store timeout) for a lock another session holds ({message}): look in \
+                     pg_stat_activity for a session 'idle in transaction' or a long statement on \
+                     the broker's schema (idle_in_transaction_session_timeout ends such sessions)"
+                ))
+            } else if db.code() == &SqlState::QUERY_CANCELED {
+                Error::Unavailable(format!(
+                    "PostgreSQL cancelled {op} ({message}): it ran past statement_timeout (set \
+                     by the broker below the store timeout) or was cancelled when the broker \
+                     gave up on it; the server is overloaded, or the statement waited on a lock \
+                     another session holds (see pg_stat_activity)"
+                ))
+            } else if is_read_only(&e) {
                 Error::Unavailable(format!(
                     "PostgreSQL takes no writes there ({op}: {message}): a standby, or a server \
                      set read-only; list the primary in --store, or every server with \
@@ -198,7 +259,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 pub(super) fn pool_error(op: &str, e: PoolError) -> Error {
     match e {
-        PoolError::Backend(e) => classify(op, e),
+        PoolError::Backend(e) | PoolError::PostCreateHook(HookError::Backend(e)) => classify(op, e),
         other => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {other})")),
     }
 }
@@ -215,8 +276,8 @@ pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {
 /// on a schema `leasehold migrate` made), else the whole of schema.sql in
 /// one transaction under [`MIGRATION_LOCK`]. A schema newer than this
 /// broker is refused: its functions may answer in ways this broker cannot
-/// read.
-pub(super) async fn migrate(client: &Client, schema: &str) -> Result<()> {
+/// read. `limit`: how long the DDL may take in the server.
+pub(super) async fn migrate(client: &Client, schema: &str, limit: Duration) -> Result<()> {
     let current = format!("SELECT max(version) FROM {schema}.leasehold_schema_version");
     match client.query_one(&current, &[]).await {
         Ok(row) => {
@@ -241,7 +302,13 @@ pub(super) async fn migrate(client: &Client, schema: &str) -> Result<()> {
         Err(e) => return Err(classify("migrate", e)),
     }
     let sql = SCHEMA_SQL.replace("__SCHEMA__", schema);
-    let script = format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK});\n{sql}\nCOMMIT;");
+    // The session's limits are for store calls; DDL on a busy server may
+    // wait longer (as long as the caller's own bound, `limit`).
+    let ms = limit.as_millis().max(1);
+    let script = format!(
+        "BEGIN; SET LOCAL statement_timeout = '{ms}ms'; SET LOCAL lock_timeout = '{ms}ms';\n\
+         SELECT pg_advisory_xact_lock({MIGRATION_LOCK});\n{sql}\nCOMMIT;"
+    );
     if let Err(e) = client.batch_execute(&script).await {
         // Leave the connection usable for the pool's next caller.
         let _ = client.batch_execute("ROLLBACK").await;

@@ -27,7 +27,6 @@ mod listen;
 mod tls;
 
 use std::{
-    future::Future,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -36,7 +35,10 @@ use std::{
 };
 
 use deadpool_postgres::Pool;
-use tokio::sync::{mpsc, watch, OnceCell};
+use tokio::{
+    sync::{mpsc, watch, OnceCell},
+    time::Instant,
+};
 use tokio_postgres::{config::TargetSessionAttrs, Row};
 
 pub use self::connect::schema_for;
@@ -116,6 +118,8 @@ impl Statements {
 /// What the clones of one store share.
 pub(crate) struct Inner {
     pool: Pool,
+    /// For cancel requests ([`PostgresStore::abandon`]).
+    tls: tls::Tls,
     schema: String,
     statements: Statements,
     timeout: Duration,
@@ -189,6 +193,7 @@ impl PostgresStore {
         let store = PostgresStore {
             inner: Arc::new(Inner {
                 pool,
+                tls: tls.clone(),
                 statements: Statements::new(&schema),
                 schema: schema.clone(),
                 timeout: options.timeout,
@@ -299,28 +304,34 @@ impl PostgresStore {
             .migrated
             .get_or_try_init(|| async {
                 let limit = self.inner.timeout.max(MIGRATE_TIMEOUT);
-                let migrated = async {
-                    let client = self
-                        .inner
-                        .pool
-                        .get()
-                        .await
-                        .map_err(|e| pool_error("migrate", e))?;
-                    connect::migrate(&client, &self.inner.schema).await
-                };
-                tokio::time::timeout(limit, migrated)
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out("migrate", limit)))
+                let deadline = Instant::now() + limit;
+                let client = self.client("migrate", deadline, limit).await?;
+                let migrated = tokio::time::timeout_at(
+                    deadline,
+                    connect::migrate(&client, &self.inner.schema, limit),
+                )
+                .await;
+                migrated.unwrap_or_else(|_| {
+                    self.abandon("migrate", client);
+                    Err(timed_out("migrate", limit))
+                })
             })
             .await?;
         Ok(())
     }
 
-    /// Runs `call` under the store timeout.
-    async fn bounded<T>(&self, op: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
-        tokio::time::timeout(self.inner.timeout, call)
-            .await
-            .unwrap_or_else(|_| Err(timed_out(op, self.inner.timeout)))
+    /// A pooled connection by `deadline` (`limit`: the bound it stands
+    /// for, for the message).
+    async fn client(
+        &self,
+        op: &str,
+        deadline: Instant,
+        limit: Duration,
+    ) -> Result<deadpool_postgres::Object> {
+        match tokio::time::timeout_at(deadline, self.inner.pool.get()).await {
+            Ok(got) => got.map_err(|e| pool_error(op, e)),
+            Err(_) => Err(timed_out(op, limit)),
+        }
     }
 
     /// Runs one statement (prepared once per connection) and returns its
@@ -332,20 +343,68 @@ impl PostgresStore {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>> {
         self.ready().await?;
-        self.bounded(op, async {
-            let client = self.inner.pool.get().await.map_err(|e| pool_error(op, e))?;
-            let rows = match client.prepare_cached(sql).await {
-                Ok(statement) => client.query(&statement, params).await,
-                Err(e) => Err(e),
-            };
-            rows.map_err(|e| {
+        self.query_by(op, sql, params, Instant::now() + self.inner.timeout)
+            .await
+    }
+
+    /// [`PostgresStore::query`] with its deadline given (the store timeout
+    /// from when the call began). A statement still running then is
+    /// abandoned ([`PostgresStore::abandon`]): cancelled in the server, its
+    /// connection closed, never back in the pool.
+    async fn query_by(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        deadline: Instant,
+    ) -> Result<Vec<Row>> {
+        let timeout = self.inner.timeout;
+        let client = self.client(op, deadline, timeout).await?;
+        let ran = tokio::time::timeout_at(deadline, async {
+            let statement = client.prepare_cached(sql).await?;
+            client.query(&statement, params).await
+        })
+        .await;
+        match ran {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(e)) => {
                 if connect::is_read_only(&e) {
                     self.drop_read_only(client);
                 }
-                classify(op, e)
-            })
-        })
-        .await
+                Err(classify(op, e))
+            }
+            Err(_) => {
+                self.abandon(op, client);
+                Err(timed_out(op, timeout))
+            }
+        }
+    }
+
+    /// Gives up on `client`, whose statement did not answer in time. Handed
+    /// back to the pool, its connection would serve the next call with that
+    /// statement still running ahead of it in the server (tokio-postgres
+    /// pipelines: the next statement waits behind it), so that one name
+    /// blocked by another session's lock would fail calls on every name and
+    /// let heartbeated leases expire. Instead it is taken out of the pool
+    /// and closed, and a cancel request (a connection of its own, bounded by
+    /// the store timeout) stops the statement in the server: closing alone
+    /// would not, as a backend waiting on a lock does not read its socket.
+    /// The server's own statement_timeout, below the store timeout, stops
+    /// it in any case, should the cancel not get through.
+    fn abandon(&self, op: &str, client: deadpool_postgres::Object) {
+        let cancel = client.cancel_token();
+        drop(deadpool_postgres::Object::take(client));
+        let (tls, timeout) = (self.inner.tls.clone(), self.inner.timeout);
+        let op = op.to_owned();
+        tokio::spawn(async move {
+            match tokio::time::timeout(timeout, cancel.cancel_query(tls)).await {
+                Ok(Ok(())) => {
+                    tracing::debug!(op, "PostgreSQL statement past the store timeout cancelled")
+                }
+                Ok(Err(e)) => tracing::debug!(op, error = %e, "PostgreSQL cancel request failed"),
+                Err(_) => tracing::debug!(op, "PostgreSQL cancel request timed out"),
+            }
+        });
     }
 
     /// Drops `client`, whose server takes no writes now, and every idle
