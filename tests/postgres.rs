@@ -867,3 +867,50 @@ async fn a_name_blocked_by_another_session_blocks_no_other_name() {
     .await;
     assert_eq!(running, 0, "statements of the broker's still running");
 }
+
+/// A server whose default is `synchronous_commit = off` (acknowledging a
+/// commit before its WAL is on disk, as tuning guides suggest), crashed
+/// (immediate shutdown) right after a grant: the grant survives the restart
+/// with its token and fence, and another acquire of the name is refused,
+/// since the broker's sessions commit durably whatever the server's default.
+#[tokio::test]
+async fn a_grant_survives_a_crash_of_a_server_set_to_synchronous_commit_off() {
+    // The WAL writer left to flush async commits every 10 s only (its
+    // longest), so that a crash loses the last of them.
+    let mut postgres =
+        PostgresServer::start_durable_with(&["synchronous_commit=off", "wal_writer_delay=10000"]);
+    let store = open(&postgres.url(), "durable:", Duration::from_secs(2));
+    // The schema, created, and on disk whatever the sessions' setting.
+    store.describe("warm-up").await.expect("describe");
+    postgres.psql(&["CHECKPOINT"]).await;
+    // A first grant: the WAL writer, idle, may flush it at once; the next
+    // one then waits for its next round, 10 s later.
+    grant(&store, &spec("first", "t0", 120_000)).await;
+    let fence = grant(&store, &spec("kept", "t1", 120_000)).await;
+
+    postgres.restart();
+    let started = Instant::now();
+    let kept = loop {
+        match store.check("kept", "t1").await {
+            Err(Error::Unavailable(_)) if started.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => break other,
+        }
+    };
+    match kept {
+        Ok(checked) => assert_eq!(
+            checked,
+            Checked::Done(Renewed {
+                ttl_ms: 120_000,
+                fence
+            }),
+            "the acknowledged grant was lost in the crash"
+        ),
+        Err(e) => panic!("after the restart: {e:?}"),
+    }
+    match store.acquire(&spec("kept", "t2", 10_000)).await {
+        Ok(Acquired::Blocked(held)) => assert_eq!(held.fence, fence),
+        other => panic!("the lock was granted a second time: {other:?}"),
+    }
+}

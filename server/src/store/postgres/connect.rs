@@ -133,13 +133,22 @@ pub(super) fn session_limits(timeout: Duration) -> (u128, u128) {
 }
 
 /// The statement every new pooled connection runs first, one round trip:
-/// its limits ([`session_limits`]). Session settings: a statement of the
-/// broker's never runs in another session, nor anyone else's in these.
+/// its limits ([`session_limits`]), and `synchronous_commit` raised to `on`
+/// when the server's (or the role's, or the database's) default is weaker:
+/// `off` acknowledges a commit before its WAL is on disk, so that a crash
+/// loses a grant its caller was told of, and the lock is given to another
+/// as well; `local` and `remote_write` do not wait for a synchronous
+/// standby to have it on disk; `on` and `remote_apply` are kept. Session
+/// settings: a statement of the broker's never runs in another session,
+/// nor anyone else's in these.
 fn session_setup(timeout: Duration) -> String {
     let (statement_ms, lock_ms) = session_limits(timeout);
     format!(
         "SELECT set_config('statement_timeout', '{statement_ms}ms', false), \
-                set_config('lock_timeout', '{lock_ms}ms', false)"
+                set_config('lock_timeout', '{lock_ms}ms', false), \
+                CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') \
+                     THEN set_config('synchronous_commit', 'on', false) \
+                     ELSE current_setting('synchronous_commit') END AS synchronous_commit"
     )
 }
 
@@ -170,10 +179,14 @@ pub(super) fn pool(
     let hook = Hook::async_fn(move |client, _| {
         let setup = Arc::clone(&setup);
         Box::pin(async move {
-            client
+            let row = client
                 .query_one(&*setup, &[])
                 .await
                 .map_err(HookError::Backend)?;
+            let durability: String = row
+                .try_get("synchronous_commit")
+                .map_err(HookError::Backend)?;
+            tracing::debug!(synchronous_commit = %durability, "PostgreSQL session set up");
             Ok(())
         })
     });
