@@ -16,7 +16,7 @@ use crate::{
 
 /// The schema's version this broker's functions are ([`SCHEMA_SQL`]); the
 /// version table holds the one the database has.
-pub(super) const SCHEMA_VERSION: i32 = 1;
+pub(super) const SCHEMA_VERSION: i32 = 2;
 
 /// The tables and functions, `__SCHEMA__` standing for the schema.
 pub(super) const SCHEMA_SQL: &str = include_str!("schema.sql");
@@ -284,56 +284,108 @@ pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {
     ))
 }
 
+/// The schema's version in the database: `None` when it has no version
+/// table (or no schema) yet.
+async fn version(client: &Client, schema: &str) -> Result<Option<i32>> {
+    let table = format!("{schema}.leasehold_schema_version");
+    let read =
+        |e: tokio_postgres::Error| Error::Internal(format!("PostgreSQL schema version: {e}"));
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .map_err(|e| classify("migrate", e))?
+        .try_get(0)
+        .map_err(read)?;
+    if !exists {
+        return Ok(None);
+    }
+    client
+        .query_one(&format!("SELECT max(version) FROM {table}"), &[])
+        .await
+        .map_err(|e| classify("migrate", e))?
+        .try_get(0)
+        .map_err(read)
+}
+
+/// Whether `version` is this broker's (`true`), older (`false`), or newer
+/// (refused: its functions may answer in ways this broker cannot read).
+fn is_current(schema: &str, version: Option<i32>) -> Result<bool> {
+    match version {
+        Some(v) if v == SCHEMA_VERSION => Ok(true),
+        Some(v) if v > SCHEMA_VERSION => Err(Error::Unavailable(format!(
+            "PostgreSQL schema '{schema}' is at version {v}, newer than this \
+             broker's {SCHEMA_VERSION}: upgrade the broker"
+        ))),
+        _ => Ok(false),
+    }
+}
+
 /// Brings `schema` to [`SCHEMA_VERSION`]: nothing when the version table
 /// says it is there already (so a broker whose role may not run DDL starts
 /// on a schema `leasehold migrate` made), else the whole of schema.sql in
-/// one transaction under [`MIGRATION_LOCK`]. A schema newer than this
-/// broker is refused: its functions may answer in ways this broker cannot
-/// read. `limit`: how long the DDL may take in the server.
+/// one transaction under [`MIGRATION_LOCK`], unless the version, read again
+/// under that lock, shows that another broker did it meanwhile (brokers
+/// starting at once all find the schema old; running the DDL again beside
+/// the first one's grants locks their tables, and deadlocked with them).
+/// The lock is taken for the session, in a transaction before the
+/// migration's: a transaction reads the catalog as its cache had it at its
+/// start (an advisory lock refreshes nothing), so one begun before the
+/// wait would not see the version table the other broker created. A
+/// schema newer than this broker is refused. `limit`: how long the wait
+/// and the DDL may take in the server.
 pub(super) async fn migrate(client: &Client, schema: &str, limit: Duration) -> Result<()> {
-    let current = format!("SELECT max(version) FROM {schema}.leasehold_schema_version");
-    match client.query_one(&current, &[]).await {
-        Ok(row) => {
-            let version: Option<i32> = row
-                .try_get(0)
-                .map_err(|e| Error::Internal(format!("PostgreSQL schema version: {e}")))?;
-            match version {
-                Some(v) if v == SCHEMA_VERSION => return Ok(()),
-                Some(v) if v > SCHEMA_VERSION => {
-                    return Err(Error::Unavailable(format!(
-                        "PostgreSQL schema '{schema}' is at version {v}, newer than this \
-                         broker's {SCHEMA_VERSION}: upgrade the broker"
-                    )))
-                }
-                _ => {}
-            }
-        }
-        // No schema or no version table yet: create them.
-        Err(e)
-            if e.as_db_error()
-                .is_some_and(|db| matches!(db.code().code(), "42P01" | "3F000")) => {}
-        Err(e) => return Err(classify("migrate", e)),
+    if is_current(schema, version(client, schema).await?)? {
+        return Ok(());
     }
-    let sql = SCHEMA_SQL.replace("__SCHEMA__", schema);
     // The session's limits are for store calls; DDL on a busy server may
     // wait longer (as long as the caller's own bound, `limit`).
     let ms = limit.as_millis().max(1);
-    let script = format!(
-        "BEGIN; SET LOCAL statement_timeout = '{ms}ms'; SET LOCAL lock_timeout = '{ms}ms';\n\
-         SELECT pg_advisory_xact_lock({MIGRATION_LOCK});\n{sql}\nCOMMIT;"
-    );
-    if let Err(e) = client.batch_execute(&script).await {
+    let limits =
+        format!("SET LOCAL statement_timeout = '{ms}ms'; SET LOCAL lock_timeout = '{ms}ms';");
+    client
+        .batch_execute(&format!(
+            "BEGIN; {limits} SELECT pg_advisory_lock({MIGRATION_LOCK}); COMMIT;"
+        ))
+        .await
+        .map_err(|e| classify("migrate", e))?;
+    let sql = SCHEMA_SQL.replace("__SCHEMA__", schema);
+    let migrated = async {
+        client
+            .batch_execute(&format!("BEGIN; {limits}"))
+            .await
+            .map_err(|e| classify("migrate", e))?;
+        if is_current(schema, version(client, schema).await?)? {
+            client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(|e| classify("migrate", e))?;
+            return Ok(false);
+        }
+        client
+            .batch_execute(&format!("{sql}\nCOMMIT;"))
+            .await
+            .map_err(|e| match classify("migrate", e) {
+                Error::Internal(why) => Error::Unavailable(format!(
+                    "cannot create or migrate the PostgreSQL schema '{schema}' ({why}): run \
+                     `leasehold migrate` with a role that may, or let this role create schemas"
+                )),
+                other => other,
+            })?;
+        Ok(true)
+    };
+    let outcome = migrated.await;
+    if outcome.is_err() {
         // Leave the connection usable for the pool's next caller.
         let _ = client.batch_execute("ROLLBACK").await;
-        return Err(match classify("migrate", e) {
-            Error::Internal(why) => Error::Unavailable(format!(
-                "cannot create or migrate the PostgreSQL schema '{schema}' ({why}): run \
-                 `leasehold migrate` with a role that may, or let this role create schemas"
-            )),
-            other => other,
-        });
     }
-    tracing::info!(schema, version = SCHEMA_VERSION, "PostgreSQL schema ready");
+    // A connection that fails here is dropped by the pool, and the lock
+    // with its session.
+    let _ = client
+        .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+        .await;
+    if outcome? {
+        tracing::info!(schema, version = SCHEMA_VERSION, "PostgreSQL schema ready");
+    }
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 //! the database, serialised per name by an advisory transaction lock; the
 //! broker never checks and then sets. The functions are the Redis store's
 //! Lua scripts, reply for reply; time is the database's clock_timestamp(),
-//! fences come from a sequence.
+//! fences come from one counter row.
 //!
 //! Why this shape: PostgreSQL advisory locks alone would bind a lock to
 //! one database session, which a stateless broker replica cannot keep for

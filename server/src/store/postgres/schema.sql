@@ -1,4 +1,4 @@
--- schema.sql: the PostgreSQL store's tables and functions, version 1.
+-- schema.sql: the PostgreSQL store's tables and functions, version 2.
 --
 -- Run whole, in one transaction, by the broker at start-up (when the
 -- version table says the schema is older) or by `leasehold migrate`.
@@ -25,10 +25,10 @@
 --   SQL: those are inlined into their caller's expression.
 -- * Time: clock_timestamp() of the database server, read once per call,
 --   in ms (and µs for fences), never the broker's clock.
--- * Fences: the sequence fences (durable: PostgreSQL logs it ahead, so it
---   never goes back across a restart or a crash), raised to at least
---   max(last fence of the name + 1, clock in µs, floor + 1) as the Redis
---   scripts raise their counter.
+-- * Fences: one counter row (fence_counter, written in the grant's
+--   transaction, so as durable as the grant), advanced to at least
+--   max(counter + 1, last fence of the name + 1, clock in µs, floor + 1)
+--   as the Redis scripts advance their counter.
 -- * Expiry: a row is absent once its forget_ms (the Redis key's expiry) has
 --   passed, whether or not sweep() has deleted it yet; writes are upserts,
 --   so a row deleted under a call is simply written again.
@@ -50,7 +50,13 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.leasehold_schema_version (
   version integer NOT NULL
 );
 
-CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.fences AS bigint;
+-- The fence counter (acquire.lua's counter key): one row, advanced by
+-- next_fence in the grant's transaction (version 1 had a sequence, see
+-- the seeding below).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.fence_counter (
+  one boolean PRIMARY KEY DEFAULT true CHECK (one),
+  value bigint NOT NULL
+);
 
 -- A name's lock lease, or its tombstone (token NULL): acquire.lua's hash.
 -- token o, holder h, fence f, ttl_ms t, granted_ms g, expires_ms e,
@@ -121,6 +127,32 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.observed (
 );
 CREATE INDEX IF NOT EXISTS observed_until ON __SCHEMA__.observed (until_ms);
 
+-- The counter starts above every fence issued before it: version 1's
+-- sequence (locked first, so that no grant of a broker still running
+-- version 1 takes a value from it meanwhile; its value could be left below
+-- an issued fence), every fence still recorded, and the clock in µs (each
+-- fence was at least the clock when issued). The sequence then goes.
+DO $$
+DECLARE
+  start bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+  counted bigint;
+BEGIN
+  IF EXISTS (SELECT 1 FROM __SCHEMA__.fence_counter) THEN
+    RETURN;
+  END IF;
+  IF to_regclass('__SCHEMA__.fences') IS NOT NULL THEN
+    LOCK TABLE __SCHEMA__.fences IN ACCESS EXCLUSIVE MODE;
+    EXECUTE 'SELECT last_value FROM __SCHEMA__.fences' INTO counted;
+    start := greatest(start, counted);
+  END IF;
+  start := greatest(start,
+    (SELECT coalesce(max(fence), 0) FROM __SCHEMA__.leases),
+    (SELECT coalesce(max(fence), 0) FROM __SCHEMA__.permits),
+    (SELECT coalesce(max(last_fence), 0) FROM __SCHEMA__.semaphores));
+  INSERT INTO __SCHEMA__.fence_counter (one, value) VALUES (true, start);
+END $$;
+DROP SEQUENCE IF EXISTS __SCHEMA__.fences;
+
 -- LINGER_MS (constants.lua).
 CREATE OR REPLACE FUNCTION __SCHEMA__.linger_ms() RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$ SELECT 10000::bigint $$;
@@ -143,21 +175,23 @@ LANGUAGE sql VOLATILE AS $$
   SELECT pg_advisory_xact_lock(__SCHEMA__.name_key(p_name))
 $$;
 
--- The next fence (acquire.lua): the sequence, raised to at least
--- max(last + 1, now_us, floor + 1). setval is not ordered between two
--- grants of different names running at once, so the sequence can end a few
--- µs below the higher of their fences; harmless: that happens only when the
--- clock term won, so every later fence is above the clock again, and a
--- name's own sequence is kept by last + 1 (its row) and the caller's floor.
+-- The next fence (acquire.lua): the counter advanced to
+-- greatest(counter + 1, last + 1, now_us, floor + 1) in one UPDATE, as the
+-- Redis scripts advance theirs. The counter row's lock, held to commit,
+-- orders the grants of every name: the counter never ends below a fence
+-- issued, and no two grants get one fence. (Version 1 took nextval of a
+-- sequence and then setval to the fence: two grants of different names at
+-- once could set it in the wrong order and leave it below the higher
+-- fence.) The cost: grants of different names serialise from this update
+-- to their commit (BENCHMARKS.md).
 CREATE OR REPLACE FUNCTION __SCHEMA__.next_fence(p_last bigint, p_now_us bigint, p_floor bigint)
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  counted bigint := nextval('__SCHEMA__.fences');
-  fence bigint := greatest(counted, p_last + 1, p_now_us, p_floor + 1);
+  fence bigint;
 BEGIN
-  IF fence <> counted THEN
-    PERFORM setval('__SCHEMA__.fences', fence);
-  END IF;
+  UPDATE __SCHEMA__.fence_counter
+     SET value = greatest(value + 1, p_last + 1, p_now_us, p_floor + 1)
+  RETURNING value INTO fence;
   RETURN fence;
 END $$;
 
@@ -783,5 +817,5 @@ BEGIN
 END $$;
 
 INSERT INTO __SCHEMA__.leasehold_schema_version (version)
-SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
-UPDATE __SCHEMA__.leasehold_schema_version SET version = 1 WHERE version < 1;
+SELECT 2 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
+UPDATE __SCHEMA__.leasehold_schema_version SET version = 2 WHERE version < 2;
