@@ -8,7 +8,7 @@ use deadpool_postgres::{
 };
 use tokio_postgres::{config::SslMode, error::SqlState, Client};
 
-use super::tls::Tls;
+use super::{deadline::StoreClock, tls::Tls};
 use crate::{
     error::{Error, Result},
     store::StoreOptions,
@@ -138,7 +138,8 @@ pub(super) fn session_limits(timeout: Duration) -> (u128, u128) {
 /// `off` acknowledges a commit before its WAL is on disk, so that a crash
 /// loses a grant its caller was told of, and the lock is given to another
 /// as well; `local` and `remote_write` do not wait for a synchronous
-/// standby to have it on disk; `on` and `remote_apply` are kept. Session
+/// standby to have it on disk; `on` and `remote_apply` are kept. And a
+/// reading of the database's clock, for [`super::deadline`]. Session
 /// settings: a statement of the broker's never runs in another session,
 /// nor anyone else's in these.
 fn session_setup(timeout: Duration) -> String {
@@ -148,7 +149,8 @@ fn session_setup(timeout: Duration) -> String {
                 set_config('lock_timeout', '{lock_ms}ms', false), \
                 CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') \
                      THEN set_config('synchronous_commit', 'on', false) \
-                     ELSE current_setting('synchronous_commit') END AS synchronous_commit"
+                     ELSE current_setting('synchronous_commit') END AS synchronous_commit, \
+                (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us"
     )
 }
 
@@ -158,12 +160,14 @@ fn session_setup(timeout: Duration) -> String {
 /// store call holds a connection for one statement (a short transaction),
 /// so `size` (`--store-connections`) of them serve thousands of calls a
 /// second; more only add server processes. Each new connection runs
-/// [`session_setup`] before its first use.
+/// [`session_setup`] before its first use, its clock reading going to
+/// `clock`.
 pub(super) fn pool(
     config: tokio_postgres::Config,
     tls: Tls,
     size: usize,
     timeout: Duration,
+    clock: Arc<StoreClock>,
 ) -> Result<Pool> {
     let manager = Manager::from_config(
         config,
@@ -177,12 +181,15 @@ pub(super) fn pool(
     );
     let setup: Arc<str> = session_setup(timeout).into();
     let hook = Hook::async_fn(move |client, _| {
-        let setup = Arc::clone(&setup);
+        let (setup, clock) = (Arc::clone(&setup), Arc::clone(&clock));
         Box::pin(async move {
             let row = client
                 .query_one(&*setup, &[])
                 .await
                 .map_err(HookError::Backend)?;
+            let received = tokio::time::Instant::now();
+            let now_us: i64 = row.try_get("now_us").map_err(HookError::Backend)?;
+            clock.record(now_us, received);
             let durability: String = row
                 .try_get("synchronous_commit")
                 .map_err(HookError::Backend)?;
@@ -275,6 +282,17 @@ pub(super) fn pool_error(op: &str, e: PoolError) -> Error {
         PoolError::Backend(e) | PoolError::PostCreateHook(HookError::Backend(e)) => classify(op, e),
         other => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {other})")),
     }
+}
+
+/// An acquire the database refused because it began past the broker's
+/// deadline for it (reply code 4: `deadline`).
+pub(super) fn too_late(timeout: Duration) -> Error {
+    Error::Unavailable(format!(
+        "PostgreSQL began this acquire after the broker had given up on it (past the {} ms \
+         store timeout: it was delayed on its way, or waited on the name's lock), and granted \
+         nothing; retry",
+        timeout.as_millis()
+    ))
 }
 
 pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {

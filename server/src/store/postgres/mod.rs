@@ -23,6 +23,7 @@
 //! past it, so a dead or stalled PostgreSQL never hangs a request.
 
 mod connect;
+mod deadline;
 mod listen;
 mod tls;
 
@@ -97,9 +98,9 @@ struct Statements {
 impl Statements {
     fn new(s: &str) -> Self {
         Statements {
-            acquire: format!("SELECT * FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8)"),
+            acquire: format!("SELECT * FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
             semaphore_acquire: format!(
-                "SELECT * FROM {s}.semaphore_acquire($1, $2, $3, $4, $5, $6, $7, $8)"
+                "SELECT * FROM {s}.semaphore_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"
             ),
             renew: format!("SELECT * FROM {s}.renew($1, $2, $3)"),
             // In the order of the arguments, whatever the plan.
@@ -120,6 +121,8 @@ pub(crate) struct Inner {
     pool: Pool,
     /// For cancel requests ([`PostgresStore::abandon`]).
     tls: tls::Tls,
+    /// The newest reading of the database's clock, for grants' not-after.
+    clock: Arc<deadline::StoreClock>,
     schema: String,
     statements: Statements,
     timeout: Duration,
@@ -181,11 +184,13 @@ impl PostgresStore {
         }
         let (config, tls) = connect::parse_url(url, options)?;
         let schema = schema_for(&options.key_prefix)?;
+        let clock = Arc::new(deadline::StoreClock::default());
         let pool = connect::pool(
             config.clone(),
             tls.clone(),
             options.connections,
             options.timeout,
+            Arc::clone(&clock),
         )?;
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(requests));
@@ -194,6 +199,7 @@ impl PostgresStore {
             inner: Arc::new(Inner {
                 pool,
                 tls: tls.clone(),
+                clock,
                 statements: Statements::new(&schema),
                 schema: schema.clone(),
                 timeout: options.timeout,
@@ -431,19 +437,57 @@ impl PostgresStore {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Row> {
-        self.query(op, sql, params)
+        self.ready().await?;
+        let deadline = Instant::now() + self.inner.timeout;
+        self.query_one_by(op, sql, params, deadline).await
+    }
+
+    /// [`PostgresStore::query_by`] for a statement that answers one row.
+    async fn query_one_by(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        deadline: Instant,
+    ) -> Result<Row> {
+        self.query_by(op, sql, params, deadline)
             .await?
             .pop()
             .ok_or_else(|| Error::Internal(format!("PostgreSQL {op}: no row")))
     }
 
+    /// Reads the database's clock for grants' not-after
+    /// ([`deadline::StoreClock`]).
+    async fn read_clock(&self) -> Result<()> {
+        let row = self
+            .query_one(
+                "clock",
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us",
+                &[],
+            )
+            .await?;
+        let received = Instant::now();
+        let now_us: i64 = row
+            .try_get("now_us")
+            .map_err(|e| Error::Internal(format!("PostgreSQL clock: {e}")))?;
+        self.inner.clock.record(now_us, received);
+        Ok(())
+    }
+
+    /// A grant, refused by the database past the broker's deadline for the
+    /// call (its `not_after`, see `deadline`): a grant can never outlive
+    /// the broker's knowledge of it, and the orphan cleanup's release, sent
+    /// after that deadline, finds every grant the attempt ever makes.
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
+        self.ready().await?;
+        let deadline = Instant::now() + self.inner.timeout;
+        let not_after = self.inner.clock.not_after_ms(deadline);
         let floor = int(self.inner.high_water.load(Ordering::Relaxed));
         let ttl = int(spec.ttl_ms);
         let life = int(QUEUE_LIFETIME.as_millis() as u64);
         let row = if spec.limit > 1 {
             let limit = i32::try_from(spec.limit).unwrap_or(i32::MAX);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
                 &spec.name,
                 &spec.token,
                 &ttl,
@@ -452,12 +496,13 @@ impl PostgresStore {
                 &limit,
                 &spec.queued,
                 &life,
+                &not_after,
             ];
             let sql = &self.inner.statements.semaphore_acquire;
-            self.query_one("acquire", sql, &params).await?
+            self.query_one_by("acquire", sql, &params, deadline).await?
         } else {
             let delay = int(spec.lock_delay_ms);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
                 &spec.name,
                 &spec.token,
                 &ttl,
@@ -466,9 +511,10 @@ impl PostgresStore {
                 &delay,
                 &spec.queued,
                 &life,
+                &not_after,
             ];
-            self.query_one("acquire", &self.inner.statements.acquire, &params)
-                .await?
+            let sql = &self.inner.statements.acquire;
+            self.query_one_by("acquire", sql, &params, deadline).await?
         };
         let fence = uint(&row, "fence")?;
         let expired: Option<i32> = row
@@ -478,6 +524,7 @@ impl PostgresStore {
         self.saw_fence(fence);
         let by = match code(&row)? {
             1 => return Ok(Acquired::Granted { fence, expired }),
+            4 => return Err(connect::too_late(self.inner.timeout)),
             0 => BlockedBy::Holder,
             2 => BlockedBy::LockDelay,
             3 => BlockedBy::Queue,
@@ -697,7 +744,8 @@ impl PostgresStore {
 /// names' advisory locks.
 ///
 /// It also renews, every [`OBSERVED_REFRESH`], the rows of the names
-/// watched here.
+/// watched here, and reads the database's clock each time (grants'
+/// not-after, `deadline`).
 async fn sweep(store: std::sync::Weak<Inner>) {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
     let mut observed_at = tokio::time::Instant::now();
@@ -710,6 +758,9 @@ async fn sweep(store: std::sync::Weak<Inner>) {
                 Ok(()) => observed_at = tokio::time::Instant::now(),
                 Err(e) => tracing::debug!(error = %e, "PostgreSQL watched names not renewed"),
             }
+        }
+        if let Err(e) = store.read_clock().await {
+            tracing::debug!(error = %e, "PostgreSQL clock not read");
         }
         if let Err(e) = store.sweep_once().await {
             tracing::debug!(error = %e, "PostgreSQL sweep failed");

@@ -292,11 +292,17 @@ END $$;
 -- caller still waits.
 --   p_name, p_token, p_ttl_ms, p_holder, p_floor (highest fence the broker
 --   saw), p_delay_ms (lock-delay), p_waits (joins the line when not
---   granted), p_life (how long a place lasts unrefreshed, ms)
+--   granted), p_life (how long a place lasts unrefreshed, ms),
+--   p_not_after_ms (this clock's time past which the broker has given up
+--   on the call, or NULL: see postgres/deadline.rs)
 -- Returns one `acquired`: code 1 granted (fence, remaining_ms = TTL,
 -- granted_ms, expired), 0 held, 2 lock-delay, 3 queued; pos and queued as
--- acquire.lua's position and queued.
-CREATE OR REPLACE FUNCTION __SCHEMA__.acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_delay_ms bigint, p_waits boolean, p_life bigint)
+-- acquire.lua's position and queued; 4 too late (past p_not_after_ms, once
+-- the name's lock is held: nothing read or written, so that a statement
+-- that reached the server after its caller gave up grants nothing and
+-- takes no place in line). Version 1's 8-argument acquire and
+-- semaphore_acquire stay, for brokers of version 1 until they stop.
+CREATE OR REPLACE FUNCTION __SCHEMA__.acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_delay_ms bigint, p_waits boolean, p_life bigint, p_not_after_ms bigint)
 RETURNS __SCHEMA__.acquired LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   now_us bigint;
@@ -314,6 +320,9 @@ BEGIN
   PERFORM __SCHEMA__.lock_name(p_name);
   now_us := __SCHEMA__.now_us();
   now_ms := now_us / 1000;
+  IF now_ms > p_not_after_ms THEN
+    RETURN ROW(4, 0, 0, '', 0, 0, 0, 0)::__SCHEMA__.acquired;
+  END IF;
   PERFORM __SCHEMA__.prune(p_name, now_ms);
   SELECT * INTO l FROM __SCHEMA__.leases WHERE name = p_name AND forget_ms > now_ms;
   found_row := FOUND;
@@ -390,7 +399,7 @@ END $$;
 -- free and nobody queued before the caller still waits. Arguments as
 -- acquire's, with p_limit in place of the lock-delay; returns as acquire
 -- (expired: the expired permits dropped here, their loss reported now).
-CREATE OR REPLACE FUNCTION __SCHEMA__.semaphore_acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_limit integer, p_waits boolean, p_life bigint)
+CREATE OR REPLACE FUNCTION __SCHEMA__.semaphore_acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_limit integer, p_waits boolean, p_life bigint, p_not_after_ms bigint)
 RETURNS __SCHEMA__.acquired LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   now_us bigint;
@@ -407,6 +416,9 @@ BEGIN
   PERFORM __SCHEMA__.lock_name(p_name);
   now_us := __SCHEMA__.now_us();
   now_ms := now_us / 1000;
+  IF now_ms > p_not_after_ms THEN
+    RETURN ROW(4, 0, 0, '', 0, 0, 0, 0)::__SCHEMA__.acquired;
+  END IF;
   PERFORM __SCHEMA__.prune(p_name, now_ms);
   -- A name held as a plain lock has no permit to give.
   SELECT * INTO plain FROM __SCHEMA__.leases
