@@ -3,13 +3,18 @@
 //! granted the lock to a token nobody knows. The broker releases that token
 //! as soon as Redis answers again, instead of leaving the lock held for its
 //! TTL. Against a real Redis made slow by `DEBUG SLEEP`, or behind a proxy
-//! that lets requests through and holds the answers back.
+//! that lets requests through and holds the answers back, or holds the
+//! requests back (issue 26, item 4: on PostgreSQL, a grant that reaches the
+//! server after its call gave up must not happen at all, since the release
+//! went on another connection and found nothing).
 
 use leasehold_testkit as common;
 
 use std::time::Duration;
 
-use common::{acquire_req, must_acquire, proxy::Proxy, scrape, Broker, RedisServer};
+use common::{
+    acquire_req, must_acquire, proxy::Proxy, scrape, Broker, PostgresServer, RedisServer,
+};
 use leasehold_server::proto::{
     leasehold_service_client::LeaseholdServiceClient, DescribeRequest, ReleaseRequest,
 };
@@ -299,5 +304,121 @@ async fn a_waiters_grant_that_timed_out_is_released_when_answers_flow() {
     eprintln!(
         "waiter's grant held back: next waiter granted {} ms after answers flowed again",
         took.as_millis()
+    );
+}
+
+/// How long a request is held on its way to the store, past its call's
+/// failure: longer than the orphan cleanup needs to try its release.
+const REQUEST_DELAY: Duration = Duration::from_millis(2_500);
+
+/// An Acquire whose statement is held on its way to PostgreSQL (its pooled
+/// connection delayed in a proxy) until well after the call failed
+/// UNAVAILABLE and the orphan cleanup, on another connection, released
+/// the token and found nothing: when the statement reaches the server, it
+/// grants nothing (its not-after, by the database's clock, is past), so the
+/// name is free, not held by nobody for its TTL, and served at once.
+#[tokio::test]
+async fn a_postgres_acquire_that_arrives_after_its_call_failed_grants_nothing() {
+    let postgres = PostgresServer::start();
+    let proxy = Proxy::start(([127, 0, 0, 1], postgres.port()).into()).await;
+    let url = format!(
+        "postgres://postgres@{}/postgres?application_name=delayed_broker",
+        proxy.addr()
+    );
+    let broker = Broker::start_with(&url, |c| {
+        c.store_timeout = STORE_TIMEOUT;
+        // One pooled connection: the one the proxy delays.
+        c.store_connections = 1;
+    })
+    .await;
+    let observer = Broker::start(&postgres.url()).await;
+    let mut client = broker.client().await;
+    let mut watcher = observer.client().await;
+    must_acquire(&mut client, "warm-up", TTL_MS).await;
+    // Not the LISTEN connection (its last statement is its LISTEN or its
+    // check).
+    let pooled = "SELECT pid FROM pg_stat_activity WHERE application_name = 'delayed_broker' \
+                  AND query NOT LIKE 'LISTEN%' AND query <> 'SHOW transaction_read_only'";
+    let delayed_pid = postgres.psql(&[pooled]).await;
+    assert!(
+        !delayed_pid.is_empty() && !delayed_pid.contains('\n'),
+        "not one pooled connection: {delayed_pid:?}"
+    );
+
+    proxy.hold_requests_of_open_connections();
+    let status = client
+        .acquire(acquire_req("delayed", TTL_MS, "lost", 0))
+        .await
+        .expect_err("the statement is held on its way past the store timeout");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let failed = Instant::now();
+    // The request arrives late: the orphan cleanup's release (on a new
+    // connection, which passes) has come and gone by then.
+    tokio::time::sleep_until(failed + REQUEST_DELAY).await;
+    proxy.pass();
+    // The delayed statement reached the server and ran: its backend, which
+    // then read the broker's close, is gone.
+    let gone = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {delayed_pid}");
+    common::eventually(
+        Duration::from_secs(10),
+        "the delayed backend to end",
+        || async { postgres.psql(&[&gone]).await == "0" },
+    )
+    .await;
+    let free = free_by(
+        &mut watcher,
+        "delayed",
+        failed + STORE_TIMEOUT + Duration::from_secs(1) + REQUEST_DELAY,
+    )
+    .await;
+    eprintln!(
+        "delayed acquire: lock free {} ms after the call failed (request held {} ms)",
+        (free - failed).as_millis(),
+        REQUEST_DELAY.as_millis()
+    );
+    // Nobody holds it: the next caller is granted at once.
+    must_acquire(&mut watcher, "delayed", TTL_MS).await;
+}
+
+/// The same on Redis: the Acquire's script held on its way (every
+/// connection open then: the broker's one command connection) until well
+/// after its call failed. Redis runs one connection's commands in order and
+/// the broker keeps that connection (a timeout does not replace it), so the
+/// orphan cleanup's release can only run after the late grant: the grant
+/// happens, and is released within the store timeout + 1 s of the requests
+/// flowing again.
+#[tokio::test]
+async fn a_redis_acquire_that_arrives_after_its_call_failed_is_released_after_it() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await;
+    let broker = broker_on(&format!("redis://{}/", proxy.addr())).await;
+    let observer = Broker::start(&redis.url()).await;
+    let mut client = broker.client().await;
+    let mut watcher = observer.client().await;
+    must_acquire(&mut client, "warm-up", TTL_MS).await;
+
+    proxy.hold_requests_of_open_connections();
+    let status = client
+        .acquire(acquire_req("delayed", TTL_MS, "lost", 0))
+        .await
+        .expect_err("the script is held on its way past the store timeout");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let failed = Instant::now();
+    tokio::time::sleep_until(failed + REQUEST_DELAY).await;
+    proxy.pass();
+    let flowing = Instant::now();
+    let free = free_by(
+        &mut watcher,
+        "delayed",
+        flowing + STORE_TIMEOUT + Duration::from_secs(1),
+    )
+    .await;
+    common::eventually(Duration::from_secs(5), "the orphan counted", || async {
+        orphans_released(&broker).await == 1.0
+    })
+    .await;
+    eprintln!(
+        "delayed script: lock free {} ms after requests flowed again",
+        (free - flowing).as_millis()
     );
 }

@@ -166,6 +166,14 @@ impl PostgresServer {
         Self::start_with(true)
     }
 
+    /// A durable server ([`PostgresServer::start_durable`]) with more
+    /// settings (`name=value`, as `postgres -c` takes them): a server
+    /// configured as a deployment might be (`synchronous_commit=off`...).
+    pub fn start_durable_with(settings: &[&str]) -> Self {
+        let settings = settings.iter().map(|s| (*s).to_owned()).collect();
+        Self::start_in(temp_dir("server"), true, settings, None)
+    }
+
     /// A server that accepts TLS connections only (`hostssl` in its
     /// pg_hba.conf, trust within TLS), with this certificate and key (PEM).
     pub fn start_tls(cert: &str, key: &str) -> Self {

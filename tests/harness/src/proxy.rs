@@ -35,6 +35,9 @@ struct Control {
     stalled: bool,
     /// Stop moving bytes from upstream only (see [`Proxy::hold_answers`]).
     answers_held: bool,
+    /// Stop moving bytes to upstream on the connections accepted before
+    /// this many (see [`Proxy::hold_requests_of_open_connections`]).
+    requests_held_below: usize,
     /// Delay added to every chunk (see [`Proxy::set_latency`]).
     latency: Duration,
     /// Bumped by [`Proxy::drop_connections`]: a connection accepted under an
@@ -63,6 +66,7 @@ impl Proxy {
         let (control, rx) = watch::channel(Control {
             stalled: false,
             answers_held: false,
+            requests_held_below: 0,
             latency: Duration::ZERO,
             generation: 0,
         });
@@ -87,6 +91,7 @@ impl Proxy {
         self.control.send_modify(|c| {
             c.stalled = false;
             c.answers_held = false;
+            c.requests_held_below = 0;
         });
     }
 
@@ -96,6 +101,17 @@ impl Proxy {
     /// that did take effect.
     pub fn hold_answers(&self) {
         self.control.send_modify(|c| c.answers_held = true);
+    }
+
+    /// Holds the bytes clients send on the connections open now (they wait
+    /// in the proxy, in order, until [`pass`](Self::pass)), while
+    /// connections opened later, and every answer, pass: a request delayed
+    /// on its way to upstream on one path (a congested or retransmitting
+    /// link, a queue in a middlebox), reaching upstream after the client
+    /// gave up on it and went on over another connection.
+    pub fn hold_requests_of_open_connections(&self) {
+        let open = self.accepted.load(Ordering::SeqCst);
+        self.control.send_modify(|c| c.requests_held_below = open);
     }
 
     /// A black hole: stops forwarding in both directions, on existing and new
@@ -153,9 +169,9 @@ async fn accept_loop(
         tokio::select! {
             incoming = listener.accept() => match incoming {
                 Ok((client, _)) => {
-                    accepted.fetch_add(1, Ordering::SeqCst);
+                    let index = accepted.fetch_add(1, Ordering::SeqCst);
                     let generation = control.borrow().generation;
-                    connections.spawn(connection(client, upstream, control.clone(), generation));
+                    connections.spawn(connection(client, upstream, control.clone(), generation, index));
                 }
                 // Out of file descriptors and the like: back off instead of
                 // spinning on the same error.
@@ -174,6 +190,7 @@ async fn connection(
     upstream: SocketAddr,
     mut control: watch::Receiver<Control>,
     generation: u64,
+    index: usize,
 ) {
     let server = tokio::select! {
         server = TcpStream::connect(upstream) => match server {
@@ -192,10 +209,16 @@ async fn connection(
         client_read,
         server_write,
         control.clone(),
-        generation,
+        (generation, index),
         false,
     );
-    let down = pump(server_read, client_write, control, generation, true);
+    let down = pump(
+        server_read,
+        client_write,
+        control,
+        (generation, index),
+        true,
+    );
     tokio::pin!(up, down);
     // A clean EOF is a half-close, passed on, and the other direction may go
     // on; anything else ends the whole connection.
@@ -210,16 +233,22 @@ async fn dropped(control: &mut watch::Receiver<Control>, generation: u64) {
     let _ = control.wait_for(|c| c.generation != generation).await;
 }
 
-/// Waits, without polling, until the connection may move bytes (`answers`:
-/// those from upstream): `true` once the proxy passes, `false` if the
-/// connection was dropped meanwhile.
+/// Waits, without polling, until the connection (its generation and its
+/// index among those accepted) may move bytes (`answers`: those from
+/// upstream): `true` once the proxy passes, `false` if the connection was
+/// dropped meanwhile.
 async fn may_forward(
     control: &mut watch::Receiver<Control>,
-    generation: u64,
+    (generation, index): (u64, usize),
     answers: bool,
 ) -> bool {
     match control
-        .wait_for(|c| c.generation != generation || !(c.stalled || answers && c.answers_held))
+        .wait_for(|c| {
+            c.generation != generation
+                || !(c.stalled
+                    || answers && c.answers_held
+                    || !answers && index < c.requests_held_below)
+        })
         .await
     {
         Ok(c) => c.generation == generation,
@@ -235,7 +264,7 @@ async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     mut control: watch::Receiver<Control>,
-    generation: u64,
+    (generation, index): (u64, usize),
     answers: bool,
 ) -> bool {
     let mut buf = vec![0u8; CHUNK];
@@ -243,7 +272,7 @@ async fn pump(
         // Read a chunk, only while passing. A read cancelled by a control
         // change has consumed nothing (`TcpStream` reads are cancel-safe).
         let n = loop {
-            if !may_forward(&mut control, generation, answers).await {
+            if !may_forward(&mut control, (generation, index), answers).await {
                 return false;
             }
             tokio::select! {
@@ -271,7 +300,7 @@ async fn pump(
         // Write it, holding the rest back if a stall starts half-way.
         let mut sent = 0;
         while sent < n {
-            if !may_forward(&mut control, generation, answers).await {
+            if !may_forward(&mut control, (generation, index), answers).await {
                 return false;
             }
             tokio::select! {

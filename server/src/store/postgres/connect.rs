@@ -1,12 +1,14 @@
 //! Reaching PostgreSQL: the URL, the schema a key prefix names, the pool,
 //! the migration, and how driver errors become the broker's.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use tokio_postgres::{config::SslMode, Client};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime,
+};
+use tokio_postgres::{config::SslMode, error::SqlState, Client};
 
-use super::tls::Tls;
+use super::{deadline::StoreClock, tls::Tls};
 use crate::{
     error::{Error, Result},
     store::StoreOptions,
@@ -14,7 +16,7 @@ use crate::{
 
 /// The schema's version this broker's functions are ([`SCHEMA_SQL`]); the
 /// version table holds the one the database has.
-pub(super) const SCHEMA_VERSION: i32 = 1;
+pub(super) const SCHEMA_VERSION: i32 = 2;
 
 /// The tables and functions, `__SCHEMA__` standing for the schema.
 pub(super) const SCHEMA_SQL: &str = include_str!("schema.sql");
@@ -109,17 +111,63 @@ pub(super) fn parse_url(
     Ok((config, tls))
 }
 
+/// The share of the store timeout a broker session's statement may run in
+/// the server (`statement_timeout`), as a fraction: the server gives up on
+/// a statement before the broker does, so that its connection comes back
+/// free rather than busy, and what a timed-out statement was doing ends in
+/// the server too. The rest of the store timeout is for the pool wait and
+/// the network.
+const STATEMENT_SHARE: (u32, u32) = (3, 4);
+
+/// The share of the store timeout a statement may wait for one lock
+/// (`lock_timeout`: a row lock, or a name's advisory lock, held by another
+/// session), as a fraction: below [`STATEMENT_SHARE`], so that such a wait
+/// fails as what it is (SQLSTATE 55P03, [`classify`] says which lock).
+const LOCK_SHARE: (u32, u32) = (1, 2);
+
+/// `statement_timeout` and `lock_timeout` in ms for a store timeout (at
+/// least 1 ms each: 0 would mean no limit).
+pub(super) fn session_limits(timeout: Duration) -> (u128, u128) {
+    let share = |(num, den): (u32, u32)| (timeout * num / den).as_millis().max(1);
+    (share(STATEMENT_SHARE), share(LOCK_SHARE))
+}
+
+/// The statement every new pooled connection runs first, one round trip:
+/// its limits ([`session_limits`]), and `synchronous_commit` raised to `on`
+/// when the server's (or the role's, or the database's) default is weaker:
+/// `off` acknowledges a commit before its WAL is on disk, so that a crash
+/// loses a grant its caller was told of, and the lock is given to another
+/// as well; `local` and `remote_write` do not wait for a synchronous
+/// standby to have it on disk; `on` and `remote_apply` are kept. And a
+/// reading of the database's clock, for [`super::deadline`]. Session
+/// settings: a statement of the broker's never runs in another session,
+/// nor anyone else's in these.
+fn session_setup(timeout: Duration) -> String {
+    let (statement_ms, lock_ms) = session_limits(timeout);
+    format!(
+        "SELECT set_config('statement_timeout', '{statement_ms}ms', false), \
+                set_config('lock_timeout', '{lock_ms}ms', false), \
+                CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') \
+                     THEN set_config('synchronous_commit', 'on', false) \
+                     ELSE current_setting('synchronous_commit') END AS synchronous_commit, \
+                (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us"
+    )
+}
+
 /// The pool of connections for store calls. Nothing connects here: the
 /// broker starts (NOT_SERVING) while PostgreSQL is down, and connects when
 /// it is up. Every wait on the pool is bounded by the store timeout. Each
 /// store call holds a connection for one statement (a short transaction),
 /// so `size` (`--store-connections`) of them serve thousands of calls a
-/// second; more only add server processes.
+/// second; more only add server processes. Each new connection runs
+/// [`session_setup`] before its first use, its clock reading going to
+/// `clock`.
 pub(super) fn pool(
     config: tokio_postgres::Config,
     tls: Tls,
     size: usize,
     timeout: Duration,
+    clock: Arc<StoreClock>,
 ) -> Result<Pool> {
     let manager = Manager::from_config(
         config,
@@ -131,12 +179,31 @@ pub(super) fn pool(
             recycling_method: RecyclingMethod::Fast,
         },
     );
+    let setup: Arc<str> = session_setup(timeout).into();
+    let hook = Hook::async_fn(move |client, _| {
+        let (setup, clock) = (Arc::clone(&setup), Arc::clone(&clock));
+        Box::pin(async move {
+            let row = client
+                .query_one(&*setup, &[])
+                .await
+                .map_err(HookError::Backend)?;
+            let received = tokio::time::Instant::now();
+            let now_us: i64 = row.try_get("now_us").map_err(HookError::Backend)?;
+            clock.record(now_us, received);
+            let durability: String = row
+                .try_get("synchronous_commit")
+                .map_err(HookError::Backend)?;
+            tracing::debug!(synchronous_commit = %durability, "PostgreSQL session set up");
+            Ok(())
+        })
+    });
     Pool::builder(manager)
         .max_size(size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(timeout))
         .create_timeout(Some(timeout))
         .recycle_timeout(Some(timeout))
+        .post_create(hook)
         .build()
         .map_err(|e| Error::Internal(format!("PostgreSQL pool: {e}")))
 }
@@ -156,7 +223,21 @@ pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
             // The message only: a DETAIL line can quote a row's values, and
             // a row may hold an owner token.
             let (code, message) = (db.code().code(), db.message());
-            if is_read_only(&e) {
+            if db.code() == &SqlState::LOCK_NOT_AVAILABLE {
+                Error::Unavailable(format!(
+                    "PostgreSQL: {op} waited longer than lock_timeout (set by the broker to half \
+                     the store timeout) for a lock another session holds ({message}): look in \
+                     pg_stat_activity for a session 'idle in transaction' or a long statement on \
+                     the broker's schema (idle_in_transaction_session_timeout ends such sessions)"
+                ))
+            } else if db.code() == &SqlState::QUERY_CANCELED {
+                Error::Unavailable(format!(
+                    "PostgreSQL cancelled {op} ({message}): it ran past statement_timeout (set \
+                     by the broker below the store timeout) or was cancelled when the broker \
+                     gave up on it; the server is overloaded, or the statement waited on a lock \
+                     another session holds (see pg_stat_activity)"
+                ))
+            } else if is_read_only(&e) {
                 Error::Unavailable(format!(
                     "PostgreSQL takes no writes there ({op}: {message}): a standby, or a server \
                      set read-only; list the primary in --store, or every server with \
@@ -198,9 +279,20 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 pub(super) fn pool_error(op: &str, e: PoolError) -> Error {
     match e {
-        PoolError::Backend(e) => classify(op, e),
+        PoolError::Backend(e) | PoolError::PostCreateHook(HookError::Backend(e)) => classify(op, e),
         other => Error::Unavailable(format!("PostgreSQL is unavailable ({op}: {other})")),
     }
+}
+
+/// An acquire the database refused because it began past the broker's
+/// deadline for it (reply code 4: `deadline`).
+pub(super) fn too_late(timeout: Duration) -> Error {
+    Error::Unavailable(format!(
+        "PostgreSQL began this acquire after the broker had given up on it (past the {} ms \
+         store timeout: it was delayed on its way, or waited on the name's lock), and granted \
+         nothing; retry",
+        timeout.as_millis()
+    ))
 }
 
 pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {
@@ -210,50 +302,108 @@ pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {
     ))
 }
 
+/// The schema's version in the database: `None` when it has no version
+/// table (or no schema) yet.
+async fn version(client: &Client, schema: &str) -> Result<Option<i32>> {
+    let table = format!("{schema}.leasehold_schema_version");
+    let read =
+        |e: tokio_postgres::Error| Error::Internal(format!("PostgreSQL schema version: {e}"));
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .map_err(|e| classify("migrate", e))?
+        .try_get(0)
+        .map_err(read)?;
+    if !exists {
+        return Ok(None);
+    }
+    client
+        .query_one(&format!("SELECT max(version) FROM {table}"), &[])
+        .await
+        .map_err(|e| classify("migrate", e))?
+        .try_get(0)
+        .map_err(read)
+}
+
+/// Whether `version` is this broker's (`true`), older (`false`), or newer
+/// (refused: its functions may answer in ways this broker cannot read).
+fn is_current(schema: &str, version: Option<i32>) -> Result<bool> {
+    match version {
+        Some(v) if v == SCHEMA_VERSION => Ok(true),
+        Some(v) if v > SCHEMA_VERSION => Err(Error::Unavailable(format!(
+            "PostgreSQL schema '{schema}' is at version {v}, newer than this \
+             broker's {SCHEMA_VERSION}: upgrade the broker"
+        ))),
+        _ => Ok(false),
+    }
+}
+
 /// Brings `schema` to [`SCHEMA_VERSION`]: nothing when the version table
 /// says it is there already (so a broker whose role may not run DDL starts
 /// on a schema `leasehold migrate` made), else the whole of schema.sql in
-/// one transaction under [`MIGRATION_LOCK`]. A schema newer than this
-/// broker is refused: its functions may answer in ways this broker cannot
-/// read.
-pub(super) async fn migrate(client: &Client, schema: &str) -> Result<()> {
-    let current = format!("SELECT max(version) FROM {schema}.leasehold_schema_version");
-    match client.query_one(&current, &[]).await {
-        Ok(row) => {
-            let version: Option<i32> = row
-                .try_get(0)
-                .map_err(|e| Error::Internal(format!("PostgreSQL schema version: {e}")))?;
-            match version {
-                Some(v) if v == SCHEMA_VERSION => return Ok(()),
-                Some(v) if v > SCHEMA_VERSION => {
-                    return Err(Error::Unavailable(format!(
-                        "PostgreSQL schema '{schema}' is at version {v}, newer than this \
-                         broker's {SCHEMA_VERSION}: upgrade the broker"
-                    )))
-                }
-                _ => {}
-            }
-        }
-        // No schema or no version table yet: create them.
-        Err(e)
-            if e.as_db_error()
-                .is_some_and(|db| matches!(db.code().code(), "42P01" | "3F000")) => {}
-        Err(e) => return Err(classify("migrate", e)),
+/// one transaction under [`MIGRATION_LOCK`], unless the version, read again
+/// under that lock, shows that another broker did it meanwhile (brokers
+/// starting at once all find the schema old; running the DDL again beside
+/// the first one's grants locks their tables, and deadlocked with them).
+/// The lock is taken for the session, in a transaction before the
+/// migration's: a transaction reads the catalog as its cache had it at its
+/// start (an advisory lock refreshes nothing), so one begun before the
+/// wait would not see the version table the other broker created. A
+/// schema newer than this broker is refused. `limit`: how long the wait
+/// and the DDL may take in the server.
+pub(super) async fn migrate(client: &Client, schema: &str, limit: Duration) -> Result<()> {
+    if is_current(schema, version(client, schema).await?)? {
+        return Ok(());
     }
+    // The session's limits are for store calls; DDL on a busy server may
+    // wait longer (as long as the caller's own bound, `limit`).
+    let ms = limit.as_millis().max(1);
+    let limits =
+        format!("SET LOCAL statement_timeout = '{ms}ms'; SET LOCAL lock_timeout = '{ms}ms';");
+    client
+        .batch_execute(&format!(
+            "BEGIN; {limits} SELECT pg_advisory_lock({MIGRATION_LOCK}); COMMIT;"
+        ))
+        .await
+        .map_err(|e| classify("migrate", e))?;
     let sql = SCHEMA_SQL.replace("__SCHEMA__", schema);
-    let script = format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK});\n{sql}\nCOMMIT;");
-    if let Err(e) = client.batch_execute(&script).await {
+    let migrated = async {
+        client
+            .batch_execute(&format!("BEGIN; {limits}"))
+            .await
+            .map_err(|e| classify("migrate", e))?;
+        if is_current(schema, version(client, schema).await?)? {
+            client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(|e| classify("migrate", e))?;
+            return Ok(false);
+        }
+        client
+            .batch_execute(&format!("{sql}\nCOMMIT;"))
+            .await
+            .map_err(|e| match classify("migrate", e) {
+                Error::Internal(why) => Error::Unavailable(format!(
+                    "cannot create or migrate the PostgreSQL schema '{schema}' ({why}): run \
+                     `leasehold migrate` with a role that may, or let this role create schemas"
+                )),
+                other => other,
+            })?;
+        Ok(true)
+    };
+    let outcome = migrated.await;
+    if outcome.is_err() {
         // Leave the connection usable for the pool's next caller.
         let _ = client.batch_execute("ROLLBACK").await;
-        return Err(match classify("migrate", e) {
-            Error::Internal(why) => Error::Unavailable(format!(
-                "cannot create or migrate the PostgreSQL schema '{schema}' ({why}): run \
-                 `leasehold migrate` with a role that may, or let this role create schemas"
-            )),
-            other => other,
-        });
     }
-    tracing::info!(schema, version = SCHEMA_VERSION, "PostgreSQL schema ready");
+    // A connection that fails here is dropped by the pool, and the lock
+    // with its session.
+    let _ = client
+        .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+        .await;
+    if outcome? {
+        tracing::info!(schema, version = SCHEMA_VERSION, "PostgreSQL schema ready");
+    }
     Ok(())
 }
 

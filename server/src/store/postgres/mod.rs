@@ -3,7 +3,7 @@
 //! the database, serialised per name by an advisory transaction lock; the
 //! broker never checks and then sets. The functions are the Redis store's
 //! Lua scripts, reply for reply; time is the database's clock_timestamp(),
-//! fences come from a sequence.
+//! fences come from one counter row.
 //!
 //! Why this shape: PostgreSQL advisory locks alone would bind a lock to
 //! one database session, which a stateless broker replica cannot keep for
@@ -23,11 +23,11 @@
 //! past it, so a dead or stalled PostgreSQL never hangs a request.
 
 mod connect;
+mod deadline;
 mod listen;
 mod tls;
 
 use std::{
-    future::Future,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -36,7 +36,10 @@ use std::{
 };
 
 use deadpool_postgres::Pool;
-use tokio::sync::{mpsc, watch, OnceCell};
+use tokio::{
+    sync::{mpsc, watch, OnceCell},
+    time::Instant,
+};
 use tokio_postgres::{config::TargetSessionAttrs, Row};
 
 pub use self::connect::schema_for;
@@ -95,9 +98,9 @@ struct Statements {
 impl Statements {
     fn new(s: &str) -> Self {
         Statements {
-            acquire: format!("SELECT * FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8)"),
+            acquire: format!("SELECT * FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
             semaphore_acquire: format!(
-                "SELECT * FROM {s}.semaphore_acquire($1, $2, $3, $4, $5, $6, $7, $8)"
+                "SELECT * FROM {s}.semaphore_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"
             ),
             renew: format!("SELECT * FROM {s}.renew($1, $2, $3)"),
             // In the order of the arguments, whatever the plan.
@@ -116,6 +119,10 @@ impl Statements {
 /// What the clones of one store share.
 pub(crate) struct Inner {
     pool: Pool,
+    /// For cancel requests ([`PostgresStore::abandon`]).
+    tls: tls::Tls,
+    /// The newest reading of the database's clock, for grants' not-after.
+    clock: Arc<deadline::StoreClock>,
     schema: String,
     statements: Statements,
     timeout: Duration,
@@ -177,11 +184,13 @@ impl PostgresStore {
         }
         let (config, tls) = connect::parse_url(url, options)?;
         let schema = schema_for(&options.key_prefix)?;
+        let clock = Arc::new(deadline::StoreClock::default());
         let pool = connect::pool(
             config.clone(),
             tls.clone(),
             options.connections,
             options.timeout,
+            Arc::clone(&clock),
         )?;
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let watchers = Watchers::new(Some(requests));
@@ -189,6 +198,8 @@ impl PostgresStore {
         let store = PostgresStore {
             inner: Arc::new(Inner {
                 pool,
+                tls: tls.clone(),
+                clock,
                 statements: Statements::new(&schema),
                 schema: schema.clone(),
                 timeout: options.timeout,
@@ -299,28 +310,34 @@ impl PostgresStore {
             .migrated
             .get_or_try_init(|| async {
                 let limit = self.inner.timeout.max(MIGRATE_TIMEOUT);
-                let migrated = async {
-                    let client = self
-                        .inner
-                        .pool
-                        .get()
-                        .await
-                        .map_err(|e| pool_error("migrate", e))?;
-                    connect::migrate(&client, &self.inner.schema).await
-                };
-                tokio::time::timeout(limit, migrated)
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out("migrate", limit)))
+                let deadline = Instant::now() + limit;
+                let client = self.client("migrate", deadline, limit).await?;
+                let migrated = tokio::time::timeout_at(
+                    deadline,
+                    connect::migrate(&client, &self.inner.schema, limit),
+                )
+                .await;
+                migrated.unwrap_or_else(|_| {
+                    self.abandon("migrate", client);
+                    Err(timed_out("migrate", limit))
+                })
             })
             .await?;
         Ok(())
     }
 
-    /// Runs `call` under the store timeout.
-    async fn bounded<T>(&self, op: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
-        tokio::time::timeout(self.inner.timeout, call)
-            .await
-            .unwrap_or_else(|_| Err(timed_out(op, self.inner.timeout)))
+    /// A pooled connection by `deadline` (`limit`: the bound it stands
+    /// for, for the message).
+    async fn client(
+        &self,
+        op: &str,
+        deadline: Instant,
+        limit: Duration,
+    ) -> Result<deadpool_postgres::Object> {
+        match tokio::time::timeout_at(deadline, self.inner.pool.get()).await {
+            Ok(got) => got.map_err(|e| pool_error(op, e)),
+            Err(_) => Err(timed_out(op, limit)),
+        }
     }
 
     /// Runs one statement (prepared once per connection) and returns its
@@ -332,20 +349,68 @@ impl PostgresStore {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>> {
         self.ready().await?;
-        self.bounded(op, async {
-            let client = self.inner.pool.get().await.map_err(|e| pool_error(op, e))?;
-            let rows = match client.prepare_cached(sql).await {
-                Ok(statement) => client.query(&statement, params).await,
-                Err(e) => Err(e),
-            };
-            rows.map_err(|e| {
+        self.query_by(op, sql, params, Instant::now() + self.inner.timeout)
+            .await
+    }
+
+    /// [`PostgresStore::query`] with its deadline given (the store timeout
+    /// from when the call began). A statement still running then is
+    /// abandoned ([`PostgresStore::abandon`]): cancelled in the server, its
+    /// connection closed, never back in the pool.
+    async fn query_by(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        deadline: Instant,
+    ) -> Result<Vec<Row>> {
+        let timeout = self.inner.timeout;
+        let client = self.client(op, deadline, timeout).await?;
+        let ran = tokio::time::timeout_at(deadline, async {
+            let statement = client.prepare_cached(sql).await?;
+            client.query(&statement, params).await
+        })
+        .await;
+        match ran {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(e)) => {
                 if connect::is_read_only(&e) {
                     self.drop_read_only(client);
                 }
-                classify(op, e)
-            })
-        })
-        .await
+                Err(classify(op, e))
+            }
+            Err(_) => {
+                self.abandon(op, client);
+                Err(timed_out(op, timeout))
+            }
+        }
+    }
+
+    /// Gives up on `client`, whose statement did not answer in time. Handed
+    /// back to the pool, its connection would serve the next call with that
+    /// statement still running ahead of it in the server (tokio-postgres
+    /// pipelines: the next statement waits behind it), so that one name
+    /// blocked by another session's lock would fail calls on every name and
+    /// let heartbeated leases expire. Instead it is taken out of the pool
+    /// and closed, and a cancel request (a connection of its own, bounded by
+    /// the store timeout) stops the statement in the server: closing alone
+    /// would not, as a backend waiting on a lock does not read its socket.
+    /// The server's own statement_timeout, below the store timeout, stops
+    /// it in any case, should the cancel not get through.
+    fn abandon(&self, op: &str, client: deadpool_postgres::Object) {
+        let cancel = client.cancel_token();
+        drop(deadpool_postgres::Object::take(client));
+        let (tls, timeout) = (self.inner.tls.clone(), self.inner.timeout);
+        let op = op.to_owned();
+        tokio::spawn(async move {
+            match tokio::time::timeout(timeout, cancel.cancel_query(tls)).await {
+                Ok(Ok(())) => {
+                    tracing::debug!(op, "PostgreSQL statement past the store timeout cancelled")
+                }
+                Ok(Err(e)) => tracing::debug!(op, error = %e, "PostgreSQL cancel request failed"),
+                Err(_) => tracing::debug!(op, "PostgreSQL cancel request timed out"),
+            }
+        });
     }
 
     /// Drops `client`, whose server takes no writes now, and every idle
@@ -372,19 +437,57 @@ impl PostgresStore {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Row> {
-        self.query(op, sql, params)
+        self.ready().await?;
+        let deadline = Instant::now() + self.inner.timeout;
+        self.query_one_by(op, sql, params, deadline).await
+    }
+
+    /// [`PostgresStore::query_by`] for a statement that answers one row.
+    async fn query_one_by(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        deadline: Instant,
+    ) -> Result<Row> {
+        self.query_by(op, sql, params, deadline)
             .await?
             .pop()
             .ok_or_else(|| Error::Internal(format!("PostgreSQL {op}: no row")))
     }
 
+    /// Reads the database's clock for grants' not-after
+    /// ([`deadline::StoreClock`]).
+    async fn read_clock(&self) -> Result<()> {
+        let row = self
+            .query_one(
+                "clock",
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us",
+                &[],
+            )
+            .await?;
+        let received = Instant::now();
+        let now_us: i64 = row
+            .try_get("now_us")
+            .map_err(|e| Error::Internal(format!("PostgreSQL clock: {e}")))?;
+        self.inner.clock.record(now_us, received);
+        Ok(())
+    }
+
+    /// A grant, refused by the database past the broker's deadline for the
+    /// call (its `not_after`, see `deadline`): a grant can never outlive
+    /// the broker's knowledge of it, and the orphan cleanup's release, sent
+    /// after that deadline, finds every grant the attempt ever makes.
     pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
+        self.ready().await?;
+        let deadline = Instant::now() + self.inner.timeout;
+        let not_after = self.inner.clock.not_after_ms(deadline);
         let floor = int(self.inner.high_water.load(Ordering::Relaxed));
         let ttl = int(spec.ttl_ms);
         let life = int(QUEUE_LIFETIME.as_millis() as u64);
         let row = if spec.limit > 1 {
             let limit = i32::try_from(spec.limit).unwrap_or(i32::MAX);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
                 &spec.name,
                 &spec.token,
                 &ttl,
@@ -393,12 +496,13 @@ impl PostgresStore {
                 &limit,
                 &spec.queued,
                 &life,
+                &not_after,
             ];
             let sql = &self.inner.statements.semaphore_acquire;
-            self.query_one("acquire", sql, &params).await?
+            self.query_one_by("acquire", sql, &params, deadline).await?
         } else {
             let delay = int(spec.lock_delay_ms);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
                 &spec.name,
                 &spec.token,
                 &ttl,
@@ -407,9 +511,10 @@ impl PostgresStore {
                 &delay,
                 &spec.queued,
                 &life,
+                &not_after,
             ];
-            self.query_one("acquire", &self.inner.statements.acquire, &params)
-                .await?
+            let sql = &self.inner.statements.acquire;
+            self.query_one_by("acquire", sql, &params, deadline).await?
         };
         let fence = uint(&row, "fence")?;
         let expired: Option<i32> = row
@@ -419,6 +524,7 @@ impl PostgresStore {
         self.saw_fence(fence);
         let by = match code(&row)? {
             1 => return Ok(Acquired::Granted { fence, expired }),
+            4 => return Err(connect::too_late(self.inner.timeout)),
             0 => BlockedBy::Holder,
             2 => BlockedBy::LockDelay,
             3 => BlockedBy::Queue,
@@ -678,7 +784,8 @@ impl PostgresStore {
 /// names' advisory locks.
 ///
 /// It also renews, every [`OBSERVED_REFRESH`], the rows of the names
-/// watched here.
+/// watched here, and reads the database's clock each time (grants'
+/// not-after, `deadline`).
 async fn sweep(store: std::sync::Weak<Inner>) {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
     let mut observed_at = tokio::time::Instant::now();
@@ -691,6 +798,9 @@ async fn sweep(store: std::sync::Weak<Inner>) {
                 Ok(()) => observed_at = tokio::time::Instant::now(),
                 Err(e) => tracing::debug!(error = %e, "PostgreSQL watched names not renewed"),
             }
+        }
+        if let Err(e) = store.read_clock().await {
+            tracing::debug!(error = %e, "PostgreSQL clock not read");
         }
         if let Err(e) = store.sweep_once().await {
             tracing::debug!(error = %e, "PostgreSQL sweep failed");

@@ -1,4 +1,4 @@
--- schema.sql: the PostgreSQL store's tables and functions, version 1.
+-- schema.sql: the PostgreSQL store's tables and functions, version 2.
 --
 -- Run whole, in one transaction, by the broker at start-up (when the
 -- version table says the schema is older) or by `leasehold migrate`.
@@ -25,10 +25,10 @@
 --   SQL: those are inlined into their caller's expression.
 -- * Time: clock_timestamp() of the database server, read once per call,
 --   in ms (and µs for fences), never the broker's clock.
--- * Fences: the sequence fences (durable: PostgreSQL logs it ahead, so it
---   never goes back across a restart or a crash), raised to at least
---   max(last fence of the name + 1, clock in µs, floor + 1) as the Redis
---   scripts raise their counter.
+-- * Fences: one counter row (fence_counter, written in the grant's
+--   transaction, so as durable as the grant), advanced to at least
+--   max(counter + 1, last fence of the name + 1, clock in µs, floor + 1)
+--   as the Redis scripts advance their counter.
 -- * Expiry: a row is absent once its forget_ms (the Redis key's expiry) has
 --   passed, whether or not sweep() has deleted it yet; writes are upserts,
 --   so a row deleted under a call is simply written again.
@@ -50,7 +50,13 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.leasehold_schema_version (
   version integer NOT NULL
 );
 
-CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.fences AS bigint;
+-- The fence counter (acquire.lua's counter key): one row, advanced by
+-- next_fence in the grant's transaction (version 1 had a sequence, see
+-- the seeding below).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.fence_counter (
+  one boolean PRIMARY KEY DEFAULT true CHECK (one),
+  value bigint NOT NULL
+);
 
 -- A name's lock lease, or its tombstone (token NULL, left by a revoke):
 -- acquire.lua's hash. token o, holder h, fence f, ttl_ms t, granted_ms g,
@@ -140,6 +146,32 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.observed (
 );
 CREATE INDEX IF NOT EXISTS observed_until ON __SCHEMA__.observed (until_ms);
 
+-- The counter starts above every fence issued before it: version 1's
+-- sequence (locked first, so that no grant of a broker still running
+-- version 1 takes a value from it meanwhile; its value could be left below
+-- an issued fence), every fence still recorded, and the clock in µs (each
+-- fence was at least the clock when issued). The sequence then goes.
+DO $$
+DECLARE
+  start bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+  counted bigint;
+BEGIN
+  IF EXISTS (SELECT 1 FROM __SCHEMA__.fence_counter) THEN
+    RETURN;
+  END IF;
+  IF to_regclass('__SCHEMA__.fences') IS NOT NULL THEN
+    LOCK TABLE __SCHEMA__.fences IN ACCESS EXCLUSIVE MODE;
+    EXECUTE 'SELECT last_value FROM __SCHEMA__.fences' INTO counted;
+    start := greatest(start, counted);
+  END IF;
+  start := greatest(start,
+    (SELECT coalesce(max(fence), 0) FROM __SCHEMA__.leases),
+    (SELECT coalesce(max(fence), 0) FROM __SCHEMA__.permits),
+    (SELECT coalesce(max(last_fence), 0) FROM __SCHEMA__.semaphores));
+  INSERT INTO __SCHEMA__.fence_counter (one, value) VALUES (true, start);
+END $$;
+DROP SEQUENCE IF EXISTS __SCHEMA__.fences;
+
 -- LINGER_MS (constants.lua).
 CREATE OR REPLACE FUNCTION __SCHEMA__.linger_ms() RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$ SELECT 10000::bigint $$;
@@ -162,21 +194,23 @@ LANGUAGE sql VOLATILE AS $$
   SELECT pg_advisory_xact_lock(__SCHEMA__.name_key(p_name))
 $$;
 
--- The next fence (acquire.lua): the sequence, raised to at least
--- max(last + 1, now_us, floor + 1). setval is not ordered between two
--- grants of different names running at once, so the sequence can end a few
--- µs below the higher of their fences; harmless: that happens only when the
--- clock term won, so every later fence is above the clock again, and a
--- name's own sequence is kept by last + 1 (its row) and the caller's floor.
+-- The next fence (acquire.lua): the counter advanced to
+-- greatest(counter + 1, last + 1, now_us, floor + 1) in one UPDATE, as the
+-- Redis scripts advance theirs. The counter row's lock, held to commit,
+-- orders the grants of every name: the counter never ends below a fence
+-- issued, and no two grants get one fence. (Version 1 took nextval of a
+-- sequence and then setval to the fence: two grants of different names at
+-- once could set it in the wrong order and leave it below the higher
+-- fence.) The cost: grants of different names serialise from this update
+-- to their commit (BENCHMARKS.md).
 CREATE OR REPLACE FUNCTION __SCHEMA__.next_fence(p_last bigint, p_now_us bigint, p_floor bigint)
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  counted bigint := nextval('__SCHEMA__.fences');
-  fence bigint := greatest(counted, p_last + 1, p_now_us, p_floor + 1);
+  fence bigint;
 BEGIN
-  IF fence <> counted THEN
-    PERFORM setval('__SCHEMA__.fences', fence);
-  END IF;
+  UPDATE __SCHEMA__.fence_counter
+     SET value = greatest(value + 1, p_last + 1, p_now_us, p_floor + 1)
+  RETURNING value INTO fence;
   RETURN fence;
 END $$;
 
@@ -277,11 +311,17 @@ END $$;
 -- caller still waits.
 --   p_name, p_token, p_ttl_ms, p_holder, p_floor (highest fence the broker
 --   saw), p_delay_ms (lock-delay), p_waits (joins the line when not
---   granted), p_life (how long a place lasts unrefreshed, ms)
+--   granted), p_life (how long a place lasts unrefreshed, ms),
+--   p_not_after_ms (this clock's time past which the broker has given up
+--   on the call, or NULL: see postgres/deadline.rs)
 -- Returns one `acquired`: code 1 granted (fence, remaining_ms = TTL,
 -- granted_ms, expired), 0 held, 2 lock-delay, 3 queued; pos and queued as
--- acquire.lua's position and queued.
-CREATE OR REPLACE FUNCTION __SCHEMA__.acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_delay_ms bigint, p_waits boolean, p_life bigint)
+-- acquire.lua's position and queued; 4 too late (past p_not_after_ms, once
+-- the name's lock is held: nothing read or written, so that a statement
+-- that reached the server after its caller gave up grants nothing and
+-- takes no place in line). Version 1's 8-argument acquire and
+-- semaphore_acquire stay, for brokers of version 1 until they stop.
+CREATE OR REPLACE FUNCTION __SCHEMA__.acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_delay_ms bigint, p_waits boolean, p_life bigint, p_not_after_ms bigint)
 RETURNS __SCHEMA__.acquired LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   now_us bigint;
@@ -299,6 +339,9 @@ BEGIN
   PERFORM __SCHEMA__.lock_name(p_name);
   now_us := __SCHEMA__.now_us();
   now_ms := now_us / 1000;
+  IF now_ms > p_not_after_ms THEN
+    RETURN ROW(4, 0, 0, '', 0, 0, 0, 0)::__SCHEMA__.acquired;
+  END IF;
   PERFORM __SCHEMA__.prune(p_name, now_ms);
   SELECT * INTO l FROM __SCHEMA__.leases WHERE name = p_name AND forget_ms > now_ms;
   found_row := FOUND;
@@ -373,7 +416,7 @@ END $$;
 -- free and nobody queued before the caller still waits. Arguments as
 -- acquire's, with p_limit in place of the lock-delay; returns as acquire
 -- (expired: the expired permits dropped here, their loss reported now).
-CREATE OR REPLACE FUNCTION __SCHEMA__.semaphore_acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_limit integer, p_waits boolean, p_life bigint)
+CREATE OR REPLACE FUNCTION __SCHEMA__.semaphore_acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_limit integer, p_waits boolean, p_life bigint, p_not_after_ms bigint)
 RETURNS __SCHEMA__.acquired LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   now_us bigint;
@@ -390,6 +433,9 @@ BEGIN
   PERFORM __SCHEMA__.lock_name(p_name);
   now_us := __SCHEMA__.now_us();
   now_ms := now_us / 1000;
+  IF now_ms > p_not_after_ms THEN
+    RETURN ROW(4, 0, 0, '', 0, 0, 0, 0)::__SCHEMA__.acquired;
+  END IF;
   PERFORM __SCHEMA__.prune(p_name, now_ms);
   -- A name held as a plain lock has no permit to give, nor one in its
   -- lock-delay (semaphore_acquire.lua).
@@ -835,5 +881,5 @@ BEGIN
 END $$;
 
 INSERT INTO __SCHEMA__.leasehold_schema_version (version)
-SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
-UPDATE __SCHEMA__.leasehold_schema_version SET version = 1 WHERE version < 1;
+SELECT 2 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
+UPDATE __SCHEMA__.leasehold_schema_version SET version = 2 WHERE version < 2;

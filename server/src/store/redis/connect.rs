@@ -124,6 +124,20 @@ impl Connector {
         }
     }
 
+    /// The command connection's settings. A call that times out leaves
+    /// the connection in place (a response timeout is no reason to
+    /// reconnect for redis-rs; only a connection found dropped is
+    /// replaced), so the orphan cleanup's release (lease/orphans.rs) goes
+    /// out on the same connection after the timed-out script, and Redis
+    /// runs one connection's commands in order: a script delayed on its
+    /// way is granted first and released after, never granted after its
+    /// release (tests/orphans.rs, the Redis delayed-request test). A
+    /// connection is replaced once Redis, or the path to it, has closed it
+    /// (nothing still on its way on it is then run), or on a reply that
+    /// cannot be read (a bug, INTERNAL: the one case where a script still
+    /// in flight could run after a release sent on the new one). Unlike
+    /// PostgreSQL's pooled connections (postgres/deadline.rs), nothing
+    /// bounds when a delayed script may run, and nothing needs to.
     fn config(&self) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
