@@ -44,7 +44,8 @@ async fn rows(url: &str, schema: &str) -> i64 {
         url,
         &format!(
             "SELECT (SELECT count(*) FROM {schema}.leases) + (SELECT count(*) FROM {schema}.permits) \
-             + (SELECT count(*) FROM {schema}.semaphores) + (SELECT count(*) FROM {schema}.line)"
+             + (SELECT count(*) FROM {schema}.semaphores) + (SELECT count(*) FROM {schema}.line) \
+             + (SELECT count(*) FROM {schema}.ended)"
         ),
     )
     .await
