@@ -83,6 +83,21 @@ class Broker:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def terminate(self, timeout: float = 20.0) -> None:
+        """SIGTERM, and waits for the exit: a graceful shutdown (waits end
+        with UNAVAILABLE, streams are told to go elsewhere), as Kubernetes
+        does on a rolling restart. Fails the test if the broker did not exit
+        cleanly within ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            pytest.fail(f"broker {self.address} did not exit within {timeout} s of SIGTERM")
+        assert code == 0, f"broker {self.address} exited with {code} after SIGTERM"
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
