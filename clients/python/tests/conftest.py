@@ -48,11 +48,12 @@ def broker_binary() -> str:
 
 class Broker:
     """A `leasehold serve --store memory` process (``store``: another store
-    URL); ``args`` are more serve flags (TLS files, an auth file)."""
+    URL); ``args`` are more serve flags (TLS files, an auth file); ``port``:
+    a given one (a broker restarted where it was), else a free one."""
 
-    def __init__(self, log_path: Path, args: Sequence[str] = (), store: str = "memory"):
+    def __init__(self, log_path: Path, args: Sequence[str] = (), store: str = "memory", port: Optional[int] = None):
         binary = broker_binary()
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.address = f"127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(

@@ -156,3 +156,81 @@ def test_when_every_broker_is_gone_the_wait_fails_unavailable_instead_of_spinnin
             waiting.result(timeout=30)
         assert time.monotonic() - started < 15
         assert e.value.code == grpc.StatusCode.UNAVAILABLE, e.value
+
+
+def test_an_endless_wait_keeps_its_place_across_a_rolling_restart_of_every_broker(redis, tmp_path, name):
+    """Both of the waiter's brokers restart gracefully, one after the other
+    (the first back before the second goes): the wait follows, and keeps its
+    place ahead of a caller that queued later, through a third broker."""
+    first = Broker(tmp_path / "first.log", store=redis.url)
+    second = Broker(tmp_path / "second.log", store=redis.url)
+    third = Broker(tmp_path / "third.log", store=redis.url)
+    brokers = [first, second, third]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool, \
+                Client([first.address, second.address]) as waiter, Client(third.address) as later, \
+                Client(third.address) as watcher:
+            holder = watcher.acquire(name, ttl=30, holder="holder")
+            one = pool.submit(waiter.acquire, name, 10, None, "first")
+            eventually(lambda: line(watcher, name) == (1, 0), 10.0, "the first waiter queued")
+            two = pool.submit(later.acquire, name, 10, None, "second")
+            eventually(lambda: line(watcher, name) == (2, 1), 10.0, "the second waiter queued behind it")
+
+            def waits_on(broker):
+                with Client(broker.address) as c:
+                    return c.describe(name).local_waiters == 1
+
+            first.terminate()
+            eventually(lambda: one.done() or waits_on(second), 10.0, "the waiter moved to the second broker")
+            assert not one.done(), f"the wait failed: {one.exception()!r}"
+            moved = time.monotonic()
+            first = Broker(tmp_path / "first-again.log", store=redis.url, port=first.port)
+            brokers.append(first)
+            # A precondition, not a synchronisation: the wait has been served
+            # by the second broker for a while (past _core._SERVED_FOR) when
+            # that one restarts, as in a real rolling restart.
+            time.sleep(max(0.0, moved + 1.5 - time.monotonic()))
+            second.terminate()
+            eventually(lambda: one.done() or waits_on(first), 10.0, "the waiter moved back to the restarted first")
+            assert not one.done(), f"the wait failed: {one.exception()!r}"
+            assert line(watcher, name) == (2, 1)
+
+            holder.release()
+            concurrent.futures.wait([one, two], timeout=10, return_when=concurrent.futures.FIRST_COMPLETED)
+            assert watcher.describe(name).holder == "first"
+            assert not two.done(), "the caller that queued later was served first"
+            one.result(timeout=10).release()
+            two.result(timeout=10).release()
+    finally:
+        for b in brokers:
+            b.stop()
+
+
+async def test_an_async_wait_cancelled_after_moving_leaves_no_place_behind(two_brokers, name):
+    """A wait that moved to the other broker after its own's shutdown, then
+    cancelled, leaves the line at once (not when a kept place would lapse)."""
+    first, second = two_brokers
+    async with AsyncClient([first.address, second.address]) as waiter, AsyncClient(second.address) as watcher:
+        holder = await watcher.acquire(name, ttl=30, holder="holder")
+
+        def in_line(expected):
+            async def check():
+                d = await watcher.describe(name)
+                return (d.waiters, d.local_waiters) == expected
+
+            return check
+
+        waiting = asyncio.ensure_future(waiter.acquire(name, ttl=10, wait=None))
+        await eventually_async(in_line((1, 0)), 10.0, "the waiter queued on the first broker")
+        await asyncio.get_running_loop().run_in_executor(None, first.terminate)
+
+        async def moved():
+            return waiting.done() or await in_line((1, 1))()
+
+        await eventually_async(moved, 10.0, "the waiter moved to the second broker")
+        assert not waiting.done(), waiting
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await eventually_async(in_line((0, 0)), 2.0, "the place was given up")
+        await holder.release()
