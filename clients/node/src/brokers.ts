@@ -5,7 +5,9 @@
 // could be made, so the request never left this process and sending it
 // elsewhere cannot apply it twice (as the Rust client's connect_any and the
 // Python client). Any other failure, the broker's own UNAVAILABLE included,
-// is the caller's to see.
+// is the caller's to see; the one exception is a waiting acquire or campaign
+// that its broker's graceful shutdown ended: the client's wait goes on on the
+// next replica, in the place in line the broker kept (client.ts, #waiting).
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -49,6 +51,14 @@ export function notConnected(err: unknown): boolean {
   return NOT_CONNECTED.some((text) => details.includes(text));
 }
 
+/** The replica that answered each failed call, by error (see answeredBy()). */
+const answerers = new WeakMap<object, number>();
+
+/** The index of the replica whose answer `err` is, if a Brokers call threw it. */
+export function answeredBy(err: unknown): number | undefined {
+  return typeof err === 'object' && err !== null ? answerers.get(err) : undefined;
+}
+
 export class Brokers {
   readonly targets: readonly string[];
   readonly #stubs: ServiceClient[];
@@ -78,9 +88,14 @@ export class Brokers {
 
   /** The replica at `index` could not be reached: move on to the next (unless another call already did). */
   unreachable(index: number): void {
+    this.moveOn(index, 'unreachable');
+  }
+
+  /** Calls go to the replica after the one at `index` (unless another call already moved on): it is `why` (unreachable, shutting down). */
+  moveOn(index: number, why: string): void {
     if (this.#stubs.length < 2 || this.#current !== index) return;
     this.#current = (index + 1) % this.#stubs.length;
-    this.#log(`broker ${this.targets[index]} unreachable; moving to ${this.targets[this.#current]}`);
+    this.#log(`broker ${this.targets[index]} ${why}; moving to ${this.targets[this.#current]}`);
   }
 
   /**
@@ -115,7 +130,9 @@ export class Brokers {
           attempts -= 1;
           continue;
         }
-        throw isServiceError(err) ? fromServiceError(err) : err;
+        const error = isServiceError(err) ? fromServiceError(err) : err;
+        if (typeof error === 'object' && error !== null) answerers.set(error, index);
+        throw error;
       }
     }
   }

@@ -18,8 +18,8 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { inspect } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
-import { Brokers, checkMs, isServiceError, notConnected } from './brokers';
-import { LeaseholdError, LeaseLost, abortError, fromServiceError, keptPlace, status, type LossReason } from './errors';
+import { Brokers, answeredBy, checkMs, isServiceError, notConnected } from './brokers';
+import { LeaseholdError, LeaseLost, abortError, fromServiceError, keptPlace, shuttingDown, status, type LossReason } from './errors';
 import { Lease, now, type Keeper } from './lease';
 import { LOSS_REASON, STATE } from './names';
 
@@ -27,6 +27,14 @@ import { LOSS_REASON, STATE } from './names';
 const DEFAULT_MAX_WAIT_MS = 300_000;
 const MAX_WAIT_LIMIT = /limit is (\d+(?:\.\d+)?) ?(ms|s|min|h) \(--max-wait\)/;
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, min: 60_000, h: 3_600_000 };
+
+/**
+ * A call answered "shutting down" later than this after it was sent had been
+ * waiting on that broker (served until the shutdown), not turned away on
+ * arrival by a broker already going: the replica it moves to starts a new
+ * round (see #waiting). As the Python client's _SERVED_FOR.
+ */
+const SERVED_FOR_MS = 1000;
 
 /** Whether a `waitMs` means "as long as it takes". */
 function endless(waitMs: number | null | undefined): boolean {
@@ -292,23 +300,47 @@ export class Client {
    * its place in line when its wait runs out, and the next sent at once in
    * that place (the broker keeps it 3 s). Returns the answer and the time
    * the granting call was sent (the lease's deadline counts from then).
+   *
+   * A broker's graceful shutdown (SIGTERM: a rolling restart) ends the call
+   * waiting on it with UNAVAILABLE "shutting down", and keeps the place of a
+   * call that asked to keep it, as for a wait that ran out: the wait goes on
+   * at once on the next replica, in that place. A finite wait keeps no place
+   * (its caller gives up when it runs out): it goes on at the back of the
+   * line there, for the time it has left. A place that lapsed meanwhile is
+   * no error either (the call joins at the back). Moving on stops when a
+   * whole round of replicas, one after the other, was unreachable or
+   * shutting down as the call arrived: no broker can serve the wait, and the
+   * caller gets that UNAVAILABLE, as for any call that reaches no broker.
    */
   async #waiting(method: string, request: object, waitMs: number | null, signal: AbortSignal | undefined): Promise<{ res: any; sent: number }> {
-    if (waitMs !== null) {
-      // The deadline counts from the time the request was *sent*.
-      const sent = now();
-      return { res: await this.#brokers.call(method, request, waitMs + this.timeoutMs, signal), sent };
-    }
+    const end = waitMs === null ? Infinity : now() + waitMs;
     let place = '';
+    // Replicas in a row whose shutdown turned the call away on arrival.
+    let unserved = 0;
+    let first = true;
     for (;;) {
-      const segment = this.#maxWaitMs;
       const sent = now();
+      // The deadline counts from the time the request was *sent*.
+      const segment = waitMs === null ? this.#maxWaitMs : first ? waitMs : Math.max(0, Math.round(end - sent));
+      first = false;
+      const call = waitMs === null ? { ...request, wait_timeout_ms: segment, keep_place: true, place } : { ...request, wait_timeout_ms: segment };
       try {
-        const chained = { ...request, wait_timeout_ms: segment, keep_place: true, place };
-        return { res: await this.#brokers.call(method, chained, segment + this.timeoutMs, signal), sent };
+        return { res: await this.#brokers.call(method, call, segment + this.timeoutMs, signal), sent };
       } catch (err) {
         if (!(err instanceof LeaseholdError)) throw err;
+        if (shuttingDown(err)) {
+          const kept = keptPlace(err);
+          if (kept) place = kept; // kept by the broker going away: wait there on the next one
+          if (now() - sent >= SERVED_FOR_MS) unserved = 0; // it was waiting there: a new round starts
+          const index = answeredBy(err);
+          if (index === undefined || unserved + 1 >= this.#brokers.size) throw err;
+          unserved += 1;
+          this.#brokers.moveOn(index, 'shutting down');
+          continue;
+        }
+        if (waitMs !== null) throw err;
         if (err.code === status.ABORTED) {
+          unserved = 0; // a broker served the whole call
           const kept = keptPlace(err);
           if (kept) place = kept; // the next call waits there
           else if (now() - sent < 0.9 * segment) throw err; // not a wait that ran out

@@ -63,27 +63,40 @@ export class LeaseLost extends LeaseholdError {
 }
 
 /**
- * The places in line that ABORTED calls kept (keep_place), by error: kept off
- * the error object itself, since a place is a secret like an owner token (it
+ * The places in line that calls kept (keep_place), by error: kept off the
+ * error object itself, since a place is a secret like an owner token (it
  * becomes one when granted) and errors get logged.
  */
 const keptPlaces = new WeakMap<LeaseholdError, string>();
 
-/** The place an ABORTED call kept in line (its `leasehold-place` trailing metadata), if any. */
+/**
+ * The place a call kept in line (its `leasehold-place` trailing metadata), if
+ * any: an ABORTED call whose wait ran out, or an UNAVAILABLE one that its
+ * broker's shutdown ended.
+ */
 export function keptPlace(err: unknown): string | undefined {
   return err instanceof LeaseholdError ? keptPlaces.get(err) : undefined;
 }
 
+/**
+ * What a broker says when its graceful shutdown (SIGTERM) ends a call: it is
+ * going away, and another replica can serve the call (the broker's
+ * Leases::begin_shutdown).
+ */
+const SHUTTING_DOWN = 'the broker is shutting down';
+
+/** Whether the broker ended the call because it is shutting down (UNAVAILABLE, saying so). */
+export function shuttingDown(err: unknown): boolean {
+  return err instanceof LeaseholdError && err.code === status.UNAVAILABLE && err.details.includes(SHUTTING_DOWN);
+}
+
 /** Turns a failed call into the matching error. */
 export function fromServiceError(err: ServiceError): LeaseholdError {
-  if (err.code === status.ABORTED) {
-    const error = new NotAcquired(err.details);
-    const place = err.metadata?.get('leasehold-place')[0];
-    if (typeof place === 'string' && place) keptPlaces.set(error, place);
-    return error;
-  }
   const name = status[err.code] ?? 'UNKNOWN';
-  return new LeaseholdError(`${name}: ${err.details}`, err.code, err.details);
+  const error = err.code === status.ABORTED ? new NotAcquired(err.details) : new LeaseholdError(`${name}: ${err.details}`, err.code, err.details);
+  const place = err.metadata?.get('leasehold-place')[0];
+  if (typeof place === 'string' && place) keptPlaces.set(error, place);
+  return error;
 }
 
 /** The error an aborted wait rejects with: the signal's reason, as Node's own APIs do. */

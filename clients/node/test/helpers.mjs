@@ -66,6 +66,18 @@ function child(command, args, ready, what) {
     async kill() {
       if (!gone) { proc.kill('SIGKILL'); await exited; }
     },
+    // SIGTERM, and the exit: a graceful shutdown (a rolling restart). Throws
+    // unless it exits cleanly within 20 s.
+    async terminate() {
+      if (gone) return;
+      proc.kill('SIGTERM');
+      let timer;
+      const late = new Promise((resolve) => { timer = setTimeout(resolve, 20_000); });
+      const end = await Promise.race([exited, late]);
+      clearTimeout(timer);
+      if (!end) { proc.kill('SIGKILL'); throw new Error(`${what} did not exit within 20 s of SIGTERM: ${output}`); }
+      if (end.code !== 0) throw new Error(`${what} exited with ${JSON.stringify(end)} after SIGTERM: ${output}`);
+    },
   };
 }
 
@@ -83,6 +95,7 @@ export async function startBroker(args = [], { store = 'memory' } = {}) {
     address,
     port,
     kill: proc.kill,
+    terminate: proc.terminate,
     output: proc.output,
     // The broker's /metrics page (Prometheus text format).
     metrics: () => new Promise((resolve, reject) => {

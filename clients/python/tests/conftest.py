@@ -48,11 +48,12 @@ def broker_binary() -> str:
 
 class Broker:
     """A `leasehold serve --store memory` process (``store``: another store
-    URL); ``args`` are more serve flags (TLS files, an auth file)."""
+    URL); ``args`` are more serve flags (TLS files, an auth file); ``port``:
+    a given one (a broker restarted where it was), else a free one."""
 
-    def __init__(self, log_path: Path, args: Sequence[str] = (), store: str = "memory"):
+    def __init__(self, log_path: Path, args: Sequence[str] = (), store: str = "memory", port: Optional[int] = None):
         binary = broker_binary()
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.address = f"127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
@@ -82,6 +83,21 @@ class Broker:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+
+    def terminate(self, timeout: float = 20.0) -> None:
+        """SIGTERM, and waits for the exit: a graceful shutdown (waits end
+        with UNAVAILABLE, streams are told to go elsewhere), as Kubernetes
+        does on a rolling restart. Fails the test if the broker did not exit
+        cleanly within ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            pytest.fail(f"broker {self.address} did not exit within {timeout} s of SIGTERM")
+        assert code == 0, f"broker {self.address} exited with {code} after SIGTERM"
 
     def stop(self) -> None:
         if self.proc.poll() is None:

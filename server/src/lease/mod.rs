@@ -361,6 +361,10 @@ impl Leases {
                     holder = %spec.holder, token = %crate::redact::Redacted(&spec.token), "granted"
                 );
             }
+            // A place kept at shutdown is no refusal (nothing was counted
+            // for a shutdown before places were kept at it).
+            Err(Error::PlaceKept { refusal, .. }) if matches!(**refusal, Error::Unavailable(_)) => {
+            }
             Err(
                 Error::Held { .. }
                 | Error::LockDelay { .. }
@@ -443,8 +447,13 @@ impl Leases {
         let result = self
             .wait_in_line(who, name, spec, (started, deadline), early, reply, unknown)
             .await;
-        // Only the end of the wait (the refusals below) keeps the place: a
-        // caller that left, a shutdown or a failure gives it up as usual.
+        // Only the end of the wait (the refusals below) keeps the place, and
+        // this broker's shutdown: the caller goes on waiting in it on another
+        // replica, as after a wait that ran out (a rolling restart must not
+        // send the waiters of the restarted replica to the back of the line).
+        // A caller that left or a failure gives it up as usual. A failure
+        // whose outcome is unknown (`unknown`: the attempt may have granted)
+        // never keeps it: the token is released later instead.
         let result = match result {
             Err(
                 refusal @ (Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. }),
@@ -455,6 +464,19 @@ impl Leases {
                 );
                 return Err(Error::PlaceKept {
                     refusal: Box::new(refusal),
+                    place: crate::error::KeptPlace(spec.token.clone()),
+                    kept_ms: crate::store::QUEUE_LIFETIME.as_millis() as u64,
+                });
+            }
+            Err(shutdown @ Error::Unavailable(_))
+                if keep_place && !*unknown && *self.inner.shutdown.borrow() =>
+            {
+                tracing::debug!(
+                    lock = %spec.name, token = %crate::redact::Redacted(&spec.token),
+                    "shutting down; place in line kept"
+                );
+                return Err(Error::PlaceKept {
+                    refusal: Box::new(shutdown),
                     place: crate::error::KeptPlace(spec.token.clone()),
                     kept_ms: crate::store::QUEUE_LIFETIME.as_millis() as u64,
                 });
@@ -908,6 +930,64 @@ mod tests {
             matches!(result, Err(Error::Unavailable(ref m)) if m.contains("shutting down")),
             "{result:?}"
         );
+        assert_eq!(metrics.waiters.get(), 0);
+    }
+
+    /// A wait that asked to keep its place keeps it when the shutdown ends
+    /// it (UNAVAILABLE carrying the place), so that the caller waits on in
+    /// it on another replica; without keep_place it is given up.
+    #[tokio::test]
+    async fn shutdown_keeps_the_place_of_a_wait_that_asked_to_keep_it() {
+        let (leases, metrics) = leases();
+        let args = |holder: &str, wait, keep_place| AcquireArgs {
+            name: "restarting".into(),
+            ttl_ms: 60_000,
+            holder: holder.into(),
+            wait_timeout_ms: wait,
+            keep_place,
+            ..Default::default()
+        };
+        let caller = Caller::local();
+        leases
+            .acquire(&caller, args("holder", 0, false))
+            .await
+            .unwrap();
+        let waiting = |holder: &'static str, keep| {
+            let (leases, caller) = (leases.clone(), caller.clone());
+            tokio::spawn(async move { leases.acquire(&caller, args(holder, 60_000, keep)).await })
+        };
+        let local_waiters = || async {
+            let d = leases.describe(&caller, "", "restarting").await.unwrap();
+            (d.waiters, d.local_waiters)
+        };
+        let keeping = waiting("keeping", true);
+        while local_waiters().await != (1, 1) {
+            tokio::task::yield_now().await;
+        }
+        let leaving = waiting("leaving", false);
+        while local_waiters().await != (2, 2) {
+            tokio::task::yield_now().await;
+        }
+        leases.begin_shutdown();
+        let kept = keeping.await.unwrap();
+        let Err(Error::PlaceKept { refusal, place, .. }) = kept else {
+            panic!("{kept:?}")
+        };
+        assert!(
+            matches!(*refusal, Error::Unavailable(ref m) if m.contains("shutting down")),
+            "{refusal:?}"
+        );
+        let left = leaving.await.unwrap();
+        assert!(matches!(left, Err(Error::Unavailable(_))), "{left:?}");
+        // The kept place is still in line, nobody waits here any more.
+        assert_eq!(local_waiters().await, (1, 0));
+        let status = tonic::Status::from(Error::PlaceKept {
+            refusal,
+            place,
+            kept_ms: 3_000,
+        });
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.metadata().get("leasehold-place").is_some());
         assert_eq!(metrics.waiters.get(), 0);
     }
 }

@@ -555,7 +555,7 @@ class AsyncClient:
                         break
                     if not isinstance(error, grpc.RpcError):
                         raise error
-                    failure = chain.failed(c, error, brokers.unreachable, time.monotonic())
+                    failure = chain.failed(c, error, brokers.move_on, time.monotonic())
                     if failure is not None:
                         raise failure from None
                 if granted is None and chain.calls:

@@ -4,7 +4,11 @@ Calls go to the current replica and move on to the next only when it cannot
 be reached: gRPC failed the call with UNAVAILABLE because no connection could
 be made, so the request never left this process and sending it elsewhere
 cannot apply it twice (as the Rust client's ``connect_any``). Any other
-failure, the broker's own UNAVAILABLE included, is the caller's to see.
+failure, the broker's own UNAVAILABLE included, is the caller's to see; the
+one exception is a waiting Acquire or Campaign that its broker's graceful
+shutdown ended (:func:`shutting_down`): the chain of calls of that wait
+(``_core.Chain``) goes on on the next replica, in the place in line the
+broker kept for it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,22 @@ log = logging.getLogger("leasehold")
 # address could be connected to (refused, TLS handshake failed, the
 # connection attempt timed out), or the name did not resolve.
 _NOT_CONNECTED = ("failed to connect to all addresses", "DNS resolution failed")
+
+
+# What a broker says when a graceful shutdown (SIGTERM) ends a call: it
+# answered, so the request arrived, but it is going away and says to go on
+# on another replica (server/src/lease/mod.rs, Leases::begin_shutdown).
+_SHUTTING_DOWN = "the broker is shutting down"
+
+
+def shutting_down(error: BaseException) -> bool:
+    """Whether the broker ended a call because it is shutting down
+    (UNAVAILABLE, saying so): another replica can serve it."""
+    code = error.code() if hasattr(error, "code") else None
+    if code != grpc.StatusCode.UNAVAILABLE:
+        return False
+    details = (error.details() if hasattr(error, "details") else "") or ""
+    return _SHUTTING_DOWN in details
 
 
 def not_connected(error: BaseException) -> bool:
@@ -66,6 +86,12 @@ class Brokers:
     def unreachable(self, index: int) -> None:
         """The replica at ``index`` could not be reached: move on to the next
         (unless another caller already did)."""
+        self.move_on(index, "unreachable")
+
+    def move_on(self, index: int, why: str) -> None:
+        """Calls go to the replica after the one at ``index`` (unless another
+        caller already moved on): it is ``why`` (unreachable, shutting
+        down)."""
         if len(self._stubs) < 2:
             return
         with self._lock:
@@ -73,7 +99,7 @@ class Brokers:
                 return
             self._current = (index + 1) % len(self._stubs)
             moved_to = self._current
-        log.info("broker %s unreachable; moving to %s", self.targets[index], self.targets[moved_to])
+        log.info("broker %s %s; moving to %s", self.targets[index], why, self.targets[moved_to])
 
     def call(self, method: str, request, timeout: float):
         """A unary call on the current replica, moving on to the next while

@@ -227,7 +227,7 @@ class Client:
                     if error is None:
                         granted = call
                         break
-                    failure = chain.failed(call, error, self._brokers.unreachable, time.monotonic())
+                    failure = chain.failed(call, error, self._brokers.move_on, time.monotonic())
                     if failure is not None:
                         raise failure from None
                 if granted is None and not chain.needs_call(time.monotonic()):

@@ -407,10 +407,33 @@ class ChainCall:
     index: int
 
 
+#: A chain's call answered "shutting down" later than this after it was
+#: sent had been waiting on that broker (it was served until the shutdown),
+#: not turned away on arrival by a broker already going: the broker it moves
+#: to starts a new round of replicas (see :meth:`Chain.failed`). A broker
+#: that is shutting down answers a new call at once (its attempt, then the
+#: shutdown it already knows of); a second is far above that, and far below
+#: a wait worth keeping.
+_SERVED_FOR = 1.0
+
+
 class Chain:
     """The decisions of one acquire or campaign (see :class:`WaitPlan`): when to send a
     call, what to make of each failed one. Both clients drive it, each with
-    its own I/O; it is not thread-safe (one driver at a time)."""
+    its own I/O; it is not thread-safe (one driver at a time).
+
+    A broker's graceful shutdown (SIGTERM: a rolling restart) ends the
+    call waiting on it with UNAVAILABLE "shutting down", and, the call having
+    asked to keep its place, keeps the place for it (``leasehold-place``, as
+    for a wait that ran out). The chain treats that as a wait that ran out:
+    the next call, sent at once, waits in that place, on the next replica.
+    The last call of a finite wait keeps no place (see :class:`WaitPlan`):
+    its next call joins the line at the back, within the caller's deadline.
+    A place that lapsed meanwhile (3 s) is no error either: the call joins at
+    the back and waits on. Moving on stops when a whole round of replicas,
+    one after the other, could not be reached or was shutting down: then no
+    broker can serve the wait, and the caller gets the last error
+    (UNAVAILABLE), as for any call that reaches no broker."""
 
     def __init__(self, method: str, request, wait: Optional[float], max_wait: float, replicas: int):
         #: "Acquire" or "Campaign": both wait in a line, and answer a lease
@@ -421,7 +444,9 @@ class Chain:
         #: The call in flight, if any (a list: the drivers iterate over it).
         self.calls: List[ChainCall] = []
         self._replicas = replicas
-        self._unreached = 0
+        # Replicas in a row that could not serve the wait (unreachable, or
+        # shutting down as the call arrived); a round of them ends it.
+        self._unserved = 0
         # The place the last call kept in line ("" before one did). Kept
         # across a failed call too: sent again (to another replica, say)
         # within the broker's 3 s, it still finds its position.
@@ -440,16 +465,32 @@ class Chain:
     def sent(self, handle: Any, sent: float, segment: float, index: int) -> None:
         self.calls.append(ChainCall(handle, sent, segment, index))
 
-    def failed(self, call: ChainCall, error: grpc.RpcError, unreachable, now: float) -> Optional[LeaseholdError]:
+    def failed(self, call: ChainCall, error: grpc.RpcError, move_on, now: float) -> Optional[LeaseholdError]:
         """The call of the chain failed (it is no longer in flight). Returns
         the error to raise, or None if the chain goes on: the driver sends
-        the next call (see :meth:`needs_call`). ``unreachable(index)`` moves
-        the client off a replica that could not be reached."""
+        the next call (see :meth:`needs_call`). ``move_on(index, why)``
+        moves the client off a replica that could not be reached or is
+        shutting down."""
         self.calls.remove(call)
         code = error.code()
+        # Deferred import: _brokers imports the generated stubs' module.
+        from ._brokers import not_connected, shutting_down
+
+        if shutting_down(error):
+            place = place_from(error)
+            if place:
+                self._place = place  # kept by the broker going away: wait there elsewhere
+            if now - call.sent >= _SERVED_FOR:
+                self._unserved = 0  # it was waiting there: a new round starts
+            if self._unserved + 1 < self._replicas:
+                self._unserved += 1
+                move_on(call.index, "shutting down")
+                return None
+            return from_rpc_error(error)
         if code == grpc.StatusCode.ABORTED:
             if self.plan.over(now):
                 return from_rpc_error(error)
+            self._unserved = 0  # a broker served the whole call
             place = place_from(error)
             if place:
                 self._place = place  # its wait ran out; the next call waits there
@@ -464,11 +505,8 @@ class Chain:
             learnt = self.plan.max_wait / 2 if self.plan.max_wait > 0.5 else None
         if learnt is not None and self.plan.learnt(learnt):
             return None
-        # Deferred import: _brokers imports the generated stubs' module.
-        from ._brokers import not_connected
-
-        if not_connected(error) and self._unreached + 1 < self._replicas:
-            self._unreached += 1
-            unreachable(call.index)
+        if not_connected(error) and self._unserved + 1 < self._replicas:
+            self._unserved += 1
+            move_on(call.index, "unreachable")
             return None
         return from_rpc_error(error)
