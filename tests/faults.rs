@@ -6,31 +6,12 @@ use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 
-use common::{acquire_req, must_acquire, Broker, PostgresServer, RedisServer};
+use common::{acquire_req, await_health, must_acquire, Broker, PostgresServer, RedisServer};
 use leasehold_server::proto::leasehold_service_client::LeaseholdServiceClient;
-use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic_health::pb::{
     health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
 };
-
-/// Follows the broker's health (service "") until it reports `want`.
-async fn await_health(
-    stream: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
-    want: ServingStatus,
-) {
-    let wait = async {
-        while let Some(update) = stream.next().await {
-            if update.expect("health update").status() == want {
-                return;
-            }
-        }
-        panic!("health stream ended before {want:?}");
-    };
-    tokio::time::timeout(Duration::from_secs(15), wait)
-        .await
-        .unwrap_or_else(|_| panic!("health never became {want:?}"));
-}
 
 async fn watch_health(broker: &Broker) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
     HealthClient::new(broker.channel().await)

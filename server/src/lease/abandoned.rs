@@ -238,20 +238,9 @@ async fn look(abandoned: Arc<Abandoned>, inner: Weak<Inner>) {
 mod tests {
     use super::*;
     use crate::{
-        lease::{AcquireArgs, Caller, Limits},
+        lease::{tests::leases, AcquireArgs, Caller},
         metrics::Metrics,
-        store::{MemoryStore, Store},
     };
-
-    fn leases() -> (Leases, Metrics) {
-        let metrics = Metrics::new();
-        let leases = Leases::new(
-            Store::Memory(MemoryStore::new()),
-            Limits::default(),
-            Arc::new(metrics.clone()),
-        );
-        (leases, metrics)
-    }
 
     async fn grant(leases: &Leases, name: &str, ttl_ms: u64) -> String {
         let args = AcquireArgs {

@@ -843,7 +843,7 @@ mod tests {
     use crate::{metrics::Metrics, store::MemoryStore};
 
     /// A lease service on the memory store, and the metrics it reports to.
-    fn leases() -> (Leases, Metrics) {
+    pub(super) fn leases() -> (Leases, Metrics) {
         let metrics = Metrics::new();
         let leases = Leases::new(
             Store::Memory(MemoryStore::new()),

@@ -808,3 +808,24 @@ pub async fn brokers_on_each_store() -> Vec<(&'static str, Broker, Option<StoreS
         ),
     ]
 }
+
+/// Follows a broker's health stream (a `grpc.health.v1` Watch) until it
+/// reports `want`, for at most 15 s: health changes at a store ping, an
+/// event the stream delivers.
+pub async fn await_health(
+    stream: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
+    want: tonic_health::pb::health_check_response::ServingStatus,
+) {
+    use tokio_stream::StreamExt;
+    let wait = async {
+        while let Some(update) = stream.next().await {
+            if update.expect("health update").status() == want {
+                return;
+            }
+        }
+        panic!("health stream ended before {want:?}");
+    };
+    tokio::time::timeout(Duration::from_secs(15), wait)
+        .await
+        .unwrap_or_else(|_| panic!("health never became {want:?}"));
+}
