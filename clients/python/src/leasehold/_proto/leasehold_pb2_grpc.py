@@ -161,8 +161,11 @@ class LeaseholdServiceServicer(object):
         their TTL; they are not released early, so a broker restart or a network
         blip does not hand the lock to someone else. A client may open a new
         stream, to this or any other broker replica, and resume its leases with
-        their owner tokens as long as they have not expired. Ending the stream
-        cleanly (half-close) after releasing the leases is not a loss.
+        their owner tokens as long as they have not expired. However the stream
+        ends (a half-close, a reset, a broken connection), the broker looks at
+        each lease it renewed a little past its TTL and counts it in
+        lease_lost_total{reason="expired"} if it ran out there unrenewed; a
+        lease released first, or resumed on another stream, is not a loss.
 
         Limits: at most --max-stream-leases leases per heartbeat (the stream is
         ended with RESOURCE_EXHAUSTED past it), and heartbeats beyond
