@@ -74,6 +74,17 @@ async fn broker_on(url: &str) -> Broker {
     Broker::start_with(url, |c| c.store_timeout = STORE_TIMEOUT).await
 }
 
+/// A Redis, a proxy in front of it, a broker reaching Redis through the
+/// proxy (whose traffic a test holds back), and an observer broker on
+/// Redis directly (which sees what Redis really holds).
+async fn behind_a_proxy() -> (RedisServer, Proxy, Broker, Broker) {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await;
+    let broker = broker_on(&format!("redis://{}/", proxy.addr())).await;
+    let observer = Broker::start(&redis.url()).await;
+    (redis, proxy, broker, observer)
+}
+
 /// Redis stalls (`DEBUG SLEEP 2`, longer than the store timeout) while an
 /// Acquire is sent: the caller gets UNAVAILABLE, Redis grants when it wakes,
 /// and the broker releases that grant within the store timeout + 1 s of
@@ -153,12 +164,8 @@ async fn a_grant_made_after_its_call_timed_out_is_released_when_redis_answers() 
 /// releases it within the store timeout + 1 s.
 #[tokio::test]
 async fn a_grant_whose_answer_was_held_back_is_released_when_answers_flow() {
-    let redis = RedisServer::start();
-    let proxy = Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await;
-    let broker = broker_on(&format!("redis://{}/", proxy.addr())).await;
-    let observer = Broker::start(&redis.url()).await;
-    let mut client = broker.client().await;
-    let mut watcher = observer.client().await;
+    let (_redis, proxy, broker, observer) = behind_a_proxy().await;
+    let (mut client, mut watcher) = (broker.client().await, observer.client().await);
     must_acquire(&mut client, "warm-up", TTL_MS).await;
 
     proxy.hold_answers();
@@ -197,12 +204,8 @@ async fn a_grant_whose_answer_was_held_back_is_released_when_answers_flow() {
 /// it.
 #[tokio::test]
 async fn a_waiters_grant_that_timed_out_is_released_when_answers_flow() {
-    let redis = RedisServer::start();
-    let proxy = Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await;
-    let broker = broker_on(&format!("redis://{}/", proxy.addr())).await;
-    let observer = Broker::start(&redis.url()).await;
-    let mut client = broker.client().await;
-    let mut watcher = observer.client().await;
+    let (redis, proxy, broker, observer) = behind_a_proxy().await;
+    let (mut client, mut watcher) = (broker.client().await, observer.client().await);
     // The held-back answer must be the granting attempt's. If the waiter's
     // previous (blocked) attempt had run in Redis but its answer was still
     // on its way when answers were held (a loaded machine), that answer is
@@ -389,12 +392,8 @@ async fn a_postgres_acquire_that_arrives_after_its_call_failed_grants_nothing() 
 /// flowing again.
 #[tokio::test]
 async fn a_redis_acquire_that_arrives_after_its_call_failed_is_released_after_it() {
-    let redis = RedisServer::start();
-    let proxy = Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await;
-    let broker = broker_on(&format!("redis://{}/", proxy.addr())).await;
-    let observer = Broker::start(&redis.url()).await;
-    let mut client = broker.client().await;
-    let mut watcher = observer.client().await;
+    let (_redis, proxy, broker, observer) = behind_a_proxy().await;
+    let (mut client, mut watcher) = (broker.client().await, observer.client().await);
     must_acquire(&mut client, "warm-up", TTL_MS).await;
 
     proxy.hold_requests_of_open_connections();
