@@ -13,6 +13,7 @@ pub mod contract;
 pub mod etcd;
 pub mod history;
 pub mod keepalive;
+pub mod model;
 pub mod postgres;
 pub mod proxy;
 pub mod topology;

@@ -1,0 +1,434 @@
+//! Is a history linearizable against the model? Wing and Gong's search
+//! ("Testing and verifying concurrent objects", 1993) with Lowe's
+//! memoization of visited configurations ("Testing for linearizability",
+//! 2017), per name: a name's calls never touch another name's state, so the
+//! history splits by name (P-compositionality) and each search stays small.
+//!
+//! Why this and not stateright's `LinearizabilityTester` or porcupine: the
+//! model is nondeterministic (a step returns every state an uncertain
+//! instant allows) and time-aware (a call's effect window narrows spans in
+//! the state), which a tester built for deterministic sequential specs
+//! cannot express; the search itself is 100 lines.
+//!
+//! The search: take the calls in invocation order; any call invoked before
+//! every pending call returned may be linearized next; try it, with each
+//! state the model allows, and go on; a configuration (calls done, state)
+//! seen before is not searched twice. A failure names the call that could
+//! not be placed, and [`minimize`] shrinks the history to a small one that
+//! still fails there.
+
+use std::{
+    collections::{HashMap, HashSet},
+    hash::{Hash, Hasher},
+};
+
+use super::{
+    history::{format_op, Op},
+    spec::{Answer, Call, Context, Micros, Name, Span, Window, PLACE_LINGER},
+};
+
+/// How long before its answer an ABORTED wait's last look at the name may
+/// have been: the broker answers at the end of the wait, right after it.
+pub const WAIT_TAIL: Micros = 1_000_000;
+
+/// How many configurations one name's search may visit before it gives up
+/// (a history too tangled to decide is reported, never passed).
+pub const BUDGET: u64 = 3_000_000;
+
+/// The outcome of checking one name's history.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Linearizable; the configurations visited.
+    Ok { visited: u64 },
+    /// Not: the index (in the name's calls, by invocation) of a call that
+    /// could not be placed after the longest linearizable prefix found.
+    Violation { stuck: Vec<usize>, prefix: usize },
+    /// The search ran out of budget.
+    GaveUp { visited: u64 },
+}
+
+/// A name's calls, in invocation order, with their effect windows.
+struct Entry<'a> {
+    op: &'a Op,
+    window: Window,
+}
+
+/// Where, in its call, an answer says the call took effect.
+fn window_of(op: &Op) -> Window {
+    let mut from = op.invoked;
+    if let (Call::Acquire { wait_ms, .. }, Answer::Aborted) = (&op.call, &op.answer) {
+        if *wait_ms > 0 {
+            from = from.max(op.returned - WAIT_TAIL);
+        }
+    }
+    Window { from, to: op.returned }
+}
+
+/// The name's line: when each waiter may stand in it.
+struct Line {
+    waits: Vec<(usize, Span)>,
+}
+
+impl Line {
+    fn of(entries: &[Entry]) -> Line {
+        let waits = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match &e.op.call {
+                Call::Acquire { wait_ms, keep_place, .. } if *wait_ms > 0 => {
+                    let linger = match e.op.answer {
+                        Answer::Granted { .. } => 0,
+                        Answer::Unknown => PLACE_LINGER,
+                        _ if *keep_place => PLACE_LINGER,
+                        _ => 200_000,
+                    };
+                    Some((i, Span::new(e.op.invoked, e.op.returned + linger)))
+                }
+                _ => None,
+            })
+            .collect();
+        Line { waits }
+    }
+}
+
+struct LineContext<'a> {
+    line: &'a Line,
+    me: usize,
+}
+
+impl Context for LineContext<'_> {
+    fn line_may_be_busy(&self, during: Span) -> bool {
+        self.line
+            .waits
+            .iter()
+            .any(|(i, s)| *i != self.me && s.lo <= during.hi && during.lo <= s.hi)
+    }
+}
+
+struct Search<'a> {
+    entries: Vec<Entry<'a>>,
+    line: Line,
+    done: Vec<bool>,
+    memo: HashSet<(u64, u64)>,
+    visited: u64,
+    deepest: usize,
+    stuck: Vec<usize>,
+}
+
+fn key(done: &[bool], state: &Name) -> (u64, u64) {
+    let mut a = std::collections::hash_map::DefaultHasher::new();
+    let mut b = std::collections::hash_map::DefaultHasher::new();
+    0xA5u8.hash(&mut b);
+    done.hash(&mut a);
+    state.hash(&mut a);
+    done.hash(&mut b);
+    state.hash(&mut b);
+    (a.finish(), b.finish())
+}
+
+impl Search<'_> {
+    /// `Some(true)` linearizable, `Some(false)` not, `None` out of budget.
+    fn dfs(&mut self, state: &Name, remaining: usize, first: usize) -> Option<bool> {
+        if remaining == 0 {
+            return Some(true);
+        }
+        let k = key(&self.done, state);
+        if self.memo.contains(&k) {
+            return Some(false);
+        }
+        self.visited += 1;
+        if self.visited > BUDGET {
+            return None;
+        }
+        let mut first = first;
+        while self.done[first] {
+            first += 1;
+        }
+        // Candidates: invoked before every pending call returned.
+        let mut candidates = Vec::new();
+        let mut min_to = Micros::MAX;
+        for j in first..self.entries.len() {
+            if self.done[j] {
+                continue;
+            }
+            let w = self.entries[j].window;
+            if w.from > min_to {
+                break;
+            }
+            min_to = min_to.min(w.to);
+            candidates.push(j);
+        }
+        let depth = self.entries.len() - remaining;
+        if depth >= self.deepest {
+            if depth > self.deepest {
+                self.stuck.clear();
+            }
+            self.deepest = depth;
+        }
+        for &j in &candidates {
+            let entry = &self.entries[j];
+            let ctx = LineContext { line: &self.line, me: j };
+            let nexts = state.step(&entry.op.call, &entry.op.answer, entry.window, &ctx);
+            if nexts.is_empty() && depth == self.deepest && !self.stuck.contains(&j) {
+                self.stuck.push(j);
+            }
+            for next in nexts {
+                self.done[j] = true;
+                let found = self.dfs(&next, remaining - 1, first);
+                self.done[j] = false;
+                match found {
+                    Some(false) => {}
+                    other => return other,
+                }
+            }
+        }
+        self.memo.insert(k);
+        Some(false)
+    }
+}
+
+/// Checks one name's calls (any order; they are sorted here).
+pub fn check(ops: &[Op]) -> Verdict {
+    let mut entries: Vec<Entry> = ops.iter().map(|op| Entry { op, window: window_of(op) }).collect();
+    entries.sort_by_key(|e| (e.window.from, e.window.to));
+    let line = Line::of(&entries);
+    let n = entries.len();
+    let mut search = Search {
+        entries,
+        line,
+        done: vec![false; n + 1],
+        memo: HashSet::new(),
+        visited: 0,
+        deepest: 0,
+        stuck: Vec::new(),
+    };
+    // A sentinel done slot past the end keeps `first` in bounds.
+    search.done[n] = true;
+    match search.dfs(&Name::default(), n, 0) {
+        Some(true) => Verdict::Ok { visited: search.visited },
+        Some(false) => Verdict::Violation {
+            stuck: search.stuck.iter().map(|&j| index_of(ops, search.entries[j].op)).collect(),
+            prefix: search.deepest,
+        },
+        None => Verdict::GaveUp { visited: search.visited },
+    }
+}
+
+fn index_of(ops: &[Op], op: &Op) -> usize {
+    ops.iter().position(|o| std::ptr::eq(o, op)).expect("an op of the history")
+}
+
+/// Runs `check` on a thread with a deep stack (the search recurses once
+/// per call of the name).
+pub fn check_deep(ops: Vec<Op>) -> (Vec<Op>, Verdict) {
+    std::thread::Builder::new()
+        .stack_size(512 << 20)
+        .spawn(move || {
+            let verdict = check(&ops);
+            (ops, verdict)
+        })
+        .expect("a checker thread")
+        .join()
+        .expect("the checker does not panic")
+}
+
+/// Splits a history by name.
+pub fn by_name(ops: &[Op]) -> HashMap<String, Vec<Op>> {
+    let mut names: HashMap<String, Vec<Op>> = HashMap::new();
+    for op in ops {
+        if op.call == Call::Wipe {
+            continue;
+        }
+        names.entry(op.name.clone()).or_default().push(op.clone());
+    }
+    // A wipe loses every name's data.
+    for op in ops.iter().filter(|op| op.call == Call::Wipe) {
+        for (name, list) in names.iter_mut() {
+            let mut wipe = op.clone();
+            wipe.name = name.clone();
+            list.push(wipe);
+        }
+    }
+    names
+}
+
+/// Shrinks a failing history to a smaller one that still fails at the same
+/// call (`stuck`, an op of `ops`): first the shortest prefix (by
+/// invocation) that fails, then dropping one lease's calls at a time (a
+/// grant and every call with its token) or one other call, while it still
+/// fails there. Bounded: at most `tries` checks.
+pub fn minimize(ops: &[Op], stuck: &Op, tries: usize) -> Vec<Op> {
+    let fails_at = |ops: &[Op]| match check(ops) {
+        Verdict::Violation { stuck: s, .. } => s.iter().any(|&i| &ops[i] == stuck),
+        _ => false,
+    };
+    let mut ops: Vec<Op> = ops.to_vec();
+    ops.sort_by_key(|o| o.invoked);
+    let mut budget = tries;
+    // The calls invoked after the stuck one cannot matter to placing it
+    // except by their windows: drop those invoked after it returned.
+    ops.retain(|o| o.invoked <= stuck.returned);
+    // Units: a grant with the calls of its token; any other call alone.
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    let mut of_token: HashMap<u32, usize> = HashMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        let token = match (&op.call, &op.answer) {
+            (_, Answer::Granted { token, .. }) => Some(*token),
+            (Call::Renew { token, .. } | Call::Beat { token, .. } | Call::Release { token }, _) => Some(*token),
+            _ => None,
+        };
+        match token.and_then(|t| of_token.get(&t).copied().map(|u| (t, u))) {
+            Some((_, u)) => units[u].push(i),
+            None => {
+                if let Some(t) = token {
+                    of_token.insert(t, units.len());
+                }
+                units.push(vec![i]);
+            }
+        }
+    }
+    let mut keep = vec![true; ops.len()];
+    for unit in units.iter().rev() {
+        if budget == 0 {
+            break;
+        }
+        if unit.iter().any(|&i| &ops[i] == stuck) {
+            continue;
+        }
+        for &i in unit {
+            keep[i] = false;
+        }
+        let trial: Vec<Op> = ops.iter().zip(&keep).filter(|(_, k)| **k).map(|(o, _)| o.clone()).collect();
+        budget -= 1;
+        if !fails_at(&trial) {
+            for &i in unit {
+                keep[i] = true;
+            }
+        }
+    }
+    ops.into_iter().zip(keep).filter(|(_, k)| *k).map(|(o, _)| o).collect()
+}
+
+/// A history as lines, for a report.
+pub fn format(ops: &[Op]) -> String {
+    let mut sorted: Vec<&Op> = ops.iter().collect();
+    sorted.sort_by_key(|o| o.invoked);
+    sorted.iter().map(|o| format_op(o) + "\n").collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::spec::{Kind, Reason};
+
+    fn op(client: usize, call: Call, answer: Answer, invoked: Micros, returned: Micros) -> Op {
+        Op { client, name: "n".into(), call, answer, invoked: invoked * 1000, returned: returned * 1000 }
+    }
+    fn acquire(ttl_ms: u64) -> Call {
+        Call::Acquire { kind: Kind::Lock, ttl_ms, wait_ms: 0, lock_delay_ms: 0, keep_place: false }
+    }
+    fn granted(token: u32, fence: u64, ttl_ms: u64) -> Answer {
+        Answer::Granted { token, fence, ttl_ms }
+    }
+    fn ok(ops: &[Op]) -> bool {
+        matches!(check(ops), Verdict::Ok { .. })
+    }
+
+    #[test]
+    fn two_holders_at_once_are_a_violation_and_one_after_expiry_is_not() {
+        let first = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
+        // Granted while the first surely still lives: impossible.
+        assert!(!ok(&[first.clone(), op(1, acquire(1000), granted(1, 11, 1000), 500, 510)]));
+        // Granted after it surely expired: fine; with a lower fence: not.
+        assert!(ok(&[first.clone(), op(1, acquire(1000), granted(1, 11, 1000), 1100, 1110)]));
+        assert!(!ok(&[first.clone(), op(1, acquire(1000), granted(1, 9, 1000), 1100, 1110)]));
+        // Around the expiry (within the windows): either may be true.
+        assert!(ok(&[first.clone(), op(1, acquire(1000), granted(1, 11, 1000), 990, 1010)]));
+        assert!(ok(&[first, op(1, acquire(1000), Answer::Aborted, 990, 1010)]));
+    }
+
+    #[test]
+    fn a_try_refused_on_a_free_name_is_a_violation_unless_someone_waits() {
+        assert!(!ok(&[op(0, acquire(1000), Answer::Aborted, 0, 5)]));
+        let wait = Call::Acquire { kind: Kind::Lock, ttl_ms: 1000, wait_ms: 500, lock_delay_ms: 0, keep_place: false };
+        assert!(ok(&[op(1, wait, Answer::Unknown, 0, 1), op(0, acquire(1000), Answer::Aborted, 2, 5)]));
+    }
+
+    #[test]
+    fn renewal_extends_and_a_loss_told_for_a_live_lease_is_a_violation() {
+        let g = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
+        let renew = op(0, Call::Renew { token: 0, ttl_ms: 1000 }, Answer::Alive { fence: 10, ttl_ms: 1000 }, 800, 810);
+        let late = op(1, acquire(1000), granted(1, 11, 1000), 1200, 1210);
+        assert!(!ok(&[g.clone(), renew.clone(), late]), "the renewal kept it past 1200");
+        let lie = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Expired), 300, 310);
+        assert!(!ok(&[g.clone(), lie]));
+        let truth = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Expired), 1300, 1310);
+        assert!(ok(&[g.clone(), truth]));
+        let wrong_reason = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Revoked), 1300, 1310);
+        assert!(!ok(&[g, wrong_reason]));
+    }
+
+    #[test]
+    fn release_is_compare_and_set_and_idempotent_for_its_token() {
+        let g = op(0, acquire(5000), granted(0, 10, 5000), 0, 5);
+        let stranger = op(1, Call::Release { token: 7 }, Answer::Released, 10, 20);
+        assert!(!ok(&[g.clone(), stranger]));
+        let release = op(0, Call::Release { token: 0 }, Answer::Released, 10, 20);
+        let again = op(0, Call::Release { token: 0 }, Answer::Released, 30, 40);
+        let next = op(1, acquire(1000), granted(1, 11, 1000), 50, 60);
+        assert!(ok(&[g.clone(), release.clone(), again.clone(), next.clone()]));
+        let refused_again = op(0, Call::Release { token: 0 }, Answer::NotFound, 30, 40);
+        assert!(!ok(&[g, release, refused_again, next]));
+    }
+
+    #[test]
+    fn lock_delay_holds_the_name_after_an_expiry_not_after_a_release() {
+        let delayed = Call::Acquire { kind: Kind::Lock, ttl_ms: 1000, wait_ms: 0, lock_delay_ms: 2000, keep_place: false };
+        let g = op(0, delayed, granted(0, 10, 1000), 0, 5);
+        assert!(!ok(&[g.clone(), op(1, acquire(1000), granted(1, 11, 1000), 1500, 1510)]));
+        assert!(ok(&[g.clone(), op(1, acquire(1000), granted(1, 11, 1000), 3100, 3110)]));
+        let release = op(0, Call::Release { token: 0 }, Answer::Released, 10, 20);
+        assert!(ok(&[g, release, op(1, acquire(1000), granted(1, 11, 1000), 30, 40)]));
+    }
+
+    #[test]
+    fn a_revoked_holder_hears_revoked_and_a_semaphore_grants_its_limit() {
+        let g = op(0, acquire(5000), granted(0, 10, 5000), 0, 5);
+        let revoke = op(2, Call::Revoke, Answer::Revoked { fence: 10 }, 10, 20);
+        let next = op(1, acquire(1000), granted(1, 11, 1000), 30, 40);
+        let told = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Revoked), 50, 60);
+        assert!(ok(&[g.clone(), revoke.clone(), next.clone(), told]));
+        let untold = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::NotOwner), 50, 60);
+        assert!(!ok(&[g, revoke, next, untold]));
+        let sem = |t, f| op(t as usize, Call::Acquire { kind: Kind::Permit { limit: 2 }, ttl_ms: 5000, wait_ms: 0, lock_delay_ms: 0, keep_place: false }, granted(t, f, 5000), 10 * t as i64, 10 * t as i64 + 5);
+        assert!(ok(&[sem(0, 1), sem(1, 2)]));
+        assert!(!ok(&[sem(0, 1), sem(1, 2), sem(2, 3)]));
+    }
+
+    #[test]
+    fn an_unanswered_grant_may_hold_the_name_or_not() {
+        let unknown = op(0, acquire(1000), Answer::Unknown, 0, 12_000);
+        assert!(ok(&[unknown.clone(), op(1, acquire(1000), Answer::Aborted, 10, 20)]));
+        assert!(ok(&[unknown.clone(), op(1, acquire(1000), granted(1, 11, 1000), 10, 20)]));
+        // But not both held at once by known holders.
+        let a = op(1, acquire(1000), granted(1, 11, 1000), 10, 20);
+        let b = op(2, acquire(1000), granted(2, 12, 1000), 30, 40);
+        assert!(!ok(&[unknown, a, b]));
+    }
+
+    #[test]
+    fn minimize_keeps_the_failure_and_drops_what_does_not_matter() {
+        let mut ops = Vec::new();
+        for i in 0..20u32 {
+            let t = i as i64 * 2000;
+            ops.push(op(0, acquire(1000), granted(i, 10 + i as u64, 1000), t, t + 5));
+            ops.push(op(0, Call::Release { token: i }, Answer::Released, t + 10, t + 20));
+        }
+        let bad = op(1, acquire(1000), granted(99, 5, 1000), 41_000, 41_010);
+        ops.push(bad.clone());
+        assert!(!ok(&ops));
+        let small = minimize(&ops, &bad, 100);
+        assert!(small.len() <= 3, "{}", format(&small));
+        assert!(small.contains(&bad));
+    }
+}

@@ -1,0 +1,542 @@
+//! The contract of one name, executable: what a lock or semaphore name may
+//! answer to each call, given everything linearized before it. Written from
+//! the proto's promises (leasehold.proto's file comment, its calls' and
+//! fields' comments) and the README's, not from any store's code:
+//!
+//! - at most one lease of a lock, at most `limit` permits of a semaphore,
+//!   never both on one name; a try (`wait = 0`) or a wait that runs out
+//!   fails with ABORTED only while the name is held, in its lock-delay, or
+//!   someone is in its line;
+//! - every grant's fence is above every earlier grant's of the name;
+//! - a lease lives its TTL from the moment the store applied the grant or
+//!   the last renewal, and no longer unless renewed (TTL decides, not luck);
+//! - renew, heartbeat and release act only with the token of a live lease
+//!   (compare-and-set); release ends it without lock-delay, an expiry or a
+//!   revoke with the lease's lock-delay, during which nobody is granted;
+//! - for at least [`RECORD`] after a lease's end, its token is answered by
+//!   how it ended: a repeated release succeeds again, a revoked holder hears
+//!   REVOKED, an expired one EXPIRED (or NOT_OWNER once someone else holds
+//!   the name); a loss is never told for a live lease, nor with a reason
+//!   that did not happen;
+//! - a revoke ends the lock's current lease; repeated before anything else
+//!   was granted it reports the same fence again.
+//!
+//! Instants are [`Span`]s (see the module above), and [`Name::step`]
+//! returns every state the call may leave, empty when its answer is
+//! impossible.
+
+use std::collections::BTreeMap;
+
+/// Microseconds since the start of the run, on the test's monotonic clock.
+pub type Micros = i64;
+
+/// How far the store's clock and its TTL arithmetic may be off the test's
+/// clock (millisecond rounding of TTLs and timestamps, the store and the
+/// test reading different clocks of one machine).
+pub const EPSILON: Micros = 25_000;
+
+/// How long the store keeps the record of a lease's end at least (the
+/// proto: "for at least 10 seconds").
+pub const RECORD: Micros = 10_000_000;
+
+/// How long past its end the model remembers a token at all: past this,
+/// a record is surely gone from every store (they keep it 10 s) and the
+/// token is answered as a stranger's.
+pub const FORGET: Micros = 60_000_000;
+
+/// How long after its call ends a waiter may still stand in the name's
+/// line: a kept place lasts 3 s, and the waiters of a broker that died
+/// leave within 3 s (AcquireRequest.keep_place and wait_timeout_ms).
+pub const PLACE_LINGER: Micros = 3_500_000;
+
+/// An instant known only to lie within `lo..=hi`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Span {
+    pub lo: Micros,
+    pub hi: Micros,
+}
+
+impl Span {
+    pub fn new(lo: Micros, hi: Micros) -> Self {
+        Span { lo, hi: hi.max(lo) }
+    }
+}
+
+/// A token, numbered by the history (the model never sees the secret).
+pub type Token = u32;
+
+/// What a lease is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// The one lease of a lock.
+    Lock,
+    /// One permit of a semaphore of `limit` permits.
+    Permit { limit: u32 },
+}
+
+/// How a lease may have ended (or may end): a set, because a call that got
+/// no answer may or may not have ended it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ends(u8);
+
+impl Ends {
+    pub const EXPIRED: Ends = Ends(1);
+    pub const RELEASED: Ends = Ends(2);
+    pub const REVOKED: Ends = Ends(4);
+    pub const STORE_LOST: Ends = Ends(8);
+
+    pub fn has(self, e: Ends) -> bool {
+        self.0 & e.0 != 0
+    }
+    pub fn with(self, e: Ends) -> Ends {
+        Ends(self.0 | e.0)
+    }
+    /// Whether every way in this set starts the lease's lock-delay.
+    fn always_delays(self) -> bool {
+        !self.has(Ends::RELEASED) && !self.has(Ends::STORE_LOST)
+    }
+    /// Whether some way in this set starts it.
+    fn may_delay(self) -> bool {
+        self.has(Ends::EXPIRED) || self.has(Ends::REVOKED)
+    }
+}
+
+/// A lease that may be alive.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Lease {
+    pub token: Token,
+    /// `None` for a grant whose answer never came (its fence is unknown).
+    pub fence: Option<u64>,
+    pub kind: Kind,
+    /// When it ends unless renewed first.
+    pub ends_at: Span,
+    /// How it ends then.
+    pub how: Ends,
+    pub lock_delay_ms: u64,
+}
+
+/// The record of a lease's end.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct End {
+    pub how: Ends,
+    pub at: Span,
+    pub fence: Option<u64>,
+    pub kind: Kind,
+}
+
+/// A call to the broker about one name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// Acquire (a lock, or a permit of a semaphore), waiting up to `wait_ms`.
+    Acquire {
+        kind: Kind,
+        ttl_ms: u64,
+        wait_ms: u64,
+        lock_delay_ms: u64,
+        keep_place: bool,
+    },
+    Renew { token: Token, ttl_ms: u64 },
+    /// One lease of a KeepAlive heartbeat.
+    Beat { token: Token, ttl_ms: u64 },
+    Release { token: Token },
+    Revoke,
+    CheckFence { fence: u64 },
+    /// Not a call: the store lost all its data at some moment of the
+    /// window (restarted empty).
+    Wipe,
+}
+
+/// Why a heartbeat says a lease is lost (the proto's LossReason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    Expired,
+    NotOwner,
+    StoreLost,
+    Revoked,
+}
+
+/// What came back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Granted { token: Token, fence: u64, ttl_ms: u64 },
+    /// ABORTED: not obtained.
+    Aborted,
+    /// Renew's or a heartbeat's success.
+    Alive { fence: u64, ttl_ms: u64 },
+    /// Release's success.
+    Released,
+    /// NOT_FOUND.
+    NotFound,
+    /// FAILED_PRECONDITION: another owner holds the name.
+    NotOwner,
+    /// A heartbeat's STATE_LOST.
+    Lost(Reason),
+    /// Revoke's success: the revoked lease's fence.
+    Revoked { fence: u64 },
+    /// CheckFence's answer.
+    Fence { current: bool, current_fence: u64 },
+    /// No answer: UNAVAILABLE, a deadline, a broken connection, a heartbeat's
+    /// STATE_UNCONFIRMED. The call may or may not have taken effect.
+    Unknown,
+    /// The store lost its data (the answer of [`Call::Wipe`]).
+    Wiped,
+}
+
+/// What the model needs to know about the rest of the history.
+pub trait Context {
+    /// Whether someone other than the call being checked may stand in the
+    /// name's line at some moment of `during`.
+    fn line_may_be_busy(&self, during: Span) -> bool;
+}
+
+/// The state of one name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Name {
+    /// Leases that may be alive.
+    pub leases: Vec<Lease>,
+    /// The highest fence granted so far (a lower bound when a grant's
+    /// answer never came).
+    pub last_fence: u64,
+    /// When the lock-delay of the last involuntary end runs out; `lo` is
+    /// the earliest it can have run out.
+    pub delay_until: Option<Span>,
+    /// The ends of leases, by token, while the store must remember them.
+    pub ends: BTreeMap<Token, End>,
+    /// The fence of the last revoked lock lease, while nothing was granted
+    /// since (a retried Revoke reports it again).
+    pub last_revoked: Option<u64>,
+    /// The earliest instant the next call can take effect at: linearized
+    /// calls take effect in order.
+    pub now: Micros,
+    /// Grants whose answer never came, numbering their unknown tokens.
+    pub phantoms: u32,
+}
+
+/// Where, in its window, a call takes effect.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    pub from: Micros,
+    pub to: Micros,
+}
+
+impl Name {
+    /// Every state `call`, answered `answer` and taking effect within
+    /// `window`, may leave this name in; empty if the answer is impossible.
+    pub fn step(&self, call: &Call, answer: &Answer, window: Window, ctx: &dyn Context) -> Vec<Name> {
+        let mut out = Vec::new();
+        let mut start = self.clone();
+        start.now = start.now.max(window.from);
+        if start.now > window.to {
+            return out;
+        }
+        // Decide, for each lease and the lock-delay, whether it has ended
+        // by the moment the call takes effect, branching where that moment's
+        // window leaves it open.
+        for settled in start.settle(window.to) {
+            settled.apply(call, answer, window.to, ctx, &mut out);
+        }
+        out
+    }
+
+    /// Every way the leases' and the delay's ends can fall relative to a
+    /// moment in `self.now..=to`.
+    fn settle(self, to: Micros) -> Vec<Name> {
+        let tokens: Vec<Token> = self.leases.iter().map(|l| l.token).collect();
+        let mut states = vec![self];
+        for token in tokens {
+            let mut next = Vec::with_capacity(states.len());
+            for s in states {
+                let Some(i) = s.alive(token) else {
+                    next.push(s);
+                    continue;
+                };
+                let Span { lo, hi } = s.leases[i].ends_at;
+                if to < lo {
+                    // Surely still alive.
+                    next.push(s);
+                    continue;
+                }
+                if s.now < hi {
+                    // May still be alive: then it ends after this moment.
+                    let mut alive = s.clone();
+                    alive.leases[i].ends_at.lo = lo.max(alive.now);
+                    next.push(alive);
+                }
+                // May have ended (surely, if `now >= hi`): by this moment.
+                let mut ended = s;
+                ended.now = ended.now.max(lo);
+                let lease = ended.leases.remove(i);
+                ended.end(lease, Span::new(lo, hi.min(to)));
+                next.push(ended);
+            }
+            states = next;
+        }
+        // The lock-delay: over, or not yet.
+        let mut out = Vec::with_capacity(states.len());
+        for s in states {
+            match s.delay_until {
+                Some(d) if to >= d.lo => {
+                    if s.now < d.hi {
+                        let mut on = s.clone();
+                        on.delay_until = Some(Span::new(d.lo.max(on.now), d.hi));
+                        out.push(on);
+                    }
+                    let mut off = s;
+                    off.now = off.now.max(d.lo);
+                    off.delay_until = None;
+                    out.push(off);
+                }
+                _ => out.push(s),
+            }
+        }
+        out
+    }
+
+    /// Records the end of `lease` at `at`, with its lock-delay.
+    fn end(&mut self, lease: Lease, at: Span) {
+        if lease.kind == Kind::Lock && lease.lock_delay_ms > 0 && lease.how.may_delay() {
+            let d = lease.lock_delay_ms as Micros * 1000;
+            let lo = if lease.how.always_delays() { at.lo + d } else { at.lo };
+            let span = Span::new(lo - EPSILON, at.hi + d + EPSILON);
+            self.delay_until = Some(match self.delay_until {
+                Some(old) => Span::new(old.lo.max(span.lo), old.hi.max(span.hi)),
+                None => span,
+            });
+        }
+        if lease.kind == Kind::Lock && lease.how.has(Ends::REVOKED) {
+            self.last_revoked = lease.fence;
+        }
+        self.ends.insert(
+            lease.token,
+            End {
+                how: lease.how,
+                at,
+                fence: lease.fence,
+                kind: lease.kind,
+            },
+        );
+    }
+
+    fn alive(&self, token: Token) -> Option<usize> {
+        self.leases.iter().position(|l| l.token == token)
+    }
+
+    /// Whether a lease other than `token`'s is alive.
+    fn held_by_other(&self, token: Token) -> bool {
+        self.leases.iter().any(|l| l.token != token)
+    }
+
+    /// Whether the name is a semaphore's (by the calls made on it so far).
+    fn is_semaphore(&self) -> bool {
+        self.leases.iter().any(|l| matches!(l.kind, Kind::Permit { .. }))
+    }
+
+    fn apply(mut self, call: &Call, answer: &Answer, to: Micros, ctx: &dyn Context, out: &mut Vec<Name>) {
+        let from = self.now;
+        let during = Span::new(from, to);
+        // A lease the call's success starts or extends ends at a moment
+        // this call's window plus the TTL brackets.
+        let lasting = |ttl_ms: u64| Span::new(from + ttl_ms as Micros * 1000 - EPSILON, to + ttl_ms as Micros * 1000 + EPSILON);
+        // Forget ends no store can still remember.
+        self.ends.retain(|_, e| e.at.hi + FORGET > from);
+        match (call, answer) {
+            (Call::Acquire { kind, ttl_ms, lock_delay_ms, .. }, Answer::Granted { token, fence, ttl_ms: got }) => {
+                if !self.free_for(*kind) || *fence <= self.last_fence || got != ttl_ms || self.ends.contains_key(token) || self.alive(*token).is_some() {
+                    return;
+                }
+                self.last_fence = *fence;
+                self.last_revoked = None;
+                self.leases.push(Lease {
+                    token: *token,
+                    fence: Some(*fence),
+                    kind: *kind,
+                    ends_at: lasting(*got),
+                    how: Ends::EXPIRED,
+                    lock_delay_ms: *lock_delay_ms,
+                });
+                out.push(self);
+            }
+            (Call::Acquire { kind, .. }, Answer::Aborted) => {
+                if !self.free_for(*kind) || ctx.line_may_be_busy(during) {
+                    out.push(self);
+                }
+            }
+            (Call::Acquire { kind, ttl_ms, lock_delay_ms, .. }, Answer::Unknown) => {
+                // Granted or not, and if granted, maybe released at once by
+                // the broker (a grant that raced the call's end): a lease
+                // of no known token that may already be gone.
+                self.phantoms += 1;
+                let token = Token::MAX - self.phantoms;
+                self.leases.push(Lease {
+                    token,
+                    fence: None,
+                    kind: *kind,
+                    ends_at: Span::new(from, lasting(*ttl_ms).hi),
+                    how: Ends::EXPIRED.with(Ends::RELEASED),
+                    lock_delay_ms: *lock_delay_ms,
+                });
+                // Its fence, if it was granted, is above `last_fence`; later
+                // grants are checked against `last_fence` alone (sound:
+                // they must be above it either way).
+                out.push(self);
+            }
+            (Call::Renew { token, .. } | Call::Beat { token, .. }, Answer::Alive { fence, ttl_ms }) => {
+                let Some(i) = self.alive(*token) else { return };
+                if self.leases[i].fence.is_some_and(|f| f != *fence) {
+                    return;
+                }
+                let requested = match call {
+                    Call::Renew { ttl_ms, .. } | Call::Beat { ttl_ms, .. } => *ttl_ms,
+                    _ => unreachable!(),
+                };
+                if requested != 0 && requested != *ttl_ms {
+                    return;
+                }
+                self.leases[i].ends_at = lasting(*ttl_ms);
+                self.leases[i].how = Ends::EXPIRED;
+                out.push(self);
+            }
+            (Call::Renew { token, ttl_ms } | Call::Beat { token, ttl_ms }, Answer::Unknown) => {
+                if let Some(i) = self.alive(*token) {
+                    let hi = lasting(*ttl_ms).hi;
+                    let lease = &mut self.leases[i];
+                    lease.ends_at.hi = lease.ends_at.hi.max(hi);
+                }
+                out.push(self);
+            }
+            (Call::Release { token }, Answer::Released) => {
+                if let Some(i) = self.alive(*token) {
+                    let mut lease = self.leases.remove(i);
+                    lease.how = Ends::RELEASED;
+                    self.end(lease, during);
+                    out.push(self);
+                } else if self.ends.get(token).is_some_and(|e| e.how.has(Ends::RELEASED) && e.at.hi + FORGET > from) {
+                    // A repeated release (surely within the record's life,
+                    // or maybe past it: a store may keep a record longer).
+                    out.push(self);
+                }
+            }
+            (Call::Release { token }, Answer::Unknown) => {
+                if let Some(i) = self.alive(*token) {
+                    let lease = &mut self.leases[i];
+                    lease.ends_at.lo = lease.ends_at.lo.min(from);
+                    lease.how = lease.how.with(Ends::RELEASED);
+                }
+                out.push(self);
+            }
+            (Call::Renew { token, .. } | Call::Release { token }, Answer::NotFound | Answer::NotOwner) => {
+                let release = matches!(call, Call::Release { .. });
+                if self.alive(*token).is_none() && self.gone_answer_ok(*token, release, answer, to) {
+                    out.push(self);
+                }
+            }
+            (Call::Beat { token, .. }, Answer::Lost(_)) => {
+                if self.alive(*token).is_none() && self.gone_answer_ok(*token, false, answer, to) {
+                    out.push(self);
+                }
+            }
+            (Call::Revoke, Answer::Revoked { fence }) => {
+                if let Some(i) = self.leases.iter().position(|l| l.kind == Kind::Lock && l.fence.is_none_or(|f| f == *fence)) {
+                    let mut lease = self.leases.remove(i);
+                    lease.how = Ends::REVOKED;
+                    lease.fence = Some(*fence);
+                    self.end(lease, during);
+                    out.push(self);
+                } else if self.leases.iter().all(|l| l.kind != Kind::Lock) && self.last_revoked == Some(*fence) {
+                    // A repeated revoke, nothing granted since.
+                    out.push(self);
+                }
+            }
+            (Call::Revoke, Answer::NotFound) => {
+                if self.leases.iter().all(|l| l.kind != Kind::Lock) {
+                    out.push(self);
+                }
+            }
+            (Call::Revoke, Answer::Unknown) => {
+                for lease in self.leases.iter_mut().filter(|l| l.kind == Kind::Lock) {
+                    lease.ends_at.lo = lease.ends_at.lo.min(from);
+                    lease.how = lease.how.with(Ends::REVOKED);
+                }
+                out.push(self);
+            }
+            (Call::CheckFence { fence }, Answer::Fence { current, current_fence }) => {
+                let lock = self.leases.iter().find(|l| l.kind == Kind::Lock);
+                let ok = match lock {
+                    None => *current_fence == 0 && !*current,
+                    Some(l) => match l.fence {
+                        Some(f) => *current_fence == f && *current == (*fence == f),
+                        None => *current_fence > 0 && *current == (*fence == *current_fence),
+                    },
+                };
+                if ok {
+                    out.push(self);
+                }
+            }
+            (Call::CheckFence { .. }, Answer::Unknown) => out.push(self),
+            (Call::Wipe, Answer::Wiped) => {
+                // Every live lease is lost now; records and delays go with
+                // the data, fences must still rise (the proto).
+                let leases = std::mem::take(&mut self.leases);
+                self.ends.clear();
+                self.delay_until = None;
+                self.last_revoked = None;
+                for mut lease in leases {
+                    lease.how = Ends::STORE_LOST;
+                    self.end(lease, during);
+                }
+                out.push(self);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a lease of `kind` may be granted now.
+    fn free_for(&self, kind: Kind) -> bool {
+        if self.delay_until.is_some() {
+            return false;
+        }
+        match kind {
+            Kind::Lock => self.leases.is_empty(),
+            Kind::Permit { limit } => {
+                self.leases.iter().all(|l| matches!(l.kind, Kind::Permit { .. }))
+                    && (self.leases.len() as u32) < limit.max(1)
+            }
+        }
+    }
+
+    /// Whether `answer` is one the contract allows for a renewal, a
+    /// heartbeat or (`release`) a release with `token`, whose lease is not
+    /// alive, taking effect by `to`.
+    fn gone_answer_ok(&self, token: Token, release: bool, answer: &Answer, to: Micros) -> bool {
+        let held = self.held_by_other(token);
+        // A semaphore's permits have no single owner, and a grant whose
+        // answer never came may or may not hold the name: a stranger's
+        // token there may be answered either way.
+        let loose = self.is_semaphore() || self.leases.iter().any(|l| l.fence.is_none());
+        let as_stranger = |answer: &Answer| match answer {
+            Answer::NotFound | Answer::Lost(Reason::Expired) => !held || loose,
+            Answer::NotOwner | Answer::Lost(Reason::NotOwner) => held,
+            _ => false,
+        };
+        let Some(end) = self.ends.get(&token) else {
+            return as_stranger(answer);
+        };
+        // Past RECORD the store may have forgotten it.
+        if to >= end.at.lo + RECORD && as_stranger(answer) {
+            return true;
+        }
+        let how = end.how;
+        let expired = how.has(Ends::EXPIRED) || how.has(Ends::STORE_LOST);
+        match answer {
+            // A release repeated with the token that released succeeds.
+            Answer::NotFound => !(release && how == Ends::RELEASED),
+            Answer::NotOwner | Answer::Lost(Reason::NotOwner) => held && expired,
+            Answer::Lost(Reason::Revoked) => how.has(Ends::REVOKED),
+            // The proto has no reason for "released": a heartbeat that
+            // crossed its own release hears EXPIRED (and is not counted).
+            Answer::Lost(Reason::Expired) => expired || how.has(Ends::RELEASED),
+            Answer::Lost(Reason::StoreLost) => how.has(Ends::STORE_LOST),
+            _ => false,
+        }
+    }
+}
