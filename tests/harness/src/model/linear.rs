@@ -35,6 +35,10 @@ pub const WAIT_TAIL: Micros = 1_000_000;
 /// (a history too tangled to decide is reported, never passed).
 pub const BUDGET: u64 = 3_000_000;
 
+/// How close in time to the failing call [`minimize`] keeps every lease:
+/// a lease alive then may be why its answer is wrong.
+const NEAR: Micros = 2_000_000;
+
 /// The outcome of checking one name's history.
 #[derive(Debug)]
 pub enum Verdict {
@@ -56,38 +60,70 @@ struct Entry<'a> {
 /// Where, in its call, an answer says the call took effect.
 fn window_of(op: &Op) -> Window {
     let mut from = op.invoked;
-    if let (Call::Acquire { wait_ms, .. }, Answer::Aborted) = (&op.call, &op.answer) {
-        if *wait_ms > 0 {
+    let mut to = op.returned;
+    match (&op.call, &op.answer) {
+        (Call::Acquire { wait_ms, .. }, Answer::Aborted) if *wait_ms > 0 => {
             from = from.max(op.returned - WAIT_TAIL);
         }
+        // A renewal, heartbeat or release without an answer acts on its
+        // own token only: placed at its invocation, with its effect
+        // widened to the end of its window (the spec's `late`), it covers
+        // every moment it may have taken effect at, and the search need
+        // not try it at each of them. A revoke acts on whichever lease
+        // holds the name when it arrives, so it keeps its whole window.
+        (Call::Renew { .. } | Call::Beat { .. } | Call::Release { .. }, Answer::Unknown) => to = from,
+        _ => {}
     }
-    Window { from, to: op.returned }
+    Window { from, to, late: op.returned }
 }
 
-/// The name's line: when each waiter may stand in it.
+/// Whether the search places `op` at all: a grant without an answer is
+/// left to [`Context::unknown_grant_may_hold`], a CheckFence without one
+/// changed nothing.
+fn searched(op: &Op) -> bool {
+    !matches!(
+        (&op.call, &op.answer),
+        (Call::Acquire { .. } | Call::CheckFence { .. }, Answer::Unknown)
+    )
+}
+
+/// The name's line: when each waiter may stand in it; and when a grant
+/// whose answer never came may hold the name.
 struct Line {
     waits: Vec<(usize, Span)>,
+    ghosts: Vec<Span>,
 }
 
 impl Line {
-    fn of(entries: &[Entry]) -> Line {
+    fn of(entries: &[Entry], unknown_grants: &[&Op]) -> Line {
+        let ghosts = unknown_grants
+            .iter()
+            .map(|op| {
+                let Call::Acquire { ttl_ms, lock_delay_ms, .. } = op.call else { unreachable!() };
+                let lasts = (ttl_ms + lock_delay_ms) as Micros * 1000 + crate::model::spec::EPSILON;
+                Span::new(op.invoked, op.returned + lasts)
+            })
+            .collect();
         let waits = entries
             .iter()
             .enumerate()
             .filter_map(|(i, e)| match &e.op.call {
                 Call::Acquire { wait_ms, keep_place, .. } if *wait_ms > 0 => {
+                    // A waiter that gave up leaves the line when its broker
+                    // dequeues it, soon after the call ends (retried every
+                    // 200 ms if the store does not answer).
                     let linger = match e.op.answer {
                         Answer::Granted { .. } => 0,
                         Answer::Unknown => PLACE_LINGER,
                         _ if *keep_place => PLACE_LINGER,
-                        _ => 200_000,
+                        _ => 1_000_000,
                     };
                     Some((i, Span::new(e.op.invoked, e.op.returned + linger)))
                 }
                 _ => None,
             })
             .collect();
-        Line { waits }
+        Line { waits, ghosts }
     }
 }
 
@@ -103,6 +139,10 @@ impl Context for LineContext<'_> {
             .iter()
             .any(|(i, s)| *i != self.me && s.lo <= during.hi && during.lo <= s.hi)
     }
+
+    fn unknown_grant_may_hold(&self, during: Span) -> bool {
+        self.line.ghosts.iter().any(|s| s.lo <= during.hi && during.lo <= s.hi)
+    }
 }
 
 struct Search<'a> {
@@ -112,7 +152,8 @@ struct Search<'a> {
     memo: HashSet<(u64, u64)>,
     visited: u64,
     deepest: usize,
-    stuck: Vec<usize>,
+    /// The deepest configuration reached (calls done, state).
+    stuck_at: Option<(Vec<bool>, Name)>,
 }
 
 fn key(done: &[bool], state: &Name) -> (u64, u64) {
@@ -127,10 +168,32 @@ fn key(done: &[bool], state: &Name) -> (u64, u64) {
 }
 
 impl Search<'_> {
+    /// The calls that may be linearized next in the configuration `done`.
+    fn candidates(&self, done: &[bool]) -> Vec<usize> {
+        let mut candidates = Vec::new();
+        let mut min_to = Micros::MAX;
+        for (j, entry) in self.entries.iter().enumerate() {
+            if done[j] {
+                continue;
+            }
+            if entry.window.from > min_to {
+                break;
+            }
+            min_to = min_to.min(entry.window.to);
+            candidates.push(j);
+        }
+        candidates
+    }
+
     /// `Some(true)` linearizable, `Some(false)` not, `None` out of budget.
-    fn dfs(&mut self, state: &Name, remaining: usize, first: usize) -> Option<bool> {
+    fn dfs(&mut self, state: &Name, remaining: usize) -> Option<bool> {
         if remaining == 0 {
             return Some(true);
+        }
+        let depth = self.entries.len() - remaining;
+        if depth > self.deepest || self.stuck_at.is_none() {
+            self.deepest = depth;
+            self.stuck_at = Some((self.done.clone(), state.clone()));
         }
         let k = key(&self.done, state);
         if self.memo.contains(&k) {
@@ -140,41 +203,12 @@ impl Search<'_> {
         if self.visited > BUDGET {
             return None;
         }
-        let mut first = first;
-        while self.done[first] {
-            first += 1;
-        }
-        // Candidates: invoked before every pending call returned.
-        let mut candidates = Vec::new();
-        let mut min_to = Micros::MAX;
-        for j in first..self.entries.len() {
-            if self.done[j] {
-                continue;
-            }
-            let w = self.entries[j].window;
-            if w.from > min_to {
-                break;
-            }
-            min_to = min_to.min(w.to);
-            candidates.push(j);
-        }
-        let depth = self.entries.len() - remaining;
-        if depth >= self.deepest {
-            if depth > self.deepest {
-                self.stuck.clear();
-            }
-            self.deepest = depth;
-        }
-        for &j in &candidates {
+        for j in self.candidates(&self.done) {
             let entry = &self.entries[j];
             let ctx = LineContext { line: &self.line, me: j };
-            let nexts = state.step(&entry.op.call, &entry.op.answer, entry.window, &ctx);
-            if nexts.is_empty() && depth == self.deepest && !self.stuck.contains(&j) {
-                self.stuck.push(j);
-            }
-            for next in nexts {
+            for next in state.step(&entry.op.call, &entry.op.answer, entry.window, &ctx) {
                 self.done[j] = true;
-                let found = self.dfs(&next, remaining - 1, first);
+                let found = self.dfs(&next, remaining - 1);
                 self.done[j] = false;
                 match found {
                     Some(false) => {}
@@ -185,29 +219,57 @@ impl Search<'_> {
         self.memo.insert(k);
         Some(false)
     }
+
+    /// At the deepest configuration reached: the candidates the model
+    /// refuses outright (or, if it refuses none, every candidate).
+    fn stuck(&self) -> Vec<usize> {
+        let Some((done, state)) = &self.stuck_at else { return Vec::new() };
+        let candidates = self.candidates(done);
+        let refused: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&j| {
+                let ctx = LineContext { line: &self.line, me: j };
+                let e = &self.entries[j];
+                state.step(&e.op.call, &e.op.answer, e.window, &ctx).is_empty()
+            })
+            .collect();
+        if refused.is_empty() {
+            candidates
+        } else {
+            refused
+        }
+    }
 }
 
 /// Checks one name's calls (any order; they are sorted here).
 pub fn check(ops: &[Op]) -> Verdict {
-    let mut entries: Vec<Entry> = ops.iter().map(|op| Entry { op, window: window_of(op) }).collect();
+    let unknown_grants: Vec<&Op> = ops.iter().filter(|op| matches!((&op.call, &op.answer), (Call::Acquire { .. }, Answer::Unknown))).collect();
+    let mut entries: Vec<Entry> = ops.iter().filter(|op| searched(op)).map(|op| Entry { op, window: window_of(op) }).collect();
     entries.sort_by_key(|e| (e.window.from, e.window.to));
-    let line = Line::of(&entries);
+    // Waiters whose answer never came stand in the line as well.
+    let line = Line::of(&entries, &unknown_grants);
+    let line = Line {
+        waits: line.waits.into_iter().chain(unknown_grants.iter().filter_map(|op| match op.call {
+            Call::Acquire { wait_ms, .. } if wait_ms > 0 => Some((usize::MAX, Span::new(op.invoked, op.returned + PLACE_LINGER))),
+            _ => None,
+        })).collect(),
+        ghosts: line.ghosts,
+    };
     let n = entries.len();
     let mut search = Search {
         entries,
         line,
-        done: vec![false; n + 1],
+        done: vec![false; n],
         memo: HashSet::new(),
         visited: 0,
         deepest: 0,
-        stuck: Vec::new(),
+        stuck_at: None,
     };
-    // A sentinel done slot past the end keeps `first` in bounds.
-    search.done[n] = true;
-    match search.dfs(&Name::default(), n, 0) {
+    match search.dfs(&Name::default(), n) {
         Some(true) => Verdict::Ok { visited: search.visited },
         Some(false) => Verdict::Violation {
-            stuck: search.stuck.iter().map(|&j| index_of(ops, search.entries[j].op)).collect(),
+            stuck: search.stuck().iter().map(|&j| index_of(ops, search.entries[j].op)).collect(),
             prefix: search.deepest,
         },
         None => Verdict::GaveUp { visited: search.visited },
@@ -292,7 +354,10 @@ pub fn minimize(ops: &[Op], stuck: &Op, tries: usize) -> Vec<Op> {
         if budget == 0 {
             break;
         }
-        if unit.iter().any(|&i| &ops[i] == stuck) {
+        // The stuck call, and what was going on around it (the leases
+        // alive then explain its answer): kept.
+        let near = |o: &Op| o.returned >= stuck.invoked - NEAR && o.invoked <= stuck.returned;
+        if unit.iter().any(|&i| &ops[i] == stuck || near(&ops[i])) {
             continue;
         }
         for &i in unit {

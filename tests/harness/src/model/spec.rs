@@ -105,8 +105,7 @@ impl Ends {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Lease {
     pub token: Token,
-    /// `None` for a grant whose answer never came (its fence is unknown).
-    pub fence: Option<u64>,
+    pub fence: u64,
     pub kind: Kind,
     /// When it ends unless renewed first.
     pub ends_at: Span,
@@ -120,7 +119,7 @@ pub struct Lease {
 pub struct End {
     pub how: Ends,
     pub at: Span,
-    pub fence: Option<u64>,
+    pub fence: u64,
     pub kind: Kind,
 }
 
@@ -187,6 +186,15 @@ pub trait Context {
     /// Whether someone other than the call being checked may stand in the
     /// name's line at some moment of `during`.
     fn line_may_be_busy(&self, during: Span) -> bool;
+
+    /// Whether a grant whose answer never came may hold the name (or its
+    /// lock-delay) at some moment of `during`. Such a grant is not in the
+    /// state: nobody knows its token or fence, it may have happened at any
+    /// moment of its window, or not at all, and the broker releases a grant
+    /// that raced its call's end. It only excuses answers that a holder
+    /// would explain (ABORTED, another owner, a revoke finding a lease);
+    /// it never excuses two known holders at once.
+    fn unknown_grant_may_hold(&self, during: Span) -> bool;
 }
 
 /// The state of one name.
@@ -208,8 +216,6 @@ pub struct Name {
     /// The earliest instant the next call can take effect at: linearized
     /// calls take effect in order.
     pub now: Micros,
-    /// Grants whose answer never came, numbering their unknown tokens.
-    pub phantoms: u32,
 }
 
 /// Where, in its window, a call takes effect.
@@ -217,6 +223,10 @@ pub struct Name {
 pub struct Window {
     pub from: Micros,
     pub to: Micros,
+    /// The latest the call may take effect: `to`, or for a call without an
+    /// answer the end of its window (it is placed at its invocation, its
+    /// possible effects widened to reach this far).
+    pub late: Micros,
 }
 
 impl Name {
@@ -233,7 +243,7 @@ impl Name {
         // by the moment the call takes effect, branching where that moment's
         // window leaves it open.
         for settled in start.settle(window.to) {
-            settled.apply(call, answer, window.to, ctx, &mut out);
+            settled.apply(call, answer, window, ctx, &mut out);
         }
         out
     }
@@ -304,7 +314,7 @@ impl Name {
             });
         }
         if lease.kind == Kind::Lock && lease.how.has(Ends::REVOKED) {
-            self.last_revoked = lease.fence;
+            self.last_revoked = Some(lease.fence);
         }
         self.ends.insert(
             lease.token,
@@ -331,9 +341,11 @@ impl Name {
         self.leases.iter().any(|l| matches!(l.kind, Kind::Permit { .. }))
     }
 
-    fn apply(mut self, call: &Call, answer: &Answer, to: Micros, ctx: &dyn Context, out: &mut Vec<Name>) {
+    fn apply(mut self, call: &Call, answer: &Answer, window: Window, ctx: &dyn Context, out: &mut Vec<Name>) {
         let from = self.now;
+        let to = window.to;
         let during = Span::new(from, to);
+        let ghost = ctx.unknown_grant_may_hold(during);
         // A lease the call's success starts or extends ends at a moment
         // this call's window plus the TTL brackets.
         let lasting = |ttl_ms: u64| Span::new(from + ttl_ms as Micros * 1000 - EPSILON, to + ttl_ms as Micros * 1000 + EPSILON);
@@ -348,7 +360,7 @@ impl Name {
                 self.last_revoked = None;
                 self.leases.push(Lease {
                     token: *token,
-                    fence: Some(*fence),
+                    fence: *fence,
                     kind: *kind,
                     ends_at: lasting(*got),
                     how: Ends::EXPIRED,
@@ -357,32 +369,15 @@ impl Name {
                 out.push(self);
             }
             (Call::Acquire { kind, .. }, Answer::Aborted) => {
-                if !self.free_for(*kind) || ctx.line_may_be_busy(during) {
+                if !self.free_for(*kind) || ctx.line_may_be_busy(during) || ghost {
                     out.push(self);
                 }
             }
-            (Call::Acquire { kind, ttl_ms, lock_delay_ms, .. }, Answer::Unknown) => {
-                // Granted or not, and if granted, maybe released at once by
-                // the broker (a grant that raced the call's end): a lease
-                // of no known token that may already be gone.
-                self.phantoms += 1;
-                let token = Token::MAX - self.phantoms;
-                self.leases.push(Lease {
-                    token,
-                    fence: None,
-                    kind: *kind,
-                    ends_at: Span::new(from, lasting(*ttl_ms).hi),
-                    how: Ends::EXPIRED.with(Ends::RELEASED),
-                    lock_delay_ms: *lock_delay_ms,
-                });
-                // Its fence, if it was granted, is above `last_fence`; later
-                // grants are checked against `last_fence` alone (sound:
-                // they must be above it either way).
-                out.push(self);
-            }
+            // Not searched: see Context::unknown_grant_may_hold.
+            (Call::Acquire { .. }, Answer::Unknown) => out.push(self),
             (Call::Renew { token, .. } | Call::Beat { token, .. }, Answer::Alive { fence, ttl_ms }) => {
                 let Some(i) = self.alive(*token) else { return };
-                if self.leases[i].fence.is_some_and(|f| f != *fence) {
+                if self.leases[i].fence != *fence {
                     return;
                 }
                 let requested = match call {
@@ -398,7 +393,7 @@ impl Name {
             }
             (Call::Renew { token, ttl_ms } | Call::Beat { token, ttl_ms }, Answer::Unknown) => {
                 if let Some(i) = self.alive(*token) {
-                    let hi = lasting(*ttl_ms).hi;
+                    let hi = window.late + *ttl_ms as Micros * 1000 + EPSILON;
                     let lease = &mut self.leases[i];
                     lease.ends_at.hi = lease.ends_at.hi.max(hi);
                 }
@@ -426,24 +421,28 @@ impl Name {
             }
             (Call::Renew { token, .. } | Call::Release { token }, Answer::NotFound | Answer::NotOwner) => {
                 let release = matches!(call, Call::Release { .. });
-                if self.alive(*token).is_none() && self.gone_answer_ok(*token, release, answer, to) {
+                if self.alive(*token).is_none() && self.gone_answer_ok(*token, release, answer, to, ghost) {
                     out.push(self);
                 }
             }
             (Call::Beat { token, .. }, Answer::Lost(_)) => {
-                if self.alive(*token).is_none() && self.gone_answer_ok(*token, false, answer, to) {
+                if self.alive(*token).is_none() && self.gone_answer_ok(*token, false, answer, to, ghost) {
                     out.push(self);
                 }
             }
             (Call::Revoke, Answer::Revoked { fence }) => {
-                if let Some(i) = self.leases.iter().position(|l| l.kind == Kind::Lock && l.fence.is_none_or(|f| f == *fence)) {
+                if let Some(i) = self.leases.iter().position(|l| l.kind == Kind::Lock && l.fence == *fence) {
                     let mut lease = self.leases.remove(i);
                     lease.how = Ends::REVOKED;
-                    lease.fence = Some(*fence);
                     self.end(lease, during);
                     out.push(self);
                 } else if self.leases.iter().all(|l| l.kind != Kind::Lock) && self.last_revoked == Some(*fence) {
                     // A repeated revoke, nothing granted since.
+                    out.push(self);
+                } else if self.leases.iter().all(|l| l.kind != Kind::Lock) && ghost && *fence > self.last_fence {
+                    // The revoke of a grant whose answer never came.
+                    self.last_fence = *fence;
+                    self.last_revoked = Some(*fence);
                     out.push(self);
                 }
             }
@@ -462,11 +461,9 @@ impl Name {
             (Call::CheckFence { fence }, Answer::Fence { current, current_fence }) => {
                 let lock = self.leases.iter().find(|l| l.kind == Kind::Lock);
                 let ok = match lock {
+                    None if ghost => true,
                     None => *current_fence == 0 && !*current,
-                    Some(l) => match l.fence {
-                        Some(f) => *current_fence == f && *current == (*fence == f),
-                        None => *current_fence > 0 && *current == (*fence == *current_fence),
-                    },
+                    Some(l) => *current_fence == l.fence && *current == (*fence == l.fence),
                 };
                 if ok {
                     out.push(self);
@@ -507,12 +504,12 @@ impl Name {
     /// Whether `answer` is one the contract allows for a renewal, a
     /// heartbeat or (`release`) a release with `token`, whose lease is not
     /// alive, taking effect by `to`.
-    fn gone_answer_ok(&self, token: Token, release: bool, answer: &Answer, to: Micros) -> bool {
-        let held = self.held_by_other(token);
+    fn gone_answer_ok(&self, token: Token, release: bool, answer: &Answer, to: Micros, ghost: bool) -> bool {
+        let held = self.held_by_other(token) || ghost;
         // A semaphore's permits have no single owner, and a grant whose
         // answer never came may or may not hold the name: a stranger's
         // token there may be answered either way.
-        let loose = self.is_semaphore() || self.leases.iter().any(|l| l.fence.is_none());
+        let loose = self.is_semaphore() || ghost;
         let as_stranger = |answer: &Answer| match answer {
             Answer::NotFound | Answer::Lost(Reason::Expired) => !held || loose,
             Answer::NotOwner | Answer::Lost(Reason::NotOwner) => held,
@@ -530,7 +527,10 @@ impl Name {
         match answer {
             // A release repeated with the token that released succeeds.
             Answer::NotFound => !(release && how == Ends::RELEASED),
-            Answer::NotOwner | Answer::Lost(Reason::NotOwner) => held && expired,
+            // Renew's "FAILED_PRECONDITION if another owner holds the name"
+            // (the proto) applies to a released token too.
+            Answer::NotOwner => held && (expired || (!release && how.has(Ends::RELEASED))),
+            Answer::Lost(Reason::NotOwner) => held && expired,
             Answer::Lost(Reason::Revoked) => how.has(Ends::REVOKED),
             // The proto has no reason for "released": a heartbeat that
             // crossed its own release hears EXPIRED (and is not counted).

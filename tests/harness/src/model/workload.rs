@@ -1,1 +1,469 @@
-//! (being written)
+//! The random clients: each, from its own seeded generator, takes and
+//! gives back leases on a few names (so that its calls collide with the
+//! others'), over any of the brokers, and records every call and answer.
+//!
+//! What they do, by weight: acquire (try or wait, lock or semaphore permit,
+//! sometimes a lock on the semaphore's name and the other way round, with
+//! or without lock-delay, keeping their place and waiting again in it);
+//! renew; heartbeat on a KeepAlive stream (which they also reset, half-close
+//! and resume on another broker); release (also again, with a stale token
+//! and with a stranger's); revoke; CheckFence; and idle, so that leases
+//! expire. A call that gets no answer within its deadline is recorded as
+//! [`Answer::Unknown`]; a status outside the contract (INTERNAL, a
+//! malformed answer) is a finding of its own.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use leasehold_server::proto::{
+    lease_status::State, leasehold_service_client::LeaseholdServiceClient, AcquireRequest,
+    CheckFenceRequest, KeepAliveRequest, KeepAliveResponse, LeaseRef, LossReason, ReleaseRequest,
+    RenewRequest, RevokeRequest,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{transport::Channel, Code, Status, Streaming};
+
+use super::{
+    history::Recorder,
+    rng::Rng,
+    spec::{Answer, Call, Kind, Micros, Reason},
+};
+
+/// The names: two locks and a semaphore of [`SEMAPHORE_LIMIT`].
+pub const LOCKS: [&str; 2] = ["l0", "l1"];
+pub const SEMAPHORE: &str = "s0";
+pub const SEMAPHORE_LIMIT: u32 = 2;
+
+/// A call's deadline beyond its wait: the store timeout (1 s) and slack.
+const DEADLINE: Duration = Duration::from_millis(3_000);
+
+/// What the clients saw that the model does not judge.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub calls: AtomicU64,
+    pub unknown: AtomicU64,
+    /// Refused before they could take effect (RESOURCE_EXHAUSTED).
+    pub refused: AtomicU64,
+    pub streams_reset: AtomicU64,
+    pub streams_half_closed: AtomicU64,
+    pub streams_opened: AtomicU64,
+    /// Answers outside the contract: each a finding.
+    pub surprises: Mutex<Vec<String>>,
+}
+
+/// A lease a client holds (it thinks).
+#[derive(Clone)]
+struct Held {
+    name: &'static str,
+    token: String,
+}
+
+/// A KeepAlive stream of a client.
+struct Beats {
+    tx: mpsc::Sender<KeepAliveRequest>,
+    rx: Streaming<KeepAliveResponse>,
+    seq: u64,
+}
+
+struct Client {
+    id: usize,
+    rng: Rng,
+    brokers: Vec<LeaseholdServiceClient<Channel>>,
+    record: Arc<Recorder>,
+    tally: Arc<Tally>,
+    held: Vec<Held>,
+    /// Tokens of leases that ended (for stale calls), newest last.
+    ended: Vec<(&'static str, String)>,
+    /// A place kept by an Acquire that ran out (name, place).
+    place: Option<(&'static str, String)>,
+    beats: Option<Beats>,
+}
+
+/// The brokers' clients (lazily connected: a broker that is down or
+/// restarting fails the calls made to it, which is what the test wants).
+pub fn connect(urls: &[String]) -> Vec<LeaseholdServiceClient<Channel>> {
+    urls.iter()
+        .map(|u| {
+            let channel = Channel::from_shared(u.clone())
+                .expect("a broker URL")
+                .connect_timeout(Duration::from_millis(500))
+                .connect_lazy();
+            LeaseholdServiceClient::new(channel)
+        })
+        .collect()
+}
+
+/// Runs `clients` random clients on `brokers` until `stop`.
+pub async fn run(
+    seed: u64,
+    clients: usize,
+    brokers: Vec<String>,
+    record: Arc<Recorder>,
+    tally: Arc<Tally>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut tasks = Vec::new();
+    for id in 0..clients {
+        let mut client = Client {
+            id,
+            rng: Rng::fork(seed, id as u64 + 1),
+            brokers: connect(&brokers),
+            record: record.clone(),
+            tally: tally.clone(),
+            held: Vec::new(),
+            ended: Vec::new(),
+            place: None,
+            beats: None,
+        };
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                client.one_step().await;
+            }
+            // Give back what is held, so the run ends quietly.
+            for held in std::mem::take(&mut client.held) {
+                client.release(held.name, &held.token).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("a client does not panic");
+    }
+}
+
+/// The answer a failed call stands for: `None` when it is a surprise.
+fn failed(status: &Status) -> Option<Answer> {
+    match status.code() {
+        Code::Aborted => Some(Answer::Aborted),
+        Code::NotFound => Some(Answer::NotFound),
+        Code::FailedPrecondition => Some(Answer::NotOwner),
+        // The store did not answer, the broker went away or shuts down,
+        // the connection broke: the call may or may not have happened.
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => Some(Answer::Unknown),
+        _ => None,
+    }
+}
+
+impl Client {
+    fn broker(&mut self) -> LeaseholdServiceClient<Channel> {
+        let i = self.rng.below(self.brokers.len() as u64) as usize;
+        self.brokers[i].clone()
+    }
+
+    fn surprise(&self, what: String) {
+        self.tally.surprises.lock().unwrap().push(what);
+    }
+
+    /// Records `call` on `name`, answered by `result` (mapped by `ok`).
+    fn note<T>(&mut self, name: &str, call: Call, invoked: Micros, result: Result<Result<T, Status>, tokio::time::error::Elapsed>, ok: impl FnOnce(T, &Recorder) -> Answer) -> Answer {
+        let returned = self.record.now();
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
+        let answer = match result {
+            Err(_) => Answer::Unknown,
+            Ok(Ok(value)) => ok(value, &self.record),
+            Ok(Err(status)) if status.code() == Code::ResourceExhausted => {
+                self.tally.refused.fetch_add(1, Ordering::Relaxed);
+                return Answer::Unknown;
+            }
+            Ok(Err(status)) => match failed(&status) {
+                Some(a) => a,
+                None => {
+                    self.surprise(format!("client {} {name} {call:?}: {status:?}", self.id));
+                    return Answer::Unknown;
+                }
+            },
+        };
+        if answer == Answer::Unknown {
+            self.tally.unknown.fetch_add(1, Ordering::Relaxed);
+        }
+        self.record.record(self.id, name, call, answer.clone(), invoked, returned);
+        answer
+    }
+
+    async fn one_step(&mut self) {
+        let holding = !self.held.is_empty();
+        let h = |w: u32| if holding { w } else { 0 };
+        let e = |w: u32| if self.ended.is_empty() { 0 } else { w };
+        let choice = *self.rng.weighted(&[
+            (30, 0), // acquire
+            (h(12), 1), // renew
+            (h(18), 2), // heartbeat
+            (h(14), 3), // release
+            (e(4), 4), // stale renew or release, or a repeated release
+            (3, 5), // stranger's token
+            (3, 6), // revoke
+            (5, 7), // check fence
+            (2, 8), // end the stream
+            (10, 9), // idle
+        ]);
+        match choice {
+            0 => self.acquire().await,
+            1 => {
+                let held = self.pick_held();
+                self.renew(held.name, &held.token).await;
+            }
+            2 => self.beat(None).await,
+            3 => {
+                let held = self.pick_held();
+                self.release(held.name, &held.token).await;
+            }
+            4 => {
+                let (name, token) = self.ended[self.rng.below(self.ended.len() as u64) as usize].clone();
+                if self.rng.chance(0.5) {
+                    self.release(name, &token).await;
+                } else {
+                    self.renew(name, &token).await;
+                }
+            }
+            5 => {
+                let name = self.pick_name();
+                let token = format!("{:016x}{:016x}", self.rng.next(), self.rng.next());
+                match self.rng.below(3) {
+                    0 => self.release(name, &token).await,
+                    1 => self.renew(name, &token).await,
+                    _ => self.beat(Some((name, token))).await,
+                }
+            }
+            6 => self.revoke().await,
+            7 => self.check_fence().await,
+            8 => self.end_stream().await,
+            _ => tokio::time::sleep(Duration::from_millis(self.rng.between(50, 600))).await,
+        }
+    }
+
+    fn pick_held(&mut self) -> Held {
+        self.held[self.rng.below(self.held.len() as u64) as usize].clone()
+    }
+
+    fn pick_name(&mut self) -> &'static str {
+        match self.rng.below(3) {
+            0 => LOCKS[0],
+            1 => LOCKS[1],
+            _ => SEMAPHORE,
+        }
+    }
+
+    fn forget(&mut self, token: &str) {
+        if let Some(i) = self.held.iter().position(|h| h.token == token) {
+            let h = self.held.remove(i);
+            self.ended.push((h.name, h.token));
+            if self.ended.len() > 16 {
+                self.ended.remove(0);
+            }
+        }
+    }
+
+    async fn acquire(&mut self) {
+        let name = self.pick_name();
+        let mut kind = if name == SEMAPHORE { Kind::Permit { limit: SEMAPHORE_LIMIT } } else { Kind::Lock };
+        // Now and then the other kind on the same name: refused while the
+        // name is held the other way, granted when it is free.
+        if self.rng.chance(0.05) {
+            kind = match kind {
+                Kind::Lock => Kind::Permit { limit: SEMAPHORE_LIMIT },
+                Kind::Permit { .. } => Kind::Lock,
+            };
+        }
+        let ttl_ms = self.rng.between(600, 1_500);
+        let wait_ms = if self.rng.chance(0.5) { 0 } else { self.rng.between(100, 1_500) };
+        let lock_delay_ms = if kind == Kind::Lock && self.rng.chance(0.25) { self.rng.between(200, 800) } else { 0 };
+        let keep_place = wait_ms > 0 && self.rng.chance(0.3);
+        let place = match &self.place {
+            Some((n, p)) if *n == name && wait_ms > 0 && self.rng.chance(0.7) => p.clone(),
+            _ => String::new(),
+        };
+        self.place = None;
+        let request = AcquireRequest {
+            name: name.into(),
+            ttl_ms,
+            holder: format!("c{}", self.id),
+            wait_timeout_ms: wait_ms,
+            lock_delay_ms,
+            limit: match kind {
+                Kind::Lock => 0,
+                Kind::Permit { limit } => limit,
+            },
+            keep_place,
+            place,
+        };
+        let call = Call::Acquire { kind, ttl_ms, wait_ms, lock_delay_ms, keep_place };
+        let mut broker = self.broker();
+        let invoked = self.record.now();
+        let result = tokio::time::timeout(Duration::from_millis(wait_ms) + DEADLINE, broker.acquire(request)).await;
+        // A kept place comes back in the ABORTED status's metadata.
+        if let Ok(Err(status)) = &result {
+            if status.code() == Code::Aborted {
+                if let Some(p) = status.metadata().get("leasehold-place").and_then(|v| v.to_str().ok()) {
+                    self.place = Some((name, p.to_owned()));
+                }
+            }
+        }
+        let mut secret = None;
+        let answer = self.note(name, call, invoked, result, |r, rec| {
+            let lease = r.into_inner().lease.unwrap_or_default();
+            secret = Some(lease.owner_token.clone());
+            Answer::Granted { token: rec.token(&lease.owner_token), fence: lease.fence, ttl_ms: lease.ttl_ms }
+        });
+        if let (Answer::Granted { .. }, Some(token)) = (answer, secret) {
+            self.held.push(Held { name, token });
+        }
+    }
+
+    async fn renew(&mut self, name: &'static str, token: &str) {
+        let ttl_ms = self.rng.between(600, 1_500);
+        let call = Call::Renew { token: self.record.token(token), ttl_ms };
+        let mut broker = self.broker();
+        let invoked = self.record.now();
+        let request = RenewRequest { name: name.into(), owner_token: token.into(), ttl_ms };
+        let result = tokio::time::timeout(DEADLINE, broker.renew(request)).await;
+        let answer = self.note(name, call, invoked, result, |r, _| {
+            let r = r.into_inner();
+            Answer::Alive { fence: r.fence, ttl_ms: r.ttl_ms }
+        });
+        if matches!(answer, Answer::NotFound | Answer::NotOwner) {
+            self.forget(token);
+        }
+    }
+
+    async fn release(&mut self, name: &'static str, token: &str) {
+        let call = Call::Release { token: self.record.token(token) };
+        let mut broker = self.broker();
+        let invoked = self.record.now();
+        let request = ReleaseRequest { name: name.into(), owner_token: token.into() };
+        let result = tokio::time::timeout(DEADLINE, broker.release(request)).await;
+        let answer = self.note(name, call, invoked, result, |_, _| Answer::Released);
+        if answer != Answer::Unknown || self.rng.chance(0.5) {
+            self.forget(token);
+        }
+    }
+
+    async fn revoke(&mut self) {
+        let name = LOCKS[self.rng.below(2) as usize];
+        let mut broker = self.broker();
+        let invoked = self.record.now();
+        let request = RevokeRequest { name: name.into(), tenant: String::new() };
+        let result = tokio::time::timeout(DEADLINE, broker.revoke(request)).await;
+        self.note(name, Call::Revoke, invoked, result, |r, _| Answer::Revoked { fence: r.into_inner().fence });
+    }
+
+    async fn check_fence(&mut self) {
+        let name = LOCKS[self.rng.below(2) as usize];
+        let fence = self.rng.below(3);
+        let mut broker = self.broker();
+        let invoked = self.record.now();
+        let request = CheckFenceRequest { name: name.into(), fence };
+        let result = tokio::time::timeout(DEADLINE, broker.check_fence(request)).await;
+        self.note(name, Call::CheckFence { fence }, invoked, result, |r, _| {
+            let r = r.into_inner();
+            Answer::Fence { current: r.current, current_fence: r.current_fence }
+        });
+    }
+
+    /// Ends the KeepAlive stream: reset (RST_STREAM) or half-close.
+    async fn end_stream(&mut self) {
+        let Some(beats) = self.beats.take() else { return };
+        if self.rng.chance(0.5) {
+            self.tally.streams_reset.fetch_add(1, Ordering::Relaxed);
+            drop(beats);
+        } else {
+            self.tally.streams_half_closed.fetch_add(1, Ordering::Relaxed);
+            let Beats { tx, mut rx, .. } = beats;
+            drop(tx);
+            let _ = tokio::time::timeout(DEADLINE, async { while let Ok(Some(_)) = rx.message().await {} }).await;
+        }
+    }
+
+    /// One heartbeat naming every lease held (and `stranger`'s token), on
+    /// the stream (opened on any broker when there is none: a resumed
+    /// session).
+    async fn beat(&mut self, stranger: Option<(&'static str, String)>) {
+        if self.beats.is_none() {
+            let mut broker = self.broker();
+            let (tx, rx) = mpsc::channel(4);
+            match tokio::time::timeout(DEADLINE, broker.keep_alive(ReceiverStream::new(rx))).await {
+                Ok(Ok(response)) => {
+                    self.tally.streams_opened.fetch_add(1, Ordering::Relaxed);
+                    self.beats = Some(Beats { tx, rx: response.into_inner(), seq: 0 });
+                }
+                _ => return,
+            }
+        }
+        let ttl_ms = self.rng.between(600, 1_500);
+        let mut leases: Vec<Held> = self.held.clone();
+        if let Some((name, token)) = stranger {
+            leases.push(Held { name, token });
+        }
+        let beats = self.beats.as_mut().unwrap();
+        beats.seq += 1;
+        let seq = beats.seq;
+        let request = KeepAliveRequest {
+            seq,
+            leases: leases
+                .iter()
+                .map(|h| LeaseRef { name: h.name.into(), owner_token: h.token.clone(), ttl_ms })
+                .collect(),
+        };
+        let invoked = self.record.now();
+        let answer = tokio::time::timeout(DEADLINE, async {
+            beats.tx.send(request).await.map_err(|_| Status::unavailable("stream closed"))?;
+            loop {
+                match beats.rx.message().await? {
+                    Some(r) if r.seq == seq => return Ok(r),
+                    Some(_) => continue,
+                    None => return Err(Status::unavailable("stream ended")),
+                }
+            }
+        })
+        .await;
+        let returned = self.record.now();
+        let statuses = match answer {
+            Ok(Ok(r)) => Some(r.leases),
+            _ => {
+                self.beats = None;
+                None
+            }
+        };
+        if statuses.as_ref().is_some_and(|s| s.len() != leases.len()) {
+            self.surprise(format!("heartbeat of {} leases answered {:?}", leases.len(), statuses));
+            return;
+        }
+        for (i, held) in leases.iter().enumerate() {
+            let call = Call::Beat { token: self.record.token(&held.token), ttl_ms };
+            let answer = match statuses.as_ref().map(|s| &s[i]) {
+                None => Answer::Unknown,
+                Some(s) => match s.state() {
+                    State::Alive => Answer::Alive { fence: s.fence, ttl_ms: s.ttl_ms },
+                    State::Lost => Answer::Lost(match s.reason() {
+                        LossReason::Expired => Reason::Expired,
+                        LossReason::NotOwner => Reason::NotOwner,
+                        LossReason::StoreLost => Reason::StoreLost,
+                        LossReason::Revoked => Reason::Revoked,
+                        LossReason::Unspecified => {
+                            self.surprise(format!("heartbeat: STATE_LOST without a reason: {s:?}"));
+                            continue;
+                        }
+                    }),
+                    State::Unconfirmed | State::Unspecified => Answer::Unknown,
+                    State::Rejected => {
+                        self.surprise(format!("heartbeat rejected a lease: {}", s.message));
+                        continue;
+                    }
+                },
+            };
+            self.tally.calls.fetch_add(1, Ordering::Relaxed);
+            if answer == Answer::Unknown {
+                self.tally.unknown.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Answer::Lost(_) = answer {
+                self.forget(&held.token);
+            }
+            self.record.record(self.id, held.name, call, answer, invoked, returned);
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The model checker on every store: random clients (the harness's
+//! `model::workload`) on a few names, over the store's brokers, while the
+//! nemesis (`model::nemesis`) kills, stops, stalls, cuts, restarts and wipes;
+//! then each name's history is checked against the executable contract
+//! (`model::spec`) by a linearizability search (`model::linear`).
+//!
+//! `scripts/model-check [SECONDS] [STORE...]` runs it; through
+//! `cargo test` (the README's test command) each store runs for
+//! `LEASEHOLD_MODEL_SECS` (default 12 s). A failure prints the seed, the
+//! smallest sub-history found that still fails, where the whole history was
+//! saved, and the commands that run the same workload again and check the
+//! saved history again.
+//!
+//! Environment: `LEASEHOLD_MODEL_SECS`, `LEASEHOLD_MODEL_STORES`
+//! (comma-separated: memory, redis, postgres; default all),
+//! `LEASEHOLD_MODEL_SEED` (default: random, printed),
+//! `LEASEHOLD_MODEL_HISTORY` (check this saved history instead of running).
+
+use leasehold_testkit as common;
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{atomic::AtomicBool, atomic::Ordering, Arc, Mutex},
+    time::Duration,
+};
+
+use common::model::{
+    history::{format_op, parse_op, Op, Recorder},
+    linear::{self, Verdict},
+    nemesis::{self, Injected, StoreKind, Topology},
+    workload::{self, Tally},
+};
+
+/// Clients per run: enough that calls collide on three names.
+const CLIENTS: usize = 6;
+/// Brokers per shared store (the memory store has its one).
+const BROKERS: usize = 2;
+/// A broker's resident memory after a run, at most (the caps bound it far
+/// below: streams, waiters, leases per connection).
+const RSS_CAP: u64 = 256 << 20;
+
+fn env_u64(key: &str) -> Option<u64> {
+    std::env::var(key).ok().and_then(|s| s.parse().ok())
+}
+
+fn wanted(store: StoreKind) -> bool {
+    match std::env::var("LEASEHOLD_MODEL_STORES") {
+        Ok(list) if !list.trim().is_empty() => list.split(',').any(|s| s.trim() == store.name()),
+        _ => true,
+    }
+}
+
+fn history_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/model-check");
+    std::fs::create_dir_all(&dir).expect("target/model-check");
+    dir
+}
+
+/// Checks every name of `ops`; the findings, as text, empty if none.
+fn check_all(ops: &[Op]) -> (Vec<String>, BTreeMap<String, u64>) {
+    let mut findings = Vec::new();
+    let mut visited = BTreeMap::new();
+    let mut names: Vec<(String, Vec<Op>)> = linear::by_name(ops).into_iter().collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, list) in names {
+        let (list, verdict) = linear::check_deep(list);
+        match verdict {
+            Verdict::Ok { visited: v } => {
+                visited.insert(name, v);
+            }
+            Verdict::GaveUp { visited: v } => findings.push(format!(
+                "name {name}: the search gave up after {v} configurations ({} calls): undecided",
+                list.len()
+            )),
+            Verdict::Violation { stuck, prefix } => {
+                let first = &list[stuck[0]];
+                let small = std::thread::Builder::new()
+                    .stack_size(512 << 20)
+                    .spawn({
+                        let list = list.clone();
+                        let first = first.clone();
+                        move || linear::minimize(&list, &first, 400)
+                    })
+                    .unwrap()
+                    .join()
+                    .unwrap();
+                findings.push(format!(
+                    "name {name}: not linearizable: {prefix} of {} calls placed, then none of these could be:\n{}\nsmallest failing sub-history found ({} calls):\n{}",
+                    list.len(),
+                    stuck.iter().map(|&i| format!("  {}\n", format_op(&list[i]))).collect::<String>(),
+                    small.len(),
+                    linear::format(&small)
+                ));
+            }
+        }
+    }
+    (findings, visited)
+}
+
+async fn run_store(store: StoreKind) {
+    if !wanted(store) {
+        println!("model-check {}: not selected (LEASEHOLD_MODEL_STORES)", store.name());
+        return;
+    }
+    if std::env::var("LEASEHOLD_MODEL_HISTORY").is_ok() {
+        return;
+    }
+    let secs = env_u64("LEASEHOLD_MODEL_SECS").unwrap_or(12);
+    let seed = env_u64("LEASEHOLD_MODEL_SEED").unwrap_or_else(|| {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).unwrap();
+        u64::from_le_bytes(b) >> 16
+    });
+    let topology = Topology::start(store, BROKERS).await;
+    let urls = topology.broker_urls();
+    let record = Arc::new(Recorder::new());
+    let tally = Arc::new(Tally::default());
+    let injected = Arc::new(Mutex::new(Injected::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_faults = Arc::new(AtomicBool::new(false));
+    let nemesis = tokio::spawn(nemesis::run(topology, seed, record.clone(), injected.clone(), stop_faults.clone()));
+    let clients = tokio::spawn(workload::run(seed, CLIENTS, urls, record.clone(), tally.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    // Faults end first, so that the clients' last calls (giving back what
+    // they hold) meet a healed system.
+    stop_faults.store(true, Ordering::Relaxed);
+    let topology = nemesis.await.expect("the nemesis does not panic");
+    stop.store(true, Ordering::Relaxed);
+    clients.await.expect("the clients do not panic");
+
+    let ops = record.ops();
+    let file = history_dir().join(format!("{}-{seed}.history", store.name()));
+    std::fs::write(&file, ops.iter().map(|o| format_op(o) + "\n").collect::<String>()).unwrap();
+    let (mut findings, visited) = check_all(&ops);
+    findings.extend(tally.surprises.lock().unwrap().iter().map(|s| format!("an answer outside the contract: {s}")));
+    for broker in &topology.brokers {
+        let rss = broker.rss();
+        if rss > RSS_CAP {
+            findings.push(format!("broker {} holds {} MiB after the run (cap {} MiB)", broker.url(), rss >> 20, RSS_CAP >> 20));
+        }
+    }
+    let faults: Vec<String> = injected
+        .lock()
+        .unwrap()
+        .counts
+        .iter()
+        .map(|(f, n)| format!("{}: {n}", f.name()))
+        .collect();
+    println!(
+        "model-check {} seed={seed} secs={secs}: {} calls ({} without an answer, {} refused), {} recorded, streams opened {} reset {} half-closed {}; faults: {}; configurations searched per name: {visited:?}; violations: {}",
+        store.name(),
+        tally.calls.load(Ordering::Relaxed),
+        tally.unknown.load(Ordering::Relaxed),
+        tally.refused.load(Ordering::Relaxed),
+        ops.len(),
+        tally.streams_opened.load(Ordering::Relaxed),
+        tally.streams_reset.load(Ordering::Relaxed),
+        tally.streams_half_closed.load(Ordering::Relaxed),
+        if faults.is_empty() { "none".into() } else { faults.join(", ") },
+        findings.len(),
+    );
+    assert!(
+        ops.len() as u64 >= secs * 20,
+        "only {} calls recorded in {secs} s: the workload did not run",
+        ops.len()
+    );
+    if !findings.is_empty() {
+        panic!(
+            "model-check {} seed={seed}: {} finding(s)\n\n{}\n\nthe whole history: {}\nrun the same workload again: LEASEHOLD_MODEL_SEED={seed} scripts/model-check {secs} {}\ncheck this history again: LEASEHOLD_MODEL_HISTORY={} scripts/model-check",
+            store.name(),
+            findings.len(),
+            findings.join("\n\n"),
+            file.display(),
+            store.name(),
+            file.display()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_check_memory() {
+    run_store(StoreKind::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_check_redis() {
+    run_store(StoreKind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_check_postgres() {
+    run_store(StoreKind::Postgres).await;
+}
+
+/// `LEASEHOLD_MODEL_HISTORY=file`: checks a saved history again, without
+/// any server (deterministic: the search alone).
+#[test]
+fn recheck_a_saved_history() {
+    let Ok(path) = std::env::var("LEASEHOLD_MODEL_HISTORY") else {
+        return;
+    };
+    let text = std::fs::read_to_string(&path).expect("the saved history");
+    let ops: Vec<Op> = text.lines().filter(|l| !l.trim().is_empty()).map(|l| parse_op(l).expect("a history line")).collect();
+    let (findings, visited) = check_all(&ops);
+    println!("{path}: {} calls, configurations searched per name: {visited:?}", ops.len());
+    assert!(findings.is_empty(), "{}", findings.join("\n\n"));
+}
