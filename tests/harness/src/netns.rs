@@ -23,7 +23,10 @@ use std::{
     net::{Ipv4Addr, SocketAddr, TcpStream},
     os::fd::AsRawFd,
     process::{Command, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Mutex,
+    },
     time::Duration,
 };
 
@@ -62,6 +65,9 @@ table inet leasehold {
 /// Instances made by this process: part of every name and subnet, so that
 /// the tests of one binary, which run in parallel, never share either.
 static INSTANCES: AtomicU32 = AtomicU32::new(0);
+
+/// Taken while an instance picks its subnet and configures it.
+static CHOOSING: Mutex<()> = Mutex::new(());
 
 /// Linux's limit on an interface name (IFNAMSIZ, 16 with the NUL).
 const IFNAME_MAX: usize = 15;
@@ -130,8 +136,12 @@ impl NetNs {
             }
             panic!("`ip netns add {name}` failed: {stderr}");
         }
-        // From here on, dropping it cleans up whatever was made.
+        // Held until the root side has its routes, so that an instance
+        // of this process passed over to the next subnet and the instance
+        // whose subnet that is see each other's route.
+        let choosing = CHOOSING.lock().unwrap_or_else(|e| e.into_inner());
         let (host_ip, ns_ip) = subnet(pid, n);
+        // From here on, dropping it cleans up whatever was made.
         let ns = NetNs {
             name,
             host_if,
@@ -143,7 +153,9 @@ impl NetNs {
             "link add {host_if} type veth peer name {ns_if} netns {name}"
         ));
         ip(&format!("addr add {host_ip}/30 dev {host_if}"));
+        // Its routes appear once it is up.
         ip(&format!("link set {host_if} up"));
+        drop(choosing);
         ip(&format!("-n {name} addr add {ns_ip}/30 dev {ns_if}"));
         ip(&format!("-n {name} link set {ns_if} up"));
         // A process inside binds and reaches 127.0.0.1 of its own.
