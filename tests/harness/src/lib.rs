@@ -2,7 +2,8 @@
 //! `redis-server` on a free loopback port (and Sentinel and Cluster
 //! topologies, `topology`), brokers served in-process on `127.0.0.1:0`
 //! listeners or as `leasehold serve` processes, certificates (`certs`), a
-//! TCP proxy that stalls, drops or delays connections (`proxy`), KeepAlive
+//! TCP proxy that stalls, drops or delays connections (`proxy`), network
+//! partitions of a broker run in a namespace of its own (`netns`), KeepAlive
 //! streams driven heartbeat by heartbeat (`keepalive`), and the
 //! history checker of the lease contract (`history`) with the contended run
 //! the topology tests feed it (`contract`). A crate of its own,
@@ -14,6 +15,7 @@ pub mod etcd;
 pub mod history;
 pub mod keepalive;
 pub mod model;
+pub mod netns;
 pub mod postgres;
 pub mod proxy;
 pub mod topology;
@@ -33,7 +35,7 @@ use leasehold_server::{
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
 
-pub use self::{etcd::EtcdServer, postgres::PostgresServer};
+pub use self::{etcd::EtcdServer, netns::NetNs, postgres::PostgresServer};
 
 /// The redis-server binary: `$LEASEHOLD_REDIS_SERVER`, or `redis-server` on
 /// the PATH (`scripts/test` installs it).
@@ -175,6 +177,19 @@ impl RedisServer {
         ])
     }
 
+    /// Starts redis-server listening on `ips` besides 127.0.0.1: the root
+    /// side of a [`NetNs`]'s pair ([`NetNs::host_ip`]), for a broker inside
+    /// the namespace, which has a loopback of its own; it connects to
+    /// [`RedisServer::url_at`]. Protected mode is off, since it turns away
+    /// every client not on loopback while no password is set; the extra
+    /// addresses are the test's own private pairs. Restarts keep them.
+    pub fn start_bound(ips: &[std::net::IpAddr]) -> Self {
+        let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
+        let mut args = vec!["--protected-mode", "no", "--bind", "127.0.0.1"];
+        args.extend(ips.iter().map(String::as_str));
+        Self::start_with(&args)
+    }
+
     /// Starts redis-server accepting `DEBUG` (e.g. `DEBUG SLEEP`, to stall
     /// it) from loopback clients.
     pub fn start_debuggable() -> Self {
@@ -312,6 +327,12 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// `redis://IP:PORT/`: for a server of [`RedisServer::start_bound`]
+    /// reached on one of its extra addresses.
+    pub fn url_at(&self, ip: std::net::IpAddr) -> String {
+        format!("redis://{ip}:{}/", self.port)
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit.
@@ -559,6 +580,9 @@ struct Launch {
     metrics_addr: SocketAddr,
     store: String,
     extra: Vec<String>,
+    /// The network namespace it runs in ([`BrokerProcess::start_in`]), by
+    /// name; `None`: the test's own.
+    netns: Option<String>,
     /// Where its stderr (the logs, at `RUST_LOG`, default `debug`) is
     /// appended; `None` discards them.
     log: Option<std::path::PathBuf>,
@@ -573,13 +597,39 @@ impl BrokerProcess {
     /// Starts `leasehold serve` on `store` with `extra` flags, its logs
     /// appended to `log` when given.
     pub async fn start_logged(store: &str, extra: &[&str], log: Option<&std::path::Path>) -> Self {
-        let launch = Launch {
+        Self::launch(Launch {
             addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
             metrics_addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
             store: store.to_owned(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            netns: None,
             log: log.map(|p| p.to_owned()),
-        };
+        })
+        .await
+    }
+
+    /// Starts `leasehold serve` inside `ns` on `store` with `extra` flags,
+    /// and waits until it accepts calls. It listens (gRPC and metrics) on
+    /// [`NetNs::ns_ip`], where this namespace's clients reach it, and
+    /// reaches only what listens on [`NetNs::host_ip`]: give it a store
+    /// there (e.g. [`RedisServer::start_bound`] and
+    /// [`RedisServer::url_at`]). Restart, kill and pid work as for any
+    /// broker process (`ip netns exec` execs it: the child is the broker).
+    pub async fn start_in(ns: &NetNs, store: &str, extra: &[&str]) -> Self {
+        // Every port is free in a namespace of our own; a free loopback
+        // port of this one is as good as any.
+        Self::launch(Launch {
+            addr: SocketAddr::new(ns.ns_ip().into(), free_port()),
+            metrics_addr: SocketAddr::new(ns.ns_ip().into(), free_port()),
+            store: store.to_owned(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            netns: Some(ns.name().to_owned()),
+            log: None,
+        })
+        .await
+    }
+
+    async fn launch(launch: Launch) -> Self {
         let broker = BrokerProcess {
             addr: launch.addr,
             metrics_addr: launch.metrics_addr,
@@ -630,7 +680,10 @@ impl BrokerProcess {
     }
 
     fn spawn(launch: &Launch) -> std::process::Child {
-        let mut command = std::process::Command::new(leasehold_binary());
+        let mut command = match &launch.netns {
+            Some(name) => netns::exec_in(name, leasehold_binary()),
+            None => std::process::Command::new(leasehold_binary()),
+        };
         command
             .args([
                 "serve",
