@@ -357,7 +357,12 @@ impl Name {
                     return;
                 }
                 self.last_fence = *fence;
-                self.last_revoked = None;
+                // Revoke acts on a name's lock lease only (a permit is not
+                // revocable): a permit granted since leaves a retried
+                // revoke's answer as it was.
+                if *kind == Kind::Lock {
+                    self.last_revoked = None;
+                }
                 self.leases.push(Lease {
                     token: *token,
                     fence: *fence,

@@ -137,6 +137,23 @@ pub async fn run(
     }
 }
 
+/// Whether a failed call never left the client: its connection to the
+/// broker could not be made (the broker is down or restarting).
+fn never_sent(status: &Status) -> bool {
+    use std::error::Error as _;
+    if status.code() != Code::Unavailable {
+        return false;
+    }
+    let mut source = status.source();
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// The answer a failed call stands for: `None` when it is a surprise.
 fn failed(status: &Status) -> Option<Answer> {
     match status.code() {
@@ -167,7 +184,9 @@ impl Client {
         let answer = match result {
             Err(_) => Answer::Unknown,
             Ok(Ok(value)) => ok(value, &self.record),
-            Ok(Err(status)) if status.code() == Code::ResourceExhausted => {
+            // Refused before it could take effect: a cap, or no connection
+            // to the broker at all (it is down: the request was never sent).
+            Ok(Err(status)) if status.code() == Code::ResourceExhausted || never_sent(&status) => {
                 self.tally.refused.fetch_add(1, Ordering::Relaxed);
                 return Answer::Unknown;
             }
@@ -187,6 +206,15 @@ impl Client {
     }
 
     async fn one_step(&mut self) {
+        let refused = self.tally.refused.load(Ordering::Relaxed);
+        self.step().await;
+        if self.tally.refused.load(Ordering::Relaxed) != refused {
+            // The broker is down: do not spin on it.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn step(&mut self) {
         let holding = !self.held.is_empty();
         let h = |w: u32| if holding { w } else { 0 };
         let e = |w: u32| if self.ended.is_empty() { 0 } else { w };
