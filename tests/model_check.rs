@@ -29,7 +29,7 @@ use common::model::{
     history::{format_op, parse_op, Op, Recorder},
     linear::{self, Verdict},
     nemesis::{self, Injected, StoreKind, Topology},
-    workload::{self, Tally},
+    workload::{self, Resource, Tally},
 };
 
 /// Clients per run: enough that calls collide on three names.
@@ -120,7 +120,7 @@ async fn run_store(store: StoreKind) {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_faults = Arc::new(AtomicBool::new(false));
     let nemesis = tokio::spawn(nemesis::run(topology, seed, record.clone(), injected.clone(), stop_faults.clone()));
-    let clients = tokio::spawn(workload::run(seed, CLIENTS, urls, record.clone(), tally.clone(), stop.clone()));
+    let clients = tokio::spawn(workload::run(seed, CLIENTS, urls, record.clone(), tally.clone(), Arc::new(Resource::default()), stop.clone()));
     tokio::time::sleep(Duration::from_secs(secs)).await;
     // Faults end first, so that the clients' last calls (giving back what
     // they hold) meet a healed system.
@@ -148,7 +148,7 @@ async fn run_store(store: StoreKind) {
         .map(|(f, n)| format!("{}: {n}", f.name()))
         .collect();
     println!(
-        "model-check {} seed={seed} secs={secs}: {} calls ({} without an answer, {} refused), {} recorded, streams opened {} reset {} half-closed {}; faults: {}; configurations searched per name: {visited:?}; violations: {}",
+        "model-check {} seed={seed} secs={secs}: {} calls ({} without an answer, {} refused), {} recorded, streams opened {} reset {} half-closed {}, writes {} ({} refused, {} paused holders); faults: {}; configurations searched per name: {visited:?}; violations: {}",
         store.name(),
         tally.calls.load(Ordering::Relaxed),
         tally.unknown.load(Ordering::Relaxed),
@@ -157,6 +157,9 @@ async fn run_store(store: StoreKind) {
         tally.streams_opened.load(Ordering::Relaxed),
         tally.streams_reset.load(Ordering::Relaxed),
         tally.streams_half_closed.load(Ordering::Relaxed),
+        tally.writes.load(Ordering::Relaxed),
+        tally.writes_refused.load(Ordering::Relaxed),
+        tally.pauses.load(Ordering::Relaxed),
         if faults.is_empty() { "none".into() } else { faults.join(", ") },
         findings.len(),
     );

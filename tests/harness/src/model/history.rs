@@ -130,7 +130,9 @@ pub fn format_op(op: &Op) -> String {
         Call::Release { token } => write!(s, "release t{token}").unwrap(),
         Call::Revoke => s.push_str("revoke"),
         Call::CheckFence { fence } => write!(s, "checkfence {fence}").unwrap(),
+        Call::Write { token, fence, believed } => write!(s, "write t{token} fence={fence} believed={}", *believed as u8).unwrap(),
         Call::Wipe => s.push_str("wipe"),
+        Call::ClockStep { delta_ms } => write!(s, "clockstep {delta_ms}").unwrap(),
     }
     s.push_str(" | ");
     match &op.answer {
@@ -144,7 +146,9 @@ pub fn format_op(op: &Op) -> String {
         Answer::Revoked { fence } => write!(s, "revoked fence={fence}").unwrap(),
         Answer::Fence { current, current_fence } => write!(s, "fence current={} fence={current_fence}", *current as u8).unwrap(),
         Answer::Unknown => s.push_str("unknown"),
-        Answer::Wiped => s.push_str("wiped"),
+        Answer::Accepted => s.push_str("accepted"),
+        Answer::Refused => s.push_str("refused"),
+        Answer::Happened => s.push_str("happened"),
     }
     s
 }
@@ -196,7 +200,15 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
         Some("checkfence") => Call::CheckFence {
             fence: call.get(1).ok_or("fence")?.parse().map_err(|_| "fence")?,
         },
+        Some("write") => Call::Write {
+            token: token(call.get(1))?,
+            fence: field(&call, "fence")?,
+            believed: field(&call, "believed")? == 1,
+        },
         Some("wipe") => Call::Wipe,
+        Some("clockstep") => Call::ClockStep {
+            delta_ms: call.get(1).ok_or("delta")?.parse().map_err(|_| "delta")?,
+        },
         other => return Err(format!("unknown call {other:?}")),
     };
     let answer = match answer.first().copied() {
@@ -223,7 +235,9 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             current_fence: field(&answer, "fence")?,
         },
         Some("unknown") => Answer::Unknown,
-        Some("wiped") => Answer::Wiped,
+        Some("accepted") => Answer::Accepted,
+        Some("refused") => Answer::Refused,
+        Some("happened") => Answer::Happened,
         other => return Err(format!("unknown answer {other:?}")),
     };
     Ok(Op {
@@ -246,7 +260,9 @@ mod tests {
             Op { client: 1, name: "a".into(), call: Call::Acquire { kind: Kind::Permit { limit: 2 }, ttl_ms: 900, wait_ms: 10, lock_delay_ms: 0, keep_place: true }, answer: Answer::Granted { token: 3, fence: 77, ttl_ms: 900 }, invoked: 5, returned: 9 },
             Op { client: 0, name: "b".into(), call: Call::Beat { token: 4, ttl_ms: 1000 }, answer: Answer::Lost(Reason::NotOwner), invoked: 1, returned: 2 },
             Op { client: 2, name: "b".into(), call: Call::CheckFence { fence: 8 }, answer: Answer::Fence { current: true, current_fence: 8 }, invoked: 1, returned: 2 },
-            Op { client: 2, name: "b".into(), call: Call::Wipe, answer: Answer::Wiped, invoked: 1, returned: 2 },
+            Op { client: 2, name: "b".into(), call: Call::Wipe, answer: Answer::Happened, invoked: 1, returned: 2 },
+            Op { client: 2, name: "b".into(), call: Call::ClockStep { delta_ms: -2000 }, answer: Answer::Happened, invoked: 1, returned: 2 },
+            Op { client: 2, name: "b".into(), call: Call::Write { token: 3, fence: 9, believed: true }, answer: Answer::Refused, invoked: 1, returned: 2 },
         ];
         for op in ops {
             assert_eq!(parse_op(&format_op(&op)).unwrap(), op, "{}", format_op(&op));

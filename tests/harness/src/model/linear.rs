@@ -294,17 +294,22 @@ pub fn check_deep(ops: Vec<Op>) -> (Vec<Op>, Verdict) {
         .expect("the checker does not panic")
 }
 
+/// Whether `op` is an event of the whole store, not of one name.
+fn store_wide(op: &Op) -> bool {
+    matches!(op.call, Call::Wipe | Call::ClockStep { .. })
+}
+
 /// Splits a history by name.
 pub fn by_name(ops: &[Op]) -> HashMap<String, Vec<Op>> {
     let mut names: HashMap<String, Vec<Op>> = HashMap::new();
     for op in ops {
-        if op.call == Call::Wipe {
+        if store_wide(op) {
             continue;
         }
         names.entry(op.name.clone()).or_default().push(op.clone());
     }
-    // A wipe loses every name's data.
-    for op in ops.iter().filter(|op| op.call == Call::Wipe) {
+    // A wipe loses every name's data; a clock step moves every name's.
+    for op in ops.iter().filter(|op| store_wide(op)) {
         for (name, list) in names.iter_mut() {
             let mut wipe = op.clone();
             wipe.name = name.clone();

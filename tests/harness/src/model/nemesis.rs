@@ -28,7 +28,7 @@ use super::{
     spec::{Answer, Call},
     workload::{LOCKS, SEMAPHORE},
 };
-use crate::{proxy::Proxy, BrokerProcess, PostgresServer, RedisServer};
+use crate::{netns::NetNs, proxy::Proxy, BrokerProcess, PostgresServer, RedisServer};
 
 /// The longest a fault is held before it is healed.
 pub const MAX_FAULT: Duration = Duration::from_millis(1_500);
@@ -65,10 +65,14 @@ impl StoreKind {
 pub enum Fault {
     KillBroker,
     PauseBroker,
+    StallClients,
+    CutClients,
     StallStore,
     CutStore,
+    Partition,
     RestartStore,
     WipeStore,
+    StepClock,
     HoldRow,
 }
 
@@ -77,7 +81,11 @@ impl Fault {
         match self {
             Fault::KillBroker => "broker SIGKILL + restart",
             Fault::PauseBroker => "broker SIGSTOP/SIGCONT",
+            Fault::StallClients => "clients' path to a broker stalled",
+            Fault::CutClients => "clients' connections to a broker cut",
             Fault::StallStore => "store path stalled",
+            Fault::Partition => "broker partitioned from the store (netns)",
+            Fault::StepClock => "store clock stepped",
             Fault::CutStore => "store connections cut",
             Fault::RestartStore => "store restarted with its data",
             Fault::WipeStore => "store lost its data",
@@ -92,79 +100,118 @@ enum Server {
     Postgres(PostgresServer),
 }
 
-/// A store, the proxies in front of it (one per broker) and the brokers.
+/// A store, its brokers, and the links the nemesis acts on: a proxy in
+/// front of each broker (its clients' path), and one between each broker
+/// and the store, except for a broker in a network namespace of its own
+/// (Redis, when the tests may make one), whose path is partitioned with
+/// the kernel's own packet filter instead.
 pub struct Topology {
     pub kind: StoreKind,
     server: Server,
-    proxies: Vec<Arc<Proxy>>,
+    /// Per broker: the proxy its clients go through.
+    fronts: Vec<Arc<Proxy>>,
+    /// Per broker: the proxy between it and the store, if any.
+    links: Vec<Option<Arc<Proxy>>>,
+    /// The namespace broker 0 runs in, if any.
+    netns: Option<NetNs>,
     pub brokers: Vec<BrokerProcess>,
+    /// The Redis clock's offset from the true clock, in seconds.
+    clock_offset: i64,
 }
 
 /// The flags every broker of a run gets: Revoke is part of the workload.
 const BROKER_FLAGS: &[&str] = &["--enable-revoke"];
 
+/// A proxy's address as a broker URL.
+fn proxied(proxy: &Proxy) -> String {
+    format!("http://{}", proxy.addr())
+}
+
 impl Topology {
     /// Starts the store and its brokers: one for the memory store (it
-    /// lives in its broker), `brokers` otherwise, each through a proxy.
+    /// lives in its broker), `brokers` otherwise.
     pub async fn start(kind: StoreKind, brokers: usize) -> Topology {
-        let (server, upstream) = match kind {
-            StoreKind::Memory => (Server::Memory, None),
+        let mut netns = None;
+        let server = match kind {
+            StoreKind::Memory => Server::Memory,
             StoreKind::Redis => {
-                let redis = RedisServer::start_persistent();
-                let addr = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
-                (Server::Redis(redis), Some(addr))
+                netns = match NetNs::new() {
+                    Ok(ns) => Some(ns),
+                    Err(why) => {
+                        eprintln!("model-check: no network partitions in this run: {why}");
+                        None
+                    }
+                };
+                let bind: Vec<std::net::IpAddr> = netns.iter().map(|ns| ns.host_ip().into()).collect();
+                Server::Redis(RedisServer::start_for_model(&bind))
             }
-            StoreKind::Postgres => {
-                let pg = PostgresServer::start_durable();
-                let addr = format!("127.0.0.1:{}", pg.port()).parse().unwrap();
-                (Server::Postgres(pg), Some(addr))
-            }
+            StoreKind::Postgres => Server::Postgres(PostgresServer::start_durable()),
         };
-        let mut proxies = Vec::new();
         let mut list = Vec::new();
-        match upstream {
-            None => list.push(BrokerProcess::start_logged("memory", BROKER_FLAGS, None).await),
-            Some(addr) => {
+        let mut links = Vec::new();
+        match &server {
+            Server::Memory => {
+                list.push(BrokerProcess::start_logged("memory", BROKER_FLAGS, None).await);
+                links.push(None);
+            }
+            Server::Redis(redis) => {
+                for i in 0..brokers {
+                    match (&netns, i) {
+                        (Some(ns), 0) => {
+                            list.push(BrokerProcess::start_in(ns, &redis.url_at(ns.host_ip().into()), BROKER_FLAGS).await);
+                            links.push(None);
+                        }
+                        _ => {
+                            let proxy = Arc::new(Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await);
+                            list.push(BrokerProcess::start_logged(&format!("redis://{}", proxy.addr()), BROKER_FLAGS, None).await);
+                            links.push(Some(proxy));
+                        }
+                    }
+                }
+            }
+            Server::Postgres(pg) => {
                 for _ in 0..brokers {
-                    let proxy = Arc::new(Proxy::start(addr).await);
-                    let url = match &server {
-                        Server::Redis(_) => format!("redis://{}", proxy.addr()),
-                        Server::Postgres(pg) => pg.url().replace(&format!(":{}/", pg.port()), &format!(":{}/", proxy.addr().port())),
-                        Server::Memory => unreachable!(),
-                    };
+                    let proxy = Arc::new(Proxy::start(format!("127.0.0.1:{}", pg.port()).parse().unwrap()).await);
+                    let url = pg.url().replace(&format!(":{}/", pg.port()), &format!(":{}/", proxy.addr().port()));
                     list.push(BrokerProcess::start_logged(&url, BROKER_FLAGS, None).await);
-                    proxies.push(proxy);
+                    links.push(Some(proxy));
                 }
             }
         }
-        Topology { kind, server, proxies, brokers: list }
+        let mut fronts = Vec::new();
+        for broker in &list {
+            fronts.push(Arc::new(Proxy::start(broker.addr).await));
+        }
+        Topology { kind, server, fronts, links, netns, brokers: list, clock_offset: 0 }
     }
 
+    /// The brokers' addresses, as their clients reach them (through the
+    /// front proxies).
     pub fn broker_urls(&self) -> Vec<String> {
-        self.brokers.iter().map(|b| b.url()).collect()
+        self.fronts.iter().map(|p| proxied(p)).collect()
     }
 
     /// The faults this topology supports.
     pub fn faults(&self) -> Vec<Fault> {
+        let mut faults = vec![Fault::KillBroker, Fault::PauseBroker, Fault::StallClients, Fault::CutClients];
         match self.server {
-            Server::Memory => vec![Fault::KillBroker, Fault::PauseBroker],
-            Server::Redis(_) => vec![
-                Fault::KillBroker,
-                Fault::PauseBroker,
-                Fault::StallStore,
-                Fault::CutStore,
-                Fault::RestartStore,
-                Fault::WipeStore,
-            ],
-            Server::Postgres(_) => vec![
-                Fault::KillBroker,
-                Fault::PauseBroker,
-                Fault::StallStore,
-                Fault::CutStore,
-                Fault::RestartStore,
-                Fault::HoldRow,
-            ],
+            Server::Memory => {}
+            Server::Redis(_) => faults.extend([Fault::StallStore, Fault::CutStore, Fault::RestartStore, Fault::WipeStore, Fault::StepClock]),
+            Server::Postgres(_) => faults.extend([Fault::StallStore, Fault::CutStore, Fault::RestartStore, Fault::HoldRow]),
         }
+        if self.netns.is_some() {
+            faults.push(Fault::Partition);
+        }
+        faults
+    }
+
+    /// A broker with a proxy between it and the store.
+    fn linked(&self, rng: &mut Rng) -> Option<Arc<Proxy>> {
+        let linked: Vec<&Arc<Proxy>> = self.links.iter().flatten().collect();
+        if linked.is_empty() {
+            return None;
+        }
+        Some(linked[rng.below(linked.len() as u64) as usize].clone())
     }
 
     /// Injects `fault` for `hold` (at most [`MAX_FAULT`]) and heals it.
@@ -178,7 +225,7 @@ impl Topology {
                 self.brokers[b].restart().await;
                 if self.kind == StoreKind::Memory {
                     // Its leases, lines and records died with it.
-                    record.record(usize::MAX, "*", Call::Wipe, Answer::Wiped, before, record.now());
+                    record.record(usize::MAX, "*", Call::Wipe, Answer::Happened, before, record.now());
                 }
             }
             Fault::PauseBroker => {
@@ -189,13 +236,31 @@ impl Topology {
                 // SAFETY: as above.
                 unsafe { libc::kill(pid, libc::SIGCONT) };
             }
-            Fault::StallStore => {
-                let p = &self.proxies[b % self.proxies.len()];
-                p.stall();
+            Fault::StallClients => {
+                self.fronts[b].stall();
                 tokio::time::sleep(hold).await;
-                p.pass();
+                self.fronts[b].pass();
             }
-            Fault::CutStore => self.proxies[b % self.proxies.len()].drop_connections(),
+            Fault::CutClients => self.fronts[b].drop_connections(),
+            Fault::StallStore => {
+                if let Some(p) = self.linked(rng) {
+                    p.stall();
+                    tokio::time::sleep(hold).await;
+                    p.pass();
+                }
+            }
+            Fault::CutStore => {
+                if let Some(p) = self.linked(rng) {
+                    p.drop_connections();
+                }
+            }
+            Fault::Partition => {
+                if let Some(ns) = &self.netns {
+                    ns.partition();
+                    tokio::time::sleep(hold).await;
+                    ns.heal();
+                }
+            }
             Fault::RestartStore => match &mut self.server {
                 Server::Redis(r) => r.restart(),
                 Server::Postgres(p) => p.restart(),
@@ -206,7 +271,25 @@ impl Topology {
                     let before = record.now();
                     let mut c = r.connection().await;
                     let _: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut c).await;
-                    record.record(usize::MAX, "*", Call::Wipe, Answer::Wiped, before, record.now());
+                    record.record(usize::MAX, "*", Call::Wipe, Answer::Happened, before, record.now());
+                }
+            }
+            Fault::StepClock => {
+                if let Server::Redis(r) = &self.server {
+                    // One or two seconds either way, the offset kept within
+                    // three seconds of the truth.
+                    let mut step = rng.between(1, 2) as i64;
+                    if rng.chance(0.5) {
+                        step = -step;
+                    }
+                    let offset = (self.clock_offset + step).clamp(-3, 3);
+                    let step = offset - self.clock_offset;
+                    if step != 0 {
+                        let before = record.now();
+                        r.set_clock_offset(offset);
+                        self.clock_offset = offset;
+                        record.record(usize::MAX, "*", Call::ClockStep { delta_ms: step * 1000 }, Answer::Happened, before, record.now());
+                    }
                 }
             }
             Fault::HoldRow => {

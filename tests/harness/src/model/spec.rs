@@ -140,9 +140,19 @@ pub enum Call {
     Release { token: Token },
     Revoke,
     CheckFence { fence: u64 },
+    /// A write to the fenced resource (which keeps the highest fence it
+    /// accepted per name and refuses lower ones) by the holder of `token`,
+    /// whose own deadline (its request's send time + the TTL granted) had
+    /// not passed when the write returned if `believed`: a holder that
+    /// checks its deadline and writes.
+    Write { token: Token, fence: u64, believed: bool },
     /// Not a call: the store lost all its data at some moment of the
     /// window (restarted empty).
     Wipe,
+    /// Not a call: the store's clock stepped by `delta_ms` (forward if
+    /// positive) at some moment of the window: leases alive then end that
+    /// much sooner (or later), by the true clock.
+    ClockStep { delta_ms: i64 },
 }
 
 /// Why a heartbeat says a lease is lost (the proto's LossReason).
@@ -177,8 +187,12 @@ pub enum Answer {
     /// No answer: UNAVAILABLE, a deadline, a broken connection, a heartbeat's
     /// STATE_UNCONFIRMED. The call may or may not have taken effect.
     Unknown,
-    /// The store lost its data (the answer of [`Call::Wipe`]).
-    Wiped,
+    /// The fenced resource took the write.
+    Accepted,
+    /// The fenced resource refused it: it had taken a higher fence.
+    Refused,
+    /// The answer of [`Call::Wipe`] and [`Call::ClockStep`]: it happened.
+    Happened,
 }
 
 /// What the model needs to know about the rest of the history.
@@ -216,6 +230,8 @@ pub struct Name {
     /// The earliest instant the next call can take effect at: linearized
     /// calls take effect in order.
     pub now: Micros,
+    /// The highest fence the fenced resource accepted for the name.
+    pub written: u64,
 }
 
 /// Where, in its window, a call takes effect.
@@ -475,7 +491,39 @@ impl Name {
                 }
             }
             (Call::CheckFence { .. }, Answer::Unknown) => out.push(self),
-            (Call::Wipe, Answer::Wiped) => {
+            (Call::Write { token, fence, believed }, answer @ (Answer::Accepted | Answer::Refused)) => {
+                // The resource itself: a fence below the highest accepted
+                // is refused, any other taken.
+                if (*answer == Answer::Accepted) != (*fence >= self.written) {
+                    return;
+                }
+                // A holder within its own deadline writes under a live
+                // lease, unless the lease ended early by what no deadline
+                // foresees (a revoke, a store that lost it): the deadline
+                // rule of the proto (send time + ttl_ms is never too late).
+                if *believed && self.alive(*token).is_none() {
+                    let early = self.ends.get(token).is_some_and(|e| e.how.has(Ends::REVOKED) || e.how.has(Ends::STORE_LOST));
+                    if !early {
+                        return;
+                    }
+                }
+                self.written = self.written.max(*fence);
+                out.push(self);
+            }
+            (Call::ClockStep { delta_ms }, Answer::Happened) => {
+                let d = delta_ms * 1000;
+                for lease in &mut self.leases {
+                    lease.ends_at = Span::new(lease.ends_at.lo - d, lease.ends_at.hi - d);
+                }
+                if let Some(delay) = &mut self.delay_until {
+                    *delay = Span::new(delay.lo - d, delay.hi - d);
+                }
+                for end in self.ends.values_mut() {
+                    end.at = Span::new(end.at.lo - d, end.at.hi - d);
+                }
+                out.push(self);
+            }
+            (Call::Wipe, Answer::Happened) => {
                 // Every live lease is lost now; records and delays go with
                 // the data, fences must still rise (the proto).
                 let leases = std::mem::take(&mut self.leases);

@@ -13,6 +13,8 @@
 //! malformed answer) is a finding of its own.
 
 use std::{
+    collections::HashMap,
+    time::Instant,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
@@ -53,6 +55,11 @@ pub struct Tally {
     pub streams_reset: AtomicU64,
     pub streams_half_closed: AtomicU64,
     pub streams_opened: AtomicU64,
+    pub writes: AtomicU64,
+    pub writes_refused: AtomicU64,
+    /// Holders paused (a modelled GC pause) between their deadline check
+    /// and their write.
+    pub pauses: AtomicU64,
     /// Answers outside the contract: each a finding.
     pub surprises: Mutex<Vec<String>>,
 }
@@ -62,6 +69,31 @@ pub struct Tally {
 struct Held {
     name: &'static str,
     token: String,
+    kind: Kind,
+    fence: u64,
+    /// Its own deadline: the send time of the last call that granted or
+    /// renewed it, plus the TTL the store applied.
+    deadline: Instant,
+}
+
+/// The fenced resource: the highest fence it accepted, per name; a lower
+/// one is refused (the storage that Kleppmann's fencing asks for).
+#[derive(Default)]
+pub struct Resource {
+    highest: Mutex<HashMap<&'static str, u64>>,
+}
+
+impl Resource {
+    fn write(&self, name: &'static str, fence: u64) -> bool {
+        let mut highest = self.highest.lock().unwrap();
+        let h = highest.entry(name).or_default();
+        if fence >= *h {
+            *h = fence;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// A KeepAlive stream of a client.
@@ -77,6 +109,7 @@ struct Client {
     brokers: Vec<LeaseholdServiceClient<Channel>>,
     record: Arc<Recorder>,
     tally: Arc<Tally>,
+    resource: Arc<Resource>,
     held: Vec<Held>,
     /// Tokens of leases that ended (for stale calls), newest last.
     ended: Vec<(&'static str, String)>,
@@ -106,6 +139,7 @@ pub async fn run(
     brokers: Vec<String>,
     record: Arc<Recorder>,
     tally: Arc<Tally>,
+    resource: Arc<Resource>,
     stop: Arc<AtomicBool>,
 ) {
     let mut tasks = Vec::new();
@@ -116,6 +150,7 @@ pub async fn run(
             brokers: connect(&brokers),
             record: record.clone(),
             tally: tally.clone(),
+            resource: resource.clone(),
             held: Vec::new(),
             ended: Vec::new(),
             place: None,
@@ -217,6 +252,7 @@ impl Client {
     async fn step(&mut self) {
         let holding = !self.held.is_empty();
         let h = |w: u32| if holding { w } else { 0 };
+        let locks = self.held.iter().any(|h| h.kind == Kind::Lock);
         let e = |w: u32| if self.ended.is_empty() { 0 } else { w };
         let choice = *self.rng.weighted(&[
             (30, 0), // acquire
@@ -229,6 +265,7 @@ impl Client {
             (5, 7), // check fence
             (2, 8), // end the stream
             (10, 9), // idle
+            (if locks { 25 } else { 0 }, 10), // write to the fenced resource
         ]);
         match choice {
             0 => self.acquire().await,
@@ -261,6 +298,7 @@ impl Client {
             6 => self.revoke().await,
             7 => self.check_fence().await,
             8 => self.end_stream().await,
+            10 => self.write().await,
             _ => tokio::time::sleep(Duration::from_millis(self.rng.between(50, 600))).await,
         }
     }
@@ -275,6 +313,40 @@ impl Client {
             1 => LOCKS[1],
             _ => SEMAPHORE,
         }
+    }
+
+    /// A renewal sent at `sent` was applied with `ttl_ms`.
+    fn renewed(&mut self, token: &str, sent: Instant, ttl_ms: u64) {
+        if let Some(h) = self.held.iter_mut().find(|h| h.token == token) {
+            h.deadline = sent + Duration::from_millis(ttl_ms);
+        }
+    }
+
+    /// Writes to the fenced resource under a lock lease held, checking the
+    /// deadline first as a careful holder does; now and then paused
+    /// between the check and the write (a GC pause), possibly past the
+    /// deadline: then only the fence keeps the late write out.
+    async fn write(&mut self) {
+        let locks: Vec<Held> = self.held.iter().filter(|h| h.kind == Kind::Lock).cloned().collect();
+        let held = locks[self.rng.below(locks.len() as u64) as usize].clone();
+        if Instant::now() >= held.deadline {
+            return;
+        }
+        if self.rng.chance(0.1) {
+            self.tally.pauses.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(self.rng.between(300, 2_000))).await;
+        }
+        let invoked = self.record.now();
+        let accepted = self.resource.write(held.name, held.fence);
+        let believed = Instant::now() < held.deadline;
+        let returned = self.record.now();
+        self.tally.writes.fetch_add(1, Ordering::Relaxed);
+        if !accepted {
+            self.tally.writes_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        let call = Call::Write { token: self.record.token(&held.token), fence: held.fence, believed };
+        let answer = if accepted { Answer::Accepted } else { Answer::Refused };
+        self.record.record(self.id, held.name, call, answer, invoked, returned);
     }
 
     fn forget(&mut self, token: &str) {
@@ -322,7 +394,8 @@ impl Client {
         };
         let call = Call::Acquire { kind, ttl_ms, wait_ms, lock_delay_ms, keep_place };
         let mut broker = self.broker();
-        let invoked = self.record.now();
+        let sent = Instant::now();
+        let invoked = self.record.micros(sent);
         let result = tokio::time::timeout(Duration::from_millis(wait_ms) + DEADLINE, broker.acquire(request)).await;
         // A kept place comes back in the ABORTED status's metadata.
         if let Ok(Err(status)) = &result {
@@ -333,13 +406,18 @@ impl Client {
             }
         }
         let mut secret = None;
+        let mut waited = 0;
         let answer = self.note(name, call, invoked, result, |r, rec| {
-            let lease = r.into_inner().lease.unwrap_or_default();
+            let r = r.into_inner();
+            waited = r.waited_ms;
+            let lease = r.lease.unwrap_or_default();
             secret = Some(lease.owner_token.clone());
             Answer::Granted { token: rec.token(&lease.owner_token), fence: lease.fence, ttl_ms: lease.ttl_ms }
         });
-        if let (Answer::Granted { .. }, Some(token)) = (answer, secret) {
-            self.held.push(Held { name, token });
+        if let (Answer::Granted { fence, ttl_ms, .. }, Some(token)) = (answer, secret) {
+            // The proto: send time + waited_ms + ttl_ms.
+            let deadline = sent + Duration::from_millis(waited + ttl_ms);
+            self.held.push(Held { name, token, kind, fence, deadline });
         }
     }
 
@@ -347,15 +425,18 @@ impl Client {
         let ttl_ms = self.rng.between(600, 1_500);
         let call = Call::Renew { token: self.record.token(token), ttl_ms };
         let mut broker = self.broker();
-        let invoked = self.record.now();
+        let sent = Instant::now();
+        let invoked = self.record.micros(sent);
         let request = RenewRequest { name: name.into(), owner_token: token.into(), ttl_ms };
         let result = tokio::time::timeout(DEADLINE, broker.renew(request)).await;
         let answer = self.note(name, call, invoked, result, |r, _| {
             let r = r.into_inner();
             Answer::Alive { fence: r.fence, ttl_ms: r.ttl_ms }
         });
-        if matches!(answer, Answer::NotFound | Answer::NotOwner) {
-            self.forget(token);
+        match answer {
+            Answer::NotFound | Answer::NotOwner => self.forget(token),
+            Answer::Alive { ttl_ms, .. } => self.renewed(token, sent, ttl_ms),
+            _ => {}
         }
     }
 
@@ -425,7 +506,7 @@ impl Client {
         let ttl_ms = self.rng.between(600, 1_500);
         let mut leases: Vec<Held> = self.held.clone();
         if let Some((name, token)) = stranger {
-            leases.push(Held { name, token });
+            leases.push(Held { name, token, kind: Kind::Lock, fence: 0, deadline: Instant::now() });
         }
         let beats = self.beats.as_mut().unwrap();
         beats.seq += 1;
@@ -437,7 +518,8 @@ impl Client {
                 .map(|h| LeaseRef { name: h.name.into(), owner_token: h.token.clone(), ttl_ms })
                 .collect(),
         };
-        let invoked = self.record.now();
+        let sent = Instant::now();
+        let invoked = self.record.micros(sent);
         let answer = tokio::time::timeout(DEADLINE, async {
             beats.tx.send(request).await.map_err(|_| Status::unavailable("stream closed"))?;
             loop {
@@ -488,8 +570,10 @@ impl Client {
             if answer == Answer::Unknown {
                 self.tally.unknown.fetch_add(1, Ordering::Relaxed);
             }
-            if let Answer::Lost(_) = answer {
-                self.forget(&held.token);
+            match answer {
+                Answer::Lost(_) => self.forget(&held.token),
+                Answer::Alive { ttl_ms, .. } => self.renewed(&held.token, sent, ttl_ms),
+                _ => {}
             }
             self.record.record(self.id, held.name, call, answer, invoked, returned);
         }
