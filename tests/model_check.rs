@@ -12,7 +12,8 @@
 //! saved history again.
 //!
 //! Environment: `LEASEHOLD_MODEL_SECS`, `LEASEHOLD_MODEL_STORES`
-//! (comma-separated: memory, redis, postgres; default all),
+//! (comma-separated: memory, redis, sentinel, cluster, postgres, standby;
+//! default all),
 //! `LEASEHOLD_MODEL_SEED` (default: random, printed),
 //! `LEASEHOLD_MODEL_HISTORY` (check this saved history instead of running).
 
@@ -194,6 +195,21 @@ async fn model_check_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn model_check_postgres() {
     run_store(StoreKind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_check_sentinel() {
+    run_store(StoreKind::Sentinel).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_check_cluster() {
+    run_store(StoreKind::Cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_check_standby() {
+    run_store(StoreKind::Standby).await;
 }
 
 /// `LEASEHOLD_MODEL_HISTORY=file`: checks a saved history again, without

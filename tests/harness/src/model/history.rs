@@ -132,6 +132,7 @@ pub fn format_op(op: &Op) -> String {
         Call::CheckFence { fence } => write!(s, "checkfence {fence}").unwrap(),
         Call::Write { token, fence, believed } => write!(s, "write t{token} fence={fence} believed={}", *believed as u8).unwrap(),
         Call::Wipe => s.push_str("wipe"),
+        Call::Failover => s.push_str("failover"),
         Call::ClockStep { delta_ms } => write!(s, "clockstep {delta_ms}").unwrap(),
     }
     s.push_str(" | ");
@@ -206,6 +207,7 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             believed: field(&call, "believed")? == 1,
         },
         Some("wipe") => Call::Wipe,
+        Some("failover") => Call::Failover,
         Some("clockstep") => Call::ClockStep {
             delta_ms: call.get(1).ok_or("delta")?.parse().map_err(|_| "delta")?,
         },

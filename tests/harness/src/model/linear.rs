@@ -296,7 +296,7 @@ pub fn check_deep(ops: Vec<Op>) -> (Vec<Op>, Verdict) {
 
 /// Whether `op` is an event of the whole store, not of one name.
 fn store_wide(op: &Op) -> bool {
-    matches!(op.call, Call::Wipe | Call::ClockStep { .. })
+    matches!(op.call, Call::Wipe | Call::ClockStep { .. } | Call::Failover)
 }
 
 /// Splits a history by name.

@@ -28,7 +28,7 @@ use super::{
     spec::{Answer, Call},
     workload::{LOCKS, SEMAPHORE},
 };
-use crate::{netns::NetNs, proxy::Proxy, BrokerProcess, PostgresServer, RedisServer};
+use crate::{netns::NetNs, proxy::Proxy, topology, BrokerProcess, PostgresServer, RedisServer};
 
 /// The longest a fault is held before it is healed.
 pub const MAX_FAULT: Duration = Duration::from_millis(1_500);
@@ -38,15 +38,37 @@ pub const MAX_FAULT: Duration = Duration::from_millis(1_500);
 pub enum StoreKind {
     Memory,
     Redis,
+    /// Redis behind Sentinel: a primary, two replicas, three sentinels;
+    /// grants acknowledged by a replica (`--replica-acks 1`).
+    Sentinel,
+    /// Redis Cluster: three primaries with a replica each
+    /// (`--replica-acks 1`).
+    Cluster,
     Postgres,
+    /// PostgreSQL with a synchronous standby, promoted once in a run; the
+    /// brokers on a two-host URL (`target_session_attrs=read-write`).
+    Standby,
 }
+
+/// Every store and topology, in the order runs report them.
+pub const ALL: [StoreKind; 6] = [
+    StoreKind::Memory,
+    StoreKind::Redis,
+    StoreKind::Sentinel,
+    StoreKind::Cluster,
+    StoreKind::Postgres,
+    StoreKind::Standby,
+];
 
 impl StoreKind {
     pub fn parse(s: &str) -> Option<StoreKind> {
         match s {
             "memory" => Some(StoreKind::Memory),
             "redis" => Some(StoreKind::Redis),
+            "sentinel" => Some(StoreKind::Sentinel),
+            "cluster" => Some(StoreKind::Cluster),
             "postgres" => Some(StoreKind::Postgres),
+            "standby" => Some(StoreKind::Standby),
             _ => None,
         }
     }
@@ -55,7 +77,10 @@ impl StoreKind {
         match self {
             StoreKind::Memory => "memory",
             StoreKind::Redis => "redis",
+            StoreKind::Sentinel => "sentinel",
+            StoreKind::Cluster => "cluster",
             StoreKind::Postgres => "postgres",
+            StoreKind::Standby => "standby",
         }
     }
 }
@@ -74,6 +99,7 @@ pub enum Fault {
     WipeStore,
     StepClock,
     HoldRow,
+    Failover,
 }
 
 impl Fault {
@@ -90,6 +116,7 @@ impl Fault {
             Fault::RestartStore => "store restarted with its data",
             Fault::WipeStore => "store lost its data",
             Fault::HoldRow => "a session holds a name's row",
+            Fault::Failover => "the store's primary killed, a replica promoted",
         }
     }
 }
@@ -97,7 +124,13 @@ impl Fault {
 enum Server {
     Memory,
     Redis(RedisServer),
+    Sentinel(topology::Sentinel),
+    Cluster(topology::Cluster),
     Postgres(PostgresServer),
+    Standby {
+        primary: PostgresServer,
+        standby: PostgresServer,
+    },
 }
 
 /// A store, its brokers, and the links the nemesis acts on: a proxy in
@@ -117,10 +150,16 @@ pub struct Topology {
     pub brokers: Vec<BrokerProcess>,
     /// The Redis clock's offset from the true clock, in seconds.
     clock_offset: i64,
+    /// Whether the one failover a run allows has happened.
+    failed_over: bool,
 }
 
 /// The flags every broker of a run gets: Revoke is part of the workload.
 const BROKER_FLAGS: &[&str] = &["--enable-revoke"];
+/// On a replicated Redis, grants wait for a replica's acknowledgement, so
+/// that a failover loses none (the product's advice for Sentinel and
+/// Cluster).
+const REPLICATED_FLAGS: &[&str] = &["--enable-revoke", "--replica-acks", "1"];
 
 /// A proxy's address as a broker URL.
 fn proxied(proxy: &Proxy) -> String {
@@ -146,6 +185,13 @@ impl Topology {
                 Server::Redis(RedisServer::start_for_model(&bind))
             }
             StoreKind::Postgres => Server::Postgres(PostgresServer::start_durable()),
+            StoreKind::Sentinel => Server::Sentinel(topology::Sentinel::start().await),
+            StoreKind::Cluster => Server::Cluster(topology::Cluster::start(3, 1).await),
+            StoreKind::Standby => {
+                let primary = PostgresServer::start_durable();
+                let standby = primary.start_standby(true).await;
+                Server::Standby { primary, standby }
+            }
         };
         let mut list = Vec::new();
         let mut links = Vec::new();
@@ -169,6 +215,33 @@ impl Topology {
                     }
                 }
             }
+            Server::Sentinel(t) => {
+                let sentinels: Vec<String> = t.sentinel_addrs().iter().map(|a| a.to_string()).collect();
+                let url = format!("redis+sentinel://{}/{}/0", sentinels.join(","), t.master_name());
+                for _ in 0..brokers {
+                    list.push(BrokerProcess::start_logged(&url, REPLICATED_FLAGS, None).await);
+                    links.push(None);
+                }
+            }
+            Server::Cluster(c) => {
+                let seeds: Vec<String> = c.live_addrs().iter().map(|a| a.to_string()).collect();
+                let url = format!("redis+cluster://{}", seeds.join(","));
+                for _ in 0..brokers {
+                    list.push(BrokerProcess::start_logged(&url, REPLICATED_FLAGS, None).await);
+                    links.push(None);
+                }
+            }
+            Server::Standby { primary, standby } => {
+                let url = format!(
+                    "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+                    primary.port(),
+                    standby.port()
+                );
+                for _ in 0..brokers {
+                    list.push(BrokerProcess::start_logged(&url, BROKER_FLAGS, None).await);
+                    links.push(None);
+                }
+            }
             Server::Postgres(pg) => {
                 for _ in 0..brokers {
                     let proxy = Arc::new(Proxy::start(format!("127.0.0.1:{}", pg.port()).parse().unwrap()).await);
@@ -182,7 +255,7 @@ impl Topology {
         for broker in &list {
             fronts.push(Arc::new(Proxy::start(broker.addr).await));
         }
-        Topology { kind, server, fronts, links, netns, brokers: list, clock_offset: 0 }
+        Topology { kind, server, fronts, links, netns, brokers: list, clock_offset: 0, failed_over: false }
     }
 
     /// The brokers' addresses, as their clients reach them (through the
@@ -198,6 +271,7 @@ impl Topology {
             Server::Memory => {}
             Server::Redis(_) => faults.extend([Fault::StallStore, Fault::CutStore, Fault::RestartStore, Fault::WipeStore, Fault::StepClock]),
             Server::Postgres(_) => faults.extend([Fault::StallStore, Fault::CutStore, Fault::RestartStore, Fault::HoldRow]),
+            Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => faults.push(Fault::Failover),
         }
         if self.netns.is_some() {
             faults.push(Fault::Partition);
@@ -214,8 +288,9 @@ impl Topology {
         Some(linked[rng.below(linked.len() as u64) as usize].clone())
     }
 
-    /// Injects `fault` for `hold` (at most [`MAX_FAULT`]) and heals it.
-    async fn inject(&mut self, fault: Fault, rng: &mut Rng, hold: Duration, record: &Recorder) {
+    /// Injects `fault` for `hold` (at most [`MAX_FAULT`]) and heals it;
+    /// false if this topology could not (a second failover).
+    async fn inject(&mut self, fault: Fault, rng: &mut Rng, hold: Duration, record: &Recorder) -> bool {
         let b = rng.below(self.brokers.len() as u64) as usize;
         match fault {
             Fault::KillBroker => {
@@ -264,8 +339,37 @@ impl Topology {
             Fault::RestartStore => match &mut self.server {
                 Server::Redis(r) => r.restart(),
                 Server::Postgres(p) => p.restart(),
-                Server::Memory => {}
+                _ => {}
             },
+            Fault::Failover => {
+                if self.failed_over {
+                    return false;
+                }
+                self.failed_over = true;
+                let before = record.now();
+                match &mut self.server {
+                    Server::Sentinel(t) => {
+                        t.kill_primary().await;
+                        t.wait_for_new_primary(Duration::from_secs(60)).await;
+                    }
+                    Server::Cluster(c) => {
+                        // The primary that serves the first lock's slot.
+                        let victim = c.holder_of(&format!("test:{}", LOCKS[0])).await;
+                        let primaries = c.primaries().await;
+                        let victim = victim.filter(|v| primaries.contains(v)).unwrap_or(primaries[0]);
+                        c.kill_node(c.index_of(victim));
+                        c.wait_until_ok(Duration::from_secs(60)).await;
+                    }
+                    Server::Standby { primary, standby } => {
+                        primary.stop();
+                        // As a failover manager would: it takes a while.
+                        tokio::time::sleep(hold).await;
+                        standby.promote().await;
+                    }
+                    _ => {}
+                }
+                record.record(usize::MAX, "*", Call::Failover, Answer::Happened, before, record.now());
+            }
             Fault::WipeStore => {
                 if let Server::Redis(r) = &self.server {
                     let before = record.now();
@@ -308,6 +412,7 @@ impl Topology {
                 }
             }
         }
+        true
     }
 }
 
@@ -329,8 +434,9 @@ pub async fn run(mut topology: Topology, seed: u64, record: Arc<Recorder>, injec
         }
         let fault = faults[rng.below(faults.len() as u64) as usize];
         let hold = Duration::from_millis(rng.between(200, MAX_FAULT.as_millis() as u64));
-        topology.inject(fault, &mut rng, hold, &record).await;
-        *injected.lock().unwrap().counts.entry(fault).or_default() += 1;
+        if topology.inject(fault, &mut rng, hold, &record).await {
+            *injected.lock().unwrap().counts.entry(fault).or_default() += 1;
+        }
     }
     topology
 }

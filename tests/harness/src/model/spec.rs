@@ -149,6 +149,11 @@ pub enum Call {
     /// Not a call: the store lost all its data at some moment of the
     /// window (restarted empty).
     Wipe,
+    /// Not a call: the store's primary died and a replica took its place,
+    /// within the window. What the primary acknowledged was acknowledged
+    /// by a replica too (`--replica-acks`, synchronous replication), so
+    /// nothing may be lost: the model changes nothing.
+    Failover,
     /// Not a call: the store's clock stepped by `delta_ms` (forward if
     /// positive) at some moment of the window: leases alive then end that
     /// much sooner (or later), by the true clock.
@@ -523,6 +528,7 @@ impl Name {
                 }
                 out.push(self);
             }
+            (Call::Failover, Answer::Happened) => out.push(self),
             (Call::Wipe, Answer::Happened) => {
                 // Every live lease is lost now; records and delays go with
                 // the data, fences must still rise (the proto).
