@@ -99,6 +99,36 @@ fn check_all(ops: &[Op]) -> (Vec<String>, BTreeMap<String, u64>) {
     (findings, visited)
 }
 
+/// The brokers' counters against the history: every grant is counted in
+/// `lease_acquired_total` once (a call without an answer may or may not
+/// have been granted), every revoke that ended a lease in
+/// `lease_lost_total{reason="revoked"}` once, and no more. Returns the
+/// figures and the findings.
+fn counters_match(ops: &[Op], scrapes: &[String]) -> (String, Vec<String>) {
+    use common::model::spec::{Answer, Call};
+    let sum = |series: &str| -> u64 { scrapes.iter().map(|s| common::sample(s, series) as u64).sum() };
+    let granted = ops.iter().filter(|o| matches!(o.answer, Answer::Granted { .. })).count() as u64;
+    let unknown_acquires = ops.iter().filter(|o| matches!((&o.call, &o.answer), (Call::Acquire { .. }, Answer::Unknown))).count() as u64;
+    let mut revoked_fences: Vec<u64> = ops.iter().filter_map(|o| match o.answer { Answer::Revoked { fence } => Some(fence), _ => None }).collect();
+    revoked_fences.sort();
+    revoked_fences.dedup();
+    let revoked = revoked_fences.len() as u64;
+    let unknown_revokes = ops.iter().filter(|o| o.call == Call::Revoke && o.answer == Answer::Unknown).count() as u64;
+    let acquired_total = sum("lease_acquired_total");
+    let revoked_total = sum("lease_lost_total{reason=\"revoked\"}");
+    let mut findings = Vec::new();
+    if acquired_total < granted || acquired_total > granted + unknown_acquires {
+        findings.push(format!("lease_acquired_total is {acquired_total}: the clients were granted {granted} leases, and {unknown_acquires} acquires got no answer"));
+    }
+    if revoked_total < revoked || revoked_total > revoked + unknown_revokes {
+        findings.push(format!("lease_lost_total{{reason=\"revoked\"}} is {revoked_total}: {revoked} leases were revoked, and {unknown_revokes} revokes got no answer"));
+    }
+    (
+        format!("lease_acquired_total {acquired_total} for {granted} grants (+{unknown_acquires} unanswered), revoked {revoked_total} for {revoked} (+{unknown_revokes})"),
+        findings,
+    )
+}
+
 async fn run_store(store: StoreKind) {
     if !wanted(store) {
         println!("model-check {}: not selected (LEASEHOLD_MODEL_STORES)", store.name());
@@ -141,6 +171,18 @@ async fn run_store(store: StoreKind) {
             findings.push(format!("broker {} holds {} MiB after the run (cap {} MiB)", broker.url(), rss >> 20, RSS_CAP >> 20));
         }
     }
+    let restarted = injected.lock().unwrap().counts.contains_key(&nemesis::Fault::KillBroker);
+    let metrics = if restarted {
+        "not checked (a broker restarted: its counters began again)".to_owned()
+    } else {
+        let mut scrapes = Vec::new();
+        for broker in &topology.brokers {
+            scrapes.push(common::scrape(broker.metrics_addr).await);
+        }
+        let (text, found) = counters_match(&ops, &scrapes);
+        findings.extend(found);
+        text
+    };
     let faults: Vec<String> = injected
         .lock()
         .unwrap()
@@ -149,7 +191,7 @@ async fn run_store(store: StoreKind) {
         .map(|(f, n)| format!("{}: {n}", f.name()))
         .collect();
     println!(
-        "model-check {} seed={seed} secs={secs}: {} calls ({} without an answer, {} refused), {} recorded, streams opened {} reset {} half-closed {}, writes {} ({} refused, {} paused holders); faults: {}; configurations searched per name: {visited:?}; violations: {}",
+        "model-check {} seed={seed} secs={secs}: {} calls ({} without an answer, {} refused), {} recorded, streams opened {} reset {} half-closed {}, writes {} ({} refused, {} paused holders); faults: {}; configurations searched per name: {visited:?}; counters: {metrics}; violations: {}",
         store.name(),
         tally.calls.load(Ordering::Relaxed),
         tally.unknown.load(Ordering::Relaxed),

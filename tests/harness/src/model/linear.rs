@@ -487,6 +487,35 @@ mod tests {
     }
 
     #[test]
+    fn clock_steps_move_expiries_and_a_step_back_may_revive() {
+        let g = op(0, acquire(3000), granted(0, 10, 3000), 0, 5);
+        let forward = op(9, Call::ClockStep { delta_ms: 2500 }, Answer::Happened, 100, 101);
+        let early = op(1, acquire(1000), granted(1, 11, 1000), 700, 710);
+        assert!(!ok(&[g.clone(), early.clone()]));
+        assert!(ok(&[g.clone(), forward, early]), "a step forward ends the lease sooner");
+        let g = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
+        let back = op(9, Call::ClockStep { delta_ms: -1000 }, Answer::Happened, 1100, 1101);
+        let revived = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Alive { fence: 10, ttl_ms: 1000 }, 1200, 1210);
+        assert!(!ok(&[g.clone(), revived.clone()]));
+        assert!(ok(&[g.clone(), back.clone(), revived]), "stepped back, an expired lease may live again");
+        let gone = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Expired), 1200, 1210);
+        assert!(ok(&[g, back, gone]), "or not");
+    }
+
+    #[test]
+    fn a_write_within_the_deadline_under_an_expired_lease_is_a_violation() {
+        let g = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
+        let write = |at, believed, answer| op(0, Call::Write { token: 0, fence: 10, believed }, answer, at, at + 1);
+        assert!(ok(&[g.clone(), write(500, true, Answer::Accepted)]));
+        assert!(!ok(&[g.clone(), write(1500, true, Answer::Accepted)]), "the lease ended before the holder's deadline");
+        assert!(ok(&[g.clone(), write(1500, false, Answer::Accepted)]), "a paused holder's late write, no higher fence yet");
+        let next = op(1, acquire(1000), granted(1, 11, 1000), 1100, 1110);
+        let next_write = op(1, Call::Write { token: 1, fence: 11, believed: true }, Answer::Accepted, 1120, 1121);
+        assert!(ok(&[g.clone(), next.clone(), next_write.clone(), write(1500, false, Answer::Refused)]));
+        assert!(!ok(&[g, next, next_write, write(1500, false, Answer::Accepted)]), "the resource takes no lower fence");
+    }
+
+    #[test]
     fn minimize_keeps_the_failure_and_drops_what_does_not_matter() {
         let mut ops = Vec::new();
         for i in 0..20u32 {

@@ -121,6 +121,7 @@ pub struct End {
     pub at: Span,
     pub fence: u64,
     pub kind: Kind,
+    pub lock_delay_ms: u64,
 }
 
 /// A call to the broker about one name.
@@ -344,6 +345,7 @@ impl Name {
                 at,
                 fence: lease.fence,
                 kind: lease.kind,
+                lock_delay_ms: lease.lock_delay_ms,
             },
         );
     }
@@ -517,16 +519,55 @@ impl Name {
             }
             (Call::ClockStep { delta_ms }, Answer::Happened) => {
                 let d = delta_ms * 1000;
-                for lease in &mut self.leases {
-                    lease.ends_at = Span::new(lease.ends_at.lo - d, lease.ends_at.hi - d);
+                // Stepped back, the store's clock puts a lease that expired
+                // less than the step ago back before its expiry: if the
+                // store had not reclaimed it yet (Redis expires keys lazily,
+                // and a permit is dropped by whoever finds it expired), it
+                // is alive again, and its holder may renew it. Either may be.
+                let revivable: Vec<Token> = if d < 0 {
+                    self.ends
+                        .iter()
+                        .filter(|(_, e)| e.how == Ends::EXPIRED && e.at.hi - d > from)
+                        .map(|(t, _)| *t)
+                        .take(4)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let shift = |mut state: Name| {
+                    for lease in &mut state.leases {
+                        lease.ends_at = Span::new(lease.ends_at.lo - d, lease.ends_at.hi - d);
+                    }
+                    if let Some(delay) = &mut state.delay_until {
+                        *delay = Span::new(delay.lo - d, delay.hi - d);
+                    }
+                    for end in state.ends.values_mut() {
+                        end.at = Span::new(end.at.lo - d, end.at.hi - d);
+                    }
+                    state
+                };
+                for subset in 1..(1u32 << revivable.len()) {
+                    let mut revived = self.clone();
+                    for (i, token) in revivable.iter().enumerate() {
+                        if subset & (1 << i) != 0 {
+                            let end = revived.ends.remove(token).expect("a revivable end");
+                            revived.leases.push(Lease {
+                                token: *token,
+                                fence: end.fence,
+                                kind: end.kind,
+                                ends_at: end.at,
+                                how: Ends::EXPIRED,
+                                lock_delay_ms: end.lock_delay_ms,
+                            });
+                        }
+                    }
+                    // The revived leases' lock-delay had not started.
+                    if revived.leases.iter().any(|l| l.kind == Kind::Lock) {
+                        revived.delay_until = None;
+                    }
+                    out.push(shift(revived));
                 }
-                if let Some(delay) = &mut self.delay_until {
-                    *delay = Span::new(delay.lo - d, delay.hi - d);
-                }
-                for end in self.ends.values_mut() {
-                    end.at = Span::new(end.at.lo - d, end.at.hi - d);
-                }
-                out.push(self);
+                out.push(shift(self));
             }
             (Call::Failover, Answer::Happened) => out.push(self),
             (Call::Wipe, Answer::Happened) => {
