@@ -122,6 +122,11 @@ pub struct End {
     pub fence: u64,
     pub kind: Kind,
     pub lock_delay_ms: u64,
+    /// The store lost its record since (a wipe): it answers the token as a
+    /// stranger's, or, where a session of the broker remembers renewing
+    /// the lease, as lost by the store. The model still knows how the
+    /// lease ended (for the holder's writes).
+    pub forgotten: bool,
 }
 
 /// A call to the broker about one name.
@@ -346,6 +351,7 @@ impl Name {
                 fence: lease.fence,
                 kind: lease.kind,
                 lock_delay_ms: lease.lock_delay_ms,
+                forgotten: false,
             },
         );
     }
@@ -433,7 +439,7 @@ impl Name {
                     lease.how = Ends::RELEASED;
                     self.end(lease, during);
                     out.push(self);
-                } else if self.ends.get(token).is_some_and(|e| e.how.has(Ends::RELEASED) && e.at.hi + FORGET > from) {
+                } else if self.ends.get(token).is_some_and(|e| e.how.has(Ends::RELEASED) && !e.forgotten) {
                     // A repeated release (surely within the record's life,
                     // or maybe past it: a store may keep a record longer).
                     out.push(self);
@@ -527,7 +533,7 @@ impl Name {
                 let revivable: Vec<Token> = if d < 0 {
                     self.ends
                         .iter()
-                        .filter(|(_, e)| e.how == Ends::EXPIRED && e.at.hi - d > from)
+                        .filter(|(_, e)| e.how == Ends::EXPIRED && !e.forgotten && e.at.hi - d > from)
                         .map(|(t, _)| *t)
                         .take(4)
                         .collect()
@@ -574,12 +580,16 @@ impl Name {
                 // Every live lease is lost now; records and delays go with
                 // the data, fences must still rise (the proto).
                 let leases = std::mem::take(&mut self.leases);
-                self.ends.clear();
+                for end in self.ends.values_mut() {
+                    end.forgotten = true;
+                }
                 self.delay_until = None;
                 self.last_revoked = None;
                 for mut lease in leases {
                     lease.how = Ends::STORE_LOST;
+                    let token = lease.token;
                     self.end(lease, during);
+                    self.ends.get_mut(&token).expect("just ended").forgotten = true;
                 }
                 out.push(self);
             }
@@ -618,6 +628,9 @@ impl Name {
         let Some(end) = self.ends.get(&token) else {
             return as_stranger(answer);
         };
+        if end.forgotten {
+            return as_stranger(answer) || *answer == Answer::Lost(Reason::StoreLost);
+        }
         // Past RECORD the store may have forgotten it.
         if to >= end.at.lo + RECORD && as_stranger(answer) {
             return true;
