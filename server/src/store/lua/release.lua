@@ -68,6 +68,11 @@ elseif ended then
   return {-2, tonumber(string.sub(ended, 2))}
 end
 if live then
+  -- A permit of this token released before the name was taken as a lock
+  -- is still this token's own end, not a stranger's.
+  if recorded_end(permits, token) == 'x' then
+    return {2, 0}
+  end
   return {-1, tonumber(l[2])}
 end
 local permit = redis.call('HGET', permits, token)
