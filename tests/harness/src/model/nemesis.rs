@@ -94,7 +94,10 @@ pub enum Fault {
     CutClients,
     StallStore,
     CutStore,
+    SlowStore,
+    HoldAnswers,
     Partition,
+    ReadOnly,
     RestartStore,
     WipeStore,
     StepClock,
@@ -111,6 +114,9 @@ impl Fault {
             Fault::CutClients => "clients' connections to a broker cut",
             Fault::StallStore => "store path stalled",
             Fault::Partition => "broker partitioned from the store (netns)",
+            Fault::SlowStore => "store path slowed (50-300 ms a chunk)",
+            Fault::HoldAnswers => "store's answers held back (requests pass)",
+            Fault::ReadOnly => "store turned read-only",
             Fault::StepClock => "store clock stepped",
             Fault::CutStore => "store connections cut",
             Fault::RestartStore => "store restarted with its data",
@@ -269,8 +275,24 @@ impl Topology {
         let mut faults = vec![Fault::KillBroker, Fault::PauseBroker, Fault::StallClients, Fault::CutClients];
         match self.server {
             Server::Memory => {}
-            Server::Redis(_) => faults.extend([Fault::StallStore, Fault::CutStore, Fault::RestartStore, Fault::WipeStore, Fault::StepClock]),
-            Server::Postgres(_) => faults.extend([Fault::StallStore, Fault::CutStore, Fault::RestartStore, Fault::HoldRow]),
+            Server::Redis(_) => faults.extend([
+                Fault::StallStore,
+                Fault::CutStore,
+                Fault::SlowStore,
+                Fault::HoldAnswers,
+                Fault::RestartStore,
+                Fault::WipeStore,
+                Fault::StepClock,
+            ]),
+            Server::Postgres(_) => faults.extend([
+                Fault::StallStore,
+                Fault::CutStore,
+                Fault::SlowStore,
+                Fault::HoldAnswers,
+                Fault::RestartStore,
+                Fault::HoldRow,
+                Fault::ReadOnly,
+            ]),
             Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => faults.push(Fault::Failover),
         }
         if self.netns.is_some() {
@@ -327,6 +349,28 @@ impl Topology {
             Fault::CutStore => {
                 if let Some(p) = self.linked(rng) {
                     p.drop_connections();
+                }
+            }
+            Fault::SlowStore => {
+                if let Some(p) = self.linked(rng) {
+                    p.set_latency(Duration::from_millis(rng.between(50, 300)));
+                    tokio::time::sleep(hold).await;
+                    p.set_latency(Duration::ZERO);
+                }
+            }
+            Fault::HoldAnswers => {
+                if let Some(p) = self.linked(rng) {
+                    p.hold_answers();
+                    tokio::time::sleep(hold).await;
+                    p.pass();
+                }
+            }
+            Fault::ReadOnly => {
+                if let Server::Postgres(pg) = &self.server {
+                    // As a primary demoted behind one URL: writes refused.
+                    pg.psql(&["ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()"]).await;
+                    tokio::time::sleep(hold).await;
+                    pg.psql(&["ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"]).await;
                 }
             }
             Fault::Partition => {

@@ -376,6 +376,12 @@ impl Client {
         let keep_place = wait_ms > 0 && self.rng.chance(0.3);
         let place = match &self.place {
             Some((n, p)) if *n == name && wait_ms > 0 && self.rng.chance(0.7) => p.clone(),
+            // Now and then a place that is not in line: a token of a lease
+            // that ended (hostile or confused: no caller may choose its
+            // token; the broker must give a fresh one).
+            _ if wait_ms > 0 && !self.ended.is_empty() && self.rng.chance(0.05) => {
+                self.ended[self.rng.below(self.ended.len() as u64) as usize].1.clone()
+            }
             _ => String::new(),
         };
         self.place = None;
