@@ -540,15 +540,23 @@ impl Name {
                 } else {
                     Vec::new()
                 };
+                // Forward, everything ends `d` sooner. Back, it may end up to
+                // `d` later, or no later than it would have: the stores
+                // never leave a lease more than its TTL, so the first call
+                // that looks at it after the step (any call, on any broker)
+                // counts its TTL from then on.
+                let moved = |span: Span| if d > 0 { Span::new(span.lo - d, span.hi - d) } else { Span::new(span.lo, span.hi - d) };
                 let shift = |mut state: Name| {
                     for lease in &mut state.leases {
-                        lease.ends_at = Span::new(lease.ends_at.lo - d, lease.ends_at.hi - d);
+                        lease.ends_at = moved(lease.ends_at);
                     }
                     if let Some(delay) = &mut state.delay_until {
-                        *delay = Span::new(delay.lo - d, delay.hi - d);
+                        *delay = moved(*delay);
                     }
-                    for end in state.ends.values_mut() {
-                        end.at = Span::new(end.at.lo - d, end.at.hi - d);
+                    if d > 0 {
+                        for end in state.ends.values_mut() {
+                            end.at = moved(end.at);
+                        }
                     }
                     state
                 };
@@ -561,7 +569,8 @@ impl Name {
                                 token: *token,
                                 fence: end.fence,
                                 kind: end.kind,
-                                ends_at: end.at,
+                                // Alive from the step on, for at most the step.
+                                ends_at: Span::new(from, end.at.hi),
                                 how: Ends::EXPIRED,
                                 lock_delay_ms: end.lock_delay_ms,
                             });
