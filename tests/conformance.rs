@@ -119,7 +119,8 @@ async fn release_with_right_and_wrong_token(store: &Store) {
 
 /// A lease nobody renews is gone at its TTL: free for the next acquirer, and
 /// dead for its former owner, who is told "expired" once (the loss to
-/// count), then "not held" / "not owner" like any stranger.
+/// count), then "expired, reported already", even once the name is granted
+/// again.
 async fn expiry_frees_the_lock(store: &Store) {
     let first = grant(store, "a", "t1", 300).await;
     assert!(matches!(
@@ -137,21 +138,24 @@ async fn expiry_frees_the_lock(store: &Store) {
     );
     assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
-        Checked::NotHeld
+        Checked::ExpiredReported
     );
-    assert_eq!(store.release("a", "t1").await.unwrap(), Checked::NotHeld);
+    assert_eq!(
+        store.release("a", "t1").await.unwrap(),
+        Checked::ExpiredReported
+    );
     let second = grant(store, "a", "t2", 300).await;
     assert!(second > first);
-    assert!(matches!(
+    assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
-        Checked::NotOwner { .. }
-    ));
+        Checked::ExpiredReported
+    );
 }
 
 /// An expired lease's loss is reported once: to the first request of its
 /// holder (a renewal, a release or a look), or, when the name is granted
-/// again first, to that grant (`expired`); after that its token is a
-/// stranger's.
+/// again first, to that grant (`expired`); after that its token hears that
+/// the loss was reported.
 async fn an_expiry_is_reported_once(store: &Store) {
     for first_ask in ["renew", "release", "check"] {
         let name = format!("x/{first_ask}");
@@ -163,13 +167,16 @@ async fn an_expiry_is_reported_once(store: &Store) {
             _ => matches!(store.check(&name, "old").await, Ok(Checked::Expired)),
         };
         assert!(reported, "{first_ask}: not reported as expired");
-        assert_eq!(store.check(&name, "old").await.unwrap(), Checked::NotHeld);
+        assert_eq!(
+            store.check(&name, "old").await.unwrap(),
+            Checked::ExpiredReported
+        );
         assert!(matches!(
             store.acquire(&spec(&name, "new", 10_000)).await.unwrap(),
             Acquired::Granted { expired: 0, .. }
         ));
     }
-    // Nobody asked: the next grant reports it, and its holder is a stranger.
+    // Nobody asked: the next grant reports it, and its holder hears so.
     grant(store, "x/grant", "old", 200).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let next = match store
@@ -185,7 +192,7 @@ async fn an_expiry_is_reported_once(store: &Store) {
     };
     assert_eq!(
         store.check("x/grant", "old").await.unwrap(),
-        Checked::NotOwner { fence: next }
+        Checked::ExpiredReported
     );
     // The new lease is untouched.
     assert_eq!(
@@ -208,7 +215,156 @@ async fn an_expiry_is_reported_once(store: &Store) {
             .unwrap(),
         Acquired::Granted { expired: 1, .. }
     ));
-    assert_eq!(store.check("x/sem", "p1").await.unwrap(), Checked::NotHeld);
+    assert_eq!(
+        store.check("x/sem", "p1").await.unwrap(),
+        Checked::ExpiredReported
+    );
+}
+
+/// A reported expiry is remembered for the expired lease's token, not read
+/// off the name's record: the grant that reports it replaces the lock lease
+/// (or drops the permit), and the old token's renewals, looks and releases
+/// then still hear "expired, reported already", never "not held" or "not
+/// owner" (which a KeepAlive session that renewed the lease for longer than
+/// it got would take for a store that lost it), nor "expired" again; no
+/// later grant reports it again.
+async fn a_reported_expiry_is_remembered_per_token(store: &Store) {
+    // A lock lease: the grant reports it, then handoffs follow.
+    grant(store, "e/lock", "old", 200).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(matches!(
+        store.acquire(&spec("e/lock", "new", 10_000)).await.unwrap(),
+        Acquired::Granted { expired: 1, .. }
+    ));
+    assert_eq!(
+        store.renew("e/lock", "old", Some(3_000)).await.unwrap(),
+        Checked::ExpiredReported
+    );
+    assert_eq!(
+        store.check("e/lock", "old").await.unwrap(),
+        Checked::ExpiredReported
+    );
+    assert_eq!(
+        store.release("e/lock", "old").await.unwrap(),
+        Checked::ExpiredReported
+    );
+    assert_eq!(
+        store.release("e/lock", "new").await.unwrap(),
+        Checked::Done(())
+    );
+    let third = match store
+        .acquire(&spec("e/lock", "third", 10_000))
+        .await
+        .unwrap()
+    {
+        Acquired::Granted { fence, expired } => {
+            assert_eq!(expired, 0, "reported twice");
+            fence
+        }
+        other => panic!("{other:?}"),
+    };
+    let heartbeat = [leasehold_server::store::RenewItem {
+        name: "e/lock".into(),
+        token: "old".into(),
+        ttl_ms: None,
+    }];
+    assert_eq!(
+        store.renew_many(&heartbeat).await.unwrap(),
+        [Checked::ExpiredReported]
+    );
+    // A stranger is still a stranger, and the live lease is untouched.
+    assert_eq!(
+        store.check("e/lock", "stranger").await.unwrap(),
+        Checked::NotOwner { fence: third }
+    );
+    assert!(matches!(
+        store.check("e/lock", "third").await.unwrap(),
+        Checked::Done(Renewed { fence, .. }) if fence == third
+    ));
+
+    // A lock lease whose holder heard of its expiry first, then the grant.
+    grant(store, "e/heard", "old", 200).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        store.renew("e/heard", "old", None).await.unwrap(),
+        Checked::Expired
+    );
+    assert!(matches!(
+        store
+            .acquire(&spec("e/heard", "new", 10_000))
+            .await
+            .unwrap(),
+        Acquired::Granted { expired: 0, .. }
+    ));
+    assert_eq!(
+        store.renew("e/heard", "old", None).await.unwrap(),
+        Checked::ExpiredReported
+    );
+
+    // A permit dropped by a grant of the name.
+    for (token, ttl_ms) in [("p1", 200), ("p2", 10_000)] {
+        assert!(matches!(
+            store
+                .acquire(&permit("e/sem", token, ttl_ms, 2))
+                .await
+                .unwrap(),
+            Acquired::Granted { .. }
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(matches!(
+        store
+            .acquire(&permit("e/sem", "p3", 10_000, 2))
+            .await
+            .unwrap(),
+        Acquired::Granted { expired: 1, .. }
+    ));
+    assert_eq!(
+        store.renew("e/sem", "p1", Some(3_000)).await.unwrap(),
+        Checked::ExpiredReported
+    );
+    assert_eq!(
+        store.check("e/sem", "p1").await.unwrap(),
+        Checked::ExpiredReported
+    );
+    assert_eq!(
+        store.release("e/sem", "p1").await.unwrap(),
+        Checked::ExpiredReported
+    );
+    assert!(matches!(
+        store
+            .acquire(&permit("e/sem", "p4", 10_000, 2))
+            .await
+            .unwrap(),
+        Acquired::Blocked(Blocked { expired: 0, .. })
+    ));
+
+    // Permits dropped by their holders' own first renewal and release.
+    for (token, first_ask) in [("q1", "renew"), ("q2", "release")] {
+        assert!(matches!(
+            store
+                .acquire(&permit("e/own", token, 200, 2))
+                .await
+                .unwrap(),
+            Acquired::Granted { .. }
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let first = match first_ask {
+            "renew" => format!("{:?}", store.renew("e/own", token, None).await.unwrap()),
+            _ => format!("{:?}", store.release("e/own", token).await.unwrap()),
+        };
+        assert_eq!(first, "Expired", "{token}");
+        assert_eq!(
+            store.renew("e/own", token, None).await.unwrap(),
+            Checked::ExpiredReported,
+            "{token}"
+        );
+        assert_eq!(
+            store.release("e/own", token).await.unwrap(),
+            Checked::ExpiredReported,
+            "{token}"
+        );
+    }
 }
 
 /// A look at a lease says whether it lives, without extending it.
@@ -832,7 +988,7 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
     );
     assert_eq!(
         store.renew("s", "p4", None).await.unwrap(),
-        Checked::NotHeld
+        Checked::ExpiredReported
     );
     assert!(matches!(
         store.acquire(&permit("s", "p5", 10_000, 3)).await.unwrap(),
@@ -1083,6 +1239,7 @@ conformance!(
     renew_many_answers_each_lease_in_order,
     a_semaphore_grants_up_to_its_limit,
     an_expiry_is_reported_once,
+    a_reported_expiry_is_remembered_per_token,
     a_look_does_not_extend,
     locks_and_semaphores_share_one_fence_sequence,
     refreshing_places_tells_each_its_rank,

@@ -536,3 +536,92 @@ async fn an_expired_permit_beside_a_live_one_is_one_loss() {
         }
     }
 }
+
+/// `lease_lost_total{reason=...}` on one broker.
+async fn lost_for(broker: &Broker, reason: &str) -> f64 {
+    common::sample(
+        &scrape(broker.metrics_addr).await,
+        &format!("lease_lost_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+/// A lease kept alive on a KeepAlive stream (TTL 3 s) and also renewed by a
+/// unary Renew with a shorter TTL (600 ms) expires before the stream
+/// believes it can: a waiting client's grant takes the name and reports the
+/// loss. The stream's next heartbeat hears LOST, EXPIRED (the store
+/// remembers, for the token, that its expiry was reported), not
+/// STORE_LOST; and the loss is counted once, by the grant (`not_owner`:
+/// taken over after expiry), not again by the stream. For a lock and for a
+/// semaphore permit, on every store.
+#[tokio::test]
+async fn a_lease_renewed_shorter_elsewhere_is_one_expiry_not_a_store_loss() {
+    use common::keepalive::{pair, Stream};
+    use leasehold_server::proto::{lease_status::State, LossReason as Reason};
+    for (store, broker, _server) in common::brokers_on_each_store().await {
+        for limit in [0, 2] {
+            let what = format!("{store}, limit {limit}");
+            let name = format!("shortened/{limit}");
+            let mut client = broker.client().await;
+            let acquire = |ttl_ms, wait_ms| leasehold_server::proto::AcquireRequest {
+                limit,
+                ..common::acquire_req(&name, ttl_ms, "test", wait_ms)
+            };
+            let lease = client.acquire(acquire(3_000, 0)).await.unwrap();
+            let lease = lease.into_inner().lease.expect("granted");
+            // A semaphore's other permit, held throughout: the waiter gets
+            // the name only when the short one expires.
+            let other = match limit {
+                0 => None,
+                _ => Some(client.acquire(acquire(30_000, 0)).await.unwrap()),
+            };
+            let mut stream = Stream::open(&mut client).await;
+            let beat = stream.beat(&[pair(&lease)]).await.unwrap();
+            assert_eq!(
+                (beat.leases[0].state(), beat.leases[0].ttl_ms),
+                (State::Alive, 3_000),
+                "{what}"
+            );
+            let renewed = client
+                .renew(RenewRequest {
+                    name: name.clone(),
+                    owner_token: lease.owner_token.clone(),
+                    ttl_ms: 600,
+                })
+                .await
+                .unwrap();
+            assert_eq!(renewed.into_inner().ttl_ms, 600, "{what}");
+            // Granted once the 600 ms lease has expired (the waiter's
+            // attempt is due then), well within the stream's 3 s.
+            let next = client
+                .clone()
+                .acquire(acquire(10_000, 10_000))
+                .await
+                .unwrap_or_else(|s| panic!("{what}: the waiter: {s:?}"))
+                .into_inner()
+                .lease
+                .expect("granted");
+            let beat = stream.beat(&[pair(&lease)]).await.unwrap();
+            assert_eq!(
+                (beat.leases[0].state(), beat.leases[0].reason()),
+                (State::Lost, Reason::Expired),
+                "{what}: {beat:?}"
+            );
+            let counted = (
+                lost_for(&broker, "not_owner").await,
+                lost_for(&broker, "store_lost").await,
+                lost_on(&broker).await,
+            );
+            let before = if limit == 0 { 0.0 } else { 1.0 };
+            assert_eq!(
+                counted,
+                (before + 1.0, 0.0, before + 1.0),
+                "{what}: one loss, counted once (not_owner, store_lost, all)"
+            );
+            client.release(release_req(&next)).await.unwrap();
+            if let Some(other) = other {
+                let other = other.into_inner().lease.expect("granted");
+                client.release(release_req(&other)).await.unwrap();
+            }
+        }
+    }
+}

@@ -126,6 +126,7 @@ fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
         -2 => Checked::Revoked { fence },
         -3 => Checked::Expired,
         -4 => Checked::Released,
+        -5 => Checked::ExpiredReported,
         _ => return None,
     })
 }

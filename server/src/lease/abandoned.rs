@@ -191,7 +191,7 @@ impl Leases {
             Ok(Checked::Expired) => self.lost(name, LossReason::Expired),
             // Alive (resumed elsewhere), released, revoked (counted then),
             // or reported already (by its holder, or by the grant that took
-            // it over).
+            // it over: ExpiredReported).
             Ok(_) => {}
             Err(e) => {
                 tracing::debug!(lock = %name, error = %e, "could not look at the lease of an ended stream")

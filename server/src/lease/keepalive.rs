@@ -233,17 +233,32 @@ impl Session {
                         message: "the lease expired before this renewal reached the store".into(),
                     }
                 }
+                Ok(Checked::ExpiredReported) => {
+                    // Counted where it was first learnt (an earlier request,
+                    // or the grant that found it expired). This session may
+                    // still believe it alive (a renewal elsewhere gave it a
+                    // shorter TTL than this stream's): the store's word on
+                    // the token decides, not that belief.
+                    self.caller.forget(&item.name, &item.token);
+                    LeaseState::Lost {
+                        reason: LossReason::Expired,
+                        fence: 0,
+                        message: "the lease expired (its loss was reported already)".into(),
+                    }
+                }
                 Ok(outcome @ (Checked::NotHeld | Checked::NotOwner { .. })) => {
                     self.caller.forget(&item.name, &item.token);
                     let fence = match outcome {
                         Checked::NotOwner { fence } => fence,
                         _ => 0,
                     };
-                    // The store has no record of this lease. If this session
-                    // renewed it and it cannot have expired yet, the store
-                    // lost it (restarted empty, flushed, evicted): a loss
-                    // only this session can see, so count it here. Else it
-                    // is an old or foreign token, or a loss reported already.
+                    // The store has no record of this lease (an expiry
+                    // reported already is ExpiredReported, above). If this
+                    // session renewed it and it cannot have expired yet, the
+                    // store lost it (restarted empty, flushed, evicted): a
+                    // loss only this session can see, so count it here.
+                    // Else it is an old or foreign token, or one whose
+                    // record lapsed.
                     let lost_early = self
                         .tracked_as(&item)
                         .is_some_and(|t| now < t.expires_no_sooner_than);

@@ -765,7 +765,9 @@ impl Leases {
             }
             // Not this token's lease, or its end was reported already, or
             // it was released: a refused request, not a loss.
-            Checked::NotHeld | Checked::Released => Err(Error::NotHeld { name }),
+            Checked::NotHeld | Checked::Released | Checked::ExpiredReported => {
+                Err(Error::NotHeld { name })
+            }
             Checked::NotOwner { fence } => Err(Error::NotOwner { name, fence }),
             // Counted when it was revoked.
             Checked::Revoked { fence } => Err(Error::Revoked { name, fence }),

@@ -34,18 +34,22 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// counted once), a heartbeat that crossed a release learns "released".
 const LINGER: Duration = Duration::from_secs(10);
 
-/// How a lease ended before its expiry.
+/// How a lease ended, as recorded for its token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum End {
     /// Its holder released it.
     Released,
     /// An operator revoked it.
     Revoked,
+    /// It expired, its loss was reported, and its record went (a grant
+    /// replaced the lock lease, or a call dropped the expired permit).
+    Expired,
 }
 
-/// The end of one lease by its holder's or an operator's hand, kept for
-/// that lease's token alone (constants.lua's end records): a name is held
-/// by many leases over time and at once, and each hears its own end.
+/// The end of one lease (a release, a revoke, or a reported expiry whose
+/// lease record went), kept for that lease's token alone (constants.lua's
+/// end records): a name is held by many leases over time and at once, and
+/// each hears its own end.
 struct Ended {
     how: End,
     /// The lease's fence (told to a revoked holder).
@@ -130,8 +134,10 @@ struct Inner {
     leases: DashMap<String, Record>,
     /// Semaphore permits by name. Locked after `leases` when both are needed.
     permits: DashMap<String, Permits>,
-    /// Released and revoked leases, by (name, owner token), for [`LINGER`]
-    /// after their end. Locked after `leases` and `permits`.
+    /// Released and revoked leases, and expired ones whose record went once
+    /// their loss was reported, by (name, owner token), for [`LINGER`] after
+    /// their end (an expiry's: after its report). Locked after `leases` and
+    /// `permits`.
     ends: DashMap<(Box<str>, Box<str>), Ended>,
     /// Wait lines (line.lua, in memory). When a name needs both maps, the
     /// line is locked first.
@@ -232,11 +238,18 @@ impl MemoryStore {
             }
         }
         let mut permits = self.inner.permits.entry(spec.name.clone()).or_default();
-        // Expired permits found here are reported here (their holders would
-        // now hear "not held").
-        let before = permits.held.len();
-        permits.held.retain(|_, p| p.expires_at > now);
-        let expired = (before - permits.held.len()) as u32;
+        // Expired permits found here are reported here, and their ends
+        // recorded for their tokens (their holders then hear "expired,
+        // reported already", not "not held").
+        let mut expired = 0;
+        permits.held.retain(|token, p| {
+            let live = p.expires_at > now;
+            if !live {
+                self.record_end(&spec.name, token, End::Expired, p.fence, now + LINGER);
+                expired += 1;
+            }
+            live
+        });
         let outcome = self.grant_permit(spec, &mut permits, queue, now);
         reporting(outcome, expired)
     }
@@ -359,15 +372,18 @@ impl MemoryStore {
                     }
                     None => {}
                 }
-                // Whether the grant replaces an expired lease nobody
-                // reported.
-                let expired = match &entry {
-                    MapEntry::Occupied(e) => {
-                        let old = e.get();
-                        u32::from(old.end.is_none() && !old.noticed && old.token != spec.token)
+                // An expired lease replaced here: reported now unless its
+                // holder heard it already, and its end recorded for its
+                // token, which the new lease no longer names.
+                let mut expired = 0;
+                if let MapEntry::Occupied(e) = &entry {
+                    let old = e.get();
+                    if old.end.is_none() && old.token != spec.token {
+                        expired = u32::from(!old.noticed);
+                        let forget_at = now + LINGER;
+                        self.record_end(&spec.name, &old.token, End::Expired, old.fence, forget_at);
                     }
-                    MapEntry::Vacant(_) => 0,
-                };
+                }
                 let fence = self.next_fence();
                 let ttl = Duration::from_millis(spec.ttl_ms);
                 let lock_delay = Duration::from_millis(spec.lock_delay_ms);
@@ -448,9 +464,10 @@ impl MemoryStore {
                 });
             }
         }
-        let released = || match self.ended_by_hand_with_fence(name, token) {
+        let released = || match self.recorded_end(name, token) {
             Some((End::Released, _)) => Checked::Released,
             Some((End::Revoked, fence)) => Checked::Revoked { fence },
+            Some((End::Expired, _)) => Checked::ExpiredReported,
             None => Checked::NotHeld,
         };
         let Some(mut permits) = self.inner.permits.get_mut(name) else {
@@ -469,7 +486,9 @@ impl MemoryStore {
                 })
             }
             Some(_) => {
-                permits.held.remove(token);
+                if let Some(p) = permits.held.remove(token) {
+                    self.record_end(name, token, End::Expired, p.fence, now + LINGER);
+                }
                 Checked::Expired
             }
             // `ends` is locked after `permits` (see Inner).
@@ -490,16 +509,11 @@ impl MemoryStore {
         );
     }
 
-    /// How `token`'s lease of `name` was ended by hand, if it was, and its
+    /// How `token`'s lease of `name` ended, if that is recorded, and its
     /// fence.
-    fn ended_by_hand_with_fence(&self, name: &str, token: &str) -> Option<(End, u64)> {
+    fn recorded_end(&self, name: &str, token: &str) -> Option<(End, u64)> {
         let ended = self.inner.ends.get(&(Box::from(name), Box::from(token)))?;
         (Instant::now() < ended.forget_at).then_some((ended.how, ended.fence))
-    }
-
-    fn ended_by_hand(&self, name: &str, token: &str) -> Option<End> {
-        self.ended_by_hand_with_fence(name, token)
-            .map(|(how, _)| how)
     }
 
     /// What the name's record says of `token` when it is not the live
@@ -516,9 +530,10 @@ impl MemoryStore {
     ) -> Option<Checked<T>> {
         let live = lease.live(now);
         if lease.token != token || lease.end.is_some() {
-            match self.ended_by_hand_with_fence(name, token) {
+            match self.recorded_end(name, token) {
                 Some((End::Released, _)) => return Some(Checked::Released),
                 Some((End::Revoked, fence)) => return Some(Checked::Revoked { fence }),
+                Some((End::Expired, _)) => return Some(Checked::ExpiredReported),
                 None => {}
             }
         }
@@ -527,7 +542,7 @@ impl MemoryStore {
                 return None;
             }
             if lease.noticed {
-                return Some(Checked::NotHeld);
+                return Some(Checked::ExpiredReported);
             }
             lease.noticed = true;
             return Some(Checked::Expired);
@@ -565,8 +580,9 @@ impl MemoryStore {
         let next = match next {
             Some(next) => next,
             None => {
-                let released = || match self.ended_by_hand(name, token) {
-                    Some(End::Released) => Checked::Released,
+                let released = || match self.recorded_end(name, token) {
+                    Some((End::Released, _)) => Checked::Released,
+                    Some((End::Expired, _)) => Checked::ExpiredReported,
                     _ => Checked::NotHeld,
                 };
                 let Some(mut permits) = self.inner.permits.get_mut(name) else {
@@ -581,7 +597,10 @@ impl MemoryStore {
                         }
                         self.record_end(name, token, End::Released, p.fence, now + LINGER);
                     }
-                    Some(_) => return Ok(Checked::Expired),
+                    Some(p) => {
+                        self.record_end(name, token, End::Expired, p.fence, now + LINGER);
+                        return Ok(Checked::Expired);
+                    }
                     None => {
                         drop(permits);
                         return Ok(released());
@@ -952,12 +971,11 @@ mod tests {
             store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
             Acquired::Granted { .. }
         ));
-        // The grant reported the expiry; to the new lease, the old holder
-        // is a stranger.
-        let fence = store.describe("a").await.unwrap().lease.unwrap().fence;
+        // The grant reported the expiry; the old holder hears that it was
+        // reported, not that a stranger holds the name.
         assert_eq!(
             store.renew("a", "t1", None).await.unwrap(),
-            Checked::NotOwner { fence }
+            Checked::ExpiredReported
         );
     }
 

@@ -27,8 +27,8 @@
 //!   saw) covers a clock that also stepped back. The store keeps nothing
 //!   per free name beyond a short record of its last lease.
 //! * A loss is reported once: the first request with an expired lease's
-//!   token is answered [`Checked::Expired`], later ones are not (see
-//!   [`Checked`]).
+//!   token is answered [`Checked::Expired`], later ones
+//!   [`Checked::ExpiredReported`] (see [`Checked`]).
 //! * The store's clock decides expiry. Remaining times are what the store says.
 //! * Lock-delay (Chubby, Consul): a lease granted with a delay leaves the name
 //!   ungrantable for that long after an involuntary end (expiry, revoke), so
@@ -134,6 +134,7 @@ pub(crate) fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
         -2 => Checked::Revoked { fence },
         -3 => Checked::Expired,
         -4 => Checked::Released,
+        -5 => Checked::ExpiredReported,
         _ => return None,
     })
 }
@@ -191,7 +192,8 @@ pub enum Acquired {
         fence: u64,
         /// Expired leases of the name whose loss nobody had reported (their
         /// holders never asked since), which this attempt found: reported
-        /// now, once, for the caller to count.
+        /// now, once, for the caller to count. Each is recorded for its
+        /// token, whose holder then hears [`Checked::ExpiredReported`].
         expired: u32,
     },
     /// Not granted, and why.
@@ -232,21 +234,21 @@ pub struct Blocked {
 /// The outcome of a renew, a look ([`Store::check`]) or a release.
 ///
 /// The store tells a lease's own end apart from a stranger's token: a lease's
-/// hash outlives its end by a while (`LINGER_MS` in the Lua scripts), keeping
-/// the token that held it, released it or was revoked, so that the first
-/// request about an expired lease is answered [`Checked::Expired`] (the loss,
-/// to count once) and every later one, or one with a token the store never
-/// saw, is not.
+/// record outlives its end by a while (`LINGER_MS` in the Lua scripts), and
+/// so does a record per token of how it ended (released, revoked, or expired
+/// and reported), so that the first request about an expired lease is
+/// answered [`Checked::Expired`] (the loss, to count once), every later one
+/// [`Checked::ExpiredReported`], and one with a token the store never saw
+/// neither.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Checked<T> {
     /// The token matched and the operation was applied.
     Done(T),
     /// The store has no record of a lease of this token: never held here,
-    /// its record lapsed, its loss was reported already, or the store lost
-    /// its data.
+    /// its record lapsed, or the store lost its data.
     NotHeld,
     /// Another owner holds the name, and the store has no record of this
-    /// token (a stranger's token, or a loss reported already).
+    /// token (a stranger's token, or one whose record lapsed).
     NotOwner {
         /// The current holder's fence.
         fence: u64,
@@ -260,6 +262,15 @@ pub enum Checked<T> {
     /// learns it: the one loss to count. (Once the name was granted again,
     /// the grant reported it: see [`Acquired::Granted::expired`].)
     Expired,
+    /// This token's lease expired, and its loss was reported already (to an
+    /// earlier request of its holder, or to the grant that found it
+    /// expired): not a loss to count again. Kept per token, not read off
+    /// the name's record: the grant that reports an expiry overwrites or
+    /// drops the lease, and without this its holder's next request would
+    /// find no record of its token at all, which a KeepAlive session that
+    /// believes the lease cannot have expired yet (it was renewed elsewhere
+    /// with a shorter TTL) takes for a store that lost its data.
+    ExpiredReported,
     /// This token released the lease (a retried release, or a heartbeat
     /// that crossed the release): nothing was lost.
     Released,

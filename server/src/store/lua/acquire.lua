@@ -27,7 +27,9 @@
 --         retries a call whose connection broke, and the first try may have
 --         run); expired is 1 if the grant replaced an expired lease whose
 --         loss nobody had reported (its holder never asked since): the one
---         report of that loss, for the broker to count, else 0,
+--         report of that loss, for the broker to count, else 0 (an expired
+--         lease replaced, reported now or before, leaves an end record
+--         'e<fence>' for its token: constants.lua),
 --         {0, fence, remaining_ms, holder, granted_at_ms, position, queued}
 --         when someone holds it,
 --         {2, fence, remaining_ms, holder, granted_at_ms, position, queued}
@@ -48,7 +50,10 @@
 -- marks it reported. A hash without o is a tombstone, left by revoke.lua
 -- (r: the revoked token, u: the end of the lock-delay); a release deletes
 -- the hash. Releases and revocations are recorded per token apart from it
--- (constants.lua: end records), so a grant has nothing to carry over.
+-- (constants.lua: end records), so a grant has nothing to carry over; what
+-- it does record is the end of the expired lease it replaces ('e<fence>'),
+-- whose holder would otherwise find no trace of its token and be told "not
+-- held" instead of "expired, reported already".
 -- Brokers before those records kept x (the last released token) and r in
 -- the hash; a grant removes both, and mutual exclusion never depended on
 -- them.
@@ -60,7 +65,8 @@
 -- redis.call: HMGET, TIME, EXISTS (line and permits in one), SET ... GET
 -- (the fence), HSET, PEXPIRE, PUBLISH. The record is written in place:
 -- only fields of the lease or tombstone replaced that a new one must not
--- keep (n, u, r, x) are deleted, when present.
+-- keep (n, u, r, x) are deleted, when present. Replacing an expired lease
+-- costs one SET more (its end record).
 --
 -- Uses: constants.lua, line.lua, queue.lua, fence.lua.
 local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
@@ -128,10 +134,15 @@ end
 local last = tonumber(l[2] or '0')
 -- Grant.
 local fence, fence_text = next_fence(counter, last, now_us, tonumber(ARGV[4]))
--- An expired lease replaced here whose loss nobody reported: reported now.
+-- An expired lease replaced here: its loss is reported now (unless its
+-- holder heard it already: n), and recorded for its token, which the new
+-- lease no longer names.
 local expired = 0
-if l[1] and l[1] ~= token and not l[9] then
-  expired = 1
+if l[1] and l[1] ~= token then
+  if not l[9] then
+    expired = 1
+  end
+  record_end(key, l[1], 'e' .. l[2], LINGER_MS)
 end
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[5])

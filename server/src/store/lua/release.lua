@@ -14,10 +14,15 @@
 --                     second release: the work is done, nothing to count),
 --         {0, 0}      when the store has no record of this token's lease,
 --         {-1, fence} when another owner holds it, with no record of this
---                     token (a stranger's token, or a loss reported already),
+--                     token (a stranger's token, or one whose record lapsed),
 --         {-2, fence} when this lease was revoked,
 --         {-3, 0}     when this token's lease expired and this is the first
---                     time anyone learns it: the loss to count, once.
+--                     time anyone learns it: the loss to count, once (an
+--                     expired permit is dropped, and its end recorded for
+--                     its token: 'e<fence>', constants.lua),
+--         {-5, 0}     when this token's lease expired and its loss was
+--                     reported already (see renew_lease.lua): nothing to
+--                     count.
 --
 -- The message published names the waiter first in line (the first 16 hex
 -- digits of its token), so that brokers wake only that one: the queue is
@@ -44,7 +49,7 @@ local live = l[1] and now_ms < tonumber(l[3])
 if l[1] == token then
   if not live then
     if l[4] then
-      return {0, 0}
+      return {-5, 0}
     end
     redis.call('HSET', key, 'n', '1')
     return {-3, 0}
@@ -64,6 +69,8 @@ end
 local ended = recorded_end(key, token)
 if ended == 'x' then
   return {2, 0}
+elseif ended and string.sub(ended, 1, 1) == 'e' then
+  return {-5, 0}
 elseif ended then
   return {-2, tonumber(string.sub(ended, 2))}
 end
@@ -78,7 +85,9 @@ end
 local permit = redis.call('HGET', permits, token)
 if permit then
   redis.call('HDEL', permits, token)
-  if tonumber(string.match(permit, '^%d+|(%d+)|')) <= now_ms then
+  local fence, expiry = string.match(permit, '^(%d+)|(%d+)|')
+  if tonumber(expiry) <= now_ms then
+    record_end(permits, token, 'e' .. fence, LINGER_MS)
     return {-3, 0}
   end
   record_end(permits, token, 'x', LINGER_MS)
@@ -89,7 +98,10 @@ if permit then
   redis.call('PUBLISH', ARGV[2], '')
   return {1, 0}
 end
-if recorded_end(permits, token) == 'x' then
+ended = recorded_end(permits, token)
+if ended == 'x' then
   return {2, 0}
+elseif ended and string.sub(ended, 1, 1) == 'e' then
+  return {-5, 0}
 end
 return {0, 0}

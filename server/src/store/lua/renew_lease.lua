@@ -21,20 +21,24 @@
 -- (never through a Lua number, which would print a fence as 1.7e+15):
 --             1, ttl_ms, fence when renewed (or, with '-1', alive),
 --             0, 0, 0 when the store has no record of this token's lease
---                       (never held here, its record lapsed, its loss was
---                       already reported, or the store lost its data),
+--                       (never held here, its record lapsed, or the store
+--                       lost its data),
 --             -1, 0, fence when another owner holds it (its fence) and the
 --                       store has no record of this token,
 --             -2, 0, fence when this lease was revoked,
 --             -3, 0, 0 when this token's lease expired and this is the
---                       first time anyone learns it: the loss to count, once
---                       (once reported, or replaced by a new grant, which
---                       reports it, the token is a stranger's),
+--                       first time anyone learns it: the loss to count, once,
 --             -4, 0, 0 when this token released the lease (a heartbeat
---                       that crossed its release): not a loss.
+--                       that crossed its release): not a loss,
+--             -5, 0, 0 when this token's lease expired and its loss was
+--                       reported already (to an earlier request: n in the
+--                       lease hash; or to the grant that replaced or the
+--                       call that dropped it: its end record): not a loss to
+--                       count again.
 -- See acquire.lua for the fields of the lease hash; LINGER_MS and the end
--- records (a release or revoke, per token) are in constants.lua. A live
--- lease renewed by its holder costs no look at end records.
+-- records (a release, a revoke or a reported expiry, per token) are in
+-- constants.lua. A live lease renewed by its holder costs no look at end
+-- records.
 --
 -- renew() is renew_lock(), then renew_permit() when renew_lock() finds
 -- nothing about the token (it returns nil): each touches one key only, so
@@ -47,7 +51,7 @@ local function renew_lock(key, token, new_ttl, now_ms)
   if l[1] == token then
     if not live then
       if l[6] then
-        return 0, 0, 0
+        return -5, 0, 0
       end
       redis.call('HSET', key, 'n', '1')
       return -3, 0, 0
@@ -66,6 +70,8 @@ local function renew_lock(key, token, new_ttl, now_ms)
   local ended = recorded_end(key, token)
   if ended == 'x' then
     return -4, 0, 0
+  elseif ended and string.sub(ended, 1, 1) == 'e' then
+    return -5, 0, 0
   elseif ended then
     return -2, 0, string.sub(ended, 2)
   end
@@ -81,6 +87,7 @@ local function renew_permit(permits, token, new_ttl, now_ms)
     local fence, expiry, ttl, granted, holder = string.match(permit, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
     if tonumber(expiry) <= now_ms then
       redis.call('HDEL', permits, token)
+      record_end(permits, token, 'e' .. fence, LINGER_MS)
       return -3, 0, 0
     end
     if new_ttl == '-1' then
@@ -95,8 +102,11 @@ local function renew_permit(permits, token, new_ttl, now_ms)
     end
     return 1, ttl, fence
   end
-  if recorded_end(permits, token) == 'x' then
+  local ended = recorded_end(permits, token)
+  if ended == 'x' then
     return -4, 0, 0
+  elseif ended and string.sub(ended, 1, 1) == 'e' then
+    return -5, 0, 0
   end
   return 0, 0, 0
 end

@@ -26,11 +26,14 @@
 -- until then); {3, ..., expired} when a permit is free but waiters queued
 -- earlier come first. expired: the expired permits dropped here, whose loss
 -- nobody had reported (their holders never asked since): reported now, for
--- the broker to count.
+-- the broker to count (each leaves an end record 'e<fence>' for its token:
+-- constants.lua).
 --
 -- A permit is "fence|expiry_ms|ttl_ms|granted_ms|holder". An expired permit
 -- is dropped by whoever finds it first (here, or its holder's renewal or
--- release, which then report it), so its loss is reported once; the key
+-- release, which then report it), so its loss is reported once, and the
+-- one that drops it records its end for its token ('e<fence>'), so that
+-- the holder's later requests hear that the loss was reported; the key
 -- expires with its longest permit plus LINGER_MS (constants.lua), so that a
 -- late holder still finds its own. A released permit is recorded per token
 -- (constants.lua: end records); "_x" is the last released token as brokers
@@ -79,6 +82,7 @@ for i = 1, #entries, 2 do
     end
     if expiry <= now_ms then
       redis.call('HDEL', permits, owner)
+      record_end(permits, owner, 'e' .. fence, LINGER_MS)
       expired = expired + 1
     else
       if owner == token then

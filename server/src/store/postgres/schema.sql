@@ -1,4 +1,4 @@
--- schema.sql: the PostgreSQL store's tables and functions, version 2.
+-- schema.sql: the PostgreSQL store's tables and functions, version 3.
 --
 -- Run whole, in one transaction, by the broker at start-up (when the
 -- version table says the schema is older) or by `leasehold migrate`.
@@ -106,12 +106,14 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.semaphores (
 );
 CREATE INDEX IF NOT EXISTS semaphores_forget ON __SCHEMA__.semaphores (forget_ms);
 
--- The end of a lease by its holder's or an operator's hand, per owner
--- token (constants.lua's end records): how ('x' released, 'r' revoked),
--- the lease's fence, and until when the record stands (LINGER_MS after the
--- end; a revoke's, after the revoked lease would have ended too). A name is
--- held by many leases over time and at once (permits): each hears its own
--- end however many came after it.
+-- The end of a lease by its holder's or an operator's hand, or a reported
+-- expiry once the lease's row went, per owner token (constants.lua's end
+-- records): how ('x' released, 'r' revoked, 'e' expired and reported:
+-- version 3), the lease's fence, and until when the record stands
+-- (LINGER_MS after the end; a revoke's, after the revoked lease would have
+-- ended too; an expiry's, after its report). A name is held by many leases
+-- over time and at once (permits): each hears its own end however many
+-- came after it.
 CREATE TABLE IF NOT EXISTS __SCHEMA__.ended (
   name text NOT NULL,
   token text NOT NULL,
@@ -315,8 +317,9 @@ END $$;
 --   p_not_after_ms (this clock's time past which the broker has given up
 --   on the call, or NULL: see postgres/deadline.rs)
 -- Returns one `acquired`: code 1 granted (fence, remaining_ms = TTL,
--- granted_ms, expired), 0 held, 2 lock-delay, 3 queued; pos and queued as
--- acquire.lua's position and queued; 4 too late (past p_not_after_ms, once
+-- granted_ms, expired; an expired lease replaced leaves an 'e' end record
+-- for its token, as in acquire.lua), 0 held, 2 lock-delay, 3 queued; pos
+-- and queued as acquire.lua's position and queued; 4 too late (past p_not_after_ms, once
 -- the name's lock is held: nothing read or written, so that a statement
 -- that reached the server after its caller gave up grants nothing and
 -- takes no place in line). Version 1's 8-argument acquire and
@@ -391,8 +394,13 @@ BEGIN
     RETURN queued;
   END IF;
   fence := __SCHEMA__.next_fence(last, now_us, p_floor);
-  IF found_row AND l.token IS NOT NULL AND l.token <> p_token AND NOT l.noticed THEN
-    expired := 1;
+  -- An expired lease replaced here: reported now unless its holder heard
+  -- it already, and recorded for its token (acquire.lua).
+  IF found_row AND l.token IS NOT NULL AND l.token <> p_token THEN
+    IF NOT l.noticed THEN
+      expired := 1;
+    END IF;
+    PERFORM __SCHEMA__.record_end(p_name, l.token, 'e', l.fence, now_ms + __SCHEMA__.linger_ms());
   END IF;
   INSERT INTO __SCHEMA__.leases AS t
     (name, token, holder, fence, ttl_ms, granted_ms, expires_ms, delay_ms,
@@ -415,7 +423,8 @@ END $$;
 -- semaphore_acquire.lua: grant one of p_limit permits on a name, if one is
 -- free and nobody queued before the caller still waits. Arguments as
 -- acquire's, with p_limit in place of the lock-delay; returns as acquire
--- (expired: the expired permits dropped here, their loss reported now).
+-- (expired: the expired permits dropped here, their loss reported now,
+-- each leaving an 'e' end record for its token).
 CREATE OR REPLACE FUNCTION __SCHEMA__.semaphore_acquire(p_name text, p_token text, p_ttl_ms bigint, p_holder text, p_floor bigint, p_limit integer, p_waits boolean, p_life bigint, p_not_after_ms bigint)
 RETURNS __SCHEMA__.acquired LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -461,7 +470,13 @@ BEGIN
   UPDATE __SCHEMA__.permits SET expires_ms = now_ms + ttl_ms
    WHERE name = p_name AND expires_ms - now_ms > ttl_ms;
   WITH gone AS (
-    DELETE FROM __SCHEMA__.permits WHERE name = p_name AND expires_ms <= now_ms RETURNING 1)
+    DELETE FROM __SCHEMA__.permits d WHERE d.name = p_name AND d.expires_ms <= now_ms
+    RETURNING d.token, d.fence),
+  recorded AS (
+    INSERT INTO __SCHEMA__.ended AS e (name, token, how, fence, forget_ms)
+    SELECT p_name, gone.token, 'e', gone.fence, now_ms + __SCHEMA__.linger_ms() FROM gone
+    ON CONFLICT (name, token) DO UPDATE SET how = excluded.how, fence = excluded.fence,
+      forget_ms = excluded.forget_ms)
   SELECT count(*) INTO expired FROM gone;
   SELECT * INTO mine FROM __SCHEMA__.permits WHERE name = p_name AND token = p_token;
   IF FOUND THEN
@@ -512,8 +527,9 @@ BEGIN
 END $$;
 
 -- The renewal code of p_token's recorded end, if any (constants.lua's
--- recorded_end, read as renew_lease.lua reads it): -4 released, -2 revoked
--- (with the fence); NULL when nothing is recorded.
+-- recorded_end, read as renew_lease.lua reads it): -4 released, -5 expired
+-- and reported already, -2 revoked (with the fence); NULL when nothing is
+-- recorded.
 CREATE OR REPLACE FUNCTION __SCHEMA__.recorded_end(p_name text, p_token text, p_now_ms bigint)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -526,13 +542,16 @@ BEGIN
   END IF;
   IF e.how = 'x' THEN
     RETURN ROW(-4, 0, 0)::__SCHEMA__.renewal;
+  ELSIF e.how = 'e' THEN
+    RETURN ROW(-5, 0, 0)::__SCHEMA__.renewal;
   END IF;
   RETURN ROW(-2, 0, e.fence)::__SCHEMA__.renewal;
 END $$;
 
--- renew_lease.lua's renew_lock: NULL when the lease row knows nothing of
--- the token (it may be a permit). p_ttl_ms: the new TTL, 0 to keep the
--- lease's own, -1 to only look. The caller holds the name's lock.
+-- renew_lease.lua's renew_lock (its codes: 1, 0, -1 to -5): NULL when the
+-- lease row knows nothing of the token (it may be a permit). p_ttl_ms: the
+-- new TTL, 0 to keep the lease's own, -1 to only look. The caller holds the
+-- name's lock.
 CREATE OR REPLACE FUNCTION __SCHEMA__.renew_lock(p_name text, p_token text, p_ttl_ms bigint, p_now_ms bigint)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -546,7 +565,7 @@ BEGIN
   IF l.token = p_token THEN
     IF NOT live THEN
       IF l.noticed THEN
-        RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
+        RETURN ROW(-5, 0, 0)::__SCHEMA__.renewal;
       END IF;
       UPDATE __SCHEMA__.leases SET noticed = true WHERE name = p_name;
       RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
@@ -574,7 +593,8 @@ BEGIN
 END $$;
 
 -- renew_lease.lua's renew_permit, after renew_lock (which looked at the
--- token's recorded end). The caller holds the name's lock.
+-- token's recorded end). An expired permit is dropped, reported (-3) and
+-- its end recorded ('e'). The caller holds the name's lock.
 CREATE OR REPLACE FUNCTION __SCHEMA__.renew_permit(p_name text, p_token text, p_ttl_ms bigint, p_now_ms bigint)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -586,6 +606,7 @@ BEGIN
   IF FOUND THEN
     IF p.expires_ms <= p_now_ms THEN
       DELETE FROM __SCHEMA__.permits WHERE name = p_name AND token = p_token;
+      PERFORM __SCHEMA__.record_end(p_name, p_token, 'e', p.fence, p_now_ms + __SCHEMA__.linger_ms());
       RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
     END IF;
     IF p_ttl_ms = -1 THEN
@@ -599,7 +620,7 @@ BEGIN
      WHERE name = p_name;
     RETURN ROW(1, ttl, p.fence)::__SCHEMA__.renewal;
   END IF;
-  -- A released permit's end: renew_lock looked at it already.
+  -- A released or reported permit's end: renew_lock looked at it already.
   RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
 END $$;
 
@@ -651,7 +672,8 @@ END $$;
 -- release.lua: end a lease, only for its owner (no lock-delay), and wake
 -- the first in line. Returns a renewal whose code is release.lua's (1
 -- released, 2 released already, 0 no record, -1 another owner (fence), -2
--- revoked (fence), -3 expired, the first report).
+-- revoked (fence), -3 expired, the first report (an expired permit leaves
+-- an 'e' end record), -5 expired, reported already).
 CREATE OR REPLACE FUNCTION __SCHEMA__.release(p_name text, p_token text)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -668,7 +690,7 @@ BEGIN
   live := l.token IS NOT NULL AND now_ms < l.expires_ms;
   IF l.token = p_token AND NOT live THEN
     IF l.noticed THEN
-      RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
+      RETURN ROW(-5, 0, 0)::__SCHEMA__.renewal;
     END IF;
     UPDATE __SCHEMA__.leases SET noticed = true WHERE name = p_name;
     RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
@@ -702,6 +724,7 @@ BEGIN
     RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
   END IF;
   IF p.expires_ms <= now_ms THEN
+    PERFORM __SCHEMA__.record_end(p_name, p_token, 'e', p.fence, now_ms + __SCHEMA__.linger_ms());
     RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
   END IF;
   PERFORM __SCHEMA__.record_end(p_name, p_token, 'x', p.fence, now_ms + __SCHEMA__.linger_ms());
@@ -880,6 +903,11 @@ BEGIN
   RETURN total;
 END $$;
 
+-- Version 3 (from 2, no DDL): the functions record the end of an expired
+-- lease for its token once its row goes ('e' in ended) and answer -5 to
+-- its holder's later requests, where version 2 answered 0 (no record). A
+-- broker of version 2 still running reads -5 as an unknown code (an
+-- INTERNAL error) until it is upgraded.
 INSERT INTO __SCHEMA__.leasehold_schema_version (version)
-SELECT 2 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
-UPDATE __SCHEMA__.leasehold_schema_version SET version = 2 WHERE version < 2;
+SELECT 3 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
+UPDATE __SCHEMA__.leasehold_schema_version SET version = 3 WHERE version < 3;

@@ -446,7 +446,7 @@ mod tests {
             ),
             (300, 2, 1)
         );
-        let renewals = Value::BulkString(b"1 5000 1796080931737054,-3 0 0".to_vec());
+        let renewals = Value::BulkString(b"1 5000 1796080931737054,-3 0 0,-5 0 0".to_vec());
         let Renewals(renewals) = decode("renew_many.lua", renewals).unwrap();
         for cut_short in ["1 5000 8,1", "1 5000", "1 5000 8 9", "1 x 8", ""] {
             let reply = Value::BulkString(cut_short.as_bytes().to_vec());
@@ -465,7 +465,8 @@ mod tests {
                     ttl_ms: 5_000,
                     fence: 1_796_080_931_737_054
                 }),
-                Checked::Expired
+                Checked::Expired,
+                Checked::ExpiredReported
             ]
         );
         let ranks = Value::Array([0, -1, 4].map(Value::Int).to_vec());
