@@ -75,10 +75,13 @@ elseif ended then
   return {-2, tonumber(string.sub(ended, 2))}
 end
 if live then
-  -- A permit of this token released before the name was taken as a lock
+  -- A permit of this token that ended before the name was taken as a lock
   -- is still this token's own end, not a stranger's.
-  if recorded_end(permits, token) == 'x' then
+  local permit_end = recorded_end(permits, token)
+  if permit_end == 'x' then
     return {2, 0}
+  elseif permit_end and string.sub(permit_end, 1, 1) == 'e' then
+    return {-5, 0}
   end
   return {-1, tonumber(l[2])}
 end
