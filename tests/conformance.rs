@@ -1080,19 +1080,37 @@ async fn ends_are_remembered_per_token(store: &Store) {
 /// store looked at the lock's records only while a lock held the name).
 async fn a_released_permit_stays_released_under_a_lock(store: &Store) {
     assert!(matches!(
-        store.acquire(&permit("mixed", "p1", 10_000, 2)).await.unwrap(),
+        store
+            .acquire(&permit("mixed", "p1", 10_000, 2))
+            .await
+            .unwrap(),
         Acquired::Granted { .. }
     ));
-    assert_eq!(store.release("mixed", "p1").await.unwrap(), Checked::Done(()));
+    assert_eq!(
+        store.release("mixed", "p1").await.unwrap(),
+        Checked::Done(())
+    );
     grant(store, "mixed", "l1", 10_000).await;
-    assert_eq!(store.release("mixed", "p1").await.unwrap(), Checked::Released);
+    assert_eq!(
+        store.release("mixed", "p1").await.unwrap(),
+        Checked::Released
+    );
     // And the other way round: a lock's release, then permits on the name.
-    assert_eq!(store.release("mixed", "l1").await.unwrap(), Checked::Done(()));
+    assert_eq!(
+        store.release("mixed", "l1").await.unwrap(),
+        Checked::Done(())
+    );
     assert!(matches!(
-        store.acquire(&permit("mixed", "p2", 10_000, 2)).await.unwrap(),
+        store
+            .acquire(&permit("mixed", "p2", 10_000, 2))
+            .await
+            .unwrap(),
         Acquired::Granted { .. }
     ));
-    assert_eq!(store.release("mixed", "l1").await.unwrap(), Checked::Released);
+    assert_eq!(
+        store.release("mixed", "l1").await.unwrap(),
+        Checked::Released
+    );
 }
 
 /// A revoke finds nothing to revoke once the lease it would end was

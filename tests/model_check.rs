@@ -106,14 +106,39 @@ fn check_all(ops: &[Op]) -> (Vec<String>, BTreeMap<String, u64>) {
 /// figures and the findings.
 fn counters_match(ops: &[Op], scrapes: &[String]) -> (String, Vec<String>) {
     use common::model::spec::{Answer, Call};
-    let sum = |series: &str| -> u64 { scrapes.iter().map(|s| common::sample(s, series) as u64).sum() };
-    let granted = ops.iter().filter(|o| matches!(o.answer, Answer::Granted { .. })).count() as u64;
-    let unknown_acquires = ops.iter().filter(|o| matches!((&o.call, &o.answer), (Call::Acquire { .. }, Answer::Unknown))).count() as u64;
-    let mut revoked_fences: Vec<u64> = ops.iter().filter_map(|o| match o.answer { Answer::Revoked { fence } => Some(fence), _ => None }).collect();
+    let sum = |series: &str| -> u64 {
+        scrapes
+            .iter()
+            .map(|s| common::sample(s, series) as u64)
+            .sum()
+    };
+    let granted = ops
+        .iter()
+        .filter(|o| matches!(o.answer, Answer::Granted { .. }))
+        .count() as u64;
+    let unknown_acquires = ops
+        .iter()
+        .filter(|o| {
+            matches!(
+                (&o.call, &o.answer),
+                (Call::Acquire { .. }, Answer::Unknown)
+            )
+        })
+        .count() as u64;
+    let mut revoked_fences: Vec<u64> = ops
+        .iter()
+        .filter_map(|o| match o.answer {
+            Answer::Revoked { fence } => Some(fence),
+            _ => None,
+        })
+        .collect();
     revoked_fences.sort();
     revoked_fences.dedup();
     let revoked = revoked_fences.len() as u64;
-    let unknown_revokes = ops.iter().filter(|o| o.call == Call::Revoke && o.answer == Answer::Unknown).count() as u64;
+    let unknown_revokes = ops
+        .iter()
+        .filter(|o| o.call == Call::Revoke && o.answer == Answer::Unknown)
+        .count() as u64;
     let acquired_total = sum("lease_acquired_total");
     let revoked_total = sum("lease_lost_total{reason=\"revoked\"}");
     let mut findings = Vec::new();
@@ -131,7 +156,10 @@ fn counters_match(ops: &[Op], scrapes: &[String]) -> (String, Vec<String>) {
 
 async fn run_store(store: StoreKind) {
     if !wanted(store) {
-        println!("model-check {}: not selected (LEASEHOLD_MODEL_STORES)", store.name());
+        println!(
+            "model-check {}: not selected (LEASEHOLD_MODEL_STORES)",
+            store.name()
+        );
         return;
     }
     if std::env::var("LEASEHOLD_MODEL_HISTORY").is_ok() {
@@ -150,8 +178,22 @@ async fn run_store(store: StoreKind) {
     let injected = Arc::new(Mutex::new(Injected::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let stop_faults = Arc::new(AtomicBool::new(false));
-    let nemesis = tokio::spawn(nemesis::run(topology, seed, record.clone(), injected.clone(), stop_faults.clone()));
-    let clients = tokio::spawn(workload::run(seed, CLIENTS, urls, record.clone(), tally.clone(), Arc::new(Resource::default()), stop.clone()));
+    let nemesis = tokio::spawn(nemesis::run(
+        topology,
+        seed,
+        record.clone(),
+        injected.clone(),
+        stop_faults.clone(),
+    ));
+    let clients = tokio::spawn(workload::run(
+        seed,
+        CLIENTS,
+        urls,
+        record.clone(),
+        tally.clone(),
+        Arc::new(Resource::default()),
+        stop.clone(),
+    ));
     tokio::time::sleep(Duration::from_secs(secs)).await;
     // Faults end first, so that the clients' last calls (giving back what
     // they hold) meet a healed system.
@@ -162,16 +204,36 @@ async fn run_store(store: StoreKind) {
 
     let ops = record.ops();
     let file = history_dir().join(format!("{}-{seed}.history", store.name()));
-    std::fs::write(&file, ops.iter().map(|o| format_op(o) + "\n").collect::<String>()).unwrap();
+    std::fs::write(
+        &file,
+        ops.iter().map(|o| format_op(o) + "\n").collect::<String>(),
+    )
+    .unwrap();
     let (mut findings, visited) = check_all(&ops);
-    findings.extend(tally.surprises.lock().unwrap().iter().map(|s| format!("an answer outside the contract: {s}")));
+    findings.extend(
+        tally
+            .surprises
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| format!("an answer outside the contract: {s}")),
+    );
     for broker in &topology.brokers {
         let rss = broker.rss();
         if rss > RSS_CAP {
-            findings.push(format!("broker {} holds {} MiB after the run (cap {} MiB)", broker.url(), rss >> 20, RSS_CAP >> 20));
+            findings.push(format!(
+                "broker {} holds {} MiB after the run (cap {} MiB)",
+                broker.url(),
+                rss >> 20,
+                RSS_CAP >> 20
+            ));
         }
     }
-    let restarted = injected.lock().unwrap().counts.contains_key(&nemesis::Fault::KillBroker);
+    let restarted = injected
+        .lock()
+        .unwrap()
+        .counts
+        .contains_key(&nemesis::Fault::KillBroker);
     let metrics = if restarted {
         "not checked (a broker restarted: its counters began again)".to_owned()
     } else {
@@ -262,8 +324,15 @@ fn recheck_a_saved_history() {
         return;
     };
     let text = std::fs::read_to_string(&path).expect("the saved history");
-    let ops: Vec<Op> = text.lines().filter(|l| !l.trim().is_empty()).map(|l| parse_op(l).expect("a history line")).collect();
+    let ops: Vec<Op> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| parse_op(l).expect("a history line"))
+        .collect();
     let (findings, visited) = check_all(&ops);
-    println!("{path}: {} calls, configurations searched per name: {visited:?}", ops.len());
+    println!(
+        "{path}: {} calls, configurations searched per name: {visited:?}",
+        ops.len()
+    );
     assert!(findings.is_empty(), "{}", findings.join("\n\n"));
 }

@@ -196,13 +196,32 @@ impl RedisServer {
     /// listening on `ips` besides 127.0.0.1 (as
     /// [`RedisServer::start_bound`]).
     pub fn start_for_model(ips: &[std::net::IpAddr]) -> Self {
-        let dir = std::env::temp_dir().join(format!("leasehold-redis-{}-{}", std::process::id(), free_port()));
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-redis-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         let dir = dir.to_string_lossy().into_owned();
-        let clock = std::env::temp_dir().join(format!("leasehold-faketime-{}-{}", std::process::id(), free_port()));
+        let clock = std::env::temp_dir().join(format!(
+            "leasehold-faketime-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
         std::fs::write(&clock, "+0\n").expect("write the faketime file");
         let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
-        let mut args = vec!["--appendonly", "yes", "--appendfsync", "always", "--dir", &dir, "--protected-mode", "no", "--bind", "127.0.0.1"];
+        let mut args = vec![
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            &dir,
+            "--protected-mode",
+            "no",
+            "--bind",
+            "127.0.0.1",
+        ];
         args.extend(ips.iter().map(String::as_str));
         Self::start_clocked(&args, Some(clock))
     }

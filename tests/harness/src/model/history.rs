@@ -68,7 +68,15 @@ impl Recorder {
     }
 
     /// Records a call that returned `answer` at `returned`.
-    pub fn record(&self, client: usize, name: &str, call: Call, answer: Answer, invoked: Micros, returned: Micros) {
+    pub fn record(
+        &self,
+        client: usize,
+        name: &str,
+        call: Call,
+        answer: Answer,
+        invoked: Micros,
+        returned: Micros,
+    ) {
         let returned = if answer == Answer::Unknown {
             invoked + UNKNOWN_WINDOW
         } else {
@@ -120,24 +128,50 @@ fn reason_text(r: Reason) -> &'static str {
 /// One op as a line: `client name invoked returned | call | answer`, times
 /// in µs since the run began, tokens as `t<n>`.
 pub fn format_op(op: &Op) -> String {
-    let mut s = format!("{} {} {} {} | ", op.client, op.name, op.invoked, op.returned);
+    let mut s = format!(
+        "{} {} {} {} | ",
+        op.client, op.name, op.invoked, op.returned
+    );
     match &op.call {
-        Call::Acquire { kind, ttl_ms, wait_ms, lock_delay_ms, keep_place } => {
-            write!(s, "acquire {} ttl={ttl_ms} wait={wait_ms} delay={lock_delay_ms} keep={}", kind_text(kind), *keep_place as u8).unwrap()
-        }
+        Call::Acquire {
+            kind,
+            ttl_ms,
+            wait_ms,
+            lock_delay_ms,
+            keep_place,
+        } => write!(
+            s,
+            "acquire {} ttl={ttl_ms} wait={wait_ms} delay={lock_delay_ms} keep={}",
+            kind_text(kind),
+            *keep_place as u8
+        )
+        .unwrap(),
         Call::Renew { token, ttl_ms } => write!(s, "renew t{token} ttl={ttl_ms}").unwrap(),
         Call::Beat { token, ttl_ms } => write!(s, "beat t{token} ttl={ttl_ms}").unwrap(),
         Call::Release { token } => write!(s, "release t{token}").unwrap(),
         Call::Revoke => s.push_str("revoke"),
         Call::CheckFence { fence } => write!(s, "checkfence {fence}").unwrap(),
-        Call::Write { token, fence, believed } => write!(s, "write t{token} fence={fence} believed={}", *believed as u8).unwrap(),
+        Call::Write {
+            token,
+            fence,
+            believed,
+        } => write!(
+            s,
+            "write t{token} fence={fence} believed={}",
+            *believed as u8
+        )
+        .unwrap(),
         Call::Wipe => s.push_str("wipe"),
         Call::Failover => s.push_str("failover"),
         Call::ClockStep { delta_ms } => write!(s, "clockstep {delta_ms}").unwrap(),
     }
     s.push_str(" | ");
     match &op.answer {
-        Answer::Granted { token, fence, ttl_ms } => write!(s, "granted t{token} fence={fence} ttl={ttl_ms}").unwrap(),
+        Answer::Granted {
+            token,
+            fence,
+            ttl_ms,
+        } => write!(s, "granted t{token} fence={fence} ttl={ttl_ms}").unwrap(),
         Answer::Aborted => s.push_str("aborted"),
         Answer::Alive { fence, ttl_ms } => write!(s, "alive fence={fence} ttl={ttl_ms}").unwrap(),
         Answer::Released => s.push_str("released"),
@@ -145,7 +179,10 @@ pub fn format_op(op: &Op) -> String {
         Answer::NotOwner => s.push_str("not_owner"),
         Answer::Lost(r) => write!(s, "lost {}", reason_text(*r)).unwrap(),
         Answer::Revoked { fence } => write!(s, "revoked fence={fence}").unwrap(),
-        Answer::Fence { current, current_fence } => write!(s, "fence current={} fence={current_fence}", *current as u8).unwrap(),
+        Answer::Fence {
+            current,
+            current_fence,
+        } => write!(s, "fence current={} fence={current_fence}", *current as u8).unwrap(),
         Answer::Unknown => s.push_str("unknown"),
         Answer::Accepted => s.push_str("accepted"),
         Answer::Refused => s.push_str("refused"),
@@ -176,7 +213,11 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
     let mut parts = line.split(" | ");
     let head: Vec<&str> = parts.next().unwrap_or("").split_whitespace().collect();
     let call: Vec<&str> = parts.next().ok_or("no call")?.split_whitespace().collect();
-    let answer: Vec<&str> = parts.next().ok_or("no answer")?.split_whitespace().collect();
+    let answer: Vec<&str> = parts
+        .next()
+        .ok_or("no answer")?
+        .split_whitespace()
+        .collect();
     let [client, name, invoked, returned] = head[..] else {
         return Err(format!("bad head {head:?}"));
     };
@@ -185,7 +226,11 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             kind: match call.get(1).copied() {
                 Some("lock") => Kind::Lock,
                 Some(k) => Kind::Permit {
-                    limit: k.strip_prefix("sem:").ok_or("kind")?.parse().map_err(|_| "limit")?,
+                    limit: k
+                        .strip_prefix("sem:")
+                        .ok_or("kind")?
+                        .parse()
+                        .map_err(|_| "limit")?,
                 },
                 None => return Err("no kind".into()),
             },
@@ -194,9 +239,17 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             lock_delay_ms: field(&call, "delay")?,
             keep_place: field(&call, "keep")? == 1,
         },
-        Some("renew") => Call::Renew { token: token(call.get(1))?, ttl_ms: field(&call, "ttl")? },
-        Some("beat") => Call::Beat { token: token(call.get(1))?, ttl_ms: field(&call, "ttl")? },
-        Some("release") => Call::Release { token: token(call.get(1))? },
+        Some("renew") => Call::Renew {
+            token: token(call.get(1))?,
+            ttl_ms: field(&call, "ttl")?,
+        },
+        Some("beat") => Call::Beat {
+            token: token(call.get(1))?,
+            ttl_ms: field(&call, "ttl")?,
+        },
+        Some("release") => Call::Release {
+            token: token(call.get(1))?,
+        },
         Some("revoke") => Call::Revoke,
         Some("checkfence") => Call::CheckFence {
             fence: call.get(1).ok_or("fence")?.parse().map_err(|_| "fence")?,
@@ -220,7 +273,10 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             ttl_ms: field(&answer, "ttl")?,
         },
         Some("aborted") => Answer::Aborted,
-        Some("alive") => Answer::Alive { fence: field(&answer, "fence")?, ttl_ms: field(&answer, "ttl")? },
+        Some("alive") => Answer::Alive {
+            fence: field(&answer, "fence")?,
+            ttl_ms: field(&answer, "ttl")?,
+        },
         Some("released") => Answer::Released,
         Some("not_found") => Answer::NotFound,
         Some("not_owner") => Answer::NotOwner,
@@ -231,7 +287,9 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             Some("revoked") => Reason::Revoked,
             r => return Err(format!("unknown reason {r:?}")),
         }),
-        Some("revoked") => Answer::Revoked { fence: field(&answer, "fence")? },
+        Some("revoked") => Answer::Revoked {
+            fence: field(&answer, "fence")?,
+        },
         Some("fence") => Answer::Fence {
             current: field(&answer, "current")? == 1,
             current_fence: field(&answer, "fence")?,
@@ -259,12 +317,74 @@ mod tests {
     #[test]
     fn every_op_survives_the_line_format() {
         let ops = [
-            Op { client: 1, name: "a".into(), call: Call::Acquire { kind: Kind::Permit { limit: 2 }, ttl_ms: 900, wait_ms: 10, lock_delay_ms: 0, keep_place: true }, answer: Answer::Granted { token: 3, fence: 77, ttl_ms: 900 }, invoked: 5, returned: 9 },
-            Op { client: 0, name: "b".into(), call: Call::Beat { token: 4, ttl_ms: 1000 }, answer: Answer::Lost(Reason::NotOwner), invoked: 1, returned: 2 },
-            Op { client: 2, name: "b".into(), call: Call::CheckFence { fence: 8 }, answer: Answer::Fence { current: true, current_fence: 8 }, invoked: 1, returned: 2 },
-            Op { client: 2, name: "b".into(), call: Call::Wipe, answer: Answer::Happened, invoked: 1, returned: 2 },
-            Op { client: 2, name: "b".into(), call: Call::ClockStep { delta_ms: -2000 }, answer: Answer::Happened, invoked: 1, returned: 2 },
-            Op { client: 2, name: "b".into(), call: Call::Write { token: 3, fence: 9, believed: true }, answer: Answer::Refused, invoked: 1, returned: 2 },
+            Op {
+                client: 1,
+                name: "a".into(),
+                call: Call::Acquire {
+                    kind: Kind::Permit { limit: 2 },
+                    ttl_ms: 900,
+                    wait_ms: 10,
+                    lock_delay_ms: 0,
+                    keep_place: true,
+                },
+                answer: Answer::Granted {
+                    token: 3,
+                    fence: 77,
+                    ttl_ms: 900,
+                },
+                invoked: 5,
+                returned: 9,
+            },
+            Op {
+                client: 0,
+                name: "b".into(),
+                call: Call::Beat {
+                    token: 4,
+                    ttl_ms: 1000,
+                },
+                answer: Answer::Lost(Reason::NotOwner),
+                invoked: 1,
+                returned: 2,
+            },
+            Op {
+                client: 2,
+                name: "b".into(),
+                call: Call::CheckFence { fence: 8 },
+                answer: Answer::Fence {
+                    current: true,
+                    current_fence: 8,
+                },
+                invoked: 1,
+                returned: 2,
+            },
+            Op {
+                client: 2,
+                name: "b".into(),
+                call: Call::Wipe,
+                answer: Answer::Happened,
+                invoked: 1,
+                returned: 2,
+            },
+            Op {
+                client: 2,
+                name: "b".into(),
+                call: Call::ClockStep { delta_ms: -2000 },
+                answer: Answer::Happened,
+                invoked: 1,
+                returned: 2,
+            },
+            Op {
+                client: 2,
+                name: "b".into(),
+                call: Call::Write {
+                    token: 3,
+                    fence: 9,
+                    believed: true,
+                },
+                answer: Answer::Refused,
+                invoked: 1,
+                returned: 2,
+            },
         ];
         for op in ops {
             assert_eq!(parse_op(&format_op(&op)).unwrap(), op, "{}", format_op(&op));

@@ -71,10 +71,16 @@ fn window_of(op: &Op) -> Window {
         // every moment it may have taken effect at, and the search need
         // not try it at each of them. A revoke acts on whichever lease
         // holds the name when it arrives, so it keeps its whole window.
-        (Call::Renew { .. } | Call::Beat { .. } | Call::Release { .. }, Answer::Unknown) => to = from,
+        (Call::Renew { .. } | Call::Beat { .. } | Call::Release { .. }, Answer::Unknown) => {
+            to = from
+        }
         _ => {}
     }
-    Window { from, to, late: op.returned }
+    Window {
+        from,
+        to,
+        late: op.returned,
+    }
 }
 
 /// Whether the search places `op` at all: a grant without an answer is
@@ -83,7 +89,10 @@ fn window_of(op: &Op) -> Window {
 fn searched(op: &Op) -> bool {
     !matches!(
         (&op.call, &op.answer),
-        (Call::Acquire { .. } | Call::CheckFence { .. }, Answer::Unknown)
+        (
+            Call::Acquire { .. } | Call::CheckFence { .. },
+            Answer::Unknown
+        )
     )
 }
 
@@ -99,7 +108,14 @@ impl Line {
         let ghosts = unknown_grants
             .iter()
             .map(|op| {
-                let Call::Acquire { ttl_ms, lock_delay_ms, .. } = op.call else { unreachable!() };
+                let Call::Acquire {
+                    ttl_ms,
+                    lock_delay_ms,
+                    ..
+                } = op.call
+                else {
+                    unreachable!()
+                };
                 let lasts = (ttl_ms + lock_delay_ms) as Micros * 1000 + crate::model::spec::EPSILON;
                 Span::new(op.invoked, op.returned + lasts)
             })
@@ -108,7 +124,11 @@ impl Line {
             .iter()
             .enumerate()
             .filter_map(|(i, e)| match &e.op.call {
-                Call::Acquire { wait_ms, keep_place, .. } if *wait_ms > 0 => {
+                Call::Acquire {
+                    wait_ms,
+                    keep_place,
+                    ..
+                } if *wait_ms > 0 => {
                     // A waiter that gave up leaves the line when its broker
                     // dequeues it, soon after the call ends (retried every
                     // 200 ms if the store does not answer).
@@ -141,7 +161,10 @@ impl Context for LineContext<'_> {
     }
 
     fn unknown_grant_may_hold(&self, during: Span) -> bool {
-        self.line.ghosts.iter().any(|s| s.lo <= during.hi && during.lo <= s.hi)
+        self.line
+            .ghosts
+            .iter()
+            .any(|s| s.lo <= during.hi && during.lo <= s.hi)
     }
 }
 
@@ -205,7 +228,10 @@ impl Search<'_> {
         }
         for j in self.candidates(&self.done) {
             let entry = &self.entries[j];
-            let ctx = LineContext { line: &self.line, me: j };
+            let ctx = LineContext {
+                line: &self.line,
+                me: j,
+            };
             for next in state.step(&entry.op.call, &entry.op.answer, entry.window, &ctx) {
                 self.done[j] = true;
                 let found = self.dfs(&next, remaining - 1);
@@ -223,15 +249,22 @@ impl Search<'_> {
     /// At the deepest configuration reached: the candidates the model
     /// refuses outright (or, if it refuses none, every candidate).
     fn stuck(&self) -> Vec<usize> {
-        let Some((done, state)) = &self.stuck_at else { return Vec::new() };
+        let Some((done, state)) = &self.stuck_at else {
+            return Vec::new();
+        };
         let candidates = self.candidates(done);
         let refused: Vec<usize> = candidates
             .iter()
             .copied()
             .filter(|&j| {
-                let ctx = LineContext { line: &self.line, me: j };
+                let ctx = LineContext {
+                    line: &self.line,
+                    me: j,
+                };
                 let e = &self.entries[j];
-                state.step(&e.op.call, &e.op.answer, e.window, &ctx).is_empty()
+                state
+                    .step(&e.op.call, &e.op.answer, e.window, &ctx)
+                    .is_empty()
             })
             .collect();
         if refused.is_empty() {
@@ -244,16 +277,38 @@ impl Search<'_> {
 
 /// Checks one name's calls (any order; they are sorted here).
 pub fn check(ops: &[Op]) -> Verdict {
-    let unknown_grants: Vec<&Op> = ops.iter().filter(|op| matches!((&op.call, &op.answer), (Call::Acquire { .. }, Answer::Unknown))).collect();
-    let mut entries: Vec<Entry> = ops.iter().filter(|op| searched(op)).map(|op| Entry { op, window: window_of(op) }).collect();
+    let unknown_grants: Vec<&Op> = ops
+        .iter()
+        .filter(|op| {
+            matches!(
+                (&op.call, &op.answer),
+                (Call::Acquire { .. }, Answer::Unknown)
+            )
+        })
+        .collect();
+    let mut entries: Vec<Entry> = ops
+        .iter()
+        .filter(|op| searched(op))
+        .map(|op| Entry {
+            op,
+            window: window_of(op),
+        })
+        .collect();
     entries.sort_by_key(|e| (e.window.from, e.window.to));
     // Waiters whose answer never came stand in the line as well.
     let line = Line::of(&entries, &unknown_grants);
     let line = Line {
-        waits: line.waits.into_iter().chain(unknown_grants.iter().filter_map(|op| match op.call {
-            Call::Acquire { wait_ms, .. } if wait_ms > 0 => Some((usize::MAX, Span::new(op.invoked, op.returned + PLACE_LINGER))),
-            _ => None,
-        })).collect(),
+        waits: line
+            .waits
+            .into_iter()
+            .chain(unknown_grants.iter().filter_map(|op| match op.call {
+                Call::Acquire { wait_ms, .. } if wait_ms > 0 => Some((
+                    usize::MAX,
+                    Span::new(op.invoked, op.returned + PLACE_LINGER),
+                )),
+                _ => None,
+            }))
+            .collect(),
         ghosts: line.ghosts,
     };
     let n = entries.len();
@@ -267,17 +322,27 @@ pub fn check(ops: &[Op]) -> Verdict {
         stuck_at: None,
     };
     match search.dfs(&Name::default(), n) {
-        Some(true) => Verdict::Ok { visited: search.visited },
+        Some(true) => Verdict::Ok {
+            visited: search.visited,
+        },
         Some(false) => Verdict::Violation {
-            stuck: search.stuck().iter().map(|&j| index_of(ops, search.entries[j].op)).collect(),
+            stuck: search
+                .stuck()
+                .iter()
+                .map(|&j| index_of(ops, search.entries[j].op))
+                .collect(),
             prefix: search.deepest,
         },
-        None => Verdict::GaveUp { visited: search.visited },
+        None => Verdict::GaveUp {
+            visited: search.visited,
+        },
     }
 }
 
 fn index_of(ops: &[Op], op: &Op) -> usize {
-    ops.iter().position(|o| std::ptr::eq(o, op)).expect("an op of the history")
+    ops.iter()
+        .position(|o| std::ptr::eq(o, op))
+        .expect("an op of the history")
 }
 
 /// Runs `check` on a thread with a deep stack (the search recurses once
@@ -296,7 +361,10 @@ pub fn check_deep(ops: Vec<Op>) -> (Vec<Op>, Verdict) {
 
 /// Whether `op` is an event of the whole store, not of one name.
 fn store_wide(op: &Op) -> bool {
-    matches!(op.call, Call::Wipe | Call::ClockStep { .. } | Call::Failover)
+    matches!(
+        op.call,
+        Call::Wipe | Call::ClockStep { .. } | Call::Failover
+    )
 }
 
 /// Splits a history by name.
@@ -341,7 +409,9 @@ pub fn minimize(ops: &[Op], stuck: &Op, tries: usize) -> Vec<Op> {
     for (i, op) in ops.iter().enumerate() {
         let token = match (&op.call, &op.answer) {
             (_, Answer::Granted { token, .. }) => Some(*token),
-            (Call::Renew { token, .. } | Call::Beat { token, .. } | Call::Release { token }, _) => Some(*token),
+            (Call::Renew { token, .. } | Call::Beat { token, .. } | Call::Release { token }, _) => {
+                Some(*token)
+            }
             _ => None,
         };
         match token.and_then(|t| of_token.get(&t).copied().map(|u| (t, u))) {
@@ -368,7 +438,12 @@ pub fn minimize(ops: &[Op], stuck: &Op, tries: usize) -> Vec<Op> {
         for &i in unit {
             keep[i] = false;
         }
-        let trial: Vec<Op> = ops.iter().zip(&keep).filter(|(_, k)| **k).map(|(o, _)| o.clone()).collect();
+        let trial: Vec<Op> = ops
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(o, _)| o.clone())
+            .collect();
         budget -= 1;
         if !fails_at(&trial) {
             for &i in unit {
@@ -376,7 +451,11 @@ pub fn minimize(ops: &[Op], stuck: &Op, tries: usize) -> Vec<Op> {
             }
         }
     }
-    ops.into_iter().zip(keep).filter(|(_, k)| *k).map(|(o, _)| o).collect()
+    ops.into_iter()
+        .zip(keep)
+        .filter(|(_, k)| *k)
+        .map(|(o, _)| o)
+        .collect()
 }
 
 /// A history as lines, for a report.
@@ -392,13 +471,30 @@ mod tests {
     use crate::model::spec::{Kind, Reason};
 
     fn op(client: usize, call: Call, answer: Answer, invoked: Micros, returned: Micros) -> Op {
-        Op { client, name: "n".into(), call, answer, invoked: invoked * 1000, returned: returned * 1000 }
+        Op {
+            client,
+            name: "n".into(),
+            call,
+            answer,
+            invoked: invoked * 1000,
+            returned: returned * 1000,
+        }
     }
     fn acquire(ttl_ms: u64) -> Call {
-        Call::Acquire { kind: Kind::Lock, ttl_ms, wait_ms: 0, lock_delay_ms: 0, keep_place: false }
+        Call::Acquire {
+            kind: Kind::Lock,
+            ttl_ms,
+            wait_ms: 0,
+            lock_delay_ms: 0,
+            keep_place: false,
+        }
     }
     fn granted(token: u32, fence: u64, ttl_ms: u64) -> Answer {
-        Answer::Granted { token, fence, ttl_ms }
+        Answer::Granted {
+            token,
+            fence,
+            ttl_ms,
+        }
     }
     fn ok(ops: &[Op]) -> bool {
         matches!(check(ops), Verdict::Ok { .. })
@@ -408,33 +504,99 @@ mod tests {
     fn two_holders_at_once_are_a_violation_and_one_after_expiry_is_not() {
         let first = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
         // Granted while the first surely still lives: impossible.
-        assert!(!ok(&[first.clone(), op(1, acquire(1000), granted(1, 11, 1000), 500, 510)]));
+        assert!(!ok(&[
+            first.clone(),
+            op(1, acquire(1000), granted(1, 11, 1000), 500, 510)
+        ]));
         // Granted after it surely expired: fine; with a lower fence: not.
-        assert!(ok(&[first.clone(), op(1, acquire(1000), granted(1, 11, 1000), 1100, 1110)]));
-        assert!(!ok(&[first.clone(), op(1, acquire(1000), granted(1, 9, 1000), 1100, 1110)]));
+        assert!(ok(&[
+            first.clone(),
+            op(1, acquire(1000), granted(1, 11, 1000), 1100, 1110)
+        ]));
+        assert!(!ok(&[
+            first.clone(),
+            op(1, acquire(1000), granted(1, 9, 1000), 1100, 1110)
+        ]));
         // Around the expiry (within the windows): either may be true.
-        assert!(ok(&[first.clone(), op(1, acquire(1000), granted(1, 11, 1000), 990, 1010)]));
-        assert!(ok(&[first, op(1, acquire(1000), Answer::Aborted, 990, 1010)]));
+        assert!(ok(&[
+            first.clone(),
+            op(1, acquire(1000), granted(1, 11, 1000), 990, 1010)
+        ]));
+        assert!(ok(&[
+            first,
+            op(1, acquire(1000), Answer::Aborted, 990, 1010)
+        ]));
     }
 
     #[test]
     fn a_try_refused_on_a_free_name_is_a_violation_unless_someone_waits() {
         assert!(!ok(&[op(0, acquire(1000), Answer::Aborted, 0, 5)]));
-        let wait = Call::Acquire { kind: Kind::Lock, ttl_ms: 1000, wait_ms: 500, lock_delay_ms: 0, keep_place: false };
-        assert!(ok(&[op(1, wait, Answer::Unknown, 0, 1), op(0, acquire(1000), Answer::Aborted, 2, 5)]));
+        let wait = Call::Acquire {
+            kind: Kind::Lock,
+            ttl_ms: 1000,
+            wait_ms: 500,
+            lock_delay_ms: 0,
+            keep_place: false,
+        };
+        assert!(ok(&[
+            op(1, wait, Answer::Unknown, 0, 1),
+            op(0, acquire(1000), Answer::Aborted, 2, 5)
+        ]));
     }
 
     #[test]
     fn renewal_extends_and_a_loss_told_for_a_live_lease_is_a_violation() {
         let g = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
-        let renew = op(0, Call::Renew { token: 0, ttl_ms: 1000 }, Answer::Alive { fence: 10, ttl_ms: 1000 }, 800, 810);
+        let renew = op(
+            0,
+            Call::Renew {
+                token: 0,
+                ttl_ms: 1000,
+            },
+            Answer::Alive {
+                fence: 10,
+                ttl_ms: 1000,
+            },
+            800,
+            810,
+        );
         let late = op(1, acquire(1000), granted(1, 11, 1000), 1200, 1210);
-        assert!(!ok(&[g.clone(), renew.clone(), late]), "the renewal kept it past 1200");
-        let lie = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Expired), 300, 310);
+        assert!(
+            !ok(&[g.clone(), renew.clone(), late]),
+            "the renewal kept it past 1200"
+        );
+        let lie = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 1000,
+            },
+            Answer::Lost(Reason::Expired),
+            300,
+            310,
+        );
         assert!(!ok(&[g.clone(), lie]));
-        let truth = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Expired), 1300, 1310);
+        let truth = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 1000,
+            },
+            Answer::Lost(Reason::Expired),
+            1300,
+            1310,
+        );
         assert!(ok(&[g.clone(), truth]));
-        let wrong_reason = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Revoked), 1300, 1310);
+        let wrong_reason = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 1000,
+            },
+            Answer::Lost(Reason::Revoked),
+            1300,
+            1310,
+        );
         assert!(!ok(&[g, wrong_reason]));
     }
 
@@ -446,19 +608,40 @@ mod tests {
         let release = op(0, Call::Release { token: 0 }, Answer::Released, 10, 20);
         let again = op(0, Call::Release { token: 0 }, Answer::Released, 30, 40);
         let next = op(1, acquire(1000), granted(1, 11, 1000), 50, 60);
-        assert!(ok(&[g.clone(), release.clone(), again.clone(), next.clone()]));
+        assert!(ok(&[
+            g.clone(),
+            release.clone(),
+            again.clone(),
+            next.clone()
+        ]));
         let refused_again = op(0, Call::Release { token: 0 }, Answer::NotFound, 30, 40);
         assert!(!ok(&[g, release, refused_again, next]));
     }
 
     #[test]
     fn lock_delay_holds_the_name_after_an_expiry_not_after_a_release() {
-        let delayed = Call::Acquire { kind: Kind::Lock, ttl_ms: 1000, wait_ms: 0, lock_delay_ms: 2000, keep_place: false };
+        let delayed = Call::Acquire {
+            kind: Kind::Lock,
+            ttl_ms: 1000,
+            wait_ms: 0,
+            lock_delay_ms: 2000,
+            keep_place: false,
+        };
         let g = op(0, delayed, granted(0, 10, 1000), 0, 5);
-        assert!(!ok(&[g.clone(), op(1, acquire(1000), granted(1, 11, 1000), 1500, 1510)]));
-        assert!(ok(&[g.clone(), op(1, acquire(1000), granted(1, 11, 1000), 3100, 3110)]));
+        assert!(!ok(&[
+            g.clone(),
+            op(1, acquire(1000), granted(1, 11, 1000), 1500, 1510)
+        ]));
+        assert!(ok(&[
+            g.clone(),
+            op(1, acquire(1000), granted(1, 11, 1000), 3100, 3110)
+        ]));
         let release = op(0, Call::Release { token: 0 }, Answer::Released, 10, 20);
-        assert!(ok(&[g, release, op(1, acquire(1000), granted(1, 11, 1000), 30, 40)]));
+        assert!(ok(&[
+            g,
+            release,
+            op(1, acquire(1000), granted(1, 11, 1000), 30, 40)
+        ]));
     }
 
     #[test]
@@ -466,11 +649,43 @@ mod tests {
         let g = op(0, acquire(5000), granted(0, 10, 5000), 0, 5);
         let revoke = op(2, Call::Revoke, Answer::Revoked { fence: 10 }, 10, 20);
         let next = op(1, acquire(1000), granted(1, 11, 1000), 30, 40);
-        let told = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Revoked), 50, 60);
+        let told = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 1000,
+            },
+            Answer::Lost(Reason::Revoked),
+            50,
+            60,
+        );
         assert!(ok(&[g.clone(), revoke.clone(), next.clone(), told]));
-        let untold = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::NotOwner), 50, 60);
+        let untold = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 1000,
+            },
+            Answer::Lost(Reason::NotOwner),
+            50,
+            60,
+        );
         assert!(!ok(&[g, revoke, next, untold]));
-        let sem = |t, f| op(t as usize, Call::Acquire { kind: Kind::Permit { limit: 2 }, ttl_ms: 5000, wait_ms: 0, lock_delay_ms: 0, keep_place: false }, granted(t, f, 5000), 10 * t as i64, 10 * t as i64 + 5);
+        let sem = |t, f| {
+            op(
+                t as usize,
+                Call::Acquire {
+                    kind: Kind::Permit { limit: 2 },
+                    ttl_ms: 5000,
+                    wait_ms: 0,
+                    lock_delay_ms: 0,
+                    keep_place: false,
+                },
+                granted(t, f, 5000),
+                10 * t as i64,
+                10 * t as i64 + 5,
+            )
+        };
         assert!(ok(&[sem(0, 1), sem(1, 2)]));
         assert!(!ok(&[sem(0, 1), sem(1, 2), sem(2, 3)]));
     }
@@ -478,8 +693,14 @@ mod tests {
     #[test]
     fn an_unanswered_grant_may_hold_the_name_or_not() {
         let unknown = op(0, acquire(1000), Answer::Unknown, 0, 12_000);
-        assert!(ok(&[unknown.clone(), op(1, acquire(1000), Answer::Aborted, 10, 20)]));
-        assert!(ok(&[unknown.clone(), op(1, acquire(1000), granted(1, 11, 1000), 10, 20)]));
+        assert!(ok(&[
+            unknown.clone(),
+            op(1, acquire(1000), Answer::Aborted, 10, 20)
+        ]));
+        assert!(ok(&[
+            unknown.clone(),
+            op(1, acquire(1000), granted(1, 11, 1000), 10, 20)
+        ]));
         // But not both held at once by known holders.
         let a = op(1, acquire(1000), granted(1, 11, 1000), 10, 20);
         let b = op(2, acquire(1000), granted(2, 12, 1000), 30, 40);
@@ -489,30 +710,105 @@ mod tests {
     #[test]
     fn clock_steps_move_expiries_and_a_step_back_may_revive() {
         let g = op(0, acquire(3000), granted(0, 10, 3000), 0, 5);
-        let forward = op(9, Call::ClockStep { delta_ms: 2500 }, Answer::Happened, 100, 101);
+        let forward = op(
+            9,
+            Call::ClockStep { delta_ms: 2500 },
+            Answer::Happened,
+            100,
+            101,
+        );
         let early = op(1, acquire(1000), granted(1, 11, 1000), 700, 710);
         assert!(!ok(&[g.clone(), early.clone()]));
-        assert!(ok(&[g.clone(), forward, early]), "a step forward ends the lease sooner");
+        assert!(
+            ok(&[g.clone(), forward, early]),
+            "a step forward ends the lease sooner"
+        );
         let g = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
-        let back = op(9, Call::ClockStep { delta_ms: -1000 }, Answer::Happened, 1100, 1101);
-        let revived = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Alive { fence: 10, ttl_ms: 1000 }, 1200, 1210);
+        let back = op(
+            9,
+            Call::ClockStep { delta_ms: -1000 },
+            Answer::Happened,
+            1100,
+            1101,
+        );
+        let revived = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 1000,
+            },
+            Answer::Alive {
+                fence: 10,
+                ttl_ms: 1000,
+            },
+            1200,
+            1210,
+        );
         assert!(!ok(&[g.clone(), revived.clone()]));
-        assert!(ok(&[g.clone(), back.clone(), revived]), "stepped back, an expired lease may live again");
-        let gone = op(0, Call::Beat { token: 0, ttl_ms: 1000 }, Answer::Lost(Reason::Expired), 1200, 1210);
+        assert!(
+            ok(&[g.clone(), back.clone(), revived]),
+            "stepped back, an expired lease may live again"
+        );
+        let gone = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 1000,
+            },
+            Answer::Lost(Reason::Expired),
+            1200,
+            1210,
+        );
         assert!(ok(&[g, back, gone]), "or not");
     }
 
     #[test]
     fn a_write_within_the_deadline_under_an_expired_lease_is_a_violation() {
         let g = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
-        let write = |at, believed, answer| op(0, Call::Write { token: 0, fence: 10, believed }, answer, at, at + 1);
+        let write = |at, believed, answer| {
+            op(
+                0,
+                Call::Write {
+                    token: 0,
+                    fence: 10,
+                    believed,
+                },
+                answer,
+                at,
+                at + 1,
+            )
+        };
         assert!(ok(&[g.clone(), write(500, true, Answer::Accepted)]));
-        assert!(!ok(&[g.clone(), write(1500, true, Answer::Accepted)]), "the lease ended before the holder's deadline");
-        assert!(ok(&[g.clone(), write(1500, false, Answer::Accepted)]), "a paused holder's late write, no higher fence yet");
+        assert!(
+            !ok(&[g.clone(), write(1500, true, Answer::Accepted)]),
+            "the lease ended before the holder's deadline"
+        );
+        assert!(
+            ok(&[g.clone(), write(1500, false, Answer::Accepted)]),
+            "a paused holder's late write, no higher fence yet"
+        );
         let next = op(1, acquire(1000), granted(1, 11, 1000), 1100, 1110);
-        let next_write = op(1, Call::Write { token: 1, fence: 11, believed: true }, Answer::Accepted, 1120, 1121);
-        assert!(ok(&[g.clone(), next.clone(), next_write.clone(), write(1500, false, Answer::Refused)]));
-        assert!(!ok(&[g, next, next_write, write(1500, false, Answer::Accepted)]), "the resource takes no lower fence");
+        let next_write = op(
+            1,
+            Call::Write {
+                token: 1,
+                fence: 11,
+                believed: true,
+            },
+            Answer::Accepted,
+            1120,
+            1121,
+        );
+        assert!(ok(&[
+            g.clone(),
+            next.clone(),
+            next_write.clone(),
+            write(1500, false, Answer::Refused)
+        ]));
+        assert!(
+            !ok(&[g, next, next_write, write(1500, false, Answer::Accepted)]),
+            "the resource takes no lower fence"
+        );
     }
 
     #[test]
@@ -520,8 +816,20 @@ mod tests {
         let mut ops = Vec::new();
         for i in 0..20u32 {
             let t = i as i64 * 2000;
-            ops.push(op(0, acquire(1000), granted(i, 10 + i as u64, 1000), t, t + 5));
-            ops.push(op(0, Call::Release { token: i }, Answer::Released, t + 10, t + 20));
+            ops.push(op(
+                0,
+                acquire(1000),
+                granted(i, 10 + i as u64, 1000),
+                t,
+                t + 5,
+            ));
+            ops.push(op(
+                0,
+                Call::Release { token: i },
+                Answer::Released,
+                t + 10,
+                t + 20,
+            ));
         }
         let bad = op(1, acquire(1000), granted(99, 5, 1000), 41_000, 41_010);
         ops.push(bad.clone());

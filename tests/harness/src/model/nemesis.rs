@@ -187,7 +187,8 @@ impl Topology {
                         None
                     }
                 };
-                let bind: Vec<std::net::IpAddr> = netns.iter().map(|ns| ns.host_ip().into()).collect();
+                let bind: Vec<std::net::IpAddr> =
+                    netns.iter().map(|ns| ns.host_ip().into()).collect();
                 Server::Redis(RedisServer::start_for_model(&bind))
             }
             StoreKind::Postgres => Server::Postgres(PostgresServer::start_durable()),
@@ -210,20 +211,44 @@ impl Topology {
                 for i in 0..brokers {
                     match (&netns, i) {
                         (Some(ns), 0) => {
-                            list.push(BrokerProcess::start_in(ns, &redis.url_at(ns.host_ip().into()), BROKER_FLAGS).await);
+                            list.push(
+                                BrokerProcess::start_in(
+                                    ns,
+                                    &redis.url_at(ns.host_ip().into()),
+                                    BROKER_FLAGS,
+                                )
+                                .await,
+                            );
                             links.push(None);
                         }
                         _ => {
-                            let proxy = Arc::new(Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap()).await);
-                            list.push(BrokerProcess::start_logged(&format!("redis://{}", proxy.addr()), BROKER_FLAGS, None).await);
+                            let proxy = Arc::new(
+                                Proxy::start(
+                                    format!("127.0.0.1:{}", redis.port()).parse().unwrap(),
+                                )
+                                .await,
+                            );
+                            list.push(
+                                BrokerProcess::start_logged(
+                                    &format!("redis://{}", proxy.addr()),
+                                    BROKER_FLAGS,
+                                    None,
+                                )
+                                .await,
+                            );
                             links.push(Some(proxy));
                         }
                     }
                 }
             }
             Server::Sentinel(t) => {
-                let sentinels: Vec<String> = t.sentinel_addrs().iter().map(|a| a.to_string()).collect();
-                let url = format!("redis+sentinel://{}/{}/0", sentinels.join(","), t.master_name());
+                let sentinels: Vec<String> =
+                    t.sentinel_addrs().iter().map(|a| a.to_string()).collect();
+                let url = format!(
+                    "redis+sentinel://{}/{}/0",
+                    sentinels.join(","),
+                    t.master_name()
+                );
                 for _ in 0..brokers {
                     list.push(BrokerProcess::start_logged(&url, REPLICATED_FLAGS, None).await);
                     links.push(None);
@@ -250,8 +275,13 @@ impl Topology {
             }
             Server::Postgres(pg) => {
                 for _ in 0..brokers {
-                    let proxy = Arc::new(Proxy::start(format!("127.0.0.1:{}", pg.port()).parse().unwrap()).await);
-                    let url = pg.url().replace(&format!(":{}/", pg.port()), &format!(":{}/", proxy.addr().port()));
+                    let proxy = Arc::new(
+                        Proxy::start(format!("127.0.0.1:{}", pg.port()).parse().unwrap()).await,
+                    );
+                    let url = pg.url().replace(
+                        &format!(":{}/", pg.port()),
+                        &format!(":{}/", proxy.addr().port()),
+                    );
                     list.push(BrokerProcess::start_logged(&url, BROKER_FLAGS, None).await);
                     links.push(Some(proxy));
                 }
@@ -261,7 +291,16 @@ impl Topology {
         for broker in &list {
             fronts.push(Arc::new(Proxy::start(broker.addr).await));
         }
-        Topology { kind, server, fronts, links, netns, brokers: list, clock_offset: 0, failed_over: false }
+        Topology {
+            kind,
+            server,
+            fronts,
+            links,
+            netns,
+            brokers: list,
+            clock_offset: 0,
+            failed_over: false,
+        }
     }
 
     /// The brokers' addresses, as their clients reach them (through the
@@ -272,7 +311,12 @@ impl Topology {
 
     /// The faults this topology supports.
     pub fn faults(&self) -> Vec<Fault> {
-        let mut faults = vec![Fault::KillBroker, Fault::PauseBroker, Fault::StallClients, Fault::CutClients];
+        let mut faults = vec![
+            Fault::KillBroker,
+            Fault::PauseBroker,
+            Fault::StallClients,
+            Fault::CutClients,
+        ];
         match self.server {
             Server::Memory => {}
             Server::Redis(_) => faults.extend([
@@ -293,7 +337,9 @@ impl Topology {
                 Fault::HoldRow,
                 Fault::ReadOnly,
             ]),
-            Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => faults.push(Fault::Failover),
+            Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => {
+                faults.push(Fault::Failover)
+            }
         }
         if self.netns.is_some() {
             faults.push(Fault::Partition);
@@ -312,7 +358,13 @@ impl Topology {
 
     /// Injects `fault` for `hold` (at most [`MAX_FAULT`]) and heals it;
     /// false if this topology could not (a second failover).
-    async fn inject(&mut self, fault: Fault, rng: &mut Rng, hold: Duration, record: &Recorder) -> bool {
+    async fn inject(
+        &mut self,
+        fault: Fault,
+        rng: &mut Rng,
+        hold: Duration,
+        record: &Recorder,
+    ) -> bool {
         let b = rng.below(self.brokers.len() as u64) as usize;
         match fault {
             Fault::KillBroker => {
@@ -322,7 +374,14 @@ impl Topology {
                 self.brokers[b].restart().await;
                 if self.kind == StoreKind::Memory {
                     // Its leases, lines and records died with it.
-                    record.record(usize::MAX, "*", Call::Wipe, Answer::Happened, before, record.now());
+                    record.record(
+                        usize::MAX,
+                        "*",
+                        Call::Wipe,
+                        Answer::Happened,
+                        before,
+                        record.now(),
+                    );
                 }
             }
             Fault::PauseBroker => {
@@ -368,9 +427,17 @@ impl Topology {
             Fault::ReadOnly => {
                 if let Server::Postgres(pg) = &self.server {
                     // As a primary demoted behind one URL: writes refused.
-                    pg.psql(&["ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()"]).await;
+                    pg.psql(&[
+                        "ALTER SYSTEM SET default_transaction_read_only = on",
+                        "SELECT pg_reload_conf()",
+                    ])
+                    .await;
                     tokio::time::sleep(hold).await;
-                    pg.psql(&["ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"]).await;
+                    pg.psql(&[
+                        "ALTER SYSTEM RESET default_transaction_read_only",
+                        "SELECT pg_reload_conf()",
+                    ])
+                    .await;
                 }
             }
             Fault::Partition => {
@@ -400,7 +467,9 @@ impl Topology {
                         // The primary that serves the first lock's slot.
                         let victim = c.holder_of(&format!("test:{}", LOCKS[0])).await;
                         let primaries = c.primaries().await;
-                        let victim = victim.filter(|v| primaries.contains(v)).unwrap_or(primaries[0]);
+                        let victim = victim
+                            .filter(|v| primaries.contains(v))
+                            .unwrap_or(primaries[0]);
                         c.kill_node(c.index_of(victim));
                         c.wait_until_ok(Duration::from_secs(60)).await;
                     }
@@ -412,14 +481,29 @@ impl Topology {
                     }
                     _ => {}
                 }
-                record.record(usize::MAX, "*", Call::Failover, Answer::Happened, before, record.now());
+                record.record(
+                    usize::MAX,
+                    "*",
+                    Call::Failover,
+                    Answer::Happened,
+                    before,
+                    record.now(),
+                );
             }
             Fault::WipeStore => {
                 if let Server::Redis(r) = &self.server {
                     let before = record.now();
                     let mut c = r.connection().await;
-                    let _: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut c).await;
-                    record.record(usize::MAX, "*", Call::Wipe, Answer::Happened, before, record.now());
+                    let _: redis::RedisResult<()> =
+                        redis::cmd("FLUSHALL").query_async(&mut c).await;
+                    record.record(
+                        usize::MAX,
+                        "*",
+                        Call::Wipe,
+                        Answer::Happened,
+                        before,
+                        record.now(),
+                    );
                 }
             }
             Fault::StepClock => {
@@ -436,7 +520,16 @@ impl Topology {
                         let before = record.now();
                         r.set_clock_offset(offset);
                         self.clock_offset = offset;
-                        record.record(usize::MAX, "*", Call::ClockStep { delta_ms: step * 1000 }, Answer::Happened, before, record.now());
+                        record.record(
+                            usize::MAX,
+                            "*",
+                            Call::ClockStep {
+                                delta_ms: step * 1000,
+                            },
+                            Answer::Happened,
+                            before,
+                            record.now(),
+                        );
                     }
                 }
             }
@@ -468,7 +561,13 @@ pub struct Injected {
 
 /// Injects faults from `rng` until `stop`: a quiet spell of 1 to 4 s,
 /// then one fault for 0.2 s to [`MAX_FAULT`].
-pub async fn run(mut topology: Topology, seed: u64, record: Arc<Recorder>, injected: Arc<Mutex<Injected>>, stop: Arc<AtomicBool>) -> Topology {
+pub async fn run(
+    mut topology: Topology,
+    seed: u64,
+    record: Arc<Recorder>,
+    injected: Arc<Mutex<Injected>>,
+    stop: Arc<AtomicBool>,
+) -> Topology {
     let mut rng = Rng::fork(seed, 0);
     let faults = topology.faults();
     while !stop.load(Ordering::Relaxed) {

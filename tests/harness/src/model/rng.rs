@@ -71,8 +71,18 @@ mod tests {
 
     #[test]
     fn one_seed_one_sequence_and_forks_differ() {
-        let a: Vec<u64> = (0..5).map({ let mut r = Rng::new(7); move |_| r.next() }).collect();
-        let b: Vec<u64> = (0..5).map({ let mut r = Rng::new(7); move |_| r.next() }).collect();
+        let a: Vec<u64> = (0..5)
+            .map({
+                let mut r = Rng::new(7);
+                move |_| r.next()
+            })
+            .collect();
+        let b: Vec<u64> = (0..5)
+            .map({
+                let mut r = Rng::new(7);
+                move |_| r.next()
+            })
+            .collect();
         assert_eq!(a, b);
         assert_ne!(Rng::fork(7, 1).next(), Rng::fork(7, 2).next());
     }

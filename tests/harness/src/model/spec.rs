@@ -140,18 +140,32 @@ pub enum Call {
         lock_delay_ms: u64,
         keep_place: bool,
     },
-    Renew { token: Token, ttl_ms: u64 },
+    Renew {
+        token: Token,
+        ttl_ms: u64,
+    },
     /// One lease of a KeepAlive heartbeat.
-    Beat { token: Token, ttl_ms: u64 },
-    Release { token: Token },
+    Beat {
+        token: Token,
+        ttl_ms: u64,
+    },
+    Release {
+        token: Token,
+    },
     Revoke,
-    CheckFence { fence: u64 },
+    CheckFence {
+        fence: u64,
+    },
     /// A write to the fenced resource (which keeps the highest fence it
     /// accepted per name and refuses lower ones) by the holder of `token`,
     /// whose own deadline (its request's send time + the TTL granted) had
     /// not passed when the write returned if `believed`: a holder that
     /// checks its deadline and writes.
-    Write { token: Token, fence: u64, believed: bool },
+    Write {
+        token: Token,
+        fence: u64,
+        believed: bool,
+    },
     /// Not a call: the store lost all its data at some moment of the
     /// window (restarted empty).
     Wipe,
@@ -163,7 +177,9 @@ pub enum Call {
     /// Not a call: the store's clock stepped by `delta_ms` (forward if
     /// positive) at some moment of the window: leases alive then end that
     /// much sooner (or later), by the true clock.
-    ClockStep { delta_ms: i64 },
+    ClockStep {
+        delta_ms: i64,
+    },
 }
 
 /// Why a heartbeat says a lease is lost (the proto's LossReason).
@@ -178,7 +194,11 @@ pub enum Reason {
 /// What came back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
-    Granted { token: Token, fence: u64, ttl_ms: u64 },
+    Granted {
+        token: Token,
+        fence: u64,
+        ttl_ms: u64,
+    },
     /// ABORTED: not obtained.
     Aborted,
     /// Renew's or a heartbeat's success.
@@ -259,7 +279,13 @@ pub struct Window {
 impl Name {
     /// Every state `call`, answered `answer` and taking effect within
     /// `window`, may leave this name in; empty if the answer is impossible.
-    pub fn step(&self, call: &Call, answer: &Answer, window: Window, ctx: &dyn Context) -> Vec<Name> {
+    pub fn step(
+        &self,
+        call: &Call,
+        answer: &Answer,
+        window: Window,
+        ctx: &dyn Context,
+    ) -> Vec<Name> {
         let mut out = Vec::new();
         let mut start = self.clone();
         start.now = start.now.max(window.from);
@@ -333,7 +359,11 @@ impl Name {
     fn end(&mut self, lease: Lease, at: Span) {
         if lease.kind == Kind::Lock && lease.lock_delay_ms > 0 && lease.how.may_delay() {
             let d = lease.lock_delay_ms as Micros * 1000;
-            let lo = if lease.how.always_delays() { at.lo + d } else { at.lo };
+            let lo = if lease.how.always_delays() {
+                at.lo + d
+            } else {
+                at.lo
+            };
             let span = Span::new(lo - EPSILON, at.hi + d + EPSILON);
             self.delay_until = Some(match self.delay_until {
                 Some(old) => Span::new(old.lo.max(span.lo), old.hi.max(span.hi)),
@@ -367,22 +397,53 @@ impl Name {
 
     /// Whether the name is a semaphore's (by the calls made on it so far).
     fn is_semaphore(&self) -> bool {
-        self.leases.iter().any(|l| matches!(l.kind, Kind::Permit { .. }))
+        self.leases
+            .iter()
+            .any(|l| matches!(l.kind, Kind::Permit { .. }))
     }
 
-    fn apply(mut self, call: &Call, answer: &Answer, window: Window, ctx: &dyn Context, out: &mut Vec<Name>) {
+    fn apply(
+        mut self,
+        call: &Call,
+        answer: &Answer,
+        window: Window,
+        ctx: &dyn Context,
+        out: &mut Vec<Name>,
+    ) {
         let from = self.now;
         let to = window.to;
         let during = Span::new(from, to);
         let ghost = ctx.unknown_grant_may_hold(during);
         // A lease the call's success starts or extends ends at a moment
         // this call's window plus the TTL brackets.
-        let lasting = |ttl_ms: u64| Span::new(from + ttl_ms as Micros * 1000 - EPSILON, to + ttl_ms as Micros * 1000 + EPSILON);
+        let lasting = |ttl_ms: u64| {
+            Span::new(
+                from + ttl_ms as Micros * 1000 - EPSILON,
+                to + ttl_ms as Micros * 1000 + EPSILON,
+            )
+        };
         // Forget ends no store can still remember.
         self.ends.retain(|_, e| e.at.hi + FORGET > from);
         match (call, answer) {
-            (Call::Acquire { kind, ttl_ms, lock_delay_ms, .. }, Answer::Granted { token, fence, ttl_ms: got }) => {
-                if !self.free_for(*kind) || *fence <= self.last_fence || got != ttl_ms || self.ends.contains_key(token) || self.alive(*token).is_some() {
+            (
+                Call::Acquire {
+                    kind,
+                    ttl_ms,
+                    lock_delay_ms,
+                    ..
+                },
+                Answer::Granted {
+                    token,
+                    fence,
+                    ttl_ms: got,
+                },
+            ) => {
+                if !self.free_for(*kind)
+                    || *fence <= self.last_fence
+                    || got != ttl_ms
+                    || self.ends.contains_key(token)
+                    || self.alive(*token).is_some()
+                {
                     return;
                 }
                 self.last_fence = *fence;
@@ -409,7 +470,10 @@ impl Name {
             }
             // Not searched: see Context::unknown_grant_may_hold.
             (Call::Acquire { .. }, Answer::Unknown) => out.push(self),
-            (Call::Renew { token, .. } | Call::Beat { token, .. }, Answer::Alive { fence, ttl_ms }) => {
+            (
+                Call::Renew { token, .. } | Call::Beat { token, .. },
+                Answer::Alive { fence, ttl_ms },
+            ) => {
                 let Some(i) = self.alive(*token) else { return };
                 if self.leases[i].fence != *fence {
                     return;
@@ -439,7 +503,11 @@ impl Name {
                     lease.how = Ends::RELEASED;
                     self.end(lease, during);
                     out.push(self);
-                } else if self.ends.get(token).is_some_and(|e| e.how.has(Ends::RELEASED) && !e.forgotten) {
+                } else if self
+                    .ends
+                    .get(token)
+                    .is_some_and(|e| e.how.has(Ends::RELEASED) && !e.forgotten)
+                {
                     // A repeated release (surely within the record's life,
                     // or maybe past it: a store may keep a record longer).
                     out.push(self);
@@ -453,27 +521,43 @@ impl Name {
                 }
                 out.push(self);
             }
-            (Call::Renew { token, .. } | Call::Release { token }, Answer::NotFound | Answer::NotOwner) => {
+            (
+                Call::Renew { token, .. } | Call::Release { token },
+                Answer::NotFound | Answer::NotOwner,
+            ) => {
                 let release = matches!(call, Call::Release { .. });
-                if self.alive(*token).is_none() && self.gone_answer_ok(*token, release, answer, to, ghost) {
+                if self.alive(*token).is_none()
+                    && self.gone_answer_ok(*token, release, answer, to, ghost)
+                {
                     out.push(self);
                 }
             }
             (Call::Beat { token, .. }, Answer::Lost(_)) => {
-                if self.alive(*token).is_none() && self.gone_answer_ok(*token, false, answer, to, ghost) {
+                if self.alive(*token).is_none()
+                    && self.gone_answer_ok(*token, false, answer, to, ghost)
+                {
                     out.push(self);
                 }
             }
             (Call::Revoke, Answer::Revoked { fence }) => {
-                if let Some(i) = self.leases.iter().position(|l| l.kind == Kind::Lock && l.fence == *fence) {
+                if let Some(i) = self
+                    .leases
+                    .iter()
+                    .position(|l| l.kind == Kind::Lock && l.fence == *fence)
+                {
                     let mut lease = self.leases.remove(i);
                     lease.how = Ends::REVOKED;
                     self.end(lease, during);
                     out.push(self);
-                } else if self.leases.iter().all(|l| l.kind != Kind::Lock) && self.last_revoked == Some(*fence) {
+                } else if self.leases.iter().all(|l| l.kind != Kind::Lock)
+                    && self.last_revoked == Some(*fence)
+                {
                     // A repeated revoke, nothing granted since.
                     out.push(self);
-                } else if self.leases.iter().all(|l| l.kind != Kind::Lock) && ghost && *fence > self.last_fence {
+                } else if self.leases.iter().all(|l| l.kind != Kind::Lock)
+                    && ghost
+                    && *fence > self.last_fence
+                {
                     // The revoke of a grant whose answer never came.
                     self.last_fence = *fence;
                     self.last_revoked = Some(*fence);
@@ -492,7 +576,13 @@ impl Name {
                 }
                 out.push(self);
             }
-            (Call::CheckFence { fence }, Answer::Fence { current, current_fence }) => {
+            (
+                Call::CheckFence { fence },
+                Answer::Fence {
+                    current,
+                    current_fence,
+                },
+            ) => {
                 let lock = self.leases.iter().find(|l| l.kind == Kind::Lock);
                 let ok = match lock {
                     None if ghost => true,
@@ -504,7 +594,14 @@ impl Name {
                 }
             }
             (Call::CheckFence { .. }, Answer::Unknown) => out.push(self),
-            (Call::Write { token, fence, believed }, answer @ (Answer::Accepted | Answer::Refused)) => {
+            (
+                Call::Write {
+                    token,
+                    fence,
+                    believed,
+                },
+                answer @ (Answer::Accepted | Answer::Refused),
+            ) => {
                 // The resource itself: a fence below the highest accepted
                 // is refused, any other taken.
                 if (*answer == Answer::Accepted) != (*fence >= self.written) {
@@ -515,7 +612,10 @@ impl Name {
                 // foresees (a revoke, a store that lost it): the deadline
                 // rule of the proto (send time + ttl_ms is never too late).
                 if *believed && self.alive(*token).is_none() {
-                    let early = self.ends.get(token).is_some_and(|e| e.how.has(Ends::REVOKED) || e.how.has(Ends::STORE_LOST));
+                    let early = self
+                        .ends
+                        .get(token)
+                        .is_some_and(|e| e.how.has(Ends::REVOKED) || e.how.has(Ends::STORE_LOST));
                     if !early {
                         return;
                     }
@@ -533,7 +633,9 @@ impl Name {
                 let revivable: Vec<Token> = if d < 0 {
                     self.ends
                         .iter()
-                        .filter(|(_, e)| e.how == Ends::EXPIRED && !e.forgotten && e.at.hi - d > from)
+                        .filter(|(_, e)| {
+                            e.how == Ends::EXPIRED && !e.forgotten && e.at.hi - d > from
+                        })
                         .map(|(t, _)| *t)
                         .take(4)
                         .collect()
@@ -545,7 +647,13 @@ impl Name {
                 // never leave a lease more than its TTL, so the first call
                 // that looks at it after the step (any call, on any broker)
                 // counts its TTL from then on.
-                let moved = |span: Span| if d > 0 { Span::new(span.lo - d, span.hi - d) } else { Span::new(span.lo, span.hi - d) };
+                let moved = |span: Span| {
+                    if d > 0 {
+                        Span::new(span.lo - d, span.hi - d)
+                    } else {
+                        Span::new(span.lo, span.hi - d)
+                    }
+                };
                 let shift = |mut state: Name| {
                     for lease in &mut state.leases {
                         lease.ends_at = moved(lease.ends_at);
@@ -614,7 +722,9 @@ impl Name {
         match kind {
             Kind::Lock => self.leases.is_empty(),
             Kind::Permit { limit } => {
-                self.leases.iter().all(|l| matches!(l.kind, Kind::Permit { .. }))
+                self.leases
+                    .iter()
+                    .all(|l| matches!(l.kind, Kind::Permit { .. }))
                     && (self.leases.len() as u32) < limit.max(1)
             }
         }
@@ -623,7 +733,14 @@ impl Name {
     /// Whether `answer` is one the contract allows for a renewal, a
     /// heartbeat or (`release`) a release with `token`, whose lease is not
     /// alive, taking effect by `to`.
-    fn gone_answer_ok(&self, token: Token, release: bool, answer: &Answer, to: Micros, ghost: bool) -> bool {
+    fn gone_answer_ok(
+        &self,
+        token: Token,
+        release: bool,
+        answer: &Answer,
+        to: Micros,
+        ghost: bool,
+    ) -> bool {
         let held = self.held_by_other(token) || ghost;
         // A semaphore's permits have no single owner, and a grant whose
         // answer never came may or may not hold the name: a stranger's

@@ -14,12 +14,12 @@
 
 use std::{
     collections::HashMap,
-    time::Instant,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
     time::Duration,
+    time::Instant,
 };
 
 use leasehold_server::proto::{
@@ -197,7 +197,9 @@ fn failed(status: &Status) -> Option<Answer> {
         Code::FailedPrecondition => Some(Answer::NotOwner),
         // The store did not answer, the broker went away or shuts down,
         // the connection broke: the call may or may not have happened.
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => Some(Answer::Unknown),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+            Some(Answer::Unknown)
+        }
         _ => None,
     }
 }
@@ -213,7 +215,14 @@ impl Client {
     }
 
     /// Records `call` on `name`, answered by `result` (mapped by `ok`).
-    fn note<T>(&mut self, name: &str, call: Call, invoked: Micros, result: Result<Result<T, Status>, tokio::time::error::Elapsed>, ok: impl FnOnce(T, &Recorder) -> Answer) -> Answer {
+    fn note<T>(
+        &mut self,
+        name: &str,
+        call: Call,
+        invoked: Micros,
+        result: Result<Result<T, Status>, tokio::time::error::Elapsed>,
+        ok: impl FnOnce(T, &Recorder) -> Answer,
+    ) -> Answer {
         let returned = self.record.now();
         self.tally.calls.fetch_add(1, Ordering::Relaxed);
         let answer = match result {
@@ -236,7 +245,8 @@ impl Client {
         if answer == Answer::Unknown {
             self.tally.unknown.fetch_add(1, Ordering::Relaxed);
         }
-        self.record.record(self.id, name, call, answer.clone(), invoked, returned);
+        self.record
+            .record(self.id, name, call, answer.clone(), invoked, returned);
         answer
     }
 
@@ -255,16 +265,16 @@ impl Client {
         let locks = self.held.iter().any(|h| h.kind == Kind::Lock);
         let e = |w: u32| if self.ended.is_empty() { 0 } else { w };
         let choice = *self.rng.weighted(&[
-            (30, 0), // acquire
-            (h(12), 1), // renew
-            (h(18), 2), // heartbeat
-            (h(14), 3), // release
-            (e(4), 4), // stale renew or release, or a repeated release
-            (3, 5), // stranger's token
-            (3, 6), // revoke
-            (5, 7), // check fence
-            (2, 8), // end the stream
-            (10, 9), // idle
+            (30, 0),                          // acquire
+            (h(12), 1),                       // renew
+            (h(18), 2),                       // heartbeat
+            (h(14), 3),                       // release
+            (e(4), 4),                        // stale renew or release, or a repeated release
+            (3, 5),                           // stranger's token
+            (3, 6),                           // revoke
+            (5, 7),                           // check fence
+            (2, 8),                           // end the stream
+            (10, 9),                          // idle
             (if locks { 25 } else { 0 }, 10), // write to the fenced resource
         ]);
         match choice {
@@ -279,7 +289,8 @@ impl Client {
                 self.release(held.name, &held.token).await;
             }
             4 => {
-                let (name, token) = self.ended[self.rng.below(self.ended.len() as u64) as usize].clone();
+                let (name, token) =
+                    self.ended[self.rng.below(self.ended.len() as u64) as usize].clone();
                 if self.rng.chance(0.5) {
                     self.release(name, &token).await;
                 } else {
@@ -327,7 +338,12 @@ impl Client {
     /// between the check and the write (a GC pause), possibly past the
     /// deadline: then only the fence keeps the late write out.
     async fn write(&mut self) {
-        let locks: Vec<Held> = self.held.iter().filter(|h| h.kind == Kind::Lock).cloned().collect();
+        let locks: Vec<Held> = self
+            .held
+            .iter()
+            .filter(|h| h.kind == Kind::Lock)
+            .cloned()
+            .collect();
         let held = locks[self.rng.below(locks.len() as u64) as usize].clone();
         if Instant::now() >= held.deadline {
             return;
@@ -344,9 +360,18 @@ impl Client {
         if !accepted {
             self.tally.writes_refused.fetch_add(1, Ordering::Relaxed);
         }
-        let call = Call::Write { token: self.record.token(&held.token), fence: held.fence, believed };
-        let answer = if accepted { Answer::Accepted } else { Answer::Refused };
-        self.record.record(self.id, held.name, call, answer, invoked, returned);
+        let call = Call::Write {
+            token: self.record.token(&held.token),
+            fence: held.fence,
+            believed,
+        };
+        let answer = if accepted {
+            Answer::Accepted
+        } else {
+            Answer::Refused
+        };
+        self.record
+            .record(self.id, held.name, call, answer, invoked, returned);
     }
 
     fn forget(&mut self, token: &str) {
@@ -361,27 +386,44 @@ impl Client {
 
     async fn acquire(&mut self) {
         let name = self.pick_name();
-        let mut kind = if name == SEMAPHORE { Kind::Permit { limit: SEMAPHORE_LIMIT } } else { Kind::Lock };
+        let mut kind = if name == SEMAPHORE {
+            Kind::Permit {
+                limit: SEMAPHORE_LIMIT,
+            }
+        } else {
+            Kind::Lock
+        };
         // Now and then the other kind on the same name: refused while the
         // name is held the other way, granted when it is free.
         if self.rng.chance(0.05) {
             kind = match kind {
-                Kind::Lock => Kind::Permit { limit: SEMAPHORE_LIMIT },
+                Kind::Lock => Kind::Permit {
+                    limit: SEMAPHORE_LIMIT,
+                },
                 Kind::Permit { .. } => Kind::Lock,
             };
         }
         let ttl_ms = self.rng.between(600, 1_500);
-        let wait_ms = if self.rng.chance(0.5) { 0 } else { self.rng.between(100, 1_500) };
-        let lock_delay_ms = if kind == Kind::Lock && self.rng.chance(0.25) { self.rng.between(200, 800) } else { 0 };
+        let wait_ms = if self.rng.chance(0.5) {
+            0
+        } else {
+            self.rng.between(100, 1_500)
+        };
+        let lock_delay_ms = if kind == Kind::Lock && self.rng.chance(0.25) {
+            self.rng.between(200, 800)
+        } else {
+            0
+        };
         let keep_place = wait_ms > 0 && self.rng.chance(0.3);
         let place = match &self.place {
             Some((n, p)) if *n == name && wait_ms > 0 && self.rng.chance(0.7) => p.clone(),
             // Now and then a place that is not in line: a token of a lease
             // that ended (hostile or confused: no caller may choose its
             // token; the broker must give a fresh one).
-            _ if wait_ms > 0 && !self.ended.is_empty() && self.rng.chance(0.05) => {
-                self.ended[self.rng.below(self.ended.len() as u64) as usize].1.clone()
-            }
+            _ if wait_ms > 0 && !self.ended.is_empty() && self.rng.chance(0.05) => self.ended
+                [self.rng.below(self.ended.len() as u64) as usize]
+                .1
+                .clone(),
             _ => String::new(),
         };
         self.place = None;
@@ -398,15 +440,29 @@ impl Client {
             keep_place,
             place,
         };
-        let call = Call::Acquire { kind, ttl_ms, wait_ms, lock_delay_ms, keep_place };
+        let call = Call::Acquire {
+            kind,
+            ttl_ms,
+            wait_ms,
+            lock_delay_ms,
+            keep_place,
+        };
         let mut broker = self.broker();
         let sent = Instant::now();
         let invoked = self.record.micros(sent);
-        let result = tokio::time::timeout(Duration::from_millis(wait_ms) + DEADLINE, broker.acquire(request)).await;
+        let result = tokio::time::timeout(
+            Duration::from_millis(wait_ms) + DEADLINE,
+            broker.acquire(request),
+        )
+        .await;
         // A kept place comes back in the ABORTED status's metadata.
         if let Ok(Err(status)) = &result {
             if status.code() == Code::Aborted {
-                if let Some(p) = status.metadata().get("leasehold-place").and_then(|v| v.to_str().ok()) {
+                if let Some(p) = status
+                    .metadata()
+                    .get("leasehold-place")
+                    .and_then(|v| v.to_str().ok())
+                {
                     self.place = Some((name, p.to_owned()));
                 }
             }
@@ -418,26 +474,46 @@ impl Client {
             waited = r.waited_ms;
             let lease = r.lease.unwrap_or_default();
             secret = Some(lease.owner_token.clone());
-            Answer::Granted { token: rec.token(&lease.owner_token), fence: lease.fence, ttl_ms: lease.ttl_ms }
+            Answer::Granted {
+                token: rec.token(&lease.owner_token),
+                fence: lease.fence,
+                ttl_ms: lease.ttl_ms,
+            }
         });
         if let (Answer::Granted { fence, ttl_ms, .. }, Some(token)) = (answer, secret) {
             // The proto: send time + waited_ms + ttl_ms.
             let deadline = sent + Duration::from_millis(waited + ttl_ms);
-            self.held.push(Held { name, token, kind, fence, deadline });
+            self.held.push(Held {
+                name,
+                token,
+                kind,
+                fence,
+                deadline,
+            });
         }
     }
 
     async fn renew(&mut self, name: &'static str, token: &str) {
         let ttl_ms = self.rng.between(600, 1_500);
-        let call = Call::Renew { token: self.record.token(token), ttl_ms };
+        let call = Call::Renew {
+            token: self.record.token(token),
+            ttl_ms,
+        };
         let mut broker = self.broker();
         let sent = Instant::now();
         let invoked = self.record.micros(sent);
-        let request = RenewRequest { name: name.into(), owner_token: token.into(), ttl_ms };
+        let request = RenewRequest {
+            name: name.into(),
+            owner_token: token.into(),
+            ttl_ms,
+        };
         let result = tokio::time::timeout(DEADLINE, broker.renew(request)).await;
         let answer = self.note(name, call, invoked, result, |r, _| {
             let r = r.into_inner();
-            Answer::Alive { fence: r.fence, ttl_ms: r.ttl_ms }
+            Answer::Alive {
+                fence: r.fence,
+                ttl_ms: r.ttl_ms,
+            }
         });
         match answer {
             Answer::NotFound | Answer::NotOwner => self.forget(token),
@@ -447,10 +523,15 @@ impl Client {
     }
 
     async fn release(&mut self, name: &'static str, token: &str) {
-        let call = Call::Release { token: self.record.token(token) };
+        let call = Call::Release {
+            token: self.record.token(token),
+        };
         let mut broker = self.broker();
         let invoked = self.record.now();
-        let request = ReleaseRequest { name: name.into(), owner_token: token.into() };
+        let request = ReleaseRequest {
+            name: name.into(),
+            owner_token: token.into(),
+        };
         let result = tokio::time::timeout(DEADLINE, broker.release(request)).await;
         let answer = self.note(name, call, invoked, result, |_, _| Answer::Released);
         if answer != Answer::Unknown || self.rng.chance(0.5) {
@@ -462,9 +543,16 @@ impl Client {
         let name = LOCKS[self.rng.below(2) as usize];
         let mut broker = self.broker();
         let invoked = self.record.now();
-        let request = RevokeRequest { name: name.into(), tenant: String::new() };
+        let request = RevokeRequest {
+            name: name.into(),
+            tenant: String::new(),
+        };
         let result = tokio::time::timeout(DEADLINE, broker.revoke(request)).await;
-        self.note(name, Call::Revoke, invoked, result, |r, _| Answer::Revoked { fence: r.into_inner().fence });
+        self.note(name, Call::Revoke, invoked, result, |r, _| {
+            Answer::Revoked {
+                fence: r.into_inner().fence,
+            }
+        });
     }
 
     async fn check_fence(&mut self) {
@@ -472,25 +560,38 @@ impl Client {
         let fence = self.rng.below(3);
         let mut broker = self.broker();
         let invoked = self.record.now();
-        let request = CheckFenceRequest { name: name.into(), fence };
+        let request = CheckFenceRequest {
+            name: name.into(),
+            fence,
+        };
         let result = tokio::time::timeout(DEADLINE, broker.check_fence(request)).await;
         self.note(name, Call::CheckFence { fence }, invoked, result, |r, _| {
             let r = r.into_inner();
-            Answer::Fence { current: r.current, current_fence: r.current_fence }
+            Answer::Fence {
+                current: r.current,
+                current_fence: r.current_fence,
+            }
         });
     }
 
     /// Ends the KeepAlive stream: reset (RST_STREAM) or half-close.
     async fn end_stream(&mut self) {
-        let Some(beats) = self.beats.take() else { return };
+        let Some(beats) = self.beats.take() else {
+            return;
+        };
         if self.rng.chance(0.5) {
             self.tally.streams_reset.fetch_add(1, Ordering::Relaxed);
             drop(beats);
         } else {
-            self.tally.streams_half_closed.fetch_add(1, Ordering::Relaxed);
+            self.tally
+                .streams_half_closed
+                .fetch_add(1, Ordering::Relaxed);
             let Beats { tx, mut rx, .. } = beats;
             drop(tx);
-            let _ = tokio::time::timeout(DEADLINE, async { while let Ok(Some(_)) = rx.message().await {} }).await;
+            let _ = tokio::time::timeout(DEADLINE, async {
+                while let Ok(Some(_)) = rx.message().await {}
+            })
+            .await;
         }
     }
 
@@ -504,7 +605,11 @@ impl Client {
             match tokio::time::timeout(DEADLINE, broker.keep_alive(ReceiverStream::new(rx))).await {
                 Ok(Ok(response)) => {
                     self.tally.streams_opened.fetch_add(1, Ordering::Relaxed);
-                    self.beats = Some(Beats { tx, rx: response.into_inner(), seq: 0 });
+                    self.beats = Some(Beats {
+                        tx,
+                        rx: response.into_inner(),
+                        seq: 0,
+                    });
                 }
                 _ => return,
             }
@@ -512,7 +617,13 @@ impl Client {
         let ttl_ms = self.rng.between(600, 1_500);
         let mut leases: Vec<Held> = self.held.clone();
         if let Some((name, token)) = stranger {
-            leases.push(Held { name, token, kind: Kind::Lock, fence: 0, deadline: Instant::now() });
+            leases.push(Held {
+                name,
+                token,
+                kind: Kind::Lock,
+                fence: 0,
+                deadline: Instant::now(),
+            });
         }
         let beats = self.beats.as_mut().unwrap();
         beats.seq += 1;
@@ -521,13 +632,21 @@ impl Client {
             seq,
             leases: leases
                 .iter()
-                .map(|h| LeaseRef { name: h.name.into(), owner_token: h.token.clone(), ttl_ms })
+                .map(|h| LeaseRef {
+                    name: h.name.into(),
+                    owner_token: h.token.clone(),
+                    ttl_ms,
+                })
                 .collect(),
         };
         let sent = Instant::now();
         let invoked = self.record.micros(sent);
         let answer = tokio::time::timeout(DEADLINE, async {
-            beats.tx.send(request).await.map_err(|_| Status::unavailable("stream closed"))?;
+            beats
+                .tx
+                .send(request)
+                .await
+                .map_err(|_| Status::unavailable("stream closed"))?;
             loop {
                 match beats.rx.message().await? {
                     Some(r) if r.seq == seq => return Ok(r),
@@ -546,15 +665,25 @@ impl Client {
             }
         };
         if statuses.as_ref().is_some_and(|s| s.len() != leases.len()) {
-            self.surprise(format!("heartbeat of {} leases answered {:?}", leases.len(), statuses));
+            self.surprise(format!(
+                "heartbeat of {} leases answered {:?}",
+                leases.len(),
+                statuses
+            ));
             return;
         }
         for (i, held) in leases.iter().enumerate() {
-            let call = Call::Beat { token: self.record.token(&held.token), ttl_ms };
+            let call = Call::Beat {
+                token: self.record.token(&held.token),
+                ttl_ms,
+            };
             let answer = match statuses.as_ref().map(|s| &s[i]) {
                 None => Answer::Unknown,
                 Some(s) => match s.state() {
-                    State::Alive => Answer::Alive { fence: s.fence, ttl_ms: s.ttl_ms },
+                    State::Alive => Answer::Alive {
+                        fence: s.fence,
+                        ttl_ms: s.ttl_ms,
+                    },
                     State::Lost => Answer::Lost(match s.reason() {
                         LossReason::Expired => Reason::Expired,
                         LossReason::NotOwner => Reason::NotOwner,
@@ -581,7 +710,8 @@ impl Client {
                 Answer::Alive { ttl_ms, .. } => self.renewed(&held.token, sent, ttl_ms),
                 _ => {}
             }
-            self.record.record(self.id, held.name, call, answer, invoked, returned);
+            self.record
+                .record(self.id, held.name, call, answer, invoked, returned);
         }
     }
 }
