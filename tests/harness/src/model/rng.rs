@@ -19,12 +19,12 @@ impl Rng {
     /// nemesis), independent of how many numbers the others draw.
     pub fn fork(seed: u64, n: u64) -> Self {
         let mut base = Rng(seed ^ n.wrapping_mul(0xA076_1D64_78BD_642F));
-        base.next();
+        base.next_u64();
         base
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -37,7 +37,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.next_u64() % n
         }
     }
 
@@ -48,7 +48,7 @@ impl Rng {
 
     /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
     }
 
     /// One of `items`, each with its weight (a weight of 0 is never picked).
@@ -74,17 +74,17 @@ mod tests {
         let a: Vec<u64> = (0..5)
             .map({
                 let mut r = Rng::new(7);
-                move |_| r.next()
+                move |_| r.next_u64()
             })
             .collect();
         let b: Vec<u64> = (0..5)
             .map({
                 let mut r = Rng::new(7);
-                move |_| r.next()
+                move |_| r.next_u64()
             })
             .collect();
         assert_eq!(a, b);
-        assert_ne!(Rng::fork(7, 1).next(), Rng::fork(7, 2).next());
+        assert_ne!(Rng::fork(7, 1).next_u64(), Rng::fork(7, 2).next_u64());
     }
 
     #[test]

@@ -463,10 +463,10 @@ impl Name {
                 });
                 out.push(self);
             }
-            (Call::Acquire { kind, .. }, Answer::Aborted) => {
-                if !self.free_for(*kind) || ctx.line_may_be_busy(during) || ghost {
-                    out.push(self);
-                }
+            (Call::Acquire { kind, .. }, Answer::Aborted)
+                if (!self.free_for(*kind) || ctx.line_may_be_busy(during) || ghost) =>
+            {
+                out.push(self);
             }
             // Not searched: see Context::unknown_grant_may_hold.
             (Call::Acquire { .. }, Answer::Unknown) => out.push(self),
@@ -532,12 +532,11 @@ impl Name {
                     out.push(self);
                 }
             }
-            (Call::Beat { token, .. }, Answer::Lost(_)) => {
+            (Call::Beat { token, .. }, Answer::Lost(_))
                 if self.alive(*token).is_none()
-                    && self.gone_answer_ok(*token, false, answer, to, ghost)
-                {
-                    out.push(self);
-                }
+                    && self.gone_answer_ok(*token, false, answer, to, ghost) =>
+            {
+                out.push(self);
             }
             (Call::Revoke, Answer::Revoked { fence }) => {
                 if let Some(i) = self
@@ -564,10 +563,10 @@ impl Name {
                     out.push(self);
                 }
             }
-            (Call::Revoke, Answer::NotFound) => {
-                if self.leases.iter().all(|l| l.kind != Kind::Lock) {
-                    out.push(self);
-                }
+            (Call::Revoke, Answer::NotFound)
+                if self.leases.iter().all(|l| l.kind != Kind::Lock) =>
+            {
+                out.push(self);
             }
             (Call::Revoke, Answer::Unknown) => {
                 for lease in self.leases.iter_mut().filter(|l| l.kind == Kind::Lock) {

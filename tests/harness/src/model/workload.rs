@@ -299,7 +299,7 @@ impl Client {
             }
             5 => {
                 let name = self.pick_name();
-                let token = format!("{:016x}{:016x}", self.rng.next(), self.rng.next());
+                let token = format!("{:016x}{:016x}", self.rng.next_u64(), self.rng.next_u64());
                 match self.rng.below(3) {
                     0 => self.release(name, &token).await,
                     1 => self.renew(name, &token).await,
