@@ -213,6 +213,16 @@ impl PostgresServer {
         Self::start_in(dir, false, Vec::new(), Some(clock))
     }
 
+    /// A durable server (as [`PostgresServer::start_durable`]) whose clock
+    /// can be stepped (as [`PostgresServer::start_faketime`]): the model
+    /// checker's.
+    pub fn start_for_model() -> Self {
+        let dir = temp_dir("server");
+        let clock = dir.join("clock");
+        std::fs::write(&clock, "+0\n").expect("write the faketime file");
+        Self::start_in(dir, true, Vec::new(), Some(clock))
+    }
+
     /// Sets the server's clock to `seconds` from the true time (negative:
     /// behind), at once. Only for a server from
     /// [`PostgresServer::start_faketime`].

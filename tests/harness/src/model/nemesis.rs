@@ -162,6 +162,9 @@ pub struct Topology {
 
 /// The flags every broker of a run gets: Revoke is part of the workload.
 const BROKER_FLAGS: &[&str] = &["--enable-revoke"];
+/// On PostgreSQL, a small pool, so that a row held by another session or a
+/// statement the server is slow to answer presses on it.
+const POSTGRES_FLAGS: &[&str] = &["--enable-revoke", "--store-connections", "4"];
 /// On a replicated Redis, grants wait for a replica's acknowledgement, so
 /// that a failover loses none (the product's advice for Sentinel and
 /// Cluster).
@@ -191,7 +194,7 @@ impl Topology {
                     netns.iter().map(|ns| ns.host_ip().into()).collect();
                 Server::Redis(RedisServer::start_for_model(&bind))
             }
-            StoreKind::Postgres => Server::Postgres(PostgresServer::start_durable()),
+            StoreKind::Postgres => Server::Postgres(PostgresServer::start_for_model()),
             StoreKind::Sentinel => Server::Sentinel(topology::Sentinel::start().await),
             StoreKind::Cluster => Server::Cluster(topology::Cluster::start(3, 1).await),
             StoreKind::Standby => {
@@ -282,7 +285,7 @@ impl Topology {
                         &format!(":{}/", pg.port()),
                         &format!(":{}/", proxy.addr().port()),
                     );
-                    list.push(BrokerProcess::start_logged(&url, BROKER_FLAGS, None).await);
+                    list.push(BrokerProcess::start_logged(&url, POSTGRES_FLAGS, None).await);
                     links.push(Some(proxy));
                 }
             }
@@ -336,6 +339,7 @@ impl Topology {
                 Fault::RestartStore,
                 Fault::HoldRow,
                 Fault::ReadOnly,
+                Fault::StepClock,
             ]),
             Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => {
                 faults.push(Fault::Failover)
@@ -507,7 +511,12 @@ impl Topology {
                 }
             }
             Fault::StepClock => {
-                if let Server::Redis(r) = &self.server {
+                let server: Option<&dyn Fn(i64)> = match &self.server {
+                    Server::Redis(r) => Some(&|s| r.set_clock_offset(s)),
+                    Server::Postgres(p) => Some(&|s| p.set_clock_offset(s)),
+                    _ => None,
+                };
+                if let Some(set_clock_offset) = server {
                     // One or two seconds either way, the offset kept within
                     // three seconds of the truth.
                     let mut step = rng.between(1, 2) as i64;
@@ -518,7 +527,7 @@ impl Topology {
                     let step = offset - self.clock_offset;
                     if step != 0 {
                         let before = record.now();
-                        r.set_clock_offset(offset);
+                        set_clock_offset(offset);
                         self.clock_offset = offset;
                         record.record(
                             usize::MAX,
