@@ -1,17 +1,24 @@
 //! The faults: a store with its brokers ([`Topology`]), and a seeded
-//! schedule that, while the clients run, picks a fault the store supports,
-//! injects it for a random while, heals it, and counts it.
+//! schedule that, while the clients run, picks a fault the topology
+//! supports, injects it for a random while, heals it, and counts it.
 //!
-//! The faults: a broker killed (SIGKILL) and started again, or stopped
-//! (SIGSTOP) and continued; the path from a broker to its store stalled
-//! (a black hole: bytes wait, then arrive late) or cut (connections
-//! dropped); the store restarted with its data (Redis with an fsync'd
-//! append-only file, PostgreSQL with fsync), or losing it (Redis FLUSHALL;
-//! the memory store dies with its broker), recorded as a [`Call::Wipe`] so
-//! that the model knows; a PostgreSQL session holding a name's row locked.
-//! Each fault lasts at most [`MAX_FAULT`], which with the store timeout
-//! bounds how late a call without an answer may still take effect
-//! (`history::UNKNOWN_WINDOW`).
+//! The faults ([`Fault`]): a broker killed (SIGKILL) and started again, or
+//! stopped (SIGSTOP) and continued; the clients' path to a broker (a proxy
+//! in front of each) stalled or cut; the path from a broker to its store (a
+//! proxy) stalled (a black hole: bytes wait, then arrive late), cut,
+//! slowed, or its answers held back while requests pass; one broker, in a
+//! network namespace of the test's own (Redis, PostgreSQL), partitioned
+//! from the store by nftables drops; the store restarted with its data
+//! (Redis with an fsync'd append-only file, PostgreSQL with fsync), or
+//! losing it (Redis FLUSHALL; the memory store dies with its broker),
+//! recorded as a [`Call::Wipe`] so that the model knows; the store's clock
+//! stepped a second or two (libfaketime), recorded as a
+//! [`Call::ClockStep`]; on PostgreSQL a session holding a name's row (or
+//! the fence counter's) locked, and the server turned read-only; on
+//! Sentinel, Cluster and a PostgreSQL standby, the primary killed and a
+//! replica promoted, once a run ([`Call::Failover`]). Each fault lasts at
+//! most [`MAX_FAULT`], which with the store timeout bounds how late a call
+//! without an answer may still take effect (`history::UNKNOWN_WINDOW`).
 
 use std::{
     collections::BTreeMap,
@@ -179,22 +186,23 @@ impl Topology {
     /// Starts the store and its brokers: one for the memory store (it
     /// lives in its broker), `brokers` otherwise.
     pub async fn start(kind: StoreKind, brokers: usize) -> Topology {
-        let mut netns = None;
+        // A network namespace for one broker, on the stores that can listen
+        // on its subnet (Redis, PostgreSQL), when the tests may make one.
+        let netns = match kind {
+            StoreKind::Redis | StoreKind::Postgres => match NetNs::new() {
+                Ok(ns) => Some(ns),
+                Err(why) => {
+                    eprintln!("model-check: no network partitions in this run: {why}");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let bind: Vec<std::net::IpAddr> = netns.iter().map(|ns| ns.host_ip().into()).collect();
         let server = match kind {
             StoreKind::Memory => Server::Memory,
-            StoreKind::Redis => {
-                netns = match NetNs::new() {
-                    Ok(ns) => Some(ns),
-                    Err(why) => {
-                        eprintln!("model-check: no network partitions in this run: {why}");
-                        None
-                    }
-                };
-                let bind: Vec<std::net::IpAddr> =
-                    netns.iter().map(|ns| ns.host_ip().into()).collect();
-                Server::Redis(RedisServer::start_for_model(&bind))
-            }
-            StoreKind::Postgres => Server::Postgres(PostgresServer::start_for_model()),
+            StoreKind::Redis => Server::Redis(RedisServer::start_for_model(&bind)),
+            StoreKind::Postgres => Server::Postgres(PostgresServer::start_for_model(&bind)),
             StoreKind::Sentinel => Server::Sentinel(topology::Sentinel::start().await),
             StoreKind::Cluster => Server::Cluster(topology::Cluster::start(3, 1).await),
             StoreKind::Standby => {
@@ -277,7 +285,17 @@ impl Topology {
                 }
             }
             Server::Postgres(pg) => {
-                for _ in 0..brokers {
+                for i in 0..brokers {
+                    if let (Some(ns), 0) = (&netns, i) {
+                        let url = format!(
+                            "postgres://postgres@{}:{}/postgres",
+                            ns.host_ip(),
+                            pg.port()
+                        );
+                        list.push(BrokerProcess::start_in(ns, &url, POSTGRES_FLAGS).await);
+                        links.push(None);
+                        continue;
+                    }
                     let proxy = Arc::new(
                         Proxy::start(format!("127.0.0.1:{}", pg.port()).parse().unwrap()).await,
                     );
