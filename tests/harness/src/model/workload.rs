@@ -118,6 +118,9 @@ struct Client {
     ended: Vec<(&'static str, String)>,
     /// A place kept by an Acquire that ran out (name, place).
     place: Option<(&'static str, String)>,
+    /// A lease just released, which the next heartbeat names once more (a
+    /// heartbeat that crossed its own release: not a loss).
+    crossed: Option<(&'static str, String)>,
     beats: Option<Beats>,
 }
 
@@ -157,6 +160,7 @@ pub async fn run(
             held: Vec::new(),
             ended: Vec::new(),
             place: None,
+            crossed: None,
             beats: None,
         };
         let stop = stop.clone();
@@ -288,7 +292,10 @@ impl Client {
                 let held = self.pick_held();
                 self.renew(held.name, &held.token).await;
             }
-            2 => self.beat(None).await,
+            2 => {
+                let crossed = self.crossed.take();
+                self.beat(crossed).await
+            }
             3 => {
                 let held = self.pick_held();
                 self.release(held.name, &held.token).await;
@@ -557,6 +564,9 @@ impl Client {
         let answer = self.note(name, call, invoked, result, |_, _| Answer::Released);
         if answer != Answer::Unknown || self.rng.chance(0.5) {
             self.forget(token);
+        }
+        if answer == Answer::Released && self.rng.chance(0.3) {
+            self.crossed = Some((name, token.to_owned()));
         }
     }
 
