@@ -229,6 +229,24 @@ async fn run_store(store: StoreKind) {
             ));
         }
     }
+    // Whatever restarted: no broker may count a lease lost by the store
+    // unless the store lost data (the critical alert LeaseholdStoreLostLeases
+    // fires on it).
+    let wiped = ops
+        .iter()
+        .any(|o| o.call == common::model::spec::Call::Wipe);
+    if !wiped {
+        for broker in &topology.brokers {
+            let text = common::scrape(broker.metrics_addr).await;
+            let store_lost = common::sample(&text, "lease_lost_total{reason=\"store_lost\"}");
+            if store_lost > 0.0 {
+                findings.push(format!(
+                    "broker {} counted {store_lost} leases lost by the store, but the store lost nothing",
+                    broker.url()
+                ));
+            }
+        }
+    }
     let restarted = injected
         .lock()
         .unwrap()

@@ -213,6 +213,32 @@ impl PostgresServer {
         Self::start_in(dir, false, Vec::new(), Some(clock))
     }
 
+    /// A durable server (as [`PostgresServer::start_durable`]) whose clock
+    /// can be stepped (as [`PostgresServer::start_faketime`]), listening on
+    /// `ips` besides 127.0.0.1 and trusting clients from 10.0.0.0/8 (the
+    /// network namespaces of the tests' own, `netns.rs`): the model
+    /// checker's.
+    pub fn start_for_model(ips: &[std::net::IpAddr]) -> Self {
+        let dir = temp_dir("server");
+        let clock = dir.join("clock");
+        std::fs::write(&clock, "+0\n").expect("write the faketime file");
+        let mut settings = Vec::new();
+        if !ips.is_empty() {
+            let extra: Vec<String> = ips.iter().map(ToString::to_string).collect();
+            settings.push(format!("listen_addresses=127.0.0.1,{}", extra.join(",")));
+        }
+        Self::copy_template(&dir);
+        if !ips.is_empty() {
+            use std::io::Write as _;
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join("data/pg_hba.conf"))
+                .expect("the template's pg_hba.conf");
+            writeln!(hba, "host all all 10.0.0.0/8 trust").expect("write pg_hba.conf");
+        }
+        Self::run_in(dir, true, settings, Some(clock))
+    }
+
     /// Sets the server's clock to `seconds` from the true time (negative:
     /// behind), at once. Only for a server from
     /// [`PostgresServer::start_faketime`].
@@ -229,6 +255,13 @@ impl PostgresServer {
     }
 
     fn start_in(dir: PathBuf, fsync: bool, settings: Vec<String>, clock: Option<PathBuf>) -> Self {
+        Self::copy_template(&dir);
+        Self::run_in(dir, fsync, settings, clock)
+    }
+
+    /// The template cluster copied into `dir/data`, owned by the server's
+    /// user.
+    fn copy_template(dir: &std::path::Path) {
         let status = Command::new("cp")
             .arg("-a")
             .arg(template())
@@ -236,8 +269,7 @@ impl PostgresServer {
             .status()
             .expect("run cp");
         assert!(status.success(), "copying the template cluster failed");
-        chown(&dir);
-        Self::run_in(dir, fsync, settings, clock)
+        chown(dir);
     }
 
     /// Runs the cluster in `dir/data` on a free port.

@@ -151,6 +151,7 @@ pub fn format_op(op: &Op) -> String {
         Call::Release { token } => write!(s, "release t{token}").unwrap(),
         Call::Revoke => s.push_str("revoke"),
         Call::CheckFence { fence } => write!(s, "checkfence {fence}").unwrap(),
+        Call::Leader => s.push_str("leader"),
         Call::Write {
             token,
             fence,
@@ -184,6 +185,9 @@ pub fn format_op(op: &Op) -> String {
             current_fence,
         } => write!(s, "fence current={} fence={current_fence}", *current as u8).unwrap(),
         Answer::Unknown => s.push_str("unknown"),
+        Answer::Leader { present, term } => {
+            write!(s, "leader present={} term={term}", *present as u8).unwrap()
+        }
         Answer::Accepted => s.push_str("accepted"),
         Answer::Refused => s.push_str("refused"),
         Answer::Happened => s.push_str("happened"),
@@ -251,6 +255,7 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             token: token(call.get(1))?,
         },
         Some("revoke") => Call::Revoke,
+        Some("leader") => Call::Leader,
         Some("checkfence") => Call::CheckFence {
             fence: call.get(1).ok_or("fence")?.parse().map_err(|_| "fence")?,
         },
@@ -295,6 +300,10 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             current_fence: field(&answer, "fence")?,
         },
         Some("unknown") => Answer::Unknown,
+        Some("leader") => Answer::Leader {
+            present: field(&answer, "present")? == 1,
+            term: field(&answer, "term")?,
+        },
         Some("accepted") => Answer::Accepted,
         Some("refused") => Answer::Refused,
         Some("happened") => Answer::Happened,
@@ -353,6 +362,17 @@ mod tests {
                 answer: Answer::Fence {
                     current: true,
                     current_fence: 8,
+                },
+                invoked: 1,
+                returned: 2,
+            },
+            Op {
+                client: 2,
+                name: "e".into(),
+                call: Call::Leader,
+                answer: Answer::Leader {
+                    present: true,
+                    term: 5,
                 },
                 invoked: 1,
                 returned: 2,

@@ -90,7 +90,7 @@ fn searched(op: &Op) -> bool {
     !matches!(
         (&op.call, &op.answer),
         (
-            Call::Acquire { .. } | Call::CheckFence { .. },
+            Call::Acquire { .. } | Call::CheckFence { .. } | Call::Leader,
             Answer::Unknown
         )
     )
@@ -809,6 +809,22 @@ mod tests {
             !ok(&[g, next, next_write, write(1500, false, Answer::Accepted)]),
             "the resource takes no lower fence"
         );
+    }
+
+    #[test]
+    fn the_leader_is_the_election_lock_holder_and_its_term_the_fence() {
+        let g = op(0, acquire(5000), granted(0, 10, 5000), 0, 5);
+        let leader = |present, term| op(1, Call::Leader, Answer::Leader { present, term }, 10, 20);
+        assert!(ok(&[g.clone(), leader(true, 10)]));
+        assert!(
+            !ok(&[g.clone(), leader(true, 9)]),
+            "a deposed leader's term"
+        );
+        assert!(
+            !ok(&[g, leader(false, 0)]),
+            "nobody leads while the lock is held"
+        );
+        assert!(ok(&[leader(false, 0)]));
     }
 
     #[test]

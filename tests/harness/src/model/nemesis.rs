@@ -1,17 +1,24 @@
 //! The faults: a store with its brokers ([`Topology`]), and a seeded
-//! schedule that, while the clients run, picks a fault the store supports,
-//! injects it for a random while, heals it, and counts it.
+//! schedule that, while the clients run, picks a fault the topology
+//! supports, injects it for a random while, heals it, and counts it.
 //!
-//! The faults: a broker killed (SIGKILL) and started again, or stopped
-//! (SIGSTOP) and continued; the path from a broker to its store stalled
-//! (a black hole: bytes wait, then arrive late) or cut (connections
-//! dropped); the store restarted with its data (Redis with an fsync'd
-//! append-only file, PostgreSQL with fsync), or losing it (Redis FLUSHALL;
-//! the memory store dies with its broker), recorded as a [`Call::Wipe`] so
-//! that the model knows; a PostgreSQL session holding a name's row locked.
-//! Each fault lasts at most [`MAX_FAULT`], which with the store timeout
-//! bounds how late a call without an answer may still take effect
-//! (`history::UNKNOWN_WINDOW`).
+//! The faults ([`Fault`]): a broker killed (SIGKILL) and started again, or
+//! stopped (SIGSTOP) and continued; the clients' path to a broker (a proxy
+//! in front of each) stalled or cut; the path from a broker to its store (a
+//! proxy) stalled (a black hole: bytes wait, then arrive late), cut,
+//! slowed, or its answers held back while requests pass; one broker, in a
+//! network namespace of the test's own (Redis, PostgreSQL), partitioned
+//! from the store by nftables drops; the store restarted with its data
+//! (Redis with an fsync'd append-only file, PostgreSQL with fsync), or
+//! losing it (Redis FLUSHALL; the memory store dies with its broker),
+//! recorded as a [`Call::Wipe`] so that the model knows; the store's clock
+//! stepped a second or two (libfaketime), recorded as a
+//! [`Call::ClockStep`]; on PostgreSQL a session holding a name's row (or
+//! the fence counter's) locked, and the server turned read-only; on
+//! Sentinel, Cluster and a PostgreSQL standby, the primary killed and a
+//! replica promoted, once a run ([`Call::Failover`]). Each fault lasts at
+//! most [`MAX_FAULT`], which with the store timeout bounds how late a call
+//! without an answer may still take effect (`history::UNKNOWN_WINDOW`).
 
 use std::{
     collections::BTreeMap,
@@ -162,6 +169,9 @@ pub struct Topology {
 
 /// The flags every broker of a run gets: Revoke is part of the workload.
 const BROKER_FLAGS: &[&str] = &["--enable-revoke"];
+/// On PostgreSQL, a small pool, so that a row held by another session or a
+/// statement the server is slow to answer presses on it.
+const POSTGRES_FLAGS: &[&str] = &["--enable-revoke", "--store-connections", "4"];
 /// On a replicated Redis, grants wait for a replica's acknowledgement, so
 /// that a failover loses none (the product's advice for Sentinel and
 /// Cluster).
@@ -176,22 +186,23 @@ impl Topology {
     /// Starts the store and its brokers: one for the memory store (it
     /// lives in its broker), `brokers` otherwise.
     pub async fn start(kind: StoreKind, brokers: usize) -> Topology {
-        let mut netns = None;
+        // A network namespace for one broker, on the stores that can listen
+        // on its subnet (Redis, PostgreSQL), when the tests may make one.
+        let netns = match kind {
+            StoreKind::Redis | StoreKind::Postgres => match NetNs::new() {
+                Ok(ns) => Some(ns),
+                Err(why) => {
+                    eprintln!("model-check: no network partitions in this run: {why}");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let bind: Vec<std::net::IpAddr> = netns.iter().map(|ns| ns.host_ip().into()).collect();
         let server = match kind {
             StoreKind::Memory => Server::Memory,
-            StoreKind::Redis => {
-                netns = match NetNs::new() {
-                    Ok(ns) => Some(ns),
-                    Err(why) => {
-                        eprintln!("model-check: no network partitions in this run: {why}");
-                        None
-                    }
-                };
-                let bind: Vec<std::net::IpAddr> =
-                    netns.iter().map(|ns| ns.host_ip().into()).collect();
-                Server::Redis(RedisServer::start_for_model(&bind))
-            }
-            StoreKind::Postgres => Server::Postgres(PostgresServer::start_durable()),
+            StoreKind::Redis => Server::Redis(RedisServer::start_for_model(&bind)),
+            StoreKind::Postgres => Server::Postgres(PostgresServer::start_for_model(&bind)),
             StoreKind::Sentinel => Server::Sentinel(topology::Sentinel::start().await),
             StoreKind::Cluster => Server::Cluster(topology::Cluster::start(3, 1).await),
             StoreKind::Standby => {
@@ -274,7 +285,17 @@ impl Topology {
                 }
             }
             Server::Postgres(pg) => {
-                for _ in 0..brokers {
+                for i in 0..brokers {
+                    if let (Some(ns), 0) = (&netns, i) {
+                        let url = format!(
+                            "postgres://postgres@{}:{}/postgres",
+                            ns.host_ip(),
+                            pg.port()
+                        );
+                        list.push(BrokerProcess::start_in(ns, &url, POSTGRES_FLAGS).await);
+                        links.push(None);
+                        continue;
+                    }
                     let proxy = Arc::new(
                         Proxy::start(format!("127.0.0.1:{}", pg.port()).parse().unwrap()).await,
                     );
@@ -282,7 +303,7 @@ impl Topology {
                         &format!(":{}/", pg.port()),
                         &format!(":{}/", proxy.addr().port()),
                     );
-                    list.push(BrokerProcess::start_logged(&url, BROKER_FLAGS, None).await);
+                    list.push(BrokerProcess::start_logged(&url, POSTGRES_FLAGS, None).await);
                     links.push(Some(proxy));
                 }
             }
@@ -336,6 +357,7 @@ impl Topology {
                 Fault::RestartStore,
                 Fault::HoldRow,
                 Fault::ReadOnly,
+                Fault::StepClock,
             ]),
             Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => {
                 faults.push(Fault::Failover)
@@ -507,7 +529,12 @@ impl Topology {
                 }
             }
             Fault::StepClock => {
-                if let Server::Redis(r) = &self.server {
+                let server: Option<&dyn Fn(i64)> = match &self.server {
+                    Server::Redis(r) => Some(&|s| r.set_clock_offset(s)),
+                    Server::Postgres(p) => Some(&|s| p.set_clock_offset(s)),
+                    _ => None,
+                };
+                if let Some(set_clock_offset) = server {
                     // One or two seconds either way, the offset kept within
                     // three seconds of the truth.
                     let mut step = rng.between(1, 2) as i64;
@@ -518,7 +545,7 @@ impl Topology {
                     let step = offset - self.clock_offset;
                     if step != 0 {
                         let before = record.now();
-                        r.set_clock_offset(offset);
+                        set_clock_offset(offset);
                         self.clock_offset = offset;
                         record.record(
                             usize::MAX,

@@ -156,6 +156,8 @@ pub enum Call {
     CheckFence {
         fence: u64,
     },
+    /// Leader: who leads the election (a lock name) now.
+    Leader,
     /// A write to the fenced resource (which keeps the highest fence it
     /// accepted per name and refuses lower ones) by the holder of `token`,
     /// whose own deadline (its request's send time + the TTL granted) had
@@ -215,6 +217,9 @@ pub enum Answer {
     Revoked { fence: u64 },
     /// CheckFence's answer.
     Fence { current: bool, current_fence: u64 },
+    /// Leader's answer: whether a leader is present, and its term (its
+    /// lease's fence).
+    Leader { present: bool, term: u64 },
     /// No answer: UNAVAILABLE, a deadline, a broken connection, a heartbeat's
     /// STATE_UNCONFIRMED. The call may or may not have taken effect.
     Unknown,
@@ -592,7 +597,20 @@ impl Name {
                     out.push(self);
                 }
             }
-            (Call::CheckFence { .. }, Answer::Unknown) => out.push(self),
+            (Call::CheckFence { .. } | Call::Leader, Answer::Unknown) => out.push(self),
+            (Call::Leader, Answer::Leader { present, term }) => {
+                // An election is a lock: its leader is the lock's holder,
+                // its term the lease's fence.
+                let lock = self.leases.iter().find(|l| l.kind == Kind::Lock);
+                let ok = match lock {
+                    None if ghost => true,
+                    None => !*present,
+                    Some(l) => *present && *term == l.fence,
+                };
+                if ok {
+                    out.push(self);
+                }
+            }
             (
                 Call::Write {
                     token,

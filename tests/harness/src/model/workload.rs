@@ -24,8 +24,8 @@ use std::{
 
 use leasehold_server::proto::{
     lease_status::State, leasehold_service_client::LeaseholdServiceClient, AcquireRequest,
-    CheckFenceRequest, KeepAliveRequest, KeepAliveResponse, LeaseRef, LossReason, ReleaseRequest,
-    RenewRequest, RevokeRequest,
+    CampaignRequest, CheckFenceRequest, KeepAliveRequest, KeepAliveResponse, LeaderRequest,
+    LeaseRef, LossReason, ReleaseRequest, RenewRequest, ResignRequest, RevokeRequest,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -41,6 +41,9 @@ use super::{
 pub const LOCKS: [&str; 2] = ["l0", "l1"];
 pub const SEMAPHORE: &str = "s0";
 pub const SEMAPHORE_LIMIT: u32 = 2;
+/// An election (a lock under the election calls: Campaign, Leader,
+/// Resign; its leadership lease renewed and heartbeated like any).
+pub const ELECTION: &str = "e0";
 
 /// A call's deadline beyond its wait: the store timeout (1 s) and slack.
 const DEADLINE: Duration = Duration::from_millis(3_000);
@@ -115,6 +118,9 @@ struct Client {
     ended: Vec<(&'static str, String)>,
     /// A place kept by an Acquire that ran out (name, place).
     place: Option<(&'static str, String)>,
+    /// A lease just released, which the next heartbeat names once more (a
+    /// heartbeat that crossed its own release: not a loss).
+    crossed: Option<(&'static str, String)>,
     beats: Option<Beats>,
 }
 
@@ -154,6 +160,7 @@ pub async fn run(
             held: Vec::new(),
             ended: Vec::new(),
             place: None,
+            crossed: None,
             beats: None,
         };
         let stop = stop.clone();
@@ -276,6 +283,8 @@ impl Client {
             (2, 8),                           // end the stream
             (10, 9),                          // idle
             (if locks { 25 } else { 0 }, 10), // write to the fenced resource
+            (6, 11),                          // campaign
+            (4, 12),                          // who leads
         ]);
         match choice {
             0 => self.acquire().await,
@@ -283,7 +292,10 @@ impl Client {
                 let held = self.pick_held();
                 self.renew(held.name, &held.token).await;
             }
-            2 => self.beat(None).await,
+            2 => {
+                let crossed = self.crossed.take();
+                self.beat(crossed).await
+            }
             3 => {
                 let held = self.pick_held();
                 self.release(held.name, &held.token).await;
@@ -309,6 +321,8 @@ impl Client {
             6 => self.revoke().await,
             7 => self.check_fence().await,
             8 => self.end_stream().await,
+            11 => self.campaign().await,
+            12 => self.leader().await,
             10 => self.write().await,
             _ => tokio::time::sleep(Duration::from_millis(self.rng.between(50, 600))).await,
         }
@@ -528,15 +542,105 @@ impl Client {
         };
         let mut broker = self.broker();
         let invoked = self.record.now();
-        let request = ReleaseRequest {
-            name: name.into(),
-            owner_token: token.into(),
+        // An election's leadership is given up with Resign (a release of
+        // the leadership lease, the proto says).
+        let result = if name == ELECTION {
+            let request = ResignRequest {
+                election: name.into(),
+                owner_token: token.into(),
+            };
+            tokio::time::timeout(DEADLINE, broker.resign(request))
+                .await
+                .map(|r| r.map(|_| ()))
+        } else {
+            let request = ReleaseRequest {
+                name: name.into(),
+                owner_token: token.into(),
+            };
+            tokio::time::timeout(DEADLINE, broker.release(request))
+                .await
+                .map(|r| r.map(|_| ()))
         };
-        let result = tokio::time::timeout(DEADLINE, broker.release(request)).await;
         let answer = self.note(name, call, invoked, result, |_, _| Answer::Released);
         if answer != Answer::Unknown || self.rng.chance(0.5) {
             self.forget(token);
         }
+        if answer == Answer::Released && self.rng.chance(0.3) {
+            self.crossed = Some((name, token.to_owned()));
+        }
+    }
+
+    /// Campaign for the election: an Acquire of a lock whose holder label
+    /// is the leader's value, and whose fence is its term.
+    async fn campaign(&mut self) {
+        let ttl_ms = self.rng.between(600, 1_500);
+        let wait_ms = if self.rng.chance(0.5) {
+            0
+        } else {
+            self.rng.between(100, 1_500)
+        };
+        let request = CampaignRequest {
+            election: ELECTION.into(),
+            value: format!("c{}", self.id),
+            ttl_ms,
+            wait_timeout_ms: wait_ms,
+            keep_place: false,
+            place: String::new(),
+        };
+        let call = Call::Acquire {
+            kind: Kind::Lock,
+            ttl_ms,
+            wait_ms,
+            lock_delay_ms: 0,
+            keep_place: false,
+        };
+        let mut broker = self.broker();
+        let sent = Instant::now();
+        let invoked = self.record.micros(sent);
+        let result = tokio::time::timeout(
+            Duration::from_millis(wait_ms) + DEADLINE,
+            broker.campaign(request),
+        )
+        .await;
+        let mut secret = None;
+        let mut waited = 0;
+        let answer = self.note(ELECTION, call, invoked, result, |r, rec| {
+            let r = r.into_inner();
+            waited = r.waited_ms;
+            let lease = r.lease.unwrap_or_default();
+            secret = Some(lease.owner_token.clone());
+            Answer::Granted {
+                token: rec.token(&lease.owner_token),
+                fence: lease.fence,
+                ttl_ms: lease.ttl_ms,
+            }
+        });
+        if let (Answer::Granted { fence, ttl_ms, .. }, Some(token)) = (answer, secret) {
+            let deadline = sent + Duration::from_millis(waited + ttl_ms);
+            self.held.push(Held {
+                name: ELECTION,
+                token,
+                kind: Kind::Lock,
+                fence,
+                deadline,
+            });
+        }
+    }
+
+    async fn leader(&mut self) {
+        let mut broker = self.broker();
+        let invoked = self.record.now();
+        let request = LeaderRequest {
+            election: ELECTION.into(),
+        };
+        let result = tokio::time::timeout(DEADLINE, broker.leader(request)).await;
+        self.note(ELECTION, Call::Leader, invoked, result, |r, _| {
+            let r = r.into_inner();
+            Answer::Leader {
+                present: r.present,
+                term: r.term,
+            }
+        });
     }
 
     async fn revoke(&mut self) {
