@@ -812,6 +812,27 @@ mod tests {
     }
 
     #[test]
+    fn a_renewal_without_an_answer_may_have_shortened_the_lease() {
+        let g = op(0, acquire(3000), granted(0, 10, 3000), 0, 5);
+        let shorter = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 700,
+            },
+            Answer::Unknown,
+            100,
+            12_100,
+        );
+        let next = op(1, acquire(1000), granted(1, 11, 1000), 1000, 1010);
+        assert!(!ok(&[g.clone(), next.clone()]));
+        assert!(
+            ok(&[g, shorter, next]),
+            "the unanswered heartbeat's 700 ms may have applied"
+        );
+    }
+
+    #[test]
     fn the_leader_is_the_election_lock_holder_and_its_term_the_fence() {
         let g = op(0, acquire(5000), granted(0, 10, 5000), 0, 5);
         let leader = |present, term| op(1, Call::Leader, Answer::Leader { present, term }, 10, 20);

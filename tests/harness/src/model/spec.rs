@@ -495,10 +495,16 @@ impl Name {
                 out.push(self);
             }
             (Call::Renew { token, ttl_ms } | Call::Beat { token, ttl_ms }, Answer::Unknown) => {
+                // Applied or not, at any moment of its window: the lease
+                // then ends as it would have, or `ttl` after that moment,
+                // which may be sooner (a shorter TTL) or later.
                 if let Some(i) = self.alive(*token) {
-                    let hi = window.late + *ttl_ms as Micros * 1000 + EPSILON;
+                    let ttl = *ttl_ms as Micros * 1000;
                     let lease = &mut self.leases[i];
-                    lease.ends_at.hi = lease.ends_at.hi.max(hi);
+                    lease.ends_at = Span::new(
+                        lease.ends_at.lo.min(from + ttl - EPSILON),
+                        lease.ends_at.hi.max(window.late + ttl + EPSILON),
+                    );
                 }
                 out.push(self);
             }
