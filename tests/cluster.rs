@@ -328,3 +328,69 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
         assert_eq!(cluster.holder_of(&key(&lease.name)).await, Some(to));
     }
 }
+
+/// On a cluster, renewals run one-key scripts (renew_lock.lua, then
+/// renew_permit.lua): the permit form must run also when the lock form
+/// finds another token's lock, so that a permit that ended before the
+/// name's lock was granted hears its own end (released; expired, reported
+/// by the grant), never "not owner", which a KeepAlive stream counts as a
+/// store that lost its data. A stranger's token still hears "not owner".
+#[tokio::test]
+async fn a_permit_ended_before_a_lock_hears_its_own_end_on_a_cluster() {
+    use leasehold_server::store::{Acquired, Checked, GrantSpec, RenewItem, Store, StoreOptions};
+    let cluster = Cluster::start(3, 0).await;
+    let seeds: Vec<String> = cluster.live_addrs().iter().map(|a| a.to_string()).collect();
+    let url = format!("redis+cluster://{}", seeds.join(","));
+    let store = Store::open(&url, &StoreOptions::new("test:", Duration::from_secs(2)))
+        .expect("open the cluster store");
+    let spec = |token: &str, ttl_ms: u64, limit: u32| GrantSpec {
+        name: "mixed".into(),
+        token: token.into(),
+        holder: token.into(),
+        ttl_ms,
+        lock_delay_ms: 0,
+        limit,
+        queued: false,
+    };
+    for (token, ttl_ms) in [("p1", 300), ("p2", 10_000)] {
+        let granted = store.acquire(&spec(token, ttl_ms, 2)).await.unwrap();
+        assert!(matches!(granted, Acquired::Granted { .. }), "{granted:?}");
+    }
+    assert_eq!(
+        store.release("mixed", "p2").await.unwrap(),
+        Checked::Done(())
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let lock = match store.acquire(&spec("l1", 10_000, 1)).await.unwrap() {
+        Acquired::Granted { fence, expired } => {
+            assert_eq!(expired, 1, "the lock grant reports the expired permit");
+            fence
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        store.renew("mixed", "p1", Some(3_000)).await.unwrap(),
+        Checked::ExpiredReported
+    );
+    assert_eq!(
+        store.check("mixed", "p1").await.unwrap(),
+        Checked::ExpiredReported
+    );
+    let heartbeat = ["p1", "p2", "stranger"].map(|token| RenewItem {
+        name: "mixed".into(),
+        token: token.into(),
+        ttl_ms: None,
+    });
+    assert_eq!(
+        store.renew_many(&heartbeat).await.unwrap(),
+        [
+            Checked::ExpiredReported,
+            Checked::Released,
+            Checked::NotOwner { fence: lock }
+        ]
+    );
+    assert!(matches!(
+        store.check("mixed", "l1").await.unwrap(),
+        Checked::Done(r) if r.fence == lock
+    ));
+}

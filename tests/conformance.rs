@@ -1113,6 +1113,93 @@ async fn a_released_permit_stays_released_under_a_lock(store: &Store) {
     );
 }
 
+/// A permit's own end is its token's answer under a lock granted after it:
+/// an expired permit (found expired, still in the store, when a lock is
+/// granted on the name) hears "expired", once, and a released one
+/// "released", never that another owner holds the name (found by the model
+/// checker: a KeepAlive stream's next heartbeat for an expired permit was
+/// told "not owner", and its broker counted a store loss that never
+/// happened). The lock grant reports the expired permit (`expired`), so its
+/// holder hears that the loss was reported already.
+async fn a_permit_ended_before_a_lock_is_its_own_end(store: &Store) {
+    for (token, ttl_ms) in [("p1", 300), ("p2", 10_000)] {
+        assert!(matches!(
+            store
+                .acquire(&permit("mixed", token, ttl_ms, 2))
+                .await
+                .unwrap(),
+            Acquired::Granted { .. }
+        ));
+    }
+    assert_eq!(
+        store.release("mixed", "p2").await.unwrap(),
+        Checked::Done(())
+    );
+    // p1's TTL passes on the store's clock: nobody asks about it meanwhile.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(store.describe("mixed").await.unwrap().permits, 0);
+    let lock = match store.acquire(&spec("mixed", "l1", 10_000)).await.unwrap() {
+        Acquired::Granted { fence, expired } => {
+            assert_eq!(expired, 1, "the lock grant reports the expired permit");
+            fence
+        }
+        other => panic!("a lock on a name whose permits expired: {other:?}"),
+    };
+    assert_eq!(
+        store.renew("mixed", "p1", Some(3_000)).await.unwrap(),
+        Checked::ExpiredReported,
+        "a heartbeat of the expired permit, under the lock"
+    );
+    assert_eq!(
+        store.check("mixed", "p1").await.unwrap(),
+        Checked::ExpiredReported
+    );
+    let heartbeat = [leasehold_server::store::RenewItem {
+        name: "mixed".into(),
+        token: "p1".into(),
+        ttl_ms: None,
+    }];
+    assert_eq!(
+        store.renew_many(&heartbeat).await.unwrap(),
+        [Checked::ExpiredReported]
+    );
+    assert_eq!(
+        store.release("mixed", "p1").await.unwrap(),
+        Checked::ExpiredReported
+    );
+    assert_eq!(
+        store.renew("mixed", "p2", None).await.unwrap(),
+        Checked::Released,
+        "a heartbeat that crossed the permit's release, under the lock"
+    );
+    assert_eq!(
+        store.release("mixed", "p2").await.unwrap(),
+        Checked::Released
+    );
+    // No later grant reports p1 again; a stranger is still a stranger, and
+    // the lock is untouched.
+    assert_eq!(
+        store.check("mixed", "stranger").await.unwrap(),
+        Checked::NotOwner { fence: lock }
+    );
+    assert_eq!(
+        store.release("mixed", "stranger").await.unwrap(),
+        Checked::NotOwner { fence: lock }
+    );
+    assert!(matches!(
+        store.check("mixed", "l1").await.unwrap(),
+        Checked::Done(Renewed { fence, .. }) if fence == lock
+    ));
+    assert_eq!(
+        store.release("mixed", "l1").await.unwrap(),
+        Checked::Done(())
+    );
+    assert!(matches!(
+        store.acquire(&spec("mixed", "l2", 10_000)).await.unwrap(),
+        Acquired::Granted { expired: 0, .. }
+    ));
+}
+
 /// A revoke finds nothing to revoke once the lease it would end was
 /// released, even if an earlier lease of the name was revoked; a repeated
 /// revoke of a lease still reports that lease's fence.
@@ -1267,4 +1354,5 @@ conformance!(
     a_released_lease_is_forgotten_after_the_linger,
     a_lock_delay_holds_off_semaphore_permits_too,
     a_released_permit_stays_released_under_a_lock,
+    a_permit_ended_before_a_lock_is_its_own_end,
 );

@@ -384,6 +384,19 @@ impl MemoryStore {
                         self.record_end(&spec.name, &old.token, End::Expired, old.fence, forget_at);
                     }
                 }
+                // The name's permits, all expired (none is live, or it would
+                // not be free), go: reported now and recorded for their
+                // tokens (acquire.lua), whose holders then hear "expired,
+                // reported already", not another owner's lock.
+                if let Some(mut permits) = self.inner.permits.get_mut(&spec.name) {
+                    for (token, p) in permits.held.drain() {
+                        self.record_end(&spec.name, &token, End::Expired, p.fence, now + LINGER);
+                        expired += 1;
+                    }
+                }
+                self.inner
+                    .permits
+                    .remove_if(&spec.name, |_, p| p.held.is_empty());
                 let fence = self.next_fence();
                 let ttl = Duration::from_millis(spec.ttl_ms);
                 let lock_delay = Duration::from_millis(spec.lock_delay_ms);
@@ -518,9 +531,18 @@ impl MemoryStore {
 
     /// What the name's record says of `token` when it is not the live
     /// lease's (renew_lease.lua and release.lua share this): `None` when
-    /// `token` holds the live lease or the record knows nothing of it and
-    /// the name is free (the caller then looks at the permits). An expiry
-    /// reported here is marked, so that it is reported once.
+    /// `token` holds the live lease, or the record knows nothing of it and
+    /// the name is free or `token` has a permit of the name (the caller
+    /// then looks at the permits). An expiry reported here is marked, so
+    /// that it is reported once.
+    ///
+    /// A permit while a lock lives: a name is a lock or a semaphore at a
+    /// time, but over time both, and a permit that expired before the lock
+    /// was granted may still be there (the grant drops expired permits, but
+    /// be safe). Its holder must hear its own end (expired), not another
+    /// owner's lease, which a KeepAlive session counts as a store that lost
+    /// its data; a permit that was released or dropped is found above, in
+    /// the per-token end records.
     fn ended<T>(
         &self,
         name: &str,
@@ -547,7 +569,14 @@ impl MemoryStore {
             lease.noticed = true;
             return Some(Checked::Expired);
         }
-        live.then_some(Checked::NotOwner { fence: lease.fence })
+        // `permits` is locked after `leases` (see Inner).
+        let a_permit = || {
+            self.inner
+                .permits
+                .get(name)
+                .is_some_and(|p| p.held.contains_key(token))
+        };
+        (live && !a_permit()).then_some(Checked::NotOwner { fence: lease.fence })
     }
 
     pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
@@ -565,7 +594,8 @@ impl MemoryStore {
             if let Some(ended) = self.ended(name, &mut lease, token, now) {
                 return Ok(ended);
             }
-            if lease.live(now) {
+            // Not the holder's token: a permit (see `ended`).
+            if lease.live(now) && lease.token == token {
                 // Voluntary: no lock-delay. The lease's entry goes; the
                 // release is recorded for its token alone, for LINGER, so
                 // that a retried release still hears it worked.

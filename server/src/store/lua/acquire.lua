@@ -25,11 +25,15 @@
 -- Returns {1, fence, ttl_ms, "", granted_at_ms, expired} when granted (also
 --         when the lease is already held with this very token: the broker
 --         retries a call whose connection broke, and the first try may have
---         run); expired is 1 if the grant replaced an expired lease whose
---         loss nobody had reported (its holder never asked since): the one
---         report of that loss, for the broker to count, else 0 (an expired
---         lease replaced, reported now or before, leaves an end record
---         'e<fence>' for its token: constants.lua),
+--         run); expired counts the expired leases of the name whose loss
+--         nobody had reported (their holders never asked since) that the
+--         grant found: the lock lease it replaced (1 or 0), plus the
+--         expired semaphore permits still in KEYS[4], which it drops (a name
+--         held as permits that all expired is free for a lock); the one
+--         report of those losses, for the broker to count (each expired
+--         lease replaced or dropped, reported now or before, leaves an end
+--         record 'e<fence>' for its token: constants.lua, as
+--         semaphore_acquire.lua records the permits it drops),
 --         {0, fence, remaining_ms, holder, granted_at_ms, position, queued}
 --         when someone holds it,
 --         {2, fence, remaining_ms, holder, granted_at_ms, position, queued}
@@ -66,7 +70,8 @@
 -- (the fence), HSET, PEXPIRE, PUBLISH. The record is written in place:
 -- only fields of the lease or tombstone replaced that a new one must not
 -- keep (n, u, r, x) are deleted, when present. Replacing an expired lease
--- costs one SET more (its end record).
+-- costs one SET more (its end record); dropping expired permits one DEL,
+-- and a SET each.
 --
 -- Uses: constants.lua, line.lua, queue.lua, fence.lua.
 local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
@@ -109,14 +114,21 @@ local has_permits = waiter.other
 if has_permits == nil then
   has_permits = redis.call('EXISTS', permits) == 1
 end
+-- Expired permits found here, {token, fence} each: dropped by the grant.
+local stale = {}
 if has_permits then
   local entries = redis.call('HGETALL', permits)
   local first_expiry
   for i = 1, #entries, 2 do
     if entries[i] ~= '_f' and entries[i] ~= '_x' then
-      local expiry = tonumber(string.match(entries[i + 1], '^%d+|(%d+)|'))
-      if expiry > now_ms and (not first_expiry or expiry < first_expiry) then
-        first_expiry = expiry
+      local fence, expiry = string.match(entries[i + 1], '^(%d+)|(%d+)|')
+      expiry = tonumber(expiry)
+      if expiry > now_ms then
+        if not first_expiry or expiry < first_expiry then
+          first_expiry = expiry
+        end
+      else
+        stale[#stale + 1] = {entries[i], fence}
       end
     end
   end
@@ -143,6 +155,17 @@ if l[1] and l[1] ~= token then
     expired = 1
   end
   record_end(key, l[1], 'e' .. l[2], LINGER_MS)
+end
+-- Expired permits (none is live, or the name would not be free): dropped,
+-- reported now and recorded for their tokens, as semaphore_acquire.lua
+-- does, so that their holders hear "expired" once, then "reported
+-- already", never another owner's lock. No permit is left: the hash goes.
+if #stale > 0 then
+  for _, p in ipairs(stale) do
+    record_end(permits, p[1], 'e' .. p[2], LINGER_MS)
+  end
+  redis.call('DEL', permits)
+  expired = expired + #stale
 end
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[5])

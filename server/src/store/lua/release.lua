@@ -14,7 +14,8 @@
 --                     second release: the work is done, nothing to count),
 --         {0, 0}      when the store has no record of this token's lease,
 --         {-1, fence} when another owner holds it, with no record of this
---                     token (a stranger's token, or one whose record lapsed),
+--                     token as a lock or as a permit (a stranger's token, or
+--                     one whose record lapsed),
 --         {-2, fence} when this lease was revoked,
 --         {-3, 0}     when this token's lease expired and this is the first
 --                     time anyone learns it: the loss to count, once (an
@@ -39,6 +40,13 @@
 -- heartbeat that crossed the release is not taken for a loss, however many
 -- leases of the name come and go meanwhile. A released lease costs Redis
 -- nothing after that, whatever its TTL was.
+--
+-- A token that is not the lock's holder is looked up as a permit before
+-- it is called another owner's, even while a lock holds the name: a name
+-- is a lock or a semaphore at a time, but over time both, and a permit of
+-- this token that expired (still in KEYS[2]: dropped and reported here, as
+-- renew_lease.lua's renew_permit does), was released or whose expiry was
+-- reported before the lock's grant is this token's own end.
 --
 -- Uses: constants.lua, line.lua.
 local key, permits, queue, alive, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
@@ -74,17 +82,6 @@ elseif ended and string.sub(ended, 1, 1) == 'e' then
 elseif ended then
   return {-2, tonumber(string.sub(ended, 2))}
 end
-if live then
-  -- A permit of this token that ended before the name was taken as a lock
-  -- is still this token's own end, not a stranger's.
-  local permit_end = recorded_end(permits, token)
-  if permit_end == 'x' then
-    return {2, 0}
-  elseif permit_end and string.sub(permit_end, 1, 1) == 'e' then
-    return {-5, 0}
-  end
-  return {-1, tonumber(l[2])}
-end
 local permit = redis.call('HGET', permits, token)
 if permit then
   redis.call('HDEL', permits, token)
@@ -106,5 +103,9 @@ if ended == 'x' then
   return {2, 0}
 elseif ended and string.sub(ended, 1, 1) == 'e' then
   return {-5, 0}
+end
+-- Unknown as a permit too: a stranger, while a lock holds the name.
+if live then
+  return {-1, tonumber(l[2])}
 end
 return {0, 0}

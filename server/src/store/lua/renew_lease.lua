@@ -24,7 +24,8 @@
 --                       (never held here, its record lapsed, or the store
 --                       lost its data),
 --             -1, 0, fence when another owner holds it (its fence) and the
---                       store has no record of this token,
+--                       store has no record of this token, as a lock or
+--                       as a permit,
 --             -2, 0, fence when this lease was revoked,
 --             -3, 0, 0 when this token's lease expired and this is the
 --                       first time anyone learns it: the loss to count, once,
@@ -41,10 +42,17 @@
 -- records.
 --
 -- renew() is renew_lock(), then renew_permit() when renew_lock() finds
--- nothing about the token (it returns nil): each touches one key only, so
--- that a Redis Cluster can run them apart while their slot migrates (a
--- script declaring both keys is refused with TRYAGAIN while one exists on a
--- node and the other not).
+-- nothing about the token (it returns nil) or finds the name held as a lock
+-- by another token (-1): each touches one key only, so that a Redis Cluster
+-- can run them apart while their slot migrates (a script declaring both
+-- keys is refused with TRYAGAIN while one exists on a node and the other
+-- not). A name is a lock or a semaphore at a time, but over time both:
+-- a permit of this token that expired (or was released) before the name
+-- was granted as a lock is this token's own end, to report as such (-3,
+-- -5, -4), never as another owner's lease (which a KeepAlive session takes
+-- for a store that lost its data); -1 stands only when the permits know
+-- nothing of the token either. That look costs a stranger's token an HGET
+-- and a GET more; a holder's renewal costs nothing more.
 local function renew_lock(key, token, new_ttl, now_ms)
   local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'n')
   local live = l[1] and now_ms < tonumber(l[4])
@@ -115,6 +123,11 @@ local function renew(key, permits, token, new_ttl, now_ms)
   local code, ttl, fence = renew_lock(key, token, new_ttl, now_ms)
   if code == nil then
     return renew_permit(permits, token, new_ttl, now_ms)
+  elseif code == -1 then
+    local p_code, p_ttl, p_fence = renew_permit(permits, token, new_ttl, now_ms)
+    if p_code ~= 0 then
+      return p_code, p_ttl, p_fence
+    end
   end
   return code, ttl, fence
 end

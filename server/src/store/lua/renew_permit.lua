@@ -1,6 +1,7 @@
 -- renew_permit.lua: extend one semaphore permit, only for its owner, with
 -- the permits hash as the only key (after renew_lock.lua found no lock
--- lease; for a Redis Cluster, as renew_lock.lua).
+-- lease of the token: none at all, or another token's; for a Redis
+-- Cluster, as renew_lock.lua).
 -- Uses: constants.lua, renew_lease.lua (renew_permit()).
 --
 -- KEYS[1]  the permits of the name

@@ -16,7 +16,7 @@ use crate::{
 
 /// The schema's version this broker's functions are ([`SCHEMA_SQL`]); the
 /// version table holds the one the database has.
-pub(super) const SCHEMA_VERSION: i32 = 3;
+pub(super) const SCHEMA_VERSION: i32 = 4;
 
 /// The tables and functions, `__SCHEMA__` standing for the schema.
 pub(super) const SCHEMA_SQL: &str = include_str!("schema.sql");

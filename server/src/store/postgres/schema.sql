@@ -1,4 +1,4 @@
--- schema.sql: the PostgreSQL store's tables and functions, version 3.
+-- schema.sql: the PostgreSQL store's tables and functions, version 4.
 --
 -- Run whole, in one transaction, by the broker at start-up (when the
 -- version table says the schema is older) or by `leasehold migrate`.
@@ -308,6 +308,29 @@ BEGIN
   RETURN NULL;
 END $$;
 
+-- Drops p_name's expired permits, recording an 'e' end for each token (its
+-- loss reported now: semaphore_acquire's and acquire.lua's rule), and
+-- returns how many went. A lock grant runs it once no permit of the name
+-- is live: a name held as permits that all expired is free for a lock, and
+-- those permits' holders must hear "expired, reported" from then on, not
+-- another owner's lock. The caller holds the name's lock.
+CREATE OR REPLACE FUNCTION __SCHEMA__.drop_expired_permits(p_name text, p_now_ms bigint)
+RETURNS integer LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  dropped integer;
+BEGIN
+  WITH gone AS (
+    DELETE FROM __SCHEMA__.permits d WHERE d.name = p_name AND d.expires_ms <= p_now_ms
+    RETURNING d.token, d.fence),
+  recorded AS (
+    INSERT INTO __SCHEMA__.ended AS e (name, token, how, fence, forget_ms)
+    SELECT p_name, gone.token, 'e', gone.fence, p_now_ms + __SCHEMA__.linger_ms() FROM gone
+    ON CONFLICT (name, token) DO UPDATE SET how = excluded.how, fence = excluded.fence,
+      forget_ms = excluded.forget_ms)
+  SELECT count(*) INTO dropped FROM gone;
+  RETURN dropped;
+END $$;
+
 -- acquire.lua: grant the lock if nobody holds it, it is not in its
 -- lock-delay, no semaphore permit is held, and nobody queued before the
 -- caller still waits.
@@ -317,8 +340,9 @@ END $$;
 --   p_not_after_ms (this clock's time past which the broker has given up
 --   on the call, or NULL: see postgres/deadline.rs)
 -- Returns one `acquired`: code 1 granted (fence, remaining_ms = TTL,
--- granted_ms, expired; an expired lease replaced leaves an 'e' end record
--- for its token, as in acquire.lua), 0 held, 2 lock-delay, 3 queued; pos
+-- granted_ms, expired: the expired lease replaced, if unreported, plus the
+-- expired permits of the name dropped, as in acquire.lua; each leaves an
+-- 'e' end record for its token), 0 held, 2 lock-delay, 3 queued; pos
 -- and queued as acquire.lua's position and queued; 4 too late (past p_not_after_ms, once
 -- the name's lock is held: nothing read or written, so that a statement
 -- that reached the server after its caller gave up grants nothing and
@@ -402,6 +426,9 @@ BEGIN
     END IF;
     PERFORM __SCHEMA__.record_end(p_name, l.token, 'e', l.fence, now_ms + __SCHEMA__.linger_ms());
   END IF;
+  -- The name's permits, all expired (none is live, or it would not be
+  -- free), go: reported now and recorded for their tokens (acquire.lua).
+  expired := expired + __SCHEMA__.drop_expired_permits(p_name, now_ms);
   INSERT INTO __SCHEMA__.leases AS t
     (name, token, holder, fence, ttl_ms, granted_ms, expires_ms, delay_ms,
      delay_until_ms, noticed, released, revoked, forget_ms)
@@ -548,10 +575,25 @@ BEGIN
   RETURN ROW(-2, 0, e.fence)::__SCHEMA__.renewal;
 END $$;
 
+-- Whether p_token has a permit row of p_name, live or expired but not yet
+-- dropped (renew_permit's and release's look): a name held as a lock may
+-- have been a semaphore just before, and that permit's holder must hear
+-- its own end, not another owner's.
+CREATE OR REPLACE FUNCTION __SCHEMA__.has_permit(p_name text, p_token text, p_now_ms bigint)
+RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN EXISTS (SELECT 1 FROM __SCHEMA__.permits
+                  WHERE name = p_name AND token = p_token
+                    AND expires_ms + __SCHEMA__.linger_ms() > p_now_ms);
+END $$;
+
 -- renew_lease.lua's renew_lock (its codes: 1, 0, -1 to -5): NULL when the
--- lease row knows nothing of the token (it may be a permit). p_ttl_ms: the
--- new TTL, 0 to keep the lease's own, -1 to only look. The caller holds the
--- name's lock.
+-- lease row knows nothing of the token (it may be a permit), or another
+-- token holds the lock and p_token has a permit row: a permit that expired
+-- before the lock's grant is its holder's own end, which renew_permit
+-- reports (renew_lease.lua's renew()); -1 only for a token unknown as a
+-- permit too. p_ttl_ms: the new TTL, 0 to keep the lease's own, -1 to only
+-- look. The caller holds the name's lock.
 CREATE OR REPLACE FUNCTION __SCHEMA__.renew_lock(p_name text, p_token text, p_ttl_ms bigint, p_now_ms bigint)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -586,7 +628,7 @@ BEGIN
   IF ended IS NOT NULL THEN
     RETURN ended;
   END IF;
-  IF live THEN
+  IF live AND NOT __SCHEMA__.has_permit(p_name, p_token, p_now_ms) THEN
     RETURN ROW(-1, 0, l.fence)::__SCHEMA__.renewal;
   END IF;
   RETURN NULL;
@@ -671,9 +713,10 @@ END $$;
 
 -- release.lua: end a lease, only for its owner (no lock-delay), and wake
 -- the first in line. Returns a renewal whose code is release.lua's (1
--- released, 2 released already, 0 no record, -1 another owner (fence), -2
--- revoked (fence), -3 expired, the first report (an expired permit leaves
--- an 'e' end record), -5 expired, reported already).
+-- released, 2 released already, 0 no record, -1 another owner (fence): a
+-- token unknown as a permit too, -2 revoked (fence), -3 expired, the first
+-- report (an expired permit leaves an 'e' end record, also while a lock
+-- granted since holds the name), -5 expired, reported already).
 CREATE OR REPLACE FUNCTION __SCHEMA__.release(p_name text, p_token text)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -714,7 +757,7 @@ BEGIN
   ELSIF ended IS NOT NULL THEN
     RETURN ended;
   END IF;
-  IF live THEN
+  IF live AND NOT __SCHEMA__.has_permit(p_name, p_token, now_ms) THEN
     RETURN ROW(-1, 0, l.fence)::__SCHEMA__.renewal;
   END IF;
   DELETE FROM __SCHEMA__.permits
@@ -903,11 +946,17 @@ BEGIN
   RETURN total;
 END $$;
 
+-- Version 4 (from 3, no DDL, no new codes): a lock grant drops the name's
+-- expired permits and reports them (drop_expired_permits), and renew_lock
+-- and release ask the permits before answering -1 (has_permit). A broker
+-- of version 3 still running calls these functions and reads their codes,
+-- which are version 3's.
+--
 -- Version 3 (from 2, no DDL): the functions record the end of an expired
 -- lease for its token once its row goes ('e' in ended) and answer -5 to
 -- its holder's later requests, where version 2 answered 0 (no record). A
 -- broker of version 2 still running reads -5 as an unknown code (an
 -- INTERNAL error) until it is upgraded.
 INSERT INTO __SCHEMA__.leasehold_schema_version (version)
-SELECT 3 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
-UPDATE __SCHEMA__.leasehold_schema_version SET version = 3 WHERE version < 3;
+SELECT 4 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
+UPDATE __SCHEMA__.leasehold_schema_version SET version = 4 WHERE version < 4;

@@ -467,6 +467,16 @@ impl RedisStore {
     /// to a migration longer than their TTL. A one-key script is served
     /// wherever its key is (redis-rs follows the ASK). One round trip for a
     /// lock, two for a semaphore permit.
+    ///
+    /// The permit form runs also when the lock form says another token
+    /// holds the name: a name is a lock or a semaphore at a time, but over
+    /// time both, and this token may be a permit that expired or was
+    /// released before the lock's grant, whose holder must hear its own end
+    /// (expired, reported, released), not "another owner" (which a
+    /// KeepAlive session counts as a store that lost its data). The lock's
+    /// answer stands when the permits know nothing of the token either: a
+    /// second round trip for a stranger's token only (renew.lua does both
+    /// looks in one script).
     async fn renew_one_key(
         &self,
         name: &str,
@@ -479,15 +489,25 @@ impl RedisStore {
             .renew_lock
             .call("renew_many")
             .run(&[&k.lease], &args);
-        if let LockRenewal::Renewal(renewal) = self.run_one_key(call).await? {
-            return Ok(self.renewed(renewal));
-        }
+        let another_owner = match self.run_one_key(call).await? {
+            LockRenewal::Renewal(renewal) => {
+                let outcome = self.renewed(renewal);
+                if !matches!(outcome, Checked::NotOwner { .. }) {
+                    return Ok(outcome);
+                }
+                Some(outcome)
+            }
+            LockRenewal::NotALock => None,
+        };
         let call = scripts()
             .renew_permit
             .call("renew_many")
             .run(&[&k.permits], &args);
         let renewal = self.run_one_key(call).await?;
-        Ok(self.renewed(renewal))
+        Ok(match (self.renewed(renewal), another_owner) {
+            (Checked::NotHeld, Some(not_owner)) => not_owner,
+            (outcome, _) => outcome,
+        })
     }
 
     /// Runs a one-key renewal script on a cluster: `ASKING` first (see
