@@ -812,6 +812,46 @@ mod tests {
     }
 
     #[test]
+    fn a_step_forward_excuses_a_write_within_the_deadline() {
+        let g = op(0, acquire(1000), granted(0, 10, 1000), 0, 5);
+        let forward = op(
+            9,
+            Call::ClockStep { delta_ms: 800 },
+            Answer::Happened,
+            100,
+            101,
+        );
+        let write = op(
+            0,
+            Call::Write {
+                token: 0,
+                fence: 10,
+                believed: true,
+            },
+            Answer::Accepted,
+            500,
+            501,
+        );
+        assert!(ok(&[g.clone(), write.clone()]));
+        assert!(
+            ok(&[g.clone(), forward, write.clone()]),
+            "the step ended the lease early: only the fence protects"
+        );
+        let late = op(
+            0,
+            Call::Write {
+                token: 0,
+                fence: 10,
+                believed: true,
+            },
+            Answer::Accepted,
+            1500,
+            1501,
+        );
+        assert!(!ok(&[g, late]), "no step: the deadline was wrong");
+    }
+
+    #[test]
     fn a_renewal_without_an_answer_may_have_shortened_the_lease() {
         let g = op(0, acquire(3000), granted(0, 10, 3000), 0, 5);
         let shorter = op(

@@ -84,6 +84,9 @@ impl Ends {
     pub const RELEASED: Ends = Ends(2);
     pub const REVOKED: Ends = Ends(4);
     pub const STORE_LOST: Ends = Ends(8);
+    /// Not a way of ending but a mark: a step of the store's clock forward
+    /// may have brought the end before its holder's deadline.
+    pub const STEPPED: Ends = Ends(16);
 
     pub fn has(self, e: Ends) -> bool {
         self.0 & e.0 != 0
@@ -633,12 +636,14 @@ impl Name {
                 // A holder within its own deadline writes under a live
                 // lease, unless the lease ended early by what no deadline
                 // foresees (a revoke, a store that lost it): the deadline
-                // rule of the proto (send time + ttl_ms is never too late).
+                // rule of the proto (send time + ttl_ms is never too late;
+                // "a Redis clock stepped forward expires leases early").
                 if *believed && self.alive(*token).is_none() {
-                    let early = self
-                        .ends
-                        .get(token)
-                        .is_some_and(|e| e.how.has(Ends::REVOKED) || e.how.has(Ends::STORE_LOST));
+                    let early = self.ends.get(token).is_some_and(|e| {
+                        e.how.has(Ends::REVOKED)
+                            || e.how.has(Ends::STORE_LOST)
+                            || e.how.has(Ends::STEPPED)
+                    });
                     if !early {
                         return;
                     }
@@ -657,7 +662,11 @@ impl Name {
                     self.ends
                         .iter()
                         .filter(|(_, e)| {
-                            e.how == Ends::EXPIRED && !e.forgotten && e.at.hi - d > from
+                            e.how.has(Ends::EXPIRED)
+                                && !e.how.has(Ends::RELEASED)
+                                && !e.how.has(Ends::REVOKED)
+                                && !e.forgotten
+                                && e.at.hi - d > from
                         })
                         .map(|(t, _)| *t)
                         .take(4)
@@ -680,6 +689,9 @@ impl Name {
                 let shift = |mut state: Name| {
                     for lease in &mut state.leases {
                         lease.ends_at = moved(lease.ends_at);
+                        if d > 0 {
+                            lease.how = lease.how.with(Ends::STEPPED);
+                        }
                     }
                     if let Some(delay) = &mut state.delay_until {
                         *delay = moved(*delay);
