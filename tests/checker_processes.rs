@@ -314,15 +314,27 @@ async fn descendants_die_with_run() {
         let seen = resource.lock().unwrap().writes.len();
         let spawned = Instant::now();
         let deadline = spawned + TTL;
-        let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        let mut command_line = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command_line
             .args(["run", "--lock", &format!("tree-{round}"), "--ttl", "2s"])
             .args(["--kill-grace", "200ms", "--", "bash", "-c", command])
             .env("LEASEHOLD_BROKER", broker.url())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+            .kill_on_drop(true);
+        // SIGHUP as a terminal's hang-up delivers it: with its default
+        // action, whatever the test runs under (`nohup` leaves it ignored,
+        // and an ignored disposition is inherited, so the hang-up round
+        // would wait for a `run` that never hears it).
+        // SAFETY: signal(2) is async-signal-safe, the one call between fork
+        // and exec.
+        unsafe {
+            command_line.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut run = command_line.spawn().unwrap();
 
         // The grandchild is at work: three writes received.
         let mut grandchild = None;
