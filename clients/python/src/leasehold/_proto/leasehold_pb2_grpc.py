@@ -120,7 +120,8 @@ class LeaseholdServiceServicer(object):
     def Renew(self, request, context):
         """Extends the lease by `ttl_ms` from now, only if `owner_token` is the
         current holder's. Fails with NOT_FOUND if the lease is gone and
-        FAILED_PRECONDITION if another owner holds the name.
+        FAILED_PRECONDITION if another owner holds the name (for a token the
+        store does not remember: see the error codes above).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -132,7 +133,7 @@ class LeaseholdServiceServicer(object):
         token within 10 seconds (a retry after a broken connection whose first
         try did the work), it succeeds again. Fails with NOT_FOUND if the lease
         is gone (it expired, or was revoked: the message says which) and
-        FAILED_PRECONDITION if another owner holds the name.
+        FAILED_PRECONDITION if another owner holds the name (as for Renew).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
