@@ -28,8 +28,11 @@ use super::{
 };
 
 /// How long before its answer an ABORTED wait's last look at the name may
-/// have been: the broker answers at the end of the wait, right after it.
-pub const WAIT_TAIL: Micros = 1_000_000;
+/// have been: the broker answers at the end of the wait, right after it
+/// (a second, for a loaded machine), unless a fault delayed the answer: a
+/// stopped broker or a stalled path to its clients holds it back for up to
+/// the nemesis' longest fault (faults come one at a time).
+pub const WAIT_TAIL: Micros = 1_000_000 + super::nemesis::MAX_FAULT.as_micros() as Micros;
 
 /// How many configurations one name's search may visit before it gives up
 /// (a history too tangled to decide is reported, never passed).
