@@ -347,6 +347,16 @@ impl Client {
         }
     }
 
+    /// A renewal sent at `sent` with `ttl_ms` got no answer: it may have
+    /// been applied, and if its TTL was shorter than what was left, the
+    /// lease now ends sooner. A careful holder keeps the earlier of the two
+    /// deadlines.
+    fn maybe_renewed(&mut self, token: &str, sent: Instant, ttl_ms: u64) {
+        if let Some(h) = self.held.iter_mut().find(|h| h.token == token) {
+            h.deadline = h.deadline.min(sent + Duration::from_millis(ttl_ms));
+        }
+    }
+
     /// Writes to the fenced resource under a lock lease held, checking the
     /// deadline first as a careful holder does; now and then paused
     /// between the check and the write (a GC pause), possibly past the
@@ -532,6 +542,7 @@ impl Client {
         match answer {
             Answer::NotFound | Answer::NotOwner => self.forget(token),
             Answer::Alive { ttl_ms, .. } => self.renewed(token, sent, ttl_ms),
+            Answer::Unknown => self.maybe_renewed(token, sent, ttl_ms),
             _ => {}
         }
     }
@@ -812,6 +823,7 @@ impl Client {
             match answer {
                 Answer::Lost(_) => self.forget(&held.token),
                 Answer::Alive { ttl_ms, .. } => self.renewed(&held.token, sent, ttl_ms),
+                Answer::Unknown => self.maybe_renewed(&held.token, sent, ttl_ms),
                 _ => {}
             }
             self.record
