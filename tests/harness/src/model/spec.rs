@@ -19,7 +19,16 @@
 //!   the name); a loss is never told for a live lease, nor with a reason
 //!   that did not happen;
 //! - a revoke ends the lock's current lease; repeated before anything else
-//!   was granted it reports the same fence again.
+//!   was granted it reports the same fence again;
+//! - CheckFence and Leader report the lock's current lease (an election is
+//!   a lock: its leader the holder, its term the fence);
+//! - a holder that writes within its own deadline (send time + ttl_ms)
+//!   writes under a live lease, unless something no deadline foresees ended
+//!   it early (a revoke, a store that lost it, its clock stepped forward),
+//!   and the fenced resource refuses exactly the fences below one it took;
+//! - the store's own events, recorded by the nemesis: data lost (a wipe:
+//!   every lease ends, records go, fences still rise), its clock stepped,
+//!   a failover that loses nothing acknowledged.
 //!
 //! Instants are [`Span`]s (see the module above), and [`Name::step`]
 //! returns every state the call may leave, empty when its answer is
