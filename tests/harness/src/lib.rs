@@ -72,6 +72,18 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// A fresh directory for a redis-server's data files (its append-only
+/// file), under the temporary directory.
+fn data_dir() -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-redis-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir.to_string_lossy().into_owned()
+}
+
 /// A redis-server child process, killed on drop. No persistence: a restart
 /// comes back empty, like a Redis that lost its data.
 pub struct RedisServer {
@@ -160,13 +172,7 @@ impl RedisServer {
     /// Starts redis-server with an append-only file (fsync on every write) in
     /// a fresh directory, so that a restart keeps the data.
     pub fn start_persistent() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-redis-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let dir = dir.to_string_lossy().into_owned();
+        let dir = data_dir();
         Self::start_with(&[
             "--appendonly",
             "yes",
@@ -196,13 +202,7 @@ impl RedisServer {
     /// listening on `ips` besides 127.0.0.1 (as
     /// [`RedisServer::start_bound`]).
     pub fn start_for_model(ips: &[std::net::IpAddr]) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-redis-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let dir = dir.to_string_lossy().into_owned();
+        let dir = data_dir();
         let clock = std::env::temp_dir().join(format!(
             "leasehold-faketime-{}-{}",
             std::process::id(),

@@ -876,6 +876,31 @@ mod tests {
     }
 
     #[test]
+    fn a_release_without_an_answer_may_arrive_after_later_answers() {
+        let g = op(0, acquire(3000), granted(0, 10, 3000), 0, 5);
+        let release = op(0, Call::Release { token: 0 }, Answer::Unknown, 10, 12_010);
+        let beat = op(
+            0,
+            Call::Beat {
+                token: 0,
+                ttl_ms: 3000,
+            },
+            Answer::Alive {
+                fence: 10,
+                ttl_ms: 3000,
+            },
+            500,
+            510,
+        );
+        let next = op(1, acquire(1000), granted(1, 11, 1000), 600, 610);
+        assert!(!ok(&[g.clone(), beat.clone(), next.clone()]));
+        assert!(
+            ok(&[g, release, beat, next]),
+            "the held release arrived after the heartbeat"
+        );
+    }
+
+    #[test]
     fn the_leader_is_the_election_lock_holder_and_its_term_the_fence() {
         let g = op(0, acquire(5000), granted(0, 10, 5000), 0, 5);
         let leader = |present, term| op(1, Call::Leader, Answer::Leader { present, term }, 10, 20);

@@ -124,6 +124,40 @@ pub struct Lease {
     /// How it ends then.
     pub how: Ends,
     pub lock_delay_ms: u64,
+    /// Calls on it without an answer that may still take effect (held in a
+    /// stalled path, they can arrive after later calls were answered).
+    pub pending: Vec<Pending>,
+}
+
+/// A renewal (`ttl_ms`) or a release (`None`) without an answer, which may
+/// take effect at any moment up to `until`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Pending {
+    pub until: Micros,
+    pub ttl_ms: Option<u64>,
+}
+
+impl Lease {
+    /// Widens the lease's end by what its pending calls may still do at
+    /// any moment from `from` on, and forgets those that can no longer.
+    fn widen_by_pending(&mut self, from: Micros) {
+        self.pending.retain(|p| p.until >= from);
+        for p in &self.pending {
+            match p.ttl_ms {
+                None => {
+                    self.ends_at.lo = self.ends_at.lo.min(from);
+                    self.how = self.how.with(Ends::RELEASED);
+                }
+                Some(ttl) => {
+                    let ttl = ttl as Micros * 1000;
+                    self.ends_at = Span::new(
+                        self.ends_at.lo.min(from + ttl - EPSILON),
+                        self.ends_at.hi.max(p.until + ttl + EPSILON),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The record of a lease's end.
@@ -477,6 +511,7 @@ impl Name {
                     ends_at: lasting(*got),
                     how: Ends::EXPIRED,
                     lock_delay_ms: *lock_delay_ms,
+                    pending: Vec::new(),
                 });
                 out.push(self);
             }
@@ -502,8 +537,11 @@ impl Name {
                 if requested != 0 && requested != *ttl_ms {
                     return;
                 }
-                self.leases[i].ends_at = lasting(*ttl_ms);
-                self.leases[i].how = Ends::EXPIRED;
+                let lease = &mut self.leases[i];
+                lease.ends_at = lasting(*ttl_ms);
+                lease.how = Ends::EXPIRED;
+                // A call still in flight may yet undo or shorten this.
+                lease.widen_by_pending(from);
                 out.push(self);
             }
             (Call::Renew { token, ttl_ms } | Call::Beat { token, ttl_ms }, Answer::Unknown) => {
@@ -511,12 +549,12 @@ impl Name {
                 // then ends as it would have, or `ttl` after that moment,
                 // which may be sooner (a shorter TTL) or later.
                 if let Some(i) = self.alive(*token) {
-                    let ttl = *ttl_ms as Micros * 1000;
                     let lease = &mut self.leases[i];
-                    lease.ends_at = Span::new(
-                        lease.ends_at.lo.min(from + ttl - EPSILON),
-                        lease.ends_at.hi.max(window.late + ttl + EPSILON),
-                    );
+                    lease.pending.push(Pending {
+                        until: window.late,
+                        ttl_ms: Some(*ttl_ms),
+                    });
+                    lease.widen_by_pending(from);
                 }
                 out.push(self);
             }
@@ -539,8 +577,11 @@ impl Name {
             (Call::Release { token }, Answer::Unknown) => {
                 if let Some(i) = self.alive(*token) {
                     let lease = &mut self.leases[i];
-                    lease.ends_at.lo = lease.ends_at.lo.min(from);
-                    lease.how = lease.how.with(Ends::RELEASED);
+                    lease.pending.push(Pending {
+                        until: window.late,
+                        ttl_ms: None,
+                    });
+                    lease.widen_by_pending(from);
                 }
                 out.push(self);
             }
@@ -725,6 +766,7 @@ impl Name {
                                 ends_at: Span::new(from, end.at.hi),
                                 how: Ends::EXPIRED,
                                 lock_delay_ms: end.lock_delay_ms,
+                                pending: Vec::new(),
                             });
                         }
                     }

@@ -24,7 +24,7 @@ use std::{
 
 use leasehold_server::proto::{
     lease_status::State, leasehold_service_client::LeaseholdServiceClient, AcquireRequest,
-    CampaignRequest, CheckFenceRequest, KeepAliveRequest, KeepAliveResponse, LeaderRequest,
+    CampaignRequest, CheckFenceRequest, KeepAliveRequest, KeepAliveResponse, LeaderRequest, Lease,
     LeaseRef, LossReason, ReleaseRequest, RenewRequest, ResignRequest, RevokeRequest,
 };
 use tokio::sync::mpsc;
@@ -473,7 +473,6 @@ impl Client {
         };
         let mut broker = self.broker();
         let sent = Instant::now();
-        let invoked = self.record.micros(sent);
         let result = tokio::time::timeout(
             Duration::from_millis(wait_ms) + DEADLINE,
             broker.acquire(request),
@@ -491,12 +490,31 @@ impl Client {
                 }
             }
         }
+        let result = result.map(|r| {
+            r.map(|r| {
+                let r = r.into_inner();
+                (r.lease.unwrap_or_default(), r.waited_ms)
+            })
+        });
+        self.note_grant(name, kind, call, sent, result);
+    }
+
+    /// Records an Acquire or Campaign sent at `sent`, and keeps the lease
+    /// it granted, with its deadline (the proto: send time + waited_ms +
+    /// ttl_ms).
+    fn note_grant(
+        &mut self,
+        name: &'static str,
+        kind: Kind,
+        call: Call,
+        sent: Instant,
+        result: Result<Result<(Lease, u64), Status>, tokio::time::error::Elapsed>,
+    ) {
         let mut secret = None;
         let mut waited = 0;
-        let answer = self.note(name, call, invoked, result, |r, rec| {
-            let r = r.into_inner();
-            waited = r.waited_ms;
-            let lease = r.lease.unwrap_or_default();
+        let invoked = self.record.micros(sent);
+        let answer = self.note(name, call, invoked, result, |(lease, waited_ms), rec| {
+            waited = waited_ms;
             secret = Some(lease.owner_token.clone());
             Answer::Granted {
                 token: rec.token(&lease.owner_token),
@@ -505,7 +523,6 @@ impl Client {
             }
         });
         if let (Answer::Granted { fence, ttl_ms, .. }, Some(token)) = (answer, secret) {
-            // The proto: send time + waited_ms + ttl_ms.
             let deadline = sent + Duration::from_millis(waited + ttl_ms);
             self.held.push(Held {
                 name,
@@ -607,35 +624,18 @@ impl Client {
         };
         let mut broker = self.broker();
         let sent = Instant::now();
-        let invoked = self.record.micros(sent);
         let result = tokio::time::timeout(
             Duration::from_millis(wait_ms) + DEADLINE,
             broker.campaign(request),
         )
         .await;
-        let mut secret = None;
-        let mut waited = 0;
-        let answer = self.note(ELECTION, call, invoked, result, |r, rec| {
-            let r = r.into_inner();
-            waited = r.waited_ms;
-            let lease = r.lease.unwrap_or_default();
-            secret = Some(lease.owner_token.clone());
-            Answer::Granted {
-                token: rec.token(&lease.owner_token),
-                fence: lease.fence,
-                ttl_ms: lease.ttl_ms,
-            }
+        let result = result.map(|r| {
+            r.map(|r| {
+                let r = r.into_inner();
+                (r.lease.unwrap_or_default(), r.waited_ms)
+            })
         });
-        if let (Answer::Granted { fence, ttl_ms, .. }, Some(token)) = (answer, secret) {
-            let deadline = sent + Duration::from_millis(waited + ttl_ms);
-            self.held.push(Held {
-                name: ELECTION,
-                token,
-                kind: Kind::Lock,
-                fence,
-                deadline,
-            });
-        }
+        self.note_grant(ELECTION, Kind::Lock, call, sent, result);
     }
 
     async fn leader(&mut self) {
