@@ -310,8 +310,8 @@ END $$;
 
 -- Drops p_name's expired permits, recording an 'e' end for each token (its
 -- loss reported now: semaphore_acquire's and acquire.lua's rule), and
--- returns how many went. A lock grant runs it once no permit of the name
--- is live: a name held as permits that all expired is free for a lock, and
+-- returns how many went. A permit grant runs it first; a lock grant runs
+-- it once no permit of the name is live: a name held as permits that all expired is free for a lock, and
 -- those permits' holders must hear "expired, reported" from then on, not
 -- another owner's lock. The caller holds the name's lock.
 CREATE OR REPLACE FUNCTION __SCHEMA__.drop_expired_permits(p_name text, p_now_ms bigint)
@@ -496,15 +496,7 @@ BEGIN
   -- More than its TTL left: the clock stepped back.
   UPDATE __SCHEMA__.permits SET expires_ms = now_ms + ttl_ms
    WHERE name = p_name AND expires_ms - now_ms > ttl_ms;
-  WITH gone AS (
-    DELETE FROM __SCHEMA__.permits d WHERE d.name = p_name AND d.expires_ms <= now_ms
-    RETURNING d.token, d.fence),
-  recorded AS (
-    INSERT INTO __SCHEMA__.ended AS e (name, token, how, fence, forget_ms)
-    SELECT p_name, gone.token, 'e', gone.fence, now_ms + __SCHEMA__.linger_ms() FROM gone
-    ON CONFLICT (name, token) DO UPDATE SET how = excluded.how, fence = excluded.fence,
-      forget_ms = excluded.forget_ms)
-  SELECT count(*) INTO expired FROM gone;
+  expired := __SCHEMA__.drop_expired_permits(p_name, now_ms);
   SELECT * INTO mine FROM __SCHEMA__.permits WHERE name = p_name AND token = p_token;
   IF FOUND THEN
     RETURN ROW(1, mine.fence, mine.ttl_ms, '', mine.granted_ms, 0, 0, expired)::__SCHEMA__.acquired;
