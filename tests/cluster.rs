@@ -171,9 +171,9 @@ fn names_in_one_slot(n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Issue 14, item 6: a slot holding 100 leases (TTL 2 s) heartbeated every
+/// Issue 14, item 6: a slot holding 100 leases (TTL 4 s) heartbeated every
 /// 500 ms over KeepAlive is migrated key by key, the slot MIGRATING on its
-/// owner and IMPORTING on the other for over 6 s (three TTLs): every
+/// owner and IMPORTING on the other for over 10 s (two and a half TTLs): every
 /// heartbeat renews every lease (none UNCONFIRMED, none lost), whichever
 /// node has its key at the moment. Also measured: the heartbeat's round
 /// trip during the migration, and what an Acquire of a new name in the
@@ -181,7 +181,10 @@ fn names_in_one_slot(n: usize) -> Vec<String> {
 #[tokio::test]
 async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
     const LEASES: usize = 100;
-    const TTL_MS: u64 = 2_000;
+    // 3.5 s between a renewal and the expiry it must beat: a TTL of 2 s
+    // (1.5 s) lost leases to a 1.9 s stall of a loaded 2-core machine
+    // running six tests at once beside a build (2026-12-02).
+    const TTL_MS: u64 = 4_000;
     let cluster = Cluster::start(3, 0).await;
     let seeds: Vec<String> = cluster.live_addrs().iter().map(|a| a.to_string()).collect();
     let broker = Broker::start(&format!("redis+cluster://{}", seeds.join(","))).await;
@@ -258,7 +261,7 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
         .unwrap();
     let migration = cluster.start_slot_migration(slot, to).await;
     let migrating = Instant::now();
-    // Key by key, one every 65 ms: the slot is half-moved for 6.5 s.
+    // Key by key, one every 100 ms: the slot is half-moved for 10 s.
     let mut acquires = Vec::new();
     for (i, name) in names.iter().enumerate() {
         cluster.migrate_key(&migration, &key(name)).await;
@@ -270,7 +273,7 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
                 .await;
             acquires.push((got.map(|_| ()).map_err(|s| s.code()), asked.elapsed()));
         }
-        tokio::time::sleep(Duration::from_millis(65)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let moved = migrating.elapsed();
     cluster.finish_slot_migration(&migration).await;
@@ -303,7 +306,7 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
         acquires
     );
     assert!(
-        moved > Duration::from_millis(3 * TTL_MS),
+        moved > Duration::from_millis(2 * TTL_MS),
         "the migration was too short to prove anything: {moved:?}"
     );
     assert!(during.len() >= 10, "{} heartbeats during it", during.len());

@@ -142,11 +142,16 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     // After the first 10 s: the churn's leases then expire as fast as they
     // come, and anything kept of them shows as growth from here.
     let mut rss_first = None;
+    // The last sample while the load ran: the end of the steady state,
+    // before the streams close (their leases' teardown is a transient of
+    // its own, a few MiB, returned or not by the allocator).
+    let mut rss_last = None;
     while Instant::now() < end {
         report.tick().await;
         let rss = rss_mib(pid);
         peak = peak.max(rss);
         rss_first.get_or_insert(rss);
+        rss_last = Some(rss);
         let mut window: Vec<u64> =
             std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(|e| e.into_inner()));
         println!(
@@ -165,10 +170,11 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     let lost = tally.lost.load(Ordering::Relaxed);
     let rss_end = rss_mib(pid);
     println!(
-        "soak done: heartbeats={} lost={lost} churned={} rss_start_mib={rss_start:.1} rss_10s_mib={:.1} rss_peak_mib={:.1} rss_end_mib={rss_end:.1}",
+        "soak done: heartbeats={} lost={lost} churned={} rss_start_mib={rss_start:.1} rss_10s_mib={:.1} rss_last_mib={:.1} rss_peak_mib={:.1} rss_end_mib={rss_end:.1}",
         tally.heartbeats.load(Ordering::Relaxed),
         tally.churned.load(Ordering::Relaxed),
         rss_first.unwrap_or(rss_end),
+        rss_last.unwrap_or(rss_end),
         peak.max(rss_end)
     );
     let _ = broker.start_kill();

@@ -14,6 +14,7 @@ pub mod contract;
 pub mod etcd;
 pub mod history;
 pub mod keepalive;
+pub mod lock;
 pub mod model;
 pub mod netns;
 pub mod postgres;
@@ -64,12 +65,47 @@ pub fn leasehold_binary() -> std::path::PathBuf {
     binary
 }
 
-/// A loopback port free right now.
+/// How long a port handed out by [`free_port`] stays out of every other
+/// test process's hands. Tests run in processes of their own, several at
+/// once (`cargo nextest`): without this, a port one test's server was just
+/// killed on (or has not started on yet) could be handed to another test,
+/// whose server would then answer the first test's reconnecting clients.
+/// Longer than any test runs; the ports a whole run hands out are a small
+/// part of the ephemeral range.
+const PORT_QUARANTINE: Duration = Duration::from_secs(600);
+
+/// A loopback port free right now, and handed out by no test process of
+/// this user in the last [`PORT_QUARANTINE`] (a file of recent ports in the
+/// temporary directory, under a [`lock::FileLock`]).
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    let _lock = lock::FileLock::acquire("ports");
+    // SAFETY: geteuid has no preconditions.
+    let path = std::env::temp_dir().join(format!("leasehold-ports-{}", unsafe { libc::geteuid() }));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut recent: Vec<(u16, u64)> = std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (port, at) = line.split_once(' ')?;
+            Some((port.parse().ok()?, at.parse().ok()?))
+        })
+        .filter(|&(_, at)| now.saturating_sub(at) < PORT_QUARANTINE.as_secs())
+        .collect();
+    let port = loop {
+        let port = StdListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        if recent.iter().all(|&(p, _)| p != port) {
+            break port;
+        }
+    };
+    recent.push((port, now));
+    let text: String = recent.iter().map(|(p, at)| format!("{p} {at}\n")).collect();
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    port
 }
 
 /// A fresh directory for a redis-server's data files (its append-only
@@ -918,4 +954,19 @@ pub async fn await_health(
     tokio::time::timeout(Duration::from_secs(15), wait)
         .await
         .unwrap_or_else(|_| panic!("health never became {want:?}"));
+}
+
+#[cfg(test)]
+mod free_port_tests {
+    /// The kernel's `bind(:0)` picks among the ephemeral ports at random, so
+    /// 500 draws without the registry repeat a port almost surely (a
+    /// birthday bound over ~14,000 even ports).
+    #[test]
+    fn no_port_is_handed_out_twice() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..500 {
+            let port = super::free_port();
+            assert!(seen.insert(port), "port {port} handed out twice");
+        }
+    }
 }

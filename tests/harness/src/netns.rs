@@ -23,10 +23,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, TcpStream},
     os::fd::AsRawFd,
     process::{Command, Stdio},
-    sync::{
-        atomic::{AtomicU32, Ordering},
-        Mutex,
-    },
+    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
@@ -66,8 +63,6 @@ table inet leasehold {
 /// the tests of one binary, which run in parallel, never share either.
 static INSTANCES: AtomicU32 = AtomicU32::new(0);
 
-/// Taken while an instance picks its subnet and configures it.
-static CHOOSING: Mutex<()> = Mutex::new(());
 
 /// Linux's limit on an interface name (IFNAMSIZ, 16 with the NUL).
 const IFNAME_MAX: usize = 15;
@@ -137,9 +132,11 @@ impl NetNs {
             panic!("`ip netns add {name}` failed: {stderr}");
         }
         // Held until the root side has its routes, so that an instance
-        // of this process passed over to the next subnet and the instance
-        // whose subnet that is see each other's route.
-        let choosing = CHOOSING.lock().unwrap_or_else(|e| e.into_inner());
+        // passed over to the next subnet and the instance whose subnet
+        // that is see each other's route: a lock file, since the other
+        // instance may be another test process's (`cargo nextest` runs
+        // each test in a process of its own).
+        let choosing = crate::lock::FileLock::acquire("netns");
         let (host_ip, ns_ip) = subnet(pid, n);
         // From here on, dropping it cleans up whatever was made.
         let ns = NetNs {

@@ -9,8 +9,11 @@
 //! A server can have a streaming standby (pg_basebackup, psql and pg_ctl
 //! from the same folder), synchronous or not, to promote in its place.
 //!
-//! initdb takes a second or two, so it runs once per test binary into a
-//! template cluster; every server copies the template (a few MB).
+//! initdb takes a second or two (several on a loaded machine), and every
+//! test runs in a process of its own (`cargo nextest`), so it runs once per
+//! machine into a template cluster kept in the temporary directory, made
+//! under a [`FileLock`] by the first test that needs it; every server copies
+//! the template (a few MB).
 
 use std::{
     os::unix::process::CommandExt,
@@ -20,7 +23,7 @@ use std::{
     time::Duration,
 };
 
-use crate::free_port;
+use crate::{free_port, lock::FileLock};
 
 /// The folder of initdb and postgres: `$LEASEHOLD_PG_BIN`, else the newest
 /// `/usr/lib/postgresql/*/bin` (Debian's layout; `scripts/test` installs
@@ -108,24 +111,41 @@ pub const STANDBY_NAME: &str = "leasehold_standby";
 
 static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
 
-/// Removes the template cluster when the test binary exits.
-extern "C" fn remove_template() {
-    if let Some(data) = TEMPLATE.get().and_then(|data| data.parent()) {
-        let _ = std::fs::remove_dir_all(data);
-    }
-}
-
-/// The template cluster of this test binary, made once.
+/// The template cluster, made once per machine (per user and PostgreSQL
+/// build): `leasehold-pg-template-<uid>-<key>/data` in the temporary
+/// directory, the key naming the `postgres` binary and its modification
+/// time, so that an upgraded PostgreSQL gets a template of its own. Made in
+/// a folder of its own and renamed into place under a [`FileLock`], so that
+/// a test never copies a half-made template, and a run killed half-way
+/// leaves nothing that a later one would take for a template. Kept between
+/// runs, as a cache: delete it at will.
 fn template() -> &'static Path {
     TEMPLATE.get_or_init(|| {
-        let dir = temp_dir("template");
-        // SAFETY: registers a plain function with no preconditions.
-        unsafe { libc::atexit(remove_template) };
-        chown(&dir);
+        let postgres = pg_bin().join("postgres");
+        let modified = std::fs::metadata(&postgres)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        let mut key = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&(postgres.as_os_str(), modified), &mut key);
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let name = format!(
+            "leasehold-pg-template-{uid}-{:016x}",
+            std::hash::Hasher::finish(&key)
+        );
+        let dir = std::env::temp_dir().join(&name);
         let data = dir.join("data");
+        let _lock = FileLock::acquire(&name);
+        if data.join("PG_VERSION").exists() {
+            return data;
+        }
+        let making = temp_dir("template");
+        chown(&making);
         let output = command(&pg_bin().join("initdb"))
             .arg("-D")
-            .arg(&data)
+            .arg(making.join("data"))
             .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
             .arg("--no-instructions")
             .output()
@@ -135,6 +155,10 @@ fn template() -> &'static Path {
             "initdb failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&making, &dir).unwrap_or_else(|e| {
+            panic!("rename {} to {}: {e}", making.display(), dir.display())
+        });
         data
     })
 }
