@@ -87,7 +87,8 @@ impl AcquireOptions {
 /// The host name is read once per process: reading it from /proc on every
 /// acquire (open, read, close) was the largest item in a profile of the
 /// client, a tenth of its CPU per acquire+release cycle (BENCHMARKS.md,
-/// `leasehold-bench floor`). The pid is asked each time: a forked child is
+/// "Client overhead: history": the `leasehold-bench floor` profile). The
+/// pid is asked each time: a forked child is
 /// a holder of its own.
 pub fn default_holder() -> String {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -39,7 +39,8 @@ use crate::store::Checked;
 const LOOK_AFTER: Duration = Duration::from_millis(250);
 
 /// Most leases watched at once: the size of the largest load the broker is
-/// measured with (100,000 leases over 100 streams, BENCHMARKS.md), about
+/// measured with (100,000 leases over 100 streams: BENCHMARKS.md, "Leases
+/// kept alive over 100 streams"), about
 /// 15 MB at worst. Past it, a lease of an ended stream is not watched (and
 /// that is logged): its expiry, if it comes, is counted by the next grant
 /// of its name instead, as for the leases of a broker that died.
