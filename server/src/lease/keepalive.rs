@@ -18,7 +18,7 @@ use tokio::time::{sleep_until, Instant};
 use super::{validate, Caller, Leases, LossReason, Slot};
 use crate::{
     error::{Error, Result},
-    store::{Checked, RenewItem},
+    store::{Checked, RenewItem, Renewed},
 };
 
 /// One lease named in a heartbeat (`Debug` redacts the token).
@@ -139,27 +139,7 @@ impl Session {
             )));
         }
 
-        let mut states: Vec<Option<LeaseState>> = Vec::with_capacity(leases.len());
-        let mut items = Vec::with_capacity(leases.len());
-        for lease in &leases {
-            let checked = validate::name(limits, &lease.name)
-                .and_then(|()| validate::owner_token(&lease.owner_token))
-                .and_then(|()| validate::ttl(limits, lease.ttl_ms, None));
-            match checked {
-                Ok(ttl_ms) => {
-                    states.push(None);
-                    items.push(RenewItem {
-                        name: self.caller.tenant().qualify(&lease.name),
-                        token: lease.owner_token.clone(),
-                        ttl_ms,
-                    });
-                }
-                Err(e) => states.push(Some(LeaseState::Rejected {
-                    message: e.to_string(),
-                })),
-            }
-        }
-
+        let (mut states, items) = self.renewals(&leases);
         let sent = Instant::now();
         let outcomes = self
             .leases
@@ -195,110 +175,35 @@ impl Session {
             let outcome = outcomes
                 .next()
                 .unwrap_or_else(|| Err("no answer from the store".into()));
-            let state = match outcome {
-                Err(message) => LeaseState::Unconfirmed { message },
-                Ok(Checked::Done(renewed)) => {
+            // Asked only of an answer that finds no lease of this token.
+            let lost_early = || {
+                self.tracked_as(&item)
+                    .is_some_and(|t| now < t.expires_no_sooner_than)
+            };
+            let (state, loss) = renewal_state(outcome, lost_early);
+            match &state {
+                LeaseState::Alive { ttl_ms, .. } => {
                     self.caller.hold(
                         &item.name,
                         &item.token,
-                        now + Duration::from_millis(renewed.ttl_ms),
+                        now + Duration::from_millis(*ttl_ms),
                     );
                     next_tracked.insert(
                         item.token,
                         Tracked {
                             name: item.name,
-                            expires_no_sooner_than: sent + Duration::from_millis(renewed.ttl_ms),
+                            expires_no_sooner_than: sent + Duration::from_millis(*ttl_ms),
                         },
                     );
-                    LeaseState::Alive {
-                        ttl_ms: renewed.ttl_ms,
-                        fence: renewed.fence,
-                    }
                 }
-                Ok(Checked::Released) => {
-                    // A heartbeat that crossed its own release: nothing lost.
+                LeaseState::Lost { .. } => {
                     self.caller.forget(&item.name, &item.token);
-                    LeaseState::Lost {
-                        reason: LossReason::Expired,
-                        fence: 0,
-                        message: "the lease was released with this owner token".into(),
+                    if let Some(reason) = loss {
+                        self.leases.lost(&item.name, reason);
                     }
                 }
-                Ok(Checked::Expired) => {
-                    self.caller.forget(&item.name, &item.token);
-                    self.leases.lost(&item.name, LossReason::Expired);
-                    LeaseState::Lost {
-                        reason: LossReason::Expired,
-                        fence: 0,
-                        message: "the lease expired before this renewal reached the store".into(),
-                    }
-                }
-                Ok(Checked::ExpiredReported) => {
-                    // Counted where it was first learnt (an earlier request,
-                    // or the grant that found it expired). This session may
-                    // still believe it alive (a renewal elsewhere gave it a
-                    // shorter TTL than this stream's): the store's word on
-                    // the token decides, not that belief.
-                    self.caller.forget(&item.name, &item.token);
-                    LeaseState::Lost {
-                        reason: LossReason::Expired,
-                        fence: 0,
-                        message: "the lease expired (its loss was reported already)".into(),
-                    }
-                }
-                Ok(outcome @ (Checked::NotHeld | Checked::NotOwner { .. })) => {
-                    self.caller.forget(&item.name, &item.token);
-                    let fence = match outcome {
-                        Checked::NotOwner { fence } => fence,
-                        _ => 0,
-                    };
-                    // The store has no record of this lease (an expiry
-                    // reported already is ExpiredReported, above). If this
-                    // session renewed it and it cannot have expired yet, the
-                    // store lost it (restarted empty, flushed, evicted): a
-                    // loss only this session can see, so count it here.
-                    // Else it is an old or foreign token, or one whose
-                    // record lapsed.
-                    let lost_early = self
-                        .tracked_as(&item)
-                        .is_some_and(|t| now < t.expires_no_sooner_than);
-                    if lost_early {
-                        self.leases.lost(&item.name, LossReason::StoreLost);
-                        LeaseState::Lost {
-                            reason: LossReason::StoreLost,
-                            fence,
-                            message: "the store lost the lease before it could have expired \
-                                      (restarted empty, flushed, or the key was deleted)"
-                                .into(),
-                        }
-                    } else if fence == 0 {
-                        LeaseState::Lost {
-                            reason: LossReason::Expired,
-                            fence,
-                            message: "no such lease: it expired (its loss was reported \
-                                      already), or this owner token never held it"
-                                .into(),
-                        }
-                    } else {
-                        LeaseState::Lost {
-                            reason: LossReason::NotOwner,
-                            fence,
-                            message: format!(
-                                "the lock is held by another owner (current fence {fence})"
-                            ),
-                        }
-                    }
-                }
-                // Counted as lost when it was revoked.
-                Ok(Checked::Revoked { fence }) => {
-                    self.caller.forget(&item.name, &item.token);
-                    LeaseState::Lost {
-                        reason: LossReason::Revoked,
-                        fence,
-                        message: "an operator revoked the lease".into(),
-                    }
-                }
-            };
+                LeaseState::Unconfirmed { .. } | LeaseState::Rejected { .. } => {}
+            }
             *slot = Some(state);
         }
         // Leases the client no longer names are no longer this session's.
@@ -313,6 +218,35 @@ impl Session {
                 (lease.name, state)
             })
             .collect())
+    }
+
+    /// What the store is asked to renew for `leases`, in order, and the
+    /// state of each lease so far: settled ([`LeaseState::Rejected`]) for a
+    /// malformed one, which the store is not asked about; `None` for one
+    /// that has a renewal in the list.
+    fn renewals(&self, leases: &[LeaseRef]) -> (Vec<Option<LeaseState>>, Vec<RenewItem>) {
+        let limits = &self.leases.inner.limits;
+        let mut states: Vec<Option<LeaseState>> = Vec::with_capacity(leases.len());
+        let mut items = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let checked = validate::name(limits, &lease.name)
+                .and_then(|()| validate::owner_token(&lease.owner_token))
+                .and_then(|()| validate::ttl(limits, lease.ttl_ms, None));
+            match checked {
+                Ok(ttl_ms) => {
+                    states.push(None);
+                    items.push(RenewItem {
+                        name: self.caller.tenant().qualify(&lease.name),
+                        token: lease.owner_token.clone(),
+                        ttl_ms,
+                    });
+                }
+                Err(e) => states.push(Some(LeaseState::Rejected {
+                    message: e.to_string(),
+                })),
+            }
+        }
+        (states, items)
     }
 
     /// This session's record of the lease `item` names: only if it renewed
@@ -347,8 +281,239 @@ impl Session {
     }
 }
 
+/// What the store's answer to one renewal means for its lease: the state
+/// its holder hears, and the loss to count, if the answer is the first
+/// news of one (see [`Leases::lost`]). Only a [`LeaseState::Lost`] comes
+/// with a loss. `answer` is the store's verdict on the token, or why there
+/// is none (the lease may then still be alive). `lost_early` is asked only
+/// of an answer that finds no lease of this token: whether this session
+/// renewed it and it cannot have expired yet.
+fn renewal_state(
+    answer: std::result::Result<Checked<Renewed>, String>,
+    lost_early: impl FnOnce() -> bool,
+) -> (LeaseState, Option<LossReason>) {
+    let lost = |reason, fence, message: String| LeaseState::Lost {
+        reason,
+        fence,
+        message,
+    };
+    match answer {
+        Err(message) => (LeaseState::Unconfirmed { message }, None),
+        Ok(Checked::Done(renewed)) => (
+            LeaseState::Alive {
+                ttl_ms: renewed.ttl_ms,
+                fence: renewed.fence,
+            },
+            None,
+        ),
+        // A heartbeat that crossed its own release: nothing lost.
+        Ok(Checked::Released) => (
+            lost(
+                LossReason::Expired,
+                0,
+                "the lease was released with this owner token".into(),
+            ),
+            None,
+        ),
+        Ok(Checked::Expired) => (
+            lost(
+                LossReason::Expired,
+                0,
+                "the lease expired before this renewal reached the store".into(),
+            ),
+            Some(LossReason::Expired),
+        ),
+        // Counted where it was first learnt (an earlier request, or the
+        // grant that found it expired). This session may still believe it
+        // alive (a renewal elsewhere gave it a shorter TTL than this
+        // stream's): the store's word on the token decides, not that belief.
+        Ok(Checked::ExpiredReported) => (
+            lost(
+                LossReason::Expired,
+                0,
+                "the lease expired (its loss was reported already)".into(),
+            ),
+            None,
+        ),
+        Ok(outcome @ (Checked::NotHeld | Checked::NotOwner { .. })) => {
+            let fence = match outcome {
+                Checked::NotOwner { fence } => fence,
+                _ => 0,
+            };
+            // The store has no record of this lease (an expiry reported
+            // already is ExpiredReported, above). If this session renewed it
+            // and it cannot have expired yet, the store lost it (restarted
+            // empty, flushed, evicted): a loss only this session can see, so
+            // count it here. Else it is an old or foreign token, or one whose
+            // record lapsed.
+            if lost_early() {
+                (
+                    lost(
+                        LossReason::StoreLost,
+                        fence,
+                        "the store lost the lease before it could have expired \
+                         (restarted empty, flushed, or the key was deleted)"
+                            .into(),
+                    ),
+                    Some(LossReason::StoreLost),
+                )
+            } else if fence == 0 {
+                (
+                    lost(
+                        LossReason::Expired,
+                        fence,
+                        "no such lease: it expired (its loss was reported \
+                         already), or this owner token never held it"
+                            .into(),
+                    ),
+                    None,
+                )
+            } else {
+                (
+                    lost(
+                        LossReason::NotOwner,
+                        fence,
+                        format!("the lock is held by another owner (current fence {fence})"),
+                    ),
+                    None,
+                )
+            }
+        }
+        // Counted as lost when it was revoked.
+        Ok(Checked::Revoked { fence }) => (
+            lost(
+                LossReason::Revoked,
+                fence,
+                "an operator revoked the lease".into(),
+            ),
+            None,
+        ),
+    }
+}
+
 impl Drop for Session {
     fn drop(&mut self) {
         self.leases.inner.events.keepalive_stream(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reason, fence and message of a [`LeaseState::Lost`].
+    fn lost(state: LeaseState) -> (LossReason, u64, String) {
+        match state {
+            LeaseState::Lost {
+                reason,
+                fence,
+                message,
+            } => (reason, fence, message),
+            other => panic!("not lost: {other:?}"),
+        }
+    }
+
+    /// For answers whose meaning must not depend on this session's memory.
+    fn never_asked() -> bool {
+        panic!("lost_early was asked of an answer that names the lease's fate")
+    }
+
+    #[test]
+    fn a_renewal_is_alive_with_the_ttl_and_fence_the_store_applied() {
+        let renewed = Renewed {
+            ttl_ms: 1_500,
+            fence: 9,
+        };
+        assert_eq!(
+            renewal_state(Ok(Checked::Done(renewed)), never_asked),
+            (
+                LeaseState::Alive {
+                    ttl_ms: 1_500,
+                    fence: 9
+                },
+                None
+            )
+        );
+    }
+
+    #[test]
+    fn no_answer_is_unconfirmed_with_the_stores_error_and_no_loss() {
+        assert_eq!(
+            renewal_state(Err("Redis is unavailable".into()), never_asked),
+            (
+                LeaseState::Unconfirmed {
+                    message: "Redis is unavailable".into()
+                },
+                None
+            )
+        );
+    }
+
+    #[test]
+    fn a_first_expiry_is_lost_and_counted() {
+        let (state, loss) = renewal_state(Ok(Checked::Expired), never_asked);
+        assert_eq!(loss, Some(LossReason::Expired));
+        let (reason, fence, message) = lost(state);
+        assert_eq!((reason, fence), (LossReason::Expired, 0));
+        assert!(message.contains("expired before this renewal"), "{message}");
+    }
+
+    #[test]
+    fn an_expiry_reported_already_is_lost_but_not_counted_again() {
+        let (state, loss) = renewal_state(Ok(Checked::ExpiredReported), never_asked);
+        assert_eq!(loss, None);
+        let (reason, fence, message) = lost(state);
+        assert_eq!((reason, fence), (LossReason::Expired, 0));
+        assert!(message.contains("reported already"), "{message}");
+    }
+
+    #[test]
+    fn a_renewal_that_crossed_its_release_is_gone_but_no_loss() {
+        let (state, loss) = renewal_state(Ok(Checked::Released), never_asked);
+        assert_eq!(loss, None);
+        let (reason, fence, message) = lost(state);
+        assert_eq!((reason, fence), (LossReason::Expired, 0));
+        assert!(message.contains("released"), "{message}");
+    }
+
+    #[test]
+    fn a_revoked_lease_is_lost_with_its_fence_counted_by_the_revoke_only() {
+        let (state, loss) = renewal_state(Ok(Checked::Revoked { fence: 4 }), never_asked);
+        assert_eq!(loss, None, "the revoke counted it");
+        let (reason, fence, message) = lost(state);
+        assert_eq!((reason, fence), (LossReason::Revoked, 4));
+        assert!(message.contains("revoked"), "{message}");
+    }
+
+    #[test]
+    fn an_unknown_token_is_gone_without_a_loss() {
+        let (state, loss) = renewal_state(Ok(Checked::NotHeld), || false);
+        assert_eq!(loss, None);
+        let (reason, fence, message) = lost(state);
+        assert_eq!((reason, fence), (LossReason::Expired, 0));
+        assert!(message.contains("no such lease"), "{message}");
+    }
+
+    #[test]
+    fn another_owner_is_reported_with_its_fence_without_a_loss() {
+        let (state, loss) = renewal_state(Ok(Checked::NotOwner { fence: 7 }), || false);
+        assert_eq!(loss, None);
+        let (reason, fence, message) = lost(state);
+        assert_eq!((reason, fence), (LossReason::NotOwner, 7));
+        assert!(message.contains("current fence 7"), "{message}");
+    }
+
+    /// A lease this session renewed that the store no longer knows before
+    /// it could have expired was lost by the store, whatever holds the
+    /// name now; only this session can see it, so it is counted here.
+    #[test]
+    fn a_lease_missing_before_it_could_expire_was_lost_by_the_store() {
+        for (answer, current) in [(Checked::NotHeld, 0), (Checked::NotOwner { fence: 7 }, 7)] {
+            let (state, loss) = renewal_state(Ok(answer), || true);
+            assert_eq!(loss, Some(LossReason::StoreLost));
+            let (reason, fence, message) = lost(state);
+            assert_eq!((reason, fence), (LossReason::StoreLost, current));
+            assert!(message.contains("store lost the lease"), "{message}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! here.
 
 mod abandoned;
+mod acquisition;
 mod election;
 mod events;
 mod keepalive;
@@ -29,15 +30,13 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::{
     sync::{oneshot, watch, Semaphore},
-    time::{sleep_until, Instant},
+    time::Instant,
 };
 
+use self::acquisition::{Acquisition, Wait};
 use crate::{
     error::{Error, Result},
-    store::{
-        Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, LeaseInfo, Renewed, Revocation,
-        Store, Watch, QUEUE_LIFETIME, QUEUE_REFRESH,
-    },
+    store::{Checked, GrantSpec, LeaseInfo, Renewed, Revocation, Store},
 };
 
 /// What a caller asks of Acquire (fields as in the proto). Its `Debug`
@@ -269,7 +268,8 @@ impl Leases {
         // call in flight still completes, and a grant it produced is released
         // at once instead of holding the lock for nobody until its TTL.
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(self.clone().acquire_task(
+        tokio::spawn(Acquisition::run(
+            self.clone(),
             caller.clone(),
             room,
             args.name,
@@ -309,324 +309,6 @@ impl Leases {
             "the place passed back is not in line (lapsed, taken or never kept); joining with a fresh token"
         );
         token::generate()
-    }
-
-    /// `name` is the lock's name as the caller gave it; `spec.name` is its
-    /// name in the store (within the caller's namespace).
-    async fn acquire_task(
-        self,
-        who: Caller,
-        room: LeaseRoom,
-        name: String,
-        spec: GrantSpec,
-        wait: Wait,
-        mut reply: oneshot::Sender<Result<Granted>>,
-    ) {
-        let started = Instant::now();
-        let mut unknown = false;
-        let result = self
-            .acquire_until(
-                &who,
-                &name,
-                &spec,
-                started,
-                (started + wait.time, wait.keep_place),
-                &mut reply,
-                &mut unknown,
-            )
-            .await
-            .map(|(fence, attempt)| Granted {
-                lease: GrantedLease {
-                    name,
-                    owner_token: spec.token.clone(),
-                    fence,
-                    ttl_ms: spec.ttl_ms,
-                },
-                // Measured to the sending of the granting attempt, not to its
-                // answer: a client adding this to its own send time gets a
-                // moment no later than the grant.
-                waited: attempt.duration_since(started),
-            });
-        let events = &self.inner.events;
-        match &result {
-            Ok(granted) => {
-                room.granted(
-                    &spec.name,
-                    &spec.token,
-                    Instant::now() + Duration::from_millis(spec.ttl_ms),
-                );
-                events.acquired(granted.waited);
-                tracing::debug!(
-                    lock = %spec.name, fence = granted.lease.fence, ttl_ms = spec.ttl_ms,
-                    holder = %spec.holder, token = %crate::redact::Redacted(&spec.token), "granted"
-                );
-            }
-            // A place kept at shutdown is no refusal (nothing was counted
-            // for a shutdown before places were kept at it).
-            Err(Error::PlaceKept { refusal, .. }) if matches!(**refusal, Error::Unavailable(_)) => {
-            }
-            Err(
-                Error::Held { .. }
-                | Error::LockDelay { .. }
-                | Error::Queued { .. }
-                | Error::PlaceKept { .. },
-            ) => events.acquire_refused(),
-            // An attempt failed without an answer: it may have granted.
-            Err(_) if unknown => self.orphaned(&spec),
-            Err(_) => {}
-        }
-        if let Err(Ok(granted)) = reply.send(result) {
-            tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
-            match self.count_errors(self.inner.store.release(&spec.name, &spec.token).await) {
-                Ok(Checked::Done(())) => events.released(),
-                Ok(_) => {}
-                Err(_) => self.orphaned(&spec),
-            }
-            who.forget(&spec.name, &spec.token);
-        }
-    }
-
-    /// One acquire attempt. A failed store call leaves its outcome unknown
-    /// (a timeout, a connection broken after the request went out: the
-    /// script may have run and granted): `unknown` is set, and the Acquire,
-    /// which ends with that error, has the token released later. An answer
-    /// counts the expired leases it found whose loss nobody had reported
-    /// (their holders never asked since): taken over after expiry
-    /// (`not_owner`), reported to this attempt and to no one else.
-    async fn attempt(&self, spec: &GrantSpec, unknown: &mut bool) -> Result<Acquired> {
-        let acquired = self
-            .count_errors(self.inner.store.acquire(spec).await)
-            .inspect_err(|_| *unknown = true)?;
-        let expired = match &acquired {
-            Acquired::Granted { expired, .. } => *expired,
-            Acquired::Blocked(blocked) => blocked.expired,
-        };
-        for _ in 0..expired {
-            self.lost(&spec.name, LossReason::NotOwner);
-        }
-        Ok(acquired)
-    }
-
-    /// Tries until `deadline`, woken by releases and expiries; returns the
-    /// fence of the grant and when the granting attempt was sent (the lease
-    /// started no sooner). A caller that waits holds a place in the name's
-    /// queue (in the store, across replicas) and leaves it however the wait
-    /// ends, unless `keep_place` and the wait ran out: then the place stays
-    /// for [`QUEUE_LIFETIME`] (from the last attempt, which renewed it), for
-    /// the caller's next Acquire to take back, and the refusal says so
-    /// ([`Error::PlaceKept`]). `unknown`: see [`Leases::attempt`].
-    #[allow(clippy::too_many_arguments)]
-    async fn acquire_until(
-        &self,
-        who: &Caller,
-        name: &str,
-        spec: &GrantSpec,
-        started: Instant,
-        (deadline, keep_place): (Instant, bool),
-        reply: &mut oneshot::Sender<Result<Granted>>,
-        unknown: &mut bool,
-    ) -> Result<(u64, Instant)> {
-        let store = &self.inner.store;
-        // A caller that will wait watches before its first attempt when
-        // that is free (the name is contended here already): the attempt's
-        // answer then stands, with no second look once the watch is up.
-        let early = spec
-            .queued
-            .then(|| store.watch_now(&spec.name, Event::Released, &spec.token))
-            .flatten();
-        let attempt = Instant::now();
-        let blocked = match self.attempt(spec, unknown).await? {
-            Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
-            Acquired::Blocked(blocked) => blocked,
-        };
-        if !spec.queued {
-            // It tried once: it did not wait (the time was the store's).
-            return Err(not_obtained(name, blocked, 0));
-        }
-        let early = early.map(|watch| (watch, blocked));
-        let result = self
-            .wait_in_line(who, name, spec, (started, deadline), early, reply, unknown)
-            .await;
-        // Only the end of the wait (the refusals below) keeps the place, and
-        // this broker's shutdown: the caller goes on waiting in it on another
-        // replica, as after a wait that ran out (a rolling restart must not
-        // send the waiters of the restarted replica to the back of the line).
-        // A caller that left or a failure gives it up as usual. A failure
-        // whose outcome is unknown (`unknown`: the attempt may have granted)
-        // never keeps it: the token is released later instead.
-        let result = match result {
-            Err(
-                refusal @ (Error::Held { .. } | Error::LockDelay { .. } | Error::Queued { .. }),
-            ) if keep_place => {
-                tracing::debug!(
-                    lock = %spec.name, token = %crate::redact::Redacted(&spec.token),
-                    "wait ran out; place in line kept"
-                );
-                return Err(Error::PlaceKept {
-                    refusal: Box::new(refusal),
-                    place: crate::error::KeptPlace(spec.token.clone()),
-                    kept_ms: crate::store::QUEUE_LIFETIME.as_millis() as u64,
-                });
-            }
-            Err(shutdown @ Error::Unavailable(_))
-                if keep_place && !*unknown && *self.inner.shutdown.borrow() =>
-            {
-                tracing::debug!(
-                    lock = %spec.name, token = %crate::redact::Redacted(&spec.token),
-                    "shutting down; place in line kept"
-                );
-                return Err(Error::PlaceKept {
-                    refusal: Box::new(shutdown),
-                    place: crate::error::KeptPlace(spec.token.clone()),
-                    kept_ms: crate::store::QUEUE_LIFETIME.as_millis() as u64,
-                });
-            }
-            result => result,
-        };
-        if result.is_err() {
-            // Give up the place in line at once, so the next waiter is not
-            // kept waiting for it to lapse.
-            if self
-                .count_errors(store.dequeue(&spec.name, &spec.token).await)
-                .is_err()
-            {
-                tokio::spawn(
-                    self.clone()
-                        .dequeue_later(spec.name.clone(), spec.token.clone()),
-                );
-            }
-        }
-        result
-    }
-
-    /// A dequeue that failed (the store was unreachable: a failover, say)
-    /// is tried again a few times while the place would still hold, so
-    /// that the line moves as soon as the store is back instead of when the
-    /// place lapses ([`QUEUE_LIFETIME`]).
-    async fn dequeue_later(self, name: String, token: String) {
-        let until = Instant::now() + QUEUE_LIFETIME;
-        while Instant::now() < until {
-            tokio::time::sleep(DEQUEUE_RETRY).await;
-            if self.inner.store.dequeue(&name, &token).await.is_ok() {
-                return;
-            }
-        }
-    }
-
-    /// Waits in line for the grant, looking again when woken. `early`: a
-    /// watch set up before the first attempt, and that attempt's answer,
-    /// which then needs no second look ([`Store::watch_now`]); without it
-    /// the watch is set up here and the name looked at again.
-    #[allow(clippy::too_many_arguments)]
-    async fn wait_in_line(
-        &self,
-        who: &Caller,
-        name: &str,
-        spec: &GrantSpec,
-        (started, deadline): (Instant, Instant),
-        early: Option<(Watch, Blocked)>,
-        reply: &mut oneshot::Sender<Result<Granted>>,
-        unknown: &mut bool,
-    ) -> Result<(u64, Instant)> {
-        let store = &self.inner.store;
-        let _caps = who.waiter_slot()?;
-        let _slot = Arc::clone(&self.inner.waiter_slots)
-            .try_acquire_owned()
-            .map_err(|_| {
-                Error::ResourceExhausted(format!(
-                    "{} Acquire calls are already waiting on this broker replica (--max-waiters); \
-                 retry later or on another replica",
-                    self.inner.limits.max_waiters
-                ))
-            })?;
-        let _waiting = Waiting::new(self.inner.events.as_ref());
-        let (watch, mut answered) = match early {
-            Some((watch, blocked)) => (watch, Some(blocked)),
-            None => (
-                self.count_errors(
-                    store
-                        .watch(&spec.name, Event::Released, Some(&spec.token))
-                        .await,
-                )?,
-                None,
-            ),
-        };
-        let shutdown = self.shutting_down();
-        tokio::pin!(shutdown);
-        // The first attempt (before this) took a place in line; from now on
-        // this replica refreshes it, with its other waiters' (places.rs).
-        let place = self
-            .inner
-            .places
-            .register(&spec.name, &spec.token, u64::MAX);
-        loop {
-            // Armed before the attempt, so a release between the attempt and
-            // the wait below still wakes us.
-            let notified = watch.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-
-            let blocked = match answered.take() {
-                Some(blocked) => blocked,
-                None => {
-                    let attempt = Instant::now();
-                    match self.attempt(spec, unknown).await? {
-                        Acquired::Granted { fence, .. } => return Ok((fence, attempt)),
-                        Acquired::Blocked(blocked) => blocked,
-                    }
-                }
-            };
-            place.saw(blocked.position);
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(not_obtained(name, blocked, ms_since(started)));
-            }
-            // Woken by a release naming us, or by our replica's refresh of
-            // the places finding us first in line or without a place
-            // (places.rs). The first in line also looks again when the
-            // lease would expire or the delay end (nobody announces those),
-            // and at least every QUEUE_REFRESH (an event may be lost with a
-            // subscription); one further back would only be refused, unless
-            // the name is free and those ahead are slow to take it (a dead
-            // replica's waiter, whose place lapses then: look again then).
-            // So the line costs the store one call per second per name and
-            // replica, not one per waiter.
-            let remaining = Duration::from_millis(blocked.remaining_ms.max(1));
-            let wake = if blocked.position <= 1 {
-                now + remaining.min(QUEUE_REFRESH)
-            } else if blocked.by == BlockedBy::Queue {
-                now + remaining
-            } else {
-                deadline
-            };
-            // The timeline of a wait, for finding where a handoff's time
-            // goes: what the attempt learnt, when it means to look again,
-            // and what woke it (the timer how late: tokio's fires on the
-            // next millisecond tick, so up to about 1 ms).
-            let wake = wake.min(deadline);
-            tracing::debug!(
-                lock = %spec.name, position = blocked.position, remaining_ms = blocked.remaining_ms,
-                wake_in_us = wake.duration_since(now).as_micros() as u64, "blocked; waiting"
-            );
-            tokio::select! {
-                () = &mut notified => {
-                    tracing::debug!(lock = %spec.name, "woken by an event")
-                }
-                () = sleep_until(wake) => {
-                    tracing::debug!(
-                        lock = %spec.name,
-                        late_us = Instant::now().saturating_duration_since(wake).as_micros() as u64,
-                        "woken by the timer"
-                    )
-                }
-                () = reply.closed() => return Err(Error::Cancelled),
-                () = &mut shutdown => {
-                    return Err(Error::Unavailable(
-                        "the broker is shutting down; retry on another replica".into(),
-                    ))
-                }
-            }
-        }
     }
 
     /// Extends a lease (see the proto).
@@ -784,61 +466,6 @@ impl Leases {
     }
 }
 
-fn ms_since(started: Instant) -> u64 {
-    started.elapsed().as_millis() as u64
-}
-
-/// How long an Acquire waits, and whether it keeps its place in line when
-/// that runs out.
-struct Wait {
-    time: Duration,
-    keep_place: bool,
-}
-
-/// How often [`Leases::dequeue_later`] tries again.
-const DEQUEUE_RETRY: Duration = Duration::from_millis(200);
-
-/// The error for an Acquire of `name` that ends without the lock.
-fn not_obtained(name: &str, blocked: Blocked, waited_ms: u64) -> Error {
-    let name = name.to_owned();
-    match blocked.by {
-        BlockedBy::Holder => Error::Held {
-            name,
-            holder: blocked.holder,
-            fence: blocked.fence,
-            remaining_ms: blocked.remaining_ms,
-            waited_ms,
-        },
-        BlockedBy::LockDelay => Error::LockDelay {
-            name,
-            fence: blocked.fence,
-            remaining_ms: blocked.remaining_ms,
-            waited_ms,
-        },
-        BlockedBy::Queue => Error::Queued {
-            name,
-            queued: blocked.queued,
-            waited_ms,
-        },
-    }
-}
-
-/// One waiting Acquire call, reported while it lives.
-struct Waiting<'a>(&'a dyn Events);
-
-impl<'a> Waiting<'a> {
-    fn new(events: &'a dyn Events) -> Self {
-        events.waiting(true);
-        Waiting(events)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.waiting(false);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -853,47 +480,6 @@ mod tests {
             Arc::new(metrics.clone()),
         );
         (leases, metrics)
-    }
-
-    /// A grant that arrives after its caller went away is released at once,
-    /// not left holding the lock for nobody until its TTL.
-    #[tokio::test]
-    async fn a_grant_whose_caller_left_is_released_at_once() {
-        let (leases, metrics) = leases();
-        let spec = GrantSpec {
-            name: "raced".into(),
-            token: token::generate().unwrap(),
-            holder: "gone".into(),
-            ttl_ms: 60_000,
-            lock_delay_ms: 0,
-            limit: 1,
-            queued: false,
-        };
-        let (tx, rx) = oneshot::channel();
-        drop(rx); // the caller disconnected while the store granted
-        let caller = Caller::local();
-        leases
-            .clone()
-            .acquire_task(
-                caller.clone(),
-                caller.reserve_lease().unwrap(),
-                "raced".into(),
-                spec,
-                Wait {
-                    time: Duration::ZERO,
-                    keep_place: false,
-                },
-                tx,
-            )
-            .await;
-        assert_eq!(metrics.acquired.get(), 1, "the store did grant");
-        assert_eq!(metrics.released.get(), 1, "and the grant was released");
-        assert!(leases
-            .describe(&Caller::local(), "", "raced")
-            .await
-            .unwrap()
-            .lease
-            .is_none());
     }
 
     /// Shutting down ends a wait with UNAVAILABLE instead of holding up the

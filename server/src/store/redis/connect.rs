@@ -8,10 +8,10 @@ use std::{future::Future, sync::Arc, time::Duration};
 
 use redis::{
     aio::{ConnectionManager, ConnectionManagerConfig},
-    Client, ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisError, Value,
+    Client, ErrorKind, ProtocolVersion, PushInfo, RedisError, Value,
 };
 
-use super::{cluster::ClusterTarget, sentinel::SentinelTarget, Inner};
+use super::{cluster::ClusterTarget, sentinel::SentinelTarget, subscribe::deliver_push, Inner};
 use crate::{
     error::{Error, Result},
     store::{watch::Watchers, StoreOptions},
@@ -198,8 +198,9 @@ impl Connector {
     }
 
     /// The subscription connection: RESP3, so that subscriptions and PINGs
-    /// share it; pushed messages wake the watches of their channel, and the
-    /// manager resubscribes by itself after a reconnection.
+    /// share it; pushed messages wake the watches of their channel
+    /// ([`deliver_push`]), and the manager resubscribes by itself after a
+    /// reconnection.
     pub(super) fn subscriber(
         &self,
         info: redis::ConnectionInfo,
@@ -212,25 +213,7 @@ impl Connector {
         );
         let pushed = self.watchers.clone();
         let on_push = move |push: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
-            match push.kind {
-                PushKind::Message => {
-                    // data = [channel, message]; watches are keyed by channel,
-                    // and the message names the waiter to wake (release.lua).
-                    if let [Value::BulkString(channel), Value::BulkString(next), ..] =
-                        push.data.as_slice()
-                    {
-                        if let (Ok(channel), Ok(next)) =
-                            (std::str::from_utf8(channel), std::str::from_utf8(next))
-                        {
-                            pushed.wake(channel, next);
-                        }
-                    }
-                }
-                // Releases may have gone unseen while disconnected: every
-                // waiter looks again (and fails fast if Redis is still down).
-                PushKind::Disconnection => pushed.wake_all(),
-                _ => {}
-            }
+            deliver_push(&pushed, &push);
             Ok(())
         };
         ConnectionManager::new_lazy_with_config(
