@@ -955,8 +955,8 @@ async fn administrators_name_the_root_namespace_at_root() {
     assert!(gone.message().contains("revoked"), "{gone:?}");
 }
 
-/// What moving a credential from tenant A to tenant B means, as the README's
-/// Security section says: its leases stay in A until their TTL, unary
+/// What moving a credential from tenant A to tenant B means, as
+/// docs/security.md says: its leases stay in A until their TTL, unary
 /// renewals and releases of them fail (NOT_FOUND, or FAILED_PRECONDITION
 /// once B's lock of that name is held), new acquires take B's locks, and a
 /// KeepAlive stream opened before the move ends at the reload.

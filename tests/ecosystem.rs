@@ -2,10 +2,16 @@
 //! Prometheus rules (deploy/prometheus/rules.yaml) and the Grafana dashboard
 //! (deploy/grafana/leasehold-dashboard.json) query exists in `/metrics`, every
 //! recorded series they query is recorded by the rules (and every recording
-//! is used), every selector of the rules is scoped to job="leasehold", the
-//! README's "Metrics reference" table lists exactly the families the broker
-//! serves, and its "Configuration reference" table exactly the flags,
-//! environment variables and defaults of `leasehold serve --help`.
+//! is used), every selector of the rules is scoped to job="leasehold",
+//! docs/operations.md's "Metrics reference" table lists exactly the families
+//! the broker serves, docs/configuration.md's "Configuration reference"
+//! table exactly the flags, environment variables and defaults of
+//! `leasehold serve --help`, and docs/stores.md's table of stores exactly
+//! the `--store` values `Store::open` accepts (`store::SCHEMES`). And the
+//! docs hold together: README.md stays short (at most [`README_MAX_LINES`]
+//! lines), and every relative link of README.md, CONTRIBUTING.md and
+//! docs/*.md reaches a file that exists, and a heading of it for an
+//! `#anchor`.
 
 use leasehold_testkit as common;
 
@@ -206,16 +212,36 @@ fn dashboard_exprs(json: &str) -> Vec<String> {
     exprs
 }
 
-/// The metric names of the README's "Metrics" table: the first backticked
-/// name of each row, without its `{labels}`.
-fn readme_metrics(readme: &str) -> BTreeSet<String> {
-    let start = readme
-        .find("\n## Metrics")
-        .expect("a `## Metrics` section in README.md");
-    let section = &readme[start + 1..];
-    let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
+/// The page whose "Metrics reference" section has the metrics table.
+const METRICS_DOC: &str = "docs/operations.md";
+
+/// The page whose "Configuration reference" section has the flags table.
+const CONFIGURATION_DOC: &str = "docs/configuration.md";
+
+/// The page whose marked table lists the stores.
+const STORES_DOC: &str = "docs/stores.md";
+
+/// README.md's length, at most: the README says what Leasehold is and
+/// how to start; the rest is in docs/.
+const README_MAX_LINES: usize = 250;
+
+/// The section of a Markdown page under the heading `## {title}` (to the
+/// next `## ` heading); panics, naming the page, when there is none.
+fn section<'a>(page: &'a str, path: &str, title: &str) -> &'a str {
+    let heading = format!("\n## {title}\n");
+    let start = page
+        .find(&heading)
+        .unwrap_or_else(|| panic!("{path} has no `## {title}` section"))
+        + heading.len();
+    let rest = &page[start..];
+    rest.find("\n## ").map_or(rest, |end| &rest[..end])
+}
+
+/// The metric names of the "Metrics reference" table: the first
+/// backticked name of each row, without its `{labels}`.
+fn documented_metrics(page: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for line in section[..end].lines() {
+    for line in section(page, METRICS_DOC, "Metrics reference").lines() {
         let line = line.trim();
         if !line.starts_with('|') {
             continue;
@@ -403,28 +429,29 @@ fn deploy_readme_lists_every_rule() {
     }
 }
 
-/// The README's "Metrics" table and `/metrics` list the same families.
+/// docs/operations.md's "Metrics reference" table and `/metrics` list the
+/// same families.
 #[tokio::test]
-async fn readme_metrics_table_matches_what_is_served() {
+async fn metrics_reference_matches_what_is_served() {
     let served: BTreeSet<String> = served_families(&scrape_after_traffic().await)
         .into_iter()
         .filter(|name| PREFIXES.iter().any(|p| name.starts_with(p)))
         .collect();
-    let documented = readme_metrics(&repo_file("README.md"));
+    let documented = documented_metrics(&repo_file(METRICS_DOC));
     assert!(
         documented.len() >= 5,
-        "too few rows parsed from README.md's Metrics table: {documented:?}"
+        "too few rows parsed from {METRICS_DOC}'s Metrics reference table: {documented:?}"
     );
 
     let undocumented: Vec<&String> = served.difference(&documented).collect();
     assert!(
         undocumented.is_empty(),
-        "served but missing from README.md's Metrics table: {undocumented:?}"
+        "served but missing from {METRICS_DOC}'s Metrics reference table: {undocumented:?}"
     );
     let not_served: Vec<&String> = documented.difference(&served).collect();
     assert!(
         not_served.is_empty(),
-        "in README.md's Metrics table but not served: {not_served:?}"
+        "in {METRICS_DOC}'s Metrics reference table but not served: {not_served:?}"
     );
 }
 
@@ -465,14 +492,9 @@ fn help_flags(help: &str) -> BTreeSet<Flag> {
     flags
 }
 
-/// The rows of the README's "Configuration reference" table.
-fn readme_flags(readme: &str) -> BTreeSet<Flag> {
-    let section = readme
-        .split("\n## Configuration reference")
-        .nth(1)
-        .expect("README has a Configuration reference section");
-    let section = section.split("\n## ").next().unwrap_or_default();
-    section
+/// The rows of the "Configuration reference" table.
+fn documented_flags(page: &str) -> BTreeSet<Flag> {
+    section(page, CONFIGURATION_DOC, "Configuration reference")
         .lines()
         .filter(|l| l.starts_with("| `--"))
         .map(|row| {
@@ -487,10 +509,10 @@ fn readme_flags(readme: &str) -> BTreeSet<Flag> {
         .collect()
 }
 
-/// The README's configuration reference lists every flag of `leasehold
+/// docs/configuration.md's reference lists every flag of `leasehold
 /// serve`, with its environment variable and default, and nothing else.
 #[test]
-fn readme_configuration_table_matches_serve_help() {
+fn configuration_reference_matches_serve_help() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["serve", "--help"])
         .output()
@@ -498,13 +520,247 @@ fn readme_configuration_table_matches_serve_help() {
     assert!(output.status.success());
     let help = help_flags(&String::from_utf8_lossy(&output.stdout));
     assert!(help.len() > 10, "help parsed: {help:?}");
-    let readme = readme_flags(&repo_file("README.md"));
-    let missing: Vec<_> = help.difference(&readme).collect();
-    let extra: Vec<_> = readme.difference(&help).collect();
+    let documented = documented_flags(&repo_file(CONFIGURATION_DOC));
+    let missing: Vec<_> = help.difference(&documented).collect();
+    let extra: Vec<_> = documented.difference(&help).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "README's configuration table and `leasehold serve --help` differ:\n  \
-         in --help, not (or not so) in README: {missing:?}\n  \
-         in README, not (or not so) in --help: {extra:?}"
+        "{CONFIGURATION_DOC}'s configuration table and `leasehold serve --help` differ:\n  \
+         in --help, not (or not so) in the table: {missing:?}\n  \
+         in the table, not (or not so) in --help: {extra:?}"
     );
+}
+
+/// The marks around docs/stores.md's table of stores.
+const STORES_BEGIN: &str = "<!-- store-schemes: begin";
+const STORES_END: &str = "<!-- store-schemes: end -->";
+
+/// The `--store` values of docs/stores.md's marked table: the first
+/// backticked cell of each row below the header, without a trailing `://` (`memory`,
+/// `redis`, `redis+sentinel`, ...), in the order of the rows.
+fn documented_stores(page: &str) -> Vec<String> {
+    let start = page
+        .find(STORES_BEGIN)
+        .unwrap_or_else(|| panic!("{STORES_DOC} has no `{STORES_BEGIN} ...` mark"));
+    let table = &page[start..];
+    let end = table
+        .find(STORES_END)
+        .unwrap_or_else(|| panic!("{STORES_DOC} has no `{STORES_END}` mark"));
+    // The rows after the header's `|---|` line.
+    table[..end]
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| !l.starts_with("|-") && !l.starts_with("| -"))
+        .skip(1)
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`'))
+        .map(|(value, _)| value.trim_end_matches("://").to_owned())
+        .collect()
+}
+
+/// docs/stores.md lists exactly the store schemes `Store::open` accepts,
+/// each once: a store added to the code and not to the docs (or the
+/// reverse) fails here.
+#[test]
+fn stores_page_lists_exactly_the_schemes_the_broker_opens() {
+    let documented = documented_stores(&repo_file(STORES_DOC));
+    let listed: BTreeSet<String> = documented.iter().cloned().collect();
+    assert_eq!(
+        listed.len(),
+        documented.len(),
+        "{STORES_DOC} lists a store twice: {documented:?}"
+    );
+    let accepted: BTreeSet<String> = leasehold_server::store::SCHEMES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let undocumented: Vec<_> = accepted.difference(&listed).collect();
+    let unknown: Vec<_> = listed.difference(&accepted).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "{STORES_DOC}'s table of stores and store::SCHEMES differ:\n  \
+         accepted by Store::open, missing from {STORES_DOC}: {undocumented:?}\n  \
+         in {STORES_DOC}, not accepted by Store::open: {unknown:?}"
+    );
+}
+
+/// The scanner of the stores table reads only the marked rows.
+#[test]
+fn the_stores_scanner_reads_the_marked_rows() {
+    let page = "| `elsewhere://` | no |\n<!-- store-schemes: begin -->\n| `--store` | store |\n|---|---|\n| `memory` | memory |\n| `redis://` | Redis |\n<!-- store-schemes: end -->\n| `after://` | no |\n";
+    assert_eq!(documented_stores(page), ["memory", "redis"]);
+}
+
+/// README.md is at most [`README_MAX_LINES`] lines.
+#[test]
+fn readme_is_short() {
+    let lines = repo_file("README.md").lines().count();
+    assert!(
+        lines <= README_MAX_LINES,
+        "README.md has {lines} lines, more than {README_MAX_LINES}: move the detail to a page of docs/"
+    );
+}
+
+/// The lines of a Markdown page outside fenced code blocks.
+fn prose_lines(page: &str) -> Vec<&str> {
+    let mut fenced = false;
+    page.lines()
+        .filter(|line| {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
+/// The anchor GitHub gives a heading: lowercase, without punctuation
+/// (letters, digits, `-`, `_` and spaces kept), spaces made `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown page's headings (a repeated heading's with
+/// GitHub's `-1`, `-2`... suffixes).
+fn anchors(page: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in prose_lines(page) {
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if hashes == 0 || hashes > 6 || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let base = anchor(&line[hashes..]);
+        let mut candidate = base.clone();
+        let mut n = 0;
+        while found.contains(&candidate) {
+            n += 1;
+            candidate = format!("{base}-{n}");
+        }
+        found.insert(candidate);
+    }
+    found
+}
+
+/// The targets of a Markdown page's inline links `[text](target)`, outside
+/// code blocks and code spans.
+fn link_targets(page: &str) -> Vec<String> {
+    let prose = prose_lines(page).join("\n");
+    let mut targets = Vec::new();
+    // Paragraph by paragraph: a code span may wrap onto the next line, not
+    // into the next paragraph.
+    for paragraph in prose.split("\n\n") {
+        // Code spans out (a link's text may be one: [`a`](b) stays a link).
+        let text: String = paragraph
+            .split('`')
+            .step_by(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let Some(end) = rest.find(')') else { break };
+            let target = rest[..end].split_whitespace().next().unwrap_or_default();
+            targets.push(target.to_owned());
+            rest = &rest[end..];
+        }
+    }
+    targets
+}
+
+/// The Markdown pages whose links are checked: README.md, CONTRIBUTING.md
+/// and every page of docs/, by their path from the repository's root.
+fn linked_pages() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec!["README.md".to_owned(), "CONTRIBUTING.md".to_owned()];
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("a docs/ folder")
+        .map(|entry| {
+            entry
+                .expect("read docs/")
+                .file_name()
+                .into_string()
+                .unwrap()
+        })
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+/// Every relative link of README.md, CONTRIBUTING.md and docs/*.md points
+/// to a file (or folder) that exists, and an `#anchor` to a heading of
+/// that Markdown file (or of the page itself).
+#[test]
+fn every_relative_link_of_the_docs_resolves() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pages = linked_pages();
+    assert!(pages.len() >= 8, "too few pages found in docs/: {pages:?}");
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in &pages {
+        let text = repo_file(page);
+        let dir = std::path::Path::new(page).parent().unwrap();
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (file, fragment) = match target.split_once('#') {
+                Some((file, fragment)) => (file, Some(fragment)),
+                None => (target.as_str(), None),
+            };
+            let path = if file.is_empty() {
+                std::path::PathBuf::from(page)
+            } else {
+                dir.join(file)
+            };
+            let full = root.join(&path);
+            if !full.exists() {
+                broken.push(format!("{page}: {target} (no {})", path.display()));
+                continue;
+            }
+            let Some(fragment) = fragment else { continue };
+            if full.extension().is_some_and(|e| e == "md") {
+                let headings = anchors(&std::fs::read_to_string(&full).unwrap());
+                if !headings.contains(fragment) {
+                    broken.push(format!(
+                        "{page}: {target} (no heading #{fragment} in {})",
+                        path.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked >= 50, "too few relative links found: {checked}");
+    assert!(
+        broken.is_empty(),
+        "broken links:\n  {}",
+        broken.join("\n  ")
+    );
+}
+
+/// The link scanner and the anchors are read as GitHub reads them.
+#[test]
+fn links_and_anchors_are_read_as_github_does() {
+    let page = "# Title\n\nSee [a](a.md#x-y), [`b`](../b.md) and `[not](a\nlink)`, [c](c.md).\n\n```\n[code](c.md)\n# not a heading\n```\n\n## Fences across a Redis failover: `--replica-acks`\n## Title\n";
+    assert_eq!(link_targets(page), ["a.md#x-y", "../b.md", "c.md"]);
+    let found = anchors(page);
+    let expected: BTreeSet<String> = [
+        "title",
+        "title-1",
+        "fences-across-a-redis-failover---replica-acks",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(found, expected);
+    assert_eq!(anchor("3. Alerts"), "3-alerts");
 }

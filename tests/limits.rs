@@ -1,4 +1,4 @@
-//! Every request limit (README's "Configuration reference") is refused with
+//! Every request limit (docs/configuration.md, "Configuration reference") is refused with
 //! the right status and a message naming the limit, and no bad request
 //! touches a bystander's lease.
 

@@ -5,7 +5,7 @@
 //! (`model::spec`) by a linearizability search (`model::linear`).
 //!
 //! `scripts/model-check [SECONDS] [STORE...]` runs it; through
-//! `cargo test` (the README's test command) each store runs for
+//! `cargo test` (`./scripts/test`, the README's test command) each store runs for
 //! `LEASEHOLD_MODEL_SECS` (default 12 s). A failure prints the seed, the
 //! smallest sub-history found that still fails, where the whole history was
 //! saved, and the commands that run the same workload again and check the

@@ -1,7 +1,8 @@
 //! Keeping a place in line across Acquire calls (keep_place / place): a wait
 //! longer than the broker's --max-wait, made of calls one after the other,
-//! keeps its turn; callers that do not ask see no change. Run on both stores,
-//! and on Redis across two replicas (the place lives in the store).
+//! keeps its turn; callers that do not ask see no change. Run on every
+//! store (memory, Redis, PostgreSQL), and on the shared stores across two
+//! replicas (the place lives in the store).
 
 use leasehold_testkit as common;
 

@@ -595,7 +595,7 @@ async fn execute(url: &str, sql: &str) {
 /// For deployments whose brokers may not run DDL: a broker whose role may
 /// not create the schema serves nothing and says to run `leasehold
 /// migrate`; once `leasehold migrate` ran with a role that may (and the
-/// broker's role was granted the tables, as the README says), the broker
+/// broker's role was granted the tables, as docs/stores.md says), the broker
 /// runs no DDL and serves.
 #[tokio::test]
 async fn leasehold_migrate_prepares_the_schema_for_a_role_without_ddl() {

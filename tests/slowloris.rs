@@ -8,7 +8,7 @@
 //! Meanwhile real clients are served within 2 s.
 //!
 //! Each test prints its measured figures (`cargo test --test slowloris --
-//! --nocapture`); RELIABILITY.md quotes them.
+//! --nocapture`); docs/reliability.md quotes them.
 
 use leasehold_testkit as common;
 

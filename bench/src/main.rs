@@ -1,5 +1,5 @@
 //! `leasehold-bench`: load generators for Leasehold, bounded in time,
-//! printing the figures quoted in README.md and BENCHMARKS.md. Not part of
+//! printing the figures quoted in docs/ and BENCHMARKS.md. Not part of
 //! the shipped binary or image.
 //!
 //! They measure the broker through its public API (gRPC), against two

@@ -2,7 +2,7 @@
 //! (2,000 leases over 20 streams, renewed every second, and 1,000 leases a
 //! second taken and left to expire on the same connection, under
 //! `--conn-max-leases`): no lease lost, and the broker's memory flat.
-//! RELIABILITY.md has the 10-minute figures.
+//! docs/reliability.md has the 10-minute figures.
 
 use leasehold_testkit as common;
 

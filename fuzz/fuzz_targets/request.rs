@@ -31,7 +31,7 @@ fn limits() -> Limits {
     Limits::default()
 }
 
-// The rules as documented (README, proto, validate.rs), with the defaults.
+// The rules as documented (docs/configuration.md, proto, validate.rs), with the defaults.
 
 fn name_ok(name: &str) -> bool {
     (1..=256).contains(&name.len())

@@ -1,11 +1,13 @@
 //! The Leasehold broker as a library: named leases with owner tokens and
-//! fencing tokens, served over gRPC, stored in Redis (or in memory). The
+//! fencing tokens, served over gRPC, stored in Redis (one server, Sentinel
+//! or Cluster), in PostgreSQL or in memory. The
 //! `leasehold` binary (`serve` and the client commands) and the tests build
 //! on it; a Rust application that wants a client depends on
 //! `leasehold-client` instead, which compiles none of this.
 //!
 //! See `proto/leasehold/v1/leasehold.proto` for the API and its guarantees,
-//! and `README.md` for running it.
+//! `README.md` for running it, and `docs/architecture.md` for the layers
+//! below and the paths a call takes through them.
 //!
 //! # Layout
 //!
@@ -19,9 +21,12 @@
 //!   caps). Knows nothing of gRPC or Prometheus: it reports what happens
 //!   through its `Events` trait, and returns [`Error`], which the server maps
 //!   to statuses (`service::status`).
-//! * [`store`]: atomic lease operations and release notifications, in Redis
-//!   (Lua scripts in `src/store/lua/`; one server, Sentinel or Cluster) or
-//!   in memory; one contract.
+//! * [`store`]: atomic lease operations and release notifications, in
+//!   memory, in Redis (Lua scripts in `src/store/lua/`; one server,
+//!   Sentinel or Cluster) or in PostgreSQL (PL/pgSQL functions in
+//!   `src/store/postgres/schema.sql`); one contract, checked by
+//!   `tests/conformance.rs` on each ([`store::SCHEMES`]: the `--store`
+//!   values that open them).
 //! * [`metrics`]: Prometheus metrics: the lease rules' events counted, and
 //!   the server's own.
 //! * [`service`]: the tonic services (thin), the gate that turns credentials

@@ -55,8 +55,8 @@
 //! debugger), it enforces nothing: while `run` lives, `run` still stops the
 //! tree (SIGCONT to the guardian, then SIGKILL to its process group), but if
 //! `run` is stopped or dead too, nothing ends the command. A frozen machine
-//! or cgroup (everything stopped at once) is the fence's job (the README's
-//! "fencing").
+//! or cgroup (everything stopped at once) is the fence's job
+//! (docs/guarantees.md, "Fencing").
 
 use std::{
     collections::HashMap,

@@ -378,31 +378,64 @@ macro_rules! dispatch {
     };
 }
 
-impl Store {
-    /// Opens the store a `--store` value names: `memory`, a `redis://` /
-    /// `rediss://` URL, a `redis+sentinel://` URL or a `redis+cluster://`
-    /// URL (each with a TLS variant, `rediss+...`), or a `postgres://` /
-    /// `postgresql://` URL.
-    pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
-        let redis = [
-            "redis://",
-            "rediss://",
-            "redis+sentinel://",
-            "rediss+sentinel://",
-            "redis+cluster://",
-            "rediss+cluster://",
-        ];
-        if url == "memory" {
-            Ok(Store::Memory(MemoryStore::new()))
-        } else if redis.iter().any(|scheme| url.starts_with(scheme)) {
-            Ok(Store::Redis(RedisStore::open(url, options)?))
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Ok(Store::Postgres(PostgresStore::open(url, options)?))
+/// Every kind of `--store` value [`Store::open`] accepts, as it dispatches
+/// on them: `memory` (the whole value: the embedded store), then the URL
+/// schemes (a value `<scheme>://...`): Redis (one server, Sentinel,
+/// Cluster; each with its TLS variant, `rediss...`) and PostgreSQL.
+/// docs/stores.md lists the same, and tests/ecosystem.rs fails when the
+/// two differ.
+pub const SCHEMES: &[&str] = &[
+    "memory",
+    "redis",
+    "rediss",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+    "postgres",
+    "postgresql",
+];
+
+/// The entry of [`SCHEMES`] a `--store` value names, if any.
+fn scheme_of(url: &str) -> Option<&'static str> {
+    SCHEMES.iter().copied().find(|&scheme| {
+        if scheme == "memory" {
+            url == scheme
         } else {
-            Err(crate::Error::InvalidArgument(format!(
-                "unknown store '{}': use 'memory', a redis://, redis+sentinel:// or redis+cluster:// URL, or a postgres:// URL",
-                crate::redact::url(url)
-            )))
+            url.strip_prefix(scheme)
+                .is_some_and(|rest| rest.starts_with("://"))
+        }
+    })
+}
+
+impl Store {
+    /// Opens the store a `--store` value names: `memory`, or a URL of one of
+    /// the [`SCHEMES`]: `redis://` / `rediss://`, `redis+sentinel://`,
+    /// `redis+cluster://` (each with a TLS variant, `rediss+...`), or
+    /// `postgres://` / `postgresql://`.
+    pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
+        match scheme_of(url) {
+            Some("memory") => Ok(Store::Memory(MemoryStore::new())),
+            Some(
+                "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+                | "rediss+cluster",
+            ) => Ok(Store::Redis(RedisStore::open(url, options)?)),
+            Some("postgres" | "postgresql") => {
+                Ok(Store::Postgres(PostgresStore::open(url, options)?))
+            }
+            Some(other) => Err(crate::Error::Internal(format!(
+                "the store scheme '{other}' is in SCHEMES but opens no store"
+            ))),
+            None => Err(crate::Error::InvalidArgument(format!(
+                "unknown store '{}': use 'memory' or a URL of one of the schemes {}",
+                crate::redact::url(url),
+                SCHEMES
+                    .iter()
+                    .filter(|&&s| s != "memory")
+                    .map(|s| format!("{s}://"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
         }
     }
 
@@ -548,4 +581,57 @@ pub struct ClockReading {
     pub sent: std::time::Instant,
     /// Just after the answer arrived.
     pub received: std::time::Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether opening `url` failed as an unknown store (or as a scheme of
+    /// [`SCHEMES`] that opens nothing).
+    fn refused_as_unknown(url: &str) -> bool {
+        let options = StoreOptions::new("leasehold:", std::time::Duration::from_secs(1));
+        match Store::open(url, &options) {
+            Ok(_) => false,
+            Err(crate::Error::InvalidArgument(message)) => message.starts_with("unknown store"),
+            Err(crate::Error::Internal(_)) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// Every entry of SCHEMES opens its store (or fails in that store's own
+    /// checks, never as an unknown store); a made-up scheme, a prefix of a
+    /// scheme and a scheme without `://` are refused.
+    #[tokio::test]
+    async fn every_scheme_is_opened_and_a_made_up_one_refused() {
+        for scheme in SCHEMES {
+            let url = if *scheme == "memory" {
+                "memory".to_owned()
+            } else {
+                format!("{scheme}://127.0.0.1:1/leasehold")
+            };
+            assert_eq!(scheme_of(&url), Some(*scheme), "{url}");
+            assert!(!refused_as_unknown(&url), "{url} refused as unknown");
+        }
+        for url in [
+            "mongodb://127.0.0.1:27017",
+            "redis+raft://127.0.0.1:6379",
+            "redi://127.0.0.1:6379",
+            "postgres:127.0.0.1",
+            "memory://",
+            "memoryx",
+            "",
+        ] {
+            assert_eq!(scheme_of(url), None, "{url}");
+            assert!(refused_as_unknown(url), "{url} not refused");
+        }
+        // The refusal names every scheme.
+        let options = StoreOptions::new("leasehold:", std::time::Duration::from_secs(1));
+        let Err(crate::Error::InvalidArgument(message)) = Store::open("etcd://x", &options) else {
+            panic!("etcd:// opened a store")
+        };
+        for scheme in SCHEMES.iter().filter(|&&s| s != "memory") {
+            assert!(message.contains(&format!("{scheme}://")), "{message}");
+        }
+    }
 }

@@ -12,7 +12,7 @@
 //! at a time; the model states the whole contract once, and random
 //! operations under random faults ask it questions nobody listed. Where the
 //! model and a store disagree, one of them is wrong: the model is written
-//! from the proto's and the README's promises, never from a store's code.
+//! from the proto's and docs/guarantees.md's promises, never from a store's code.
 //!
 //! Time is part of the contract (a lease expires at its TTL), so the model
 //! is not the usual deterministic state machine: every instant it knows is

@@ -1,7 +1,7 @@
 //! The contract of one name, executable: what a lock or semaphore name may
 //! answer to each call, given everything linearized before it. Written from
 //! the proto's promises (leasehold.proto's file comment, its calls' and
-//! fields' comments) and the README's, not from any store's code:
+//! fields' comments) and docs/guarantees.md's, not from any store's code:
 //!
 //! - at most one lease of a lock, at most `limit` permits of a semaphore,
 //!   never both on one name; a try (`wait = 0`) or a wait that runs out
