@@ -143,7 +143,7 @@ fn outcome<T>(
 ) -> tonic::Code {
     let code = result
         .as_ref()
-        .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+        .map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
     assert!(
         allowed.contains(&code),
         "{call}: {result:?}",

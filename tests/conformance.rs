@@ -57,7 +57,7 @@ async fn renew_with_right_and_wrong_token(store: &Store) {
     let renewed = store.renew("a", "t1", Some(4_000)).await.unwrap();
     assert_eq!(
         renewed,
-        Checked::Done(leasehold_server::store::Renewed {
+        Checked::Done(Renewed {
             ttl_ms: 4_000,
             fence
         })
@@ -80,7 +80,7 @@ async fn renew_with_right_and_wrong_token(store: &Store) {
     // `None` keeps the lease's own TTL.
     assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
-        Checked::Done(leasehold_server::store::Renewed {
+        Checked::Done(Renewed {
             ttl_ms: 4_000,
             fence
         })
@@ -807,7 +807,7 @@ async fn refreshing_places_tells_each_its_rank(store: &Store) {
             .await
             .unwrap();
     }
-    let tokens = |names: &[&str]| names.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+    let tokens = |names: &[&str]| names.iter().map(std::string::ToString::to_string).collect::<Vec<_>>();
     assert_eq!(
         store
             .refresh_places("a", &tokens(&["w3", "w1", "stranger", "w2"]))
@@ -968,7 +968,7 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
 
     assert_eq!(
         store.renew("s", "p2", Some(5_000)).await.unwrap(),
-        Checked::Done(leasehold_server::store::Renewed {
+        Checked::Done(Renewed {
             ttl_ms: 5_000,
             fence: fences[1]
         })

@@ -260,7 +260,7 @@ async fn configured_limits_are_enforced() {
 #[tokio::test]
 async fn contradictory_limits_refuse_to_start() {
     let broker = common::Broker::start_with("memory", |c| {
-        c.limits.ttl_min = std::time::Duration::from_secs(7200)
+        c.limits.ttl_min = std::time::Duration::from_secs(7200);
     })
     .await;
     let err = broker.stop().await.unwrap_err();

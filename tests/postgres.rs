@@ -894,7 +894,7 @@ async fn a_grant_survives_a_crash_of_a_server_set_to_synchronous_commit_off() {
     let kept = loop {
         match store.check("kept", "t1").await {
             Err(Error::Unavailable(_)) if started.elapsed() < Duration::from_secs(30) => {
-                tokio::time::sleep(Duration::from_millis(100)).await
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             other => break other,
         }

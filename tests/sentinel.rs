@@ -25,7 +25,7 @@ async fn the_broker_follows_a_sentinel_failover() {
     let sentinels: Vec<String> = topology
         .sentinel_addrs()
         .iter()
-        .map(|a| a.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
     let url = format!(
         "redis+sentinel://{}/{}/0",
@@ -43,7 +43,7 @@ async fn the_broker_follows_a_sentinel_failover() {
         {
             Ok(r) => break r.into_inner().lease.unwrap(),
             Err(s) if s.code() == Code::Unavailable && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(s) => panic!("no grant through Sentinel: {s:?}"),
         }

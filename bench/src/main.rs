@@ -55,20 +55,20 @@ enum Command {
     Keepalive(keepalive::KeepaliveArgs),
     /// A bounded soak: starts its own broker, keeps N leases alive over S
     /// streams, and reports the broker's RSS, heartbeat p99 and lost leases.
-    Soak(crate::soak::SoakArgs),
+    Soak(soak::SoakArgs),
     /// Acquire+release cycles through a broker and straight against Redis
     /// with the same scripts (the ratio), then one contended lock.
-    Cycles(crate::cycles::CyclesArgs),
+    Cycles(cycles::CyclesArgs),
     /// N leases kept alive over S KeepAlive streams through a broker and
     /// renewed straight against the store (Redis or PostgreSQL) with the
     /// same batching: renewal latency, losses, CPU and memory of broker and
     /// store.
-    Heartbeats(crate::heartbeats::HeartbeatsArgs),
+    Heartbeats(heartbeats::HeartbeatsArgs),
     /// N callers waiting on one lock through a broker of the bench's own:
     /// Redis and broker CPU while they wait, then handoffs down the line
     /// (each grantee releases at once and queues again at the back):
     /// handoffs per second and handoff latency percentiles.
-    Waiters(crate::waiters::WaitersArgs),
+    Waiters(waiters::WaitersArgs),
     /// The gRPC floor and the client library's cost: acquire+release cycles
     /// against a bare tonic server of the bench's own (a child process:
     /// canned answers, no store, the broker's allocator, thread and HTTP/2
@@ -77,7 +77,7 @@ enum Command {
     /// CPU per cycle through `leasehold_client::Client` against a bare
     /// generated client over a tonic Channel, on that same server (issue 18:
     /// the client at most 1.5x).
-    Floor(crate::floor::FloorArgs),
+    Floor(floor::FloorArgs),
 }
 
 fn main() -> ExitCode {

@@ -94,7 +94,7 @@ struct Shared {
 impl Shared {
     fn failed(&self, status: &tonic::Status) {
         self.errors.fetch_add(1, Ordering::Relaxed);
-        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        let mut first = self.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if first.is_none() {
             *first = Some(format!("{:?}: {}", status.code(), status.message()));
         }
@@ -230,7 +230,7 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     let run_errors = shared.errors.load(Ordering::Relaxed) - errors + holder_failed;
     shared.stop.store(true, Ordering::Relaxed);
     let mut handoffs =
-        std::mem::take(&mut *shared.handoffs_us.lock().unwrap_or_else(|e| e.into_inner()));
+        std::mem::take(&mut *shared.handoffs_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     for task in &tasks {
         task.abort();
     }
@@ -266,7 +266,7 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     if let Some(first) = shared
         .first_error
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .as_ref()
     {
         println!("first failed call: {first}");
@@ -333,7 +333,7 @@ async fn wait_in_turn(mut client: BenchClient, name: String, shared: Arc<Shared>
             shared
                 .handoffs_us
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(now.saturating_sub(released) / 1_000);
         }
         shared

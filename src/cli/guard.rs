@@ -195,7 +195,7 @@ impl Alarm {
                 it_value: libc::timespec {
                     // (A zero value would disarm: 1 ns is as past as 0.)
                     tv_sec: at.as_secs() as libc::time_t,
-                    tv_nsec: at.subsec_nanos().max(1) as libc::c_long,
+                    tv_nsec: libc::c_long::from(at.subsec_nanos().max(1)),
                 },
             };
             // SAFETY: a valid timerfd and itimerspec; the old value is not

@@ -554,7 +554,7 @@ pub async fn observe(args: ObserveArgs) -> ExitCode {
                 println!(
                     "leader election={} value={:?} term={}",
                     args.election, leader.value, leader.term
-                )
+                );
             }
             Some(Ok(None)) => println!("no-leader election={}", args.election),
             Some(Err(e)) => return fail(&e),

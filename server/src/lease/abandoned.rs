@@ -130,7 +130,7 @@ pub(super) struct Abandoned {
 
 impl Abandoned {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many leases are watched now.
@@ -195,7 +195,7 @@ impl Leases {
             // it over: ExpiredReported).
             Ok(_) => {}
             Err(e) => {
-                tracing::debug!(lock = %name, error = %e, "could not look at the lease of an ended stream")
+                tracing::debug!(lock = %name, error = %e, "could not look at the lease of an ended stream");
             }
         }
     }

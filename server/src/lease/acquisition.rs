@@ -364,14 +364,14 @@ impl Acquisition {
             );
             tokio::select! {
                 () = &mut notified => {
-                    tracing::debug!(lock = %lock, "woken by an event")
+                    tracing::debug!(lock = %lock, "woken by an event");
                 }
                 () = sleep_until(wake) => {
                     tracing::debug!(
                         lock = %lock,
                         late_us = Instant::now().saturating_duration_since(wake).as_micros() as u64,
                         "woken by the timer"
-                    )
+                    );
                 }
                 () = self.reply.closed() => return Err(Error::Cancelled),
                 () = &mut shutdown => {

@@ -66,7 +66,7 @@ pub(super) struct Orphans {
 
 impl Orphans {
     fn len(&self) -> usize {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 }
 
@@ -77,7 +77,7 @@ impl Leases {
     pub(super) fn orphaned(&self, spec: &GrantSpec) {
         let orphans = &self.inner.orphans;
         {
-            let mut pending = orphans.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pending = orphans.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if pending.len() >= MAX_PENDING {
                 tracing::warn!(
                     lock = %spec.name, token = %Redacted(&spec.token),
@@ -147,7 +147,7 @@ async fn reap(orphans: Arc<Orphans>, inner: Weak<Inner>) {
         orphans
             .pending
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|_, o| o.until > now);
         // A cheap probe first: while the store does not answer, one PING
         // per round rather than a release per token; and a release is sent
@@ -173,7 +173,7 @@ impl Leases {
         let tokens: Vec<String> = orphans
             .pending
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .keys()
             .cloned()
             .collect();
@@ -181,7 +181,7 @@ impl Leases {
             let Some(mut orphan) = orphans
                 .pending
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&token)
             else {
                 continue;
@@ -190,7 +190,7 @@ impl Leases {
                 orphans
                     .pending
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .insert(token, orphan);
                 break;
             }

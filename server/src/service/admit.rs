@@ -177,7 +177,7 @@ where
             let authorization = request
                 .headers()
                 .get(http::header::AUTHORIZATION)
-                .map(|v| v.as_bytes());
+                .map(http::HeaderValue::as_bytes);
             match self
                 .admission
                 .gate

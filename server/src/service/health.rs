@@ -81,14 +81,14 @@ impl Refusal {
         if !self.0.refusing.load(Ordering::Acquire) {
             return Ok(());
         }
-        let why = self.0.why.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let why = self.0.why.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         Err(Error::Unavailable(why))
     }
 
     fn set(&self, why: Option<&str>) {
         match why {
             Some(why) => {
-                *self.0.why.write().unwrap_or_else(|e| e.into_inner()) = why.to_owned();
+                *self.0.why.write().unwrap_or_else(std::sync::PoisonError::into_inner) = why.to_owned();
                 self.0.refusing.store(true, Ordering::Release);
             }
             None => self.0.refusing.store(false, Ordering::Release),

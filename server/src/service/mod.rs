@@ -275,7 +275,7 @@ impl Reloader {
             match tls.reload() {
                 Ok(()) => tracing::info!("TLS certificate reloaded"),
                 Err(e) => {
-                    tracing::warn!(error = %e, "TLS reload failed; keeping the current certificate")
+                    tracing::warn!(error = %e, "TLS reload failed; keeping the current certificate");
                 }
             }
         }
@@ -286,7 +286,7 @@ impl Reloader {
             match auth.reload() {
                 Ok(()) => tracing::info!("auth file reloaded"),
                 Err(e) => {
-                    tracing::warn!(error = %e, "auth file reload failed; keeping the current credentials")
+                    tracing::warn!(error = %e, "auth file reload failed; keeping the current credentials");
                 }
             }
         }

@@ -121,7 +121,7 @@ struct Permit {
 /// drops it [`LINGER`] after).
 #[derive(Default)]
 struct Permits {
-    held: std::collections::HashMap<String, Permit>,
+    held: HashMap<String, Permit>,
 }
 
 impl Permits {

@@ -537,7 +537,7 @@ impl Store {
     /// Wakes the callers waiting on this replica to acquire `name` with
     /// `tokens` (their [`Watch`]es), and no other watch of the name.
     pub fn wake_waiters(&self, name: &str, tokens: &[&str]) {
-        dispatch!(self, s => s.watchers().wake_waiters(&s.channel(name, Event::Released), tokens))
+        dispatch!(self, s => s.watchers().wake_waiters(&s.channel(name, Event::Released), tokens));
     }
 
     /// Callers waiting on this replica to acquire `name`.

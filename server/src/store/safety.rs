@@ -181,7 +181,7 @@ pub fn redis_info(info: &str) -> RedisInfo {
         },
         _ => {
             settings.unread =
-                Some("INFO memory has no maxmemory or maxmemory_policy field".to_owned())
+                Some("INFO memory has no maxmemory or maxmemory_policy field".to_owned());
         }
     }
     match field("aof_enabled").as_deref() {

@@ -221,7 +221,7 @@ impl Watchers {
     /// Wakes every watch: after a lost subscription connection, releases may
     /// have gone unseen, so every waiter must look again.
     pub(crate) fn wake_all(&self) {
-        for watches in self.inner.by_channel.iter() {
+        for watches in &self.inner.by_channel {
             for member in watches.members().iter() {
                 member.notify.notify_one();
             }

@@ -30,7 +30,7 @@ impl Ca {
     pub fn issue(&self, names: &[&str]) -> (String, String) {
         let key = KeyPair::generate().unwrap();
         let params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            CertificateParams::new(names.iter().map(ToString::to_string).collect::<Vec<_>>())
                 .unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         (cert.pem(), key.serialize_pem())

@@ -299,7 +299,7 @@ impl RedisServer {
                 return RedisServer {
                     port,
                     child: Some(child),
-                    extra: args.iter().map(|s| s.to_string()).collect(),
+                    extra: args.iter().map(ToString::to_string).collect(),
                     clock: None,
                 };
             }
@@ -331,7 +331,7 @@ impl RedisServer {
         for _ in 0..5 {
             let port = free_port();
             if let Some(child) = spawn_redis_with(port, extra, clock.as_deref()) {
-                let extra = extra.iter().map(|s| s.to_string()).collect();
+                let extra = extra.iter().map(ToString::to_string).collect();
                 return RedisServer {
                     port,
                     child: Some(child),
@@ -643,7 +643,7 @@ pub struct BrokerProcess {
     /// Metrics address.
     pub metrics_addr: SocketAddr,
     launch: Launch,
-    child: std::process::Child,
+    child: Child,
 }
 
 /// How a [`BrokerProcess`] is started (again, on restart).
@@ -673,9 +673,9 @@ impl BrokerProcess {
             addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
             metrics_addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
             store: store.to_owned(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra: extra.iter().map(ToString::to_string).collect(),
             netns: None,
-            log: log.map(|p| p.to_owned()),
+            log: log.map(ToOwned::to_owned),
         })
         .await
     }
@@ -694,7 +694,7 @@ impl BrokerProcess {
             addr: SocketAddr::new(ns.ns_ip().into(), free_port()),
             metrics_addr: SocketAddr::new(ns.ns_ip().into(), free_port()),
             store: store.to_owned(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra: extra.iter().map(ToString::to_string).collect(),
             netns: Some(ns.name().to_owned()),
             log: None,
         })
@@ -751,10 +751,10 @@ impl BrokerProcess {
         assert_eq!(sent, 0, "SIGHUP not sent");
     }
 
-    fn spawn(launch: &Launch) -> std::process::Child {
+    fn spawn(launch: &Launch) -> Child {
         let mut command = match &launch.netns {
             Some(name) => netns::exec_in(name, leasehold_binary()),
-            None => std::process::Command::new(leasehold_binary()),
+            None => Command::new(leasehold_binary()),
         };
         command
             .args([

@@ -285,7 +285,7 @@ impl PostgresServer {
 
     /// The template cluster copied into `dir/data`, owned by the server's
     /// user.
-    fn copy_template(dir: &std::path::Path) {
+    fn copy_template(dir: &Path) {
         let status = Command::new("cp")
             .arg("-a")
             .arg(template())

@@ -260,7 +260,7 @@ pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
 /// read_only_sql_transaction): a standby, or a primary set read-only
 /// (default_transaction_read_only) when it was failed over.
 pub(super) fn is_read_only(e: &tokio_postgres::Error) -> bool {
-    e.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
+    e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
 }
 
 /// An error and its causes, `: `-separated: tokio-postgres' own message

@@ -66,7 +66,7 @@ pub(super) struct StoreClock {
 impl StoreClock {
     /// Records that the database read `store_us` before `received`.
     pub(super) fn record(&self, store_us: i64, received: Instant) {
-        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut latest = self.latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if latest.is_none_or(|r| r.received <= received) {
             *latest = Some(Reading { store_us, received });
         }
@@ -77,7 +77,7 @@ impl StoreClock {
     /// gives up then. `None` before any reading (no bound is passed: the
     /// function then grants as it always did).
     pub(super) fn not_after_ms(&self, deadline: Instant) -> Option<i64> {
-        let reading = (*self.latest.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let reading = (*self.latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?;
         Some(lower_bound_us(reading, deadline).div_euclid(1_000))
     }
 }

@@ -405,7 +405,7 @@ impl PostgresStore {
         tokio::spawn(async move {
             match tokio::time::timeout(timeout, cancel.cancel_query(tls)).await {
                 Ok(Ok(())) => {
-                    tracing::debug!(op, "PostgreSQL statement past the store timeout cancelled")
+                    tracing::debug!(op, "PostgreSQL statement past the store timeout cancelled");
                 }
                 Ok(Err(e)) => tracing::debug!(op, error = %e, "PostgreSQL cancel request failed"),
                 Err(_) => tracing::debug!(op, "PostgreSQL cancel request timed out"),
@@ -788,14 +788,14 @@ impl PostgresStore {
 /// not-after, `deadline`).
 async fn sweep(store: std::sync::Weak<Inner>) {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
-    let mut observed_at = tokio::time::Instant::now();
+    let mut observed_at = Instant::now();
     loop {
         tick.tick().await;
         let Some(inner) = store.upgrade() else { return };
         let store = PostgresStore { inner };
         if observed_at.elapsed() >= OBSERVED_REFRESH {
             match store.observe_watched().await {
-                Ok(()) => observed_at = tokio::time::Instant::now(),
+                Ok(()) => observed_at = Instant::now(),
                 Err(e) => tracing::debug!(error = %e, "PostgreSQL watched names not renewed"),
             }
         }

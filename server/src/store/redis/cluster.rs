@@ -94,7 +94,7 @@ pub(super) async fn follow_nodes(
         let subscriber = inner
             .subscriber
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let alive = match subscriber {
             Some(mut sub) => bounded(
@@ -123,7 +123,7 @@ pub(super) async fn follow_nodes(
                         node = %cluster.seeds[i].addr(),
                         "Redis Cluster: subscribing for release events on this node"
                     );
-                    *inner.subscriber.write().unwrap_or_else(|e| e.into_inner()) =
+                    *inner.subscriber.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
                         Some(sub.clone());
                     let _ = switches.send(sub);
                     current = i;

@@ -193,7 +193,7 @@ impl RedisStore {
         self.inner
             .conn
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
             .ok_or_else(|| {
                 Error::Unavailable(
@@ -583,7 +583,7 @@ impl RedisStore {
             .inner
             .subscriber
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
             .ok_or_else(|| Error::Unavailable("no Redis subscription connection yet".into()))?;
         let ping = redis::cmd("PING");

@@ -143,7 +143,7 @@ pub fn format_op(op: &Op) -> String {
             s,
             "acquire {} ttl={ttl_ms} wait={wait_ms} delay={lock_delay_ms} keep={}",
             kind_text(kind),
-            *keep_place as u8
+            u8::from(*keep_place)
         )
         .unwrap(),
         Call::Renew { token, ttl_ms } => write!(s, "renew t{token} ttl={ttl_ms}").unwrap(),
@@ -159,7 +159,7 @@ pub fn format_op(op: &Op) -> String {
         } => write!(
             s,
             "write t{token} fence={fence} believed={}",
-            *believed as u8
+            u8::from(*believed)
         )
         .unwrap(),
         Call::Wipe => s.push_str("wipe"),
@@ -183,10 +183,10 @@ pub fn format_op(op: &Op) -> String {
         Answer::Fence {
             current,
             current_fence,
-        } => write!(s, "fence current={} fence={current_fence}", *current as u8).unwrap(),
+        } => write!(s, "fence current={} fence={current_fence}", u8::from(*current)).unwrap(),
         Answer::Unknown => s.push_str("unknown"),
         Answer::Leader { present, term } => {
-            write!(s, "leader present={} term={term}", *present as u8).unwrap()
+            write!(s, "leader present={} term={term}", u8::from(*present)).unwrap();
         }
         Answer::Accepted => s.push_str("accepted"),
         Answer::Refused => s.push_str("refused"),

@@ -75,7 +75,7 @@ fn window_of(op: &Op) -> Window {
         // not try it at each of them. A revoke acts on whichever lease
         // holds the name when it arrives, so it keeps its whole window.
         (Call::Renew { .. } | Call::Beat { .. } | Call::Release { .. }, Answer::Unknown) => {
-            to = from
+            to = from;
         }
         _ => {}
     }
@@ -381,7 +381,7 @@ pub fn by_name(ops: &[Op]) -> HashMap<String, Vec<Op>> {
     }
     // A wipe loses every name's data; a clock step moves every name's.
     for op in ops.iter().filter(|op| store_wide(op)) {
-        for (name, list) in names.iter_mut() {
+        for (name, list) in &mut names {
             let mut wipe = op.clone();
             wipe.name = name.clone();
             list.push(wipe);
@@ -685,8 +685,8 @@ mod tests {
                     keep_place: false,
                 },
                 granted(t, f, 5000),
-                10 * t as i64,
-                10 * t as i64 + 5,
+                10 * i64::from(t),
+                10 * i64::from(t) + 5,
             )
         };
         assert!(ok(&[sem(0, 1), sem(1, 2)]));
@@ -920,11 +920,11 @@ mod tests {
     fn minimize_keeps_the_failure_and_drops_what_does_not_matter() {
         let mut ops = Vec::new();
         for i in 0..20u32 {
-            let t = i as i64 * 2000;
+            let t = i64::from(i) * 2000;
             ops.push(op(
                 0,
                 acquire(1000),
-                granted(i, 10 + i as u64, 1000),
+                granted(i, 10 + u64::from(i), 1000),
                 t,
                 t + 5,
             ));

@@ -254,7 +254,7 @@ impl Topology {
             }
             Server::Sentinel(t) => {
                 let sentinels: Vec<String> =
-                    t.sentinel_addrs().iter().map(|a| a.to_string()).collect();
+                    t.sentinel_addrs().iter().map(ToString::to_string).collect();
                 let url = format!(
                     "redis+sentinel://{}/{}/0",
                     sentinels.join(","),
@@ -266,7 +266,7 @@ impl Topology {
                 }
             }
             Server::Cluster(c) => {
-                let seeds: Vec<String> = c.live_addrs().iter().map(|a| a.to_string()).collect();
+                let seeds: Vec<String> = c.live_addrs().iter().map(ToString::to_string).collect();
                 let url = format!("redis+cluster://{}", seeds.join(","));
                 for _ in 0..brokers {
                     list.push(BrokerProcess::start_logged(&url, REPLICATED_FLAGS, None).await);
@@ -360,7 +360,7 @@ impl Topology {
                 Fault::StepClock,
             ]),
             Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => {
-                faults.push(Fault::Failover)
+                faults.push(Fault::Failover);
             }
         }
         if self.netns.is_some() {

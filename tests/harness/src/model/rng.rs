@@ -53,13 +53,13 @@ impl Rng {
 
     /// One of `items`, each with its weight (a weight of 0 is never picked).
     pub fn weighted<'a, T>(&mut self, items: &'a [(u32, T)]) -> &'a T {
-        let total: u64 = items.iter().map(|(w, _)| *w as u64).sum();
+        let total: u64 = items.iter().map(|(w, _)| u64::from(*w)).sum();
         let mut pick = self.below(total);
         for (w, item) in items {
-            if pick < *w as u64 {
+            if pick < u64::from(*w) {
                 return item;
             }
-            pick -= *w as u64;
+            pick -= u64::from(*w);
         }
         &items.last().expect("weighted() of no items").1
     }

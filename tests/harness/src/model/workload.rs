@@ -294,7 +294,7 @@ impl Client {
             }
             2 => {
                 let crossed = self.crossed.take();
-                self.beat(crossed).await
+                self.beat(crossed).await;
             }
             3 => {
                 let held = self.pick_held();
