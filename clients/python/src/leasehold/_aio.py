@@ -2,8 +2,8 @@
 with the keeper as a task of the event loop instead of a thread.
 
 What the two share lives in _core (options, requests, deadlines, errors,
-long waits) and _heartbeat (the keep-alive rules); this module only does the
-I/O the asyncio way.
+long waits) and _keepcore with _heartbeat (the keeper's state machine and
+its rules); this module only does the I/O the asyncio way.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import inspect
 import logging
 import time
 import weakref
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 import grpc.aio
 
-from . import _core, _heartbeat as hb, _wire
+from . import _core, _keepcore as kc, _wire
 from ._brokers import Brokers, not_connected
 from ._core import Description, FenceCheck, Leader, Pem, Seconds, _ms, _seconds
 from ._lease import _Held, _LeaseView
@@ -66,9 +66,10 @@ class _AioBrokers(Brokers):
 
 
 class _Stream:
-    """One KeepAlive call: a writer task fed from a queue, a reader task that
-    posts the answers to the keeper's inbox, tagged with the stream's
-    generation so that news from an abandoned stream is ignored."""
+    """One KeepAlive call, to the replica calls go to when it opens: a
+    writer task fed from a queue, a reader task that posts the answers to
+    the keeper's inbox, tagged with the stream's generation so that news
+    from an abandoned stream is ignored."""
 
     def __init__(self, brokers: _AioBrokers, gen: int, inbox: "asyncio.Queue"):
         self.gen = gen
@@ -96,21 +97,22 @@ class _Stream:
                 response = await self._call.read()
                 if response is grpc.aio.EOF:
                     break
-                inbox.put_nowait(("response", self.gen, response))
+                inbox.put_nowait(kc.Answered(self.gen, response))
         except asyncio.CancelledError:
             pass
         except Exception as e:
             error = e
-        inbox.put_nowait(("end", self.gen, error))
+        inbox.put_nowait(kc.StreamEnded(self.gen, self.index, error))
 
     def send(self, request: pb.KeepAliveRequest) -> None:
         self._requests.put_nowait(request)
 
     def backlog(self) -> int:
+        """Heartbeats not yet written (the core's stall rule)."""
         return self._requests.qsize()
 
     def half_close(self) -> None:
-        """Ends the stream cleanly: no lease is left to keep."""
+        """Ends the stream cleanly (and, on an ended call, the writer)."""
         self._requests.put_nowait(None)
 
     def cancel(self) -> None:
@@ -118,13 +120,16 @@ class _Stream:
         self._writer.cancel()
 
 
-class _Keeper:
+class _Keeper(kc.Driver):
     """One task per AsyncClient that keeps all its leases alive over one
-    KeepAlive stream (the rules of _heartbeat, as the synchronous keeper)."""
+    KeepAlive stream: the I/O, with tasks and grpc.aio, of the core that
+    the synchronous keeper drives too (_keepcore.KeeperCore). One event
+    loop runs it all, so unlike the thread keeper it needs no lock."""
 
     def __init__(self, brokers: _AioBrokers):
-        self._brokers = brokers
-        self._leases: Dict[str, _Held] = {}  # by owner token
+        self._brokers: _AioBrokers = brokers
+        self._core = kc.KeeperCore()
+        self._stream: Optional[_Stream] = None
         self._inbox: "asyncio.Queue" = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.ensure_future(self._run())
@@ -133,22 +138,21 @@ class _Keeper:
         self.tasks: Set["asyncio.Task"] = set()
 
     def add(self, held: _Held) -> None:
-        self._leases[held.token] = held
-        self._inbox.put_nowait(("added",))
+        self._core.add(held)
+        self._inbox.put_nowait(kc.LeaseAdded())
 
     def forget(self, held: _Held) -> None:
-        if self._leases.get(held.token) is held:
-            del self._leases[held.token]
+        self._core.forget(held)
 
     def dropped(self, held: _Held) -> None:
         """A lease handle was garbage-collected unreleased (from any thread)."""
         try:
-            self._loop.call_soon_threadsafe(self._inbox.put_nowait, ("dropped", held))
+            self._loop.call_soon_threadsafe(self._inbox.put_nowait, kc.LeaseDropped(held))
         except RuntimeError:
             pass  # the loop is closed: the lease expires at its TTL
 
     def snapshot(self) -> List[_Held]:
-        return list(self._leases.values())
+        return self._core.leases()
 
     def release_in_background(self, name: str, token: str) -> None:
         async def release() -> None:
@@ -164,32 +168,14 @@ class _Keeper:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def fire(self, callbacks: List[AsyncLostCallback], reason: LossReason, name: str) -> None:
-        for callback in callbacks:
-            self._loop.call_soon(_run_callback, callback, reason, name, self.tasks)
-
     async def close(self) -> None:
-        self._inbox.put_nowait(("close",))
+        self._inbox.put_nowait(kc.Close())
         try:
             await asyncio.wait_for(asyncio.shield(self._task), 5.0)
         except (asyncio.TimeoutError, asyncio.CancelledError):
             self._task.cancel()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=5.0)
-
-    def _live_leases(self) -> List[_Held]:
-        live = []
-        for held in self.snapshot():
-            reason = held.loss()
-            if reason is None:
-                live.append(held)
-                continue
-            self.forget(held)
-            if reason is LossReason.DEADLINE_PASSED:
-                callbacks, reason = hb.expired(held)
-                self.fire(callbacks, reason, held.name)
-                self.release_in_background(held.name, held.token)
-        return live
 
     async def _run(self) -> None:
         try:
@@ -200,86 +186,24 @@ class _Keeper:
             log.exception("leasehold keeper task crashed; leases will no longer be renewed")
 
     async def _loop_forever(self) -> None:
-        stream: Optional[_Stream] = None
-        gen = 0
-        seq = 0
-        pending: hb.Pending = {}
-        next_beat = 0.0
-        reconnect_at = 0.0
-        backoff = hb.MIN_BACKOFF
-
+        event: kc.Event = kc.TimerFired()
         while True:
-            now = time.monotonic()
-            live = self._live_leases()
-
-            if stream is None and live and now >= reconnect_at:
-                gen += 1
-                pending.clear()
-                stream = _Stream(self._brokers, gen, self._inbox)
-                next_beat = now  # beat at once: after a reconnection this resumes the leases
-
-            if stream is not None and now >= next_beat:
-                if not live:
-                    stream.half_close()  # a clean end, not a loss
-                    stream, gen = None, gen + 1
-                    pending.clear()
-                else:
-                    if hb.stuck(pending, stream.backlog(), live, now):
-                        log.debug("KeepAlive stream %d stalled; reconnecting", gen)
-                        stream.cancel()
-                        stream, gen = None, gen + 1
-                        pending.clear()
-                        reconnect_at = now
-                        continue
-                    seq, requests = hb.heartbeats(live, seq, now, pending)
-                    for request in requests:
-                        stream.send(request)
-                    next_beat = now + hb.beat_interval(live)
-
-            wake = float("inf")
-            if live:
-                wake = next_beat if stream is not None else reconnect_at
-                wake = min([wake] + [h.deadline for h in live])
-            timeout = None if wake == float("inf") else max(0.0, wake - time.monotonic())
-            try:
-                event = await asyncio.wait_for(self._inbox.get(), timeout)
-            except asyncio.TimeoutError:
-                continue
-
-            kind = event[0]
-            if kind == "close":
-                if stream is not None:
-                    stream.cancel()
+            sleep = self._perform(self._core.handle(event, time.monotonic(), self._backlog()))
+            if sleep is None:
                 return
-            if kind == "added":
-                if stream is not None:
-                    next_beat = min(next_beat, time.monotonic() + hb.beat_interval(self.snapshot()))
-            elif kind == "dropped":
-                held = event[1]
-                if not held.released:
-                    held.released = True
-                    self.forget(held)
-                    if held.loss() is None or held.loss() is LossReason.DEADLINE_PASSED:
-                        self.release_in_background(held.name, held.token)
-            elif kind == "response":
-                if event[1] == gen:
-                    backoff = hb.MIN_BACKOFF
-                    for held, reason, callbacks in hb.apply(pending, event[2]):
-                        self.forget(held)
-                        self.fire(callbacks, reason, held.name)
-            elif kind == "end":
-                if event[1] == gen and stream is not None:
-                    error = event[2]
-                    if error is not None:
-                        log.debug("KeepAlive stream %d ended: %s", gen, error)
-                        if not_connected(error):
-                            self._brokers.unreachable(stream.index)
-                    stream.half_close()
-                    stream, gen = None, gen + 1
-                    pending.clear()
-                    delay = min(hb.jitter(backoff), hb.beat_interval(self.snapshot()))
-                    reconnect_at = time.monotonic() + delay
-                    backoff = min(backoff * 2, hb.MAX_BACKOFF)
+            try:
+                event = await asyncio.wait_for(self._inbox.get(), sleep.timeout(time.monotonic()))
+            except asyncio.TimeoutError:
+                event = kc.TimerFired()
+
+    def _open(self, gen: int) -> _Stream:
+        return _Stream(self._brokers, gen, self._inbox)
+
+    def _fire(self, callbacks: list, reason: LossReason, name: str) -> None:
+        """Runs each lost callback as a callback of the loop (a coroutine
+        function's coroutine as a task)."""
+        for callback in callbacks:
+            self._loop.call_soon(_run_callback, callback, reason, name, self.tasks)
 
 
 class AsyncLease(_LeaseView):

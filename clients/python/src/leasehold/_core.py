@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
-from ._lease import _Held
+from ._lease import DEADLINE_MESSAGE, _Held
 from ._proto import leasehold_pb2 as pb
 from .errors import LeaseholdError, LeaseLost, LossReason, from_rpc_error
 
@@ -295,7 +295,7 @@ def released_loss(held: _Held) -> Optional[LeaseLost]:
     if reason is None:
         return None
     if reason is LossReason.DEADLINE_PASSED:
-        return LeaseLost(reason, "no renewal was confirmed before the local deadline")
+        return LeaseLost(reason, DEADLINE_MESSAGE)
     return LeaseLost(reason, held.message)
 
 

@@ -1,6 +1,7 @@
 """The heartbeat rules both keepers follow (the thread of Client, the task
 of AsyncClient), without their I/O: when to beat, what a beat names, what
-an answer does to each lease, when a stream counts as stuck.
+an answer does to each lease, when a stream counts as stuck. The state
+machine that applies them, event by event, is _keepcore.KeeperCore.
 
 * one heartbeat every third of the shortest TTL, naming every live lease
   (several heartbeats when more than the broker's --max-stream-leases);
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import logging
 import random
-import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from . import _wire
-from ._lease import LostCallback, _Held
+from ._lease import _Held
 from ._proto import leasehold_pb2 as pb
 from .errors import LossReason
 
@@ -50,10 +50,11 @@ def beat_interval(leases: List[_Held]) -> float:
     return max(min(h.ttl for h in leases) / 3.0, MIN_INTERVAL)
 
 
-def jitter(d: float) -> float:
+def jitter(d: float, rand: Callable[[], float] = random.random) -> float:
     """``d`` scaled by a random factor in [0.5, 1.5), so clients that lost
-    the same broker do not reconnect in lockstep."""
-    return d * (0.5 + random.random())
+    the same broker do not reconnect in lockstep. ``rand`` gives a number
+    in [0, 1) (a test passes a fixed one)."""
+    return d * (0.5 + rand())
 
 
 def stuck(pending: Pending, backlog: int, live: List[_Held], now: float) -> bool:
@@ -82,18 +83,16 @@ def heartbeats(live: List[_Held], seq: int, now: float, pending: Pending) -> Tup
     return seq, requests
 
 
-def expired(held: _Held) -> Optional[Tuple[List[LostCallback], LossReason]]:
-    """For a lease whose local deadline passed: marks it lost and returns its
-    callbacks to run (the caller forgets it and frees it in the background)."""
-    reason = LossReason.DEADLINE_PASSED
-    callbacks = held.mark_lost(reason, "no renewal was confirmed before the local deadline")
-    log.warning("lease %r lost: %s", held.name, reason)
-    return callbacks, reason
+#: What an answer did to a lease it reports gone: the lease, why, and the
+#: broker's message. The caller marks it lost (which wakes whoever waits for
+#: the loss) and runs its callbacks: that is its I/O, not a rule.
+Loss = Tuple[_Held, LossReason, str]
 
 
-def apply(pending: Pending, response: pb.KeepAliveResponse) -> List[Tuple[_Held, LossReason, List[LostCallback]]]:
-    """Applies a KeepAliveResponse: renews the leases it confirms, marks lost
-    those it reports gone. Returns the lost ones, with the callbacks to run."""
+def apply(pending: Pending, response: pb.KeepAliveResponse, now: float) -> List[Loss]:
+    """Applies a KeepAliveResponse received at ``now``: renews the leases it
+    confirms, and returns those it reports gone (without marking them: see
+    :data:`Loss`)."""
     entry = pending.pop(response.seq, None)
     if entry is None:
         return []
@@ -101,33 +100,32 @@ def apply(pending: Pending, response: pb.KeepAliveResponse) -> List[Tuple[_Held,
     for old in [s for s in pending if s < response.seq]:
         del pending[old]
     sent, leases = entry
-    lost = []
+    lost: List[Loss] = []
     for held, status in zip(leases, response.leases):
         if status.name != held.name or held.released:
             continue
         if status.state == _wire.ALIVE:
-            held.renewed(sent, status.ttl_ms)
+            held.renewed(sent, status.ttl_ms, now)
             continue
         if status.state == _wire.REJECTED:
             log.warning("broker rejected lease %r: %s", held.name, status.message)
             reason = LossReason.EXPIRED
         elif status.state == _wire.LOST:
-            reason = loss_reason(held, status.reason)
+            reason = loss_reason(held, status.reason, now)
         else:  # UNCONFIRMED (the store did not answer), UNSPECIFIED
             continue
-        callbacks = held.mark_lost(reason, status.message)
         log.warning("lease %r lost: %s (%s)", held.name, reason, status.message)
-        lost.append((held, reason, callbacks))
+        lost.append((held, reason, status.message))
     return lost
 
 
-def loss_reason(held: _Held, reason: int) -> LossReason:
+def loss_reason(held: _Held, reason: int, now: float) -> LossReason:
     named = _wire.named_loss(reason)
     if named is not None:
         return named
     # EXPIRED or unspecified, but gone before our own (early) deadline:
     # it cannot have expired, so the store lost it. The broker cannot
     # always tell (e.g. on a new stream's first heartbeat); we can.
-    if time.monotonic() < held.deadline:
+    if now < held.deadline:
         return LossReason.STORE_LOST
     return LossReason.EXPIRED

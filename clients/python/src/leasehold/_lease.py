@@ -16,6 +16,9 @@ log = logging.getLogger("leasehold")
 
 LostCallback = Callable[[LossReason], None]
 
+#: The message of a loss by DEADLINE_PASSED (the broker said nothing).
+DEADLINE_MESSAGE = "no renewal was confirmed before the local deadline"
+
 
 class _Held:
     """What the keeper tracks for one lease. Shared by the keeper thread and
@@ -45,28 +48,35 @@ class _Held:
         with self._lock:
             return self._deadline
 
-    def renewed(self, sent: float, ttl_ms: int) -> None:
+    def renewed(self, sent: float, ttl_ms: int, now: Optional[float] = None) -> None:
         """Records a renewal confirmed for a heartbeat sent at ``sent``.
 
         The deadline counts from the *send* time, so latency can only make it
         early. It only moves forward, and a lease whose deadline already
-        passed stays lost: the application may have seen it lost and must
-        not see it come back.
+        passed (at ``now``, default the clock's now) stays lost: the
+        application may have seen it lost and must not see it come back.
         """
+        if now is None:
+            now = time.monotonic()
         with self._lock:
-            if self._reason is not None or time.monotonic() >= self._deadline:
+            if self._reason is not None or now >= self._deadline:
                 return
             deadline = sent + ttl_ms / 1000.0 - self.margin
             if deadline > self._deadline:
                 self._deadline = deadline
 
-    def loss(self) -> Optional[LossReason]:
-        """The loss reason, counting a passed deadline as a loss (without
-        recording it: the keeper does that, and runs the callbacks)."""
+    def loss(self, now: Optional[float] = None) -> Optional[LossReason]:
+        """The loss reason, counting a deadline passed at ``now`` (default:
+        the clock's now) as a loss, without recording it: the keeper does
+        that, and runs the callbacks. The keeper passes the time of the
+        event it handles, so that one step of its core (and a unit test of
+        it) sees one instant."""
+        if now is None:
+            now = time.monotonic()
         with self._lock:
             if self._reason is not None:
                 return self._reason
-            if time.monotonic() >= self._deadline:
+            if now >= self._deadline:
                 return LossReason.DEADLINE_PASSED
             return None
 
