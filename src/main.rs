@@ -119,7 +119,7 @@ fn main() -> ExitCode {
     };
     // `run`'s guardian: small, one thread, no async runtime.
     let cli = match cli.command {
-        Command::Guard(args) => return cli::guard(args),
+        Command::Guard(args) => return cli::guard(&args),
         command => Cli { command },
     };
     // The broker's threads are its own setting; every other command (a
@@ -171,7 +171,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Command::Observe(args) => cli::observe(args).await,
                 Command::CheckFence(args) => cli::check_fence(args).await,
                 Command::Revoke(args) => cli::revoke(args).await,
-                Command::Token(args) => cli::token(args),
+                Command::Token(args) => cli::token(&args),
                 Command::Run(args) => cli::run(args).await,
                 Command::Health(args) => cli::health(args).await,
                 Command::Migrate(args) => migrate(args).await,

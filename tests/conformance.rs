@@ -807,7 +807,12 @@ async fn refreshing_places_tells_each_its_rank(store: &Store) {
             .await
             .unwrap();
     }
-    let tokens = |names: &[&str]| names.iter().map(std::string::ToString::to_string).collect::<Vec<_>>();
+    let tokens = |names: &[&str]| {
+        names
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         store
             .refresh_places("a", &tokens(&["w3", "w1", "stranger", "w2"]))

@@ -375,7 +375,12 @@ async fn through_broker(
         });
         futures_util::future::join_all(calls).await;
     }
-    let rtts_us = std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let rtts_us = std::mem::take(
+        &mut *tally
+            .rtts_us
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     Ok(Measured {
         rtts_us,
         lost: tally.lost.load(Ordering::Relaxed),
@@ -479,7 +484,12 @@ async fn direct_side(
         futures_util::future::join_all(chunk.iter().map(|i| store.release(&i.name, &i.token)))
             .await;
     }
-    let rtts_us = std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let rtts_us = std::mem::take(
+        &mut *tally
+            .rtts_us
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     Ok(Measured {
         rtts_us,
         lost: tally.lost.load(Ordering::Relaxed),
@@ -537,7 +547,12 @@ async fn etcd_side(
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_after = pid.map(cpu_seconds);
     crate::etcd::revoke_many(etcd, &leases).await;
-    let rtts_us = std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let rtts_us = std::mem::take(
+        &mut *tally
+            .rtts_us
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     Ok(Measured {
         rtts_us,
         lost: tally.lost.load(Ordering::Relaxed),

@@ -152,8 +152,12 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
         peak = peak.max(rss);
         rss_first.get_or_insert(rss);
         rss_last = Some(rss);
-        let mut window: Vec<u64> =
-            std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let mut window: Vec<u64> = std::mem::take(
+            &mut *tally
+                .rtts_us
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         println!(
             "{:>8} {:>10.1} {:>12} {:>12} {:>8} {:>10}",
             started.elapsed().as_secs(),

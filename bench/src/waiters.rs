@@ -94,7 +94,10 @@ struct Shared {
 impl Shared {
     fn failed(&self, status: &tonic::Status) {
         self.errors.fetch_add(1, Ordering::Relaxed);
-        let mut first = self.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut first = self
+            .first_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if first.is_none() {
             *first = Some(format!("{:?}: {}", status.code(), status.message()));
         }
@@ -229,8 +232,12 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     let run_broker = (cpu_seconds(pid) - broker_cpu) / wall * 100.0;
     let run_errors = shared.errors.load(Ordering::Relaxed) - errors + holder_failed;
     shared.stop.store(true, Ordering::Relaxed);
-    let mut handoffs =
-        std::mem::take(&mut *shared.handoffs_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let mut handoffs = std::mem::take(
+        &mut *shared
+            .handoffs_us
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     for task in &tasks {
         task.abort();
     }

@@ -128,7 +128,10 @@ impl Auth {
     /// Reads the file again. On error the current credentials stay.
     pub fn reload(&self) -> Result<()> {
         let grants = Arc::new(read(&self.path)?);
-        *self.grants.write().unwrap_or_else(std::sync::PoisonError::into_inner) = grants;
+        *self
+            .grants
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = grants;
         self.reloaded.send_modify(|n| *n += 1);
         Ok(())
     }
@@ -159,7 +162,12 @@ impl Auth {
         bearer: Option<&[u8; 32]>,
         cert_names: &[String],
     ) -> Result<Grant> {
-        let grants = Arc::clone(&self.grants.read().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let grants = Arc::clone(
+            &self
+                .grants
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         if let Some(hash) = bearer {
             // Looked up by hash: what a timing difference could reveal is
             // a prefix of a hash, which does not lead back to a token.

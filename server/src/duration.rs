@@ -4,6 +4,20 @@
 
 use std::time::Duration;
 
+/// `duration` in whole milliseconds, saturating at `u64::MAX` (585 million
+/// years): the unit every TTL, wait and lock-delay crosses the API and the
+/// stores in. `Duration::as_millis` is a `u128`, and the `as u64` this
+/// replaces would wrap a huge duration to a small one.
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `duration` in whole microseconds, saturating at `u64::MAX` (as
+/// [`millis`]): for logs and latency figures.
+pub fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// Parses `250ms`, `10s`, `5m`, `1h` (a whole number and a unit). A bare
 /// `0` needs no unit: zero is zero in every unit (`--wait 0`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -112,8 +112,8 @@ pub(super) fn clock_now() -> Duration {
     // in the past, which kills rather than lets run.
     unsafe { libc::clock_gettime(DEADLINE_CLOCK, &mut now) };
     Duration::new(
-        now.tv_sec.max(0) as u64,
-        now.tv_nsec.clamp(0, 999_999_999) as u32,
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec.clamp(0, 999_999_999)).unwrap_or(0),
     )
 }
 
@@ -194,7 +194,7 @@ impl Alarm {
                 },
                 it_value: libc::timespec {
                     // (A zero value would disarm: 1 ns is as past as 0.)
-                    tv_sec: at.as_secs() as libc::time_t,
+                    tv_sec: libc::time_t::try_from(at.as_secs()).unwrap_or(libc::time_t::MAX),
                     tv_nsec: libc::c_long::from(at.subsec_nanos().max(1)),
                 },
             };
@@ -239,9 +239,9 @@ extern "C" fn on_signal(signal: libc::c_int) {
 
 /// Runs the command under guard; returns its exit code (126/127 if it could
 /// not be run, as a shell does).
-pub fn guard(args: GuardArgs) -> ExitCode {
-    match start(&args) {
-        Ok(command) => ExitCode::from(watch(&args, command)),
+pub fn guard(args: &GuardArgs) -> ExitCode {
+    match start(args) {
+        Ok(command) => ExitCode::from(watch(args, command)),
         Err(code) => ExitCode::from(code),
     }
 }
@@ -308,7 +308,7 @@ fn start(args: &GuardArgs) -> Result<libc::pid_t, u8> {
         return Err(EXIT_LEASE_LOST);
     }
 
-    let guardian = std::process::id() as libc::pid_t;
+    let guardian = super::pid_t(std::process::id());
     let mut command = std::process::Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     #[cfg(target_os = "linux")]
@@ -327,7 +327,7 @@ fn start(args: &GuardArgs) -> Result<libc::pid_t, u8> {
         });
     }
     match command.spawn() {
-        Ok(child) => Ok(child.id() as libc::pid_t),
+        Ok(child) => Ok(super::pid_t(child.id())),
         Err(e) => {
             eprintln!("leasehold: cannot run {:?}: {e}", args.command[0]);
             Err(if e.kind() == std::io::ErrorKind::NotFound {
@@ -502,7 +502,7 @@ fn signal_descendants(signal: libc::c_int) {
         };
         children.entry(ppid).or_default().push(pid);
     }
-    let mut next = vec![std::process::id() as libc::pid_t];
+    let mut next = vec![super::pid_t(std::process::id())];
     while let Some(parent) = next.pop() {
         for &child in children.get(&parent).into_iter().flatten() {
             // SAFETY: kill() has no memory-safety preconditions.
@@ -515,9 +515,10 @@ fn signal_descendants(signal: libc::c_int) {
 /// The shell's convention: the exit code, or 128 + the signal that killed it.
 fn exit_code(status: libc::c_int) -> u8 {
     if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status) as u8
+        // 0 to 255 (the low byte of the status the child gave exit()).
+        u8::try_from(libc::WEXITSTATUS(status)).unwrap_or(u8::MAX)
     } else if libc::WIFSIGNALED(status) {
-        128u8.saturating_add(libc::WTERMSIG(status) as u8)
+        128u8.saturating_add(u8::try_from(libc::WTERMSIG(status)).unwrap_or(u8::MAX))
     } else {
         1
     }

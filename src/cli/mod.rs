@@ -266,7 +266,7 @@ pub struct TokenArgs {
 /// Prints a new token on standard output (for the client) and its
 /// --auth-file line on standard error (for the broker): the two never go to
 /// the same place by accident.
-pub fn token(args: TokenArgs) -> ExitCode {
+pub fn token(args: &TokenArgs) -> ExitCode {
     let token = if args.stdin {
         let mut text = String::new();
         if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
@@ -670,3 +670,10 @@ async fn keep(args: HoldArgs, words: Words) -> ExitCode {
 }
 
 pub use self::run::run;
+
+/// A process id as the C calls take it. Linux's pids are at most 2^22
+/// (`/proc/sys/kernel/pid_max`), so every `u32` the standard library hands
+/// out fits.
+fn pid_t(pid: u32) -> libc::pid_t {
+    libc::pid_t::try_from(pid).expect("a Linux pid fits pid_t")
+}

@@ -255,7 +255,7 @@ impl Guardian {
         let process = guardian.spawn()?;
         drop(read);
         Ok(Self {
-            pid: process.id().map_or(0, |pid| pid as libc::pid_t),
+            pid: process.id().map_or(0, super::pid_t),
             process,
             pipe: Some(write),
             told,
@@ -304,7 +304,7 @@ impl Guardian {
             // SAFETY: kill() has no memory-safety preconditions; the pid is
             // our unreaped child's.
             unsafe {
-                libc::kill(pid as libc::pid_t, signal);
+                libc::kill(super::pid_t(pid), signal);
             }
         }
     }
@@ -326,8 +326,9 @@ impl Guardian {
 fn exit_code(status: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(signal)) => 128u8.saturating_add(signal as u8),
+        // 0 to 255 on Unix (the low byte the child gave exit()).
+        (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
+        (None, Some(signal)) => 128u8.saturating_add(u8::try_from(signal).unwrap_or(u8::MAX)),
         _ => 1,
     }
 }

@@ -232,10 +232,10 @@ impl Client {
     ) -> Result<(leasehold_proto::Lease, u64), ClientError> {
         let request = AcquireRequest {
             name: name.to_owned(),
-            ttl_ms: opts.ttl.as_millis() as u64,
+            ttl_ms: millis(opts.ttl),
             holder: opts.holder,
-            wait_timeout_ms: opts.wait.as_millis() as u64,
-            lock_delay_ms: opts.lock_delay.as_millis() as u64,
+            wait_timeout_ms: millis(opts.wait),
+            lock_delay_ms: millis(opts.lock_delay),
             limit: opts.limit,
             ..Default::default()
         };
@@ -486,4 +486,10 @@ pub(crate) fn not_connected(status: &tonic::Status) -> bool {
         source = e.source();
     }
     false
+}
+
+/// `duration` in whole milliseconds, saturating at `u64::MAX` rather than
+/// wrapping as `as u64` would (`Duration::as_millis` is a `u128`).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

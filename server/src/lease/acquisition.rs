@@ -12,6 +12,7 @@
 //! out-parameter. The call runs in a task of its own, which
 //! [`Leases::acquire`] spawns (why: see there).
 
+use crate::duration::{micros, millis};
 use std::{sync::Arc, time::Duration};
 
 use tokio::{
@@ -234,7 +235,7 @@ impl Acquisition {
                 return Err(Error::PlaceKept {
                     refusal: Box::new(refusal),
                     place: crate::error::KeptPlace(spec.token.clone()),
-                    kept_ms: QUEUE_LIFETIME.as_millis() as u64,
+                    kept_ms: millis(QUEUE_LIFETIME),
                 });
             }
             Err(shutdown @ Error::Unavailable(_))
@@ -247,7 +248,7 @@ impl Acquisition {
                 return Err(Error::PlaceKept {
                     refusal: Box::new(shutdown),
                     place: crate::error::KeptPlace(spec.token.clone()),
-                    kept_ms: QUEUE_LIFETIME.as_millis() as u64,
+                    kept_ms: millis(QUEUE_LIFETIME),
                 });
             }
             result => result,
@@ -360,7 +361,7 @@ impl Acquisition {
             let lock = &self.spec.name;
             tracing::debug!(
                 lock = %lock, position = blocked.position, remaining_ms = blocked.remaining_ms,
-                wake_in_us = wake.duration_since(now).as_micros() as u64, "blocked; waiting"
+                wake_in_us = micros(wake.duration_since(now)), "blocked; waiting"
             );
             tokio::select! {
                 () = &mut notified => {
@@ -369,7 +370,7 @@ impl Acquisition {
                 () = sleep_until(wake) => {
                     tracing::debug!(
                         lock = %lock,
-                        late_us = Instant::now().saturating_duration_since(wake).as_micros() as u64,
+                        late_us = micros(Instant::now().saturating_duration_since(wake)),
                         "woken by the timer"
                     );
                 }
@@ -402,7 +403,7 @@ async fn dequeue_later(leases: Leases, name: String, token: String) {
 }
 
 fn ms_since(started: Instant) -> u64 {
-    started.elapsed().as_millis() as u64
+    millis(started.elapsed())
 }
 
 /// The error for an Acquire of `name` that ends without the lock.

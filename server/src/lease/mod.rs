@@ -26,6 +26,7 @@ pub use self::{
     },
 };
 
+use crate::duration::millis;
 use std::{sync::Arc, time::Duration};
 
 use tokio::{
@@ -242,7 +243,7 @@ impl Leases {
         validate::name(limits, &args.name)?;
         validate::holder(limits, &args.holder)?;
         let ttl_ms = validate::ttl(limits, args.ttl_ms, Some(limits.ttl_default))?
-            .unwrap_or(limits.ttl_default.as_millis() as u64);
+            .unwrap_or(millis(limits.ttl_default));
         let wait = validate::wait(limits, args.wait_timeout_ms)?;
         let lock_delay_ms = validate::lock_delay(limits, args.lock_delay_ms)?;
         let limit = validate::limit(limits, args.limit, lock_delay_ms)?;

@@ -66,7 +66,10 @@ pub(super) struct Orphans {
 
 impl Orphans {
     fn len(&self) -> usize {
-        self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }
 
@@ -77,7 +80,10 @@ impl Leases {
     pub(super) fn orphaned(&self, spec: &GrantSpec) {
         let orphans = &self.inner.orphans;
         {
-            let mut pending = orphans.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut pending = orphans
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if pending.len() >= MAX_PENDING {
                 tracing::warn!(
                     lock = %spec.name, token = %Redacted(&spec.token),

@@ -145,7 +145,10 @@ impl Usage {
         let interval = Duration::from_secs(1) / rate;
         let burst = Duration::from_secs(1).saturating_sub(interval);
         let now = Instant::now();
-        let mut next = self.next_arrival.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = self
+            .next_arrival
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let arrival = (*next).max(now);
         if arrival > now + burst {
             let (who, flag) = self.who("rate");
@@ -301,7 +304,10 @@ impl Tenants {
     /// credentials are read). The root namespace got this way, through a
     /// credential, has the tenant caps like any tenant.
     pub fn get(&self, id: &str) -> Arc<Tenant> {
-        let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(tenant) = known.get(id) {
             return Arc::clone(tenant);
         }
@@ -459,7 +465,9 @@ impl Caller {
         let Some(ledger) = &self.tenant.ledger else {
             return Ok(LeaseRoom { caller: None });
         };
-        let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ledger = ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (tenant_cap, conn_cap) = (self.tenant.usage.caps.leases, self.conn.caps.leases);
         let full = |l: &Ledger| {
             (tenant_cap > 0 && l.held.len() + l.reserved >= tenant_cap)
@@ -493,7 +501,9 @@ impl Caller {
     /// `deadline` unless renewed.
     pub fn hold(&self, store_name: &str, token: &str, deadline: Instant) {
         if let Some(ledger) = &self.tenant.ledger {
-            let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut ledger = ledger
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             ledger.hold(LeaseId::new(store_name, token), deadline, self.conn_id);
         }
     }
@@ -501,7 +511,9 @@ impl Caller {
     /// Forgets a lease that was released or lost.
     pub fn forget(&self, store_name: &str, token: &str) {
         if let Some(ledger) = &self.tenant.ledger {
-            let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut ledger = ledger
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             ledger.forget(&LeaseId::new(store_name, token));
         }
     }
@@ -520,7 +532,9 @@ impl LeaseRoom {
     pub fn granted(mut self, store_name: &str, token: &str, deadline: Instant) {
         if let Some(caller) = self.caller.take() {
             if let Some(ledger) = &caller.tenant.ledger {
-                let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut ledger = ledger
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 ledger.reserved -= 1;
                 // The reservation's count on the connection passes to the
                 // lease.
@@ -534,7 +548,9 @@ impl Drop for LeaseRoom {
     fn drop(&mut self) {
         if let Some(caller) = self.caller.take() {
             if let Some(ledger) = &caller.tenant.ledger {
-                let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut ledger = ledger
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 ledger.reserved -= 1;
                 ledger.uncount(caller.conn_id);
             }

@@ -1,6 +1,7 @@
 //! Request validation against the configured [`Limits`]. Every message names
 //! the field and the limit, so a person can fix the request.
 
+use crate::duration::millis;
 use std::time::Duration;
 
 use super::token;
@@ -74,12 +75,9 @@ pub fn holder(limits: &Limits, holder: &str) -> Result<()> {
 /// keeps the lease's own TTL); anything else must lie within the bounds.
 pub fn ttl(limits: &Limits, ttl_ms: u64, default: Option<Duration>) -> Result<Option<u64>> {
     if ttl_ms == 0 {
-        return Ok(default.map(|d| d.as_millis() as u64));
+        return Ok(default.map(millis));
     }
-    let (min, max) = (
-        limits.ttl_min.as_millis() as u64,
-        limits.ttl_max.as_millis() as u64,
-    );
+    let (min, max) = (millis(limits.ttl_min), millis(limits.ttl_max));
     if ttl_ms < min || ttl_ms > max {
         return Err(Error::InvalidArgument(format!(
             "ttl_ms is {ttl_ms}; it must be from {} to {} (--ttl-min, --ttl-max), \
@@ -109,7 +107,7 @@ pub fn place(place: &str) -> Result<()> {
 /// Resolves a requested wait; anything above the maximum is refused rather
 /// than cut, so a client never waits less than it believes.
 pub fn wait(limits: &Limits, wait_ms: u64) -> Result<Duration> {
-    let max = limits.max_wait.as_millis() as u64;
+    let max = millis(limits.max_wait);
     if wait_ms > max {
         return Err(Error::InvalidArgument(format!(
             "wait_timeout_ms is {wait_ms}; the limit is {} (--max-wait)",
@@ -121,7 +119,7 @@ pub fn wait(limits: &Limits, wait_ms: u64) -> Result<Duration> {
 
 /// Checks a requested lock-delay.
 pub fn lock_delay(limits: &Limits, delay_ms: u64) -> Result<u64> {
-    let max = limits.max_lock_delay.as_millis() as u64;
+    let max = millis(limits.max_lock_delay);
     if delay_ms > max {
         return Err(Error::InvalidArgument(format!(
             "lock_delay_ms is {delay_ms}; the limit is {} (--max-lock-delay)",

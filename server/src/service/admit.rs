@@ -331,7 +331,11 @@ mod tests {
 
     fn message(len: usize) -> Vec<u8> {
         let mut m = vec![0];
-        m.extend_from_slice(&(len as u32).to_be_bytes());
+        m.extend_from_slice(
+            &u32::try_from(len)
+                .expect("a test message fits a u32 length")
+                .to_be_bytes(),
+        );
         m.resize(PREFIX + len, 7);
         m
     }

@@ -204,7 +204,9 @@ pub struct Admitted(pub Grant);
 
 /// The raw `authorization` value of a call.
 fn authorization(metadata: &MetadataMap) -> Option<&[u8]> {
-    metadata.get("authorization").map(tonic::metadata::MetadataValue::as_encoded_bytes)
+    metadata
+        .get("authorization")
+        .map(tonic::metadata::MetadataValue::as_encoded_bytes)
 }
 
 /// The token of an `authorization: Bearer <token>` header value, if there

@@ -1,6 +1,7 @@
 //! The `leasehold.v1.LeaseholdService` gRPC service: converts messages and
 //! calls the lease rules. No store access and no decisions here.
 
+use crate::duration::millis;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -78,7 +79,7 @@ impl LeaseholdService for LeaseholdApi {
             )
             .await?;
         Ok(Response::new(AcquireResponse {
-            waited_ms: granted.waited.as_millis() as u64,
+            waited_ms: millis(granted.waited),
             lease: Some(lease_message(granted.lease)),
         }))
     }
@@ -176,7 +177,7 @@ impl LeaseholdService for LeaseholdApi {
             )
             .await?;
         Ok(Response::new(CampaignResponse {
-            waited_ms: granted.waited.as_millis() as u64,
+            waited_ms: millis(granted.waited),
             lease: Some(lease_message(granted.lease)),
         }))
     }

@@ -81,14 +81,23 @@ impl Refusal {
         if !self.0.refusing.load(Ordering::Acquire) {
             return Ok(());
         }
-        let why = self.0.why.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let why = self
+            .0
+            .why
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         Err(Error::Unavailable(why))
     }
 
     fn set(&self, why: Option<&str>) {
         match why {
             Some(why) => {
-                *self.0.why.write().unwrap_or_else(std::sync::PoisonError::into_inner) = why.to_owned();
+                *self
+                    .0
+                    .why
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = why.to_owned();
                 self.0.refusing.store(true, Ordering::Release);
             }
             None => self.0.refusing.store(false, Ordering::Release),
@@ -390,10 +399,10 @@ mod tests {
         read_ms: u64,
         offset_ms: i64,
     ) -> ClockReading {
-        let read_at =
-            1_800_000_000_000_000 + (sent_ms + read_ms) as i64 * 1_000 + offset_ms * 1_000;
+        let read_ms = i64::try_from(sent_ms + read_ms).expect("a test's milliseconds fit an i64");
+        let read_at = 1_800_000_000_000_000 + read_ms * 1_000 + offset_ms * 1_000;
         ClockReading {
-            store_unix_us: read_at as u64,
+            store_unix_us: u64::try_from(read_at).expect("a test's clock is after 1970"),
             sent: base + Duration::from_millis(sent_ms),
             received: base + Duration::from_millis(sent_ms + rtt_ms),
         }

@@ -69,14 +69,20 @@ impl Tls {
     /// stays.
     pub fn reload(&self) -> Result<()> {
         let config = Arc::new(build(&self.files)?);
-        *self.config.write().unwrap_or_else(std::sync::PoisonError::into_inner) = config;
+        *self
+            .config
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config;
         Ok(())
     }
 
     /// An acceptor with the current configuration.
     pub(super) fn acceptor(&self) -> TlsAcceptor {
         TlsAcceptor::from(Arc::clone(
-            &self.config.read().unwrap_or_else(std::sync::PoisonError::into_inner),
+            &self
+                .config
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
         ))
     }
 

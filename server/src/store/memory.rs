@@ -6,6 +6,7 @@
 //! one process), so they strictly increase per name without remembering any
 //! name that is free.
 
+use crate::duration::{micros, millis};
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     sync::{
@@ -104,7 +105,7 @@ impl Record {
             remaining_ms: ceil_ms(self.expires_at.saturating_duration_since(now)).min(self.ttl_ms),
             ttl_ms: self.ttl_ms,
             granted_at_unix_ms: self.granted_at_unix_ms,
-            lock_delay_ms: self.lock_delay.as_millis() as u64,
+            lock_delay_ms: millis(self.lock_delay),
         }
     }
 }
@@ -915,7 +916,8 @@ impl Ranks {
     /// Counts `seq` in (`delta` 1) or out (-1). A sequence past the tree
     /// is ignored: [`Line::join`] renumbers before it hands one out.
     fn add(&mut self, seq: u64, delta: i64) {
-        let mut i = seq as usize + 1;
+        // A sequence beyond usize (32-bit targets) is past the tree too.
+        let mut i = usize::try_from(seq).map_or(usize::MAX, |s| s.saturating_add(1));
         while i <= self.tree.len() {
             self.tree[i - 1] += delta;
             i += i & i.wrapping_neg();
@@ -924,13 +926,15 @@ impl Ranks {
 
     /// How many sequences present are below `seq`.
     fn below(&self, seq: u64) -> u64 {
-        let mut i = (seq as usize).min(self.tree.len());
+        let mut i = usize::try_from(seq).map_or(self.tree.len(), |s| s.min(self.tree.len()));
         let mut sum = 0;
         while i > 0 {
             sum += self.tree[i - 1];
             i -= i & i.wrapping_neg();
         }
-        sum.max(0) as u64
+        // Never negative (each sequence counted out was counted in), and
+        // zero were it.
+        u64::try_from(sum).unwrap_or(0)
     }
 }
 
@@ -953,7 +957,7 @@ async fn sweep(inner: Weak<Inner>) {
 }
 
 fn ceil_ms(d: Duration) -> u64 {
-    let ms = d.as_millis() as u64;
+    let ms = millis(d);
     if d > Duration::from_millis(ms) {
         ms + 1
     } else {
@@ -964,7 +968,7 @@ fn ceil_ms(d: Duration) -> u64 {
 fn unix_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
+        .map_or(0, micros)
 }
 
 #[cfg(test)]

@@ -156,9 +156,8 @@ fn template() -> &'static Path {
             String::from_utf8_lossy(&output.stderr)
         );
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::rename(&making, &dir).unwrap_or_else(|e| {
-            panic!("rename {} to {}: {e}", making.display(), dir.display())
-        });
+        std::fs::rename(&making, &dir)
+            .unwrap_or_else(|e| panic!("rename {} to {}: {e}", making.display(), dir.display()));
         data
     })
 }

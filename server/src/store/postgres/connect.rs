@@ -217,6 +217,10 @@ pub(super) fn pool(
 /// server that takes no writes ([`is_read_only`]: a standby, or a primary
 /// set read-only at a failover: the writes belong elsewhere); any other
 /// database error is our bug (INTERNAL).
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "called as map_err(|e| classify(op, e)): the error is given away"
+)]
 pub(super) fn classify(op: &str, e: tokio_postgres::Error) -> Error {
     match e.as_db_error() {
         Some(db) => {

@@ -66,7 +66,10 @@ pub(super) struct StoreClock {
 impl StoreClock {
     /// Records that the database read `store_us` before `received`.
     pub(super) fn record(&self, store_us: i64, received: Instant) {
-        let mut latest = self.latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut latest = self
+            .latest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if latest.is_none_or(|r| r.received <= received) {
             *latest = Some(Reading { store_us, received });
         }
@@ -77,12 +80,19 @@ impl StoreClock {
     /// gives up then. `None` before any reading (no bound is passed: the
     /// function then grants as it always did).
     pub(super) fn not_after_ms(&self, deadline: Instant) -> Option<i64> {
-        let reading = (*self.latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?;
+        let reading = (*self
+            .latest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))?;
         Some(lower_bound_us(reading, deadline).div_euclid(1_000))
     }
 }
 
 /// The database's clock at local instant `at`, at least, from `reading`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "whole microseconds are wanted, and a float's `as` saturates"
+)]
 fn lower_bound_us(reading: Reading, at: Instant) -> i64 {
     let since = at.saturating_duration_since(reading.received);
     let counted = since.as_secs_f64() * (1.0 - MAX_DRIFT) * 1e6;

@@ -27,6 +27,7 @@ mod deadline;
 mod listen;
 mod tls;
 
+use crate::duration::millis;
 use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -270,7 +271,7 @@ impl PostgresStore {
     /// Tells the database that `names` are watched, for
     /// [`OBSERVED_LIFETIME`].
     async fn observe(&self, names: &[&str]) -> Result<()> {
-        let life = int(OBSERVED_LIFETIME.as_millis() as u64);
+        let life = int(millis(OBSERVED_LIFETIME));
         for batch in names.chunks(1_000) {
             self.query("observe", &self.inner.statements.observe, &[&batch, &life])
                 .await?;
@@ -484,7 +485,7 @@ impl PostgresStore {
         let not_after = self.inner.clock.not_after_ms(deadline);
         let floor = int(self.inner.high_water.load(Ordering::Relaxed));
         let ttl = int(spec.ttl_ms);
-        let life = int(QUEUE_LIFETIME.as_millis() as u64);
+        let life = int(millis(QUEUE_LIFETIME));
         let row = if spec.limit > 1 {
             let limit = i32::try_from(spec.limit).unwrap_or(i32::MAX);
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
@@ -557,7 +558,7 @@ impl PostgresStore {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
-        let life = int(QUEUE_LIFETIME.as_millis() as u64);
+        let life = int(millis(QUEUE_LIFETIME));
         let rows = self
             .query(
                 "refresh",

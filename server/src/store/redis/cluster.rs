@@ -123,8 +123,10 @@ pub(super) async fn follow_nodes(
                         node = %cluster.seeds[i].addr(),
                         "Redis Cluster: subscribing for release events on this node"
                     );
-                    *inner.subscriber.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                        Some(sub.clone());
+                    *inner
+                        .subscriber
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sub.clone());
                     let _ = switches.send(sub);
                     current = i;
                     moved = true;

@@ -256,6 +256,10 @@ pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {
 /// A reply we cannot read is our bug; anything else (connection refused,
 /// reset, LOADING, READONLY after a failover...) is the store being
 /// unavailable, which a retry may cure.
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "called as map_err(|e| classify(op, e)): the error is given away"
+)]
 pub(super) fn classify(op: &str, e: RedisError) -> Error {
     match e.kind() {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType | ErrorKind::InvalidClientConfig => {

@@ -85,7 +85,7 @@ impl<'a> Fields<'a> {
     /// A count or a time: PTTL can answer -1/-2 in a race with expiry,
     /// which reads as no time left.
     pub fn uint(&mut self, name: &str) -> Result<u64> {
-        Ok(self.int(name)?.max(0) as u64)
+        Ok(u64::try_from(self.int(name)?).unwrap_or(0))
     }
 
     /// A count the script adds only when it has one: 0 when absent (or not
@@ -124,7 +124,7 @@ impl Reply for Acquired {
                 fields.skip("granted_at_ms");
                 return Ok(Acquired::Granted {
                     fence,
-                    expired: fields.uint_or_zero("expired") as u32,
+                    expired: u32::try_from(fields.uint_or_zero("expired")).unwrap_or(u32::MAX),
                 });
             }
             0 => BlockedBy::Holder,
@@ -142,7 +142,7 @@ impl Reply for Acquired {
             holder,
             position: fields.uint("position")?,
             queued: fields.uint("queued")?,
-            expired: fields.uint_or_zero("expired") as u32,
+            expired: u32::try_from(fields.uint_or_zero("expired")).unwrap_or(u32::MAX),
         }))
     }
 }
@@ -359,7 +359,7 @@ mod tests {
     fn random_value(bytes: &mut impl Iterator<Item = u8>, depth: u32) -> Value {
         match bytes.next().unwrap_or(0) % 6 {
             0 => Value::Nil,
-            1 => Value::Int(i64::from(bytes.next().unwrap_or(0) as i8) * 1_000_003),
+            1 => Value::Int(i64::from(bytes.next().unwrap_or(0).cast_signed()) * 1_000_003),
             2 => Value::BulkString(bytes.take(3).collect()),
             3 => Value::SimpleString("OK".into()),
             4 if depth < 3 => {

@@ -15,6 +15,7 @@
 //! a broken connection or a migrating Cluster slot, its errors classified,
 //! and its reply read into the script's reply type.
 
+use crate::duration::millis;
 use std::{marker::PhantomData, sync::LazyLock, time::Duration};
 
 use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, ToRedisArgs, Value};
@@ -282,7 +283,7 @@ impl RedisStore {
         if replicas > 0 {
             pipe.cmd("WAIT")
                 .arg(replicas)
-                .arg(self.inner.replica_ack_timeout.as_millis() as u64);
+                .arg(millis(self.inner.replica_ack_timeout));
         }
         let pipe = &pipe;
         let mut values = self

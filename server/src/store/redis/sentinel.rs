@@ -179,7 +179,11 @@ impl SentinelTarget {
         address: &str,
         client: &(dyn Fn(ConnectionInfo) -> redis::RedisResult<redis::Client> + Send + Sync),
     ) -> redis::RedisResult<Option<(String, u16)>> {
-        let cached = self.connections.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i].clone();
+        let cached = self
+            .connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[i]
+            .clone();
         let mut conn = match cached {
             Some(conn) => conn,
             None => {
@@ -194,7 +198,9 @@ impl SentinelTarget {
                     })?
                     .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
                 let conn = client(info)?.get_multiplexed_async_connection().await?;
-                self.connections.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(conn.clone());
+                self.connections
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(conn.clone());
                 conn
             }
         };
@@ -214,7 +220,9 @@ impl SentinelTarget {
     }
 
     fn forget(&self, i: usize) {
-        self.connections.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = None;
+        self.connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[i] = None;
     }
 }
 
@@ -256,10 +264,15 @@ pub(super) async fn follow_primary(
                             previous = ?current.as_ref().map(|(h, p)| format!("{h}:{p}")),
                             "Redis primary (named by Sentinel)"
                         );
-                        *inner.conn.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        *inner
+                            .conn
+                            .write()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) =
                             Some(Conn::Single(conn));
-                        *inner.subscriber.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                            Some(sub.clone());
+                        *inner
+                            .subscriber
+                            .write()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sub.clone());
                         let _ = switches.send(sub);
                         current = Some(primary);
                         failing = false;

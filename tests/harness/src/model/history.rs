@@ -183,7 +183,12 @@ pub fn format_op(op: &Op) -> String {
         Answer::Fence {
             current,
             current_fence,
-        } => write!(s, "fence current={} fence={current_fence}", u8::from(*current)).unwrap(),
+        } => write!(
+            s,
+            "fence current={} fence={current_fence}",
+            u8::from(*current)
+        )
+        .unwrap(),
         Answer::Unknown => s.push_str("unknown"),
         Answer::Leader { present, term } => {
             write!(s, "leader present={} term={term}", u8::from(*present)).unwrap();
