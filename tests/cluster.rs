@@ -28,7 +28,11 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
     // Two replicas per primary: after a failover the new primary still has
     // one, so grants acknowledged by a replica (--replica-acks 1) go on.
     let mut cluster = Cluster::start(3, 2).await;
-    let seeds: Vec<String> = cluster.live_addrs().iter().map(std::string::ToString::to_string).collect();
+    let seeds: Vec<String> = cluster
+        .live_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let url = format!("redis+cluster://{}", seeds.join(","));
     let broker = Broker::start_with(&url, |c| c.replica_acks = 1).await;
     let mut client = broker.client().await;
@@ -186,7 +190,11 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
     // running six tests at once beside a build (2026-12-02).
     const TTL_MS: u64 = 4_000;
     let cluster = Cluster::start(3, 0).await;
-    let seeds: Vec<String> = cluster.live_addrs().iter().map(std::string::ToString::to_string).collect();
+    let seeds: Vec<String> = cluster
+        .live_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let broker = Broker::start(&format!("redis+cluster://{}", seeds.join(","))).await;
     let mut client = broker.client().await;
 
@@ -313,7 +321,7 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
     for (sent, rtt, bad) in &log {
         eprintln!(
             "{:>6} ms: rtt {rtt:?}, {} not renewed",
-            sent.saturating_duration_since(migrating).as_millis() as i64,
+            sent.saturating_duration_since(migrating).as_millis(),
             bad.len()
         );
     }
@@ -342,7 +350,11 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
 async fn a_permit_ended_before_a_lock_hears_its_own_end_on_a_cluster() {
     use leasehold_server::store::{Acquired, Checked, GrantSpec, RenewItem, Store, StoreOptions};
     let cluster = Cluster::start(3, 0).await;
-    let seeds: Vec<String> = cluster.live_addrs().iter().map(std::string::ToString::to_string).collect();
+    let seeds: Vec<String> = cluster
+        .live_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let url = format!("redis+cluster://{}", seeds.join(","));
     let store = Store::open(&url, &StoreOptions::new("test:", Duration::from_secs(2)))
         .expect("open the cluster store");
@@ -369,7 +381,7 @@ async fn a_permit_ended_before_a_lock_hears_its_own_end_on_a_cluster() {
             assert_eq!(expired, 1, "the lock grant reports the expired permit");
             fence
         }
-        other => panic!("{other:?}"),
+        other @ Acquired::Blocked(_) => panic!("{other:?}"),
     };
     assert_eq!(
         store.renew("mixed", "p1", Some(3_000)).await.unwrap(),

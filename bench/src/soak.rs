@@ -21,7 +21,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use leasehold_proto::{lease_status::State, AcquireRequest, KeepAliveRequest, LeaseRef};
 use leasehold_server::duration::parse_duration;
 
-use crate::EXIT_BROKER_ERROR;
+use crate::{
+    stats::{micros, millis},
+    EXIT_BROKER_ERROR,
+};
 
 /// Arguments of `bench soak`.
 #[derive(clap::Args, Debug)]
@@ -106,11 +109,11 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     let per_stream = args.leases.div_ceil(args.streams.max(1)).max(1);
     let mut tasks = Vec::new();
     let shares: Vec<Vec<LeaseRef>> = refs.chunks(per_stream).map(<[LeaseRef]>::to_vec).collect();
-    let count = shares.len() as u32;
+    let count = shares.len();
     for (i, share) in shares.into_iter().enumerate() {
         // Streams spread over the interval, as independent clients would be,
         // rather than all beating at the same instant.
-        let offset = args.interval * i as u32 / count;
+        let offset = stagger(args.interval, i, count);
         let tally = Arc::clone(&tally);
         tasks.push(tokio::spawn(stream(
             grpc.clone(),
@@ -152,8 +155,12 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
         peak = peak.max(rss);
         rss_first.get_or_insert(rss);
         rss_last = Some(rss);
-        let mut window: Vec<u64> =
-            std::mem::take(&mut *tally.rtts_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let mut window: Vec<u64> = std::mem::take(
+            &mut *tally
+                .rtts_us
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         println!(
             "{:>8} {:>10.1} {:>12} {:>12} {:>8} {:>10}",
             started.elapsed().as_secs(),
@@ -179,6 +186,14 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     );
     let _ = broker.start_kill();
     Ok(lost)
+}
+
+/// When the `i`th of `count` streams first beats: `interval * i / count`, the
+/// streams spread evenly over one interval.
+pub fn stagger(interval: Duration, i: usize, count: usize) -> Duration {
+    let i = u32::try_from(i).expect("fewer than 2^32 streams: one task each");
+    let count = u32::try_from(count).expect("fewer than 2^32 streams: one task each");
+    interval * i / count
 }
 
 /// One stream: a heartbeat naming all of `leases` every `interval`.
@@ -215,7 +230,7 @@ pub async fn stream(
         }
         match responses.message().await {
             Ok(Some(answer)) => {
-                let rtt = sent.elapsed().as_micros() as u64;
+                let rtt = micros(sent.elapsed());
                 let lost = answer
                     .leases
                     .iter()
@@ -279,7 +294,7 @@ pub async fn acquire_many(
             let mut grpc = grpc.clone();
             let request = AcquireRequest {
                 name: name.clone(),
-                ttl_ms: ttl.as_millis() as u64,
+                ttl_ms: millis(ttl),
                 holder: holder.to_owned(),
                 ..Default::default()
             };

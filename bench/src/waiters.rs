@@ -28,7 +28,7 @@ use leasehold_server::duration::parse_duration;
 use crate::{
     broker::{bench_client, start_broker_exe, BenchClient},
     probe::cpu_seconds,
-    stats::percentile,
+    stats::{nanos, percentile},
     EXIT_BROKER_ERROR,
 };
 
@@ -94,7 +94,10 @@ struct Shared {
 impl Shared {
     fn failed(&self, status: &tonic::Status) {
         self.errors.fetch_add(1, Ordering::Relaxed);
-        let mut first = self.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut first = self
+            .first_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if first.is_none() {
             *first = Some(format!("{:?}: {}", status.code(), status.message()));
         }
@@ -200,7 +203,7 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     let started = Instant::now();
     shared
         .released_ns
-        .store(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        .store(nanos(origin.elapsed()), Ordering::Relaxed);
     // An overloaded store may time the release out: tried again, as a
     // client would, for as long as the run lasts.
     let mut holder_failed = 0;
@@ -229,8 +232,12 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     let run_broker = (cpu_seconds(pid) - broker_cpu) / wall * 100.0;
     let run_errors = shared.errors.load(Ordering::Relaxed) - errors + holder_failed;
     shared.stop.store(true, Ordering::Relaxed);
-    let mut handoffs =
-        std::mem::take(&mut *shared.handoffs_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let mut handoffs = std::mem::take(
+        &mut *shared
+            .handoffs_us
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     for task in &tasks {
         task.abort();
     }
@@ -327,7 +334,7 @@ async fn wait_in_turn(mut client: BenchClient, name: String, shared: Arc<Shared>
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let now = origin.elapsed().as_nanos() as u64;
+        let now = nanos(origin.elapsed());
         let released = shared.released_ns.load(Ordering::Relaxed);
         if shared.measuring.load(Ordering::Relaxed) && released != 0 {
             shared
@@ -338,7 +345,7 @@ async fn wait_in_turn(mut client: BenchClient, name: String, shared: Arc<Shared>
         }
         shared
             .released_ns
-            .store(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .store(nanos(origin.elapsed()), Ordering::Relaxed);
         match client
             .release(ReleaseRequest {
                 name: name.clone(),
