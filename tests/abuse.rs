@@ -298,7 +298,8 @@ mod raw {
         let feed = tx.clone();
         tokio::spawn(async move {
             let mut data = vec![0u8];
-            data.extend_from_slice(&(len as u32).to_be_bytes());
+            let prefix = u32::try_from(len).expect("a gRPC message length is a u32");
+            data.extend_from_slice(&prefix.to_be_bytes());
             data.resize(5 + sent, b'x');
             for chunk in data.chunks(64 * 1024) {
                 if feed

@@ -454,7 +454,7 @@ async fn redis_clock_step_forward() {
                     .unwrap()
                     .push((before, effective));
             }
-            steps as u64
+            u64::try_from(steps).expect("the steps count up from 0")
         },
     )
     .await;

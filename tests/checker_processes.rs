@@ -93,7 +93,7 @@ async fn serve_resource(listener: TcpListener, resource: Arc<Mutex<Resource>>) {
 fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: kill() has no memory-safety preconditions.
     unsafe {
-        libc::kill(pid as libc::pid_t, signal);
+        libc::kill(pid.cast_signed(), signal);
     }
 }
 
@@ -101,7 +101,7 @@ fn signal(pid: u32, signal: libc::c_int) {
 fn signal_group(leader: u32, signal: libc::c_int) {
     // SAFETY: kill() has no memory-safety preconditions.
     unsafe {
-        libc::kill(-(leader as libc::pid_t), signal);
+        libc::kill(-leader.cast_signed(), signal);
     }
 }
 

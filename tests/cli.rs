@@ -59,14 +59,14 @@ async fn exit_code(child: &mut Child, within: Duration) -> i32 {
 fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: kill() has no memory-safety preconditions.
     unsafe {
-        libc::kill(pid as libc::pid_t, signal);
+        libc::kill(pid.cast_signed(), signal);
     }
 }
 
 fn alive(pid: u32) -> bool {
     // Signal 0 checks existence; a zombie child of ours is reaped by `wait`.
     // SAFETY: as above.
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+    unsafe { libc::kill(pid.cast_signed(), 0) == 0 }
 }
 
 async fn held(client: &Client, name: &str) -> bool {
@@ -619,12 +619,13 @@ fn boot_clock() -> Duration {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes only `now`.
-    assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) },
-        0
-    );
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    // SAFETY: clock_gettime writes only `now`, a live timespec of ours.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    assert_eq!(read, 0);
+    Duration::new(
+        u64::try_from(now.tv_sec).expect("the boot clock is not negative"),
+        u32::try_from(now.tv_nsec).expect("tv_nsec is in 0..10^9"),
+    )
 }
 
 /// A command that prints the boot clock (/proc/uptime: CLOCK_BOOTTIME, in
@@ -676,7 +677,10 @@ fn write_all(pipe: &std::os::fd::OwnedFd, bytes: &[u8]) {
     use std::os::fd::AsRawFd;
     // SAFETY: writes from a live buffer of the given length.
     let n = unsafe { libc::write(pipe.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-    assert_eq!(n, bytes.len() as isize);
+    assert_eq!(
+        n,
+        isize::try_from(bytes.len()).expect("a slice is at most isize::MAX bytes")
+    );
 }
 
 /// The ticks (boot clock, seconds) printed until the guardian's stdout ends.

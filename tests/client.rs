@@ -149,10 +149,13 @@ async fn a_stalled_connection_is_lost_locally_before_the_broker_expires_it() {
     let reason = tokio::time::timeout(Duration::from_secs(5), lease.lost())
         .await
         .expect("lost() fired");
-    let lost_at_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let lost_at_ms = i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .expect("now in ms since 1970 fits an i64");
     assert_eq!(reason, LossReason::DeadlinePassed);
     let broker_expiry_ms = watcher.await.unwrap();
     assert!(

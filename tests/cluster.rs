@@ -31,7 +31,7 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
     let seeds: Vec<String> = cluster
         .live_addrs()
         .iter()
-        .map(std::string::ToString::to_string)
+        .map(ToString::to_string)
         .collect();
     let url = format!("redis+cluster://{}", seeds.join(","));
     let broker = Broker::start_with(&url, |c| c.replica_acks = 1).await;
@@ -193,7 +193,7 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
     let seeds: Vec<String> = cluster
         .live_addrs()
         .iter()
-        .map(std::string::ToString::to_string)
+        .map(ToString::to_string)
         .collect();
     let broker = Broker::start(&format!("redis+cluster://{}", seeds.join(","))).await;
     let mut client = broker.client().await;
@@ -321,7 +321,7 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
     for (sent, rtt, bad) in &log {
         eprintln!(
             "{:>6} ms: rtt {rtt:?}, {} not renewed",
-            sent.saturating_duration_since(migrating).as_millis() as i64,
+            sent.saturating_duration_since(migrating).as_millis(),
             bad.len()
         );
     }
@@ -353,7 +353,7 @@ async fn a_permit_ended_before_a_lock_hears_its_own_end_on_a_cluster() {
     let seeds: Vec<String> = cluster
         .live_addrs()
         .iter()
-        .map(std::string::ToString::to_string)
+        .map(ToString::to_string)
         .collect();
     let url = format!("redis+cluster://{}", seeds.join(","));
     let store = Store::open(&url, &StoreOptions::new("test:", Duration::from_secs(2)))
@@ -381,7 +381,7 @@ async fn a_permit_ended_before_a_lock_hears_its_own_end_on_a_cluster() {
             assert_eq!(expired, 1, "the lock grant reports the expired permit");
             fence
         }
-        other => panic!("{other:?}"),
+        other @ Acquired::Blocked(_) => panic!("{other:?}"),
     };
     assert_eq!(
         store.renew("mixed", "p1", Some(3_000)).await.unwrap(),

@@ -29,7 +29,7 @@ async fn grant(store: &Store, name: &str, token: &str, ttl_ms: u64) -> u64 {
         .expect("store answers")
     {
         Acquired::Granted { fence, .. } => fence,
-        blocked => panic!("{name} unexpectedly not granted: {blocked:?}"),
+        blocked @ Acquired::Blocked(_) => panic!("{name} unexpectedly not granted: {blocked:?}"),
     }
 }
 
@@ -47,7 +47,7 @@ async fn grant_then_second_acquirer_refused(store: &Store) {
                 "{held:?}"
             );
         }
-        granted => panic!("second acquirer got {granted:?}"),
+        granted @ Acquired::Granted { .. } => panic!("second acquirer got {granted:?}"),
     }
 }
 
@@ -188,7 +188,7 @@ async fn an_expiry_is_reported_once(store: &Store) {
             assert_eq!(expired, 1, "the grant reports the expiry");
             fence
         }
-        other => panic!("{other:?}"),
+        other @ Acquired::Blocked(_) => panic!("{other:?}"),
     };
     assert_eq!(
         store.check("x/grant", "old").await.unwrap(),
@@ -261,7 +261,7 @@ async fn a_reported_expiry_is_remembered_per_token(store: &Store) {
             assert_eq!(expired, 0, "reported twice");
             fence
         }
-        other => panic!("{other:?}"),
+        other @ Acquired::Blocked(_) => panic!("{other:?}"),
     };
     let heartbeat = [leasehold_server::store::RenewItem {
         name: "e/lock".into(),
@@ -401,7 +401,7 @@ async fn locks_and_semaphores_share_one_fence_sequence(store: &Store) {
         let p = format!("p{round}");
         let permit = match store.acquire(&permit("both", &p, 5_000, 2)).await.unwrap() {
             Acquired::Granted { fence, .. } => fence,
-            other => panic!("{other:?}"),
+            other @ Acquired::Blocked(_) => panic!("{other:?}"),
         };
         assert!(permit > lock, "permit {permit} after lock {lock}");
         assert_eq!(store.release("both", &p).await.unwrap(), Checked::Done(()));
@@ -439,10 +439,13 @@ async fn fences_strictly_increase_per_name(store: &Store) {
 /// Describe tells holder, fence, TTL, remaining time and grant time.
 async fn describe_reports_the_lease(store: &Store) {
     assert_eq!(store.describe("a").await.unwrap().lease, None);
-    let before = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let before = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .expect("now in ms since 1970 fits a u64");
     let fence = grant(store, "a", "t1", 2_000).await;
     let info = store.describe("a").await.unwrap().lease.expect("held");
     assert_eq!(info.holder, "holder-t1");
@@ -522,7 +525,7 @@ async fn lock_delay_follows_an_expiry(store: &Store) {
         .unwrap()
     {
         Acquired::Granted { fence, .. } => fence,
-        other => panic!("{other:?}"),
+        other @ Acquired::Blocked(_) => panic!("{other:?}"),
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let described = store.describe("a").await.unwrap();
@@ -670,7 +673,7 @@ async fn waiters_are_served_in_arrival_order(store: &Store) {
     let holder = grant(store, "a", "t0", 10_000).await;
     let place = |outcome: Acquired| match outcome {
         Acquired::Blocked(b) => (b.by, b.position, b.queued),
-        granted => panic!("{granted:?}"),
+        granted @ Acquired::Granted { .. } => panic!("{granted:?}"),
     };
     assert_eq!(
         place(
@@ -807,12 +810,7 @@ async fn refreshing_places_tells_each_its_rank(store: &Store) {
             .await
             .unwrap();
     }
-    let tokens = |names: &[&str]| {
-        names
-            .iter()
-            .map(std::string::ToString::to_string)
-            .collect::<Vec<_>>()
-    };
+    let tokens = |names: &[&str]| names.iter().map(ToString::to_string).collect::<Vec<_>>();
     assert_eq!(
         store
             .refresh_places("a", &tokens(&["w3", "w1", "stranger", "w2"]))
@@ -952,7 +950,7 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
     for t in ["p1", "p2", "p3"] {
         match store.acquire(&permit("s", t, 10_000, 3)).await.unwrap() {
             Acquired::Granted { fence, .. } => fences.push(fence),
-            other => panic!("{t}: {other:?}"),
+            other @ Acquired::Blocked(_) => panic!("{t}: {other:?}"),
         }
     }
     assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
@@ -982,7 +980,7 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
     assert_eq!(store.release("s", "p2").await.unwrap(), Checked::Released);
     let p4 = match store.acquire(&permit("s", "p4", 300, 3)).await.unwrap() {
         Acquired::Granted { fence, .. } => fence,
-        other => panic!("a released permit was not freed: {other:?}"),
+        other @ Acquired::Blocked(_) => panic!("a released permit was not freed: {other:?}"),
     };
     assert!(p4 > fences[2]);
     // Expiry frees a permit too.
@@ -1148,7 +1146,7 @@ async fn a_permit_ended_before_a_lock_is_its_own_end(store: &Store) {
             assert_eq!(expired, 1, "the lock grant reports the expired permit");
             fence
         }
-        other => panic!("a lock on a name whose permits expired: {other:?}"),
+        other @ Acquired::Blocked(_) => panic!("a lock on a name whose permits expired: {other:?}"),
     };
     assert_eq!(
         store.renew("mixed", "p1", Some(3_000)).await.unwrap(),

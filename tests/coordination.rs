@@ -44,7 +44,7 @@ async fn lock_delay_keeps_the_lock_after_a_paused_holder() {
     assert!(granted.starts_with("granted"), "{granted}");
     let paused = Instant::now();
     // SAFETY: kill() has no memory-safety preconditions.
-    unsafe { libc::kill(holder.id().unwrap() as libc::pid_t, libc::SIGSTOP) };
+    unsafe { libc::kill(holder.id().unwrap().cast_signed(), libc::SIGSTOP) };
 
     let client = Client::connect(broker.url()).await.unwrap();
     let next = client

@@ -572,7 +572,7 @@ fn stores_page_lists_exactly_the_schemes_the_broker_opens() {
     );
     let accepted: BTreeSet<String> = leasehold_server::store::SCHEMES
         .iter()
-        .map(std::string::ToString::to_string)
+        .map(ToString::to_string)
         .collect();
     let undocumented: Vec<_> = accepted.difference(&listed).collect();
     let unknown: Vec<_> = listed.difference(&accepted).collect();

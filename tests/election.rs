@@ -141,7 +141,7 @@ async fn leaders_follow_each_other_on(store: &str) {
             // The last leader resigns (SIGTERM releases): observers see no
             // leader at once.
             // SAFETY: kill() has no memory-safety preconditions.
-            unsafe { libc::kill(elected.child.id().unwrap() as libc::pid_t, libc::SIGTERM) };
+            unsafe { libc::kill(elected.child.id().unwrap().cast_signed(), libc::SIGTERM) };
             let resigned = Instant::now();
             let change = tokio::time::timeout(Duration::from_secs(5), observation.next())
                 .await

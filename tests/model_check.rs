@@ -106,6 +106,12 @@ fn check_all(ops: &[Op]) -> (Vec<String>, BTreeMap<String, u64>) {
 /// figures and the findings.
 fn counters_match(ops: &[Op], scrapes: &[String]) -> (String, Vec<String>) {
     use common::model::spec::{Answer, Call};
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a counter's sample is a whole number, at least 0 and far below \
+                  2^53: exact in f64 and in u64"
+    )]
     let sum = |series: &str| -> u64 {
         scrapes
             .iter()

@@ -122,7 +122,7 @@ async fn ten_thousand_names_leave_no_rows_behind() {
     }
     let peak = rows(&postgres.url(), "rows").await;
     assert!(
-        peak >= start + (NAMES as i64) / 2,
+        peak >= start + i64::try_from(NAMES).expect("10 000 names") / 2,
         "the names' records were never written: {start} rows before, {peak} after"
     );
     // Records linger 10 s past their lease (LINGER_MS), then go.

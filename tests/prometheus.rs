@@ -332,12 +332,12 @@ fn dashboard_queries() -> Vec<String> {
 /// 400 ms), waits and releases by two clients on each broker, on two names,
 /// until `stop`; the number of cycles.
 fn healthy_traffic(
-    brokers: [String; 2],
-    stop: Arc<AtomicBool>,
+    brokers: &[String; 2],
+    stop: &Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<u32>> {
     (0..4)
         .map(|w| {
-            let (url, stop) = (brokers[w % 2].clone(), stop.clone());
+            let (url, stop) = (brokers[w % 2].clone(), Arc::clone(stop));
             tokio::spawn(async move {
                 let client = Client::connect(url).await.expect("connect");
                 let mut cycles = 0u32;
@@ -423,7 +423,7 @@ async fn rules_evaluate_stay_quiet_when_healthy_and_fire_on_faults() {
 
     // -- Healthy traffic ------------------------------------------------------
     let stop = Arc::new(AtomicBool::new(false));
-    let workers = healthy_traffic([a.url(), b.url()], stop.clone());
+    let workers = healthy_traffic(&[a.url(), b.url()], &stop);
 
     poll(Duration::from_secs(60), "both brokers scraped", || async {
         let up = prometheus

@@ -25,7 +25,7 @@ async fn the_broker_follows_a_sentinel_failover() {
     let sentinels: Vec<String> = topology
         .sentinel_addrs()
         .iter()
-        .map(std::string::ToString::to_string)
+        .map(ToString::to_string)
         .collect();
     let url = format!(
         "redis+sentinel://{}/{}/0",

@@ -331,9 +331,10 @@ async fn a_line_scans_nothing_and_is_refreshed_in_one_call_per_name() {
             Ok::<_, tonic::Status>(())
         }));
     }
+    let all = u32::try_from(WAITERS).expect("50 waiters");
     eventually(Duration::from_secs(20), "every waiter in line", || {
         let mut c = holder.clone();
-        async move { local_waiters(&mut c, "crowd").await == WAITERS as u32 }
+        async move { local_waiters(&mut c, "crowd").await == all }
     })
     .await;
 
@@ -449,9 +450,10 @@ async fn joining_a_waited_line_costs_one_script_run() {
                 .map(|_| ())
         }));
     }
+    let all = u32::try_from(JOINING).expect("20 waiters") + 1;
     eventually(Duration::from_secs(10), "every waiter in line", || {
         let mut c = holder.clone();
-        async move { local_waiters(&mut c, "busy").await == JOINING as u32 + 1 }
+        async move { local_waiters(&mut c, "busy").await == all }
     })
     .await;
     let stats = commandstats(&mut conn).await;
@@ -614,8 +616,8 @@ async fn holder_expiry(
 
 /// Now on the wall clock (which Redis' TIME reads too), in ms.
 fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
+    let since_1970 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as i64
+        .expect("after 1970");
+    i64::try_from(since_1970.as_millis()).expect("the wall clock in ms fits an i64")
 }

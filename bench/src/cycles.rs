@@ -24,6 +24,7 @@ use crate::{
     broker::OwnBroker,
     plain::PlainLock,
     probe::{cpu_seconds, LocalCpu, Probe},
+    stats::{micros, millis},
     EXIT_BROKER_ERROR,
 };
 
@@ -506,7 +507,7 @@ async fn failover_broker(
         let request = AcquireRequest {
             name: name.clone(),
             ttl_ms: 10_000,
-            wait_timeout_ms: 3 * ttl.as_millis() as u64 + 5_000,
+            wait_timeout_ms: 3 * millis(ttl) + 5_000,
             ..Default::default()
         };
         let granted = tokio::spawn(async move {
@@ -571,14 +572,16 @@ async fn failover_direct(
     ttl: Duration,
     runs: usize,
 ) -> Result<Vec<Failover>, String> {
-    let ttl_ms = ttl.as_millis() as u64;
+    let ttl_ms = millis(ttl);
     let mut results = Vec::new();
     for run in 0..runs {
         let name = format!("bench/failover/{}/{run}", std::process::id());
         let holder = spec(&name, ttl_ms)?;
         match store.acquire(&holder).await.map_err(|e| e.to_string())? {
             Acquired::Granted { .. } => {}
-            blocked => return Err(format!("direct holder refused: {blocked:?}")),
+            blocked @ Acquired::Blocked(_) => {
+                return Err(format!("direct holder refused: {blocked:?}"))
+            }
         }
         let keeper = {
             let (store, name, token) = (store.clone(), name.clone(), holder.token.clone());
@@ -671,7 +674,7 @@ async fn uncontended_broker(
                     .into_inner()
                     .lease
                     .ok_or("no lease")?;
-                run.latencies_us.push(started.elapsed().as_micros() as u64);
+                run.latencies_us.push(micros(started.elapsed()));
                 grpc.release(ReleaseRequest {
                     name: lease.name,
                     owner_token: lease.owner_token,
@@ -711,9 +714,11 @@ async fn uncontended_direct(
                 let started = Instant::now();
                 match store.acquire(&spec).await.map_err(|e| e.to_string())? {
                     Acquired::Granted { .. } => {}
-                    blocked => return Err(format!("direct acquire refused: {blocked:?}")),
+                    blocked @ Acquired::Blocked(_) => {
+                        return Err(format!("direct acquire refused: {blocked:?}"))
+                    }
                 }
-                run.latencies_us.push(started.elapsed().as_micros() as u64);
+                run.latencies_us.push(micros(started.elapsed()));
                 store
                     .release(&spec.name, &spec.token)
                     .await
@@ -763,7 +768,7 @@ impl Handoffs {
                 self.samples_us
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push(now.duration_since(released).as_micros() as u64);
+                    .push(micros(now.duration_since(released)));
             }
         }
     }
@@ -808,11 +813,11 @@ fn print_contended(label: &str, run: &Run, grants: &[u64], duration: Duration) {
         grants.iter().min().copied().unwrap_or(0),
         grants.iter().max().copied().unwrap_or(0),
     );
-    let per_s = |n: usize| n as f64 / duration.as_secs_f64();
+    let per_s = |n: f64| n / duration.as_secs_f64();
     println!(
         "{label:<24} {:>12.0} handoffs/s ({:.0}/s to another worker); handoff p50/p99 {}/{} µs; grants per worker min/max {min}/{max} ({:.2})",
-        per_s(run.cycles as usize),
-        per_s(run.latencies_us.len()),
+        per_s(run.cycles as f64),
+        per_s(run.latencies_us.len() as f64),
         run.percentile(0.5),
         run.percentile(0.99),
         min as f64 / max.max(1) as f64

@@ -49,7 +49,13 @@ use leasehold_proto::{
 use leasehold_server::duration::parse_duration;
 use tonic::{transport::Channel, Request, Response, Status, Streaming};
 
-use crate::{broker::BenchClient, cycles::Run, probe::cpu_seconds, EXIT_BROKER_ERROR};
+use crate::{
+    broker::BenchClient,
+    cycles::Run,
+    probe::cpu_seconds,
+    stats::{micros, millis},
+    EXIT_BROKER_ERROR,
+};
 
 /// Arguments of `bench floor`.
 #[derive(clap::Args, Debug)]
@@ -157,7 +163,7 @@ impl LeaseholdService for Floor {
                     .map(|lease| LeaseStatus {
                         name: lease.name,
                         state: State::Alive as i32,
-                        ttl_ms: TTL.as_millis() as u64,
+                        ttl_ms: millis(TTL),
                         ..Default::default()
                     })
                     .collect(),
@@ -310,7 +316,7 @@ macro_rules! bare_cycle {
             async fn acquire_one(&mut self, name: &str) -> Result<Lease, String> {
                 self.acquire(AcquireRequest {
                     name: name.to_owned(),
-                    ttl_ms: TTL.as_millis() as u64,
+                    ttl_ms: millis(TTL),
                     ..Default::default()
                 })
                 .await
@@ -369,7 +375,7 @@ async fn cycles<C: Cycle>(
             while Instant::now() < end {
                 let started = Instant::now();
                 let held = client.acquire_one(&name).await?;
-                run.latencies_us.push(started.elapsed().as_micros() as u64);
+                run.latencies_us.push(micros(started.elapsed()));
                 client.release_one(held).await?;
                 run.cycles += 1;
             }

@@ -28,8 +28,8 @@ use leasehold_server::{
 use crate::{
     broker::{direct_store, start_broker, OwnBroker},
     probe::{cpu_seconds, Memory, Probe},
-    soak::{acquire_many, rss_mib, stream, Tally},
-    stats::percentile,
+    soak::{acquire_many, rss_mib, stagger, stream, Tally},
+    stats::{micros, millis, percentile},
     EXIT_BROKER_ERROR,
 };
 
@@ -337,10 +337,10 @@ async fn through_broker(
     let end = started + args.duration;
     let per_stream = n.div_ceil(args.streams.max(1)).max(1);
     let shares: Vec<Vec<LeaseRef>> = refs.chunks(per_stream).map(<[LeaseRef]>::to_vec).collect();
-    let count = shares.len() as u32;
+    let count = shares.len();
     let mut tasks = Vec::new();
     for (i, share) in shares.into_iter().enumerate() {
-        let offset = args.interval * i as u32 / count;
+        let offset = stagger(args.interval, i, count);
         tasks.push(tokio::spawn(stream(
             broker.grpc.clone(),
             share,
@@ -405,7 +405,7 @@ async fn direct_side(
 ) -> Result<Measured, String> {
     let probe = probe.as_ref();
     let run = format!("{}/{n}", std::process::id());
-    let ttl_ms = shape.ttl.as_millis() as u64;
+    let ttl_ms = millis(shape.ttl);
     let mut items = Vec::with_capacity(n);
     for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
         let mut specs = Vec::new();
@@ -428,7 +428,9 @@ async fn direct_side(
                     token: spec.token,
                     ttl_ms: None,
                 }),
-                blocked => return Err(format!("direct acquire refused: {blocked:?}")),
+                blocked @ Acquired::Blocked(_) => {
+                    return Err(format!("direct acquire refused: {blocked:?}"))
+                }
             }
         }
     }
@@ -438,12 +440,12 @@ async fn direct_side(
     let end = started + shape.duration;
     let per_batch = n.div_ceil(shape.streams).max(1);
     let batches: Vec<Vec<RenewItem>> = items.chunks(per_batch).map(<[RenewItem]>::to_vec).collect();
-    let count = batches.len() as u32;
+    let count = batches.len();
     let tally = Arc::new(Tally::default());
     let mut tasks = Vec::new();
     for (i, batch) in batches.into_iter().enumerate() {
         let (store, tally) = (store.clone(), Arc::clone(&tally));
-        let offset = shape.interval * i as u32 / count;
+        let offset = stagger(shape.interval, i, count);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(offset).await;
             let mut tick = tokio::time::interval(shape.interval);
@@ -452,7 +454,7 @@ async fn direct_side(
                 let sent = Instant::now();
                 match store.renew_many(&batch).await {
                     Ok(outcomes) => {
-                        let rtt = sent.elapsed().as_micros() as u64;
+                        let rtt = micros(sent.elapsed());
                         let lost = outcomes
                             .iter()
                             .filter(|o| !matches!(o, Checked::Done(_)))
@@ -520,10 +522,10 @@ async fn etcd_side(
     let end = started + shape.duration;
     let per_stream = n.div_ceil(shape.streams).max(1);
     let shares: Vec<Vec<i64>> = leases.chunks(per_stream).map(<[i64]>::to_vec).collect();
-    let count = shares.len() as u32;
+    let count = shares.len();
     let mut tasks = Vec::new();
     for (i, share) in shares.into_iter().enumerate() {
-        let offset = shape.interval * i as u32 / count;
+        let offset = stagger(shape.interval, i, count);
         tasks.push(tokio::spawn(crate::etcd::keep_alive_share(
             etcd.clone(),
             share,

@@ -15,7 +15,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use crate::{stats::percentile, EXIT_BROKER_ERROR};
+use crate::{
+    stats::{micros, percentile},
+    EXIT_BROKER_ERROR,
+};
 
 /// Arguments of `bench keepalive`.
 #[derive(clap::Args, Debug)]
@@ -125,7 +128,7 @@ async fn keepalive_run(
             ));
         }
         if seq > 10 {
-            rtts.push(rtt.as_micros() as u64);
+            rtts.push(micros(rtt));
         }
     }
     drop(tx);

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use crate::cycles::{Handoffs, Run};
+use crate::{
+    cycles::{Handoffs, Run},
+    stats::micros,
+};
 
 /// The acquire script (see its header).
 const ACQUIRE: &str = include_str!("../lua/plain_acquire.lua");
@@ -137,7 +140,7 @@ pub async fn uncontended(
                 if lock.acquire(&name, &token, 10_000).await?.is_none() {
                     return Err(format!("plain acquire of {name} refused uncontended"));
                 }
-                run.latencies_us.push(started.elapsed().as_micros() as u64);
+                run.latencies_us.push(micros(started.elapsed()));
                 lock.release(&name, &token).await?;
                 run.cycles += 1;
             }

@@ -21,7 +21,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use leasehold_proto::{lease_status::State, AcquireRequest, KeepAliveRequest, LeaseRef};
 use leasehold_server::duration::parse_duration;
 
-use crate::EXIT_BROKER_ERROR;
+use crate::{
+    stats::{micros, millis},
+    EXIT_BROKER_ERROR,
+};
 
 /// Arguments of `bench soak`.
 #[derive(clap::Args, Debug)]
@@ -106,11 +109,11 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     let per_stream = args.leases.div_ceil(args.streams.max(1)).max(1);
     let mut tasks = Vec::new();
     let shares: Vec<Vec<LeaseRef>> = refs.chunks(per_stream).map(<[LeaseRef]>::to_vec).collect();
-    let count = shares.len() as u32;
+    let count = shares.len();
     for (i, share) in shares.into_iter().enumerate() {
         // Streams spread over the interval, as independent clients would be,
         // rather than all beating at the same instant.
-        let offset = args.interval * i as u32 / count;
+        let offset = stagger(args.interval, i, count);
         let tally = Arc::clone(&tally);
         tasks.push(tokio::spawn(stream(
             grpc.clone(),
@@ -185,6 +188,14 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
     Ok(lost)
 }
 
+/// When the `i`th of `count` streams first beats: `interval * i / count`, the
+/// streams spread evenly over one interval.
+pub fn stagger(interval: Duration, i: usize, count: usize) -> Duration {
+    let i = u32::try_from(i).expect("fewer than 2^32 streams: one task each");
+    let count = u32::try_from(count).expect("fewer than 2^32 streams: one task each");
+    interval * i / count
+}
+
 /// One stream: a heartbeat naming all of `leases` every `interval`.
 pub async fn stream(
     mut grpc: crate::broker::BenchClient,
@@ -219,7 +230,7 @@ pub async fn stream(
         }
         match responses.message().await {
             Ok(Some(answer)) => {
-                let rtt = sent.elapsed().as_micros() as u64;
+                let rtt = micros(sent.elapsed());
                 let lost = answer
                     .leases
                     .iter()
@@ -283,7 +294,7 @@ pub async fn acquire_many(
             let mut grpc = grpc.clone();
             let request = AcquireRequest {
                 name: name.clone(),
-                ttl_ms: ttl.as_millis() as u64,
+                ttl_ms: millis(ttl),
                 holder: holder.to_owned(),
                 ..Default::default()
             };

@@ -1,4 +1,25 @@
-//! The one percentile the benchmarks report.
+//! The one percentile the benchmarks report, and the integers durations are
+//! recorded in.
+
+use std::time::Duration;
+
+/// `duration` in whole microseconds, saturating at `u64::MAX` (585 thousand
+/// years): latencies and round trips. `Duration::as_micros` is a `u128`.
+pub fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// `duration` in whole milliseconds, saturating at `u64::MAX`: the unit of
+/// the API's TTLs and waits.
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `duration` in whole nanoseconds, saturating at `u64::MAX` (584 years):
+/// instants kept in an atomic as the time since an origin.
+pub fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// The `p` quantile (0..=1) of `values` by the nearest-rank method on the
 /// sorted values (`values` is sorted in place); 0 for no values.
@@ -7,7 +28,14 @@ pub fn percentile(values: &mut [u64], p: f64) -> u64 {
         return 0;
     }
     values.sort_unstable();
-    values[((values.len() as f64 * p) as usize).min(values.len() - 1)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "the rank len * p is in 0..=len for p in 0..=1; `as` from f64 \
+                  saturates (a negative or NaN p gives 0) and .min bounds it above"
+    )]
+    let rank = (values.len() as f64 * p) as usize;
+    values[rank.min(values.len() - 1)]
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use leasehold_server::duration::parse_duration;
 use crate::{
     broker::{bench_client, start_broker_exe, BenchClient},
     probe::cpu_seconds,
-    stats::percentile,
+    stats::{nanos, percentile},
     EXIT_BROKER_ERROR,
 };
 
@@ -203,7 +203,7 @@ async fn run(args: WaitersArgs) -> Result<(), String> {
     let started = Instant::now();
     shared
         .released_ns
-        .store(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        .store(nanos(origin.elapsed()), Ordering::Relaxed);
     // An overloaded store may time the release out: tried again, as a
     // client would, for as long as the run lasts.
     let mut holder_failed = 0;
@@ -334,7 +334,7 @@ async fn wait_in_turn(mut client: BenchClient, name: String, shared: Arc<Shared>
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let now = origin.elapsed().as_nanos() as u64;
+        let now = nanos(origin.elapsed());
         let released = shared.released_ns.load(Ordering::Relaxed);
         if shared.measuring.load(Ordering::Relaxed) && released != 0 {
             shared
@@ -345,7 +345,7 @@ async fn wait_in_turn(mut client: BenchClient, name: String, shared: Arc<Shared>
         }
         shared
             .released_ns
-            .store(origin.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .store(nanos(origin.elapsed()), Ordering::Relaxed);
         match client
             .release(ReleaseRequest {
                 name: name.clone(),
