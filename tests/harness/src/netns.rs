@@ -63,7 +63,6 @@ table inet leasehold {
 /// the tests of one binary, which run in parallel, never share either.
 static INSTANCES: AtomicU32 = AtomicU32::new(0);
 
-
 /// Linux's limit on an interface name (IFNAMSIZ, 16 with the NUL).
 const IFNAME_MAX: usize = 15;
 
