@@ -13,6 +13,8 @@ pub struct Ca {
 }
 
 impl Ca {
+    /// A fresh self-signed CA whose common name is `name` (its key
+    /// generated here, kept in memory only).
     pub fn new(name: &str) -> Self {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();

@@ -18,6 +18,8 @@ use crate::{
     history::{self, Grant},
 };
 
+/// The TTL the workers' leases are granted for: a lease whose release got
+/// no answer is taken as held until its Acquire's send time plus this.
 pub const TTL_MS: u64 = 2_000;
 
 /// Cycles acquire (waiting) / release on `locks` until aborted, recording

@@ -29,6 +29,7 @@ pub struct Grant {
     pub lock: String,
     /// Which client (worker) held it.
     pub client: usize,
+    /// The fence its grant carried.
     pub fence: u64,
     /// When the Acquire was sent.
     pub requested: Instant,
@@ -84,7 +85,9 @@ impl Grant {
 #[derive(Default)]
 pub struct FencedResource {
     highest: u64,
+    /// Writes it took.
     pub accepted: u64,
+    /// Writes it refused: their fence was below one it had taken.
     pub rejected: u64,
 }
 

@@ -44,6 +44,13 @@ fn redis_binary() -> String {
     std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
 }
 
+/// A child's process id (`Child::id`, a u32) as kill(2) takes it: checked,
+/// not cast, since a pid wrapped negative would signal a whole process group
+/// (and -1 every process the user may signal).
+pub(crate) fn as_pid(id: u32) -> libc::pid_t {
+    libc::pid_t::try_from(id).expect("a process id fits pid_t (pid_max is at most 2^22)")
+}
+
 /// The `leasehold` binary that Cargo built for the integration tests:
 /// `$LEASEHOLD_BIN`, else beside the test binary's folder (`target/<profile>/`,
 /// the test being in `target/<profile>/deps/`).
@@ -747,7 +754,7 @@ impl BrokerProcess {
     /// Sends it SIGHUP (reload the TLS files).
     pub fn hang_up(&self) {
         // SAFETY: kill(2) on our own child's pid.
-        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) };
+        let sent = unsafe { libc::kill(as_pid(self.child.id()), libc::SIGHUP) };
         assert_eq!(sent, 0, "SIGHUP not sent");
     }
 

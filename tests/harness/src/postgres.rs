@@ -474,7 +474,7 @@ impl PostgresServer {
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill with a pid we own and a valid signal.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGQUIT) };
+            unsafe { libc::kill(crate::as_pid(child.id()), libc::SIGQUIT) };
             for _ in 0..100 {
                 if let Ok(Some(_)) = child.try_wait() {
                     return;

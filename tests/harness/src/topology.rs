@@ -514,7 +514,9 @@ pub struct Cluster {
 /// One line of CLUSTER NODES.
 #[derive(Debug, Clone)]
 pub struct ClusterNode {
+    /// The node's ID (40 hex characters), as replicas name their primary.
     pub id: String,
+    /// Where it takes clients (`ip:port`; the cluster bus port left out).
     pub addr: SocketAddr,
     /// `myself`, `master`, `slave`, `fail?`, `fail`, ...
     pub flags: Vec<String>,
@@ -525,6 +527,7 @@ pub struct ClusterNode {
 }
 
 impl ClusterNode {
+    /// Flagged a primary (`master`) by the node asked.
     pub fn is_primary(&self) -> bool {
         self.flags.iter().any(|f| f == "master")
     }
@@ -534,6 +537,7 @@ impl ClusterNode {
         self.flags.iter().any(|f| f == "fail" || f == "fail?")
     }
 
+    /// Whether `slot` is in one of the ranges it serves.
     pub fn serves(&self, slot: u16) -> bool {
         self.slots.iter().any(|&(lo, hi)| lo <= slot && slot <= hi)
     }
@@ -606,8 +610,11 @@ impl ClusterLayout {
 /// with [`Cluster::finish_slot_migration`].
 #[derive(Debug, Clone)]
 pub struct SlotMigration {
+    /// The slot being moved.
     pub slot: u16,
+    /// Its owner until the migration finishes (MIGRATING).
     pub from: SocketAddr,
+    /// The primary it moves to (IMPORTING).
     pub to: SocketAddr,
     from_id: String,
     to_id: String,

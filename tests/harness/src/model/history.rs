@@ -24,10 +24,18 @@ pub const UNKNOWN_WINDOW: Micros = 12_000_000;
 /// One call about one name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Op {
+    /// The client that made it (its index in the workload), or
+    /// `usize::MAX` for an event of the store the nemesis recorded.
     pub client: usize,
+    /// The name it was about. A store event is recorded once, with `*`,
+    /// and [`linear::by_name`](super::linear::by_name) gives every name a
+    /// copy.
     pub name: String,
+    /// What was asked (tokens as the recorder's numbers).
     pub call: Call,
+    /// What came back, [`Answer::Unknown`] if nothing did.
     pub answer: Answer,
+    /// When the call was sent.
     pub invoked: Micros,
     /// When the answer came; for [`Answer::Unknown`], the end of the
     /// window in which the call may have taken effect.
@@ -42,6 +50,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// A recorder whose clock starts now: the instant 0 of the run.
     pub fn new() -> Self {
         Recorder {
             start: Instant::now(),
@@ -52,18 +61,19 @@ impl Recorder {
 
     /// Now, in microseconds since the run began.
     pub fn now(&self) -> Micros {
-        self.start.elapsed().as_micros() as Micros
+        micros_of(self.start.elapsed())
     }
 
     /// The instant `at` in the run's microseconds.
     pub fn micros(&self, at: Instant) -> Micros {
-        at.saturating_duration_since(self.start).as_micros() as Micros
+        micros_of(at.saturating_duration_since(self.start))
     }
 
     /// The number of an owner token (the same number for the same token).
     pub fn token(&self, secret: &str) -> Token {
         let mut tokens = self.tokens.lock().unwrap();
-        let next = tokens.len() as Token;
+        // A wrapped number would make two leases one token to the model.
+        let next = Token::try_from(tokens.len()).expect("fewer than 2^32 owner tokens in a run");
         *tokens.entry(secret.to_owned()).or_insert(next)
     }
 
@@ -101,6 +111,11 @@ impl Recorder {
     pub fn elapsed(&self) -> Duration {
         self.start.elapsed()
     }
+}
+
+/// A time since the run began in [`Micros`], saturating (at 292,000 years).
+fn micros_of(since_start: Duration) -> Micros {
+    Micros::try_from(since_start.as_micros()).unwrap_or(Micros::MAX)
 }
 
 impl Default for Recorder {

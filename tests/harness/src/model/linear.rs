@@ -24,7 +24,7 @@ use std::{
 
 use super::{
     history::{format_op, Op},
-    spec::{Answer, Call, Context, Micros, Name, Span, Window, PLACE_LINGER},
+    spec::{ms_to_micros, Answer, Call, Context, Micros, Name, Span, Window, PLACE_LINGER},
 };
 
 /// How long before its answer an ABORTED wait's last look at the name may
@@ -32,7 +32,20 @@ use super::{
 /// (a second, for a loaded machine), unless a fault delayed the answer: a
 /// stopped broker or a stalled path to its clients holds it back for up to
 /// the nemesis' longest fault (faults come one at a time).
-pub const WAIT_TAIL: Micros = 1_000_000 + super::nemesis::MAX_FAULT.as_micros() as Micros;
+pub const WAIT_TAIL: Micros = {
+    let fault = super::nemesis::MAX_FAULT.as_micros();
+    // Seconds, far inside i64's microseconds: the cast below keeps it.
+    assert!(
+        fault <= 3_600_000_000,
+        "MAX_FAULT is a fault's hold, not an hour"
+    );
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a const cannot call i64::try_from; the assertion above bounds it"
+    )]
+    let fault = fault as Micros;
+    1_000_000 + fault
+};
 
 /// How many configurations one name's search may visit before it gives up
 /// (a history too tangled to decide is reported, never passed).
@@ -45,13 +58,27 @@ const NEAR: Micros = 2_000_000;
 /// The outcome of checking one name's history.
 #[derive(Debug)]
 pub enum Verdict {
-    /// Linearizable; the configurations visited.
-    Ok { visited: u64 },
-    /// Not: the index (in the name's calls, by invocation) of a call that
-    /// could not be placed after the longest linearizable prefix found.
-    Violation { stuck: Vec<usize>, prefix: usize },
+    /// Linearizable.
+    Ok {
+        /// How many configurations the search visited to find an order.
+        visited: u64,
+    },
+    /// Not: no order of the calls places them all.
+    Violation {
+        /// The calls that could not be placed after the longest
+        /// linearizable prefix found (those the model refuses outright
+        /// there, or every candidate if it refuses none), as indices into
+        /// the `ops` given to [`check`].
+        stuck: Vec<usize>,
+        /// How many calls that longest prefix placed.
+        prefix: usize,
+    },
     /// The search ran out of budget.
-    GaveUp { visited: u64 },
+    GaveUp {
+        /// How many configurations it visited before it stopped (just past
+        /// [`BUDGET`]).
+        visited: u64,
+    },
 }
 
 /// A name's calls, in invocation order, with their effect windows.
@@ -107,7 +134,7 @@ struct Line {
 }
 
 impl Line {
-    fn of(entries: &[Entry], unknown_grants: &[&Op]) -> Line {
+    fn of(entries: &[Entry<'_>], unknown_grants: &[&Op]) -> Line {
         let ghosts = unknown_grants
             .iter()
             .map(|op| {
@@ -119,7 +146,7 @@ impl Line {
                 else {
                     unreachable!()
                 };
-                let lasts = (ttl_ms + lock_delay_ms) as Micros * 1000 + crate::model::spec::EPSILON;
+                let lasts = ms_to_micros(ttl_ms + lock_delay_ms) + crate::model::spec::EPSILON;
                 Span::new(op.invoked, op.returned + lasts)
             })
             .collect();
@@ -289,7 +316,7 @@ pub fn check(ops: &[Op]) -> Verdict {
             )
         })
         .collect();
-    let mut entries: Vec<Entry> = ops
+    let mut entries: Vec<Entry<'_>> = ops
         .iter()
         .filter(|op| searched(op))
         .map(|op| Entry {

@@ -43,7 +43,9 @@ pub const MAX_FAULT: Duration = Duration::from_millis(1_500);
 /// Which store a run is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreKind {
+    /// The memory store, which lives (and dies) in its one broker.
     Memory,
+    /// One redis-server, with an fsync'd append-only file.
     Redis,
     /// Redis behind Sentinel: a primary, two replicas, three sentinels;
     /// grants acknowledged by a replica (`--replica-acks 1`).
@@ -51,6 +53,7 @@ pub enum StoreKind {
     /// Redis Cluster: three primaries with a replica each
     /// (`--replica-acks 1`).
     Cluster,
+    /// One PostgreSQL server (with fsync).
     Postgres,
     /// PostgreSQL with a synchronous standby, promoted once in a run; the
     /// brokers on a two-host URL (`target_session_attrs=read-write`).
@@ -68,6 +71,8 @@ pub const ALL: [StoreKind; 6] = [
 ];
 
 impl StoreKind {
+    /// The store `s` names, as [`name`](Self::name) spells it; `None` for
+    /// no store.
     pub fn parse(s: &str) -> Option<StoreKind> {
         match s {
             "memory" => Some(StoreKind::Memory),
@@ -80,6 +85,7 @@ impl StoreKind {
         }
     }
 
+    /// Its name, as runs report it and `LEASEHOLD_MODEL_STORES` lists it.
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::Memory => "memory",
@@ -95,24 +101,51 @@ impl StoreKind {
 /// A kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
+    /// A broker killed (SIGKILL) and started again after the hold; on the
+    /// memory store its data dies with it (recorded as a [`Call::Wipe`]).
     KillBroker,
+    /// A broker stopped (SIGSTOP) for the hold, then continued.
     PauseBroker,
+    /// The clients' path to a broker (its front proxy) stalled for the
+    /// hold: their bytes wait, then arrive late.
     StallClients,
+    /// The clients' connections to a broker cut, at once.
     CutClients,
+    /// A broker's path to the store stalled for the hold.
     StallStore,
+    /// A broker's connections to the store cut, at once.
     CutStore,
+    /// A broker's path to the store slowed (50 to 300 ms a chunk) for the
+    /// hold.
     SlowStore,
+    /// The store's answers to a broker held back for the hold while its
+    /// requests pass: calls that time out yet took effect.
     HoldAnswers,
+    /// The broker in the test's network namespace partitioned from the
+    /// store (nftables drops) for the hold.
     Partition,
+    /// PostgreSQL turned read-only for the hold, as a primary demoted
+    /// behind one URL: writes refused.
     ReadOnly,
+    /// The store restarted with its data (Redis from its fsync'd
+    /// append-only file, PostgreSQL with fsync).
     RestartStore,
+    /// Redis's data lost (FLUSHALL), recorded as a [`Call::Wipe`].
     WipeStore,
+    /// The store's clock stepped a second or two either way (libfaketime),
+    /// kept within 3 s of the truth; recorded as a [`Call::ClockStep`].
     StepClock,
+    /// A PostgreSQL session holding a name's row (or the fence counter's)
+    /// locked for the hold.
     HoldRow,
+    /// The store's primary killed and a replica promoted, once a run
+    /// (Sentinel, Cluster, a PostgreSQL standby); recorded as a
+    /// [`Call::Failover`].
     Failover,
 }
 
 impl Fault {
+    /// What it does, in words, as a run's report counts it.
     pub fn name(self) -> &'static str {
         match self {
             Fault::KillBroker => "broker SIGKILL + restart",
@@ -152,6 +185,7 @@ enum Server {
 /// (Redis, when the tests may make one), whose path is partitioned with
 /// the kernel's own packet filter instead.
 pub struct Topology {
+    /// The store it runs.
     pub kind: StoreKind,
     server: Server,
     /// Per broker: the proxy its clients go through.
@@ -160,6 +194,8 @@ pub struct Topology {
     links: Vec<Option<Arc<Proxy>>>,
     /// The namespace broker 0 runs in, if any.
     netns: Option<NetNs>,
+    /// The brokers, each a process of its own (a fault kills or stops one),
+    /// in the order of [`broker_urls`](Self::broker_urls).
     pub brokers: Vec<BrokerProcess>,
     /// The Redis clock's offset from the true clock, in seconds.
     clock_offset: i64,
@@ -375,7 +411,7 @@ impl Topology {
         if linked.is_empty() {
             return None;
         }
-        Some(linked[rng.below(linked.len() as u64) as usize].clone())
+        Some(linked[rng.index(linked.len())].clone())
     }
 
     /// Injects `fault` for `hold` (at most [`MAX_FAULT`]) and heals it;
@@ -387,7 +423,7 @@ impl Topology {
         hold: Duration,
         record: &Recorder,
     ) -> bool {
-        let b = rng.below(self.brokers.len() as u64) as usize;
+        let b = rng.index(self.brokers.len());
         match fault {
             Fault::KillBroker => {
                 let before = record.now();
@@ -407,7 +443,7 @@ impl Topology {
                 }
             }
             Fault::PauseBroker => {
-                let pid = self.brokers[b].pid() as libc::pid_t;
+                let pid = crate::as_pid(self.brokers[b].pid());
                 // SAFETY: kill(2) on our own child's pid.
                 unsafe { libc::kill(pid, libc::SIGSTOP) };
                 tokio::time::sleep(hold).await;
@@ -537,7 +573,7 @@ impl Topology {
                 if let Some(set_clock_offset) = server {
                     // One or two seconds either way, the offset kept within
                     // three seconds of the truth.
-                    let mut step = rng.between(1, 2) as i64;
+                    let mut step = i64::try_from(rng.between(1, 2)).expect("1 or 2");
                     if rng.chance(0.5) {
                         step = -step;
                     }
@@ -563,7 +599,7 @@ impl Topology {
             Fault::HoldRow => {
                 if let Server::Postgres(pg) = &self.server {
                     let names = [LOCKS[0], LOCKS[1], SEMAPHORE];
-                    let name = names[rng.below(3) as usize];
+                    let name = names[rng.index(names.len())];
                     let sleep = format!("SELECT pg_sleep({})", hold.as_secs_f64());
                     // The brokers' --key-prefix test: names the schema.
                     let lock = if rng.chance(0.3) {
@@ -583,6 +619,8 @@ impl Topology {
 /// What the nemesis did.
 #[derive(Debug, Default)]
 pub struct Injected {
+    /// How many times each fault was injected (a second failover, refused,
+    /// is not counted).
     pub counts: BTreeMap<Fault, u64>,
 }
 
@@ -602,8 +640,9 @@ pub async fn run(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let fault = faults[rng.below(faults.len() as u64) as usize];
-        let hold = Duration::from_millis(rng.between(200, MAX_FAULT.as_millis() as u64));
+        let fault = faults[rng.index(faults.len())];
+        let max_ms = u64::try_from(MAX_FAULT.as_millis()).expect("MAX_FAULT is 1.5 s");
+        let hold = Duration::from_millis(rng.between(200, max_ms));
         if topology.inject(fault, &mut rng, hold, &record).await {
             *injected.lock().unwrap().counts.entry(fault).or_default() += 1;
         }

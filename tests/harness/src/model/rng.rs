@@ -41,6 +41,13 @@ impl Rng {
         }
     }
 
+    /// An index into `len` items: a number in `0..len` (0 when `len` is
+    /// 0), drawn as [`below`](Self::below) draws it.
+    pub fn index(&mut self, len: usize) -> usize {
+        let i = self.below(len as u64);
+        usize::try_from(i).expect("an index below a usize length fits a usize")
+    }
+
     /// A number in `lo..=hi`.
     pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi.saturating_sub(lo) + 1)

@@ -58,14 +58,33 @@ pub const FORGET: Micros = 60_000_000;
 /// leave within 3 s (AcquireRequest.keep_place and wait_timeout_ms).
 pub const PLACE_LINGER: Micros = 3_500_000;
 
+/// `ms` milliseconds (a TTL, a wait or a lock-delay: the workload's, a
+/// broker's answer's or a saved history's) in [`Micros`].
+///
+/// # Panics
+///
+/// If it does not fit i64 microseconds (292,000 years): no lease of a
+/// run, but a corrupt answer or history, which must not wrap into a short
+/// or negative TTL.
+pub fn ms_to_micros(ms: u64) -> Micros {
+    Micros::try_from(ms)
+        .ok()
+        .and_then(|ms| ms.checked_mul(1000))
+        .expect("a duration in ms that fits i64 microseconds")
+}
+
 /// An instant known only to lie within `lo..=hi`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Span {
+    /// The earliest the instant can be.
     pub lo: Micros,
+    /// The latest it can be (never below `lo`).
     pub hi: Micros,
 }
 
 impl Span {
+    /// The span `lo..=hi`; a `hi` below `lo` is taken as `lo` (the
+    /// instant is then known exactly).
     pub fn new(lo: Micros, hi: Micros) -> Self {
         Span { lo, hi: hi.max(lo) }
     }
@@ -80,7 +99,10 @@ pub enum Kind {
     /// The one lease of a lock.
     Lock,
     /// One permit of a semaphore of `limit` permits.
-    Permit { limit: u32 },
+    Permit {
+        /// How many permits the name has at once (the Acquire's `limit`).
+        limit: u32,
+    },
 }
 
 /// How a lease may have ended (or may end): a set, because a call that got
@@ -89,17 +111,25 @@ pub enum Kind {
 pub struct Ends(u8);
 
 impl Ends {
+    /// Its TTL ran out, unrenewed: starts the lease's lock-delay.
     pub const EXPIRED: Ends = Ends(1);
+    /// Its holder released it: no lock-delay.
     pub const RELEASED: Ends = Ends(2);
+    /// Revoked by an operator: starts the lock-delay, and the holder hears
+    /// REVOKED.
     pub const REVOKED: Ends = Ends(4);
+    /// The store lost it with its data (a wipe): no lock-delay, and the
+    /// holder hears STORE_LOST where a session remembers the lease.
     pub const STORE_LOST: Ends = Ends(8);
     /// Not a way of ending but a mark: a step of the store's clock forward
     /// may have brought the end before its holder's deadline.
     pub const STEPPED: Ends = Ends(16);
 
+    /// Whether this set holds `e` (any of `e`'s ways, for a set).
     pub fn has(self, e: Ends) -> bool {
         self.0 & e.0 != 0
     }
+    /// This set with `e`'s ways added.
     pub fn with(self, e: Ends) -> Ends {
         Ends(self.0 | e.0)
     }
@@ -116,13 +146,19 @@ impl Ends {
 /// A lease that may be alive.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Lease {
+    /// Its owner token, as the history numbers it.
     pub token: Token,
+    /// The fence its grant carried.
     pub fence: u64,
+    /// The lock's lease, or one of a semaphore's permits.
     pub kind: Kind,
     /// When it ends unless renewed first.
     pub ends_at: Span,
     /// How it ends then.
     pub how: Ends,
+    /// The lock-delay its Acquire asked for: after an expiry or a revoke,
+    /// nobody is granted the name this long (0 for none; a permit's starts
+    /// none).
     pub lock_delay_ms: u64,
     /// Calls on it without an answer that may still take effect (held in a
     /// stalled path, they can arrive after later calls were answered).
@@ -133,7 +169,9 @@ pub struct Lease {
 /// take effect at any moment up to `until`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Pending {
+    /// The end of the call's window: the latest it may take effect.
     pub until: Micros,
+    /// The TTL the renewal or heartbeat asked for; `None` for a release.
     pub ttl_ms: Option<u64>,
 }
 
@@ -149,7 +187,7 @@ impl Lease {
                     self.how = self.how.with(Ends::RELEASED);
                 }
                 Some(ttl) => {
-                    let ttl = ttl as Micros * 1000;
+                    let ttl = ms_to_micros(ttl);
                     self.ends_at = Span::new(
                         self.ends_at.lo.min(from + ttl - EPSILON),
                         self.ends_at.hi.max(p.until + ttl + EPSILON),
@@ -163,10 +201,18 @@ impl Lease {
 /// The record of a lease's end.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct End {
+    /// How it ended (a set: a call without an answer may or may not have
+    /// ended it).
     pub how: Ends,
+    /// When it ended.
     pub at: Span,
+    /// The lease's fence, its kind and its lock-delay: what a step back of
+    /// the store's clock needs to bring an expired lease back to life
+    /// ([`Call::ClockStep`]).
     pub fence: u64,
+    /// The lease's kind (see `fence`).
     pub kind: Kind,
+    /// The lease's lock-delay, in milliseconds (see `fence`).
     pub lock_delay_ms: u64,
     /// The store lost its record since (a wipe): it answers the token as a
     /// stranger's, or, where a session of the broker remembers renewing
@@ -178,28 +224,48 @@ pub struct End {
 /// A call to the broker about one name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Call {
-    /// Acquire (a lock, or a permit of a semaphore), waiting up to `wait_ms`.
+    /// Acquire (a lock, or a permit of a semaphore), waiting up to `wait_ms`;
+    /// also an election's Campaign (a lock without lock-delay).
     Acquire {
+        /// A lock, or a permit of a semaphore of how many.
         kind: Kind,
+        /// The TTL asked for; a grant must carry this one.
         ttl_ms: u64,
+        /// How long to wait while the name is not free; 0 tries once.
         wait_ms: u64,
+        /// The lock-delay asked for (0 for none).
         lock_delay_ms: u64,
+        /// Whether a wait that runs out keeps the caller's place in the
+        /// name's line (AcquireRequest.keep_place).
         keep_place: bool,
     },
+    /// Renew: extend the lease of `token`.
     Renew {
+        /// The lease's owner token, numbered.
         token: Token,
+        /// The new TTL asked for, from when the store applies it (0 keeps
+        /// the lease's own).
         ttl_ms: u64,
     },
     /// One lease of a KeepAlive heartbeat.
     Beat {
+        /// The lease's owner token, numbered.
         token: Token,
+        /// The new TTL the heartbeat asked for (0 keeps the lease's own).
         ttl_ms: u64,
     },
+    /// Release (or an election's Resign): end the lease of `token` now,
+    /// without lock-delay.
     Release {
+        /// The lease's owner token, numbered.
         token: Token,
     },
+    /// Revoke: end whichever lease holds the lock now, as an operator does.
     Revoke,
+    /// CheckFence: is `fence` the fence of the lease that holds the name
+    /// now?
     CheckFence {
+        /// The fence a writer presents.
         fence: u64,
     },
     /// Leader: who leads the election (a lock name) now.
@@ -210,8 +276,11 @@ pub enum Call {
     /// not passed when the write returned if `believed`: a holder that
     /// checks its deadline and writes.
     Write {
+        /// The writer's owner token, numbered.
         token: Token,
+        /// The fence its grant carried, presented with the write.
         fence: u64,
+        /// Whether the write returned before the holder's own deadline.
         believed: bool,
     },
     /// Not a call: the store lost all its data at some moment of the
@@ -226,6 +295,7 @@ pub enum Call {
     /// positive) at some moment of the window: leases alive then end that
     /// much sooner (or later), by the true clock.
     ClockStep {
+        /// How far the clock moved, in milliseconds: forward if positive.
         delta_ms: i64,
     },
 }
@@ -233,24 +303,38 @@ pub enum Call {
 /// Why a heartbeat says a lease is lost (the proto's LossReason).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
+    /// The TTL ran out before a renewal reached the store.
     Expired,
+    /// It expired and another owner holds the name now, and the store no
+    /// longer remembers the token's lease.
     NotOwner,
+    /// The store lost it before its TTL could have run out (a wipe).
     StoreLost,
+    /// An operator revoked it.
     Revoked,
 }
 
 /// What came back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
+    /// Acquire's success: a lease.
     Granted {
+        /// Its owner token, numbered.
         token: Token,
+        /// Its fence: above every earlier grant's of the name.
         fence: u64,
+        /// The TTL the store applied.
         ttl_ms: u64,
     },
     /// ABORTED: not obtained.
     Aborted,
     /// Renew's or a heartbeat's success.
-    Alive { fence: u64, ttl_ms: u64 },
+    Alive {
+        /// The renewed lease's fence (its grant's).
+        fence: u64,
+        /// The TTL the store applied, from the renewal on.
+        ttl_ms: u64,
+    },
     /// Release's success.
     Released,
     /// NOT_FOUND.
@@ -259,13 +343,25 @@ pub enum Answer {
     NotOwner,
     /// A heartbeat's STATE_LOST.
     Lost(Reason),
-    /// Revoke's success: the revoked lease's fence.
-    Revoked { fence: u64 },
+    /// Revoke's success.
+    Revoked {
+        /// The revoked lease's fence.
+        fence: u64,
+    },
     /// CheckFence's answer.
-    Fence { current: bool, current_fence: u64 },
-    /// Leader's answer: whether a leader is present, and its term (its
-    /// lease's fence).
-    Leader { present: bool, term: u64 },
+    Fence {
+        /// Whether the fence asked about is the current lease's.
+        current: bool,
+        /// The fence of the lease that holds the name now; 0 if it is free.
+        current_fence: u64,
+    },
+    /// Leader's answer.
+    Leader {
+        /// Whether the election has a leader now.
+        present: bool,
+        /// The leader's term: its lease's fence.
+        term: u64,
+    },
     /// No answer: UNAVAILABLE, a deadline, a broken connection, a heartbeat's
     /// STATE_UNCONFIRMED. The call may or may not have taken effect.
     Unknown,
@@ -319,7 +415,13 @@ pub struct Name {
 /// Where, in its window, a call takes effect.
 #[derive(Clone, Copy, Debug)]
 pub struct Window {
+    /// The earliest the call may take effect: its invocation, or later
+    /// where its answer says so (an ABORTED wait looked at the name late).
     pub from: Micros,
+    /// The latest the search places it at: when its answer came (for a
+    /// call without one, the end of its window; for a renewal, heartbeat
+    /// or release without one, its invocation, its effects widened to
+    /// `late`).
     pub to: Micros,
     /// The latest the call may take effect: `to`, or for a call without an
     /// answer the end of its window (it is placed at its invocation, its
@@ -380,7 +482,7 @@ impl Name {
                 let mut ended = s;
                 ended.now = ended.now.max(lo);
                 let lease = ended.leases.remove(i);
-                ended.end(lease, Span::new(lo, hi.min(to)));
+                ended.end(&lease, Span::new(lo, hi.min(to)));
                 next.push(ended);
             }
             states = next;
@@ -407,9 +509,9 @@ impl Name {
     }
 
     /// Records the end of `lease` at `at`, with its lock-delay.
-    fn end(&mut self, lease: Lease, at: Span) {
+    fn end(&mut self, lease: &Lease, at: Span) {
         if lease.kind == Kind::Lock && lease.lock_delay_ms > 0 && lease.how.may_delay() {
-            let d = lease.lock_delay_ms as Micros * 1000;
+            let d = ms_to_micros(lease.lock_delay_ms);
             let lo = if lease.how.always_delays() {
                 at.lo + d
             } else {
@@ -469,8 +571,8 @@ impl Name {
         // this call's window plus the TTL brackets.
         let lasting = |ttl_ms: u64| {
             Span::new(
-                from + ttl_ms as Micros * 1000 - EPSILON,
-                to + ttl_ms as Micros * 1000 + EPSILON,
+                from + ms_to_micros(ttl_ms) - EPSILON,
+                to + ms_to_micros(ttl_ms) + EPSILON,
             )
         };
         // Forget ends no store can still remember.
@@ -562,7 +664,7 @@ impl Name {
                 if let Some(i) = self.alive(*token) {
                     let mut lease = self.leases.remove(i);
                     lease.how = Ends::RELEASED;
-                    self.end(lease, during);
+                    self.end(&lease, during);
                     out.push(self);
                 } else if self
                     .ends
@@ -610,7 +712,7 @@ impl Name {
                 {
                     let mut lease = self.leases.remove(i);
                     lease.how = Ends::REVOKED;
-                    self.end(lease, during);
+                    self.end(&lease, during);
                     out.push(self);
                 } else if self.leases.iter().all(|l| l.kind != Kind::Lock)
                     && self.last_revoked == Some(*fence)
@@ -791,7 +893,7 @@ impl Name {
                 for mut lease in leases {
                     lease.how = Ends::STORE_LOST;
                     let token = lease.token;
-                    self.end(lease, during);
+                    self.end(&lease, during);
                     self.ends.get_mut(&token).expect("just ended").forgotten = true;
                 }
                 out.push(self);
@@ -811,7 +913,7 @@ impl Name {
                 self.leases
                     .iter()
                     .all(|l| matches!(l.kind, Kind::Permit { .. }))
-                    && (self.leases.len() as u32) < limit.max(1)
+                    && u32::try_from(self.leases.len()).is_ok_and(|n| n < limit.max(1))
             }
         }
     }

@@ -39,7 +39,10 @@ use super::{
 
 /// The names: two locks and a semaphore of [`SEMAPHORE_LIMIT`].
 pub const LOCKS: [&str; 2] = ["l0", "l1"];
+/// The semaphore's name (now and then acquired as a lock, and the locks'
+/// names as semaphores: the broker must refuse the other kind while held).
 pub const SEMAPHORE: &str = "s0";
+/// How many permits the semaphore has.
 pub const SEMAPHORE_LIMIT: u32 = 2;
 /// An election (a lock under the election calls: Campaign, Leader,
 /// Resign; its leadership lease renewed and heartbeated like any).
@@ -51,14 +54,25 @@ const DEADLINE: Duration = Duration::from_millis(3_000);
 /// What the clients saw that the model does not judge.
 #[derive(Debug, Default)]
 pub struct Tally {
+    /// Calls made to the brokers (each lease of a heartbeat one), answered
+    /// or not, refused ones included.
     pub calls: AtomicU64,
+    /// Calls recorded without an answer ([`Answer::Unknown`]): they may or
+    /// may not have taken effect.
     pub unknown: AtomicU64,
-    /// Refused before they could take effect (RESOURCE_EXHAUSTED).
+    /// Refused before they could take effect (RESOURCE_EXHAUSTED), or
+    /// never sent (the broker was down); not recorded.
     pub refused: AtomicU64,
+    /// KeepAlive streams the clients reset (RST_STREAM).
     pub streams_reset: AtomicU64,
+    /// KeepAlive streams the clients half-closed, reading to the end.
     pub streams_half_closed: AtomicU64,
+    /// KeepAlive streams opened (a client's first, or one resumed on any
+    /// broker after the last ended).
     pub streams_opened: AtomicU64,
+    /// Writes to the fenced resource.
     pub writes: AtomicU64,
+    /// Those of them the resource refused (it had taken a higher fence).
     pub writes_refused: AtomicU64,
     /// Holders paused (a modelled GC pause) between their deadline check
     /// and their write.
@@ -213,7 +227,7 @@ fn failed(status: &Status) -> Option<Answer> {
 
 impl Client {
     fn broker(&mut self) -> LeaseholdServiceClient<Channel> {
-        let i = self.rng.below(self.brokers.len() as u64) as usize;
+        let i = self.rng.index(self.brokers.len());
         self.brokers[i].clone()
     }
 
@@ -301,8 +315,7 @@ impl Client {
                 self.release(held.name, &held.token).await;
             }
             4 => {
-                let (name, token) =
-                    self.ended[self.rng.below(self.ended.len() as u64) as usize].clone();
+                let (name, token) = self.ended[self.rng.index(self.ended.len())].clone();
                 if self.rng.chance(0.5) {
                     self.release(name, &token).await;
                 } else {
@@ -329,7 +342,7 @@ impl Client {
     }
 
     fn pick_held(&mut self) -> Held {
-        self.held[self.rng.below(self.held.len() as u64) as usize].clone()
+        self.held[self.rng.index(self.held.len())].clone()
     }
 
     fn pick_name(&mut self) -> &'static str {
@@ -368,7 +381,7 @@ impl Client {
             .filter(|h| h.kind == Kind::Lock)
             .cloned()
             .collect();
-        let held = locks[self.rng.below(locks.len() as u64) as usize].clone();
+        let held = locks[self.rng.index(locks.len())].clone();
         if Instant::now() >= held.deadline {
             return;
         }
@@ -444,10 +457,9 @@ impl Client {
             // Now and then a place that is not in line: a token of a lease
             // that ended (hostile or confused: no caller may choose its
             // token; the broker must give a fresh one).
-            _ if wait_ms > 0 && !self.ended.is_empty() && self.rng.chance(0.05) => self.ended
-                [self.rng.below(self.ended.len() as u64) as usize]
-                .1
-                .clone(),
+            _ if wait_ms > 0 && !self.ended.is_empty() && self.rng.chance(0.05) => {
+                self.ended[self.rng.index(self.ended.len())].1.clone()
+            }
             _ => String::new(),
         };
         self.place = None;
@@ -655,7 +667,7 @@ impl Client {
     }
 
     async fn revoke(&mut self) {
-        let name = LOCKS[self.rng.below(2) as usize];
+        let name = LOCKS[self.rng.index(LOCKS.len())];
         let mut broker = self.broker();
         let invoked = self.record.now();
         let request = RevokeRequest {
@@ -671,7 +683,7 @@ impl Client {
     }
 
     async fn check_fence(&mut self) {
-        let name = LOCKS[self.rng.below(2) as usize];
+        let name = LOCKS[self.rng.index(LOCKS.len())];
         let fence = self.rng.below(3);
         let mut broker = self.broker();
         let invoked = self.record.now();
