@@ -439,13 +439,7 @@ async fn fences_strictly_increase_per_name(store: &Store) {
 /// Describe tells holder, fence, TTL, remaining time and grant time.
 async fn describe_reports_the_lease(store: &Store) {
     assert_eq!(store.describe("a").await.unwrap().lease, None);
-    let before = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .expect("now in ms since 1970 fits a u64");
+    let before = common::unix_ms();
     let fence = grant(store, "a", "t1", 2_000).await;
     let info = store.describe("a").await.unwrap().lease.expect("held");
     assert_eq!(info.holder, "holder-t1");

@@ -35,13 +35,7 @@ async fn grant(store: &Store, name: &str, token: &str) -> u64 {
 /// Writes a 10-second lease with `token` and `fence` straight into Redis, as
 /// acquire.lua would (fields documented there).
 async fn plant(conn: &mut redis::aio::MultiplexedConnection, key: &str, token: &str, fence: u64) {
-    let now_ms = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .expect("now in ms since 1970 fits a u64");
+    let now_ms = common::unix_ms();
     let fields = [
         ("o", token.to_owned()),
         ("f", fence.to_string()),
@@ -174,13 +168,7 @@ async fn the_broker_floor_outranks_a_clock_that_fell_behind() {
 async fn fences_come_from_the_counter_whatever_the_clock_says() {
     let redis = RedisServer::start();
     let mut conn = redis.connection().await;
-    let now_us = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros(),
-    )
-    .expect("now in µs since 1970 fits a u64");
+    let now_us = common::unix_us();
     let counter = now_us + 1_000_000_000_000; // 11.6 days ahead of the clock
     let _: () = conn.set("f:fences", counter).await.unwrap();
     let fresh = || {
@@ -222,13 +210,7 @@ async fn the_first_fence_from_the_counter_is_above_the_old_ones() {
     )
     .unwrap();
     let mut conn = redis.connection().await;
-    let now_us = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros(),
-    )
-    .expect("now in µs since 1970 fits a u64");
+    let now_us = common::unix_us();
     let ahead = now_us + 5_000_000;
     // An old-style tombstone: just the fence, left by a release.
     let key = lease_key("f:", "t");

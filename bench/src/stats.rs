@@ -3,17 +3,9 @@
 
 use std::time::Duration;
 
-/// `duration` in whole microseconds, saturating at `u64::MAX` (585 thousand
-/// years): latencies and round trips. `Duration::as_micros` is a `u128`.
-pub fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// `duration` in whole milliseconds, saturating at `u64::MAX`: the unit of
-/// the API's TTLs and waits.
-pub fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
+// Durations in whole microseconds and milliseconds, saturating: the
+// broker's own conversions, so that a benchmark rounds as the broker does.
+pub use leasehold_server::duration::{micros, millis};
 
 /// `duration` in whole nanoseconds, saturating at `u64::MAX` (584 years):
 /// instants kept in an atomic as the time since an origin.

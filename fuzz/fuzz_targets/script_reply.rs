@@ -94,7 +94,9 @@ fn text(reply: &[Value], i: usize) -> Option<String> {
 fn acquire(reply: &[Value]) -> Option<Acquired> {
     let fence = uint(reply, 1)?;
     let code = int(reply, 0)?;
-    let expired = |i| uint(reply, i).map_or(0, |n| n as u32);
+    // A count beyond u32 saturates (no store reports four billion expired
+    // leases at once; truncating would report a wrong small count).
+    let expired = |i| uint(reply, i).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
     let by = match code {
         1 => {
             return Some(Acquired::Granted {

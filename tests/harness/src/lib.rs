@@ -72,6 +72,24 @@ pub fn leasehold_binary() -> std::path::PathBuf {
     binary
 }
 
+/// The wall clock in milliseconds since 1970 (as the stores' records
+/// keep it).
+pub fn unix_ms() -> u64 {
+    leasehold_server::duration::millis(since_1970())
+}
+
+/// The wall clock in microseconds since 1970 (as fences drawn from a clock
+/// are).
+pub fn unix_us() -> u64 {
+    leasehold_server::duration::micros(since_1970())
+}
+
+fn since_1970() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the wall clock is after 1970")
+}
+
 /// How long a port handed out by [`free_port`] stays out of every other
 /// test process's hands. Tests run in processes of their own, several at
 /// once (`cargo nextest`): without this, a port one test's server was just
