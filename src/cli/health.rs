@@ -28,7 +28,7 @@ pub struct HealthArgs {
     #[command(flatten)]
     broker: BrokerArgs,
     /// Also require the store: exit 1 unless the broker reports SERVING
-    /// (it reports NOT_SERVING while it cannot reach Redis). Without it, any
+    /// (it reports NOT_SERVING while it cannot reach its store). Without it, any
     /// answer counts: the broker process runs and serves.
     #[arg(long)]
     store: bool,

@@ -171,7 +171,7 @@ impl Session {
             .into_iter()
             .zip(states.iter_mut().filter(|s| s.is_none()))
         {
-            // Both stores answer every item (Redis checks the count).
+            // Every store answers every item (the Redis store checks the count).
             let outcome = outcomes
                 .next()
                 .unwrap_or_else(|| Err("no answer from the store".into()));

@@ -1,6 +1,6 @@
 //! Keeps the standard gRPC health status in step with the store: SERVING
 //! while the store answers, NOT_SERVING while it does not, so that Kubernetes
-//! probes and load balancers route around a broker that cannot reach Redis.
+//! probes and load balancers route around a broker that cannot reach its store.
 //!
 //! The same pings watch the store's clock. Redis decides expiry by its own
 //! wall clock, so a step of that clock moves every lease's end at once:

@@ -18,7 +18,8 @@
 //! * Every grant of a name gets a fence strictly greater than every earlier
 //!   grant of that name. Fences come from a counter in the store (Redis:
 //!   one key for a server, one per hash slot on a Cluster, `fence.lua`; a
-//!   sequence on PostgreSQL; one atomic in memory), raised to at least
+//!   counter row on PostgreSQL, advanced in the grant's transaction; one
+//!   atomic in memory), raised to at least
 //!   `max(store clock in µs, caller's floor + 1)`. While the store keeps
 //!   its data the counter alone rises, whatever any clock does; once it
 //!   lost its data, the clock term is above every earlier fence (no fence

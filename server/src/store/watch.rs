@@ -3,7 +3,8 @@
 //!
 //! Each channel with at least one watch on this replica has an entry listing
 //! its watches, each with a [`Notify`] of its own. An event (seen directly by
-//! the memory store, or as a Redis pub/sub message) names the waiter first in
+//! the memory store, as a Redis pub/sub message, or as a PostgreSQL NOTIFY
+//! on the schema's channel, `postgres/listen.rs`) names the waiter first in
 //! the name's queue, if any: only that waiter is woken, with every observer
 //! (an election's Observe stream). The others could not take the lock anyway
 //! (the queue is FIFO), so waking them would only cost a script run each per
