@@ -353,8 +353,10 @@ async fn a_postgres_acquire_that_arrives_after_its_call_failed_grants_nothing() 
         }
         if Instant::now() > deadline {
             let all = postgres
-                .psql(&["SELECT pid, state, backend_start, query FROM pg_stat_activity \
-                         WHERE application_name = 'delayed_broker'"])
+                .psql(&[
+                    "SELECT pid, state, backend_start, query FROM pg_stat_activity \
+                         WHERE application_name = 'delayed_broker'",
+                ])
                 .await;
             panic!("not one pooled connection after 10 s: {pids:?} of\n{all}");
         }
