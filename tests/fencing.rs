@@ -260,17 +260,29 @@ async fn every_key_but_the_fence_counter_expires() {
             .await
             .unwrap();
     }
+    // On a loaded machine the loop above can outlast the 10 s linger: the
+    // first release records are then gone already (expired, as they should),
+    // before KEYS or between KEYS and PTTL (-2). Never more keys than these,
+    // and the latest ones are still there.
     let keys: Vec<String> = conn.keys("*").await.unwrap();
-    assert_eq!(keys.len(), 2_000 + 500 + 1);
+    assert!(keys.len() <= 2_000 + 500 + 1, "{} keys", keys.len());
+    assert!(keys.len() > 500, "only {} keys", keys.len());
+    assert!(keys.iter().any(|k| k == "f:fences"), "the counter stays");
     for key in keys {
         let pttl: i64 = conn.pttl(&key).await.unwrap();
         if key == "f:fences" {
             assert_eq!(pttl, -1, "the counter stays");
         } else if key.starts_with("f:{job-") {
             // The one-hour leases released at once: their release record.
-            assert!(pttl > 0 && pttl <= 10_000, "{key} lives {pttl} ms");
+            assert!(
+                pttl == -2 || (pttl > 0 && pttl <= 10_000),
+                "{key} lives {pttl} ms"
+            );
         } else {
-            assert!(pttl > 0 && pttl <= 100 + 10_000, "{key} lives {pttl} ms");
+            assert!(
+                pttl == -2 || (pttl > 0 && pttl <= 100 + 10_000),
+                "{key} lives {pttl} ms"
+            );
         }
     }
 }
