@@ -8,8 +8,8 @@
 
 use std::{fs::File, os::fd::AsRawFd, path::PathBuf};
 
-/// An exclusive `flock(2)` on `leasehold-<name>.lock` in the temporary
-/// directory, held until dropped.
+/// An exclusive `flock(2)` on `leasehold-<name>-<uid>.lock` in the
+/// temporary directory, held until dropped.
 pub struct FileLock {
     /// Closing it releases the lock.
     _file: File,

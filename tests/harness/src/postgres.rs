@@ -111,14 +111,26 @@ pub const STANDBY_NAME: &str = "leasehold_standby";
 
 static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
 
+/// How the template is made: part of its key, so that a change here makes
+/// a new template rather than reusing one made the old way.
+const INITDB_ARGS: [&str; 7] = [
+    "-U",
+    "postgres",
+    "--auth=trust",
+    "-E",
+    "UTF8",
+    "--no-sync",
+    "--no-instructions",
+];
+
 /// The template cluster, made once per machine (per user and PostgreSQL
 /// build): `leasehold-pg-template-<uid>-<key>/data` in the temporary
-/// directory, the key naming the `postgres` binary and its modification
-/// time, so that an upgraded PostgreSQL gets a template of its own. Made in
-/// a folder of its own and renamed into place under a [`FileLock`], so that
-/// a test never copies a half-made template, and a run killed half-way
-/// leaves nothing that a later one would take for a template. Kept between
-/// runs, as a cache: delete it at will.
+/// directory, the key naming the `postgres` binary, its modification time
+/// and [`INITDB_ARGS`], so that an upgraded PostgreSQL gets a template of
+/// its own. Made in a folder of its own and renamed into place under a
+/// [`FileLock`], so that a test never copies a half-made template, and a
+/// run killed half-way leaves nothing that a later one would take for a
+/// template. Kept between runs, as a cache: delete it at will.
 fn template() -> &'static Path {
     TEMPLATE.get_or_init(|| {
         let postgres = pg_bin().join("postgres");
@@ -128,7 +140,7 @@ fn template() -> &'static Path {
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs());
         let mut key = std::collections::hash_map::DefaultHasher::new();
-        std::hash::Hash::hash(&(postgres.as_os_str(), modified), &mut key);
+        std::hash::Hash::hash(&(postgres.as_os_str(), modified, INITDB_ARGS), &mut key);
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         let name = format!(
@@ -146,8 +158,7 @@ fn template() -> &'static Path {
         let output = command(&pg_bin().join("initdb"))
             .arg("-D")
             .arg(making.join("data"))
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
-            .arg("--no-instructions")
+            .args(INITDB_ARGS)
             .output()
             .expect("run initdb");
         assert!(
