@@ -232,11 +232,7 @@ impl Acquisition {
                     lock = %spec.name, token = %crate::redact::Redacted(&spec.token),
                     "wait ran out; place in line kept"
                 );
-                return Err(Error::PlaceKept {
-                    refusal: Box::new(refusal),
-                    place: crate::error::KeptPlace(spec.token.clone()),
-                    kept_ms: millis(QUEUE_LIFETIME),
-                });
+                return Err(place_kept(refusal, &spec.token));
             }
             Err(shutdown @ Error::Unavailable(_))
                 if self.keep_place && !self.unknown && *leases.inner.shutdown.borrow() =>
@@ -245,11 +241,7 @@ impl Acquisition {
                     lock = %spec.name, token = %crate::redact::Redacted(&spec.token),
                     "shutting down; place in line kept"
                 );
-                return Err(Error::PlaceKept {
-                    refusal: Box::new(shutdown),
-                    place: crate::error::KeptPlace(spec.token.clone()),
-                    kept_ms: millis(QUEUE_LIFETIME),
-                });
+                return Err(place_kept(shutdown, &spec.token));
             }
             result => result,
         };
@@ -444,6 +436,16 @@ impl<'a> Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.waiting(false);
+    }
+}
+
+/// `refusal` with the caller's place in line handed back (`keep_place`):
+/// its token, kept in the line for [`QUEUE_LIFETIME`].
+fn place_kept(refusal: Error, token: &str) -> Error {
+    Error::PlaceKept {
+        refusal: Box::new(refusal),
+        place: crate::error::KeptPlace(token.to_owned()),
+        kept_ms: millis(QUEUE_LIFETIME),
     }
 }
 
