@@ -1353,3 +1353,84 @@ conformance!(
     a_released_permit_stays_released_under_a_lock,
     a_permit_ended_before_a_lock_is_its_own_end,
 );
+
+/// The contract's constants (`store::CONTRACT`, declared once in the
+/// broker's Rust code) as the stores' own code has them: read back from the
+/// scripts as a real Redis runs them and from the functions as a real
+/// PostgreSQL created them.
+mod contract_constants {
+    use leasehold_server::store::{
+        schema_for, Revocation, Store, StoreOptions, CONTRACT, SCRIPTS, SCRIPT_CONSTANTS,
+    };
+
+    fn value(name: &str) -> i64 {
+        CONTRACT
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("{name} is not in CONTRACT"))
+            .1
+    }
+
+    /// Every script begins with the constants part as filled, and Redis,
+    /// running it, has each constant at its Rust value.
+    #[tokio::test]
+    async fn redis_scripts_have_the_rust_values() {
+        let redis = crate::common::RedisServer::start();
+        let mut conn = redis.connection().await;
+        let names: Vec<&str> = CONTRACT.iter().map(|(name, _)| *name).collect();
+        let lua = format!("{}\nreturn {{{}}}", *SCRIPT_CONSTANTS, names.join(", "));
+        let values: Vec<i64> = redis::cmd("EVAL")
+            .arg(&lua)
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .expect("the constants part runs");
+        let expected: Vec<i64> = CONTRACT.iter().map(|(_, v)| *v).collect();
+        assert_eq!(values, expected, "{names:?}");
+        let with_constants = SCRIPTS
+            .iter()
+            .filter(|(_, source)| source.starts_with(SCRIPT_CONSTANTS.as_str()))
+            .count();
+        assert!(
+            with_constants >= 8,
+            "{with_constants} scripts include the constants"
+        );
+        for (file, source) in SCRIPTS.iter() {
+            assert!(!source.contains("__"), "{file} has a placeholder left");
+        }
+    }
+
+    /// The schema's functions have no placeholder left, `linger_ms()` is
+    /// LINGER_MS, and a revoke and a release of a name nobody holds answer
+    /// REVOKE_NOTHING and LEASE_NOT_HELD.
+    #[tokio::test]
+    async fn postgres_functions_have_the_rust_values() {
+        let postgres = crate::common::PostgresServer::start();
+        let options = StoreOptions::new("contract:", std::time::Duration::from_secs(5));
+        let store = Store::open(&postgres.url(), &options).expect("open");
+        // The first call creates the schema.
+        assert_eq!(store.revoke("nobody").await.unwrap(), Revocation::NotHeld);
+        let schema = schema_for("contract:").unwrap();
+        let linger = postgres
+            .psql(&[&format!("SELECT {schema}.linger_ms()")])
+            .await;
+        assert_eq!(linger, value("LINGER_MS").to_string());
+        let left = postgres
+            .psql(&[&format!(
+                "SELECT count(*) FROM pg_proc WHERE pronamespace = '{schema}'::regnamespace \
+                 AND prosrc ~ '__[A-Z]'"
+            )])
+            .await;
+        assert_eq!(left, "0", "functions with a placeholder left");
+        let codes = postgres
+            .psql(&[&format!(
+                "SELECT (r).code FROM (SELECT {schema}.revoke('nobody') AS r \
+                 UNION ALL SELECT {schema}.release('nobody', 'stranger')) AS calls"
+            )])
+            .await;
+        assert_eq!(
+            codes,
+            format!("{}\n{}", value("REVOKE_NOTHING"), value("LEASE_NOT_HELD"))
+        );
+    }
+}

@@ -20,6 +20,7 @@ use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
 use tokio::time::Instant;
 
 use super::{
+    contract::LINGER,
     watch::{waiter_id, Watchers},
     Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem,
     Renewed, Revocation, QUEUE_LIFETIME,
@@ -28,12 +29,6 @@ use crate::error::Result;
 
 /// How often expired leases nobody touches are swept from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How long a lease's record outlives its end (beyond any lock-delay): the
-/// Redis store's `LINGER_MS` (src/store/lua/constants.lua), for the same
-/// reasons: the holder's first late request learns "expired" (the loss,
-/// counted once), a heartbeat that crossed a release learns "released".
-const LINGER: Duration = Duration::from_secs(10);
 
 /// How a lease ended, as recorded for its token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -36,6 +36,7 @@
 //!   that a paused holder's in-flight work dies out first. A release starts
 //!   no delay.
 
+pub(crate) mod contract;
 mod memory;
 mod postgres;
 mod redis;
@@ -45,7 +46,7 @@ mod watch;
 
 pub use self::memory::MemoryStore;
 pub use self::postgres::{schema_for, PostgresStore};
-pub use self::redis::{lease_key, RedisStore, SCRIPTS};
+pub use self::redis::{lease_key, RedisStore, SCRIPTS, SCRIPT_CONSTANTS};
 pub use self::watch::Watch;
 // For the fuzz targets (see `crate::fuzzing`): the parsers of URLs and of
 // script replies.
@@ -116,26 +117,23 @@ pub struct GrantSpec {
     pub queued: bool,
 }
 
-/// How long a queued waiter keeps its place without being refreshed. Its
-/// broker refreshes it every [`QUEUE_REFRESH`] ([`Store::refresh_places`]),
-/// so a live waiter never lapses, and the waiters of a broker that died
-/// leave within this.
-pub const QUEUE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// How often a broker renews the places of its waiting callers.
-pub const QUEUE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+pub use self::contract::{ALL as CONTRACT, QUEUE_LIFETIME, QUEUE_REFRESH};
 
 /// The codes the renew and release scripts (Lua on Redis, PL/pgSQL on
-/// PostgreSQL) share for a lease that is not, or no longer, the caller's;
-/// `None` for any other code.
+/// PostgreSQL) share for a lease that is not, or no longer, the caller's
+/// (`contract::LEASE_*`); `None` for any other code.
 pub(crate) fn ended<T>(code: i64, fence: u64) -> Option<Checked<T>> {
+    use self::contract::{
+        LEASE_EXPIRED, LEASE_EXPIRED_REPORTED, LEASE_NOT_HELD, LEASE_NOT_OWNER, LEASE_RELEASED,
+        LEASE_REVOKED,
+    };
     Some(match code {
-        0 => Checked::NotHeld,
-        -1 => Checked::NotOwner { fence },
-        -2 => Checked::Revoked { fence },
-        -3 => Checked::Expired,
-        -4 => Checked::Released,
-        -5 => Checked::ExpiredReported,
+        LEASE_NOT_HELD => Checked::NotHeld,
+        LEASE_NOT_OWNER => Checked::NotOwner { fence },
+        LEASE_REVOKED => Checked::Revoked { fence },
+        LEASE_EXPIRED => Checked::Expired,
+        LEASE_RELEASED => Checked::Released,
+        LEASE_EXPIRED_REPORTED => Checked::ExpiredReported,
         _ => return None,
     })
 }

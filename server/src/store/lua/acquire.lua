@@ -22,7 +22,7 @@
 --          place, when not granted), '0' if it tries once
 -- ARGV[8]  how long a queued waiter keeps its place (see queue.lua)
 --
--- Returns {1, fence, ttl_ms, "", granted_at_ms, expired} when granted (also
+-- Returns {GRANT_GRANTED, fence, ttl_ms, "", granted_at_ms, expired} when granted (also
 --         when the lease is already held with this very token: the broker
 --         retries a call whose connection broke, and the first try may have
 --         run); expired counts the expired leases of the name whose loss
@@ -34,11 +34,11 @@
 --         lease replaced or dropped, reported now or before, leaves an end
 --         record 'e<fence>' for its token: constants.lua, as
 --         semaphore_acquire.lua records the permits it drops),
---         {0, fence, remaining_ms, holder, granted_at_ms, position, queued}
+--         {GRANT_HELD, fence, remaining_ms, holder, granted_at_ms, position, queued}
 --         when someone holds it,
---         {2, fence, remaining_ms, holder, granted_at_ms, position, queued}
+--         {GRANT_LOCK_DELAY, fence, remaining_ms, holder, granted_at_ms, position, queued}
 --         when it is in its lock-delay (remaining_ms: until the delay ends),
---         {3, fence, remaining_ms, "", 0, position, queued} when it is free
+--         {GRANT_QUEUE, fence, remaining_ms, "", 0, position, queued} when it is free
 --         but waiters queued earlier come first (remaining_ms: until the
 --         first of them must have called again, or left the queue).
 --         position: the caller's place in the queue (1 = next; 0 = not in
@@ -94,19 +94,19 @@ if l[1] then
   end
   if now_ms < expiry then
     if l[1] == token then
-      return {1, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4]), 0}
+      return {GRANT_GRANTED, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4]), 0}
     end
     local position = wait_in_line(waiter)
-    return {0, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
+    return {GRANT_HELD, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
   end
   local delay_end = expiry + tonumber(l[7] or '0')
   if now_ms < delay_end then
     local position = wait_in_line(waiter)
-    return {2, tonumber(l[2]), delay_end - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
+    return {GRANT_LOCK_DELAY, tonumber(l[2]), delay_end - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
   end
 elseif l[8] and now_ms < tonumber(l[8]) then
   local position = wait_in_line(waiter)
-  return {2, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
+  return {GRANT_LOCK_DELAY, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
 end
 
 -- Held as a semaphore: blocked until its permits are gone.
@@ -134,7 +134,7 @@ if has_permits then
   end
   if first_expiry then
     local position = wait_in_line(waiter)
-    return {0, tonumber(l[2] or '0'), first_expiry - now_ms, '(semaphore permits)', 0, position, redis.call('ZCARD', queue)}
+    return {GRANT_HELD, tonumber(l[2] or '0'), first_expiry - now_ms, '(semaphore permits)', 0, position, redis.call('ZCARD', queue)}
   end
 end
 
@@ -182,4 +182,4 @@ if l[8] or l[9] or l[10] or l[11] then
 end
 redis.call('PEXPIRE', key, ttl + delay + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
-return {1, fence, ttl, '', now_ms, expired}
+return {GRANT_GRANTED, fence, ttl, '', now_ms, expired}

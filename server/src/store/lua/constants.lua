@@ -2,9 +2,16 @@
 -- lease or its records (Redis scripts cannot share code otherwise).
 --
 -- Uses: none.
--- Defines: LINGER_MS; end_key(key, token); record_end(key, token, what,
+-- Defines: the contract's constants (LINGER_MS, the reply codes GRANT_*,
+-- LEASE_*, REVOKE_*); end_key(key, token); record_end(key, token, what,
 -- life_ms); recorded_end(key, token).
 --
+-- The constants are declared once, in the broker's Rust code
+-- (server/src/store/contract.rs, with what each means), and shared with
+-- the PostgreSQL store's functions and the memory store: the placeholder
+-- line below (CONSTANTS between double underscores) becomes one
+-- `local NAME = value` per constant when the scripts are built, so every
+-- script that includes this part reads the same names.
 --
 -- LINGER_MS: how long a lease's record outlives the lease's end: its
 -- expiry (as last granted or renewed, beyond any lock-delay), its release,
@@ -17,7 +24,7 @@
 -- reported by the next grant of its name, or by the broker that served its
 -- ended KeepAlive stream (it looks within a second of the expiry); a
 -- holder that asks later than this is told "not held".
-local LINGER_MS = 10000
+__CONSTANTS__
 
 -- The end of a lease by its holder's or an operator's hand (a release, a
 -- revoke), and a reported expiry once the lease's own record goes (a grant

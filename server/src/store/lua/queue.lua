@@ -17,7 +17,7 @@
 --   other    whether the key passed to arrive() as `other` exists: false
 --            (it does not), true (it does) or nil (not known: look)
 --
--- Uses: line.lua.
+-- Uses: constants.lua, line.lua.
 -- Defines: arrive(line, places, token, waits, life, other); wait_in_line(waiter);
 -- take_turn(waiter, fence).
 
@@ -69,7 +69,7 @@ local function wait_in_line(waiter)
 end
 
 -- The name is free: the first in line gets it. Returns the "queued" reply
--- (code 3, with `fence`) if someone else is first; else takes the caller
+-- (GRANT_QUEUE, with `fence`) if someone else is first; else takes the caller
 -- out of the line (if it was in it) and returns nil.
 local function take_turn(waiter, fence)
   if not waiter.lined then
@@ -89,7 +89,7 @@ local function take_turn(waiter, fence)
       redis.call('ZADD', alive, far, first)
     end
     local position = wait_in_line(waiter)
-    return {3, fence, math.max(1, first_deadline - now_ms), '', 0, position, redis.call('ZCARD', queue)}
+    return {GRANT_QUEUE, fence, math.max(1, first_deadline - now_ms), '', 0, position, redis.call('ZCARD', queue)}
   end
   if first then
     redis.call('ZREM', queue, token)

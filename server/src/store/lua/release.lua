@@ -9,19 +9,19 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  the name's release channel
 --
--- Returns {1, 0}      when released,
---         {2, 0}      when this token released it already (a retried or
+-- Returns {LEASE_DONE, 0} when released,
+--         {LEASE_RELEASED_ALREADY, 0} when this token released it already (a retried or
 --                     second release: the work is done, nothing to count),
---         {0, 0}      when the store has no record of this token's lease,
---         {-1, fence} when another owner holds it, with no record of this
+--         {LEASE_NOT_HELD, 0} when the store has no record of this token's lease,
+--         {LEASE_NOT_OWNER, fence} when another owner holds it, with no record of this
 --                     token as a lock or as a permit (a stranger's token, or
 --                     one whose record lapsed),
---         {-2, fence} when this lease was revoked,
---         {-3, 0}     when this token's lease expired and this is the first
+--         {LEASE_REVOKED, fence} when this lease was revoked,
+--         {LEASE_EXPIRED, 0} when this token's lease expired and this is the first
 --                     time anyone learns it: the loss to count, once (an
 --                     expired permit is dropped, and its end recorded for
 --                     its token: 'e<fence>', constants.lua),
---         {-5, 0}     when this token's lease expired and its loss was
+--         {LEASE_EXPIRED_REPORTED, 0} when this token's lease expired and its loss was
 --                     reported already (see renew_lease.lua): nothing to
 --                     count.
 --
@@ -57,10 +57,10 @@ local live = l[1] and now_ms < tonumber(l[3])
 if l[1] == token then
   if not live then
     if l[4] then
-      return {-5, 0}
+      return {LEASE_EXPIRED_REPORTED, 0}
     end
     redis.call('HSET', key, 'n', '1')
-    return {-3, 0}
+    return {LEASE_EXPIRED, 0}
   end
   redis.call('DEL', key)
   record_end(key, token, 'x', LINGER_MS)
@@ -71,16 +71,16 @@ if l[1] == token then
     next = first_in_line(queue, alive, now_ms)
   end
   redis.call('PUBLISH', ARGV[2], next and string.sub(next, 1, 16) or '')
-  return {1, 0}
+  return {LEASE_DONE, 0}
 end
 -- Not the lock's holder: this token's own end, a permit, or a stranger.
 local ended = recorded_end(key, token)
 if ended == 'x' then
-  return {2, 0}
+  return {LEASE_RELEASED_ALREADY, 0}
 elseif ended and string.sub(ended, 1, 1) == 'e' then
-  return {-5, 0}
+  return {LEASE_EXPIRED_REPORTED, 0}
 elseif ended then
-  return {-2, tonumber(string.sub(ended, 2))}
+  return {LEASE_REVOKED, tonumber(string.sub(ended, 2))}
 end
 local permit = redis.call('HGET', permits, token)
 if permit then
@@ -88,7 +88,7 @@ if permit then
   local fence, expiry = string.match(permit, '^(%d+)|(%d+)|')
   if tonumber(expiry) <= now_ms then
     record_end(permits, token, 'e' .. fence, LINGER_MS)
-    return {-3, 0}
+    return {LEASE_EXPIRED, 0}
   end
   record_end(permits, token, 'x', LINGER_MS)
   -- The last permit gone (only the fence field "_f" left): nothing to keep.
@@ -96,16 +96,16 @@ if permit then
     redis.call('DEL', permits)
   end
   redis.call('PUBLISH', ARGV[2], '')
-  return {1, 0}
+  return {LEASE_DONE, 0}
 end
 ended = recorded_end(permits, token)
 if ended == 'x' then
-  return {2, 0}
+  return {LEASE_RELEASED_ALREADY, 0}
 elseif ended and string.sub(ended, 1, 1) == 'e' then
-  return {-5, 0}
+  return {LEASE_EXPIRED_REPORTED, 0}
 end
 -- Unknown as a permit too: a stranger, while a lock holds the name.
 if live then
-  return {-1, tonumber(l[2])}
+  return {LEASE_NOT_OWNER, tonumber(l[2])}
 end
-return {0, 0}
+return {LEASE_NOT_HELD, 0}

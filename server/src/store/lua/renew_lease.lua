@@ -19,19 +19,19 @@
 -- leases in one run, and a table per lease cost Redis 0.6 µs each,
 -- measured); ttl_ms and fence as the strings the record or the caller gave
 -- (never through a Lua number, which would print a fence as 1.7e+15):
---             1, ttl_ms, fence when renewed (or, with '-1', alive),
---             0, 0, 0 when the store has no record of this token's lease
+--             LEASE_DONE, ttl_ms, fence when renewed (or, with '-1', alive),
+--             LEASE_NOT_HELD, 0, 0 when the store has no record of this token's lease
 --                       (never held here, its record lapsed, or the store
 --                       lost its data),
---             -1, 0, fence when another owner holds it (its fence) and the
+--             LEASE_NOT_OWNER, 0, fence when another owner holds it (its fence) and the
 --                       store has no record of this token, as a lock or
 --                       as a permit,
---             -2, 0, fence when this lease was revoked,
---             -3, 0, 0 when this token's lease expired and this is the
+--             LEASE_REVOKED, 0, fence when this lease was revoked,
+--             LEASE_EXPIRED, 0, 0 when this token's lease expired and this is the
 --                       first time anyone learns it: the loss to count, once,
---             -4, 0, 0 when this token released the lease (a heartbeat
+--             LEASE_RELEASED, 0, 0 when this token released the lease (a heartbeat
 --                       that crossed its release): not a loss,
---             -5, 0, 0 when this token's lease expired and its loss was
+--             LEASE_EXPIRED_REPORTED, 0, 0 when this token's lease expired and its loss was
 --                       reported already (to an earlier request: n in the
 --                       lease hash; or to the grant that replaced or the
 --                       call that dropped it: its end record): not a loss to
@@ -43,13 +43,13 @@
 --
 -- renew() is renew_lock(), then renew_permit() when renew_lock() finds
 -- nothing about the token (it returns nil) or finds the name held as a lock
--- by another token (-1): each touches one key only, so that a Redis Cluster
+-- by another token (LEASE_NOT_OWNER): each touches one key only, so that a Redis Cluster
 -- can run them apart while their slot migrates (a script declaring both
 -- keys is refused with TRYAGAIN while one exists on a node and the other
 -- not). A name is a lock or a semaphore at a time, but over time both:
 -- a permit of this token that expired (or was released) before the name
--- was granted as a lock is this token's own end, to report as such (-3,
--- -5, -4), never as another owner's lease (which a KeepAlive session takes
+-- was granted as a lock is this token's own end, to report as such (LEASE_EXPIRED,
+-- LEASE_EXPIRED_REPORTED, LEASE_RELEASED), never as another owner's lease (which a KeepAlive session takes
 -- for a store that lost its data); -1 stands only when the permits know
 -- nothing of the token either. That look costs a stranger's token an HGET
 -- and a GET more; a holder's renewal costs nothing more.
@@ -59,32 +59,32 @@ local function renew_lock(key, token, new_ttl, now_ms)
   if l[1] == token then
     if not live then
       if l[6] then
-        return -5, 0, 0
+        return LEASE_EXPIRED_REPORTED, 0, 0
       end
       redis.call('HSET', key, 'n', '1')
-      return -3, 0, 0
+      return LEASE_EXPIRED, 0, 0
     end
     local ttl = new_ttl
     if ttl == '-1' then
-      return 1, l[3], l[2]
+      return LEASE_DONE, l[3], l[2]
     elseif ttl == '0' then
       ttl = l[3]
     end
     redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
     redis.call('PEXPIRE', key, tonumber(ttl) + tonumber(l[5] or '0') + LINGER_MS)
-    return 1, ttl, l[2]
+    return LEASE_DONE, ttl, l[2]
   end
   -- Not the holder: this token's own end, recorded apart (constants.lua).
   local ended = recorded_end(key, token)
   if ended == 'x' then
-    return -4, 0, 0
+    return LEASE_RELEASED, 0, 0
   elseif ended and string.sub(ended, 1, 1) == 'e' then
-    return -5, 0, 0
+    return LEASE_EXPIRED_REPORTED, 0, 0
   elseif ended then
-    return -2, 0, string.sub(ended, 2)
+    return LEASE_REVOKED, 0, string.sub(ended, 2)
   end
   if live then
-    return -1, 0, l[2]
+    return LEASE_NOT_OWNER, 0, l[2]
   end
   return nil
 end
@@ -96,10 +96,10 @@ local function renew_permit(permits, token, new_ttl, now_ms)
     if tonumber(expiry) <= now_ms then
       redis.call('HDEL', permits, token)
       record_end(permits, token, 'e' .. fence, LINGER_MS)
-      return -3, 0, 0
+      return LEASE_EXPIRED, 0, 0
     end
     if new_ttl == '-1' then
-      return 1, ttl, fence
+      return LEASE_DONE, ttl, fence
     elseif new_ttl ~= '0' then
       ttl = new_ttl
     end
@@ -108,24 +108,24 @@ local function renew_permit(permits, token, new_ttl, now_ms)
     if redis.call('PTTL', permits) < tonumber(ttl) + LINGER_MS then
       redis.call('PEXPIRE', permits, tonumber(ttl) + LINGER_MS)
     end
-    return 1, ttl, fence
+    return LEASE_DONE, ttl, fence
   end
   local ended = recorded_end(permits, token)
   if ended == 'x' then
-    return -4, 0, 0
+    return LEASE_RELEASED, 0, 0
   elseif ended and string.sub(ended, 1, 1) == 'e' then
-    return -5, 0, 0
+    return LEASE_EXPIRED_REPORTED, 0, 0
   end
-  return 0, 0, 0
+  return LEASE_NOT_HELD, 0, 0
 end
 
 local function renew(key, permits, token, new_ttl, now_ms)
   local code, ttl, fence = renew_lock(key, token, new_ttl, now_ms)
   if code == nil then
     return renew_permit(permits, token, new_ttl, now_ms)
-  elseif code == -1 then
+  elseif code == LEASE_NOT_OWNER then
     local p_code, p_ttl, p_fence = renew_permit(permits, token, new_ttl, now_ms)
-    if p_code ~= 0 then
+    if p_code ~= LEASE_NOT_HELD then
       return p_code, p_ttl, p_fence
     end
   end

@@ -10,9 +10,9 @@
 --          only look (see renew_lease.lua)
 --
 -- Returns what renew() returns, as one array {code, ttl_ms, fence}, except
--- {3, 0, 0} when the lease hash knows
+-- {LEASE_NOT_A_LOCK, 0, 0} when the lease hash knows
 -- nothing of the token: it may be a semaphore permit (renew_permit.lua).
--- {-1, 0, fence} (another owner) is said from the lease hash alone: the
+-- {LEASE_NOT_OWNER, 0, fence} (another owner) is said from the lease hash alone: the
 -- token may still be a permit that ended before the lock's grant, so the
 -- caller asks renew_permit.lua then too, and keeps -1 only if that answers
 -- 0 (renew() in renew_lease.lua does the same in one script).
@@ -20,6 +20,6 @@ local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local code, ttl, fence = renew_lock(KEYS[1], ARGV[1], ARGV[2], now_ms)
 if code == nil then
-  return {3, 0, 0}
+  return {LEASE_NOT_A_LOCK, 0, 0}
 end
 return {code, tonumber(ttl), tonumber(fence)}

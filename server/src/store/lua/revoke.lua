@@ -7,11 +7,11 @@
 --          its lock-delay, if any, so every waiter looks again; see
 --          release.lua)
 --
--- Returns {1, fence} when a lease was revoked,
---         {2, fence} when the name's last lease was revoked already and
+-- Returns {REVOKE_DONE, fence} when a lease was revoked,
+--         {REVOKE_ALREADY, fence} when the name's last lease was revoked already and
 --                    nothing was granted since (a retried Revoke: the work
 --                    is done, nothing more to count),
---         {0, 0}     when none was held.
+--         {REVOKE_NOTHING, 0} when none was held.
 --
 -- The key becomes a tombstone: f (the lease's fence), r (the revoked token:
 -- a retried Revoke finds it, until the next grant of the name removes it)
@@ -28,12 +28,12 @@ local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if not l[1] then
   if l[5] then
-    return {2, tonumber(l[2])}
+    return {REVOKE_ALREADY, tonumber(l[2])}
   end
-  return {0, 0}
+  return {REVOKE_NOTHING, 0}
 end
 if now_ms >= tonumber(l[3]) then
-  return {0, 0}
+  return {REVOKE_NOTHING, 0}
 end
 local delay_end = now_ms + tonumber(l[4] or '0')
 local life = math.max(tonumber(l[3]), delay_end) - now_ms + LINGER_MS
@@ -42,4 +42,4 @@ redis.call('HSET', key, 'f', l[2], 'r', l[1], 'u', string.format('%d', delay_end
 redis.call('PEXPIRE', key, life)
 record_end(key, l[1], 'r' .. l[2], life)
 redis.call('PUBLISH', ARGV[1], '')
-return {1, tonumber(l[2])}
+return {REVOKE_DONE, tonumber(l[2])}

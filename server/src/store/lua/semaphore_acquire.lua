@@ -17,13 +17,13 @@
 -- ARGV[7]  '1' if the caller waits (joins the queue when not granted)
 -- ARGV[8]  how long a queued waiter keeps its place without calling again, ms
 --
--- Returns as acquire.lua: {1, fence, ttl_ms, "", granted_at_ms, expired}
--- when granted (or already granted to this token); {2, fence, remaining_ms,
+-- Returns as acquire.lua: {GRANT_GRANTED, fence, ttl_ms, "", granted_at_ms, expired}
+-- when granted (or already granted to this token); {GRANT_LOCK_DELAY, fence, remaining_ms,
 -- holder, granted_at_ms, position, queued} while the name is in a plain
--- lock's lock-delay; {0, fence, remaining_ms,
+-- lock's lock-delay; {GRANT_HELD, fence, remaining_ms,
 -- holder, granted_at_ms, position, queued, expired} when every permit is
 -- held (fence and holder of the permit that expires first, remaining_ms
--- until then); {3, ..., expired} when a permit is free but waiters queued
+-- until then); {GRANT_QUEUE, ..., expired} when a permit is free but waiters queued
 -- earlier come first. expired: the expired permits dropped here, whose loss
 -- nobody had reported (their holders never asked since): reported now, for
 -- the broker to count (each leaves an end record 'e<fence>' for its token:
@@ -54,16 +54,16 @@ if plain[1] then
   local expiry = tonumber(plain[5])
   if now_ms < expiry then
     local position = wait_in_line(waiter)
-    return {0, tonumber(plain[2]), expiry - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
+    return {GRANT_HELD, tonumber(plain[2]), expiry - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
   end
   local delay_end = expiry + tonumber(plain[6] or '0')
   if now_ms < delay_end then
     local position = wait_in_line(waiter)
-    return {2, tonumber(plain[2]), delay_end - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
+    return {GRANT_LOCK_DELAY, tonumber(plain[2]), delay_end - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
   end
 elseif plain[7] and now_ms < tonumber(plain[7]) then
   local position = wait_in_line(waiter)
-  return {2, tonumber(plain[2]), tonumber(plain[7]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
+  return {GRANT_LOCK_DELAY, tonumber(plain[2]), tonumber(plain[7]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
 end
 
 local last = tonumber(redis.call('HGET', permits, '_f') or '0')
@@ -86,7 +86,7 @@ for i = 1, #entries, 2 do
       expired = expired + 1
     else
       if owner == token then
-        return {1, tonumber(fence), tonumber(ttl), '', tonumber(granted), expired}
+        return {GRANT_GRANTED, tonumber(fence), tonumber(ttl), '', tonumber(granted), expired}
       end
       live = live + 1
       latest = math.max(latest, expiry)
@@ -99,7 +99,7 @@ end
 
 if live >= tonumber(ARGV[5]) then
   local position = wait_in_line(waiter)
-  return {0, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('ZCARD', queue), expired}
+  return {GRANT_HELD, first_fence, first_expiry - now_ms, first_holder, first_granted, position, redis.call('ZCARD', queue), expired}
 end
 
 local queued = take_turn(waiter, last)
@@ -117,4 +117,4 @@ redis.call('HSET', permits,
   '_f', fence_text)
 redis.call('PEXPIRE', permits, math.max(latest, expiry) - now_ms + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
-return {1, fence, ttl, '', now_ms, expired}
+return {GRANT_GRANTED, fence, ttl, '', now_ms, expired}

@@ -1,7 +1,10 @@
 //! Reaching PostgreSQL: the URL, the schema a key prefix names, the pool,
 //! the migration, and how driver errors become the broker's.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
 use deadpool_postgres::{
     Hook, HookError, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime,
@@ -11,15 +14,22 @@ use tokio_postgres::{config::SslMode, error::SqlState, Client};
 use super::{deadline::StoreClock, tls::Tls};
 use crate::{
     error::{Error, Result},
-    store::StoreOptions,
+    store::{contract::fill, StoreOptions},
 };
 
 /// The schema's version this broker's functions are ([`SCHEMA_SQL`]); the
 /// version table holds the one the database has.
 pub(super) const SCHEMA_VERSION: i32 = 4;
 
-/// The tables and functions, `__SCHEMA__` standing for the schema.
-pub(super) const SCHEMA_SQL: &str = include_str!("schema.sql");
+/// The tables and functions as written, `__SCHEMA__` standing for the
+/// schema and `__NAME__` for each constant of `store::contract`.
+const SCHEMA_FILE: &str = include_str!("schema.sql");
+
+/// [`SCHEMA_FILE`] with the contract's constants filled in; `__SCHEMA__`
+/// is left for [`migrate`] to fill (the tests fill the file, so an unknown
+/// placeholder fails them, never a running broker).
+pub(super) static SCHEMA_SQL: LazyLock<String> =
+    LazyLock::new(|| fill(SCHEMA_FILE, &["SCHEMA"]).unwrap_or_else(|e| panic!("schema.sql: {e}")));
 
 /// The advisory lock key that serialises migrations (two brokers starting
 /// at once must not both create the same objects): "LEASEHLD" in ASCII.
@@ -414,6 +424,31 @@ pub(super) async fn migrate(client: &Client, schema: &str, limit: Duration) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every placeholder of schema.sql is filled: the contract's constants
+    /// with their values, `__SCHEMA__` left for the migration; nothing else
+    /// of the `__NAME__` shape is left.
+    #[test]
+    fn the_schema_text_has_the_contracts_values() {
+        let sql = &*SCHEMA_SQL;
+        let left: Vec<&str> = sql
+            .match_indices("__")
+            .map(|(i, _)| &sql[i..])
+            .filter(|rest| rest[2..].starts_with(|c: char| c.is_ascii_uppercase()))
+            .filter(|rest| !rest.starts_with("__SCHEMA__"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "unfilled: {:?}",
+            &left[..left.len().min(3)]
+        );
+        assert!(
+            sql.contains("SELECT 10000::bigint"),
+            "linger_ms() is LINGER_MS"
+        );
+        assert!(sql.contains("ROW(-5, 0, 0)::__SCHEMA__.renewal"));
+        assert!(!SCHEMA_FILE.contains("ROW(-5,"), "the file names its codes");
+    }
 
     #[test]
     fn a_key_prefix_names_a_schema() {

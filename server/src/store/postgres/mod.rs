@@ -46,9 +46,14 @@ use tokio_postgres::{config::TargetSessionAttrs, Row};
 pub use self::connect::schema_for;
 use self::connect::{classify, pool_error, timed_out};
 use super::{
-    ended, one_answer_each, watch::Watchers, Acquired, Blocked, BlockedBy, Checked, ClockReading,
-    Described, Event, GrantSpec, LeaseInfo, RenewItem, Renewed, Revocation, StoreOptions,
-    QUEUE_LIFETIME,
+    contract::{
+        GRANT_GRANTED, GRANT_HELD, GRANT_LOCK_DELAY, GRANT_QUEUE, GRANT_TOO_LATE, LEASE_DONE,
+        LEASE_RELEASED_ALREADY, REVOKE_ALREADY, REVOKE_DONE, REVOKE_NOTHING,
+    },
+    ended, one_answer_each,
+    watch::Watchers,
+    Acquired, Blocked, BlockedBy, Checked, ClockReading, Described, Event, GrantSpec, LeaseInfo,
+    RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -156,9 +161,11 @@ fn uint(row: &Row, column: &str) -> Result<u64> {
     Ok(v.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
 }
 
-fn code(row: &Row) -> Result<i32> {
+/// A reply's code (`store::contract`'s numbers; an `integer` column).
+fn code(row: &Row) -> Result<i64> {
     row.try_get::<_, Option<i32>>("code")
         .map_err(|e| Error::Internal(format!("PostgreSQL reply column code: {e}")))?
+        .map(i64::from)
         .ok_or_else(|| Error::Internal("PostgreSQL reply without a code".into()))
 }
 
@@ -524,11 +531,11 @@ impl PostgresStore {
         let expired = expired.map_or(0, |n| u32::try_from(n).unwrap_or(0));
         self.saw_fence(fence);
         let by = match code(&row)? {
-            1 => return Ok(Acquired::Granted { fence, expired }),
-            4 => return Err(connect::too_late(self.inner.timeout)),
-            0 => BlockedBy::Holder,
-            2 => BlockedBy::LockDelay,
-            3 => BlockedBy::Queue,
+            GRANT_GRANTED => return Ok(Acquired::Granted { fence, expired }),
+            GRANT_TOO_LATE => return Err(connect::too_late(self.inner.timeout)),
+            GRANT_HELD => BlockedBy::Holder,
+            GRANT_LOCK_DELAY => BlockedBy::LockDelay,
+            GRANT_QUEUE => BlockedBy::Queue,
             other => return Err(Error::Internal(format!("acquire reply code {other}"))),
         };
         Ok(Acquired::Blocked(Blocked {
@@ -612,13 +619,13 @@ impl PostgresStore {
         let code = code(row)?;
         let fence = uint(row, "fence")?;
         self.saw_fence(fence);
-        if code == 1 {
+        if code == LEASE_DONE {
             return Ok(Checked::Done(Renewed {
                 ttl_ms: uint(row, "ttl_ms")?,
                 fence,
             }));
         }
-        ended(code.into(), fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))
+        ended(code, fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))
     }
 
     /// Renews every item: one statement per [`RENEW_BATCH`] leases, the
@@ -653,9 +660,9 @@ impl PostgresStore {
             .await?;
         let fence = uint(&row, "fence")?;
         Ok(match code(&row)? {
-            1 => Checked::Done(()),
-            2 => Checked::Released,
-            other => ended(other.into(), fence)
+            LEASE_DONE => Checked::Done(()),
+            LEASE_RELEASED_ALREADY => Checked::Released,
+            other => ended(other, fence)
                 .ok_or_else(|| Error::Internal(format!("release reply code {other}")))?,
         })
     }
@@ -666,9 +673,9 @@ impl PostgresStore {
             .await?;
         let fence = uint(&row, "fence")?;
         Ok(match code(&row)? {
-            1 => Revocation::Revoked { fence },
-            2 => Revocation::Already { fence },
-            0 => Revocation::NotHeld,
+            REVOKE_DONE => Revocation::Revoked { fence },
+            REVOKE_ALREADY => Revocation::Already { fence },
+            REVOKE_NOTHING => Revocation::NotHeld,
             other => return Err(Error::Internal(format!("revoke reply code {other}"))),
         })
     }

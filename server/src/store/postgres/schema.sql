@@ -3,7 +3,11 @@
 -- Run whole, in one transaction, by the broker at start-up (when the
 -- version table says the schema is older) or by `leasehold migrate`.
 -- __SCHEMA__ stands for the store's schema (derived from --key-prefix, a
--- validated identifier); the broker substitutes it. Every statement is
+-- validated identifier); the broker substitutes it. The other placeholders
+-- (a name between double underscores: LINGER_MS, the reply codes GRANT_*,
+-- LEASE_*, REVOKE_*) are the contract's constants, declared once in the broker's Rust code
+-- (server/src/store/contract.rs, with what each means) and filled in with
+-- their values before the text is run, as in the Lua scripts. Every statement is
 -- idempotent (IF NOT EXISTS, CREATE OR REPLACE), so a second run changes
 -- nothing.
 --
@@ -176,7 +180,7 @@ DROP SEQUENCE IF EXISTS __SCHEMA__.fences;
 
 -- LINGER_MS (constants.lua).
 CREATE OR REPLACE FUNCTION __SCHEMA__.linger_ms() RETURNS bigint
-LANGUAGE sql IMMUTABLE AS $$ SELECT 10000::bigint $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT __LINGER_MS__::bigint $$;
 
 -- The database clock in µs since the Unix epoch.
 CREATE OR REPLACE FUNCTION __SCHEMA__.now_us() RETURNS bigint
@@ -299,7 +303,7 @@ BEGIN
       UPDATE __SCHEMA__.line SET deadline_ms = far WHERE name = p_name AND token = first.token;
     END IF;
     pos := __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, p_now_ms);
-    RETURN ROW(3, p_fence, greatest(1, deadline - p_now_ms), '', 0, pos,
+    RETURN ROW(__GRANT_QUEUE__, p_fence, greatest(1, deadline - p_now_ms), '', 0, pos,
                __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
   END IF;
   IF first.token IS NOT NULL THEN
@@ -339,11 +343,11 @@ END $$;
 --   granted), p_life (how long a place lasts unrefreshed, ms),
 --   p_not_after_ms (this clock's time past which the broker has given up
 --   on the call, or NULL: see postgres/deadline.rs)
--- Returns one `acquired`: code 1 granted (fence, remaining_ms = TTL,
+-- Returns one `acquired`: code GRANT_GRANTED (fence, remaining_ms = TTL,
 -- granted_ms, expired: the expired lease replaced, if unreported, plus the
 -- expired permits of the name dropped, as in acquire.lua; each leaves an
--- 'e' end record for its token), 0 held, 2 lock-delay, 3 queued; pos
--- and queued as acquire.lua's position and queued; 4 too late (past p_not_after_ms, once
+-- 'e' end record for its token), GRANT_HELD, GRANT_LOCK_DELAY, GRANT_QUEUE; pos
+-- and queued as acquire.lua's position and queued; GRANT_TOO_LATE (past p_not_after_ms, once
 -- the name's lock is held: nothing read or written, so that a statement
 -- that reached the server after its caller gave up grants nothing and
 -- takes no place in line). Version 1's 8-argument acquire and
@@ -367,7 +371,7 @@ BEGIN
   now_us := __SCHEMA__.now_us();
   now_ms := now_us / 1000;
   IF now_ms > p_not_after_ms THEN
-    RETURN ROW(4, 0, 0, '', 0, 0, 0, 0)::__SCHEMA__.acquired;
+    RETURN ROW(__GRANT_TOO_LATE__, 0, 0, '', 0, 0, 0, 0)::__SCHEMA__.acquired;
   END IF;
   PERFORM __SCHEMA__.prune(p_name, now_ms);
   SELECT * INTO l FROM __SCHEMA__.leases WHERE name = p_name AND forget_ms > now_ms;
@@ -384,20 +388,20 @@ BEGIN
     END IF;
     IF now_ms < expiry THEN
       IF l.token = p_token THEN
-        RETURN ROW(1, l.fence, l.ttl_ms, '', l.granted_ms, 0, 0, 0)::__SCHEMA__.acquired;
+        RETURN ROW(__GRANT_GRANTED__, l.fence, l.ttl_ms, '', l.granted_ms, 0, 0, 0)::__SCHEMA__.acquired;
       END IF;
-      RETURN ROW(0, l.fence, expiry - now_ms, l.holder, l.granted_ms,
+      RETURN ROW(__GRANT_HELD__, l.fence, expiry - now_ms, l.holder, l.granted_ms,
                  __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                  __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
     END IF;
     delay_end := expiry + coalesce(l.delay_ms, 0);
     IF now_ms < delay_end THEN
-      RETURN ROW(2, l.fence, delay_end - now_ms, l.holder, l.granted_ms,
+      RETURN ROW(__GRANT_LOCK_DELAY__, l.fence, delay_end - now_ms, l.holder, l.granted_ms,
                  __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                  __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
     END IF;
   ELSIF found_row AND l.delay_until_ms IS NOT NULL AND now_ms < l.delay_until_ms THEN
-    RETURN ROW(2, l.fence, l.delay_until_ms - now_ms, '', 0,
+    RETURN ROW(__GRANT_LOCK_DELAY__, l.fence, l.delay_until_ms - now_ms, '', 0,
                __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
   END IF;
@@ -406,7 +410,7 @@ BEGIN
   SELECT min(p.expires_ms) INTO first_permit FROM __SCHEMA__.permits p
    WHERE p.name = p_name AND p.expires_ms > now_ms;
   IF first_permit IS NOT NULL THEN
-    RETURN ROW(0, coalesce(l.fence, 0), first_permit - now_ms, '(semaphore permits)', 0,
+    RETURN ROW(__GRANT_HELD__, coalesce(l.fence, 0), first_permit - now_ms, '(semaphore permits)', 0,
                __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
   END IF;
@@ -444,7 +448,7 @@ BEGIN
   IF __SCHEMA__.is_observed(p_name, now_ms) THEN
     PERFORM __SCHEMA__.notify('g', '', p_name);
   END IF;
-  RETURN ROW(1, fence, p_ttl_ms, '', now_ms, 0, 0, expired)::__SCHEMA__.acquired;
+  RETURN ROW(__GRANT_GRANTED__, fence, p_ttl_ms, '', now_ms, 0, 0, expired)::__SCHEMA__.acquired;
 END $$;
 
 -- semaphore_acquire.lua: grant one of p_limit permits on a name, if one is
@@ -470,24 +474,24 @@ BEGIN
   now_us := __SCHEMA__.now_us();
   now_ms := now_us / 1000;
   IF now_ms > p_not_after_ms THEN
-    RETURN ROW(4, 0, 0, '', 0, 0, 0, 0)::__SCHEMA__.acquired;
+    RETURN ROW(__GRANT_TOO_LATE__, 0, 0, '', 0, 0, 0, 0)::__SCHEMA__.acquired;
   END IF;
   PERFORM __SCHEMA__.prune(p_name, now_ms);
   -- A name held as a plain lock has no permit to give, nor one in its
   -- lock-delay (semaphore_acquire.lua).
   SELECT * INTO plain FROM __SCHEMA__.leases WHERE name = p_name AND forget_ms > now_ms;
   IF FOUND AND plain.token IS NOT NULL AND plain.expires_ms > now_ms THEN
-    RETURN ROW(0, plain.fence, plain.expires_ms - now_ms, plain.holder, plain.granted_ms,
+    RETURN ROW(__GRANT_HELD__, plain.fence, plain.expires_ms - now_ms, plain.holder, plain.granted_ms,
                __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
   ELSIF FOUND AND plain.token IS NOT NULL
         AND plain.expires_ms + coalesce(plain.delay_ms, 0) > now_ms THEN
-    RETURN ROW(2, plain.fence, plain.expires_ms + coalesce(plain.delay_ms, 0) - now_ms,
+    RETURN ROW(__GRANT_LOCK_DELAY__, plain.fence, plain.expires_ms + coalesce(plain.delay_ms, 0) - now_ms,
                plain.holder, plain.granted_ms,
                __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
   ELSIF FOUND AND plain.token IS NULL AND plain.delay_until_ms > now_ms THEN
-    RETURN ROW(2, plain.fence, plain.delay_until_ms - now_ms, '', 0,
+    RETURN ROW(__GRANT_LOCK_DELAY__, plain.fence, plain.delay_until_ms - now_ms, '', 0,
                __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                __SCHEMA__.line_length(p_name), 0)::__SCHEMA__.acquired;
   END IF;
@@ -499,12 +503,12 @@ BEGIN
   expired := __SCHEMA__.drop_expired_permits(p_name, now_ms);
   SELECT * INTO mine FROM __SCHEMA__.permits WHERE name = p_name AND token = p_token;
   IF FOUND THEN
-    RETURN ROW(1, mine.fence, mine.ttl_ms, '', mine.granted_ms, 0, 0, expired)::__SCHEMA__.acquired;
+    RETURN ROW(__GRANT_GRANTED__, mine.fence, mine.ttl_ms, '', mine.granted_ms, 0, 0, expired)::__SCHEMA__.acquired;
   END IF;
   SELECT count(*) INTO live FROM __SCHEMA__.permits WHERE name = p_name;
   IF live >= p_limit THEN
     SELECT * INTO first FROM __SCHEMA__.permits WHERE name = p_name ORDER BY expires_ms LIMIT 1;
-    RETURN ROW(0, first.fence, first.expires_ms - now_ms, first.holder, first.granted_ms,
+    RETURN ROW(__GRANT_HELD__, first.fence, first.expires_ms - now_ms, first.holder, first.granted_ms,
                __SCHEMA__.wait_in_line(p_name, p_token, p_waits, p_life, now_ms),
                __SCHEMA__.line_length(p_name), expired)::__SCHEMA__.acquired;
   END IF;
@@ -525,7 +529,7 @@ BEGIN
   IF __SCHEMA__.is_observed(p_name, now_ms) THEN
     PERFORM __SCHEMA__.notify('g', '', p_name);
   END IF;
-  RETURN ROW(1, fence, p_ttl_ms, '', now_ms, 0, 0, expired)::__SCHEMA__.acquired;
+  RETURN ROW(__GRANT_GRANTED__, fence, p_ttl_ms, '', now_ms, 0, 0, expired)::__SCHEMA__.acquired;
 END $$;
 
 -- What a renewal, a look and a release answer (renew_lease.lua's and
@@ -560,11 +564,11 @@ BEGIN
     RETURN NULL;
   END IF;
   IF e.how = 'x' THEN
-    RETURN ROW(-4, 0, 0)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_RELEASED__, 0, 0)::__SCHEMA__.renewal;
   ELSIF e.how = 'e' THEN
-    RETURN ROW(-5, 0, 0)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_EXPIRED_REPORTED__, 0, 0)::__SCHEMA__.renewal;
   END IF;
-  RETURN ROW(-2, 0, e.fence)::__SCHEMA__.renewal;
+  RETURN ROW(__LEASE_REVOKED__, 0, e.fence)::__SCHEMA__.renewal;
 END $$;
 
 -- Whether p_token has a permit row of p_name, live or expired but not yet
@@ -579,11 +583,12 @@ BEGIN
                     AND expires_ms + __SCHEMA__.linger_ms() > p_now_ms);
 END $$;
 
--- renew_lease.lua's renew_lock (its codes: 1, 0, -1 to -5): NULL when the
+-- renew_lease.lua's renew_lock (its codes: LEASE_DONE, LEASE_NOT_HELD and the
+-- ends LEASE_NOT_OWNER to LEASE_EXPIRED_REPORTED): NULL when the
 -- lease row knows nothing of the token (it may be a permit), or another
 -- token holds the lock and p_token has a permit row: a permit that expired
 -- before the lock's grant is its holder's own end, which renew_permit
--- reports (renew_lease.lua's renew()); -1 only for a token unknown as a
+-- reports (renew_lease.lua's renew()); LEASE_NOT_OWNER only for a token unknown as a
 -- permit too. p_ttl_ms: the new TTL, 0 to keep the lease's own, -1 to only
 -- look. The caller holds the name's lock.
 CREATE OR REPLACE FUNCTION __SCHEMA__.renew_lock(p_name text, p_token text, p_ttl_ms bigint, p_now_ms bigint)
@@ -599,20 +604,20 @@ BEGIN
   IF l.token = p_token THEN
     IF NOT live THEN
       IF l.noticed THEN
-        RETURN ROW(-5, 0, 0)::__SCHEMA__.renewal;
+        RETURN ROW(__LEASE_EXPIRED_REPORTED__, 0, 0)::__SCHEMA__.renewal;
       END IF;
       UPDATE __SCHEMA__.leases SET noticed = true WHERE name = p_name;
-      RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
+      RETURN ROW(__LEASE_EXPIRED__, 0, 0)::__SCHEMA__.renewal;
     END IF;
     IF p_ttl_ms = -1 THEN
-      RETURN ROW(1, l.ttl_ms, l.fence)::__SCHEMA__.renewal;
+      RETURN ROW(__LEASE_DONE__, l.ttl_ms, l.fence)::__SCHEMA__.renewal;
     END IF;
     ttl := CASE WHEN p_ttl_ms = 0 THEN l.ttl_ms ELSE p_ttl_ms END;
     UPDATE __SCHEMA__.leases
        SET ttl_ms = ttl, expires_ms = p_now_ms + ttl,
            forget_ms = p_now_ms + ttl + coalesce(l.delay_ms, 0) + __SCHEMA__.linger_ms()
      WHERE name = p_name;
-    RETURN ROW(1, ttl, l.fence)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_DONE__, ttl, l.fence)::__SCHEMA__.renewal;
   END IF;
   -- Not the holder: this token's own end (of a lock or a permit), recorded
   -- per token.
@@ -621,7 +626,7 @@ BEGIN
     RETURN ended;
   END IF;
   IF live AND NOT __SCHEMA__.has_permit(p_name, p_token, p_now_ms) THEN
-    RETURN ROW(-1, 0, l.fence)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_NOT_OWNER__, 0, l.fence)::__SCHEMA__.renewal;
   END IF;
   RETURN NULL;
 END $$;
@@ -641,10 +646,10 @@ BEGIN
     IF p.expires_ms <= p_now_ms THEN
       DELETE FROM __SCHEMA__.permits WHERE name = p_name AND token = p_token;
       PERFORM __SCHEMA__.record_end(p_name, p_token, 'e', p.fence, p_now_ms + __SCHEMA__.linger_ms());
-      RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
+      RETURN ROW(__LEASE_EXPIRED__, 0, 0)::__SCHEMA__.renewal;
     END IF;
     IF p_ttl_ms = -1 THEN
-      RETURN ROW(1, p.ttl_ms, p.fence)::__SCHEMA__.renewal;
+      RETURN ROW(__LEASE_DONE__, p.ttl_ms, p.fence)::__SCHEMA__.renewal;
     END IF;
     ttl := CASE WHEN p_ttl_ms = 0 THEN p.ttl_ms ELSE p_ttl_ms END;
     UPDATE __SCHEMA__.permits SET ttl_ms = ttl, expires_ms = p_now_ms + ttl
@@ -652,10 +657,10 @@ BEGIN
     UPDATE __SCHEMA__.semaphores
        SET forget_ms = greatest(forget_ms, p_now_ms + ttl + __SCHEMA__.linger_ms())
      WHERE name = p_name;
-    RETURN ROW(1, ttl, p.fence)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_DONE__, ttl, p.fence)::__SCHEMA__.renewal;
   END IF;
   -- A released or reported permit's end: renew_lock looked at it already.
-  RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
+  RETURN ROW(__LEASE_NOT_HELD__, 0, 0)::__SCHEMA__.renewal;
 END $$;
 
 -- renew.lua: renew (or, with -1, look at) one lease, only for its owner.
@@ -704,11 +709,11 @@ BEGIN
 END $$;
 
 -- release.lua: end a lease, only for its owner (no lock-delay), and wake
--- the first in line. Returns a renewal whose code is release.lua's (1
--- released, 2 released already, 0 no record, -1 another owner (fence): a
--- token unknown as a permit too, -2 revoked (fence), -3 expired, the first
+-- the first in line. Returns a renewal whose code is release.lua's (LEASE_DONE
+-- released, LEASE_RELEASED_ALREADY, LEASE_NOT_HELD no record, LEASE_NOT_OWNER another owner (fence): a
+-- token unknown as a permit too, LEASE_REVOKED (fence), LEASE_EXPIRED, the first
 -- report (an expired permit leaves an 'e' end record, also while a lock
--- granted since holds the name), -5 expired, reported already).
+-- granted since holds the name), LEASE_EXPIRED_REPORTED).
 CREATE OR REPLACE FUNCTION __SCHEMA__.release(p_name text, p_token text)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -725,10 +730,10 @@ BEGIN
   live := l.token IS NOT NULL AND now_ms < l.expires_ms;
   IF l.token = p_token AND NOT live THEN
     IF l.noticed THEN
-      RETURN ROW(-5, 0, 0)::__SCHEMA__.renewal;
+      RETURN ROW(__LEASE_EXPIRED_REPORTED__, 0, 0)::__SCHEMA__.renewal;
     END IF;
     UPDATE __SCHEMA__.leases SET noticed = true WHERE name = p_name;
-    RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_EXPIRED__, 0, 0)::__SCHEMA__.renewal;
   END IF;
   IF live AND l.token = p_token THEN
     -- The row goes at once; the release is recorded for this token alone,
@@ -740,39 +745,39 @@ BEGIN
     IF next_token IS NOT NULL OR __SCHEMA__.is_observed(p_name, now_ms) THEN
       PERFORM __SCHEMA__.notify('r', next_token, p_name);
     END IF;
-    RETURN ROW(1, 0, 0)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_DONE__, 0, 0)::__SCHEMA__.renewal;
   END IF;
   -- Not the lock's holder: this token's own end, a permit, or a stranger.
   ended := __SCHEMA__.recorded_end(p_name, p_token, now_ms);
-  IF ended.code = -4 THEN
-    RETURN ROW(2, 0, 0)::__SCHEMA__.renewal;
+  IF ended.code = __LEASE_RELEASED__ THEN
+    RETURN ROW(__LEASE_RELEASED_ALREADY__, 0, 0)::__SCHEMA__.renewal;
   ELSIF ended IS NOT NULL THEN
     RETURN ended;
   END IF;
   IF live AND NOT __SCHEMA__.has_permit(p_name, p_token, now_ms) THEN
-    RETURN ROW(-1, 0, l.fence)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_NOT_OWNER__, 0, l.fence)::__SCHEMA__.renewal;
   END IF;
   DELETE FROM __SCHEMA__.permits
    WHERE name = p_name AND token = p_token AND expires_ms + __SCHEMA__.linger_ms() > now_ms
   RETURNING * INTO p;
   IF NOT FOUND THEN
-    RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_NOT_HELD__, 0, 0)::__SCHEMA__.renewal;
   END IF;
   IF p.expires_ms <= now_ms THEN
     PERFORM __SCHEMA__.record_end(p_name, p_token, 'e', p.fence, now_ms + __SCHEMA__.linger_ms());
-    RETURN ROW(-3, 0, 0)::__SCHEMA__.renewal;
+    RETURN ROW(__LEASE_EXPIRED__, 0, 0)::__SCHEMA__.renewal;
   END IF;
   PERFORM __SCHEMA__.record_end(p_name, p_token, 'x', p.fence, now_ms + __SCHEMA__.linger_ms());
   -- A free permit may serve any waiter in line: wake them all.
   IF __SCHEMA__.line_length(p_name) > 0 OR __SCHEMA__.is_observed(p_name, now_ms) THEN
     PERFORM __SCHEMA__.notify('r', '', p_name);
   END IF;
-  RETURN ROW(1, 0, 0)::__SCHEMA__.renewal;
+  RETURN ROW(__LEASE_DONE__, 0, 0)::__SCHEMA__.renewal;
 END $$;
 
 -- revoke.lua: end the current lease, whoever holds it; its lock-delay
 -- starts now; every waiter is woken. Returns a renewal whose code is
--- revoke.lua's: 1 revoked, 2 revoked already, 0 none held; with the fence.
+-- revoke.lua's: REVOKE_DONE, REVOKE_ALREADY, REVOKE_NOTHING; with the fence.
 CREATE OR REPLACE FUNCTION __SCHEMA__.revoke(p_name text)
 RETURNS __SCHEMA__.renewal LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -785,12 +790,12 @@ BEGIN
   SELECT * INTO l FROM __SCHEMA__.leases WHERE name = p_name AND forget_ms > now_ms;
   IF NOT FOUND OR l.token IS NULL THEN
     IF l.revoked IS NOT NULL THEN
-      RETURN ROW(2, 0, l.fence)::__SCHEMA__.renewal;
+      RETURN ROW(__REVOKE_ALREADY__, 0, l.fence)::__SCHEMA__.renewal;
     END IF;
-    RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
+    RETURN ROW(__REVOKE_NOTHING__, 0, 0)::__SCHEMA__.renewal;
   END IF;
   IF now_ms >= l.expires_ms THEN
-    RETURN ROW(0, 0, 0)::__SCHEMA__.renewal;
+    RETURN ROW(__REVOKE_NOTHING__, 0, 0)::__SCHEMA__.renewal;
   END IF;
   delay_end := now_ms + coalesce(l.delay_ms, 0);
   UPDATE __SCHEMA__.leases
@@ -802,7 +807,7 @@ BEGIN
   PERFORM __SCHEMA__.record_end(p_name, l.token, 'r', l.fence,
                                 greatest(l.expires_ms, delay_end) + __SCHEMA__.linger_ms());
   PERFORM __SCHEMA__.notify('r', '', p_name);
-  RETURN ROW(1, 0, l.fence)::__SCHEMA__.renewal;
+  RETURN ROW(__REVOKE_DONE__, 0, l.fence)::__SCHEMA__.renewal;
 END $$;
 
 -- describe.lua: the current lease of a name, without its owner token.

@@ -52,7 +52,10 @@ use self::{
     replies::{LockRenewal, Renewal, Renewals},
     scripts::{only, scripts},
 };
-pub use self::{keys::lease_key, scripts::SCRIPTS};
+pub use self::{
+    keys::lease_key,
+    scripts::{SCRIPTS, SCRIPT_CONSTANTS},
+};
 use super::{
     one_answer_each, watch::Watchers, Acquired, Checked, ClockReading, Described, Event, GrantSpec,
     RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,

@@ -15,6 +15,10 @@ use redis::Value;
 use crate::{
     error::{Error, Result},
     store::{
+        contract::{
+            GRANT_GRANTED, GRANT_HELD, GRANT_LOCK_DELAY, GRANT_QUEUE, LEASE_DONE, LEASE_NOT_A_LOCK,
+            LEASE_RELEASED_ALREADY, REVOKE_ALREADY, REVOKE_DONE, REVOKE_NOTHING,
+        },
         ended, Acquired, Blocked, BlockedBy, Checked, Described, LeaseInfo, Renewed, Revocation,
     },
 };
@@ -110,15 +114,16 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// acquire.lua, semaphore_acquire.lua: `{1, fence, ttl_ms, "",
-/// granted_at_ms, [expired]}` when granted, `{0|2|3, fence, remaining_ms,
-/// holder, granted_at_ms, position, queued, [expired]}` when not.
+/// acquire.lua, semaphore_acquire.lua: `{GRANT_GRANTED, fence, ttl_ms, "",
+/// granted_at_ms, [expired]}` when granted, `{GRANT_HELD | GRANT_LOCK_DELAY
+/// | GRANT_QUEUE, fence, remaining_ms, holder, granted_at_ms, position,
+/// queued, [expired]}` when not (the codes: `store::contract`).
 impl Reply for Acquired {
     fn read(fields: &mut Fields<'_>) -> Result<Self> {
         let code = fields.int("code")?;
         let fence = fields.uint("fence")?;
         let by = match code {
-            1 => {
+            GRANT_GRANTED => {
                 fields.skip("ttl_ms");
                 fields.skip("holder");
                 fields.skip("granted_at_ms");
@@ -127,9 +132,9 @@ impl Reply for Acquired {
                     expired: u32::try_from(fields.uint_or_zero("expired")).unwrap_or(u32::MAX),
                 });
             }
-            0 => BlockedBy::Holder,
-            2 => BlockedBy::LockDelay,
-            3 => BlockedBy::Queue,
+            GRANT_HELD => BlockedBy::Holder,
+            GRANT_LOCK_DELAY => BlockedBy::LockDelay,
+            GRANT_QUEUE => BlockedBy::Queue,
             other => return Err(Error::Internal(format!("acquire reply code {other}"))),
         };
         let remaining_ms = fields.uint("remaining_ms")?;
@@ -158,7 +163,7 @@ pub(super) struct Renewal {
 
 impl Renewal {
     fn read_after_code(code: i64, fields: &mut Fields<'_>) -> Result<Self> {
-        let ttl_ms = if code == 1 {
+        let ttl_ms = if code == LEASE_DONE {
             fields.uint("ttl_ms")?
         } else {
             fields.skip("ttl_ms");
@@ -169,7 +174,7 @@ impl Renewal {
     }
 
     fn new(code: i64, ttl_ms: u64, fence: u64) -> Result<Self> {
-        let outcome = if code == 1 {
+        let outcome = if code == LEASE_DONE {
             Checked::Done(Renewed { ttl_ms, fence })
         } else {
             ended(code, fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))?
@@ -203,7 +208,7 @@ impl Reply for Renewal {
     }
 }
 
-/// renew_lock.lua: a renew.lua reply, or `{3, 0, 0}` when the lease hash
+/// renew_lock.lua: a renew.lua reply, or `{LEASE_NOT_A_LOCK, 0, 0}` when the lease hash
 /// knows nothing of the token (it may be a semaphore permit).
 pub(super) enum LockRenewal {
     Renewal(Renewal),
@@ -213,7 +218,7 @@ pub(super) enum LockRenewal {
 impl Reply for LockRenewal {
     fn read(fields: &mut Fields<'_>) -> Result<Self> {
         match fields.int("code")? {
-            3 => Ok(LockRenewal::NotALock),
+            LEASE_NOT_A_LOCK => Ok(LockRenewal::NotALock),
             code => Renewal::read_after_code(code, fields).map(LockRenewal::Renewal),
         }
     }
@@ -243,8 +248,8 @@ impl Reply for Checked<()> {
         let code = fields.int("code")?;
         let fence = fields.uint("fence")?;
         Ok(match code {
-            1 => Checked::Done(()),
-            2 => Checked::Released,
+            LEASE_DONE => Checked::Done(()),
+            LEASE_RELEASED_ALREADY => Checked::Released,
             other => ended(other, fence)
                 .ok_or_else(|| Error::Internal(format!("release reply code {other}")))?,
         })
@@ -257,9 +262,9 @@ impl Reply for Revocation {
         let code = fields.int("code")?;
         let fence = fields.uint("fence")?;
         Ok(match code {
-            1 => Revocation::Revoked { fence },
-            2 => Revocation::Already { fence },
-            0 => Revocation::NotHeld,
+            REVOKE_DONE => Revocation::Revoked { fence },
+            REVOKE_ALREADY => Revocation::Already { fence },
+            REVOKE_NOTHING => Revocation::NotHeld,
             other => return Err(Error::Internal(format!("revoke reply code {other}"))),
         })
     }

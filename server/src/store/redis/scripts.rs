@@ -27,7 +27,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    store::{Acquired, Checked, Revocation},
+    store::{contract::fill, Acquired, Checked, Revocation},
 };
 
 /// A shared part: Lua that defines functions and constants for the scripts
@@ -35,8 +35,7 @@ use crate::{
 #[derive(Clone, Copy)]
 pub(super) struct Part {
     /// Its file name, as script headers name it (read by the tests that
-    /// hold the headers to the declared parts).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// hold the headers to the declared parts, and in errors).
     file: &'static str,
     source: &'static str,
 }
@@ -51,7 +50,8 @@ macro_rules! part {
     };
 }
 
-/// `LINGER_MS`: how long a lease's record outlives it.
+/// The contract's constants (`__CONSTANTS__`, filled from
+/// `store::contract`) and the per-token end records.
 const CONSTANTS: Part = part!("constants.lua");
 /// The wait line: `prune`, `first_in_line`.
 const LINE: Part = part!("line.lua");
@@ -84,7 +84,10 @@ pub(super) struct Script<R> {
 
 impl<R: Reply> Script<R> {
     fn new(file: &'static str, parts: &'static [Part], body: &'static str) -> Self {
-        let source: String = parts.iter().map(|p| p.source).chain([body]).collect();
+        let joined: String = parts.iter().map(|p| p.source).chain([body]).collect();
+        // The files are compiled in; the tests below fill every script, so
+        // an unknown placeholder fails them, never a running broker.
+        let source = fill(&joined, &[]).unwrap_or_else(|e| panic!("{file}: {e}"));
         Script {
             file,
             parts,
@@ -175,6 +178,13 @@ pub static SCRIPTS: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(
         .into_iter()
         .map(|(file, _, _, source)| (file, source))
         .collect()
+});
+
+/// `constants.lua` as every script that includes it begins: the
+/// contract's constants filled in (for the test that reads them back from
+/// a real Redis).
+pub static SCRIPT_CONSTANTS: LazyLock<String> = LazyLock::new(|| {
+    fill(CONSTANTS.source, &[]).unwrap_or_else(|e| panic!("{}: {e}", CONSTANTS.file))
 });
 
 /// One call of a script: one or more runs, sent in one write.
@@ -404,6 +414,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::store::contract;
 
     /// The Lua text without its comments.
     fn code(lua: &str) -> String {
@@ -425,7 +436,7 @@ mod tests {
     /// What a part defines: its top-level `local function NAME` and
     /// `local NAME =`.
     fn defined(part: &Part) -> BTreeSet<String> {
-        code(part.source)
+        code(&filled(part))
             .lines()
             .filter_map(|line| {
                 let rest = line.strip_prefix("local ")?;
@@ -452,6 +463,11 @@ mod tests {
         )
     }
 
+    /// A part's text as scripts include it: its placeholders filled.
+    fn filled(part: &Part) -> String {
+        fill(part.source, &[]).unwrap()
+    }
+
     fn all_parts() -> [Part; 5] {
         [CONSTANTS, LINE, QUEUE, FENCE, RENEW_LEASE]
     }
@@ -464,11 +480,12 @@ mod tests {
     fn every_shared_name_a_script_uses_comes_from_a_part_it_includes() {
         let shared: BTreeSet<String> = all_parts().iter().flat_map(defined).collect();
         assert!(shared.contains("take_turn") && shared.contains("LINGER_MS"));
+        assert!(shared.contains("LEASE_EXPIRED_REPORTED") && shared.contains("GRANT_QUEUE"));
         for (file, parts, body, _) in scripts().all() {
             let mut known = BTreeSet::new();
-            let texts = parts.iter().map(|p| (p.file, p.source, defined(p)));
-            for (what, text, mine) in texts.chain([(file, body, BTreeSet::new())]) {
-                for name in identifiers(text).intersection(&shared) {
+            let texts = parts.iter().map(|p| (p.file, filled(p), defined(p)));
+            for (what, text, mine) in texts.chain([(file, body.to_owned(), BTreeSet::new())]) {
+                for name in identifiers(&text).intersection(&shared) {
                     assert!(
                         known.contains(name) || mine.contains(name),
                         "{file}: {what} uses {name}, which no part before it defines"
@@ -492,7 +509,7 @@ mod tests {
                 "{} reads KEYS or ARGV",
                 part.file
             );
-            for line in code(part.source).lines() {
+            for line in code(&filled(&part)).lines() {
                 let top = !line.starts_with(char::is_whitespace) && !line.trim().is_empty();
                 assert!(
                     !top || line.starts_with("local ") || line == "end",
@@ -535,7 +552,13 @@ mod tests {
                 .take_while(|l| *l != "--")
                 .collect::<Vec<_>>()
                 .join(" ");
-            for name in defined(&part) {
+            // The contract's constants are declared (and described) in
+            // contract.rs; the header names them by family.
+            let constants = contract::ALL.iter().map(|(name, _)| *name);
+            for name in defined(&part)
+                .into_iter()
+                .filter(|name| !constants.clone().any(|c| c == name))
+            {
                 assert!(
                     header.contains(&name),
                     "{}'s Defines line does not name {name}",
@@ -551,7 +574,8 @@ mod tests {
     fn scripts_are_their_parts_then_their_body() {
         for (file, parts, body, source) in scripts().all() {
             let joined: String = parts.iter().map(|p| p.source).chain([body]).collect();
-            assert_eq!(source, joined, "{file}");
+            assert_eq!(source, fill(&joined, &[]).unwrap(), "{file}");
+            assert!(!source.contains("__CONSTANTS__"), "{file}");
         }
         assert_eq!(SCRIPTS.len(), 11);
     }
