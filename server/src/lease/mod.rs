@@ -470,13 +470,13 @@ impl Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{metrics::Metrics, store::MemoryStore};
+    use crate::metrics::Metrics;
 
     /// A lease service on the memory store, and the metrics it reports to.
     pub(super) fn leases() -> (Leases, Metrics) {
         let metrics = Metrics::new();
         let leases = Leases::new(
-            Store::Memory(MemoryStore::new()),
+            Store::memory(),
             Limits::default(),
             Arc::new(metrics.clone()),
         );

@@ -20,9 +20,10 @@ use dashmap::{mapref::entry::Entry as MapEntry, DashMap};
 use tokio::time::Instant;
 
 use super::{
+    backend::Backend,
     contract::LINGER,
     watch::{waiter_id, Watchers},
-    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, RenewItem,
+    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, Ping, RenewItem,
     Renewed, Revocation, QUEUE_LIFETIME,
 };
 use crate::error::Result;
@@ -173,10 +174,6 @@ impl MemoryStore {
         MemoryStore { inner }
     }
 
-    pub(crate) fn watchers(&self) -> &Watchers {
-        &self.inner.watchers
-    }
-
     /// The next fence: above the last one issued and not below the clock.
     fn next_fence(&self) -> u64 {
         let now_us = unix_micros();
@@ -190,16 +187,19 @@ impl MemoryStore {
         prev.saturating_add(1).max(now_us)
     }
 
-    pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
+    /// An acquire attempt, `grant` (a lock's or a permit's) run with the
+    /// name's line held and pruned; a grant wakes the name's grant
+    /// watchers.
+    fn acquire(
+        &self,
+        spec: &GrantSpec,
+        grant: fn(&Self, &GrantSpec, &mut Line, Instant) -> Acquired,
+    ) -> Acquired {
         let now = Instant::now();
         let mut queue = self.inner.queues.entry(spec.name.clone()).or_default();
         // Waiters that stopped calling (their call ended) leave.
         queue.prune(now);
-        let outcome = if spec.limit > 1 {
-            self.acquire_permit(spec, &mut queue, now)
-        } else {
-            self.acquire_in_line(spec, &mut queue, now)
-        };
+        let outcome = grant(self, spec, &mut queue, now);
         let empty = queue.is_empty();
         drop(queue);
         if empty {
@@ -210,11 +210,11 @@ impl MemoryStore {
                 .watchers
                 .wake(&self.channel(&spec.name, Event::Granted), "");
         }
-        Ok(outcome)
+        outcome
     }
 
     /// semaphore_acquire.lua, in memory (see there).
-    fn acquire_permit(&self, spec: &GrantSpec, queue: &mut Line, now: Instant) -> Acquired {
+    fn take_permit(&self, spec: &GrantSpec, queue: &mut Line, now: Instant) -> Acquired {
         let position = |queue: &mut Line| join_queue(spec, queue, now);
         // A name held as a plain lock has no permit to give, nor one in
         // its lock-delay: the delay means nobody gets the name.
@@ -250,7 +250,7 @@ impl MemoryStore {
         reporting(outcome, expired)
     }
 
-    /// The rest of [`MemoryStore::acquire_permit`], over live permits.
+    /// The rest of [`MemoryStore::take_permit`], over live permits.
     fn grant_permit(
         &self,
         spec: &GrantSpec,
@@ -298,7 +298,7 @@ impl MemoryStore {
     }
 
     /// acquire.lua, in memory (see there).
-    fn acquire_in_line(&self, spec: &GrantSpec, queue: &mut Line, now: Instant) -> Acquired {
+    fn grant_lock(&self, spec: &GrantSpec, queue: &mut Line, now: Instant) -> Acquired {
         let wait_in_line = |queue: &mut Line| join_queue(spec, queue, now);
         match self.inner.leases.entry(spec.name.clone()) {
             MapEntry::Occupied(e) if e.get().live(now) => {
@@ -412,38 +412,6 @@ impl MemoryStore {
                 Acquired::Granted { fence, expired }
             }
         }
-    }
-
-    pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
-        let Some(mut queue) = self.inner.queues.get_mut(name) else {
-            return Ok(());
-        };
-        queue.prune(Instant::now());
-        let was_first = queue.first().is_some_and(|(first, _)| first == token);
-        queue.remove(token);
-        drop(queue);
-        if was_first {
-            // The next in line may take a free lock now.
-            let next = self.next_in_line(name);
-            self.inner
-                .watchers
-                .wake(&self.channel(name, Event::Released), waiter_id(&next));
-        }
-        self.inner.queues.remove_if(name, |_, q| q.is_empty());
-        Ok(())
-    }
-
-    pub(crate) async fn renew(
-        &self,
-        name: &str,
-        token: &str,
-        ttl_ms: Option<u64>,
-    ) -> Result<Checked<Renewed>> {
-        Ok(self.renew_or_look(name, token, Some(ttl_ms)))
-    }
-
-    pub(crate) async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
-        Ok(self.renew_or_look(name, token, None))
     }
 
     /// renew_lease.lua, in memory (see there): `ttl_ms` is `None` to look
@@ -575,7 +543,42 @@ impl MemoryStore {
         (live && !a_permit()).then_some(Checked::NotOwner { fence: lease.fence })
     }
 
-    pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+    /// The token of the first live waiter in the name's line, or empty.
+    fn next_in_line(&self, name: &str) -> String {
+        let now = Instant::now();
+        self.inner
+            .queues
+            .get_mut(name)
+            .and_then(|mut q| {
+                q.prune(now);
+                q.first().map(|(t, _)| t.to_owned())
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Backend for MemoryStore {
+    /// The fence counter is this process's own (every fence the floor
+    /// holds came from it), so the floor adds nothing here.
+    async fn acquire_lock(&self, spec: &GrantSpec, _floor: u64) -> Result<Acquired> {
+        Ok(self.acquire(spec, Self::grant_lock))
+    }
+
+    /// As [`Backend::acquire_lock`], a permit.
+    async fn acquire_permit(&self, spec: &GrantSpec, _floor: u64) -> Result<Acquired> {
+        Ok(self.acquire(spec, Self::take_permit))
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Checked<Renewed>> {
+        Ok(self.renew_or_look(name, token, Some(ttl_ms)))
+    }
+
+    async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
         let mut outcomes = Vec::with_capacity(items.len());
         for item in items {
             outcomes.push(self.renew(&item.name, &item.token, item.ttl_ms).await?);
@@ -583,7 +586,11 @@ impl MemoryStore {
         Ok(outcomes)
     }
 
-    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
+    async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        Ok(self.renew_or_look(name, token, None))
+    }
+
+    async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         let now = Instant::now();
         let mut next = None;
         if let Some(mut lease) = self.inner.leases.get_mut(name) {
@@ -642,37 +649,7 @@ impl MemoryStore {
         Ok(Checked::Done(()))
     }
 
-    /// The token of the first live waiter in the name's line, or empty.
-    fn next_in_line(&self, name: &str) -> String {
-        let now = Instant::now();
-        self.inner
-            .queues
-            .get_mut(name)
-            .and_then(|mut q| {
-                q.prune(now);
-                q.first().map(|(t, _)| t.to_owned())
-            })
-            .unwrap_or_default()
-    }
-
-    /// refresh.lua, in memory (see there).
-    pub(crate) async fn refresh_places(
-        &self,
-        name: &str,
-        tokens: &[String],
-    ) -> Result<Vec<Option<u64>>> {
-        let now = Instant::now();
-        let Some(mut line) = self.inner.queues.get_mut(name) else {
-            return Ok(vec![None; tokens.len()]);
-        };
-        line.prune(now);
-        Ok(tokens
-            .iter()
-            .map(|token| line.renew(token, now + QUEUE_LIFETIME))
-            .collect())
-    }
-
-    pub(crate) async fn revoke(&self, name: &str) -> Result<Revocation> {
+    async fn revoke(&self, name: &str) -> Result<Revocation> {
         let now = Instant::now();
         let fence = match self.inner.leases.get_mut(name) {
             Some(mut lease) if lease.live(now) => {
@@ -695,7 +672,7 @@ impl MemoryStore {
         Ok(Revocation::Revoked { fence })
     }
 
-    pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
+    async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let now = Instant::now();
         let waiters = self.inner.queues.get_mut(name).map_or(0, |mut q| {
             q.prune(now);
@@ -706,34 +683,78 @@ impl MemoryStore {
             .permits
             .get(name)
             .map_or(0, |p| p.live(now).count() as u64);
-        Ok(match self.inner.leases.get(name) {
-            Some(lease) if lease.live(now) => Described {
-                lease: Some(lease.info(now)),
-                lock_delay_remaining_ms: 0,
-                waiters,
-                permits,
+        // The fence counter is this process's own, above every fence the
+        // floor could hold: no last fence to report.
+        Ok((
+            match self.inner.leases.get(name) {
+                Some(lease) if lease.live(now) => Described {
+                    lease: Some(lease.info(now)),
+                    lock_delay_remaining_ms: 0,
+                    waiters,
+                    permits,
+                },
+                Some(lease) => Described {
+                    lease: None,
+                    lock_delay_remaining_ms: ceil_ms(
+                        lease.delay_ends.saturating_duration_since(now),
+                    ),
+                    waiters,
+                    permits,
+                },
+                None => Described {
+                    waiters,
+                    permits,
+                    ..Described::default()
+                },
             },
-            Some(lease) => Described {
-                lease: None,
-                lock_delay_remaining_ms: ceil_ms(lease.delay_ends.saturating_duration_since(now)),
-                waiters,
-                permits,
-            },
-            None => Described {
-                waiters,
-                permits,
-                ..Described::default()
-            },
-        })
+            0,
+        ))
+    }
+
+    async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
+        let Some(mut queue) = self.inner.queues.get_mut(name) else {
+            return Ok(());
+        };
+        queue.prune(Instant::now());
+        let was_first = queue.first().is_some_and(|(first, _)| first == token);
+        queue.remove(token);
+        drop(queue);
+        if was_first {
+            // The next in line may take a free lock now.
+            let next = self.next_in_line(name);
+            self.inner
+                .watchers
+                .wake(&self.channel(name, Event::Released), waiter_id(&next));
+        }
+        self.inner.queues.remove_if(name, |_, q| q.is_empty());
+        Ok(())
+    }
+
+    /// refresh.lua, in memory (see there).
+    async fn refresh_places(&self, name: &str, tokens: &[String]) -> Result<Vec<Option<u64>>> {
+        let now = Instant::now();
+        let Some(mut line) = self.inner.queues.get_mut(name) else {
+            return Ok(vec![None; tokens.len()]);
+        };
+        line.prune(now);
+        Ok(tokens
+            .iter()
+            .map(|token| line.renew(token, now + QUEUE_LIFETIME))
+            .collect())
+    }
+
+    fn watchers(&self) -> &Watchers {
+        &self.inner.watchers
     }
 
     /// The key of `event` of `name` in the watchers registry.
-    pub(crate) fn channel(&self, name: &str, event: Event) -> String {
+    fn channel(&self, name: &str, event: Event) -> String {
         format!("{}:{name}", event.suffix())
     }
 
-    pub(crate) async fn ping(&self) -> Result<()> {
-        Ok(())
+    /// The memory store's clock is this process's own: nothing to read.
+    async fn ping(&self) -> Result<Ping> {
+        Ok(Ping::default())
     }
 }
 
@@ -987,17 +1008,26 @@ mod tests {
     async fn a_lease_expires_exactly_at_its_ttl_on_a_paused_clock() {
         let store = MemoryStore::new();
         assert!(matches!(
-            store.acquire(&spec("a", "t1", 1_000)).await.unwrap(),
+            store
+                .acquire_lock(&spec("a", "t1", 1_000), 0)
+                .await
+                .unwrap(),
             Acquired::Granted { .. }
         ));
         tokio::time::advance(Duration::from_millis(999)).await;
         assert!(matches!(
-            store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
+            store
+                .acquire_lock(&spec("a", "t2", 1_000), 0)
+                .await
+                .unwrap(),
             Acquired::Blocked(_)
         ));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(matches!(
-            store.acquire(&spec("a", "t2", 1_000)).await.unwrap(),
+            store
+                .acquire_lock(&spec("a", "t2", 1_000), 0)
+                .await
+                .unwrap(),
             Acquired::Granted { .. }
         ));
         // The grant reported the expiry; the old holder hears that it was
@@ -1013,7 +1043,7 @@ mod tests {
         let store = MemoryStore::new();
         for i in 0..100 {
             store
-                .acquire(&spec(&format!("n{i}"), "t", 500))
+                .acquire_lock(&spec(&format!("n{i}"), "t", 500), 0)
                 .await
                 .unwrap();
         }

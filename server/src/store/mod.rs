@@ -36,6 +36,7 @@
 //!   that a paused holder's in-flight work dies out first. A release starts
 //!   no delay.
 
+mod backend;
 pub(crate) mod contract;
 mod memory;
 mod postgres;
@@ -54,6 +55,12 @@ pub(crate) use self::redis::{
     acquire_reply, release_reply, renew_reply, ClusterTarget, SentinelTarget,
 };
 
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
+
+use self::backend::Backend;
 use crate::{error::Result, redact::Redacted};
 
 /// How to reach and use a store.
@@ -355,10 +362,24 @@ impl Event {
     }
 }
 
-/// A lease store: one of the backends (enum dispatch keeps calls static and
-/// lets new backends, such as Sentinel or Cluster, join as variants).
+/// A lease store: one backend ([`backend::Backend`]), and what every
+/// backend needs around it, owned here once: the fence floor, the choice
+/// between a lock and a semaphore grant, the watch plumbing's entry points.
+/// Cheap to clone (the clones share everything).
 #[derive(Clone)]
-pub enum Store {
+pub struct Store {
+    backend: Backends,
+    /// The highest fence this replica has seen in any answer, passed to
+    /// every grant as a floor: if the store lost its data *and* its clock
+    /// stepped back, fences issued from here still do not go backwards.
+    floor: Arc<AtomicU64>,
+}
+
+/// The backends, one variant each: enum dispatch keeps every call static
+/// (the backend's own future, no boxing) and makes the compiler point at
+/// every match a new backend must join.
+#[derive(Clone)]
+enum Backends {
     /// Embedded, in this process.
     Memory(MemoryStore),
     /// Shared, in Redis.
@@ -367,12 +388,13 @@ pub enum Store {
     Postgres(PostgresStore),
 }
 
+/// Calls `$call` with `$s` bound to the store's backend.
 macro_rules! dispatch {
     ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            Store::Memory($s) => $call,
-            Store::Redis($s) => $call,
-            Store::Postgres($s) => $call,
+        match &$self.backend {
+            Backends::Memory($s) => $call,
+            Backends::Redis($s) => $call,
+            Backends::Postgres($s) => $call,
         }
     };
 }
@@ -408,39 +430,81 @@ fn scheme_of(url: &str) -> Option<&'static str> {
 }
 
 impl Store {
+    fn new(backend: Backends) -> Store {
+        Store {
+            backend,
+            floor: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// An embedded store, in this process (`--store memory`).
+    pub fn memory() -> Store {
+        Store::new(Backends::Memory(MemoryStore::new()))
+    }
+
     /// Opens the store a `--store` value names: `memory`, or a URL of one of
     /// the [`SCHEMES`]: `redis://` / `rediss://`, `redis+sentinel://`,
     /// `redis+cluster://` (each with a TLS variant, `rediss+...`), or
     /// `postgres://` / `postgresql://`.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
-        match scheme_of(url) {
-            Some("memory") => Ok(Store::Memory(MemoryStore::new())),
+        let backend = match scheme_of(url) {
+            Some("memory") => Backends::Memory(MemoryStore::new()),
             Some(
                 "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
                 | "rediss+cluster",
-            ) => Ok(Store::Redis(RedisStore::open(url, options)?)),
+            ) => Backends::Redis(RedisStore::open(url, options)?),
             Some("postgres" | "postgresql") => {
-                Ok(Store::Postgres(PostgresStore::open(url, options)?))
+                Backends::Postgres(PostgresStore::open(url, options)?)
             }
-            Some(other) => Err(crate::Error::Internal(format!(
-                "the store scheme '{other}' is in SCHEMES but opens no store"
-            ))),
-            None => Err(crate::Error::InvalidArgument(format!(
-                "unknown store '{}': use 'memory' or a URL of one of the schemes {}",
-                crate::redact::url(url),
-                SCHEMES
-                    .iter()
-                    .filter(|&&s| s != "memory")
-                    .map(|s| format!("{s}://"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
+            Some(other) => {
+                return Err(crate::Error::Internal(format!(
+                    "the store scheme '{other}' is in SCHEMES but opens no store"
+                )))
+            }
+            None => {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "unknown store '{}': use 'memory' or a URL of one of the schemes {}",
+                    crate::redact::url(url),
+                    SCHEMES
+                        .iter()
+                        .filter(|&&s| s != "memory")
+                        .map(|s| format!("{s}://"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
+            }
+        };
+        Ok(Store::new(backend))
+    }
+
+    /// Raises the floor to a fence an answer carried.
+    fn saw(&self, fence: u64) {
+        self.floor.fetch_max(fence, Ordering::Relaxed);
+    }
+
+    /// Raises the floor to the fence a lease outcome carries, if any.
+    fn saw_outcome<T>(&self, outcome: &Checked<T>, fence_of: impl Fn(&T) -> u64) {
+        match outcome {
+            Checked::Done(done) => self.saw(fence_of(done)),
+            Checked::NotOwner { fence } | Checked::Revoked { fence } => self.saw(*fence),
+            Checked::NotHeld | Checked::Expired | Checked::ExpiredReported | Checked::Released => {}
         }
     }
 
-    /// Grants the lease if the name is free.
+    /// Grants the lease if the name is free: a lock when `spec.limit` is
+    /// 1, one of the name's permits when it is more.
     pub async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
-        dispatch!(self, s => s.acquire(spec).await)
+        let floor = self.floor.load(Ordering::Relaxed);
+        let acquired = if spec.limit > 1 {
+            dispatch!(self, s => s.acquire_permit(spec, floor).await)
+        } else {
+            dispatch!(self, s => s.acquire_lock(spec, floor).await)
+        }?;
+        self.saw(match &acquired {
+            Acquired::Granted { fence, .. } => *fence,
+            Acquired::Blocked(blocked) => blocked.fence,
+        });
+        Ok(acquired)
     }
 
     /// Extends the lease to `ttl_ms` from now (or its own TTL when `None`) if
@@ -451,37 +515,54 @@ impl Store {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
-        dispatch!(self, s => s.renew(name, token, ttl_ms).await)
+        let renewed = dispatch!(self, s => s.renew(name, token, ttl_ms).await)?;
+        self.saw_outcome(&renewed, |r| r.fence);
+        Ok(renewed)
     }
 
     /// Renews every item, in one store round trip; one outcome per item, in
     /// order.
     pub async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
-        dispatch!(self, s => s.renew_many(items).await)
+        let outcomes = dispatch!(self, s => s.renew_many(items).await)?;
+        one_answer_each(outcomes.len(), items.len(), "outcomes", "renewals")?;
+        for outcome in &outcomes {
+            self.saw_outcome(outcome, |r| r.fence);
+        }
+        Ok(outcomes)
     }
 
     /// What became of `token`'s lease on `name`, without extending it:
     /// [`Checked::Done`] while it lives (with its TTL and fence), else as
     /// [`Store::renew`] answers (an expiry seen here first is reported here).
     pub async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
-        dispatch!(self, s => s.check(name, token).await)
+        let checked = dispatch!(self, s => s.check(name, token).await)?;
+        self.saw_outcome(&checked, |r| r.fence);
+        Ok(checked)
     }
 
     /// Deletes the lease if `token` holds it, and wakes the name's waiters on
     /// every replica.
     pub async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
-        dispatch!(self, s => s.release(name, token).await)
+        let released = dispatch!(self, s => s.release(name, token).await)?;
+        self.saw_outcome(&released, |()| 0);
+        Ok(released)
     }
 
     /// Ends the current lease on `name`, whoever holds it; its lock-delay
     /// starts now and waiters are woken.
     pub async fn revoke(&self, name: &str) -> Result<Revocation> {
-        dispatch!(self, s => s.revoke(name).await)
+        let revocation = dispatch!(self, s => s.revoke(name).await)?;
+        if let Revocation::Revoked { fence } | Revocation::Already { fence } = revocation {
+            self.saw(fence);
+        }
+        Ok(revocation)
     }
 
     /// The current lease on `name`, if any, and any lock-delay running.
     pub async fn describe(&self, name: &str) -> Result<Described> {
-        dispatch!(self, s => s.describe(name).await)
+        let (described, fence) = dispatch!(self, s => s.describe(name).await)?;
+        self.saw(fence);
+        Ok(described)
     }
 
     /// Starts watching `name` for `event`. When this returns, every later
@@ -496,13 +577,7 @@ impl Store {
     /// with `queued` took it): the PostgreSQL store notifies the releases
     /// of a name only while someone waits in its line or observes it.
     pub async fn watch(&self, name: &str, event: Event, waiter: Option<&str>) -> Result<Watch> {
-        match self {
-            Store::Memory(s) => s.watchers().watch(&s.channel(name, event), waiter).await,
-            Store::Redis(s) => s.watchers().watch(&s.channel(name, event), waiter).await,
-            // Also tells the database that the name is watched (it
-            // notifies only watched names).
-            Store::Postgres(s) => s.watch(name, event, waiter).await,
-        }
+        dispatch!(self, s => s.watch(name, event, waiter).await)
     }
 
     /// [`Store::watch`] for a waiter, done now if that needs no store round
@@ -513,8 +588,7 @@ impl Store {
     /// attempt needs (a release in between would go unseen): one store call
     /// less per waiting caller on a contended name.
     pub fn watch_now(&self, name: &str, event: Event, waiter: &str) -> Option<Watch> {
-        let channel = dispatch!(self, s => s.channel(name, event));
-        dispatch!(self, s => s.watchers().watch_now(&channel, Some(waiter)))
+        dispatch!(self, s => s.watchers().watch_now(&s.channel(name, event), Some(waiter)))
     }
 
     /// Takes a waiter out of the name's queue (its wait ended without a
@@ -530,7 +604,12 @@ impl Store {
     /// caller's place is kept this way, every [`QUEUE_REFRESH`], instead of
     /// by an acquire attempt of its own.
     pub async fn refresh_places(&self, name: &str, tokens: &[String]) -> Result<Vec<Option<u64>>> {
-        dispatch!(self, s => s.refresh_places(name, tokens).await)
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ranks = dispatch!(self, s => s.refresh_places(name, tokens).await)?;
+        one_answer_each(ranks.len(), tokens.len(), "ranks", "places")?;
+        Ok(ranks)
     }
 
     /// Wakes the callers waiting on this replica to acquire `name` with
@@ -552,12 +631,18 @@ impl Store {
     /// writes (a Redis replica, a PostgreSQL standby or a server set
     /// read-only) fails the ping: no call could succeed.
     pub async fn ping(&self) -> Result<Ping> {
-        match self {
-            Store::Memory(s) => s.ping().await.map(|()| Ping::default()),
-            Store::Redis(s) => s.ping().await,
-            Store::Postgres(s) => s.ping().await,
-        }
+        dispatch!(self, s => s.ping().await)
     }
+}
+
+/// The error of a store call that took longer than the store timeout, in
+/// the words every backend uses: `store` is the store's name ("Redis",
+/// "PostgreSQL"), `op` the call.
+pub(crate) fn timed_out(store: &str, op: &str, timeout: std::time::Duration) -> crate::Error {
+    crate::Error::Unavailable(format!(
+        "{store} did not answer {op} within {} ms (the store timeout)",
+        timeout.as_millis()
+    ))
 }
 
 /// What one health ping learnt of the store.

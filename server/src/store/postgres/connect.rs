@@ -310,10 +310,7 @@ pub(super) fn too_late(timeout: Duration) -> Error {
 }
 
 pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {
-    Error::Unavailable(format!(
-        "PostgreSQL did not answer {op} within {} ms (the store timeout)",
-        timeout.as_millis()
-    ))
+    crate::store::timed_out("PostgreSQL", op, timeout)
 }
 
 /// The schema's version in the database: `None` when it has no version

@@ -28,13 +28,7 @@ mod listen;
 mod tls;
 
 use crate::duration::millis;
-use std::{
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use deadpool_postgres::Pool;
 use tokio::{
@@ -46,6 +40,7 @@ use tokio_postgres::{config::TargetSessionAttrs, Row};
 pub use self::connect::schema_for;
 use self::connect::{classify, pool_error, timed_out};
 use super::{
+    backend::Backend,
     contract::{
         GRANT_GRANTED, GRANT_HELD, GRANT_LOCK_DELAY, GRANT_QUEUE, GRANT_TOO_LATE, LEASE_DONE,
         LEASE_RELEASED_ALREADY, REVOKE_ALREADY, REVOKE_DONE, REVOKE_NOTHING,
@@ -53,7 +48,7 @@ use super::{
     ended, one_answer_each,
     watch::Watchers,
     Acquired, Blocked, BlockedBy, Checked, ClockReading, Described, Event, GrantSpec, LeaseInfo,
-    RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
+    Ping, RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -134,10 +129,6 @@ pub(crate) struct Inner {
     timeout: Duration,
     /// Set once the schema is known to be at this broker's version.
     migrated: OnceCell<()>,
-    /// Highest fence this replica has seen, passed to every grant as a
-    /// floor (as on Redis: a database restored from an old backup *and* a
-    /// clock stepped back still issue no fence below it).
-    high_water: AtomicU64,
     watchers: Watchers,
 }
 
@@ -212,7 +203,6 @@ impl PostgresStore {
                 schema: schema.clone(),
                 timeout: options.timeout,
                 migrated: OnceCell::new(),
-                high_water: AtomicU64::new(0),
                 watchers: watchers.clone(),
             }),
         };
@@ -248,33 +238,6 @@ impl PostgresStore {
         Ok(store.inner.schema.clone())
     }
 
-    pub(crate) fn watchers(&self) -> &Watchers {
-        &self.inner.watchers
-    }
-
-    /// Starts watching `name` for `event` ([`super::Store::watch`]). An
-    /// observer (`waiter` None) tells the database the name is watched
-    /// first (committed before the watch is confirmed, so every later grant
-    /// or release of it notifies), unless an observer of this replica has it
-    /// already: that one said so, and its row outlives it by
-    /// [`OBSERVED_LIFETIME`] less at most [`OBSERVED_REFRESH`]. A waiter
-    /// says nothing: its place in line (taken by the attempt before its
-    /// watch) is what makes a release, a revoke or the first's leaving
-    /// notify, and a grant need not then (a notifying commit is serialised
-    /// with every other: a contended lock's handoffs would pay it twice).
-    pub(crate) async fn watch(
-        &self,
-        name: &str,
-        event: Event,
-        waiter: Option<&str>,
-    ) -> Result<super::Watch> {
-        let channel = self.channel(name, event);
-        if waiter.is_none() && !self.inner.watchers.has_observer(&channel) {
-            self.observe(&[name]).await?;
-        }
-        self.inner.watchers.watch(&channel, waiter).await
-    }
-
     /// Tells the database that `names` are watched, for
     /// [`OBSERVED_LIFETIME`].
     async fn observe(&self, names: &[&str]) -> Result<()> {
@@ -299,16 +262,6 @@ impl PostgresStore {
         names.dedup();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         self.observe(&names).await
-    }
-
-    /// The watch key of `event` on `name`.
-    pub(crate) fn channel(&self, name: &str, event: Event) -> String {
-        listen::channel(name, event)
-    }
-
-    /// Records a fence seen in a reply, raising the floor for later grants.
-    fn saw_fence(&self, fence: u64) {
-        self.inner.high_water.fetch_max(fence, Ordering::Relaxed);
     }
 
     /// The schema is at this broker's version (migrated by the first call
@@ -482,54 +435,38 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// A grant, refused by the database past the broker's deadline for the
-    /// call (its `not_after`, see `deadline`): a grant can never outlive
-    /// the broker's knowledge of it, and the orphan cleanup's release, sent
-    /// after that deadline, finds every grant the attempt ever makes.
-    pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
+    /// Runs `acquire()` or `semaphore_acquire()`, which differ in their
+    /// sixth parameter (the lock-delay or the limit).
+    async fn acquire(
+        &self,
+        sql: &str,
+        spec: &GrantSpec,
+        floor: u64,
+        sixth: &(dyn tokio_postgres::types::ToSql + Sync),
+    ) -> Result<Acquired> {
         self.ready().await?;
         let deadline = Instant::now() + self.inner.timeout;
         let not_after = self.inner.clock.not_after_ms(deadline);
-        let floor = int(self.inner.high_water.load(Ordering::Relaxed));
+        let floor = int(floor);
         let ttl = int(spec.ttl_ms);
         let life = int(millis(QUEUE_LIFETIME));
-        let row = if spec.limit > 1 {
-            let limit = i32::try_from(spec.limit).unwrap_or(i32::MAX);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-                &spec.name,
-                &spec.token,
-                &ttl,
-                &spec.holder,
-                &floor,
-                &limit,
-                &spec.queued,
-                &life,
-                &not_after,
-            ];
-            let sql = &self.inner.statements.semaphore_acquire;
-            self.query_one_by("acquire", sql, &params, deadline).await?
-        } else {
-            let delay = int(spec.lock_delay_ms);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-                &spec.name,
-                &spec.token,
-                &ttl,
-                &spec.holder,
-                &floor,
-                &delay,
-                &spec.queued,
-                &life,
-                &not_after,
-            ];
-            let sql = &self.inner.statements.acquire;
-            self.query_one_by("acquire", sql, &params, deadline).await?
-        };
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+            &spec.name,
+            &spec.token,
+            &ttl,
+            &spec.holder,
+            &floor,
+            sixth,
+            &spec.queued,
+            &life,
+            &not_after,
+        ];
+        let row = self.query_one_by("acquire", sql, &params, deadline).await?;
         let fence = uint(&row, "fence")?;
         let expired: Option<i32> = row
             .try_get("expired")
             .map_err(|e| Error::Internal(format!("PostgreSQL reply column expired: {e}")))?;
         let expired = expired.map_or(0, |n| u32::try_from(n).unwrap_or(0));
-        self.saw_fence(fence);
         let by = match code(&row)? {
             GRANT_GRANTED => return Ok(Acquired::Granted { fence, expired }),
             GRANT_TOO_LATE => return Err(connect::too_late(self.inner.timeout)),
@@ -549,57 +486,6 @@ impl PostgresStore {
         }))
     }
 
-    pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
-        self.query("dequeue", &self.inner.statements.dequeue, &[&name, &token])
-            .await?;
-        Ok(())
-    }
-
-    /// Renews the places of `tokens` in one statement: each token's rank (0:
-    /// first in line), or `None` when it has no place.
-    pub(crate) async fn refresh_places(
-        &self,
-        name: &str,
-        tokens: &[String],
-    ) -> Result<Vec<Option<u64>>> {
-        if tokens.is_empty() {
-            return Ok(Vec::new());
-        }
-        let life = int(millis(QUEUE_LIFETIME));
-        let rows = self
-            .query(
-                "refresh",
-                &self.inner.statements.refresh,
-                &[&name, &life, &tokens],
-            )
-            .await?;
-        one_answer_each(rows.len(), tokens.len(), "ranks", "places")?;
-        rows.iter()
-            .map(|row| {
-                let rank: i64 = row
-                    .try_get("rank")
-                    .map_err(|e| Error::Internal(format!("PostgreSQL refresh rank: {e}")))?;
-                Ok(u64::try_from(rank).ok())
-            })
-            .collect()
-    }
-
-    pub(crate) async fn renew(
-        &self,
-        name: &str,
-        token: &str,
-        ttl_ms: Option<u64>,
-    ) -> Result<Checked<Renewed>> {
-        self.renew_one("renew", name, token, int(ttl_ms.unwrap_or(0)))
-            .await
-    }
-
-    /// What became of `token`'s lease, without extending it (renew with a
-    /// TTL of -1).
-    pub(crate) async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
-        self.renew_one("check", name, token, -1).await
-    }
-
     async fn renew_one(
         &self,
         op: &'static str,
@@ -613,12 +499,10 @@ impl PostgresStore {
         self.renewed(&row)
     }
 
-    /// A renewal row (code, ttl_ms, fence) as the store's outcome, its
-    /// fence raising the floor for later grants.
+    /// A renewal row (code, ttl_ms, fence) as the store's outcome.
     fn renewed(&self, row: &Row) -> Result<Checked<Renewed>> {
         let code = code(row)?;
         let fence = uint(row, "fence")?;
-        self.saw_fence(fence);
         if code == LEASE_DONE {
             return Ok(Checked::Done(Renewed {
                 ttl_ms: uint(row, "ttl_ms")?,
@@ -628,9 +512,55 @@ impl PostgresStore {
         ended(code, fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))
     }
 
+    /// Deletes rows whose time is up, as many sweeps as it takes (each
+    /// bounded): what Redis key expiry does for the Redis store.
+    async fn sweep_once(&self) -> Result<()> {
+        for _ in 0..20 {
+            let row = self
+                .query_one("sweep", &self.inner.statements.sweep, &[&SWEEP_BATCH])
+                .await?;
+            let gone: i64 = row
+                .try_get(0)
+                .map_err(|e| Error::Internal(format!("PostgreSQL sweep: {e}")))?;
+            if gone < i64::from(SWEEP_BATCH) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for PostgresStore {
+    /// A grant, refused by the database past the broker's deadline for the
+    /// call (its `not_after`, see `deadline`): a grant can never outlive
+    /// the broker's knowledge of it, and the orphan cleanup's release, sent
+    /// after that deadline, finds every grant the attempt ever makes.
+    async fn acquire_lock(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
+        let delay = int(spec.lock_delay_ms);
+        let sql = &self.inner.statements.acquire;
+        self.acquire(sql, spec, floor, &delay).await
+    }
+
+    /// As [`Backend::acquire_lock`], with `semaphore_acquire()`.
+    async fn acquire_permit(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
+        let limit = i32::try_from(spec.limit).unwrap_or(i32::MAX);
+        let sql = &self.inner.statements.semaphore_acquire;
+        self.acquire(sql, spec, floor, &limit).await
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Checked<Renewed>> {
+        self.renew_one("renew", name, token, int(ttl_ms.unwrap_or(0)))
+            .await
+    }
+
     /// Renews every item: one statement per [`RENEW_BATCH`] leases, the
     /// statements sent at once.
-    pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+    async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
         let batches = items.chunks(RENEW_BATCH).map(|batch| async move {
             let names: Vec<&str> = batch.iter().map(|i| i.name.as_str()).collect();
             let tokens: Vec<&str> = batch.iter().map(|i| i.token.as_str()).collect();
@@ -654,7 +584,13 @@ impl PostgresStore {
         Ok(outcomes)
     }
 
-    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
+    /// What became of `token`'s lease, without extending it (renew with a
+    /// TTL of -1).
+    async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        self.renew_one("check", name, token, -1).await
+    }
+
+    async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         let row = self
             .query_one("release", &self.inner.statements.release, &[&name, &token])
             .await?;
@@ -667,7 +603,7 @@ impl PostgresStore {
         })
     }
 
-    pub(crate) async fn revoke(&self, name: &str) -> Result<Revocation> {
+    async fn revoke(&self, name: &str) -> Result<Revocation> {
         let row = self
             .query_one("revoke", &self.inner.statements.revoke, &[&name])
             .await?;
@@ -680,7 +616,7 @@ impl PostgresStore {
         })
     }
 
-    pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
+    async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let row = self
             .query_one("describe", &self.inner.statements.describe, &[&name])
             .await?;
@@ -688,7 +624,6 @@ impl PostgresStore {
             .try_get("held")
             .map_err(|e| Error::Internal(format!("PostgreSQL describe held: {e}")))?;
         let fence = uint(&row, "fence")?;
-        self.saw_fence(fence);
         let remaining_ms = uint(&row, "remaining_ms")?;
         let lease = if held {
             Some(LeaseInfo {
@@ -702,12 +637,70 @@ impl PostgresStore {
         } else {
             None
         };
-        Ok(Described {
+        let described = Described {
             lock_delay_remaining_ms: if held { 0 } else { remaining_ms },
             lease,
             waiters: uint(&row, "waiters")?,
             permits: uint(&row, "permits")?,
-        })
+        };
+        Ok((described, fence))
+    }
+
+    async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
+        self.query("dequeue", &self.inner.statements.dequeue, &[&name, &token])
+            .await?;
+        Ok(())
+    }
+
+    /// Renews the places of `tokens` in one statement: each token's rank (0:
+    /// first in line), or `None` when it has no place.
+    async fn refresh_places(&self, name: &str, tokens: &[String]) -> Result<Vec<Option<u64>>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let life = int(millis(QUEUE_LIFETIME));
+        let rows = self
+            .query(
+                "refresh",
+                &self.inner.statements.refresh,
+                &[&name, &life, &tokens],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let rank: i64 = row
+                    .try_get("rank")
+                    .map_err(|e| Error::Internal(format!("PostgreSQL refresh rank: {e}")))?;
+                Ok(u64::try_from(rank).ok())
+            })
+            .collect()
+    }
+
+    fn watchers(&self) -> &Watchers {
+        &self.inner.watchers
+    }
+
+    /// Starts watching `name` for `event` ([`super::Store::watch`]). An
+    /// observer (`waiter` None) tells the database the name is watched
+    /// first (committed before the watch is confirmed, so every later grant
+    /// or release of it notifies), unless an observer of this replica has it
+    /// already: that one said so, and its row outlives it by
+    /// [`OBSERVED_LIFETIME`] less at most [`OBSERVED_REFRESH`]. A waiter
+    /// says nothing: its place in line (taken by the attempt before its
+    /// watch) is what makes a release, a revoke or the first's leaving
+    /// notify, and a grant need not then (a notifying commit is serialised
+    /// with every other: a contended lock's handoffs would pay it twice).
+    async fn watch(&self, name: &str, event: Event, waiter: Option<&str>) -> Result<super::Watch> {
+        let channel = self.channel(name, event);
+        if waiter.is_none() && !self.inner.watchers.has_observer(&channel) {
+            self.observe(&[name]).await?;
+        }
+        self.inner.watchers.watch(&channel, waiter).await
+    }
+
+    /// The watch key of `event` on `name`.
+    fn channel(&self, name: &str, event: Event) -> String {
+        listen::channel(name, event)
     }
 
     /// Checks that PostgreSQL answers (and the schema is ready) and takes
@@ -724,7 +717,7 @@ impl PostgresStore {
     /// `target_session_attrs=read-write`, to a server that takes writes),
     /// and a broker that no one calls, being NOT_SERVING, still finds the
     /// promoted standby.
-    pub(crate) async fn ping(&self) -> Result<super::Ping> {
+    async fn ping(&self) -> Result<Ping> {
         self.ready().await?;
         let sent = std::time::Instant::now();
         let row = self
@@ -756,7 +749,7 @@ impl PostgresStore {
                  server with ?target_session_attrs=read-write to follow a failover"
             )));
         }
-        Ok(super::Ping {
+        Ok(Ping {
             clock: Some(ClockReading {
                 store_unix_us: uint(&row, "now_us")?,
                 sent,
@@ -767,23 +760,6 @@ impl PostgresStore {
                 &text(&row, "fsync")?,
             ),
         })
-    }
-
-    /// Deletes rows whose time is up, as many sweeps as it takes (each
-    /// bounded): what Redis key expiry does for the Redis store.
-    async fn sweep_once(&self) -> Result<()> {
-        for _ in 0..20 {
-            let row = self
-                .query_one("sweep", &self.inner.statements.sweep, &[&SWEEP_BATCH])
-                .await?;
-            let gone: i64 = row
-                .try_get(0)
-                .map_err(|e| Error::Internal(format!("PostgreSQL sweep: {e}")))?;
-            if gone < i64::from(SWEEP_BATCH) {
-                break;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -247,10 +247,7 @@ pub(super) async fn bounded<T>(
 }
 
 pub(super) fn timed_out(op: &str, timeout: Duration) -> Error {
-    Error::Unavailable(format!(
-        "Redis did not answer {op} within {} ms (the store timeout)",
-        timeout.as_millis()
-    ))
+    crate::store::timed_out("Redis", op, timeout)
 }
 
 /// A reply we cannot read is our bug; anything else (connection refused,

@@ -34,10 +34,7 @@ mod subscribe;
 
 use std::{
     future::Future,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, RwLock,
-    },
+    sync::{Arc, RwLock},
     time::Duration,
 };
 
@@ -49,7 +46,7 @@ pub(crate) use self::{cluster::ClusterTarget, sentinel::SentinelTarget};
 use self::{
     connect::{bounded, Conn, Connector, Topology},
     keys::{HashSlot, NameKeys},
-    replies::{LockRenewal, Renewal, Renewals},
+    replies::{LockRenewal, Renewals},
     scripts::{only, scripts},
 };
 pub use self::{
@@ -57,8 +54,8 @@ pub use self::{
     scripts::{SCRIPTS, SCRIPT_CONSTANTS},
 };
 use super::{
-    one_answer_each, watch::Watchers, Acquired, Checked, ClockReading, Described, Event, GrantSpec,
-    RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
+    backend::Backend, watch::Watchers, Acquired, Checked, ClockReading, Described, Event,
+    GrantSpec, Ping, RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -97,10 +94,6 @@ struct Inner {
     /// long to wait for them; 0: no WAIT.
     replica_acks: u32,
     replica_ack_timeout: Duration,
-    /// Highest fence this replica has seen, passed to every grant as a floor:
-    /// if Redis lost its data *and* its clock stepped back, fences issued from
-    /// here still do not go backwards.
-    high_water: AtomicU64,
     watchers: Watchers,
 }
 
@@ -158,7 +151,6 @@ impl RedisStore {
                 timeout: options.timeout,
                 replica_acks: options.replica_acks,
                 replica_ack_timeout: options.replica_ack_timeout,
-                high_water: AtomicU64::new(0),
                 watchers: watchers.clone(),
             }),
         };
@@ -222,21 +214,12 @@ impl RedisStore {
         matches!(self.inner.topology, Topology::Cluster(_))
     }
 
-    pub(crate) fn watchers(&self) -> &Watchers {
-        &self.inner.watchers
-    }
-
     fn key(&self, name: &str) -> String {
         lease_key(&self.inner.prefix, name)
     }
 
     fn keys(&self, name: &str) -> NameKeys {
         NameKeys::new(&self.inner.prefix, name, self.is_cluster())
-    }
-
-    /// Records a fence seen in a reply, raising the floor for later grants.
-    fn saw_fence(&self, fence: u64) {
-        self.inner.high_water.fetch_max(fence, Ordering::Relaxed);
     }
 
     /// Runs one Redis call (not a script: see [`RedisStore::run`]) under
@@ -249,20 +232,20 @@ impl RedisStore {
         bounded(op, self.inner.timeout, fut).await
     }
 
-    pub(crate) async fn acquire(&self, spec: &GrantSpec) -> Result<Acquired> {
-        let floor = self.inner.high_water.load(Ordering::Relaxed).to_string();
-        let k = self.keys(&spec.name);
+    /// Runs one of the two acquire scripts, which differ in their first key
+    /// (the lease hash or the permits) and their fifth argument (the
+    /// lock-delay or the limit).
+    async fn acquire(
+        &self,
+        script: &scripts::Script<Acquired>,
+        spec: &GrantSpec,
+        floor: u64,
+        keys: [&String; 5],
+        fifth: String,
+    ) -> Result<Acquired> {
         let queued = if spec.queued { "1" } else { "0" }.to_owned();
         let queue_life = QUEUE_LIFETIME.as_millis().to_string();
-        // The two scripts differ in their first key (the permits or the
-        // lease hash) and their fifth argument (the limit or the lock-delay).
-        let (script, keys, fifth) = if spec.limit > 1 {
-            let keys = [&k.permits, &k.queue, &k.alive, &k.lease, &k.fences];
-            (&scripts().semaphore_acquire, keys, spec.limit.to_string())
-        } else {
-            let keys = [&k.lease, &k.queue, &k.alive, &k.permits, &k.fences];
-            (&scripts().acquire, keys, spec.lock_delay_ms.to_string())
-        };
+        let floor = floor.to_string();
         let args = [
             spec.token.clone(),
             spec.ttl_ms.to_string(),
@@ -284,86 +267,7 @@ impl RedisStore {
             }
             return Err(e);
         }
-        self.saw_fence(match &acquired {
-            Acquired::Granted { fence, .. } => *fence,
-            Acquired::Blocked(blocked) => blocked.fence,
-        });
         Ok(acquired)
-    }
-
-    pub(crate) async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
-        let NameKeys { queue, alive, .. } = self.keys(name);
-        let args = [token.to_owned(), self.channel(name, Event::Released)];
-        let call = scripts()
-            .dequeue
-            .call("dequeue")
-            .run(&[queue, alive], &args);
-        self.run(call).await?;
-        Ok(())
-    }
-
-    /// Renews the places of `tokens` (this broker's waiters on `name`) in
-    /// the line: one `refresh.lua` run per [`REFRESH_BATCH`] tokens, one
-    /// after the other. Each token's rank (0: first in line), or `None` when
-    /// it has no place.
-    pub(crate) async fn refresh_places(
-        &self,
-        name: &str,
-        tokens: &[String],
-    ) -> Result<Vec<Option<u64>>> {
-        if tokens.is_empty() {
-            return Ok(Vec::new());
-        }
-        let NameKeys { queue, alive, .. } = self.keys(name);
-        let life = QUEUE_LIFETIME.as_millis().to_string();
-        let mut ranks = Vec::with_capacity(tokens.len());
-        for batch in tokens.chunks(REFRESH_BATCH) {
-            let args: Vec<&str> = [life.as_str()]
-                .into_iter()
-                .chain(batch.iter().map(String::as_str))
-                .collect();
-            let call = scripts()
-                .refresh
-                .call("refresh")
-                .run(&[&queue, &alive], &args);
-            ranks.extend(only("refresh", self.run(call).await?.replies)?.0);
-        }
-        one_answer_each(ranks.len(), tokens.len(), "ranks", "places")?;
-        Ok(ranks)
-    }
-
-    pub(crate) async fn renew(
-        &self,
-        name: &str,
-        token: &str,
-        ttl_ms: Option<u64>,
-    ) -> Result<Checked<Renewed>> {
-        let ttl = ttl_ms.unwrap_or(0).to_string();
-        if self.is_cluster() {
-            return self.renew_one_key(name, token, ttl).await;
-        }
-        if self.inner.replica_acks > 0 {
-            let item = RenewItem {
-                name: name.to_owned(),
-                token: token.to_owned(),
-                ttl_ms,
-            };
-            return self
-                .renew_many(std::slice::from_ref(&item))
-                .await?
-                .pop()
-                .ok_or_else(|| Error::Internal("no renewal outcome".into()));
-        }
-        self.renew_one("renew", name, token, ttl).await
-    }
-
-    /// What became of `token`'s lease, without extending it (renew.lua
-    /// with a TTL of -1).
-    pub(crate) async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
-        if self.is_cluster() {
-            return self.renew_one_key(name, token, "-1".to_owned()).await;
-        }
-        self.renew_one("check", name, token, "-1".to_owned()).await
     }
 
     async fn renew_one(
@@ -379,42 +283,7 @@ impl RedisStore {
             .call(op)
             .run(&[&k.lease, &k.permits], &[token, &ttl]);
         let renewal = only(op, self.run(call).await?.replies)?;
-        Ok(self.renewed(renewal))
-    }
-
-    /// Renews every item in one round trip: a pipeline of `EVALSHA
-    /// renew_many`, one run per [`RENEW_BATCH`] leases, followed by `WAIT`
-    /// when replicas must acknowledge (UNAVAILABLE if too few did).
-    pub(crate) async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        if self.is_cluster() {
-            return self.renew_many_in_cluster(items).await;
-        }
-        let mut call = scripts().renew_many.call("renew_many").acknowledged();
-        for batch in items.chunks(RENEW_BATCH) {
-            let mut keys = Vec::with_capacity(2 * batch.len());
-            let mut args = Vec::with_capacity(2 * batch.len());
-            for item in batch {
-                // The two keys the script reads, not all five of NameKeys.
-                let lease = self.key(&item.name);
-                let permits = keys::permits_key(&lease);
-                keys.extend([lease, permits]);
-                args.extend([item.token.clone(), item.ttl_ms.unwrap_or(0).to_string()]);
-            }
-            call = call.run(&keys, &args);
-        }
-        let outcomes: Vec<_> = self
-            .run(call)
-            .await?
-            .acknowledged()?
-            .into_iter()
-            .flat_map(|Renewals(batch)| batch)
-            .map(|renewal| self.renewed(renewal))
-            .collect();
-        one_answer_each(outcomes.len(), items.len(), "outcomes", "renewals")?;
-        Ok(outcomes)
+        Ok(renewal.outcome)
     }
 
     /// [`RedisStore::renew_many`] on a cluster: every lease renewed apart
@@ -494,7 +363,7 @@ impl RedisStore {
             .run(&[&k.lease], &args);
         let another_owner = match self.run_one_key(call).await? {
             LockRenewal::Renewal(renewal) => {
-                let outcome = self.renewed(renewal);
+                let outcome = renewal.outcome;
                 if !matches!(outcome, Checked::NotOwner { .. }) {
                     return Ok(outcome);
                 }
@@ -507,7 +376,7 @@ impl RedisStore {
             .call("renew_many")
             .run(&[&k.permits], &args);
         let renewal = self.run_one_key(call).await?;
-        Ok(match (self.renewed(renewal), another_owner) {
+        Ok(match (renewal.outcome, another_owner) {
             (Checked::NotHeld, Some(not_owner)) => not_owner,
             (outcome, _) => outcome,
         })
@@ -523,14 +392,96 @@ impl RedisStore {
             .acknowledged()?;
         only("renew_many", replies)
     }
+}
 
-    /// A renewal's outcome, its fence raising the floor for later grants.
-    fn renewed(&self, renewal: Renewal) -> Checked<Renewed> {
-        self.saw_fence(renewal.fence);
-        renewal.outcome
+impl Backend for RedisStore {
+    /// acquire.lua.
+    async fn acquire_lock(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
+        let k = self.keys(&spec.name);
+        let keys = [&k.lease, &k.queue, &k.alive, &k.permits, &k.fences];
+        let delay = spec.lock_delay_ms.to_string();
+        self.acquire(&scripts().acquire, spec, floor, keys, delay)
+            .await
     }
 
-    pub(crate) async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
+    /// semaphore_acquire.lua.
+    async fn acquire_permit(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
+        let k = self.keys(&spec.name);
+        let keys = [&k.permits, &k.queue, &k.alive, &k.lease, &k.fences];
+        let limit = spec.limit.to_string();
+        self.acquire(&scripts().semaphore_acquire, spec, floor, keys, limit)
+            .await
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Checked<Renewed>> {
+        let ttl = ttl_ms.unwrap_or(0).to_string();
+        if self.is_cluster() {
+            return self.renew_one_key(name, token, ttl).await;
+        }
+        if self.inner.replica_acks > 0 {
+            let item = RenewItem {
+                name: name.to_owned(),
+                token: token.to_owned(),
+                ttl_ms,
+            };
+            return self
+                .renew_many(std::slice::from_ref(&item))
+                .await?
+                .pop()
+                .ok_or_else(|| Error::Internal("no renewal outcome".into()));
+        }
+        self.renew_one("renew", name, token, ttl).await
+    }
+
+    /// Renews every item in one round trip: a pipeline of `EVALSHA
+    /// renew_many`, one run per [`RENEW_BATCH`] leases, followed by `WAIT`
+    /// when replicas must acknowledge (UNAVAILABLE if too few did).
+    async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.is_cluster() {
+            return self.renew_many_in_cluster(items).await;
+        }
+        let mut call = scripts().renew_many.call("renew_many").acknowledged();
+        for batch in items.chunks(RENEW_BATCH) {
+            let mut keys = Vec::with_capacity(2 * batch.len());
+            let mut args = Vec::with_capacity(2 * batch.len());
+            for item in batch {
+                // The two keys the script reads, not all five of NameKeys.
+                let lease = self.key(&item.name);
+                let permits = keys::permits_key(&lease);
+                keys.extend([lease, permits]);
+                args.extend([item.token.clone(), item.ttl_ms.unwrap_or(0).to_string()]);
+            }
+            call = call.run(&keys, &args);
+        }
+        let outcomes: Vec<_> = self
+            .run(call)
+            .await?
+            .acknowledged()?
+            .into_iter()
+            .flat_map(|Renewals(batch)| batch)
+            .map(|renewal| renewal.outcome)
+            .collect();
+        Ok(outcomes)
+    }
+
+    /// What became of `token`'s lease, without extending it (renew.lua
+    /// with a TTL of -1).
+    async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        if self.is_cluster() {
+            return self.renew_one_key(name, token, "-1".to_owned()).await;
+        }
+        self.renew_one("check", name, token, "-1".to_owned()).await
+    }
+
+    async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         let k = self.keys(name);
         let args = [token.to_owned(), self.channel(name, Event::Released)];
         let keys = [&k.lease, &k.permits, &k.queue, &k.alive];
@@ -538,7 +489,7 @@ impl RedisStore {
         only("release", self.run(call).await?.replies)
     }
 
-    pub(crate) async fn revoke(&self, name: &str) -> Result<Revocation> {
+    async fn revoke(&self, name: &str) -> Result<Revocation> {
         let args = [self.channel(name, Event::Released)];
         let call = scripts()
             .revoke
@@ -547,7 +498,7 @@ impl RedisStore {
         only("revoke", self.run(call).await?.replies)
     }
 
-    pub(crate) async fn describe(&self, name: &str) -> Result<Described> {
+    async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let k = self.keys(name);
         let keys = [&k.lease, &k.alive, &k.permits];
         let call = scripts()
@@ -555,12 +506,51 @@ impl RedisStore {
             .call("describe")
             .run(&keys, &[] as &[&str]);
         let description = only("describe", self.run(call).await?.replies)?;
-        self.saw_fence(description.fence);
-        Ok(description.described)
+        Ok((description.described, description.fence))
+    }
+
+    async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
+        let NameKeys { queue, alive, .. } = self.keys(name);
+        let args = [token.to_owned(), self.channel(name, Event::Released)];
+        let call = scripts()
+            .dequeue
+            .call("dequeue")
+            .run(&[queue, alive], &args);
+        self.run(call).await?;
+        Ok(())
+    }
+
+    /// Renews the places of `tokens` (this broker's waiters on `name`) in
+    /// the line: one `refresh.lua` run per [`REFRESH_BATCH`] tokens, one
+    /// after the other. Each token's rank (0: first in line), or `None` when
+    /// it has no place.
+    async fn refresh_places(&self, name: &str, tokens: &[String]) -> Result<Vec<Option<u64>>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let NameKeys { queue, alive, .. } = self.keys(name);
+        let life = QUEUE_LIFETIME.as_millis().to_string();
+        let mut ranks = Vec::with_capacity(tokens.len());
+        for batch in tokens.chunks(REFRESH_BATCH) {
+            let args: Vec<&str> = [life.as_str()]
+                .into_iter()
+                .chain(batch.iter().map(String::as_str))
+                .collect();
+            let call = scripts()
+                .refresh
+                .call("refresh")
+                .run(&[&queue, &alive], &args);
+            ranks.extend(only("refresh", self.run(call).await?.replies)?.0);
+        }
+        Ok(ranks)
+    }
+
+    fn watchers(&self) -> &Watchers {
+        &self.inner.watchers
     }
 
     /// The pub/sub channel of `event` of `name`; watches are keyed by it.
-    pub(crate) fn channel(&self, name: &str, event: Event) -> String {
+    fn channel(&self, name: &str, event: Event) -> String {
         format!("{}:{}", self.key(name), event.suffix())
     }
 
@@ -580,7 +570,7 @@ impl RedisStore {
     /// every script would fail READONLY there. Not in a Cluster, whose
     /// subscription node may well be a replica; its scripts go to the
     /// primaries.
-    pub(crate) async fn ping(&self) -> Result<super::Ping> {
+    async fn ping(&self) -> Result<Ping> {
         let mut conn = self.conn()?;
         let mut sub = self
             .inner
@@ -636,7 +626,7 @@ impl RedisStore {
                     .into(),
             ));
         }
-        Ok(super::Ping {
+        Ok(Ping {
             clock: Some(clock),
             settings: info.settings,
         })

@@ -7,8 +7,9 @@
 //!
 //! Where the store already has a type that is exactly the reply
 //! ([`Acquired`], [`Checked<()>`], [`Revocation`]), the script reads into
-//! it; the others carry what the store needs besides (the fence a renewal or
-//! a description saw, for the store's fence floor).
+//! it; the others carry what the store needs besides (the last fence a
+//! description saw, for the store's fence floor), or read the items of a
+//! batch.
 
 use redis::Value;
 
@@ -156,9 +157,6 @@ impl Reply for Acquired {
 /// ttl_ms, fence}`.
 pub(super) struct Renewal {
     pub outcome: Checked<Renewed>,
-    /// The lease's fence as the script saw it (0 when it has none to give):
-    /// raises the store's fence floor.
-    pub fence: u64,
 }
 
 impl Renewal {
@@ -179,7 +177,7 @@ impl Renewal {
         } else {
             ended(code, fence).ok_or_else(|| Error::Internal(format!("renew reply code {code}")))?
         };
-        Ok(Renewal { outcome, fence })
+        Ok(Renewal { outcome })
     }
 
     /// One item of renew_many.lua's reply: `code ttl_ms fence`.
