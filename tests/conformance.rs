@@ -1,6 +1,7 @@
-//! The store contract, run against every backend: the embedded memory
-//! store, a real redis-server and a real PostgreSQL. A backend is correct when every test here passes
-//! on it.
+//! The store contract, run against every backend of the harness's one
+//! list (`common::backends`): the embedded memory store, a real
+//! redis-server and a real PostgreSQL. A backend is correct when every test
+//! here passes on it.
 
 use leasehold_testkit as common;
 
@@ -1286,39 +1287,28 @@ async fn a_lock_delay_holds_off_semaphore_permits_too(store: &Store) {
     );
 }
 
+/// The suite on one backend: a module named after it, one test per
+/// contract test, each on a store of its own.
+macro_rules! conformance_on {
+    ($backend:ident, $variant:ident, [$($test:ident),* $(,)?]) => {
+        mod $backend {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let open = crate::common::backends::Backend::$variant
+                        .open("conf:", std::time::Duration::from_secs(2));
+                    super::$test(&open.store).await;
+                }
+            )*
+        }
+    };
+}
+
+/// The suite on every backend of the harness's one list
+/// (`common::for_each_backend!`).
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    let store = leasehold_server::store::Store::Memory(leasehold_server::store::MemoryStore::new());
-                    super::$test(&store).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    let redis = crate::common::RedisServer::start();
-                    let store = leasehold_server::store::Store::open(&redis.url(), &leasehold_server::store::StoreOptions::new("conf:", std::time::Duration::from_secs(2)))
-                        .expect("open redis store");
-                    super::$test(&store).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    let postgres = crate::common::PostgresServer::start();
-                    let store = leasehold_server::store::Store::open(&postgres.url(), &leasehold_server::store::StoreOptions::new("conf:", std::time::Duration::from_secs(2)))
-                        .expect("open postgres store");
-                    super::$test(&store).await;
-                }
-            )*
-        }
+        common::for_each_backend!(conformance_on, [$($test),*]);
     };
 }
 

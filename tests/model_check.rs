@@ -310,35 +310,25 @@ async fn run_store(store: StoreKind) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn model_check_memory() {
-    run_store(StoreKind::Memory).await;
+/// The model checker on one store or topology: a module named after it
+/// with the test `model_check` (`scripts/model-check` runs them all).
+macro_rules! model_check_on {
+    ($store:ident, $kind:ident) => {
+        mod $store {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn model_check() {
+                super::run_store(super::StoreKind::$kind).await;
+            }
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn model_check_redis() {
-    run_store(StoreKind::Redis).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn model_check_postgres() {
-    run_store(StoreKind::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn model_check_sentinel() {
-    run_store(StoreKind::Sentinel).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn model_check_cluster() {
-    run_store(StoreKind::Cluster).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn model_check_standby() {
-    run_store(StoreKind::Standby).await;
-}
+// Every backend of the harness's one list, on one server of its own...
+common::for_each_backend!(model_check_on);
+// ...and the topologies beyond one server.
+model_check_on!(sentinel, Sentinel);
+model_check_on!(cluster, Cluster);
+model_check_on!(standby, Standby);
 
 /// `LEASEHOLD_MODEL_HISTORY=file`: checks a saved history again, without
 /// any server (deterministic: the search alone).

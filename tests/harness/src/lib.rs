@@ -9,6 +9,7 @@
 //! the topology tests feed it (`contract`). A crate of its own,
 //! compiled once for every test binary; each test file names it `common`.
 
+pub mod backends;
 pub mod certs;
 pub mod contract;
 pub mod etcd;
