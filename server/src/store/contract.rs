@@ -91,6 +91,19 @@ contract! {
     /// ([`super::Checked::ExpiredReported`]).
     LEASE_EXPIRED_REPORTED = -5;
 
+    // What a renewal's TTL argument may say besides a TTL (renew_lease.lua;
+    // renew_lock(), renew_permit() in schema.sql).
+
+    /// Keep the lease's own TTL.
+    TTL_KEEP = 0;
+    /// Only look: report the lease's state without extending it
+    /// ([`super::Store::check`]).
+    TTL_LOOK = -1;
+
+    /// A token with no place in the line, in refresh's ranks (refresh.lua,
+    /// refresh() in schema.sql; any negative rank reads as none).
+    RANK_NONE = -1;
+
     // A revoke's outcome (revoke.lua, revoke() in schema.sql), as
     // [`super::Revocation`].
 
@@ -101,6 +114,12 @@ contract! {
     /// The name's last lease was revoked already
     /// ([`super::Revocation::Already`]).
     REVOKE_ALREADY = 2;
+}
+
+/// A TTL as a renewal's TTL argument (a TTL is never 0 or negative: the
+/// lease layer bounds it below; past `i64::MAX` it saturates).
+pub(crate) fn ttl_arg(ttl_ms: u64) -> i64 {
+    i64::try_from(ttl_ms).unwrap_or(i64::MAX)
 }
 
 /// [`LINGER_MS`] as a duration, for the memory store.

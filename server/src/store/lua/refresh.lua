@@ -2,7 +2,7 @@
 -- in one run, every second (QUEUE_REFRESH), instead of each waiter calling
 -- acquire.lua: O(log n) per waiter in the line's length n.
 --
--- Uses: line.lua.
+-- Uses: constants.lua, line.lua.
 --
 -- KEYS[1]  the line of the name: {prefix}{name}:line (see line.lua)
 -- KEYS[2]  the places of the line: {prefix}{name}:until
@@ -27,7 +27,7 @@ for i = 2, #ARGV do
     table.insert(renewed, ARGV[i])
     table.insert(ranks, rank)
   else
-    table.insert(ranks, -1)
+    table.insert(ranks, RANK_NONE)
   end
 end
 if #renewed > 0 then

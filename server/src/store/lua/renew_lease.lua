@@ -12,14 +12,14 @@
 --   permits  the permits of the name, if it is a semaphore (see
 --            semaphore_acquire.lua): a token not found in key may be a permit
 --   token    owner token
---   new_ttl  new TTL in milliseconds (a string), '0' to keep the lease's own,
---            or '-1' to only look: report as below without extending
+--   new_ttl  new TTL in milliseconds (a string), TTL_KEEP to keep the lease's own,
+--            or TTL_LOOK to only look: report as below without extending
 --   now_ms   the Redis clock
 -- and returns three values (no table: a heartbeat renews hundreds of
 -- leases in one run, and a table per lease cost Redis 0.6 µs each,
 -- measured); ttl_ms and fence as the strings the record or the caller gave
 -- (never through a Lua number, which would print a fence as 1.7e+15):
---             LEASE_DONE, ttl_ms, fence when renewed (or, with '-1', alive),
+--             LEASE_DONE, ttl_ms, fence when renewed (or, with TTL_LOOK, alive),
 --             LEASE_NOT_HELD, 0, 0 when the store has no record of this token's lease
 --                       (never held here, its record lapsed, or the store
 --                       lost its data),
@@ -65,9 +65,9 @@ local function renew_lock(key, token, new_ttl, now_ms)
       return LEASE_EXPIRED, 0, 0
     end
     local ttl = new_ttl
-    if ttl == '-1' then
+    if tonumber(ttl) == TTL_LOOK then
       return LEASE_DONE, l[3], l[2]
-    elseif ttl == '0' then
+    elseif tonumber(ttl) == TTL_KEEP then
       ttl = l[3]
     end
     redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
@@ -98,9 +98,9 @@ local function renew_permit(permits, token, new_ttl, now_ms)
       record_end(permits, token, 'e' .. fence, LINGER_MS)
       return LEASE_EXPIRED, 0, 0
     end
-    if new_ttl == '-1' then
+    if tonumber(new_ttl) == TTL_LOOK then
       return LEASE_DONE, ttl, fence
-    elseif new_ttl ~= '0' then
+    elseif tonumber(new_ttl) ~= TTL_KEEP then
       ttl = new_ttl
     end
     redis.call('HSET', permits, token,

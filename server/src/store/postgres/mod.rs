@@ -42,8 +42,9 @@ use self::connect::{classify, pool_error, timed_out};
 use super::{
     backend::Backend,
     contract::{
-        GRANT_GRANTED, GRANT_HELD, GRANT_LOCK_DELAY, GRANT_QUEUE, GRANT_TOO_LATE, LEASE_DONE,
-        LEASE_RELEASED_ALREADY, REVOKE_ALREADY, REVOKE_DONE, REVOKE_NOTHING,
+        ttl_arg, GRANT_GRANTED, GRANT_HELD, GRANT_LOCK_DELAY, GRANT_QUEUE, GRANT_TOO_LATE,
+        LEASE_DONE, LEASE_RELEASED_ALREADY, REVOKE_ALREADY, REVOKE_DONE, REVOKE_NOTHING, TTL_KEEP,
+        TTL_LOOK,
     },
     ended, one_answer_each,
     watch::Watchers,
@@ -554,7 +555,7 @@ impl Backend for PostgresStore {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
-        self.renew_one("renew", name, token, int(ttl_ms.unwrap_or(0)))
+        self.renew_one("renew", name, token, ttl_ms.map_or(TTL_KEEP, ttl_arg))
             .await
     }
 
@@ -564,7 +565,10 @@ impl Backend for PostgresStore {
         let batches = items.chunks(RENEW_BATCH).map(|batch| async move {
             let names: Vec<&str> = batch.iter().map(|i| i.name.as_str()).collect();
             let tokens: Vec<&str> = batch.iter().map(|i| i.token.as_str()).collect();
-            let ttls: Vec<i64> = batch.iter().map(|i| int(i.ttl_ms.unwrap_or(0))).collect();
+            let ttls: Vec<i64> = batch
+                .iter()
+                .map(|i| i.ttl_ms.map_or(TTL_KEEP, ttl_arg))
+                .collect();
             let rows = self
                 .query(
                     "renew_many",
@@ -585,9 +589,9 @@ impl Backend for PostgresStore {
     }
 
     /// What became of `token`'s lease, without extending it (renew with a
-    /// TTL of -1).
+    /// TTL of `TTL_LOOK`).
     async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
-        self.renew_one("check", name, token, -1).await
+        self.renew_one("check", name, token, TTL_LOOK).await
     }
 
     async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {

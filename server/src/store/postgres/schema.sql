@@ -609,10 +609,10 @@ BEGIN
       UPDATE __SCHEMA__.leases SET noticed = true WHERE name = p_name;
       RETURN ROW(__LEASE_EXPIRED__, 0, 0)::__SCHEMA__.renewal;
     END IF;
-    IF p_ttl_ms = -1 THEN
+    IF p_ttl_ms = __TTL_LOOK__ THEN
       RETURN ROW(__LEASE_DONE__, l.ttl_ms, l.fence)::__SCHEMA__.renewal;
     END IF;
-    ttl := CASE WHEN p_ttl_ms = 0 THEN l.ttl_ms ELSE p_ttl_ms END;
+    ttl := CASE WHEN p_ttl_ms = __TTL_KEEP__ THEN l.ttl_ms ELSE p_ttl_ms END;
     UPDATE __SCHEMA__.leases
        SET ttl_ms = ttl, expires_ms = p_now_ms + ttl,
            forget_ms = p_now_ms + ttl + coalesce(l.delay_ms, 0) + __SCHEMA__.linger_ms()
@@ -648,10 +648,10 @@ BEGIN
       PERFORM __SCHEMA__.record_end(p_name, p_token, 'e', p.fence, p_now_ms + __SCHEMA__.linger_ms());
       RETURN ROW(__LEASE_EXPIRED__, 0, 0)::__SCHEMA__.renewal;
     END IF;
-    IF p_ttl_ms = -1 THEN
+    IF p_ttl_ms = __TTL_LOOK__ THEN
       RETURN ROW(__LEASE_DONE__, p.ttl_ms, p.fence)::__SCHEMA__.renewal;
     END IF;
-    ttl := CASE WHEN p_ttl_ms = 0 THEN p.ttl_ms ELSE p_ttl_ms END;
+    ttl := CASE WHEN p_ttl_ms = __TTL_KEEP__ THEN p.ttl_ms ELSE p_ttl_ms END;
     UPDATE __SCHEMA__.permits SET ttl_ms = ttl, expires_ms = p_now_ms + ttl
      WHERE name = p_name AND token = p_token;
     UPDATE __SCHEMA__.semaphores
@@ -891,7 +891,7 @@ BEGIN
     WITH ranked AS (
       SELECT l.token, row_number() OVER (ORDER BY l.seq) - 1 AS r
         FROM __SCHEMA__.line l WHERE l.name = p_name)
-    SELECT t.i, coalesce(ranked.r, -1)
+    SELECT t.i, coalesce(ranked.r, __RANK_NONE__)
       FROM unnest(p_tokens) WITH ORDINALITY AS t(token, i)
       LEFT JOIN ranked ON ranked.token = t.token
      ORDER BY t.i;

@@ -54,8 +54,11 @@ pub use self::{
     scripts::{SCRIPTS, SCRIPT_CONSTANTS},
 };
 use super::{
-    backend::Backend, watch::Watchers, Acquired, Checked, ClockReading, Described, Event,
-    GrantSpec, Ping, RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
+    backend::Backend,
+    contract::{ttl_arg, TTL_KEEP, TTL_LOOK},
+    watch::Watchers,
+    Acquired, Checked, ClockReading, Described, Event, GrantSpec, Ping, RenewItem, Renewed,
+    Revocation, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -310,7 +313,7 @@ impl RedisStore {
                     self.renew_one_key(
                         &item.name,
                         &item.token,
-                        item.ttl_ms.unwrap_or(0).to_string(),
+                        item.ttl_ms.map_or(TTL_KEEP, ttl_arg).to_string(),
                     )
                     .await?,
                 ));
@@ -419,7 +422,7 @@ impl Backend for RedisStore {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
-        let ttl = ttl_ms.unwrap_or(0).to_string();
+        let ttl = ttl_ms.map_or(TTL_KEEP, ttl_arg).to_string();
         if self.is_cluster() {
             return self.renew_one_key(name, token, ttl).await;
         }
@@ -457,7 +460,10 @@ impl Backend for RedisStore {
                 let lease = self.key(&item.name);
                 let permits = keys::permits_key(&lease);
                 keys.extend([lease, permits]);
-                args.extend([item.token.clone(), item.ttl_ms.unwrap_or(0).to_string()]);
+                args.extend([
+                    item.token.clone(),
+                    item.ttl_ms.map_or(TTL_KEEP, ttl_arg).to_string(),
+                ]);
             }
             call = call.run(&keys, &args);
         }
@@ -473,12 +479,13 @@ impl Backend for RedisStore {
     }
 
     /// What became of `token`'s lease, without extending it (renew.lua
-    /// with a TTL of -1).
+    /// with a TTL of `TTL_LOOK`).
     async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
         if self.is_cluster() {
-            return self.renew_one_key(name, token, "-1".to_owned()).await;
+            return self.renew_one_key(name, token, TTL_LOOK.to_string()).await;
         }
-        self.renew_one("check", name, token, "-1".to_owned()).await
+        self.renew_one("check", name, token, TTL_LOOK.to_string())
+            .await
     }
 
     async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {

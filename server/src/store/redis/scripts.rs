@@ -138,7 +138,7 @@ impl Scripts {
             release: script!("release.lua", [CONSTANTS, LINE]),
             revoke: script!("revoke.lua", [CONSTANTS]),
             dequeue: script!("dequeue.lua", [LINE]),
-            refresh: script!("refresh.lua", [LINE]),
+            refresh: script!("refresh.lua", [CONSTANTS, LINE]),
             describe: script!("describe.lua", []),
         }
     }
