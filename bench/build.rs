@@ -1,7 +1,11 @@
-//! Compiles etcd's lease and lock API (client only, `proto/etcd/`) for the
-//! load generator's comparison with etcd (`leasehold-bench cycles --etcd`),
-//! with protox, a pure-Rust protobuf compiler: no system `protoc` needed.
-//! Leasehold's own API comes from the `leasehold-proto` crate.
+//! Compiles etcd 3.4's v3 API (client only, `proto/etcd/`: KV, Watch,
+//! Lease, Cluster, Maintenance and Auth, the lock service, and the mvccpb
+//! and authpb messages they use; vendored by
+//! `scripts/vendor-etcd-protos.py`) for the load generator's comparisons
+//! with etcd (`leasehold-bench cycles --etcd`, `heartbeats --etcd`,
+//! `etcd-mapping`), with protox, a pure-Rust protobuf compiler: no system
+//! `protoc` needed. Leasehold's own API comes from the `leasehold-proto`
+//! crate.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/etcd");
@@ -9,7 +13,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(false)
         .compile_fds(protox::compile(
-            ["proto/etcd/rpc.proto", "proto/etcd/v3lock.proto"],
+            [
+                "proto/etcd/etcdserver/etcdserverpb/rpc.proto",
+                "proto/etcd/etcdserver/api/v3lock/v3lockpb/v3lock.proto",
+            ],
             ["proto"],
         )?)?;
     Ok(())

@@ -6,7 +6,9 @@
 //! references on the same machine: Redis driven straight through the
 //! broker's own store layer (`leasehold-server`'s `Store`, the same Lua
 //! scripts: the floor no broker can beat), and etcd's lease and lock API
-//! (its protos in `proto/etcd/`, compiled by this crate's build.rs).
+//! (etcd 3.4's protos, vendored in `proto/etcd/`, compiled by this crate's
+//! build.rs). `etcd-mapping` measures the two ways an etcd store could hold
+//! a lease (the design study of that store).
 //!
 //! Brokers of the bench's own are `leasehold serve` child processes (their
 //! CPU and memory are read from /proc): the `leasehold` binary beside this
@@ -15,6 +17,7 @@
 mod broker;
 mod cycles;
 mod etcd;
+mod etcd_mapping;
 mod floor;
 mod heartbeats;
 mod keepalive;
@@ -78,6 +81,12 @@ enum Command {
     /// generated client over a tonic Channel, on that same server (issue 18:
     /// the client at most 1.5x).
     Floor(floor::FloorArgs),
+    /// The etcd store's design study: acquire+release cycles and renewals
+    /// against one etcd with a lease per grant (as etcd's concurrency
+    /// package) and with keys holding their own expiry: cycles/s, round
+    /// trips, Raft writes (etcd's /metrics) and etcd CPU (/proc) per cycle
+    /// and per renewed lease.
+    EtcdMapping(etcd_mapping::EtcdMappingArgs),
 }
 
 fn main() -> ExitCode {
@@ -113,6 +122,7 @@ fn main() -> ExitCode {
             Command::Heartbeats(args) => heartbeats::heartbeats(args).await,
             Command::Waiters(args) => waiters::waiters(args).await,
             Command::Floor(args) => floor::floor(args).await,
+            Command::EtcdMapping(args) => etcd_mapping::etcd_mapping(args).await,
         }
     })
 }
