@@ -568,3 +568,54 @@ async fn the_floor_benchmark_runs() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!(ratio > 0.0, "{line}");
 }
+
+/// `etcd-mapping` (the etcd store's design study, BENCHMARKS.md) runs every
+/// mapping against a real etcd, and what it says each cycle writes is what
+/// etcd committed: the Raft writes counted from the code match the change
+/// of `etcd_server_proposals_committed_total`.
+#[tokio::test]
+async fn the_etcd_mapping_study_counts_what_etcd_committed() {
+    let etcd = EtcdServer::start();
+    let text = bench(&[
+        "etcd-mapping",
+        "--etcd",
+        &etcd.url(),
+        "--workers",
+        "2",
+        "--duration",
+        "1s",
+        "--leases",
+        "50",
+        "--runs",
+        "1",
+    ])
+    .await;
+    for mapping in [
+        "(a) lease per grant",
+        "(a') lease per grant",
+        "(b) key",
+        "(c) (a)",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(mapping) && l.contains("Raft writes/cycle"))
+            .unwrap_or_else(|| panic!("no {mapping:?} row in\n{text}"));
+        let after = |label: &str| -> f64 {
+            let rest = &line[line.find(label).unwrap_or_else(|| panic!("{line}")) + label.len()..];
+            rest.trim_start()
+                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no number after {label:?}: {line}"))
+        };
+        let counted = after("Raft writes/cycle");
+        let committed = after("committed proposals:");
+        assert!(counted >= 2.0, "{line}");
+        assert!(
+            (committed - counted).abs() < 0.1,
+            "etcd committed {committed} writes per cycle, the code counts {counted}: {line}"
+        );
+        assert!(after("cycles/s") > 0.0, "{line}");
+    }
+    assert!(text.contains("renewal of 50 leases"), "{text}");
+}
