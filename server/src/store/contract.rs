@@ -12,10 +12,10 @@
 //! `__CONSTANTS__`, which becomes a `local NAME = value` line for every
 //! constant, so that the scripts read `LEASE_EXPIRED`, not `-3`.
 //!
-//! Tests read the values back: from the scripts as Redis loaded them
-//! (`tests/store_contract.rs`), and from the functions as PostgreSQL
-//! created them; a placeholder that names no constant fails the build of
-//! the scripts' and the schema's texts (unit tests below).
+//! Tests read the values back: from the scripts as Redis runs them and
+//! from the functions as PostgreSQL created them (`tests/conformance.rs`,
+//! `contract_constants`). A placeholder that names no constant fails the
+//! fill of the scripts' and the schema's texts (unit tests below).
 
 use std::time::Duration;
 

@@ -1,8 +1,12 @@
 //! Where leases live: the atomic grant / renew / release operations and the
 //! release notifications that wake waiters.
 //!
-//! Three backends keep the same contract, checked by one conformance suite
-//! (`tests/conformance.rs`):
+//! Three backends keep the same contract, each implementing the one seam
+//! (the `Backend` trait, `backend.rs`) behind [`Store`], which owns what they
+//! share (the fence floor, the lock/semaphore routing); the numbers of the
+//! contract (reply codes, the linger) are declared once, in `contract.rs`.
+//! One conformance suite (`tests/conformance.rs`) and the model checker run
+//! on every backend:
 //!
 //! * [`MemoryStore`]: embedded, for trying the broker and single-process use.
 //! * [`RedisStore`]: shared by any number of broker replicas; every operation
@@ -240,7 +244,7 @@ pub struct Blocked {
 /// The outcome of a renew, a look ([`Store::check`]) or a release.
 ///
 /// The store tells a lease's own end apart from a stranger's token: a lease's
-/// record outlives its end by a while (`LINGER_MS` in the Lua scripts), and
+/// record outlives its end by a while (`LINGER_MS`, `contract.rs`), and
 /// so does a record per token of how it ended (released, revoked, or expired
 /// and reported), so that the first request about an expired lease is
 /// answered [`Checked::Expired`] (the loss, to count once), every later one
