@@ -1,9 +1,13 @@
 //! The store contract, run against every backend of the harness's one
 //! list (`common::backends`): the embedded memory store, a real
-//! redis-server and a real PostgreSQL. A backend is correct when every test
-//! here passes on it.
+//! redis-server, a real PostgreSQL and a real etcd. A backend is correct
+//! when every test here passes on it. Each test is given its backend's
+//! [`Timing`]: etcd's leases are whole seconds and end up to half a second
+//! late, so there the short times are stretched.
 
 use leasehold_testkit as common;
+
+use common::backends::Timing;
 
 use std::time::Duration;
 
@@ -35,7 +39,7 @@ async fn grant(store: &Store, name: &str, token: &str, ttl_ms: u64) -> u64 {
 }
 
 /// A free name is granted; a second acquirer is refused and told who holds it.
-async fn grant_then_second_acquirer_refused(store: &Store) {
+async fn grant_then_second_acquirer_refused(store: &Store, _: Timing) {
     let fence = grant(store, "a", "t1", 5_000).await;
     match store.acquire(&spec("a", "t2", 5_000)).await.unwrap() {
         Acquired::Blocked(held) => {
@@ -53,7 +57,7 @@ async fn grant_then_second_acquirer_refused(store: &Store) {
 }
 
 /// Renew works for the owner only, and reports the TTL it applied.
-async fn renew_with_right_and_wrong_token(store: &Store) {
+async fn renew_with_right_and_wrong_token(store: &Store, _: Timing) {
     let fence = grant(store, "a", "t1", 1_000).await;
     let renewed = store.renew("a", "t1", Some(4_000)).await.unwrap();
     assert_eq!(
@@ -91,7 +95,7 @@ async fn renew_with_right_and_wrong_token(store: &Store) {
 /// Release works for the owner only; a wrong token leaves the lease intact;
 /// a second release with the owner's token (a retry whose first try did the
 /// work) is told so, not "not held".
-async fn release_with_right_and_wrong_token(store: &Store) {
+async fn release_with_right_and_wrong_token(store: &Store, _: Timing) {
     let fence = grant(store, "a", "t1", 5_000).await;
     assert_eq!(
         store.release("a", "intruder").await.unwrap(),
@@ -122,16 +126,16 @@ async fn release_with_right_and_wrong_token(store: &Store) {
 /// dead for its former owner, who is told "expired" once (the loss to
 /// count), then "expired, reported already", even once the name is granted
 /// again.
-async fn expiry_frees_the_lock(store: &Store) {
-    let first = grant(store, "a", "t1", 300).await;
+async fn expiry_frees_the_lock(store: &Store, t: Timing) {
+    let first = grant(store, "a", "t1", t.ttl(300)).await;
     assert!(matches!(
-        store.acquire(&spec("a", "t2", 300)).await.unwrap(),
+        store.acquire(&spec("a", "t2", t.ttl(300))).await.unwrap(),
         Acquired::Blocked(Blocked {
             by: BlockedBy::Holder,
             ..
         })
     ));
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    t.sleep(450).await;
     assert_eq!(store.describe("a").await.unwrap().lease, None);
     assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
@@ -145,7 +149,7 @@ async fn expiry_frees_the_lock(store: &Store) {
         store.release("a", "t1").await.unwrap(),
         Checked::ExpiredReported
     );
-    let second = grant(store, "a", "t2", 300).await;
+    let second = grant(store, "a", "t2", t.ttl(300)).await;
     assert!(second > first);
     assert_eq!(
         store.renew("a", "t1", None).await.unwrap(),
@@ -157,11 +161,11 @@ async fn expiry_frees_the_lock(store: &Store) {
 /// holder (a renewal, a release or a look), or, when the name is granted
 /// again first, to that grant (`expired`); after that its token hears that
 /// the loss was reported.
-async fn an_expiry_is_reported_once(store: &Store) {
+async fn an_expiry_is_reported_once(store: &Store, t: Timing) {
     for first_ask in ["renew", "release", "check"] {
         let name = format!("x/{first_ask}");
-        grant(store, &name, "old", 200).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        grant(store, &name, "old", t.ttl(200)).await;
+        t.sleep(300).await;
         let reported = match first_ask {
             "renew" => matches!(store.renew(&name, "old", None).await, Ok(Checked::Expired)),
             "release" => matches!(store.release(&name, "old").await, Ok(Checked::Expired)),
@@ -178,8 +182,8 @@ async fn an_expiry_is_reported_once(store: &Store) {
         ));
     }
     // Nobody asked: the next grant reports it, and its holder hears so.
-    grant(store, "x/grant", "old", 200).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    grant(store, "x/grant", "old", t.ttl(200)).await;
+    t.sleep(300).await;
     let next = match store
         .acquire(&spec("x/grant", "new", 10_000))
         .await
@@ -205,10 +209,13 @@ async fn an_expiry_is_reported_once(store: &Store) {
     );
     // A semaphore's expired permit: reported by the next acquire.
     assert!(matches!(
-        store.acquire(&permit("x/sem", "p1", 200, 2)).await.unwrap(),
+        store
+            .acquire(&permit("x/sem", "p1", t.ttl(200), 2))
+            .await
+            .unwrap(),
         Acquired::Granted { .. }
     ));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    t.sleep(300).await;
     assert!(matches!(
         store
             .acquire(&permit("x/sem", "p2", 10_000, 2))
@@ -229,10 +236,10 @@ async fn an_expiry_is_reported_once(store: &Store) {
 /// owner" (which a KeepAlive session that renewed the lease for longer than
 /// it got would take for a store that lost it), nor "expired" again; no
 /// later grant reports it again.
-async fn a_reported_expiry_is_remembered_per_token(store: &Store) {
+async fn a_reported_expiry_is_remembered_per_token(store: &Store, t: Timing) {
     // A lock lease: the grant reports it, then handoffs follow.
-    grant(store, "e/lock", "old", 200).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    grant(store, "e/lock", "old", t.ttl(200)).await;
+    t.sleep(300).await;
     assert!(matches!(
         store.acquire(&spec("e/lock", "new", 10_000)).await.unwrap(),
         Acquired::Granted { expired: 1, .. }
@@ -284,8 +291,8 @@ async fn a_reported_expiry_is_remembered_per_token(store: &Store) {
     ));
 
     // A lock lease whose holder heard of its expiry first, then the grant.
-    grant(store, "e/heard", "old", 200).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    grant(store, "e/heard", "old", t.ttl(200)).await;
+    t.sleep(300).await;
     assert_eq!(
         store.renew("e/heard", "old", None).await.unwrap(),
         Checked::Expired
@@ -306,13 +313,13 @@ async fn a_reported_expiry_is_remembered_per_token(store: &Store) {
     for (token, ttl_ms) in [("p1", 200), ("p2", 10_000)] {
         assert!(matches!(
             store
-                .acquire(&permit("e/sem", token, ttl_ms, 2))
+                .acquire(&permit("e/sem", token, t.ttl(ttl_ms), 2))
                 .await
                 .unwrap(),
             Acquired::Granted { .. }
         ));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    t.sleep(300).await;
     assert!(matches!(
         store
             .acquire(&permit("e/sem", "p3", 10_000, 2))
@@ -344,12 +351,12 @@ async fn a_reported_expiry_is_remembered_per_token(store: &Store) {
     for (token, first_ask) in [("q1", "renew"), ("q2", "release")] {
         assert!(matches!(
             store
-                .acquire(&permit("e/own", token, 200, 2))
+                .acquire(&permit("e/own", token, t.ttl(200), 2))
                 .await
                 .unwrap(),
             Acquired::Granted { .. }
         ));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        t.sleep(300).await;
         let first = match first_ask {
             "renew" => format!("{:?}", store.renew("e/own", token, None).await.unwrap()),
             _ => format!("{:?}", store.release("e/own", token).await.unwrap()),
@@ -369,18 +376,21 @@ async fn a_reported_expiry_is_remembered_per_token(store: &Store) {
 }
 
 /// A look at a lease says whether it lives, without extending it.
-async fn a_look_does_not_extend(store: &Store) {
-    let fence = grant(store, "a", "t1", 1_000).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+async fn a_look_does_not_extend(store: &Store, t: Timing) {
+    let fence = grant(store, "a", "t1", t.ttl(1_000)).await;
+    t.sleep(400).await;
     assert_eq!(
         store.check("a", "t1").await.unwrap(),
         Checked::Done(Renewed {
-            ttl_ms: 1_000,
+            ttl_ms: t.ttl(1_000),
             fence
         })
     );
     let left = store.describe("a").await.unwrap().lease.expect("held");
-    assert!(left.remaining_ms <= 700, "the look extended it: {left:?}");
+    assert!(
+        left.remaining_ms <= t.ms(700),
+        "the look extended it: {left:?}"
+    );
     assert_eq!(
         store.check("a", "intruder").await.unwrap(),
         Checked::NotOwner { fence }
@@ -390,7 +400,7 @@ async fn a_look_does_not_extend(store: &Store) {
 
 /// A lock and a semaphore on one name share one fence sequence, whichever
 /// comes first.
-async fn locks_and_semaphores_share_one_fence_sequence(store: &Store) {
+async fn locks_and_semaphores_share_one_fence_sequence(store: &Store, _: Timing) {
     let mut last = 0;
     for round in 0..3 {
         let lock = grant(store, "both", &format!("l{round}"), 5_000).await;
@@ -412,7 +422,7 @@ async fn locks_and_semaphores_share_one_fence_sequence(store: &Store) {
 
 /// Fences strictly increase per name across releases and expiries, however
 /// fast the grants come, and each name has its own sequence.
-async fn fences_strictly_increase_per_name(store: &Store) {
+async fn fences_strictly_increase_per_name(store: &Store, t: Timing) {
     let mut last_a = 0;
     let mut last_b = 0;
     for i in 0..200 {
@@ -432,13 +442,13 @@ async fn fences_strictly_increase_per_name(store: &Store) {
         );
     }
     // After an expiry too.
-    grant(store, "a", "short", 100).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    grant(store, "a", "short", t.ttl(100)).await;
+    t.sleep(200).await;
     assert!(grant(store, "a", "after", 5_000).await > last_a);
 }
 
 /// Describe tells holder, fence, TTL, remaining time and grant time.
-async fn describe_reports_the_lease(store: &Store) {
+async fn describe_reports_the_lease(store: &Store, _: Timing) {
     assert_eq!(store.describe("a").await.unwrap().lease, None);
     let before = common::unix_ms();
     let fence = grant(store, "a", "t1", 2_000).await;
@@ -457,7 +467,7 @@ async fn describe_reports_the_lease(store: &Store) {
 /// A waiter's watch (its place in line taken, as a waiting Acquire's
 /// first attempt takes it) is woken by a release of its name, and not by
 /// other names.
-async fn release_wakes_watchers(store: &Store) {
+async fn release_wakes_watchers(store: &Store, _: Timing) {
     grant(store, "a", "t1", 10_000).await;
     grant(store, "b", "t2", 10_000).await;
     assert!(matches!(
@@ -492,7 +502,7 @@ async fn release_wakes_watchers(store: &Store) {
 
 /// Acquiring again with the token of the current lease returns that grant
 /// (a retried call must not report the lock as held by someone else).
-async fn acquire_is_idempotent_for_its_own_token(store: &Store) {
+async fn acquire_is_idempotent_for_its_own_token(store: &Store, _: Timing) {
     let fence = grant(store, "a", "t1", 5_000).await;
     assert_eq!(grant(store, "a", "t1", 5_000).await, fence);
     assert!(matches!(
@@ -513,20 +523,20 @@ fn delayed(spec: GrantSpec, lock_delay_ms: u64) -> GrantSpec {
 
 /// After a lease with a lock-delay expires, nobody gets the name until the
 /// delay ends; then the next grant has a higher fence.
-async fn lock_delay_follows_an_expiry(store: &Store) {
+async fn lock_delay_follows_an_expiry(store: &Store, t: Timing) {
     let first = match store
-        .acquire(&delayed(spec("a", "t1", 200), 600))
+        .acquire(&delayed(spec("a", "t1", t.ttl(200)), t.ttl(600)))
         .await
         .unwrap()
     {
         Acquired::Granted { fence, .. } => fence,
         other @ Acquired::Blocked(_) => panic!("{other:?}"),
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    t.sleep(300).await;
     let described = store.describe("a").await.unwrap();
     assert_eq!(described.lease, None, "the lease itself has expired");
     assert!(
-        described.lock_delay_remaining_ms > 0 && described.lock_delay_remaining_ms <= 600,
+        described.lock_delay_remaining_ms > 0 && described.lock_delay_remaining_ms <= t.ms(600),
         "{described:?}"
     );
     match store.acquire(&spec("a", "t2", 1_000)).await.unwrap() {
@@ -537,7 +547,7 @@ async fn lock_delay_follows_an_expiry(store: &Store) {
             ..
         }) => {
             assert_eq!(fence, first);
-            assert!(remaining_ms > 0 && remaining_ms <= 600);
+            assert!(remaining_ms > 0 && remaining_ms <= t.ms(600));
         }
         other => panic!("granted during the lock-delay: {other:?}"),
     }
@@ -546,12 +556,12 @@ async fn lock_delay_follows_an_expiry(store: &Store) {
         Checked::Expired,
         "the expired lease stays dead"
     );
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    t.sleep(600).await;
     assert!(grant(store, "a", "t2", 1_000).await > first);
 }
 
 /// A release is voluntary: it starts no lock-delay.
-async fn a_release_starts_no_lock_delay(store: &Store) {
+async fn a_release_starts_no_lock_delay(store: &Store, _: Timing) {
     assert!(matches!(
         store
             .acquire(&delayed(spec("a", "t1", 5_000), 5_000))
@@ -570,7 +580,7 @@ async fn a_release_starts_no_lock_delay(store: &Store) {
 /// Revoke ends a lease: its holder is told REVOKED (also after the lock was
 /// granted again), the next grant has a higher fence, a repeated revoke
 /// reports the first one's work, and a free name has nothing to revoke.
-async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store) {
+async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store, _: Timing) {
     assert_eq!(store.revoke("a").await.unwrap(), Revocation::NotHeld);
     let fence = grant(store, "a", "t1", 10_000).await;
     let watch = store.watch("a", Event::Released, Some("w")).await.unwrap();
@@ -611,10 +621,10 @@ async fn revoke_ends_a_lease_and_tells_its_holder(store: &Store) {
 }
 
 /// Revoking a lease with a lock-delay starts the delay at once.
-async fn revoke_starts_the_lock_delay(store: &Store) {
+async fn revoke_starts_the_lock_delay(store: &Store, t: Timing) {
     assert!(matches!(
         store
-            .acquire(&delayed(spec("a", "t1", 10_000), 400))
+            .acquire(&delayed(spec("a", "t1", 10_000), t.ttl(400)))
             .await
             .unwrap(),
         Acquired::Granted { .. }
@@ -630,12 +640,12 @@ async fn revoke_starts_the_lock_delay(store: &Store) {
             ..
         })
     ));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    t.sleep(500).await;
     grant(store, "a", "t2", 1_000).await;
 }
 
 /// A grant wakes the watchers of the name's grants (election observers).
-async fn a_grant_wakes_grant_watchers(store: &Store) {
+async fn a_grant_wakes_grant_watchers(store: &Store, _: Timing) {
     let watch = store.watch("a", Event::Granted, None).await.unwrap();
     assert_eq!(store.local_waiters("a"), 0, "an observer is not a waiter");
     let notified = watch.notified();
@@ -664,7 +674,7 @@ fn waiting(spec: GrantSpec) -> GrantSpec {
 /// Waiters are served in arrival order: a free lock goes to the first in
 /// line, a later waiter or a caller trying once is refused meanwhile, and a
 /// waiter that leaves lets the next one in at once.
-async fn waiters_are_served_in_arrival_order(store: &Store) {
+async fn waiters_are_served_in_arrival_order(store: &Store, _: Timing) {
     let holder = grant(store, "a", "t0", 10_000).await;
     let place = |outcome: Acquired| match outcome {
         Acquired::Blocked(b) => (b.by, b.position, b.queued),
@@ -750,7 +760,7 @@ async fn waiters_are_served_in_arrival_order(store: &Store) {
 /// A release wakes the waiter first in line (and every observer), not the
 /// waiters behind it, who could not take the lock; when the first leaves
 /// the line, the next is woken.
-async fn a_release_wakes_only_the_first_in_line(store: &Store) {
+async fn a_release_wakes_only_the_first_in_line(store: &Store, _: Timing) {
     use futures_util::FutureExt;
     const FIRST: &str = "1111111111111111aaaaaaaaaaaaaaaa";
     const SECOND: &str = "2222222222222222bbbbbbbbbbbbbbbb";
@@ -797,7 +807,7 @@ async fn a_release_wakes_only_the_first_in_line(store: &Store) {
 /// A replica refreshes the places of its waiters on a name in one call
 /// (`Store::refresh_places`): each is kept, and told its rank (0: first in
 /// line); a token without a place is told so, and gets none.
-async fn refreshing_places_tells_each_its_rank(store: &Store) {
+async fn refreshing_places_tells_each_its_rank(store: &Store, _: Timing) {
     grant(store, "a", "t0", 10_000).await;
     for token in ["w1", "w2", "w3"] {
         store
@@ -839,7 +849,7 @@ async fn refreshing_places_tells_each_its_rank(store: &Store) {
 /// position is its rank among those still in line (the memory store's rank
 /// tree is renumbered several times on the way), and the lock goes to them
 /// in arrival order.
-async fn a_long_line_keeps_its_order(store: &Store) {
+async fn a_long_line_keeps_its_order(store: &Store, _: Timing) {
     const N: usize = 300;
     grant(store, "long", "t0", 10_000).await;
     let token = |i: usize| format!("{i:016x}{i:016x}");
@@ -887,7 +897,7 @@ async fn a_long_line_keeps_its_order(store: &Store) {
 
 /// A batch renewal answers every lease, in order, whatever its outcome, over
 /// several script runs (a batch above 250 leases) in one call.
-async fn renew_many_answers_each_lease_in_order(store: &Store) {
+async fn renew_many_answers_each_lease_in_order(store: &Store, _: Timing) {
     use leasehold_server::store::RenewItem;
     const N: usize = 600;
     let mut items = Vec::new();
@@ -940,7 +950,7 @@ fn permit(name: &str, token: &str, ttl_ms: u64, limit: u32) -> GrantSpec {
 /// A semaphore grants up to its limit, each permit with its own token and a
 /// rising fence; a release or an expiry frees one permit; permits renew and
 /// release like leases; and a lock and a semaphore never share a name.
-async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
+async fn a_semaphore_grants_up_to_its_limit(store: &Store, t: Timing) {
     let mut fences = Vec::new();
     for t in ["p1", "p2", "p3"] {
         match store.acquire(&permit("s", t, 10_000, 3)).await.unwrap() {
@@ -973,13 +983,17 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
     );
     assert_eq!(store.release("s", "p2").await.unwrap(), Checked::Done(()));
     assert_eq!(store.release("s", "p2").await.unwrap(), Checked::Released);
-    let p4 = match store.acquire(&permit("s", "p4", 300, 3)).await.unwrap() {
+    let p4 = match store
+        .acquire(&permit("s", "p4", t.ttl(300), 3))
+        .await
+        .unwrap()
+    {
         Acquired::Granted { fence, .. } => fence,
         other @ Acquired::Blocked(_) => panic!("a released permit was not freed: {other:?}"),
     };
     assert!(p4 > fences[2]);
     // Expiry frees a permit too.
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    t.sleep(450).await;
     assert_eq!(
         store.renew("s", "p4", None).await.unwrap(),
         Checked::Expired
@@ -999,7 +1013,7 @@ async fn a_semaphore_grants_up_to_its_limit(store: &Store) {
 /// the name came and went after it: released locks and permits are told
 /// "released", revoked ones "revoked" with their own fence, and a stranger's
 /// token is told nothing of them.
-async fn ends_are_remembered_per_token(store: &Store) {
+async fn ends_are_remembered_per_token(store: &Store, _: Timing) {
     for token in ["r1", "r2", "r3"] {
         grant(store, "handed", token, 10_000).await;
         assert_eq!(
@@ -1076,7 +1090,7 @@ async fn ends_are_remembered_per_token(store: &Store) {
 /// held as a lock: a retried release succeeds again, it does not hear that
 /// another owner holds the name (found by the model checker: the Redis
 /// store looked at the lock's records only while a lock held the name).
-async fn a_released_permit_stays_released_under_a_lock(store: &Store) {
+async fn a_released_permit_stays_released_under_a_lock(store: &Store, _: Timing) {
     assert!(matches!(
         store
             .acquire(&permit("mixed", "p1", 10_000, 2))
@@ -1119,11 +1133,11 @@ async fn a_released_permit_stays_released_under_a_lock(store: &Store) {
 /// told "not owner", and its broker counted a store loss that never
 /// happened). The lock grant reports the expired permit (`expired`), so its
 /// holder hears that the loss was reported already.
-async fn a_permit_ended_before_a_lock_is_its_own_end(store: &Store) {
+async fn a_permit_ended_before_a_lock_is_its_own_end(store: &Store, t: Timing) {
     for (token, ttl_ms) in [("p1", 300), ("p2", 10_000)] {
         assert!(matches!(
             store
-                .acquire(&permit("mixed", token, ttl_ms, 2))
+                .acquire(&permit("mixed", token, t.ttl(ttl_ms), 2))
                 .await
                 .unwrap(),
             Acquired::Granted { .. }
@@ -1134,7 +1148,7 @@ async fn a_permit_ended_before_a_lock_is_its_own_end(store: &Store) {
         Checked::Done(())
     );
     // p1's TTL passes on the store's clock: nobody asks about it meanwhile.
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    t.sleep(450).await;
     assert_eq!(store.describe("mixed").await.unwrap().permits, 0);
     let lock = match store.acquire(&spec("mixed", "l1", 10_000)).await.unwrap() {
         Acquired::Granted { fence, expired } => {
@@ -1201,7 +1215,7 @@ async fn a_permit_ended_before_a_lock_is_its_own_end(store: &Store) {
 /// A revoke finds nothing to revoke once the lease it would end was
 /// released, even if an earlier lease of the name was revoked; a repeated
 /// revoke of a lease still reports that lease's fence.
-async fn a_revoke_after_a_release_finds_nothing(store: &Store) {
+async fn a_revoke_after_a_release_finds_nothing(store: &Store, _: Timing) {
     let revoked = grant(store, "a", "t1", 10_000).await;
     assert_eq!(
         store.revoke("a").await.unwrap(),
@@ -1224,7 +1238,7 @@ async fn a_revoke_after_a_release_finds_nothing(store: &Store) {
 /// A released lease's record lasts the 10 s linger after the release,
 /// whatever its TTL: a one-hour lease released at once is forgotten (its
 /// token is told "not held") 10 s later, not an hour later.
-async fn a_released_lease_is_forgotten_after_the_linger(store: &Store) {
+async fn a_released_lease_is_forgotten_after_the_linger(store: &Store, t: Timing) {
     grant(store, "hour", "t1", 3_600_000).await;
     assert_eq!(
         store.release("hour", "t1").await.unwrap(),
@@ -1233,7 +1247,7 @@ async fn a_released_lease_is_forgotten_after_the_linger(store: &Store) {
     assert_eq!(store.check("hour", "t1").await.unwrap(), Checked::Released);
     // The linger (10 s) and a margin for a loaded machine; the memory
     // store's tests run on a real clock too.
-    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    tokio::time::sleep(t.after_linger()).await;
     assert_eq!(
         store.release("hour", "t1").await.unwrap(),
         Checked::NotHeld,
@@ -1243,15 +1257,15 @@ async fn a_released_lease_is_forgotten_after_the_linger(store: &Store) {
 
 /// A lock-delay means nobody gets the name: not a lock, nor a semaphore
 /// permit, after an expiry as after a revoke.
-async fn a_lock_delay_holds_off_semaphore_permits_too(store: &Store) {
+async fn a_lock_delay_holds_off_semaphore_permits_too(store: &Store, t: Timing) {
     assert!(matches!(
         store
-            .acquire(&delayed(spec("a", "t1", 500), 60_000))
+            .acquire(&delayed(spec("a", "t1", t.ttl(500)), 60_000))
             .await
             .unwrap(),
         Acquired::Granted { .. }
     ));
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    t.sleep(700).await;
     let refused = store.acquire(&permit("a", "p1", 10_000, 2)).await.unwrap();
     assert!(
         matches!(
@@ -1297,7 +1311,7 @@ macro_rules! conformance_on {
                 async fn $test() {
                     let open = crate::common::backends::Backend::$variant
                         .open("conf:", std::time::Duration::from_secs(2));
-                    super::$test(&open.store).await;
+                    super::$test(&open.store, open.timing).await;
                 }
             )*
         }

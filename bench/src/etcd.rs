@@ -26,7 +26,7 @@ use crate::{
     stats::micros,
 };
 
-/// etcd 3.4's v3 API, a client only (`proto/etcd/`, vendored from etcd's
+/// etcd 3.4's v3 API, a client only (`server/proto/etcd/`, vendored from etcd's
 /// own protos): used here for leases and the lock service, and by
 /// `etcd_mapping` for the rest (KV, Watch, Maintenance, Cluster, Auth).
 pub mod proto {

@@ -6,7 +6,7 @@
 //! references on the same machine: Redis driven straight through the
 //! broker's own store layer (`leasehold-server`'s `Store`, the same Lua
 //! scripts: the floor no broker can beat), and etcd's lease and lock API
-//! (etcd 3.4's protos, vendored in `proto/etcd/`, compiled by this crate's
+//! (etcd 3.4's protos, vendored in `server/proto/etcd/`, compiled by this crate's
 //! build.rs). `etcd-mapping` measures the two ways an etcd store could hold
 //! a lease (the design study of that store).
 //!

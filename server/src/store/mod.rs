@@ -1,7 +1,7 @@
 //! Where leases live: the atomic grant / renew / release operations and the
 //! release notifications that wake waiters.
 //!
-//! Three backends keep the same contract, each implementing the one seam
+//! Four backends keep the same contract, each implementing the one seam
 //! (the `Backend` trait, `backend.rs`) behind [`Store`], which owns what they
 //! share (the fence floor, the lock/semaphore routing); the numbers of the
 //! contract (reply codes, the linger) are declared once, in `contract.rs`.
@@ -14,6 +14,9 @@
 //! * [`PostgresStore`]: shared the same way, for teams that run PostgreSQL
 //!   and no Redis; every operation is one statement calling a PL/pgSQL
 //!   function (the Lua scripts' twin), so it is one short transaction.
+//! * [`EtcdStore`]: shared the same way, on a Raft store: one etcd lease
+//!   per grant (etcd's leader decides expiry), every operation a read of
+//!   the name and a transaction that commits only if it is unchanged.
 //!
 //! # The contract
 //!
@@ -42,6 +45,7 @@
 
 mod backend;
 pub(crate) mod contract;
+mod etcd;
 mod memory;
 mod postgres;
 mod redis;
@@ -49,6 +53,7 @@ pub mod safety;
 mod url;
 mod watch;
 
+pub use self::etcd::EtcdStore;
 pub use self::memory::MemoryStore;
 pub use self::postgres::{schema_for, PostgresStore};
 pub use self::redis::{lease_key, RedisStore, SCRIPTS, SCRIPT_CONSTANTS};
@@ -358,7 +363,7 @@ pub enum Event {
 }
 
 impl Event {
-    fn suffix(self) -> &'static str {
+    pub(crate) fn suffix(self) -> &'static str {
         match self {
             Event::Released => "released",
             Event::Granted => "granted",
@@ -390,6 +395,8 @@ enum Backends {
     Redis(RedisStore),
     /// Shared, in PostgreSQL.
     Postgres(PostgresStore),
+    /// Shared, in etcd.
+    Etcd(EtcdStore),
 }
 
 /// Calls `$call` with `$s` bound to the store's backend.
@@ -399,6 +406,7 @@ macro_rules! dispatch {
             Backends::Memory($s) => $call,
             Backends::Redis($s) => $call,
             Backends::Postgres($s) => $call,
+            Backends::Etcd($s) => $call,
         }
     };
 }
@@ -406,7 +414,8 @@ macro_rules! dispatch {
 /// Every kind of `--store` value [`Store::open`] accepts, as it dispatches
 /// on them: `memory` (the whole value: the embedded store), then the URL
 /// schemes (a value `<scheme>://...`): Redis (one server, Sentinel,
-/// Cluster; each with its TLS variant, `rediss...`) and PostgreSQL.
+/// Cluster; each with its TLS variant, `rediss...`), PostgreSQL and etcd
+/// (`etcds`: with TLS).
 /// docs/stores.md lists the same, and tests/ecosystem.rs fails when the
 /// two differ.
 pub const SCHEMES: &[&str] = &[
@@ -419,6 +428,8 @@ pub const SCHEMES: &[&str] = &[
     "rediss+cluster",
     "postgres",
     "postgresql",
+    "etcd",
+    "etcds",
 ];
 
 /// The entry of [`SCHEMES`] a `--store` value names, if any.
@@ -448,8 +459,8 @@ impl Store {
 
     /// Opens the store a `--store` value names: `memory`, or a URL of one of
     /// the [`SCHEMES`]: `redis://` / `rediss://`, `redis+sentinel://`,
-    /// `redis+cluster://` (each with a TLS variant, `rediss+...`), or
-    /// `postgres://` / `postgresql://`.
+    /// `redis+cluster://` (each with a TLS variant, `rediss+...`),
+    /// `postgres://` / `postgresql://`, or `etcd://` / `etcds://`.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
         let backend = match scheme_of(url) {
             Some("memory") => Backends::Memory(MemoryStore::new()),
@@ -460,6 +471,7 @@ impl Store {
             Some("postgres" | "postgresql") => {
                 Backends::Postgres(PostgresStore::open(url, options)?)
             }
+            Some("etcd" | "etcds") => Backends::Etcd(EtcdStore::open(url, options)?),
             Some(other) => {
                 return Err(crate::Error::Internal(format!(
                     "the store scheme '{other}' is in SCHEMES but opens no store"
@@ -715,8 +727,9 @@ mod tests {
         }
         // The refusal names every scheme.
         let options = StoreOptions::new("leasehold:", std::time::Duration::from_secs(1));
-        let Err(crate::Error::InvalidArgument(message)) = Store::open("etcd://x", &options) else {
-            panic!("etcd:// opened a store")
+        let Err(crate::Error::InvalidArgument(message)) = Store::open("zookeeper://x", &options)
+        else {
+            panic!("zookeeper:// opened a store")
         };
         for scheme in SCHEMES.iter().filter(|&&s| s != "memory") {
             assert!(message.contains(&format!("{scheme}://")), "{message}");

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use leasehold_server::store::{Store, StoreOptions};
 
-use crate::{postgres::PostgresServer, RedisServer};
+use crate::{etcd::EtcdServer, postgres::PostgresServer, RedisServer};
 
 /// A store backend of the broker (`store::Store`'s backends).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,10 +22,17 @@ pub enum Backend {
     Redis,
     /// One PostgreSQL server.
     Postgres,
+    /// One etcd member.
+    Etcd,
 }
 
 /// Every backend, in the order [`for_each_backend!`] lists them.
-pub const BACKENDS: [Backend; 3] = [Backend::Memory, Backend::Redis, Backend::Postgres];
+pub const BACKENDS: [Backend; 4] = [
+    Backend::Memory,
+    Backend::Redis,
+    Backend::Postgres,
+    Backend::Etcd,
+];
 
 /// Expands `$m!(module, Variant $(, args)*)` once per backend: `module`
 /// the backend's name as a module (and as [`Backend::name`] spells it),
@@ -36,6 +43,7 @@ macro_rules! for_each_backend {
         $m!(memory, Memory $(, $arg)*);
         $m!(redis, Redis $(, $arg)*);
         $m!(postgres, Postgres $(, $arg)*);
+        $m!(etcd, Etcd $(, $arg)*);
     };
 }
 
@@ -43,8 +51,71 @@ macro_rules! for_each_backend {
 pub struct OpenStore {
     /// The store, as the broker opens it.
     pub store: Store,
+    /// How its clock reads the suite's times.
+    pub timing: Timing,
     /// The server behind it; `None` for the memory store.
     _server: Option<Box<dyn Send>>,
+}
+
+/// How a backend's expiry reads the times a test gives in milliseconds.
+///
+/// Memory, Redis and PostgreSQL expire a lease at its TTL to the
+/// millisecond. etcd's leases are whole seconds, and its leader revokes an
+/// expired one within about half a second: there the suite's times are
+/// stretched (times [`Timing::scale`]), TTLs rounded up to whole seconds,
+/// and every wait for an expiry given the revocation's lag too.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// The factor every time is stretched by.
+    pub scale: u64,
+    /// Whether TTLs are whole seconds.
+    pub whole_seconds: bool,
+    /// How late past its TTL the store may end a lease.
+    pub lag_ms: u64,
+}
+
+impl Timing {
+    /// Milliseconds to the millisecond.
+    pub const EXACT: Timing = Timing {
+        scale: 1,
+        whole_seconds: false,
+        lag_ms: 0,
+    };
+
+    /// A TTL the suite writes as `ms`.
+    pub fn ttl(self, ms: u64) -> u64 {
+        let ms = ms * self.scale;
+        if self.whole_seconds {
+            ms.div_ceil(1_000) * 1_000
+        } else {
+            ms
+        }
+    }
+
+    /// A bound on a time the store reports, written as `ms`: stretched,
+    /// and rounded as the TTLs are.
+    pub fn ms(self, ms: u64) -> u64 {
+        self.ttl(ms)
+    }
+
+    /// A wait the suite writes as `ms` for something to expire: stretched,
+    /// with the store's lag on top.
+    pub fn wait(self, ms: u64) -> Duration {
+        Duration::from_millis(ms * self.scale + self.lag_ms)
+    }
+
+    /// A wait past the contract's 10 s linger of a record (not
+    /// stretched: the linger is the contract's, on every store), with
+    /// etcd's slice of its linger lease and its lag on top.
+    pub fn after_linger(self) -> Duration {
+        let slice = if self.whole_seconds { 1_000 } else { 0 };
+        Duration::from_millis(10_500 + slice + self.lag_ms)
+    }
+
+    /// Sleeps [`Timing::wait`]`(ms)`.
+    pub async fn sleep(self, ms: u64) {
+        tokio::time::sleep(self.wait(ms)).await;
+    }
 }
 
 impl Backend {
@@ -54,6 +125,7 @@ impl Backend {
             Backend::Memory => "memory",
             Backend::Redis => "redis",
             Backend::Postgres => "postgres",
+            Backend::Etcd => "etcd",
         }
     }
 
@@ -66,15 +138,18 @@ impl Backend {
             Store::open(url, &options)
                 .unwrap_or_else(|e| panic!("open the {} store: {e}", self.name()))
         };
+        let timing = self.timing();
         match self {
             Backend::Memory => OpenStore {
                 store: open("memory"),
+                timing,
                 _server: None,
             },
             Backend::Redis => {
                 let redis = RedisServer::start();
                 OpenStore {
                     store: open(&redis.url()),
+                    timing,
                     _server: Some(Box::new(redis)),
                 }
             }
@@ -82,9 +157,32 @@ impl Backend {
                 let postgres = PostgresServer::start();
                 OpenStore {
                     store: open(&postgres.url()),
+                    timing,
                     _server: Some(Box::new(postgres)),
                 }
             }
+            Backend::Etcd => {
+                let etcd = EtcdServer::start();
+                OpenStore {
+                    store: open(&etcd.store_url()),
+                    timing,
+                    _server: Some(Box::new(etcd)),
+                }
+            }
+        }
+    }
+
+    /// How the backend's expiry reads the suite's times.
+    pub fn timing(self) -> Timing {
+        match self {
+            Backend::Memory | Backend::Redis | Backend::Postgres => Timing::EXACT,
+            // etcd 3.4's lessor looks for expired leases every 500 ms,
+            // and revokes each in a Raft write of its own.
+            Backend::Etcd => Timing {
+                scale: 5,
+                whole_seconds: true,
+                lag_ms: 1_000,
+            },
         }
     }
 }
@@ -112,9 +210,10 @@ mod tests {
                 Backend::Memory => 0,
                 Backend::Redis => 1,
                 Backend::Postgres => 2,
+                Backend::Etcd => 3,
             };
             assert_eq!(BACKENDS[index], backend);
         }
-        assert_eq!(BACKENDS.len(), 3, "a variant was added: count it above");
+        assert_eq!(BACKENDS.len(), 4, "a variant was added: count it above");
     }
 }

@@ -35,7 +35,9 @@ use super::{
     spec::{Answer, Call},
     workload::{LOCKS, SEMAPHORE},
 };
-use crate::{netns::NetNs, proxy::Proxy, topology, BrokerProcess, PostgresServer, RedisServer};
+use crate::{
+    netns::NetNs, proxy::Proxy, topology, BrokerProcess, EtcdServer, PostgresServer, RedisServer,
+};
 
 /// The longest a fault is held before it is healed.
 pub const MAX_FAULT: Duration = Duration::from_millis(1_500);
@@ -58,16 +60,19 @@ pub enum StoreKind {
     /// PostgreSQL with a synchronous standby, promoted once in a run; the
     /// brokers on a two-host URL (`target_session_attrs=read-write`).
     Standby,
+    /// One etcd member.
+    Etcd,
 }
 
 /// Every store and topology, in the order runs report them.
-pub const ALL: [StoreKind; 6] = [
+pub const ALL: [StoreKind; 7] = [
     StoreKind::Memory,
     StoreKind::Redis,
     StoreKind::Sentinel,
     StoreKind::Cluster,
     StoreKind::Postgres,
     StoreKind::Standby,
+    StoreKind::Etcd,
 ];
 
 impl StoreKind {
@@ -81,6 +86,7 @@ impl StoreKind {
             "cluster" => Some(StoreKind::Cluster),
             "postgres" => Some(StoreKind::Postgres),
             "standby" => Some(StoreKind::Standby),
+            "etcd" => Some(StoreKind::Etcd),
             _ => None,
         }
     }
@@ -94,6 +100,7 @@ impl StoreKind {
             StoreKind::Cluster => "cluster",
             StoreKind::Postgres => "postgres",
             StoreKind::Standby => "standby",
+            StoreKind::Etcd => "etcd",
         }
     }
 }
@@ -177,6 +184,7 @@ enum Server {
         primary: PostgresServer,
         standby: PostgresServer,
     },
+    Etcd(EtcdServer),
 }
 
 /// A store, its brokers, and the links the nemesis acts on: a proxy in
@@ -246,6 +254,7 @@ impl Topology {
                 let standby = primary.start_standby(true).await;
                 Server::Standby { primary, standby }
             }
+            StoreKind::Etcd => Server::Etcd(EtcdServer::start()),
         };
         let mut list = Vec::new();
         let mut links = Vec::new();
@@ -286,6 +295,22 @@ impl Topology {
                             links.push(Some(proxy));
                         }
                     }
+                }
+            }
+            Server::Etcd(etcd) => {
+                for _ in 0..brokers {
+                    let proxy = Arc::new(
+                        Proxy::start(format!("127.0.0.1:{}", etcd.port()).parse().unwrap()).await,
+                    );
+                    list.push(
+                        BrokerProcess::start_logged(
+                            &format!("etcd://{}", proxy.addr()),
+                            BROKER_FLAGS,
+                            None,
+                        )
+                        .await,
+                    );
+                    links.push(Some(proxy));
                 }
             }
             Server::Sentinel(t) => {
@@ -394,6 +419,14 @@ impl Topology {
                 Fault::HoldRow,
                 Fault::ReadOnly,
                 Fault::StepClock,
+            ]),
+            Server::Etcd(_) => faults.extend([
+                Fault::StallStore,
+                Fault::CutStore,
+                Fault::SlowStore,
+                Fault::HoldAnswers,
+                Fault::RestartStore,
+                Fault::WipeStore,
             ]),
             Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => {
                 faults.push(Fault::Failover);
@@ -508,6 +541,7 @@ impl Topology {
             Fault::RestartStore => match &mut self.server {
                 Server::Redis(r) => r.restart(),
                 Server::Postgres(p) => p.restart(),
+                Server::Etcd(e) => e.restart(),
                 _ => {}
             },
             Fault::Failover => {
@@ -549,11 +583,21 @@ impl Topology {
                 );
             }
             Fault::WipeStore => {
-                if let Server::Redis(r) = &self.server {
-                    let before = record.now();
-                    let mut c = r.connection().await;
-                    let _: redis::RedisResult<()> =
-                        redis::cmd("FLUSHALL").query_async(&mut c).await;
+                let before = record.now();
+                let wiped = match &mut self.server {
+                    Server::Redis(r) => {
+                        let mut c = r.connection().await;
+                        let _: redis::RedisResult<()> =
+                            redis::cmd("FLUSHALL").query_async(&mut c).await;
+                        true
+                    }
+                    Server::Etcd(e) => {
+                        e.wipe();
+                        true
+                    }
+                    _ => false,
+                };
+                if wiped {
                     record.record(
                         usize::MAX,
                         "*",

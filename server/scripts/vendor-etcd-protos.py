@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Vendors etcd's v3 API protos into bench/proto/etcd/, for build.rs (protox).
+"""Vendors etcd's v3 API protos into server/proto/etcd/, for the server's
+build.rs (the etcd store's client) and the bench's (protox).
 
 Takes the files from a git clone of github.com/etcd-io/etcd at a ref (etcd
 3.4's layout: etcdserver/etcdserverpb/, mvcc/mvccpb/, auth/authpb/,
@@ -11,9 +12,9 @@ grpc-gateway" comment above it) and each rpc's `option (google.api.http) =
 {...};` block (the rpc keeps an empty body, `{}`). Each file gets a header
 saying where it came from and what was stripped. The import paths stay
 etcd's own (`etcd/mvcc/mvccpb/kv.proto`, ...): the files are written under
-bench/proto/etcd/ at etcd's paths, and build.rs includes bench/proto/.
+server/proto/etcd/ at etcd's paths, and both build.rs include server/proto/.
 
-Usage: bench/scripts/vendor-etcd-protos.py ETCD_GIT_DIR [REF]   (REF:
+Usage: server/scripts/vendor-etcd-protos.py ETCD_GIT_DIR [REF]   (REF:
 v3.4.23 by default, the etcd of Debian 12's etcd-server, which the bench
 runs against).
 """

@@ -1,0 +1,316 @@
+//! The etcd store's keys and values: everything about one name lives under
+//! one prefix, `{prefix}{name}|`, so that one range read sees it all and
+//! one watcher hears it all. A name has no `|` (names are
+//! `[A-Za-z0-9._:/-]`), so no name's range holds another's keys.
+//!
+//! | key under `{prefix}{name}|` | value | on the etcd lease | what |
+//! |---|---|---|---|
+//! | `l` | [`Holding`] | the grant's own (G) | the lock; its `create_revision` is the fence's |
+//! | `s|{slot}` | [`Holding`] | that permit's own (G) | a semaphore permit, slot 0..limit |
+//! | `h|{token}` | [`Record`] | R: TTL + lock-delay + linger | the lease's record, for its holder to hear "expired" once after G ended |
+//! | `e|{token}` | [`End`] | the linger lease | how the token's lease ended (released, revoked, expired and reported) |
+//! | `d` | the delay | D: TTL + lock-delay, kept alive with G | the lock-delay after an involuntary end; `create_revision` = the grant's |
+//! | `v` | fence | the linger lease | the last revocation, for a retried revoke |
+//! | `q|{token}` | empty | the place's own (3 s, QUEUE_LIFETIME) | a place in the wait line; order = `create_revision` |
+//!
+//! and one key beside the names, `{prefix}|epoch`, the fence base
+//! (`super`'s module docs). Every key is on an etcd lease but the epoch:
+//! nothing grows per distinct name.
+
+use std::fmt::Write as _;
+
+/// The keys of one name.
+#[derive(Clone)]
+pub(super) struct NameKeys {
+    /// `{prefix}{name}|`.
+    base: Vec<u8>,
+}
+
+impl NameKeys {
+    pub fn new(prefix: &str, name: &str) -> NameKeys {
+        let mut base = Vec::with_capacity(prefix.len() + name.len() + 1);
+        base.extend_from_slice(prefix.as_bytes());
+        base.extend_from_slice(name.as_bytes());
+        base.push(b'|');
+        NameKeys { base }
+    }
+
+    fn key(&self, suffix: &[u8], token: &str) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.base.len() + suffix.len() + token.len());
+        key.extend_from_slice(&self.base);
+        key.extend_from_slice(suffix);
+        key.extend_from_slice(token.as_bytes());
+        key
+    }
+
+    /// Every key of the name: `[start, end)`.
+    pub fn all(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.base.clone(), prefix_end(&self.base))
+    }
+
+    pub fn lock(&self) -> Vec<u8> {
+        self.key(b"l", "")
+    }
+
+    pub fn delay(&self) -> Vec<u8> {
+        self.key(b"d", "")
+    }
+
+    pub fn revoked(&self) -> Vec<u8> {
+        self.key(b"v", "")
+    }
+
+    pub fn slot(&self, slot: u32) -> Vec<u8> {
+        self.key(b"s|", &slot.to_string())
+    }
+
+    pub fn slots(&self) -> (Vec<u8>, Vec<u8>) {
+        range(self.key(b"s|", ""))
+    }
+
+    pub fn record(&self, token: &str) -> Vec<u8> {
+        self.key(b"h|", token)
+    }
+
+    pub fn records(&self) -> (Vec<u8>, Vec<u8>) {
+        range(self.key(b"h|", ""))
+    }
+
+    pub fn end(&self, token: &str) -> Vec<u8> {
+        self.key(b"e|", token)
+    }
+
+    pub fn place(&self, token: &str) -> Vec<u8> {
+        self.key(b"q|", token)
+    }
+
+    pub fn places(&self) -> (Vec<u8>, Vec<u8>) {
+        range(self.key(b"q|", ""))
+    }
+
+    /// What a key of this name is, by its suffix.
+    pub fn kind(&self, key: &[u8]) -> Option<KeyKind> {
+        let suffix = key.strip_prefix(self.base.as_slice())?;
+        Some(match suffix {
+            b"l" => KeyKind::Lock,
+            b"d" => KeyKind::Delay,
+            _ if suffix.starts_with(b"s|") => KeyKind::Slot,
+            _ if suffix.starts_with(b"q|") => KeyKind::Place,
+            _ => KeyKind::Other,
+        })
+    }
+
+    /// The token of a record, end or place key.
+    pub fn token_of<'k>(&self, key: &'k [u8]) -> Option<&'k str> {
+        let suffix = key.strip_prefix(self.base.as_slice())?;
+        std::str::from_utf8(suffix.get(2..)?).ok()
+    }
+}
+
+/// The kinds of a name's keys a watcher tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum KeyKind {
+    Lock,
+    Delay,
+    Slot,
+    Place,
+    Other,
+}
+
+/// The key of the fence base.
+pub(super) fn epoch_key(prefix: &str) -> Vec<u8> {
+    format!("{prefix}|epoch").into_bytes()
+}
+
+/// `[prefix, end)`: every key that starts with `prefix`.
+fn range(prefix: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+    let end = prefix_end(&prefix);
+    (prefix, end)
+}
+
+/// The first key after every key that starts with `prefix` (etcd's
+/// `GetPrefixRangeEnd`).
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // All 0xff: to the end of the keyspace.
+    vec![0]
+}
+
+/// A lock's or a permit's value: the owner token, the TTL and lock-delay
+/// asked for, the grant time, the holder label (last: it may hold any
+/// byte), `\0` between them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Holding {
+    pub token: String,
+    pub ttl_ms: u64,
+    pub lock_delay_ms: u64,
+    /// The granting broker's wall clock (informational: etcd has none).
+    pub granted_at_unix_ms: u64,
+    pub holder: String,
+}
+
+impl Holding {
+    /// A holding whose value could not be read (written by something else
+    /// under the prefix): held, by nobody anyone can name.
+    pub fn unreadable() -> Holding {
+        Holding {
+            token: String::new(),
+            ttl_ms: 1_000,
+            lock_delay_ms: 0,
+            granted_at_unix_ms: 0,
+            holder: String::new(),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut value = String::with_capacity(self.token.len() + self.holder.len() + 40);
+        let _ = write!(
+            value,
+            "{}\0{}\0{}\0{}\0{}",
+            self.token, self.ttl_ms, self.lock_delay_ms, self.granted_at_unix_ms, self.holder
+        );
+        value.into_bytes()
+    }
+
+    pub fn decode(value: &[u8]) -> Option<Holding> {
+        let value = std::str::from_utf8(value).ok()?;
+        let mut parts = value.splitn(5, '\0');
+        Some(Holding {
+            token: parts.next()?.to_owned(),
+            ttl_ms: parts.next()?.parse().ok()?,
+            lock_delay_ms: parts.next()?.parse().ok()?,
+            granted_at_unix_ms: parts.next()?.parse().ok()?,
+            holder: parts.next()?.to_owned(),
+        })
+    }
+}
+
+/// A lease's record (`h|{token}`), on its own lease R; its lease G and
+/// lock-delay lease D (0: none) are what a renewal keeps alive with R.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Record {
+    /// The permit's slot, or `None` for the lock.
+    pub slot: Option<u32>,
+    pub lease: i64,
+    pub delay_lease: i64,
+    pub ttl_ms: u64,
+    pub lock_delay_ms: u64,
+}
+
+impl Record {
+    pub fn encode(&self) -> Vec<u8> {
+        let slot = self
+            .slot
+            .map_or_else(|| "l".to_owned(), |s| format!("s{s}"));
+        format!(
+            "{slot}\0{}\0{}\0{}\0{}",
+            self.lease, self.delay_lease, self.ttl_ms, self.lock_delay_ms
+        )
+        .into_bytes()
+    }
+
+    pub fn decode(value: &[u8]) -> Option<Record> {
+        let value = std::str::from_utf8(value).ok()?;
+        let mut parts = value.split('\0');
+        let slot = match parts.next()? {
+            "l" => None,
+            s => Some(s.strip_prefix('s')?.parse().ok()?),
+        };
+        Some(Record {
+            slot,
+            lease: parts.next()?.parse().ok()?,
+            delay_lease: parts.next()?.parse().ok()?,
+            ttl_ms: parts.next()?.parse().ok()?,
+            lock_delay_ms: parts.next()?.parse().ok()?,
+        })
+    }
+}
+
+/// How a token's lease ended (`e|{token}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum End {
+    Released,
+    Revoked { fence: u64 },
+    ExpiredReported,
+}
+
+impl End {
+    pub fn encode(self) -> Vec<u8> {
+        match self {
+            End::Released => b"x".to_vec(),
+            End::Revoked { fence } => format!("r{fence}").into_bytes(),
+            End::ExpiredReported => b"e".to_vec(),
+        }
+    }
+
+    pub fn decode(value: &[u8]) -> Option<End> {
+        match value.split_first()? {
+            (b'x', _) => Some(End::Released),
+            (b'e', _) => Some(End::ExpiredReported),
+            (b'r', fence) => Some(End::Revoked {
+                fence: std::str::from_utf8(fence).ok()?.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_read_back_as_written() {
+        let holding = Holding {
+            token: "t1".into(),
+            ttl_ms: 1500,
+            lock_delay_ms: 0,
+            granted_at_unix_ms: 17,
+            holder: "pod\0with:odd|bytes".into(),
+        };
+        assert_eq!(Holding::decode(&holding.encode()), Some(holding));
+        let record = Record {
+            slot: Some(3),
+            lease: 7,
+            delay_lease: 0,
+            ttl_ms: 900,
+            lock_delay_ms: 5,
+        };
+        assert_eq!(Record::decode(&record.encode()), Some(record));
+        let lock = Record {
+            slot: None,
+            ..record
+        };
+        assert_eq!(Record::decode(&lock.encode()), Some(lock));
+        for end in [
+            End::Released,
+            End::ExpiredReported,
+            End::Revoked { fence: 99 },
+        ] {
+            assert_eq!(End::decode(&end.encode()), Some(end));
+        }
+    }
+
+    #[test]
+    fn a_name_range_holds_only_its_own_keys() {
+        let a = NameKeys::new("p:", "a");
+        let ab = NameKeys::new("p:", "a/b");
+        let (start, end) = a.all();
+        for key in [ab.lock(), ab.record("t"), NameKeys::new("p:", "ab").lock()] {
+            assert!(!(start <= key && key < end), "{key:?}");
+        }
+        for key in [a.lock(), a.slot(3), a.place("w"), a.end("t"), a.delay()] {
+            assert!(start <= key && key < end);
+        }
+        assert_eq!(a.kind(&a.slot(2)), Some(KeyKind::Slot));
+        assert_eq!(a.kind(&a.lock()), Some(KeyKind::Lock));
+        assert_eq!(a.token_of(&a.place("w1")), Some("w1"));
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+    }
+}
