@@ -30,6 +30,7 @@ use common::model::{
     history::{format_op, parse_op, Op, Recorder},
     linear::{self, Verdict},
     nemesis::{self, Injected, StoreKind, Topology},
+    spec::StoreClock,
     workload::{self, Resource, Tally},
 };
 
@@ -58,14 +59,32 @@ fn history_dir() -> PathBuf {
     dir
 }
 
+/// How `store`'s clock reads TTLs: exact, but on etcd (whole-second
+/// leases, revoked by its leader up to half a second late, then a Raft
+/// write; a loaded machine's scheduling on top).
+fn clock_of(store: StoreKind) -> StoreClock {
+    match store {
+        StoreKind::Etcd => StoreClock {
+            unit_ms: 1_000,
+            late: 1_000_000,
+        },
+        StoreKind::Memory
+        | StoreKind::Redis
+        | StoreKind::Sentinel
+        | StoreKind::Cluster
+        | StoreKind::Postgres
+        | StoreKind::Standby => StoreClock::default(),
+    }
+}
+
 /// Checks every name of `ops`; the findings, as text, empty if none.
-fn check_all(ops: &[Op]) -> (Vec<String>, BTreeMap<String, u64>) {
+fn check_all(ops: &[Op], clock: StoreClock) -> (Vec<String>, BTreeMap<String, u64>) {
     let mut findings = Vec::new();
     let mut visited = BTreeMap::new();
     let mut names: Vec<(String, Vec<Op>)> = linear::by_name(ops).into_iter().collect();
     names.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, list) in names {
-        let (list, verdict) = linear::check_deep(list);
+        let (list, verdict) = linear::check_deep(list, clock);
         match verdict {
             Verdict::Ok { visited: v } => {
                 visited.insert(name, v);
@@ -81,7 +100,7 @@ fn check_all(ops: &[Op]) -> (Vec<String>, BTreeMap<String, u64>) {
                     .spawn({
                         let list = list.clone();
                         let first = first.clone();
-                        move || linear::minimize(&list, &first, 400)
+                        move || linear::minimize(&list, &first, 400, clock)
                     })
                     .unwrap()
                     .join()
@@ -215,7 +234,7 @@ async fn run_store(store: StoreKind) {
         ops.iter().map(|o| format_op(o) + "\n").collect::<String>(),
     )
     .unwrap();
-    let (mut findings, visited) = check_all(&ops);
+    let (mut findings, visited) = check_all(&ops, clock_of(store));
     findings.extend(
         tally
             .surprises
@@ -343,7 +362,14 @@ fn recheck_a_saved_history() {
         .filter(|l| !l.trim().is_empty())
         .map(|l| parse_op(l).expect("a history line"))
         .collect();
-    let (findings, visited) = check_all(&ops);
+    // The store is the history file's first word (`etcd-<seed>.history`).
+    let clock = std::path::Path::new(&path)
+        .file_name()
+        .and_then(|f| f.to_str())
+        .and_then(|f| f.split('-').next())
+        .and_then(StoreKind::parse)
+        .map_or_else(StoreClock::default, clock_of);
+    let (findings, visited) = check_all(&ops, clock);
     println!(
         "{path}: {} calls, configurations searched per name: {visited:?}",
         ops.len()

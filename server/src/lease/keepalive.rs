@@ -231,7 +231,8 @@ impl Session {
         for lease in leases {
             let checked = validate::name(limits, &lease.name)
                 .and_then(|()| validate::owner_token(&lease.owner_token))
-                .and_then(|()| validate::ttl(limits, lease.ttl_ms, None));
+                .and_then(|()| validate::ttl(limits, lease.ttl_ms, None))
+                .map(|ttl| ttl.map(|t| self.leases.inner.store.applied_ms(t)));
             match checked {
                 Ok(ttl_ms) => {
                     states.push(None);

@@ -242,10 +242,13 @@ impl Leases {
         let limits = &self.inner.limits;
         validate::name(limits, &args.name)?;
         validate::holder(limits, &args.holder)?;
-        let ttl_ms = validate::ttl(limits, args.ttl_ms, Some(limits.ttl_default))?
-            .unwrap_or(millis(limits.ttl_default));
+        let store = &self.inner.store;
+        let ttl_ms = store.applied_ms(
+            validate::ttl(limits, args.ttl_ms, Some(limits.ttl_default))?
+                .unwrap_or(millis(limits.ttl_default)),
+        );
         let wait = validate::wait(limits, args.wait_timeout_ms)?;
-        let lock_delay_ms = validate::lock_delay(limits, args.lock_delay_ms)?;
+        let lock_delay_ms = store.applied_ms(validate::lock_delay(limits, args.lock_delay_ms)?);
         let limit = validate::limit(limits, args.limit, lock_delay_ms)?;
         validate::place(&args.place)?;
         let room = caller.reserve_lease()?;
@@ -324,7 +327,7 @@ impl Leases {
         let limits = &self.inner.limits;
         validate::name(limits, name)?;
         validate::owner_token(owner_token)?;
-        let ttl = validate::ttl(limits, ttl_ms, None)?;
+        let ttl = validate::ttl(limits, ttl_ms, None)?.map(|t| self.inner.store.applied_ms(t));
         let stored = caller.tenant().qualify(name);
         let started = Instant::now();
         let outcome = self.count_errors(self.inner.store.renew(&stored, owner_token, ttl).await)?;

@@ -87,6 +87,14 @@ pub(crate) trait Backend: Send + Sync {
             .await
     }
 
+    /// The TTL (or lock-delay) the store applies when asked for `ms`: the
+    /// same, or more where its leases have a coarser unit (etcd's are whole
+    /// seconds). Never less: a lease may outlive what its holder was told,
+    /// never end before it.
+    fn applied_ms(&self, ms: u64) -> u64 {
+        ms
+    }
+
     /// Checks that the store answers and takes writes, and reads its clock
     /// and settings ([`super::Store::ping`]).
     async fn ping(&self) -> Result<Ping>;

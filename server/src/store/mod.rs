@@ -634,6 +634,14 @@ impl Store {
         dispatch!(self, s => s.watchers().wake_waiters(&s.channel(name, Event::Released), tokens));
     }
 
+    /// The TTL (or lock-delay) the store applies when asked for `ms`: `ms`,
+    /// or more on a store whose leases have a coarser unit (etcd: whole
+    /// seconds). The lease layer asks the store for this before it grants
+    /// or renews, so that what the holder is told is what the store holds.
+    pub fn applied_ms(&self, ms: u64) -> u64 {
+        dispatch!(self, s => s.applied_ms(ms))
+    }
+
     /// Callers waiting on this replica to acquire `name`.
     pub fn local_waiters(&self, name: &str) -> usize {
         dispatch!(self, s => s.watchers().waiters(&s.channel(name, Event::Released)))

@@ -377,9 +377,9 @@ impl Client {
         });
     }
 
-    /// Seconds left of lease `id` (etcd truncates to whole seconds), or
-    /// `None` if it is gone.
-    pub async fn time_to_live(&self, id: i64) -> Result<Option<(i64, i64)>> {
+    /// Whole seconds left of lease `id` (etcd truncates: 0 is less than a
+    /// second, not gone), or `None` if it is gone (etcd answers -1).
+    pub async fn time_to_live(&self, id: i64) -> Result<Option<u64>> {
         let answer = self
             .call("LeaseTimeToLive", |mut c| async move {
                 c.lease
@@ -390,7 +390,7 @@ impl Client {
                     .await
             })
             .await?;
-        Ok((answer.ttl > 0).then_some((answer.ttl, answer.granted_ttl)))
+        Ok(u64::try_from(answer.ttl).ok())
     }
 
     /// Renews lease `id` on the one LeaseKeepAlive stream: the TTL it has

@@ -1283,15 +1283,12 @@ impl Backend for EtcdStore {
         if let Some(lock) = answers.one(0) {
             let held = Holding::decode(&lock.value).unwrap_or_else(Holding::unreadable);
             fence = base.saturating_add(lock.create_revision.unsigned_abs());
-            if let Some((left, _)) = self.client().time_to_live(lock.lease).await? {
+            if let Some(left) = self.client().time_to_live(lock.lease).await? {
                 described.lease = Some(LeaseInfo {
                     holder: held.holder,
                     fence,
                     // etcd truncates to whole seconds: an under-estimate.
-                    remaining_ms: left
-                        .unsigned_abs()
-                        .saturating_mul(1_000)
-                        .clamp(1, held.ttl_ms),
+                    remaining_ms: left.saturating_mul(1_000).clamp(1, held.ttl_ms),
                     ttl_ms: held.ttl_ms,
                     granted_at_unix_ms: held.granted_at_unix_ms,
                     lock_delay_ms: held.lock_delay_ms,
@@ -1300,11 +1297,9 @@ impl Backend for EtcdStore {
         } else if let Some(delay) = answers.one(1) {
             let delay_ms = delay_value(&delay.value);
             fence = base.saturating_add(delay.create_revision.unsigned_abs());
-            if let Some((left, _)) = self.client().time_to_live(delay.lease).await? {
-                described.lock_delay_remaining_ms = left
-                    .unsigned_abs()
-                    .saturating_mul(1_000)
-                    .clamp(1, delay_ms.max(1));
+            if let Some(left) = self.client().time_to_live(delay.lease).await? {
+                described.lock_delay_remaining_ms =
+                    left.saturating_mul(1_000).clamp(1, delay_ms.max(1));
             }
         }
         Ok((described, fence))
@@ -1365,6 +1360,11 @@ impl Backend for EtcdStore {
         }))
         .await;
         renewed.into_iter().collect()
+    }
+
+    /// etcd's lease TTLs are whole seconds.
+    fn applied_ms(&self, ms: u64) -> u64 {
+        ms.div_ceil(1_000).saturating_mul(1_000)
     }
 
     fn watchers(&self) -> &Watchers {

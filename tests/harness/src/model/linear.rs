@@ -24,7 +24,9 @@ use std::{
 
 use super::{
     history::{format_op, Op},
-    spec::{ms_to_micros, Answer, Call, Context, Micros, Name, Span, Window, PLACE_LINGER},
+    spec::{
+        ms_to_micros, Answer, Call, Context, Micros, Name, Span, StoreClock, Window, PLACE_LINGER,
+    },
 };
 
 /// How long before its answer an ABORTED wait's last look at the name may
@@ -305,8 +307,14 @@ impl Search<'_> {
     }
 }
 
-/// Checks one name's calls (any order; they are sorted here).
+/// Checks one name's calls (any order; they are sorted here), on a store
+/// whose clock is exact.
 pub fn check(ops: &[Op]) -> Verdict {
+    check_on(ops, StoreClock::default())
+}
+
+/// Checks one name's calls on a store whose clock reads TTLs as `clock`.
+pub fn check_on(ops: &[Op], clock: StoreClock) -> Verdict {
     let unknown_grants: Vec<&Op> = ops
         .iter()
         .filter(|op| {
@@ -351,7 +359,11 @@ pub fn check(ops: &[Op]) -> Verdict {
         deepest: 0,
         stuck_at: None,
     };
-    match search.dfs(&Name::default(), n) {
+    let start = Name {
+        clock,
+        ..Name::default()
+    };
+    match search.dfs(&start, n) {
         Some(true) => Verdict::Ok {
             visited: search.visited,
         },
@@ -377,11 +389,11 @@ fn index_of(ops: &[Op], op: &Op) -> usize {
 
 /// Runs `check` on a thread with a deep stack (the search recurses once
 /// per call of the name).
-pub fn check_deep(ops: Vec<Op>) -> (Vec<Op>, Verdict) {
+pub fn check_deep(ops: Vec<Op>, clock: StoreClock) -> (Vec<Op>, Verdict) {
     std::thread::Builder::new()
         .stack_size(512 << 20)
         .spawn(move || {
-            let verdict = check(&ops);
+            let verdict = check_on(&ops, clock);
             (ops, verdict)
         })
         .expect("a checker thread")
@@ -422,8 +434,8 @@ pub fn by_name(ops: &[Op]) -> HashMap<String, Vec<Op>> {
 /// invocation) that fails, then dropping one lease's calls at a time (a
 /// grant and every call with its token) or one other call, while it still
 /// fails there. Bounded: at most `tries` checks.
-pub fn minimize(ops: &[Op], stuck: &Op, tries: usize) -> Vec<Op> {
-    let fails_at = |ops: &[Op]| match check(ops) {
+pub fn minimize(ops: &[Op], stuck: &Op, tries: usize, clock: StoreClock) -> Vec<Op> {
+    let fails_at = |ops: &[Op]| match check_on(ops, clock) {
         Verdict::Violation { stuck: s, .. } => s.iter().any(|&i| &ops[i] == stuck),
         _ => false,
     };

@@ -73,6 +73,31 @@ pub fn ms_to_micros(ms: u64) -> Micros {
         .expect("a duration in ms that fits i64 microseconds")
 }
 
+/// How a store's clock reads the TTLs of a run: the unit its leases
+/// have (a TTL or lock-delay is rounded up to it, and the broker answers
+/// the rounded one), and how late past its end it may take a lease away.
+/// Memory, Redis and PostgreSQL: to the millisecond, on time. etcd: whole
+/// seconds, and its leader revokes an expired lease within half a second
+/// (its lessor looks every 500 ms) plus the revocation's Raft write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StoreClock {
+    /// The unit of TTLs, in milliseconds (0 or 1: exact).
+    pub unit_ms: u64,
+    /// How late a lease may end past its TTL.
+    pub late: Micros,
+}
+
+impl StoreClock {
+    /// The TTL (or lock-delay) the store applies when asked for `ms`.
+    pub fn applied(self, ms: u64) -> u64 {
+        if self.unit_ms <= 1 {
+            ms
+        } else {
+            ms.div_ceil(self.unit_ms).saturating_mul(self.unit_ms)
+        }
+    }
+}
+
 /// An instant known only to lie within `lo..=hi`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Span {
@@ -178,7 +203,7 @@ pub struct Pending {
 impl Lease {
     /// Widens the lease's end by what its pending calls may still do at
     /// any moment from `from` on, and forgets those that can no longer.
-    fn widen_by_pending(&mut self, from: Micros) {
+    fn widen_by_pending(&mut self, from: Micros, late: Micros) {
         self.pending.retain(|p| p.until >= from);
         for p in &self.pending {
             match p.ttl_ms {
@@ -190,7 +215,7 @@ impl Lease {
                     let ttl = ms_to_micros(ttl);
                     self.ends_at = Span::new(
                         self.ends_at.lo.min(from + ttl - EPSILON),
-                        self.ends_at.hi.max(p.until + ttl + EPSILON),
+                        self.ends_at.hi.max(p.until + ttl + EPSILON + late),
                     );
                 }
             }
@@ -392,6 +417,8 @@ pub trait Context {
 /// The state of one name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Name {
+    /// How the store's clock reads TTLs (the same in every state).
+    pub clock: StoreClock,
     /// Leases that may be alive.
     pub leases: Vec<Lease>,
     /// The highest fence granted so far (a lower bound when a grant's
@@ -517,7 +544,7 @@ impl Name {
             } else {
                 at.lo
             };
-            let span = Span::new(lo - EPSILON, at.hi + d + EPSILON);
+            let span = Span::new(lo - EPSILON, at.hi + d + EPSILON + self.clock.late);
             self.delay_until = Some(match self.delay_until {
                 Some(old) => Span::new(old.lo.max(span.lo), old.hi.max(span.hi)),
                 None => span,
@@ -569,10 +596,11 @@ impl Name {
         let ghost = ctx.unknown_grant_may_hold(during);
         // A lease the call's success starts or extends ends at a moment
         // this call's window plus the TTL brackets.
+        let clock = self.clock;
         let lasting = |ttl_ms: u64| {
             Span::new(
                 from + ms_to_micros(ttl_ms) - EPSILON,
-                to + ms_to_micros(ttl_ms) + EPSILON,
+                to + ms_to_micros(ttl_ms) + EPSILON + clock.late,
             )
         };
         // Forget ends no store can still remember.
@@ -593,7 +621,7 @@ impl Name {
             ) => {
                 if !self.free_for(*kind)
                     || *fence <= self.last_fence
-                    || got != ttl_ms
+                    || *got != clock.applied(*ttl_ms)
                     || self.ends.contains_key(token)
                     || self.alive(*token).is_some()
                 {
@@ -612,7 +640,7 @@ impl Name {
                     kind: *kind,
                     ends_at: lasting(*got),
                     how: Ends::EXPIRED,
-                    lock_delay_ms: *lock_delay_ms,
+                    lock_delay_ms: clock.applied(*lock_delay_ms),
                     pending: Vec::new(),
                 });
                 out.push(self);
@@ -636,14 +664,14 @@ impl Name {
                     Call::Renew { ttl_ms, .. } | Call::Beat { ttl_ms, .. } => *ttl_ms,
                     _ => unreachable!(),
                 };
-                if requested != 0 && requested != *ttl_ms {
+                if requested != 0 && clock.applied(requested) != *ttl_ms {
                     return;
                 }
                 let lease = &mut self.leases[i];
                 lease.ends_at = lasting(*ttl_ms);
                 lease.how = Ends::EXPIRED;
                 // A call still in flight may yet undo or shorten this.
-                lease.widen_by_pending(from);
+                lease.widen_by_pending(from, clock.late);
                 out.push(self);
             }
             (Call::Renew { token, ttl_ms } | Call::Beat { token, ttl_ms }, Answer::Unknown) => {
@@ -654,9 +682,9 @@ impl Name {
                     let lease = &mut self.leases[i];
                     lease.pending.push(Pending {
                         until: window.late,
-                        ttl_ms: Some(*ttl_ms),
+                        ttl_ms: Some(clock.applied(*ttl_ms)),
                     });
-                    lease.widen_by_pending(from);
+                    lease.widen_by_pending(from, clock.late);
                 }
                 out.push(self);
             }
@@ -683,7 +711,7 @@ impl Name {
                         until: window.late,
                         ttl_ms: None,
                     });
-                    lease.widen_by_pending(from);
+                    lease.widen_by_pending(from, clock.late);
                 }
                 out.push(self);
             }
