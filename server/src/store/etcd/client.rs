@@ -18,7 +18,10 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::{Arc, RwLock},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, RwLock,
+    },
     time::{Duration, Instant},
 };
 
@@ -173,6 +176,10 @@ pub(super) struct Client {
     token: Token,
     credentials: Option<Arc<(String, String)>>,
     timeout: Duration,
+    /// The shortest TTL etcd grants, in ms, once a grant showed it (etcd
+    /// raises a shorter one to `ceil(1.5 x election timeout)`: 2 s at its
+    /// defaults); 0 until then.
+    min_ttl_ms: Arc<AtomicU64>,
     keepalive: mpsc::Sender<(i64, Answered)>,
 }
 
@@ -233,6 +240,7 @@ impl Client {
             token,
             credentials: url.credentials.clone().map(Arc::new),
             timeout: options.timeout,
+            min_ttl_ms: Arc::new(AtomicU64::new(0)),
             keepalive,
         };
         tokio::spawn(keep_alive(client.clone(), requests));
@@ -350,6 +358,16 @@ impl Client {
             })
             .await?;
         if granted.error.is_empty() {
+            if granted.ttl > ttl {
+                let raised = granted.ttl.unsigned_abs().saturating_mul(1_000);
+                if self.min_ttl_ms.fetch_max(raised, Ordering::Relaxed) < raised {
+                    tracing::info!(
+                        min_ttl_s = granted.ttl,
+                        "etcd grants no lease shorter than this (1.5 x its election timeout, \
+                         rounded up): shorter TTLs are raised to it"
+                    );
+                }
+            }
             Ok(granted.id)
         } else {
             Err(Error::Unavailable(format!(
@@ -357,6 +375,11 @@ impl Client {
                 granted.error
             )))
         }
+    }
+
+    /// The shortest TTL etcd was seen to grant, in ms (0: none seen yet).
+    pub fn min_ttl_ms(&self) -> u64 {
+        self.min_ttl_ms.load(Ordering::Relaxed)
     }
 
     /// Revokes lease `id` (and deletes its keys), in the background: nobody

@@ -1362,9 +1362,15 @@ impl Backend for EtcdStore {
         renewed.into_iter().collect()
     }
 
-    /// etcd's lease TTLs are whole seconds.
+    /// etcd's lease TTLs are whole seconds, and none shorter than its
+    /// minimum (once a grant showed it). A lock-delay of 0 stays 0.
     fn applied_ms(&self, ms: u64) -> u64 {
-        ms.div_ceil(1_000).saturating_mul(1_000)
+        if ms == 0 {
+            return 0;
+        }
+        ms.div_ceil(1_000)
+            .saturating_mul(1_000)
+            .max(self.client().min_ttl_ms())
     }
 
     fn watchers(&self) -> &Watchers {
