@@ -897,18 +897,18 @@ async fn a_long_line_keeps_its_order(store: &Store, _: Timing) {
 
 /// A batch renewal answers every lease, in order, whatever its outcome, over
 /// several script runs (a batch above 250 leases) in one call.
-async fn renew_many_answers_each_lease_in_order(store: &Store, _: Timing) {
+async fn renew_many_answers_each_lease_in_order(store: &Store, t: Timing) {
     use leasehold_server::store::RenewItem;
     const N: usize = 600;
     let mut items = Vec::new();
     let mut fences = Vec::new();
     for i in 0..N {
         let name = format!("batch/{i}");
-        fences.push(grant(store, &name, &format!("t{i}"), 5_000).await);
+        fences.push(grant(store, &name, &format!("t{i}"), t.ttl(5_000)).await);
         items.push(RenewItem {
             name,
             token: format!("t{i}"),
-            ttl_ms: Some(8_000),
+            ttl_ms: Some(t.ttl(8_000)),
         });
     }
     // Spoil a few, on both sides of the 250-lease script boundary.
@@ -924,7 +924,7 @@ async fn renew_many_answers_each_lease_in_order(store: &Store, _: Timing) {
             251 => Checked::Released,
             599 => Checked::NotHeld,
             _ => Checked::Done(Renewed {
-                ttl_ms: 8_000,
+                ttl_ms: t.ttl(8_000),
                 fence: fences[i],
             }),
         };
@@ -936,8 +936,26 @@ async fn renew_many_answers_each_lease_in_order(store: &Store, _: Timing) {
         .unwrap()
         .lease
         .expect("held");
-    assert_eq!(info.ttl_ms, 8_000);
-    assert!(info.remaining_ms > 5_000, "{info:?}");
+    assert_eq!(info.ttl_ms, t.ttl(8_000));
+    assert!(info.remaining_ms > t.ms(5_000), "{info:?}");
+
+    // A heartbeat's usual renewal: each lease keeps its own TTL.
+    let keep: Vec<RenewItem> = (0..N)
+        .filter(|i| ![3, 251, 599].contains(i))
+        .map(|i| RenewItem {
+            name: format!("batch/{i}"),
+            token: format!("t{i}"),
+            ttl_ms: None,
+        })
+        .collect();
+    let outcomes = store.renew_many(&keep).await.unwrap();
+    for (item, outcome) in keep.iter().zip(&outcomes) {
+        assert!(
+            matches!(outcome, Checked::Done(Renewed { ttl_ms, .. }) if *ttl_ms == t.ttl(8_000)),
+            "{}: {outcome:?}",
+            item.name
+        );
+    }
 }
 
 fn permit(name: &str, token: &str, ttl_ms: u64, limit: u32) -> GrantSpec {

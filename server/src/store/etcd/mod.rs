@@ -558,62 +558,73 @@ impl EtcdStore {
     /// What a token's lease is, as one read of the name shows it.
     async fn look(&self, name: &str, token: &str) -> Result<(Lease, NameKeys)> {
         let keys = self.keys(name);
+        let mut ops = look_ops(&keys, token).to_vec();
+        ops.push(get(&epoch_key(&self.inner.prefix)));
         let read = self
             .client()
-            .txn(
-                "Txn (lease: read)",
-                read_only(vec![
-                    get(&keys.lock()),
-                    get(&keys.record(token)),
-                    get(&keys.end(token)),
-                    get_range(keys.slots()),
-                    get(&epoch_key(&self.inner.prefix)),
-                ]),
-            )
+            .txn("Txn (lease: read)", read_only(ops))
             .await?;
         let answers = Answers::of(read);
-        let base = self.base(answers.one(4));
-        let fence_of = |kv: &KeyValue| base.saturating_add(kv.create_revision.unsigned_abs());
-        let lock = answers.one(0);
-        if let Some(record_kv) = answers.one(1) {
-            let record = Record::decode(&record_kv.value).ok_or_else(|| {
-                Error::Internal(format!(
-                    "etcd: the record of a lease of '{name}' is unreadable"
-                ))
-            })?;
-            let holding = match record.slot {
-                None => lock,
-                Some(slot) => answers.all(3).iter().find(|kv| kv.key == keys.slot(slot)),
-            };
-            let live =
-                holding.filter(|kv| Holding::decode(&kv.value).is_some_and(|h| h.token == token));
-            return Ok((
-                match live {
-                    Some(kv) => Lease::Live {
-                        holding: kv.clone(),
-                        record_kv: record_kv.clone(),
-                        record,
-                        fence: fence_of(kv),
-                    },
-                    None => Lease::Expired {
-                        record_kv: record_kv.clone(),
-                    },
-                },
-                keys,
-            ));
+        let base = self.base(answers.one(LOOK_OPS));
+        let lease = lease_in(&answers, 0, &keys, name, token, base)?;
+        Ok((lease, keys))
+    }
+
+    /// [`EtcdStore::look`] for every item of a heartbeat, in one read
+    /// transaction per [`LOOKS_PER_TXN`] items, all at once.
+    async fn look_many(&self, items: &[RenewItem]) -> Result<Vec<(Lease, NameKeys)>> {
+        let epoch = epoch_key(&self.inner.prefix);
+        let reads = join_all(items.chunks(LOOKS_PER_TXN).map(|chunk| {
+            let keys: Vec<NameKeys> = chunk.iter().map(|item| self.keys(&item.name)).collect();
+            let mut ops: Vec<RequestOp> = keys
+                .iter()
+                .zip(chunk)
+                .flat_map(|(keys, item)| look_ops(keys, &item.token))
+                .collect();
+            ops.push(get(&epoch));
+            async move {
+                let read = self
+                    .client()
+                    .txn("Txn (heartbeat: read)", read_only(ops))
+                    .await?;
+                let answers = Answers::of(read);
+                let base = self.base(answers.one(chunk.len() * LOOK_OPS));
+                keys.into_iter()
+                    .zip(chunk)
+                    .enumerate()
+                    .map(|(i, (keys, item))| {
+                        let lease =
+                            lease_in(&answers, i * LOOK_OPS, &keys, &item.name, &item.token, base)?;
+                        Ok((lease, keys))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            }
+        }))
+        .await;
+        let mut leases = Vec::with_capacity(items.len());
+        for read in reads {
+            leases.extend(read?);
         }
-        if let Some(end) = answers.one(2).and_then(|kv| End::decode(&kv.value)) {
-            return Ok((Lease::Ended(end), keys));
-        }
-        Ok((
-            match lock {
-                Some(kv) => Lease::Stranger {
-                    fence: fence_of(kv),
-                },
-                None => Lease::Unknown,
-            },
-            keys,
-        ))
+        Ok(leases)
+    }
+
+    /// Renews a lease a read found live with its own TTL: a keep-alive of
+    /// each of its etcd leases, at once. `None` if it expired meanwhile.
+    async fn keep(
+        &self,
+        record_kv: &KeyValue,
+        record: Record,
+        fence: u64,
+    ) -> Result<Option<Renewed>> {
+        let (grant, _, _) = tokio::join!(
+            self.client().keep_alive(record.lease),
+            self.keep_alive_opt(record_kv.lease),
+            self.keep_alive_opt(record.delay_lease),
+        );
+        Ok((grant? > 0).then_some(Renewed {
+            ttl_ms: record.ttl_ms,
+            fence,
+        }))
     }
 
     /// Records an expiry nobody reported yet: `Some(Expired)` if this call
@@ -683,16 +694,8 @@ impl EtcdStore {
                             }
                         }
                         _ => {
-                            let (grant, _, _) = tokio::join!(
-                                self.client().keep_alive(record.lease),
-                                self.keep_alive_opt(record_kv.lease),
-                                self.keep_alive_opt(record.delay_lease),
-                            );
-                            if grant? > 0 {
-                                return Ok(Checked::Done(Renewed {
-                                    ttl_ms: record.ttl_ms,
-                                    fence,
-                                }));
+                            if let Some(renewed) = self.keep(&record_kv, record, fence).await? {
+                                return Ok(Checked::Done(renewed));
                             }
                             // Expired: look again (its key goes with it).
                         }
@@ -775,6 +778,73 @@ impl EtcdStore {
         }
         Ok(answer.succeeded)
     }
+}
+
+/// The reads of [`look_ops`] per lease.
+const LOOK_OPS: usize = 4;
+
+/// Leases read in one heartbeat transaction: etcd refuses a transaction of
+/// more than `--max-txn-ops` operations (128 by default), and a heartbeat
+/// reads [`LOOK_OPS`] per lease plus the epoch.
+const LOOKS_PER_TXN: usize = 31;
+
+/// The reads that tell what a token's lease of a name is.
+fn look_ops(keys: &NameKeys, token: &str) -> [RequestOp; LOOK_OPS] {
+    [
+        get(&keys.lock()),
+        get(&keys.record(token)),
+        get(&keys.end(token)),
+        get_range(keys.slots()),
+    ]
+}
+
+/// What [`look_ops`]' answers from `at` on say of `token`'s lease.
+fn lease_in(
+    answers: &Answers,
+    at: usize,
+    keys: &NameKeys,
+    name: &str,
+    token: &str,
+    base: u64,
+) -> Result<Lease> {
+    let fence_of = |kv: &KeyValue| base.saturating_add(kv.create_revision.unsigned_abs());
+    let lock = answers.one(at);
+    if let Some(record_kv) = answers.one(at + 1) {
+        let record = Record::decode(&record_kv.value).ok_or_else(|| {
+            Error::Internal(format!(
+                "etcd: the record of a lease of '{name}' is unreadable"
+            ))
+        })?;
+        let holding = match record.slot {
+            None => lock,
+            Some(slot) => answers
+                .all(at + 3)
+                .iter()
+                .find(|kv| kv.key == keys.slot(slot)),
+        };
+        let live =
+            holding.filter(|kv| Holding::decode(&kv.value).is_some_and(|h| h.token == token));
+        return Ok(match live {
+            Some(kv) => Lease::Live {
+                holding: kv.clone(),
+                record_kv: record_kv.clone(),
+                record,
+                fence: fence_of(kv),
+            },
+            None => Lease::Expired {
+                record_kv: record_kv.clone(),
+            },
+        });
+    }
+    if let Some(end) = answers.one(at + 2).and_then(|kv| End::decode(&kv.value)) {
+        return Ok(Lease::Ended(end));
+    }
+    Ok(match lock {
+        Some(kv) => Lease::Stranger {
+            fence: fence_of(kv),
+        },
+        None => Lease::Unknown,
+    })
 }
 
 /// A token's lease as one read shows it.
@@ -1111,13 +1181,37 @@ impl Backend for EtcdStore {
         self.renew_or_look(name, token, Some(ttl_ms)).await
     }
 
-    /// Each item's read and renewal at once: the keep-alive messages of
-    /// the whole heartbeat go out back to back on the one stream.
+    /// A whole heartbeat in two round trips: one read of every lease (a
+    /// read transaction per 31 leases, all at once), then the keep-alive
+    /// messages of every live lease, back to back on the one stream. A
+    /// lease that is not simply live with its own TTL (a new TTL, an expiry
+    /// to report) takes [`Backend::renew`]'s path.
     async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+        let leases = self.look_many(items).await?;
         join_all(
             items
                 .iter()
-                .map(|item| self.renew_or_look(&item.name, &item.token, Some(item.ttl_ms))),
+                .zip(leases)
+                .map(|(item, (lease, _))| async move {
+                    if let Lease::Live {
+                        record_kv,
+                        record,
+                        fence,
+                        ..
+                    } = &lease
+                    {
+                        if item.ttl_ms.is_none_or(|ttl| ttl == record.ttl_ms) {
+                            if let Some(renewed) = self.keep(record_kv, *record, *fence).await? {
+                                return Ok(Checked::Done(renewed));
+                            }
+                        }
+                    }
+                    if let Lease::Ended(_) | Lease::Stranger { .. } | Lease::Unknown = lease {
+                        return Ok(lease.outcome());
+                    }
+                    self.renew_or_look(&item.name, &item.token, Some(item.ttl_ms))
+                        .await
+                }),
         )
         .await
         .into_iter()
