@@ -41,6 +41,10 @@ pub enum Setting {
     Appendonly,
     /// PostgreSQL `fsync`.
     Fsync,
+    /// etcd's version, in a cluster of several members: before 3.4.31 and
+    /// 3.5.13, a deposed leader stuck on a slow disk can still revoke
+    /// leases (etcd#15247).
+    EtcdVersion,
 }
 
 /// What a setting risks (see the module doc).
@@ -55,11 +59,12 @@ pub enum Risk {
 
 impl Setting {
     /// Every setting, so that each metric series exists from start-up.
-    pub const ALL: [Setting; 4] = [
+    pub const ALL: [Setting; 5] = [
         Setting::MaxmemoryPolicy,
         Setting::SynchronousCommit,
         Setting::Appendonly,
         Setting::Fsync,
+        Setting::EtcdVersion,
     ];
 
     /// The setting's name in the store's own words (and the metrics'
@@ -70,13 +75,16 @@ impl Setting {
             Setting::SynchronousCommit => "synchronous_commit",
             Setting::Appendonly => "appendonly",
             Setting::Fsync => "fsync",
+            Setting::EtcdVersion => "etcd-version",
         }
     }
 
     /// What it risks.
     pub fn risk(self) -> Risk {
         match self {
-            Setting::MaxmemoryPolicy | Setting::SynchronousCommit => Risk::Unsafe,
+            Setting::MaxmemoryPolicy | Setting::SynchronousCommit | Setting::EtcdVersion => {
+                Risk::Unsafe
+            }
             Setting::Appendonly | Setting::Fsync => Risk::NotDurable,
         }
     }
@@ -118,6 +126,12 @@ impl Finding {
                 "PostgreSQL fsync is {value}: a crash of its host can lose or corrupt leases \
                  (holders are told at their next heartbeat; fences stay monotonic); set fsync = \
                  on"
+            ),
+            Setting::EtcdVersion => format!(
+                "etcd is {value}: in a cluster of several members, a leader deposed while \
+                 stuck on a slow disk can still revoke leases (etcd#15247), and such a lock \
+                 can be granted again while its holder still holds it; upgrade etcd to 3.4.31, \
+                 3.5.13 or newer"
             ),
         }
     }

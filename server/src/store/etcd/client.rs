@@ -35,11 +35,11 @@ use tonic::{
 };
 
 use self::api::etcdserverpb::{
-    auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient,
-    maintenance_client::MaintenanceClient, watch_client::WatchClient, AuthenticateRequest,
-    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest,
-    RangeRequest, RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
-    WatchRequest, WatchResponse,
+    auth_client::AuthClient, cluster_client::ClusterClient, kv_client::KvClient,
+    lease_client::LeaseClient, maintenance_client::MaintenanceClient, watch_client::WatchClient,
+    AuthenticateRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    LeaseTimeToLiveRequest, MemberListRequest, RangeRequest, RangeResponse, StatusRequest,
+    StatusResponse, TxnRequest, TxnResponse, WatchRequest, WatchResponse,
 };
 use crate::{
     error::{Error, Result},
@@ -172,6 +172,7 @@ pub(super) struct Client {
     lease: LeaseClient<Svc>,
     watch: WatchClient<Svc>,
     maintenance: MaintenanceClient<Svc>,
+    cluster: ClusterClient<Svc>,
     auth: AuthClient<Channel>,
     token: Token,
     credentials: Option<Arc<(String, String)>>,
@@ -236,6 +237,7 @@ impl Client {
             lease: lease.clone(),
             watch: WatchClient::new(svc()),
             maintenance: MaintenanceClient::new(svc()),
+            cluster: ClusterClient::new(svc()),
             auth: AuthClient::new(channel.clone()),
             token,
             credentials: url.credentials.clone().map(Arc::new),
@@ -442,6 +444,18 @@ impl Client {
                 .await
         })
         .await
+    }
+
+    /// How many members the cluster has.
+    pub async fn members(&self) -> Result<usize> {
+        let members = self
+            .call("MemberList", |mut c| async move {
+                c.cluster
+                    .member_list(bounded(MemberListRequest {}, c.timeout))
+                    .await
+            })
+            .await?;
+        Ok(members.members.len())
     }
 
     /// Opens a Watch stream fed by `requests`.

@@ -84,9 +84,12 @@ use self::{
     keys::{epoch_key, End, Holding, NameKeys, Record},
 };
 use super::{
-    backend::Backend, contract::LINGER, watch::Watchers, Acquired, Blocked, BlockedBy, Checked,
-    Described, Event, GrantSpec, LeaseInfo, Ping, RenewItem, Renewed, Revocation, StoreOptions,
-    QUEUE_LIFETIME,
+    backend::Backend,
+    contract::LINGER,
+    safety::{Finding, Setting},
+    watch::Watchers,
+    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, Ping, RenewItem,
+    Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::{
     duration::millis,
@@ -956,6 +959,29 @@ fn delay_value(value: &[u8]) -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether etcd `version` has etcd#15247 (a deposed leader still
+/// revoking leases): fixed in 3.4.31 and 3.5.13 (and every 3.6).
+fn revokes_early(version: &str) -> bool {
+    let mut parts = version
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>().ok());
+    match (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    ) {
+        (Some(3), Some(minor), Some(patch)) => match minor {
+            0..=3 => true,
+            4 => patch < 31,
+            5 => patch < 13,
+            _ => false,
+        },
+        (Some(major), _, _) => major < 3,
+        // A version etcd did not say: nothing known to be unsafe.
+        (None, _, _) => false,
+    }
+}
+
 fn busy(name: &str) -> Error {
     Error::Unavailable(format!(
         "the lease '{name}' changed in etcd under each of {TRIES} attempts; try again"
@@ -1477,9 +1503,12 @@ impl Backend for EtcdStore {
 
     /// etcd has no clock to read (expiry is its leader's lessor's), so the
     /// ping reads none; it fails while the cluster has no leader or raises
-    /// an alarm (a full database takes no writes).
+    /// an alarm (a full database takes no writes), and finds an etcd
+    /// version that may revoke live leases in a cluster of several members
+    /// (etcd#15247; one member is never deposed).
     async fn ping(&self) -> Result<Ping> {
-        let status = self.client().status().await?;
+        let (status, members) = tokio::join!(self.client().status(), self.client().members());
+        let status = status?;
         if status.leader == 0 {
             return Err(Error::Unavailable(
                 "etcd has no leader (no quorum of its members): it takes no writes".into(),
@@ -1491,6 +1520,42 @@ impl Backend for EtcdStore {
                 status.errors.join("; ")
             )));
         }
-        Ok(Ping::default())
+        let mut ping = Ping::default();
+        match members {
+            Ok(members) if members > 1 && revokes_early(&status.version) => {
+                ping.settings.findings.push(Finding {
+                    setting: Setting::EtcdVersion,
+                    value: format!("{} in a cluster of {members} members", status.version),
+                });
+            }
+            Ok(_) => {}
+            Err(e) => ping.settings.unread = Some(format!("etcd's members: {e}")),
+        }
+        Ok(ping)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// etcd#15247 was fixed in 3.4.31 and 3.5.13.
+    #[test]
+    fn the_versions_that_revoke_early() {
+        for (version, affected) in [
+            ("3.4.23", true),
+            ("3.4.30", true),
+            ("3.4.31", false),
+            ("3.5.12", true),
+            ("3.5.13", false),
+            ("3.5.13-rc.0", false),
+            ("3.6.0", false),
+            ("3.3.27", true),
+            ("2.3.8", true),
+            ("", false),
+            ("unknown", false),
+        ] {
+            assert_eq!(revokes_early(version), affected, "{version}");
+        }
     }
 }
