@@ -387,18 +387,52 @@ impl Client {
     /// Revokes lease `id` (and deletes its keys), in the background: nobody
     /// waits for it, and a lease it fails to revoke expires at its TTL.
     pub fn revoke_later(&self, id: i64) {
+        self.revoke_within(id, Duration::ZERO);
+    }
+
+    /// Revokes lease `id` in the background, trying again every
+    /// [`REVOKE_RETRY`] while etcd does not answer, for up to `within` (the
+    /// lease's TTL: after it, the lease is gone anyway). For the leases of
+    /// an acquire attempt that failed: a grant transaction still on its way
+    /// (held in a stalled path, or proposed before the broker gave up)
+    /// either applied before the revocation, which then deletes its keys,
+    /// or finds its lease gone and fails whole; no grant outlives the
+    /// attempt that nobody heard of.
+    pub fn revoke_within(&self, id: i64, within: Duration) {
         if id == 0 {
             return;
         }
         let client = self.clone();
+        let until = tokio::time::Instant::now() + within;
         tokio::spawn(async move {
-            let _ = client
-                .call("LeaseRevoke", |mut c| async move {
-                    c.lease
-                        .lease_revoke(bounded(LeaseRevokeRequest { id }, c.timeout))
-                        .await
-                })
-                .await;
+            loop {
+                let revoked = client
+                    .call("LeaseRevoke", |mut c| async move {
+                        c.lease
+                            .lease_revoke(bounded(LeaseRevokeRequest { id }, c.timeout))
+                            .await
+                    })
+                    .await;
+                match revoked {
+                    Ok(_) => return,
+                    // Gone already (expired, or revoked by another).
+                    Err(Error::Internal(e)) if e.contains("lease not found") => return,
+                    Err(_) if tokio::time::Instant::now() + REVOKE_RETRY < until => {
+                        tokio::time::sleep(REVOKE_RETRY).await;
+                    }
+                    Err(e) => {
+                        if !within.is_zero() {
+                            tracing::warn!(
+                                lease = id,
+                                error = %e,
+                                "could not revoke the etcd lease of a failed acquire attempt; \
+                                 it lapses at its TTL"
+                            );
+                        }
+                        return;
+                    }
+                }
+            }
         });
     }
 
@@ -517,6 +551,10 @@ fn classify(op: &str, status: &Status) -> Error {
         _ => Error::Internal(format!("etcd {op}: {message}")),
     }
 }
+
+/// How often a failed attempt's lease revocation is tried again while etcd
+/// does not answer.
+const REVOKE_RETRY: Duration = Duration::from_millis(200);
 
 /// Where a renewal's answer goes: the lease's TTL in seconds (0 or less:
 /// gone).

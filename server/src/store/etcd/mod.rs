@@ -266,9 +266,18 @@ impl EtcdStore {
     async fn acquire(&self, spec: &GrantSpec, floor: u64, limit: Option<u32>) -> Result<Acquired> {
         let mut leases = GrantLeases::default();
         let outcome = self.try_acquire(spec, floor, limit, &mut leases).await;
-        // Leases granted for a commit that did not happen.
-        for id in [leases.grant, leases.record, leases.delay] {
-            self.client().revoke_later(id);
+        // Leases granted for a commit that did not happen, or may yet (a
+        // call cut at the store timeout): revoked, again and again while
+        // etcd does not answer, so that a grant still on its way fails, or
+        // ends at once if it applied.
+        let ttl = Duration::from_millis(spec.ttl_ms);
+        let delay = Duration::from_millis(spec.lock_delay_ms);
+        for (id, lifetime) in [
+            (leases.grant, ttl),
+            (leases.record, ttl + delay + LINGER),
+            (leases.delay, ttl + delay),
+        ] {
+            self.client().revoke_within(id, lifetime);
         }
         outcome
     }
