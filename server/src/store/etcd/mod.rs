@@ -162,6 +162,26 @@ impl EtcdStore {
         &self.inner.client
     }
 
+    /// One transaction. A lease it names that etcd no longer has (only the
+    /// linger lease is older than the call: etcd restarted without its
+    /// data, or revoked it) fails the transaction whole: the linger lease
+    /// is then forgotten, so that the caller's retry takes a new one.
+    async fn txn(&self, op: &'static str, txn: TxnRequest) -> Result<TxnResponse> {
+        match self.client().txn(op, txn).await {
+            Err(Error::Internal(e)) if e.contains("requested lease not found") => {
+                *self
+                    .inner
+                    .linger
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = None;
+                Err(Error::Unavailable(format!(
+                    "{e} (a lease of this call ended in etcd meanwhile: try again)"
+                )))
+            }
+            other => other,
+        }
+    }
+
     fn keys(&self, name: &str) -> NameKeys {
         NameKeys::new(&self.inner.prefix, name)
     }
@@ -205,7 +225,6 @@ impl EtcdStore {
         let key = epoch_key(&self.inner.prefix);
         let base = floor.saturating_add(1).max(unix_micros());
         let answer = self
-            .client()
             .txn(
                 "Txn (epoch)",
                 TxnRequest {
@@ -293,7 +312,6 @@ impl EtcdStore {
         let epoch_key = epoch_key(&self.inner.prefix);
         for _ in 0..TRIES {
             let read = self
-                .client()
                 .txn(
                     "Txn (acquire: read)",
                     read_only(vec![
@@ -480,7 +498,6 @@ impl EtcdStore {
                 }
             }
             let answer = self
-                .client()
                 .txn(
                     "Txn (acquire: grant)",
                     TxnRequest {
@@ -523,7 +540,7 @@ impl EtcdStore {
                 // Coming back keeps one's place, and renews it.
                 let (renewed, ahead) = tokio::join!(
                     self.client().keep_alive(place.lease),
-                    self.client().txn(
+                    self.txn(
                         "Txn (acquire: place)",
                         // etcd counts before it filters by revision: the
                         // keys themselves are counted here.
@@ -543,7 +560,6 @@ impl EtcdStore {
                 let lease = self.client().grant(QUEUE_LIFETIME).await?;
                 let place = keys.place(&spec.token);
                 let answer = self
-                    .client()
                     .txn(
                         "Txn (acquire: join the line)",
                         TxnRequest {
@@ -572,10 +588,7 @@ impl EtcdStore {
         let keys = self.keys(name);
         let mut ops = look_ops(&keys, token).to_vec();
         ops.push(get(&epoch_key(&self.inner.prefix)));
-        let read = self
-            .client()
-            .txn("Txn (lease: read)", read_only(ops))
-            .await?;
+        let read = self.txn("Txn (lease: read)", read_only(ops)).await?;
         let answers = Answers::of(read);
         let base = self.base(answers.one(LOOK_OPS));
         let lease = lease_in(&answers, 0, &keys, name, token, base)?;
@@ -595,10 +608,7 @@ impl EtcdStore {
                 .collect();
             ops.push(get(&epoch));
             async move {
-                let read = self
-                    .client()
-                    .txn("Txn (heartbeat: read)", read_only(ops))
-                    .await?;
+                let read = self.txn("Txn (heartbeat: read)", read_only(ops)).await?;
                 let answers = Answers::of(read);
                 let base = self.base(answers.one(chunk.len() * LOOK_OPS));
                 keys.into_iter()
@@ -649,7 +659,6 @@ impl EtcdStore {
     ) -> Result<Option<Checked<T>>> {
         let linger = self.linger().await?;
         let answer = self
-            .client()
             .txn(
                 "Txn (report an expiry)",
                 TxnRequest {
@@ -767,7 +776,6 @@ impl EtcdStore {
             ));
         }
         let answer = self
-            .client()
             .txn(
                 "Txn (renew with a new TTL)",
                 TxnRequest {
@@ -1280,7 +1288,6 @@ impl Backend for EtcdStore {
                         success.push(delete(&keys.revoked()));
                     }
                     let answer = self
-                        .client()
                         .txn(
                             "Txn (release)",
                             TxnRequest {
@@ -1315,7 +1322,6 @@ impl Backend for EtcdStore {
         let keys = self.keys(name);
         for _ in 0..TRIES {
             let read = self
-                .client()
                 .txn(
                     "Txn (revoke: read)",
                     read_only(vec![
@@ -1365,7 +1371,6 @@ impl Backend for EtcdStore {
                 delete(&keys.delay())
             });
             let answer = self
-                .client()
                 .txn(
                     "Txn (revoke)",
                     TxnRequest {
@@ -1389,7 +1394,6 @@ impl Backend for EtcdStore {
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let keys = self.keys(name);
         let read = self
-            .client()
             .txn(
                 "Txn (describe)",
                 read_only(vec![
@@ -1437,7 +1441,6 @@ impl Backend for EtcdStore {
     async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
         let keys = self.keys(name);
         let answer = self
-            .client()
             .txn(
                 "Txn (dequeue)",
                 unconditional(vec![RequestOp {
