@@ -153,13 +153,30 @@ pub(super) async fn run(
             }
         }
         let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING);
-        for (channel, id) in &channels.by_channel {
-            if let Some(create) = create(&prefix, channel, *id) {
-                let _ = outgoing.try_send(create);
-            }
+        let mut creates: Vec<WatchRequest> = channels
+            .by_channel
+            .iter()
+            .filter_map(|(channel, id)| create(&prefix, channel, *id))
+            .collect();
+        // The first before the call (etcd answers the call's headers once a
+        // request came), the rest fed while the answers are read below: a
+        // queue of its own would hold only so many.
+        let rest = creates.split_off(creates.len().min(1));
+        if let Some(first) = creates.pop() {
+            let _ = outgoing.try_send(first);
         }
         let mut incoming = match client.watch(outgoing_rx).await {
-            Ok(incoming) => incoming,
+            Ok(incoming) => {
+                let feed = outgoing.clone();
+                tokio::spawn(async move {
+                    for create in rest {
+                        if feed.send(create).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                incoming
+            }
             Err(e) => {
                 let why = e.to_string();
                 channels.fail_acks(&why);
