@@ -37,7 +37,11 @@ use leasehold_server::{
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
 
-pub use self::{etcd::EtcdServer, netns::NetNs, postgres::PostgresServer};
+pub use self::{
+    etcd::{EtcdCluster, EtcdServer},
+    netns::NetNs,
+    postgres::PostgresServer,
+};
 
 /// The redis-server binary: `$LEASEHOLD_REDIS_SERVER`, or `redis-server` on
 /// the PATH (`scripts/test` installs it).

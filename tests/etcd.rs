@@ -1,0 +1,841 @@
+//! The etcd store beyond the contract (tests/conformance.rs runs that on
+//! etcd too): how it fails, against real etcd processes. An etcd restarted
+//! with its data keeps its leases and fences rise on; a wiped one loses its
+//! leases, and fences still rise; an etcd killed or frozen fails every
+//! call UNAVAILABLE within the store timeout and is used again by itself
+//! once back; a three-member cluster whose leader is killed keeps a held
+//! lease, refuses it to others and goes on rising its fences, failing
+//! calls meanwhile only UNAVAILABLE; one whose follower is down still
+//! serves every call; a compaction leaves waiters to be woken; and a lease,
+//! whole seconds in etcd, lives at least its TTL and ends within whole
+//! seconds after it.
+
+use leasehold_testkit as common;
+
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use common::{EtcdCluster, EtcdServer};
+use futures_util::FutureExt;
+use leasehold_server::{
+    store::{Acquired, Checked, Event, GrantSpec, Renewed, Store, StoreOptions, Watch},
+    Error,
+};
+
+/// The store timeout of every store here.
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long a call may take to fail while etcd is away: the store timeout
+/// and a margin for a loaded machine (a call that hangs never gets there).
+const FAIL_WITHIN: Duration = Duration::from_secs(3);
+
+fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
+    GrantSpec {
+        name: name.into(),
+        token: token.into(),
+        holder: "test".into(),
+        ttl_ms,
+        lock_delay_ms: 0,
+        limit: 1,
+        queued: false,
+    }
+}
+
+fn open(url: &str) -> Store {
+    Store::open(url, &StoreOptions::new("test:", TIMEOUT)).expect("open the etcd store")
+}
+
+async fn grant(store: &Store, spec: &GrantSpec) -> u64 {
+    match store.acquire(spec).await {
+        Ok(Acquired::Granted { fence, .. }) => fence,
+        other => panic!("{} not granted: {other:?}", spec.name),
+    }
+}
+
+/// Calls `call` until it answers, for at most `limit`, taking only
+/// UNAVAILABLE for "not yet" (any other error fails the test): the answer,
+/// and how many calls were UNAVAILABLE before it.
+async fn until_answered<T, F, Fut>(limit: Duration, what: &str, mut call: F) -> (T, u32)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = leasehold_server::Result<T>>,
+{
+    let deadline = Instant::now() + limit;
+    let mut refused = 0;
+    loop {
+        match call().await {
+            Ok(answer) => return (answer, refused),
+            Err(Error::Unavailable(why)) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: still UNAVAILABLE after {limit:?} ({refused} tries): {why}"
+                );
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{what}: {e:?} (only UNAVAILABLE may say the store is away)"),
+        }
+    }
+}
+
+/// Grants `count` fresh names and releases them (revisions, so fences,
+/// move on): the highest fence granted.
+async fn grant_and_release(store: &Store, prefix: &str, count: usize) -> u64 {
+    let mut highest = 0;
+    for i in 0..count {
+        let name = format!("{prefix}/{i}");
+        highest = highest.max(grant(store, &spec(&name, "t", 30_000)).await);
+        assert_eq!(store.release(&name, "t").await.unwrap(), Checked::Done(()));
+    }
+    highest
+}
+
+/// etcd killed and started again with its data: the lease granted before is
+/// still its holder's (renewed with the same fence, refused to another),
+/// and the next grant's fence is above every fence granted before.
+#[tokio::test]
+async fn a_restart_with_its_data_keeps_the_lease_and_fences_rise() {
+    let mut etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    let kept = grant(&store, &spec("kept", "holder", 30_000)).await;
+    let highest = grant_and_release(&store, "before", 5).await.max(kept);
+
+    etcd.restart();
+    let restarted = Instant::now();
+    let (renewed, refused) = until_answered(Duration::from_secs(30), "renew kept", || {
+        store.renew("kept", "holder", None)
+    })
+    .await;
+    eprintln!(
+        "renewed {:?} after the restart ({refused} calls UNAVAILABLE first)",
+        restarted.elapsed()
+    );
+    assert_eq!(
+        renewed,
+        Checked::Done(Renewed {
+            ttl_ms: 30_000,
+            fence: kept
+        }),
+        "the lease survived the restart"
+    );
+    match store.acquire(&spec("kept", "thief", 30_000)).await {
+        Ok(Acquired::Blocked(blocked)) => assert_eq!(blocked.fence, kept),
+        other => panic!("kept granted twice after the restart: {other:?}"),
+    }
+    let fresh = grant(&store, &spec("fresh", "t", 30_000)).await;
+    assert!(
+        fresh > highest,
+        "fence {fresh} after the restart, {highest} before"
+    );
+    // A store that saw no fence before (a broker started since) too.
+    let newcomer = open(&etcd.store_url());
+    let next = grant(&newcomer, &spec("next", "t", 30_000)).await;
+    assert!(next > fresh, "fence {next} after {fresh}");
+}
+
+/// etcd wiped: the holder of a lease granted before hears it lost (NotHeld)
+/// at its next renewal, never Done, and fences still rise: the first grant
+/// after the wipe, by a store that saw no fence before (the broker clock's
+/// term alone), and the grant of the lost name to another, are above every
+/// fence granted before.
+#[tokio::test]
+async fn a_wipe_loses_the_lease_and_fences_still_rise() {
+    let mut etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    let lost = grant(&store, &spec("lost", "holder", 30_000)).await;
+    let highest = grant_and_release(&store, "before", 5).await.max(lost);
+
+    etcd.wipe();
+    let (renewed, _) = until_answered(Duration::from_secs(30), "renew lost", || {
+        store.renew("lost", "holder", None)
+    })
+    .await;
+    assert!(
+        matches!(
+            renewed,
+            Checked::NotHeld | Checked::Expired | Checked::ExpiredReported
+        ),
+        "the holder of a lease etcd lost was answered {renewed:?}"
+    );
+    assert_eq!(store.check("lost", "holder").await.unwrap(), renewed);
+
+    // The first grant after the wipe writes the new fence base: by a store
+    // whose floor is 0, the base is the broker's clock alone.
+    let newcomer = open(&etcd.store_url());
+    let first = grant(&newcomer, &spec("after", "t", 30_000)).await;
+    assert!(
+        first > highest,
+        "fence {first} after the wipe, {highest} before"
+    );
+    let regranted = grant(&store, &spec("lost", "thief", 30_000)).await;
+    assert!(regranted > first, "fence {regranted} after {first}");
+    assert_eq!(
+        store.renew("lost", "holder", None).await.unwrap(),
+        Checked::NotOwner { fence: regranted },
+        "the old holder, once the name is someone else's"
+    );
+}
+
+/// etcd wiped and back at once: a lease granted right after the wipe is
+/// released by its holder (Done, after UNAVAILABLE at most), never refused
+/// INTERNAL because the store wrote the end record on the etcd lease it
+/// had granted for end records before the wipe, which etcd no longer has.
+#[tokio::test]
+async fn a_release_right_after_a_wipe_is_done() {
+    let mut etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    // A release grants the lease that end records live on, for a slice
+    // of 1 s.
+    grant_and_release(&store, "before", 1).await;
+    let released = Instant::now();
+    etcd.wipe();
+    let after = spec("after", "holder", 30_000);
+    let (granted, _) =
+        until_answered(Duration::from_secs(30), "a grant", || store.acquire(&after)).await;
+    assert!(matches!(granted, Acquired::Granted { .. }), "{granted:?}");
+    let (outcome, refused) = until_answered(Duration::from_secs(10), "the release", || {
+        store.release("after", "holder")
+    })
+    .await;
+    eprintln!(
+        "released {:?} after the release before the wipe ({refused} UNAVAILABLE first)",
+        released.elapsed()
+    );
+    assert_eq!(outcome, Checked::Done(()));
+    match store.acquire(&spec("after", "next", 30_000)).await.unwrap() {
+        Acquired::Granted { .. } => {}
+        Acquired::Blocked(blocked) => panic!("released, yet held: {blocked:?}"),
+    }
+}
+
+/// Checks that `call` fails UNAVAILABLE within [`FAIL_WITHIN`]; `what`
+/// names it. The answer is written out, if any.
+async fn refused_in_time(what: &str, call: impl Future<Output = leasehold_server::Result<String>>) {
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(FAIL_WITHIN * 10, call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung for {:?}", FAIL_WITHIN * 10));
+    let took = started.elapsed();
+    assert!(
+        matches!(outcome, Err(Error::Unavailable(_))),
+        "{what} with etcd away: {outcome:?}"
+    );
+    assert!(
+        took < FAIL_WITHIN,
+        "{what} took {took:?} to fail (store timeout {TIMEOUT:?}): {outcome:?}"
+    );
+}
+
+/// Every kind of store call but a watch ([`a_watch_refused_in_time`]),
+/// `rounds` times over, fails UNAVAILABLE within [`FAIL_WITHIN`]. `held`
+/// and `spare` are names held with the tokens `holder` and `spare`
+/// ([`holding`]): calls on `held` read it or renew it as it is, the
+/// writes that change a lease (a new TTL, a release, a revoke) go to
+/// `spare`, since a write cut at the timeout may still be applied once
+/// etcd answers again.
+async fn every_call_refused_in_time(store: &Store, rounds: u32) {
+    let debug = |answer: &dyn std::fmt::Debug| format!("{answer:?}");
+    for round in 0..rounds {
+        let r = |what: &str| format!("round {round}: {what}");
+        refused_in_time(
+            &r("an acquire of a free name"),
+            store
+                .acquire(&spec("free", "someone", 10_000))
+                .map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("an acquire of the held name"),
+            store
+                .acquire(&spec("held", "thief", 10_000))
+                .map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("a renewal"),
+            store
+                .renew("held", "holder", None)
+                .map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("a renewal with a new TTL"),
+            store
+                .renew("spare", "spare", Some(90_000))
+                .map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("a check"),
+            store.check("held", "holder").map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("a describe"),
+            store.describe("held").map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("a release"),
+            store
+                .release("spare", "spare")
+                .map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("a revoke"),
+            store.revoke("spare").map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("a dequeue"),
+            store.dequeue("held", "thief").map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(
+            &r("a refresh of places"),
+            store
+                .refresh_places("held", &["thief".to_owned()])
+                .map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
+        refused_in_time(&r("a ping"), store.ping().map(|a| a.map(|a| debug(&a)))).await;
+    }
+}
+
+/// A watch of a name not watched yet fails UNAVAILABLE within
+/// [`FAIL_WITHIN`].
+async fn a_watch_refused_in_time(store: &Store) {
+    refused_in_time(
+        "a watch",
+        store
+            .watch("held", Event::Released, None)
+            .map(|w| w.map(|_| "a watch".to_owned())),
+    )
+    .await;
+}
+
+/// Once etcd answers again: a grant succeeds within 30 s (the same store,
+/// by itself), the lease `held` still holds its fence, and a release wakes
+/// a watch of the name.
+async fn back_by_itself(store: &Store, held: u64, since: Instant) {
+    let after = spec("after", "t", 30_000);
+    let (granted, refused) =
+        until_answered(Duration::from_secs(30), "a grant", || store.acquire(&after)).await;
+    eprintln!(
+        "granted {:?} after etcd came back ({refused} calls UNAVAILABLE first)",
+        since.elapsed()
+    );
+    match granted {
+        Acquired::Granted { fence, .. } => assert!(fence > held, "fence {fence} after {held}"),
+        Acquired::Blocked(blocked) => panic!("a free name blocked: {blocked:?}"),
+    }
+    assert_eq!(
+        store.renew("held", "holder", None).await.unwrap(),
+        Checked::Done(Renewed {
+            ttl_ms: 60_000,
+            fence: held
+        })
+    );
+    let (watch, _) = until_answered(Duration::from_secs(10), "a watch", || {
+        store.watch("held", Event::Released, None)
+    })
+    .await;
+    // A wake-up kept from the watch stream's reopening is no news.
+    let _ = watch.notified().now_or_never();
+    let notified = watch.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    assert_eq!(
+        store.release("held", "holder").await.unwrap(),
+        Checked::Done(())
+    );
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the release woke the watch");
+}
+
+/// Holds `held` (TTL 60 s; its fence returned) and `spare`, and keeps a
+/// watch of another name open (so the store's watch stream is up).
+async fn holding(store: &Store) -> (u64, Watch) {
+    let held = grant(store, &spec("held", "holder", 60_000)).await;
+    grant(store, &spec("spare", "spare", 60_000)).await;
+    let kept = store
+        .watch("elsewhere", Event::Released, None)
+        .await
+        .expect("a watch with etcd up");
+    (held, kept)
+}
+
+/// etcd killed: every store call fails UNAVAILABLE, each within 3 s for a
+/// store timeout of 1 s (none hangs), and once etcd is started again with
+/// its data the same store works again by itself: a grant succeeds within
+/// seconds, the lease held before still has its fence, and a release wakes
+/// a watch.
+#[tokio::test]
+async fn etcd_killed_fails_calls_in_time_and_is_used_again_once_back() {
+    let mut etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    let (held, _kept) = holding(&store).await;
+
+    etcd.stop();
+    a_watch_refused_in_time(&store).await;
+    every_call_refused_in_time(&store, 3).await;
+    etcd.restart();
+    back_by_itself(&store, held, Instant::now()).await;
+}
+
+/// etcd frozen (SIGSTOP: its connections stay open and it answers
+/// nothing): every store call but a watch fails UNAVAILABLE within 3 s for
+/// a store timeout of 1 s, and once etcd runs again the same store works
+/// again by itself, the lease held before intact.
+#[tokio::test]
+async fn etcd_frozen_fails_calls_in_time_and_is_used_again_once_back() {
+    let etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    let (held, _kept) = holding(&store).await;
+
+    etcd.pause();
+    // Each call waits for the store timeout: the first round on the
+    // connection open when etcd froze, the second (past the connection's
+    // HTTP/2 keep-alive, 6 s) on one made to the frozen etcd.
+    every_call_refused_in_time(&store, 2).await;
+    etcd.resume();
+    back_by_itself(&store, held, Instant::now()).await;
+}
+
+/// etcd frozen while the store's watch stream is open (another name is
+/// watched): a watch of a new name fails UNAVAILABLE within 3 s for a store
+/// timeout of 1 s, as every other call does, rather than waiting for the
+/// connection's HTTP/2 keep-alive to give up on etcd.
+#[tokio::test]
+async fn etcd_frozen_fails_a_watch_in_time_while_the_watch_stream_is_open() {
+    let etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    let (_held, _kept) = holding(&store).await;
+
+    etcd.pause();
+    a_watch_refused_in_time(&store).await;
+    etcd.resume();
+}
+
+/// What a client saw while it went on calling through an election.
+#[derive(Debug, Default)]
+struct Seen {
+    answered: u32,
+    unavailable: u32,
+}
+
+/// Calls in a loop until `stop`: renews `held` (must be Done with its
+/// fence), tries to take it (must be Blocked by that fence), and grants
+/// and releases fresh names (each fence above every one granted before,
+/// `highest` kept up to date); any of them may fail UNAVAILABLE, nothing
+/// else.
+async fn go_on_calling(
+    store: Store,
+    held: u64,
+    highest: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> Seen {
+    let mut seen = Seen::default();
+    let mut count = |outcome: &leasehold_server::Result<()>, what: &str| match outcome {
+        Ok(()) => seen.answered += 1,
+        Err(Error::Unavailable(_)) => seen.unavailable += 1,
+        Err(e) => panic!("{what} during the election: {e:?}"),
+    };
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let renewed = store.renew("held", "holder", None).await.map(|renewed| {
+            assert_eq!(
+                renewed,
+                Checked::Done(Renewed {
+                    ttl_ms: 60_000,
+                    fence: held
+                }),
+                "the holder's renewal during the election"
+            );
+        });
+        count(&renewed, "a renewal");
+        let taken = store
+            .acquire(&spec("held", "thief", 10_000))
+            .await
+            .map(|acquired| match acquired {
+                Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
+                Acquired::Granted { fence, .. } => {
+                    panic!("held granted to another during the election: fence {fence}")
+                }
+            });
+        count(&taken, "an acquire of the held name");
+        let name = format!("during/{i}");
+        let before = highest.load(Ordering::Relaxed);
+        let granted =
+            store
+                .acquire(&spec(&name, "t", 10_000))
+                .await
+                .map(|acquired| match acquired {
+                    Acquired::Granted { fence, .. } => {
+                        assert!(fence > before, "fence {fence} after {before}");
+                        highest.fetch_max(fence, Ordering::Relaxed);
+                    }
+                    Acquired::Blocked(blocked) => {
+                        panic!("{name}, never granted, blocked: {blocked:?}")
+                    }
+                });
+        count(&granted, "an acquire of a fresh name");
+        if granted.is_ok() {
+            let released = store.release(&name, "t").await.map(|released| {
+                assert!(
+                    matches!(released, Checked::Done(()) | Checked::Released),
+                    "{name}'s release: {released:?}"
+                );
+            });
+            count(&released, "a release");
+        }
+    }
+    seen
+}
+
+/// A three-member cluster whose leader is killed (SIGKILL) while a lease is
+/// held: once a new leader is elected the lease is still its holder's
+/// (renewed with the same fence), another acquirer is refused, and fences
+/// go on rising; a client calling all along was answered right or
+/// UNAVAILABLE, never wrong; and the killed member, started again, rejoins
+/// with the lease still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
+    let mut cluster = EtcdCluster::start();
+    let store = open(&cluster.store_url());
+    let held = grant(&store, &spec("held", "holder", 60_000)).await;
+    let highest = Arc::new(AtomicU64::new(
+        grant_and_release(&store, "before", 3).await.max(held),
+    ));
+    let leader = cluster.await_leader(Duration::from_secs(10)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let calling = tokio::spawn(go_on_calling(
+        store.clone(),
+        held,
+        Arc::clone(&highest),
+        Arc::clone(&stop),
+    ));
+    let killed = Instant::now();
+    cluster.kill(leader);
+    let elected = cluster.await_leader(Duration::from_secs(30)).await;
+    assert_ne!(elected, leader, "the killed member still leads");
+    let election = killed.elapsed();
+
+    let (renewed, refused) = until_answered(Duration::from_secs(30), "renew held", || {
+        store.renew("held", "holder", None)
+    })
+    .await;
+    assert_eq!(
+        renewed,
+        Checked::Done(Renewed {
+            ttl_ms: 60_000,
+            fence: held
+        }),
+        "the holder's renewal after the election"
+    );
+    let thief = spec("held", "thief", 10_000);
+    let (taken, _) = until_answered(Duration::from_secs(30), "acquire held", || {
+        store.acquire(&thief)
+    })
+    .await;
+    match taken {
+        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
+        Acquired::Granted { fence, .. } => panic!("held granted twice: fence {fence}"),
+    }
+    stop.store(true, Ordering::Relaxed);
+    let seen = calling.await.expect("the calls during the election");
+    let before = highest.load(Ordering::Relaxed);
+    let free = spec("fresh", "t", 10_000);
+    let (fresh, _) = until_answered(Duration::from_secs(30), "acquire fresh", || {
+        store.acquire(&free)
+    })
+    .await;
+    match fresh {
+        Acquired::Granted { fence, .. } => {
+            assert!(
+                fence > before,
+                "fence {fence} after the election, {before} before"
+            );
+        }
+        Acquired::Blocked(blocked) => panic!("a free name blocked: {blocked:?}"),
+    }
+    eprintln!(
+        "member {leader} killed; member {elected} led {election:?} later; the holder's first \
+         renewal after that followed {refused} UNAVAILABLE; calls all along: {seen:?}"
+    );
+    assert!(seen.answered > 0, "no call was answered: {seen:?}");
+
+    tokio::task::block_in_place(|| cluster.restart(leader));
+    let (renewed, _) = until_answered(Duration::from_secs(30), "renew held", || {
+        store.renew("held", "holder", None)
+    })
+    .await;
+    assert_eq!(
+        renewed,
+        Checked::Done(Renewed {
+            ttl_ms: 60_000,
+            fence: held
+        }),
+        "the holder's renewal once the old leader rejoined"
+    );
+}
+
+/// One acquire, renew and release of a fresh name: `Err` only as the store
+/// failed it (a wrong answer fails the test).
+async fn cycle(store: &Store, name: &str) -> leasehold_server::Result<()> {
+    match store.acquire(&spec(name, "t", 10_000)).await? {
+        Acquired::Granted { fence, .. } => {
+            assert_eq!(
+                store.renew(name, "t", None).await?,
+                Checked::Done(Renewed {
+                    ttl_ms: 10_000,
+                    fence
+                })
+            );
+        }
+        Acquired::Blocked(blocked) => panic!("{name}, never granted, blocked: {blocked:?}"),
+    }
+    assert_eq!(store.release(name, "t").await?, Checked::Done(()));
+    Ok(())
+}
+
+/// How a member is taken away.
+#[derive(Clone, Copy, Debug)]
+enum Away {
+    /// SIGKILL: its port refuses connections.
+    Killed,
+    /// SIGSTOP: its port accepts connections, and it answers nothing.
+    Frozen,
+}
+
+impl std::fmt::Display for Away {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Away::Killed => "killed",
+            Away::Frozen => "frozen",
+        })
+    }
+}
+
+/// Takes a follower of a three-member cluster away (the cluster keeps its
+/// leader and its quorum) and checks that the store, whose URL lists all
+/// three members, serves every call from the other two: within 15 s, 20
+/// acquire-renew-release cycles in a row succeed.
+async fn served_by_the_others(away: Away) {
+    let mut cluster = EtcdCluster::start();
+    let store = open(&cluster.store_url());
+    cycle(&store, "warm-up")
+        .await
+        .expect("a cycle with every member up");
+    let leader = cluster.await_leader(Duration::from_secs(10)).await;
+    let follower = (leader + 1) % EtcdCluster::SIZE;
+    match away {
+        Away::Killed => cluster.kill(follower),
+        Away::Frozen => cluster.pause(follower),
+    }
+
+    let since = Instant::now();
+    let limit = Duration::from_secs(15);
+    let (mut streak, mut failed, mut cycles) = (0, 0, 0);
+    let mut last = String::new();
+    while streak < 20 {
+        assert!(
+            since.elapsed() < limit,
+            "with member {follower} of {} {away} (member {leader} leading), {failed} of \
+             {cycles} cycles failed within {limit:?}, the last with: {last}",
+            EtcdCluster::SIZE
+        );
+        cycles += 1;
+        match cycle(&store, &format!("n/{cycles}")).await {
+            Ok(()) => streak += 1,
+            Err(Error::Unavailable(why)) => {
+                streak = 0;
+                failed += 1;
+                last = why;
+            }
+            Err(e) => panic!("cycle {cycles}: {e:?}"),
+        }
+    }
+    eprintln!(
+        "20 cycles in a row {:?} after member {follower} was {away}; {failed} of {cycles} \
+         cycles failed",
+        since.elapsed()
+    );
+}
+
+/// A three-member cluster with a follower killed keeps its leader and its
+/// quorum, and the store, whose URL lists all three, serves every call
+/// from the other two.
+#[tokio::test]
+async fn with_a_follower_killed_every_call_is_served_by_the_others() {
+    served_by_the_others(Away::Killed).await;
+}
+
+/// A three-member cluster with a follower frozen (SIGSTOP) keeps its leader
+/// and its quorum, and the store, whose URL lists all three, serves every
+/// call from the other two.
+#[tokio::test]
+async fn with_a_follower_frozen_every_call_is_served_by_the_others() {
+    served_by_the_others(Away::Frozen).await;
+}
+
+/// A compaction of etcd's history at its current revision leaves waiters to
+/// be woken: a waiter in line for a held name is woken by the release that
+/// follows the compaction (and then granted), and so is a watch made after
+/// it.
+#[tokio::test]
+async fn a_compaction_leaves_waiters_to_be_woken() {
+    let etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    let held = grant(&store, &spec("name", "holder", 30_000)).await;
+    let waiter = GrantSpec {
+        queued: true,
+        ..spec("name", "waiter-token", 30_000)
+    };
+    match store.acquire(&waiter).await.unwrap() {
+        Acquired::Blocked(blocked) => assert_eq!(blocked.position, 1),
+        Acquired::Granted { fence, .. } => panic!("a held name granted: fence {fence}"),
+    }
+    let watch = store
+        .watch("name", Event::Released, Some("waiter-token"))
+        .await
+        .unwrap();
+    // Writes after the watch began, then a compaction at the last of them.
+    grant_and_release(&store, "other", 5).await;
+    let compacted = etcd.compact().await;
+    assert!(compacted > 1, "compacted at revision {compacted}");
+
+    // Nothing woke it yet, and its place is still first (renewed now: it
+    // lapses 3 s after the acquire otherwise, which wakes it too).
+    assert!(
+        watch.notified().now_or_never().is_none(),
+        "woken before the release"
+    );
+    assert_eq!(
+        store
+            .refresh_places("name", &["waiter-token".to_owned()])
+            .await
+            .unwrap(),
+        [Some(0)]
+    );
+    {
+        let notified = watch.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        assert_eq!(
+            store.release("name", "holder").await.unwrap(),
+            Checked::Done(())
+        );
+        tokio::time::timeout(Duration::from_secs(5), notified)
+            .await
+            .expect("the release after the compaction woke the waiter");
+    }
+    let granted = grant(&store, &waiter).await;
+    assert!(granted > held, "fence {granted} after {held}");
+    drop(watch);
+
+    // A watch made after a compaction.
+    etcd.compact().await;
+    let observer = store.watch("name", Event::Released, None).await.unwrap();
+    etcd.compact().await;
+    let notified = observer.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    assert_eq!(
+        store.release("name", "waiter-token").await.unwrap(),
+        Checked::Done(())
+    );
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the release woke a watch made after the compaction");
+}
+
+/// Grants `name` with `ttl_ms` and checks what the store promises of a
+/// lease in whole-second etcd leases: held, and refused to another, in its
+/// last 400 ms (every look answered before the TTL, counted from before
+/// the grant was asked for, sees it held; at least one is); free within
+/// the TTL rounded up to whole seconds plus 1.5 s of the grant's answer.
+/// When it was free, after the grant's answer.
+async fn lives_its_ttl(store: &Store, ttl_ms: u64) -> Duration {
+    let name = format!("ttl/{ttl_ms}");
+    let ttl = Duration::from_millis(ttl_ms);
+    let asked = Instant::now();
+    let fence = grant(store, &spec(&name, "holder", ttl_ms)).await;
+    let granted = Instant::now();
+
+    tokio::time::sleep_until((asked + ttl - Duration::from_millis(400)).into()).await;
+    let mut seen_held = 0;
+    loop {
+        let described = store.describe(&name).await.unwrap();
+        if asked.elapsed() >= ttl {
+            break;
+        }
+        assert_eq!(
+            described.lease.as_ref().map(|lease| lease.fence),
+            Some(fence),
+            "{name} {:?} after it was asked for: {described:?}",
+            asked.elapsed()
+        );
+        let taken = store.acquire(&spec(&name, "next", ttl_ms)).await.unwrap();
+        if asked.elapsed() >= ttl {
+            break;
+        }
+        match taken {
+            Acquired::Blocked(blocked) => assert_eq!(blocked.fence, fence),
+            Acquired::Granted { .. } => {
+                panic!("{name} granted to another {:?} after", asked.elapsed())
+            }
+        }
+        seen_held += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        seen_held > 0,
+        "no look at {name} was answered within its TTL"
+    );
+
+    let bound = Duration::from_millis(ttl_ms.div_ceil(1_000) * 1_000 + 1_500);
+    loop {
+        match store.acquire(&spec(&name, "next", ttl_ms)).await.unwrap() {
+            Acquired::Granted { fence: next, .. } => {
+                assert!(next > fence, "fence {next} after {fence}");
+                return granted.elapsed();
+            }
+            Acquired::Blocked(blocked) => {
+                assert_eq!(blocked.fence, fence);
+                assert!(
+                    granted.elapsed() < bound,
+                    "{name} still held {:?} after its grant (bound {bound:?})",
+                    granted.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// etcd's leases are whole seconds: a lease of 1,000, 1,500 or 2,300 ms
+/// lives at least its TTL, and is free within its TTL rounded up to whole
+/// seconds plus 1.5 s (etcd's leader revokes an expired lease within about
+/// half a second).
+#[tokio::test]
+async fn a_lease_lives_its_ttl_and_ends_within_whole_seconds_after() {
+    let etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    let ttls = [1_000, 1_500, 2_300];
+    let freed =
+        futures_util::future::join_all(ttls.iter().map(|&ttl| lives_its_ttl(&store, ttl))).await;
+    for (ttl, freed) in ttls.iter().zip(freed) {
+        eprintln!("a lease of {ttl} ms was free {freed:?} after its grant");
+    }
+}
