@@ -126,6 +126,37 @@ fn signal(child: &Child, signal: libc::c_int) {
         "signal {signal} to etcd (pid {}) not sent",
         child.id()
     );
+    if signal == libc::SIGSTOP {
+        stopped(child.id());
+    }
+}
+
+/// Waits until every thread of process `pid` is stopped: kill(2) returns
+/// before they are, and a thread already running on the other core may
+/// still answer a request sent right after it (a test saw a watch
+/// confirmed by an etcd it had just stopped).
+fn stopped(pid: u32) {
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let all = std::fs::read_dir(&tasks).is_ok_and(|threads| {
+            threads.flatten().all(|thread| {
+                // The state follows the command's closing parenthesis.
+                std::fs::read_to_string(thread.path().join("stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(')')
+                        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+                })
+            })
+        });
+        if all {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "etcd (pid {pid}) not stopped 10 s after SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// A one-member etcd, killed on drop.

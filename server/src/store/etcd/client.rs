@@ -19,7 +19,7 @@
 use std::{
     collections::{HashMap, VecDeque},
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, RwLock,
     },
     time::{Duration, Instant},
@@ -165,15 +165,34 @@ impl tonic::service::Interceptor for Token {
 
 type Svc = InterceptedService<Channel, Token>;
 
-/// A connection to an etcd cluster; cheap to clone.
+/// The services of one member of the URL, on a channel of its own.
 #[derive(Clone)]
-pub(super) struct Client {
+pub(super) struct Member {
+    /// Its place in the URL.
+    index: usize,
     kv: KvClient<Svc>,
     lease: LeaseClient<Svc>,
     watch: WatchClient<Svc>,
     maintenance: MaintenanceClient<Svc>,
     cluster: ClusterClient<Svc>,
     auth: AuthClient<Channel>,
+    timeout: Duration,
+}
+
+/// A connection to an etcd cluster: one member at a time, the next one of
+/// the URL once it fails (a request it could not take, no answer within
+/// the store timeout, a stream that broke or stalled); cheap to clone.
+///
+/// One member at a time rather than requests spread over all of them: a
+/// dead or frozen member would take its share of every operation's several
+/// requests, and nearly every operation would fail while it is away. etcd
+/// forwards what a follower cannot serve (writes, linearizable reads,
+/// keep-alives) to its leader, so any live member of the quorum serves all.
+#[derive(Clone)]
+pub(super) struct Client {
+    members: Arc<[Member]>,
+    /// The member in use, an index into `members`.
+    current: Arc<AtomicUsize>,
     token: Token,
     credentials: Option<Arc<(String, String)>>,
     timeout: Duration,
@@ -189,8 +208,8 @@ const STORE: &str = "etcd";
 
 impl Client {
     /// A lazily connecting client (the broker starts, and reports
-    /// NOT_SERVING, while etcd is down), load-balanced over the URL's
-    /// members: a member that fails is left for the others.
+    /// NOT_SERVING, while etcd is down) over the URL's members, the first
+    /// one first.
     pub fn open(url: &EtcdUrl, options: &StoreOptions) -> Result<Client> {
         let scheme = if url.tls { "https" } else { "http" };
         let tls = if url.tls {
@@ -223,22 +242,29 @@ impl Client {
             }
             endpoints.push(endpoint);
         }
-        let channel = if endpoints.len() == 1 {
-            endpoints.remove(0).connect_lazy()
-        } else {
-            Channel::balance_list(endpoints.into_iter())
-        };
         let token = Token(Arc::new(RwLock::new(None)));
-        let svc = || InterceptedService::new(channel.clone(), token.clone());
-        let lease = LeaseClient::new(svc());
+        let members: Vec<Member> = endpoints
+            .into_iter()
+            .enumerate()
+            .map(|(index, endpoint)| {
+                let channel = endpoint.connect_lazy();
+                let svc = || InterceptedService::new(channel.clone(), token.clone());
+                Member {
+                    index,
+                    kv: KvClient::new(svc()),
+                    lease: LeaseClient::new(svc()),
+                    watch: WatchClient::new(svc()),
+                    maintenance: MaintenanceClient::new(svc()),
+                    cluster: ClusterClient::new(svc()),
+                    auth: AuthClient::new(channel.clone()),
+                    timeout: options.timeout,
+                }
+            })
+            .collect();
         let (keepalive, requests) = mpsc::channel(KEEPALIVE_QUEUE);
         let client = Client {
-            kv: KvClient::new(svc()),
-            lease: lease.clone(),
-            watch: WatchClient::new(svc()),
-            maintenance: MaintenanceClient::new(svc()),
-            cluster: ClusterClient::new(svc()),
-            auth: AuthClient::new(channel.clone()),
+            members: members.into(),
+            current: Arc::new(AtomicUsize::new(0)),
             token,
             credentials: url.credentials.clone().map(Arc::new),
             timeout: options.timeout,
@@ -249,24 +275,59 @@ impl Client {
         Ok(client)
     }
 
+    /// The store timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The member in use.
+    pub fn member(&self) -> Member {
+        let at = self.current.load(Ordering::Relaxed) % self.members.len();
+        self.members[at].clone()
+    }
+
+    /// `member` failed: the next call goes to the next member of the URL
+    /// (once, however many calls saw it fail at once).
+    pub fn failed(&self, member: &Member) {
+        let n = self.members.len();
+        let next = (member.index + 1) % n;
+        if n > 1
+            && self
+                .current
+                .compare_exchange(member.index, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::debug!(
+                from = member.index,
+                to = next,
+                "etcd store: a member failed; using the next one of the URL"
+            );
+        }
+    }
+
     /// Runs one call under the store timeout (etcd is told the deadline
     /// too, and gives up on its side), authenticating first, or again once
-    /// when etcd no longer knows the token.
+    /// when etcd no longer knows the token. A member that could not be
+    /// reached (the request never left) is left for the next at once; one
+    /// that failed otherwise, for the next call.
     async fn call<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T>
     where
-        F: FnMut(Client) -> Fut,
+        F: FnMut(Member) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, Status>>,
     {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut authenticated = false;
+        let mut unreachable = 0;
         loop {
             if self.credentials.is_some() && !authenticated && !self.has_token() {
                 self.authenticate(deadline).await?;
                 authenticated = true;
             }
-            let outcome = tokio::time::timeout_at(deadline, f(self.clone()))
-                .await
-                .map_err(|_| super::super::timed_out(STORE, op, self.timeout))?;
+            let member = self.member();
+            let Ok(outcome) = tokio::time::timeout_at(deadline, f(member.clone())).await else {
+                self.failed(&member);
+                return Err(super::super::timed_out(STORE, op, self.timeout));
+            };
             match outcome {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status)
@@ -274,7 +335,16 @@ impl Client {
                 {
                     self.clear_token();
                 }
-                Err(status) => return Err(classify(op, &status)),
+                Err(status) if not_sent(&status) && unreachable + 1 < self.members.len() => {
+                    self.failed(&member);
+                    unreachable += 1;
+                }
+                Err(status) => {
+                    if member_failed(&status) {
+                        self.failed(&member);
+                    }
+                    return Err(classify(op, &status));
+                }
             }
         }
     }
@@ -301,7 +371,7 @@ impl Client {
         let Some(credentials) = &self.credentials else {
             return Ok(());
         };
-        let mut auth = self.auth.clone();
+        let mut auth = self.member().auth;
         let request = AuthenticateRequest {
             name: credentials.0.clone(),
             password: credentials.1.clone(),
@@ -492,26 +562,35 @@ impl Client {
         Ok(members.members.len())
     }
 
-    /// Opens a Watch stream fed by `requests`.
+    /// Opens a Watch stream fed by `requests`, on the member in use (which
+    /// it returns, for [`Client::failed`] should the stream break).
     pub async fn watch(
         &self,
         requests: mpsc::Receiver<WatchRequest>,
-    ) -> Result<tonic::Streaming<WatchResponse>> {
+    ) -> Result<(tonic::Streaming<WatchResponse>, Member)> {
         if self.credentials.is_some() && !self.has_token() {
             self.authenticate(tokio::time::Instant::now() + self.timeout)
                 .await?;
         }
-        let mut watch = self.watch.clone();
-        tokio::time::timeout(self.timeout, watch.watch(ReceiverStream::new(requests)))
-            .await
-            .map_err(|_| super::super::timed_out(STORE, "Watch", self.timeout))?
-            .map(tonic::Response::into_inner)
-            .map_err(|status| {
+        let member = self.member();
+        let mut watch = member.watch.clone();
+        let Ok(opened) =
+            tokio::time::timeout(self.timeout, watch.watch(ReceiverStream::new(requests))).await
+        else {
+            self.failed(&member);
+            return Err(super::super::timed_out(STORE, "Watch", self.timeout));
+        };
+        match opened {
+            Ok(response) => Ok((response.into_inner(), member)),
+            Err(status) => {
                 if stale_token(&status) {
                     self.clear_token();
+                } else if member_failed(&status) {
+                    self.failed(&member);
                 }
-                classify("Watch", &status)
-            })
+                Err(classify("Watch", &status))
+            }
+        }
     }
 }
 
@@ -520,6 +599,24 @@ fn bounded<T>(message: T, timeout: Duration) -> Request<T> {
     let mut request = Request::new(message);
     request.set_timeout(timeout);
     request
+}
+
+/// The request never reached the member (its connection could not be
+/// made): safe to send to another, whatever it asks.
+fn not_sent(status: &Status) -> bool {
+    status.code() == Code::Unavailable
+        && (status.message().contains("tcp connect error")
+            || status.message().contains("error trying to connect")
+            || status.message().contains("Connection refused"))
+}
+
+/// The member failed rather than the request: unreachable, without a
+/// leader (cut off from its quorum), or too slow to answer.
+fn member_failed(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
+    ) && !status.message().contains("leader changed")
 }
 
 /// etcd answered that it does not know the token (anymore).
@@ -568,11 +665,11 @@ const KEEPALIVE_QUEUE: usize = 1024;
 /// renewal and hands each answer to the renewal of the same lease id
 /// (etcd answers a stream's requests in order, so a lease renewed twice at
 /// once gets its answers in order too). The stream is opened at the first
-/// renewal and again after it broke; one that has left a renewal
-/// unanswered for twice the store timeout is taken for stalled and
-/// replaced. Ends when the store is dropped.
+/// renewal and again after it broke, on the member in use; one that has
+/// left a renewal unanswered for the store timeout (whose caller has given
+/// up on it) is taken for stalled, and its member for failed. Ends when
+/// the store is dropped.
 async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)>) {
-    let stale = client.timeout * 2;
     let mut first = None;
     loop {
         let (id, answer) = match first.take() {
@@ -595,7 +692,8 @@ async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)
         // Queued before the call: etcd answers the call's headers only once
         // the first request arrived.
         let _ = to_etcd.try_send(LeaseKeepAliveRequest { id });
-        let mut lease = client.lease.clone();
+        let member = client.member();
+        let mut lease = member.lease.clone();
         let opened = tokio::time::timeout(
             client.timeout,
             lease.lease_keep_alive(ReceiverStream::new(outgoing)),
@@ -606,11 +704,14 @@ async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)
             Ok(Err(status)) => {
                 if stale_token(&status) {
                     client.clear_token();
+                } else if member_failed(&status) {
+                    client.failed(&member);
                 }
                 let _ = answer.send(Err(classify("LeaseKeepAlive", &status)));
                 continue;
             }
             Err(_) => {
+                client.failed(&member);
                 let _ = answer.send(Err(super::super::timed_out(
                     STORE,
                     "LeaseKeepAlive",
@@ -655,12 +756,13 @@ async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)
                 },
                 _ = tick.tick() => {
                     let oldest = pending.values().filter_map(|q| q.front()).map(|(at, _)| *at).min();
-                    if oldest.is_some_and(|at| at.elapsed() > stale) {
+                    if oldest.is_some_and(|at| at.elapsed() > client.timeout) {
                         break "etcd left a renewal unanswered".to_owned();
                     }
                 }
             }
         };
+        client.failed(&member);
         for (_, answer) in pending.into_values().flatten() {
             let _ = answer.send(Err(Error::Unavailable(format!(
                 "etcd's keep-alive stream broke: {broken}"

@@ -89,7 +89,7 @@ use super::{
     safety::{Finding, Setting},
     watch::Watchers,
     Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, Ping, RenewItem,
-    Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
+    Renewed, Revocation, StoreOptions, Watch, QUEUE_LIFETIME,
 };
 use crate::{
     duration::millis,
@@ -1511,6 +1511,19 @@ impl Backend for EtcdStore {
 
     fn channel(&self, name: &str, event: Event) -> String {
         subscribe::channel(name, event)
+    }
+
+    /// As every store's, within the store timeout: a stream that stalled
+    /// (a frozen member) leaves the subscribe unconfirmed, and the watch
+    /// fails UNAVAILABLE in time (the stream is replaced meanwhile).
+    async fn watch(&self, name: &str, event: Event, waiter: Option<&str>) -> Result<Watch> {
+        let timeout = self.client().timeout();
+        tokio::time::timeout(
+            timeout,
+            self.watchers().watch(&self.channel(name, event), waiter),
+        )
+        .await
+        .map_err(|_| super::timed_out("etcd", "Watch (create)", timeout))?
     }
 
     /// etcd has no clock to read (expiry is its leader's lessor's), so the

@@ -12,8 +12,9 @@
 //! * grants: the lock key or a permit created.
 //!
 //! How it fails: a stream that breaks (etcd restarted, a member lost, the
-//! store timeout passed without an answer to a create) is opened again
-//! after a pause (100 ms doubling to 2 s), every channel watched anew, and
+//! store timeout passed without an answer to a create) is opened again,
+//! on the next member of the URL (at once, then after a pause of 100 ms
+//! doubling to 2 s while none answers), every channel watched anew, and
 //! every watch woken, since events may have gone unseen meanwhile (a
 //! spurious wake-up costs the waiter one look). A watcher etcd cancels
 //! (its revision compacted) is made again, its watches woken. A subscribe
@@ -21,7 +22,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use tokio::sync::{mpsc, oneshot};
@@ -75,6 +76,8 @@ struct Channels {
     confirmed: HashSet<i64>,
     /// Subscribes waiting for etcd's confirmation, by watcher id.
     acks: HashMap<i64, Vec<oneshot::Sender<Result<()>>>>,
+    /// When each watcher's create was asked for.
+    asked: HashMap<i64, Instant>,
     next_id: i64,
 }
 
@@ -86,12 +89,23 @@ impl Channels {
         if let Some(old) = self.by_channel.insert(channel.to_owned(), id) {
             self.by_id.remove(&old);
             self.confirmed.remove(&old);
+            self.asked.remove(&old);
             if let Some(acks) = self.acks.remove(&old) {
                 self.acks.entry(id).or_default().extend(acks);
             }
         }
         self.by_id.insert(id, channel.to_owned());
+        self.asked.insert(id, Instant::now());
         id
+    }
+
+    /// Whether etcd has left a subscribe unconfirmed for longer than
+    /// `timeout` (whose caller gave up on it): a stalled stream.
+    fn stalled(&self, timeout: Duration) -> bool {
+        self.acks
+            .keys()
+            .filter_map(|id| self.asked.get(id))
+            .any(|at| at.elapsed() > timeout)
     }
 
     /// Fails every subscribe still waiting.
@@ -101,6 +115,7 @@ impl Channels {
                 let _ = ack.send(Err(Error::Unavailable(why.to_owned())));
             }
             // Never confirmed: its watches are gone or will retry.
+            self.asked.remove(&id);
             if let Some(channel) = self.by_id.remove(&id) {
                 self.by_channel.remove(&channel);
             }
@@ -165,8 +180,8 @@ pub(super) async fn run(
         if let Some(first) = creates.pop() {
             let _ = outgoing.try_send(first);
         }
-        let mut incoming = match client.watch(outgoing_rx).await {
-            Ok(incoming) => {
+        let (mut incoming, member) = match client.watch(outgoing_rx).await {
+            Ok(opened) => {
                 let feed = outgoing.clone();
                 tokio::spawn(async move {
                     for create in rest {
@@ -175,7 +190,7 @@ pub(super) async fn run(
                         }
                     }
                 });
-                incoming
+                opened
             }
             Err(e) => {
                 let why = e.to_string();
@@ -213,8 +228,14 @@ pub(super) async fn run(
             watchers.wake_all();
         }
         reopened = true;
+        let mut tick = tokio::time::interval(client.timeout());
         let broken = loop {
             tokio::select! {
+                _ = tick.tick() => {
+                    if channels.stalled(client.timeout()) {
+                        break "etcd did not confirm a watch within the store timeout".to_owned();
+                    }
+                }
                 request = requests.recv() => match request {
                     Some(SubscriptionRequest::Subscribe(channel, ack)) => {
                         match channels.by_channel.get(&channel).copied() {
@@ -258,6 +279,7 @@ pub(super) async fn run(
             }
         };
         tracing::debug!(error = %broken, "etcd store: the watch stream broke; opening it again");
+        client.failed(&member);
         channels.confirmed.clear();
         channels.fail_acks(&format!("etcd's watch stream broke: {broken}"));
         // Every channel gets a new watcher on the new stream.
@@ -281,6 +303,7 @@ async fn answer(
     let id = response.watch_id;
     if response.created {
         channels.confirmed.insert(id);
+        channels.asked.remove(&id);
         for ack in channels.acks.remove(&id).unwrap_or_default() {
             let _ = ack.send(Ok(()));
         }

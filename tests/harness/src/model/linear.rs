@@ -978,7 +978,7 @@ mod tests {
         let bad = op(1, acquire(1000), granted(99, 5, 1000), 41_000, 41_010);
         ops.push(bad.clone());
         assert!(!ok(&ops));
-        let small = minimize(&ops, &bad, 100);
+        let small = minimize(&ops, &bad, 100, StoreClock::default());
         assert!(small.len() <= 3, "{}", format(&small));
         assert!(small.contains(&bad));
     }
