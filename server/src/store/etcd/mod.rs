@@ -446,7 +446,7 @@ impl EtcdStore {
             };
 
             let mut compare = vec![
-                created_at(&epoch_key, epoch.created),
+                epoch_is(&epoch_key, epoch),
                 absent(&keys.lock()),
                 absent(&keys.delay()),
             ];
@@ -1163,13 +1163,16 @@ fn absent(key: &[u8]) -> Compare {
 }
 
 /// The key was created at `revision`.
-fn created_at(key: &[u8], revision: i64) -> Compare {
+/// The fence epoch is still `epoch`: its base, not only its revision,
+/// which a wiped etcd starts again from 1 (the epoch, its first write, is
+/// then created at the same revision as before, with another base).
+fn epoch_is(key: &[u8], epoch: Epoch) -> Compare {
     compare(
         key,
         Vec::new(),
-        CompareTarget::Create,
+        CompareTarget::Value,
         CompareResult::Equal,
-        TargetUnion::CreateRevision(revision),
+        TargetUnion::Value(epoch.base.to_string().into_bytes()),
     )
 }
 
