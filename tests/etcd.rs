@@ -839,3 +839,105 @@ async fn a_lease_lives_its_ttl_and_ends_within_whole_seconds_after() {
         eprintln!("a lease of {ttl} ms was free {freed:?} after its grant");
     }
 }
+
+/// The broker on etcd, as a client sees it: `leasehold serve --store
+/// etcd://...` takes a lease, tells the TTL etcd applies (1,500 ms asked,
+/// whole seconds in etcd: 2,000 ms), keeps it over several TTLs on the
+/// client's KeepAlive stream while a second caller is refused, checks its
+/// fence, and releases it to the next caller, whose fence is higher.
+#[tokio::test]
+async fn a_broker_on_etcd_serves_a_client() {
+    use leasehold_client::{AcquireOptions, Client, ClientError};
+    let etcd = EtcdServer::start();
+    let broker = common::Broker::start(&etcd.store_url()).await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let options = || AcquireOptions::new().ttl(Duration::from_millis(1_500));
+    let lease = client.acquire("jobs/nightly", options()).await.unwrap();
+    assert_eq!(lease.ttl(), Duration::from_millis(2_000), "etcd's TTL");
+    let renewed_until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < renewed_until {
+        match client.acquire("jobs/nightly", options()).await {
+            Err(ClientError::NotAcquired(_)) => {}
+            other => panic!("a held lock taken: {other:?}"),
+        }
+        assert!(lease.check().is_ok(), "the lease was lost while kept alive");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        client
+            .check_fence("jobs/nightly", lease.fence())
+            .await
+            .unwrap(),
+        (true, lease.fence())
+    );
+    let fence = lease.fence();
+    lease.release().await.unwrap();
+    let next = client.acquire("jobs/nightly", options()).await.unwrap();
+    assert!(next.fence() > fence, "{} after {fence}", next.fence());
+    let (current, _) = client.check_fence("jobs/nightly", fence).await.unwrap();
+    assert!(!current, "the old fence is still current");
+    next.release().await.unwrap();
+}
+
+/// An etcd older than 3.4.31 in a cluster of several members (etcd#15247:
+/// a deposed leader can revoke live leases) is refused by default: health
+/// NOT_SERVING, Acquire UNAVAILABLE naming the version and the flag,
+/// `leasehold_store_unsafe{setting="etcd-version"}` 1; `--store-unsafe
+/// warn` serves it, exported all the same. (Debian's etcd is 3.4.23; a
+/// newer one would pass this test's first half only by being refused for
+/// another reason, so the test checks the version first.)
+#[tokio::test]
+async fn an_etcd_cluster_that_may_revoke_live_leases_is_refused_by_default() {
+    use common::{acquire_req, sample, scrape};
+    use tonic_health::pb::{
+        health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+    };
+    const SERIES: &str = "leasehold_store_unsafe{setting=\"etcd-version\"}";
+    let cluster = EtcdCluster::start();
+    let version = common::etcd::status(&cluster.url(0))
+        .await
+        .expect("etcd's status")
+        .version;
+    let affected = version.starts_with("3.4.") && version[4..].parse::<u32>().is_ok_and(|p| p < 31);
+    assert!(
+        affected,
+        "this test needs an etcd before 3.4.31; found {version}"
+    );
+    async fn health(
+        broker: &common::Broker,
+    ) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+        HealthClient::new(broker.channel().await)
+            .watch(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .expect("health watch")
+            .into_inner()
+    }
+
+    let refusing = common::Broker::start(&cluster.store_url()).await;
+    common::await_health(&mut health(&refusing).await, ServingStatus::NotServing).await;
+    let status = refusing
+        .client()
+        .await
+        .acquire(acquire_req("a", 10_000, "t", 0))
+        .await
+        .expect_err("an Acquire on a refused store");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains(&version)
+            && status.message().contains("15247")
+            && status.message().contains("--store-unsafe"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(sample(&scrape(refusing.metrics_addr).await, SERIES), 1.0);
+
+    let warned = common::Broker::start_with(&cluster.store_url(), |c| {
+        c.store_unsafe = leasehold_server::config::StoreUnsafe::Warn;
+    })
+    .await;
+    common::await_health(&mut health(&warned).await, ServingStatus::Serving).await;
+    common::must_acquire(&mut warned.client().await, "a", 10_000).await;
+    assert_eq!(sample(&scrape(warned.metrics_addr).await, SERIES), 1.0);
+}

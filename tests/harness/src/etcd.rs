@@ -434,8 +434,10 @@ impl Drop for EtcdCluster {
 }
 
 /// What one member's Maintenance.Status says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
+    /// etcd's version (`3.4.23`).
+    pub version: String,
     /// The member's own id.
     pub member_id: u64,
     /// The id of the member it takes for the leader (0: none).
@@ -464,6 +466,7 @@ pub async fn status(url: &str) -> Result<Status, tonic::Status> {
     .await?;
     let header = answer.header.unwrap_or_default();
     Ok(Status {
+        version: answer.version,
         member_id: header.member_id,
         leader: answer.leader,
         revision: header.revision,
@@ -560,6 +563,8 @@ mod wire {
     pub struct StatusResponse {
         #[prost(message, optional, tag = "1")]
         pub header: Option<ResponseHeader>,
+        #[prost(string, tag = "2")]
+        pub version: String,
         #[prost(uint64, tag = "4")]
         pub leader: u64,
     }
