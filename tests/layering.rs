@@ -72,26 +72,22 @@ fn the_proto_crate_depends_on_no_transport() {
     assert!(found.is_empty(), "leasehold-proto depends on {found:?}");
 }
 
-/// The broker's library serves; it is no client: it compiles neither the
-/// client crate nor the load generators, and no TLS roots of the system
-/// (a client's concern).
+/// The broker's library serves; it is no client of Leasehold: it compiles
+/// neither the client crate nor the load generators. (It is a client of its
+/// stores: redis-rs, tokio-postgres, and tonic's channel for etcd, whose
+/// API is gRPC.)
 #[test]
 fn the_broker_library_knows_no_client() {
     let tree = tree("leasehold-server");
     let found = offending(
         &tree,
-        &[
-            "leasehold-client ",
-            "leasehold-bench ",
-            "leasehold v",
-            "tonic feature \"channel\"",
-        ],
+        &["leasehold-client ", "leasehold-bench ", "leasehold v"],
     );
     assert!(found.is_empty(), "leasehold-server depends on {found:?}");
 }
 
-/// The load generators (and etcd's API, which only they call) are not in
-/// the shipped binary: the `leasehold` package does not depend on them.
+/// The load generators are not in the shipped binary: the `leasehold`
+/// package does not depend on them.
 #[test]
 fn the_shipped_binary_carries_no_load_generator() {
     let tree = tree("leasehold");
@@ -219,7 +215,9 @@ fn crate_paths_are_read_in_every_form() {
 
 /// The domain (the lease rules, the store, the error type) names no
 /// transport, no metrics library and no flag parser: those crates appear
-/// only in the service, metrics and config modules.
+/// only in the service, metrics and config modules; and in the etcd store's
+/// driver (`store/etcd/client.rs`), since etcd's own API is gRPC, as the
+/// Redis store's speaks RESP through redis-rs.
 #[test]
 fn the_domain_names_no_transport_metrics_or_flags() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("server/src");
@@ -238,6 +236,9 @@ fn the_domain_names_no_transport_metrics_or_flags() {
     assert!(files.len() > 10, "{files:?}");
     let mut found = Vec::new();
     for path in files {
+        if path.ends_with("store/etcd/client.rs") {
+            continue;
+        }
         let text = std::fs::read_to_string(&path).unwrap();
         let code = text.split("#[cfg(test)]").next().unwrap();
         for line in code.lines().map(|l| l.split("//").next().unwrap()) {
