@@ -1,14 +1,16 @@
-//! The store URL (`--redis-url`), as `RedisStore::open` reads it before
-//! connecting: `redis+sentinel://` and `redis+cluster://` by
-//! `server/src/store/url.rs` and its two callers, anything else by redis-rs.
+//! The store URL (`--store`), as `RedisStore::open` and `EtcdStore::open`
+//! read it before connecting: `redis+sentinel://` and `redis+cluster://` by
+//! `server/src/store/url.rs` and its two callers, `etcd://` and `etcds://`
+//! by `server/src/store/etcd/client.rs`, anything else by redis-rs.
 //!
 //! Asserts that a URL that parses connects where it says: every
 //! `host:port` entry of a multi-host URL becomes one node with that port
 //! (and that host, for a plain host name or IPv4 address), TLS exactly for
 //! `rediss+`, the master name and database of a Sentinel URL as written,
-//! the credentials on the data nodes and never on the sentinels; that a
-//! refusal is INVALID_ARGUMENT; and that neither a refusal nor a target's
-//! `Debug` shows the password.
+//! the credentials on the data nodes and never on the sentinels; every member
+//! of an etcd URL as written, TLS exactly for `etcds`, its user as written;
+//! that a refusal is INVALID_ARGUMENT; and that neither a refusal nor a
+//! target's `Debug` shows the password.
 
 #![no_main]
 
@@ -136,7 +138,11 @@ fn masked(url: &str, password: &str) -> String {
         .collect();
     match fuzzing::store_url(&format!("{}{blank}{}", &url[..from], &url[at..])) {
         Err(e) => e.to_string(),
-        Ok(StoreUrl::Cluster { debug, .. } | StoreUrl::Sentinel { debug, .. }) => debug,
+        Ok(
+            StoreUrl::Cluster { debug, .. }
+            | StoreUrl::Sentinel { debug, .. }
+            | StoreUrl::Etcd { debug, .. },
+        ) => debug,
         Ok(StoreUrl::Single(_)) => String::new(),
     }
 }
@@ -158,6 +164,42 @@ fuzz_target!(|data: &[u8]| {
     };
     match parsed {
         StoreUrl::Single(_) => {}
+        StoreUrl::Etcd {
+            debug,
+            tls,
+            user,
+            endpoints,
+        } => {
+            let (want_tls, rest) = match url.strip_prefix("etcd://") {
+                Some(rest) => (false, rest),
+                None => (true, url.strip_prefix("etcds://").expect("an etcd URL")),
+            };
+            assert_eq!(tls, want_tls, "{url:?}");
+            let (userinfo, hosts) = match rest.rsplit_once('@') {
+                Some((u, h)) => (Some(u), h),
+                None => (None, rest),
+            };
+            assert_eq!(
+                user.as_ref().map(|(u, _)| u.as_str()),
+                userinfo.and_then(|u| u.split_once(':')).map(|(u, _)| u),
+                "{url:?}"
+            );
+            let hosts: Vec<&str> = hosts
+                .strip_suffix('/')
+                .unwrap_or(hosts)
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .collect();
+            assert_eq!(endpoints, hosts, "{url:?}");
+            for endpoint in &endpoints {
+                let (host, port) = endpoint.rsplit_once(':').expect("a member has a port");
+                assert!(!host.is_empty() && port.parse::<u16>().is_ok(), "{url:?}");
+            }
+            if let Some(p) = secret {
+                hides(url, p, &debug, &masked(url, p));
+            }
+        }
         StoreUrl::Cluster { debug, seeds } => {
             let w = written(url, "cluster").expect("a cluster URL");
             assert_eq!(seeds.len(), w.hosts.len(), "{url:?}");

@@ -59,10 +59,33 @@ pub enum StoreUrl {
         /// One connection info per seed node.
         seeds: Vec<ConnectionInfo>,
     },
+    /// `etcd://`, `etcds://`: the members, as `EtcdStore::open` reads them.
+    Etcd {
+        /// The `Debug` of the target (which must not show the password).
+        debug: String,
+        /// TLS (`etcds://`).
+        tls: bool,
+        /// The user, if any, and whether a password came with it.
+        user: Option<(String, bool)>,
+        /// The members' `host:port`, in order.
+        endpoints: Vec<String>,
+    },
 }
 
-/// Reads a store URL (`--redis-url`) as `RedisStore::open` does.
+/// Reads a store URL (`--store`) as `RedisStore::open` or
+/// `EtcdStore::open` does, before connecting.
 pub fn store_url(url: &str) -> Result<StoreUrl> {
+    if url.starts_with("etcd://") || url.starts_with("etcds://") {
+        let target = store::EtcdUrl::parse(url)?;
+        return Ok(StoreUrl::Etcd {
+            debug: format!("{target:?}"),
+            tls: target.tls,
+            user: target
+                .credentials
+                .map(|(user, password)| (user, !password.is_empty())),
+            endpoints: target.endpoints,
+        });
+    }
     if let Some(target) = SentinelTarget::parse(url)? {
         let sentinels = target
             .sentinels()

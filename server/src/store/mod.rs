@@ -60,8 +60,9 @@ pub use self::redis::{lease_key, RedisStore, SCRIPTS, SCRIPT_CONSTANTS};
 pub use self::watch::Watch;
 // For the fuzz targets (see `crate::fuzzing`): the parsers of URLs and of
 // script replies.
-pub(crate) use self::redis::{
-    acquire_reply, release_reply, renew_reply, ClusterTarget, SentinelTarget,
+pub(crate) use self::{
+    etcd::EtcdUrl,
+    redis::{acquire_reply, release_reply, renew_reply, ClusterTarget, SentinelTarget},
 };
 
 use std::sync::{

@@ -75,15 +75,25 @@ pub(crate) mod api {
     }
 }
 
-/// What an `etcd://` or `etcds://` URL says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct EtcdUrl {
+/// What an `etcd://` or `etcds://` URL says (`Debug` hides the password).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct EtcdUrl {
     /// `https` for `etcds://`, else `http`.
     pub tls: bool,
     /// User and password for etcd's auth, if given.
     pub credentials: Option<(String, String)>,
     /// The members' `host:port`, in the URL's order.
     pub endpoints: Vec<String>,
+}
+
+impl std::fmt::Debug for EtcdUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdUrl")
+            .field("tls", &self.tls)
+            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .field("endpoints", &self.endpoints)
+            .finish()
+    }
 }
 
 impl EtcdUrl {

@@ -56,6 +56,7 @@
 
 mod client;
 mod keys;
+pub(crate) use self::client::EtcdUrl;
 mod subscribe;
 
 use std::{
@@ -79,7 +80,7 @@ use self::{
             },
             mvccpb::KeyValue,
         },
-        Client, EtcdUrl,
+        Client,
     },
     keys::{epoch_key, End, Holding, NameKeys, Record},
 };
