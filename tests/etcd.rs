@@ -6,9 +6,14 @@
 //! once back; a three-member cluster whose leader is killed keeps a held
 //! lease, refuses it to others and goes on rising its fences, failing
 //! calls meanwhile only UNAVAILABLE; one whose follower is down still
-//! serves every call; a compaction leaves waiters to be woken; and a lease,
-//! whole seconds in etcd, lives at least its TTL and ends within whole
-//! seconds after it.
+//! serves every call; one whose leader is partitioned away (a network
+//! namespace of its own) does as one whose leader is killed, and takes the
+//! old leader back once the partition heals; a compaction leaves waiters to
+//! be woken; and a lease, whole seconds in etcd, lives at least its TTL and
+//! ends within whole seconds after it.
+//!
+//! The partition test needs root (network namespaces); without it, it
+//! prints `skipped: ...` and returns.
 
 use leasehold_testkit as common;
 
@@ -21,7 +26,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{EtcdCluster, EtcdServer};
+use common::{EtcdCluster, EtcdServer, NetNs};
 use futures_util::FutureExt;
 use leasehold_server::{
     store::{Acquired, Checked, Event, GrantSpec, Renewed, Store, StoreOptions, Watch},
@@ -430,28 +435,35 @@ async fn etcd_frozen_fails_a_watch_in_time_while_the_watch_stream_is_open() {
 struct Seen {
     answered: u32,
     unavailable: u32,
+    /// The call that took longest, answered or refused, and how long.
+    slowest: (Duration, &'static str),
 }
 
 /// Calls in a loop until `stop`: renews `held` (must be Done with its
 /// fence), tries to take it (must be Blocked by that fence), and grants
-/// and releases fresh names (each fence above every one granted before,
-/// `highest` kept up to date); any of them may fail UNAVAILABLE, nothing
-/// else.
+/// and releases fresh names under `prefix` (each fence above every one
+/// granted before, `highest` kept up to date); any of them may fail
+/// UNAVAILABLE, nothing else.
 async fn go_on_calling(
     store: Store,
+    prefix: &'static str,
     held: u64,
     highest: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) -> Seen {
     let mut seen = Seen::default();
-    let mut count = |outcome: &leasehold_server::Result<()>, what: &str| match outcome {
-        Ok(()) => seen.answered += 1,
-        Err(Error::Unavailable(_)) => seen.unavailable += 1,
-        Err(e) => panic!("{what} during the election: {e:?}"),
+    let mut count = |outcome: &leasehold_server::Result<()>, what: &'static str, at: Instant| {
+        match outcome {
+            Ok(()) => seen.answered += 1,
+            Err(Error::Unavailable(_)) => seen.unavailable += 1,
+            Err(e) => panic!("{what} during the election: {e:?}"),
+        }
+        seen.slowest = seen.slowest.max((at.elapsed(), what));
     };
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
         i += 1;
+        let at = Instant::now();
         let renewed = store.renew("held", "holder", None).await.map(|renewed| {
             assert_eq!(
                 renewed,
@@ -462,7 +474,8 @@ async fn go_on_calling(
                 "the holder's renewal during the election"
             );
         });
-        count(&renewed, "a renewal");
+        count(&renewed, "a renewal", at);
+        let at = Instant::now();
         let taken = store
             .acquire(&spec("held", "thief", 10_000))
             .await
@@ -472,9 +485,10 @@ async fn go_on_calling(
                     panic!("held granted to another during the election: fence {fence}")
                 }
             });
-        count(&taken, "an acquire of the held name");
-        let name = format!("during/{i}");
+        count(&taken, "an acquire of the held name", at);
+        let name = format!("{prefix}/{i}");
         let before = highest.load(Ordering::Relaxed);
+        let at = Instant::now();
         let granted =
             store
                 .acquire(&spec(&name, "t", 10_000))
@@ -488,15 +502,16 @@ async fn go_on_calling(
                         panic!("{name}, never granted, blocked: {blocked:?}")
                     }
                 });
-        count(&granted, "an acquire of a fresh name");
+        count(&granted, "an acquire of a fresh name", at);
         if granted.is_ok() {
+            let at = Instant::now();
             let released = store.release(&name, "t").await.map(|released| {
                 assert!(
                     matches!(released, Checked::Done(()) | Checked::Released),
                     "{name}'s release: {released:?}"
                 );
             });
-            count(&released, "a release");
+            count(&released, "a release", at);
         }
     }
     seen
@@ -521,6 +536,7 @@ async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
     let stop = Arc::new(AtomicBool::new(false));
     let calling = tokio::spawn(go_on_calling(
         store.clone(),
+        "during",
         held,
         Arc::clone(&highest),
         Arc::clone(&stop),
@@ -940,4 +956,202 @@ async fn an_etcd_cluster_that_may_revoke_live_leases_is_refused_by_default() {
     common::await_health(&mut health(&warned).await, ServingStatus::Serving).await;
     common::must_acquire(&mut warned.client().await, "a", 10_000).await;
     assert_eq!(sample(&scrape(warned.metrics_addr).await, SERIES), 1.0);
+}
+
+/// A namespace, or `None` after saying, on stderr past the test harness'
+/// capture, why the test is skipped: only when creating one is not
+/// permitted (not root).
+fn namespace() -> Option<NetNs> {
+    match NetNs::new() {
+        Ok(ns) => Some(ns),
+        Err(e) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "skipped: {e}");
+            None
+        }
+    }
+}
+
+/// Waits until member `i` of `cluster`, back from a partition, answers,
+/// follows a leader (or leads) and has applied every write up to
+/// `revision`, for at most `limit`.
+async fn rejoined(cluster: &EtcdCluster, i: usize, revision: i64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let status = common::etcd::status(&cluster.url(i)).await;
+        if status
+            .as_ref()
+            .is_ok_and(|s| s.leader != 0 && s.revision >= revision)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "etcd member {i} not back at revision {revision} {limit:?} after the heal: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A three-member cluster whose leader, the member the store uses (first in
+/// its URL), is partitioned away (it runs in a network namespace of its
+/// own, and every packet to or from it is dropped) while a lease is held:
+/// every call is answered right or fails UNAVAILABLE, each within 3 s for a
+/// store timeout of 1 s; the other two elect a leader and the store serves
+/// from them (the lease renewed with its fence, refused to another, fences
+/// rising); and once the partition heals the old leader rejoins, calls are
+/// still answered right, and the lease is still held with its fence, as
+/// the old leader itself says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise() {
+    let Some(ns) = namespace() else { return };
+    // Declared after the namespace: dropped (every member killed) first.
+    let cluster = EtcdCluster::start_with_one_in(&ns);
+    let store = open(&cluster.store_url());
+    let held = grant(&store, &spec("held", "holder", 60_000)).await;
+    let highest = Arc::new(AtomicU64::new(
+        grant_and_release(&store, "before", 3).await.max(held),
+    ));
+    cluster.make_leader(0, Duration::from_secs(30)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let calling = tokio::spawn(go_on_calling(
+        store.clone(),
+        "during",
+        held,
+        Arc::clone(&highest),
+        Arc::clone(&stop),
+    ));
+    let cut = Instant::now();
+    tokio::task::block_in_place(|| ns.isolate());
+    let others = 1..EtcdCluster::SIZE;
+    let elected = cluster
+        .await_leader_among(others, Duration::from_secs(30))
+        .await;
+    let election = cut.elapsed();
+    let (renewed, refused) = until_answered(Duration::from_secs(30), "renew held", || {
+        store.renew("held", "holder", None)
+    })
+    .await;
+    let served = cut.elapsed();
+    assert_eq!(
+        renewed,
+        Checked::Done(Renewed {
+            ttl_ms: 60_000,
+            fence: held
+        }),
+        "the holder's renewal with the leader partitioned away"
+    );
+    let thief = spec("held", "thief", 10_000);
+    let (taken, _) = until_answered(Duration::from_secs(30), "acquire held", || {
+        store.acquire(&thief)
+    })
+    .await;
+    match taken {
+        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
+        Acquired::Granted { fence, .. } => panic!("held granted twice: fence {fence}"),
+    }
+    stop.store(true, Ordering::Relaxed);
+    let seen = calling.await.expect("the calls during the partition");
+    let before = highest.load(Ordering::Relaxed);
+    let free = spec("fresh", "t", 10_000);
+    let (fresh, _) = until_answered(Duration::from_secs(30), "acquire fresh", || {
+        store.acquire(&free)
+    })
+    .await;
+    match fresh {
+        Acquired::Granted { fence, .. } => {
+            assert!(
+                fence > before,
+                "fence {fence} in the partition, {before} before"
+            );
+            highest.fetch_max(fence, Ordering::Relaxed);
+        }
+        Acquired::Blocked(blocked) => panic!("a free name blocked: {blocked:?}"),
+    }
+    eprintln!(
+        "member 0 partitioned away; member {elected} led {election:?} later; the holder's \
+         renewal was Done {served:?} after the cut, after {refused} UNAVAILABLE; calls all \
+         along: {seen:?}"
+    );
+    assert!(seen.answered > 0, "no call was answered: {seen:?}");
+    assert!(
+        seen.slowest.0 < FAIL_WITHIN,
+        "{} took {:?} during the partition (store timeout {TIMEOUT:?}): {seen:?}",
+        seen.slowest.1,
+        seen.slowest.0
+    );
+
+    let status = common::etcd::status(&cluster.url(0)).await;
+    assert!(
+        status.is_err(),
+        "member 0 answered through the partition: {status:?}"
+    );
+
+    // The heal, with calls going on: the old leader comes back with a
+    // higher term and a shorter log, and catches up.
+    let revision = common::etcd::status(&cluster.url(elected))
+        .await
+        .expect("the new leader's status")
+        .revision;
+    stop.store(false, Ordering::Relaxed);
+    let calling = tokio::spawn(go_on_calling(
+        store.clone(),
+        "healing",
+        held,
+        Arc::clone(&highest),
+        Arc::clone(&stop),
+    ));
+    let healed = Instant::now();
+    tokio::task::block_in_place(|| ns.heal());
+    rejoined(&cluster, 0, revision, Duration::from_secs(60)).await;
+    let back = healed.elapsed();
+    let (renewed, _) = until_answered(Duration::from_secs(30), "renew held", || {
+        store.renew("held", "holder", None)
+    })
+    .await;
+    assert_eq!(
+        renewed,
+        Checked::Done(Renewed {
+            ttl_ms: 60_000,
+            fence: held
+        }),
+        "the holder's renewal once the old leader rejoined"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let seen = calling.await.expect("the calls through the heal");
+    eprintln!(
+        "member 0 back at revision {revision} {back:?} after the heal; calls all along: \
+         {seen:?}"
+    );
+    assert!(
+        seen.slowest.0 < FAIL_WITHIN,
+        "{} took {:?} through the heal (store timeout {TIMEOUT:?}): {seen:?}",
+        seen.slowest.1,
+        seen.slowest.0
+    );
+
+    // What the old leader itself serves now.
+    let through = open(&cluster.member_store_url(0));
+    let (described, _) = until_answered(Duration::from_secs(30), "describe through 0", || {
+        through.describe("held")
+    })
+    .await;
+    assert_eq!(
+        described.lease.as_ref().map(|lease| lease.fence),
+        Some(held),
+        "held, as the old leader says: {described:?}"
+    );
+    match through.acquire(&thief).await.unwrap() {
+        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
+        Acquired::Granted { fence, .. } => {
+            panic!("held granted through the old leader: fence {fence}")
+        }
+    }
+    let next = grant(&through, &spec("next", "t", 10_000)).await;
+    let before = highest.load(Ordering::Relaxed);
+    assert!(
+        next > before,
+        "fence {next} after the heal, {before} before"
+    );
 }

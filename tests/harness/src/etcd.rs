@@ -3,9 +3,13 @@
 //! etcd-server (`etcd` on the PATH, or `$LEASEHOLD_ETCD`), one member
 //! ([`EtcdServer`]) or a cluster of three ([`EtcdCluster`]) listening on
 //! free loopback ports (client and peer), their data in temporary folders
-//! removed on drop; and the two calls of etcd's API the tests make
-//! themselves: [`status`] (which member leads, the current revision) and
-//! [`compact`].
+//! removed on drop; and the calls of etcd's API the tests make
+//! themselves: [`status`] (which member leads, the current revision),
+//! [`compact`] and [`move_leader`].
+//!
+//! A cluster may also have one member in a network namespace of its own
+//! ([`EtcdCluster::start_with_one_in`]), which [`NetNs::isolate`] cuts off
+//! from the other two and from every client, the way a partition does.
 //!
 //! One member's heartbeat and election timeout are a tenth of etcd's
 //! defaults (10 ms, 100 ms): the shortest lease etcd grants is
@@ -18,12 +22,13 @@
 //! timeout: no election but those a test causes.
 
 use std::{
+    net::{IpAddr, Ipv4Addr},
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
-use crate::{as_pid, free_port};
+use crate::{as_pid, free_port, netns::NetNs};
 
 /// The etcd binary: `$LEASEHOLD_ETCD`, or `etcd` on the PATH.
 fn etcd_binary() -> String {
@@ -33,8 +38,15 @@ fn etcd_binary() -> String {
 /// How one member is run: what a restart needs to run it again.
 struct Member {
     name: String,
+    /// Where its client port listens.
+    client_ip: IpAddr,
     port: u16,
+    /// Where its peer port listens.
+    peer_ip: IpAddr,
     peer: u16,
+    /// The network namespace it runs in (`ip netns exec`); `None`: the
+    /// root one.
+    netns: Option<String>,
     dir: PathBuf,
     /// `--initial-cluster`: every member's `name=peer URL`.
     cluster: String,
@@ -45,8 +57,28 @@ struct Member {
 }
 
 impl Member {
+    /// One on loopback, in the root namespace, not in a cluster yet.
+    fn on_loopback(name: String, port: u16, peer: u16, timing: (u32, u32)) -> Member {
+        Member {
+            name,
+            client_ip: Ipv4Addr::LOCALHOST.into(),
+            port,
+            peer_ip: Ipv4Addr::LOCALHOST.into(),
+            peer,
+            netns: None,
+            dir: data_dir(port),
+            cluster: String::new(),
+            token: String::new(),
+            timing,
+        }
+    }
+
+    fn client_url(&self) -> String {
+        format!("http://{}:{}", self.client_ip, self.port)
+    }
+
     fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer)
+        format!("http://{}:{}", self.peer_ip, self.peer)
     }
 
     /// Runs it and waits for the line saying it serves clients (logged
@@ -55,9 +87,13 @@ impl Member {
     /// `None` if it exited first (a port was taken) or did not get there
     /// in 30 s.
     fn spawn(&self) -> Option<Child> {
-        let client_url = format!("http://127.0.0.1:{}", self.port);
+        let client_url = self.client_url();
         let peer_url = self.peer_url();
-        let mut child = Command::new(etcd_binary())
+        let mut command = match &self.netns {
+            Some(ns) => crate::netns::exec_in(ns, etcd_binary()),
+            None => Command::new(etcd_binary()),
+        };
+        let mut child = command
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(&self.dir)
@@ -172,13 +208,9 @@ impl EtcdServer {
         for _ in 0..5 {
             let (port, peer) = (free_port(), free_port());
             let member = Member {
-                name: "leasehold-test".into(),
-                port,
-                peer,
-                dir: data_dir(port),
                 cluster: format!("leasehold-test=http://127.0.0.1:{peer}"),
                 token: "etcd-cluster".into(),
-                timing: (10, 100),
+                ..Member::on_loopback("leasehold-test".into(), port, peer, (10, 100))
             };
             if let Some(child) = member.spawn() {
                 return EtcdServer {
@@ -269,10 +301,11 @@ impl Drop for EtcdServer {
     }
 }
 
-/// An etcd cluster of [`EtcdCluster::SIZE`] members on loopback ports,
-/// every member killed on drop. Members are named by their index, 0 to
-/// `SIZE - 1`; any of them can be killed, restarted with its data,
-/// paused (SIGSTOP) and resumed.
+/// An etcd cluster of [`EtcdCluster::SIZE`] members on loopback ports
+/// (or one of them in a network namespace:
+/// [`EtcdCluster::start_with_one_in`]), every member killed on drop.
+/// Members are named by their index, 0 to `SIZE - 1`; any of them can be
+/// killed, restarted with its data, paused (SIGSTOP) and resumed.
 pub struct EtcdCluster {
     members: Vec<Member>,
     /// `None` while the member is killed.
@@ -287,30 +320,57 @@ impl EtcdCluster {
     /// Starts the members at once (each waits for a quorum before it
     /// serves clients) and returns when every one serves clients.
     pub fn start() -> Self {
+        Self::start_placed(None)
+    }
+
+    /// [`EtcdCluster::start`], with member 0 in `ns`: its client and peer
+    /// ports on the namespace's end of the pair ([`NetNs::ns_ip`]), while
+    /// members 1 and 2 run in the root namespace, their client ports on
+    /// loopback and their peer ports on the root's end of the pair
+    /// ([`NetNs::host_ip`]), where member 0 reaches them. Every packet
+    /// stays on this machine. [`NetNs::isolate`] then cuts member 0 off
+    /// from its peers and from every client. Drop the cluster before `ns`.
+    pub fn start_with_one_in(ns: &NetNs) -> Self {
+        Self::start_placed(Some(ns))
+    }
+
+    fn start_placed(ns: Option<&NetNs>) -> Self {
         for _ in 0..5 {
             let ports: Vec<(u16, u16)> = (0..Self::SIZE)
                 .map(|_| (free_port(), free_port()))
                 .collect();
-            let cluster = ports
-                .iter()
-                .enumerate()
-                .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
-                .collect::<Vec<_>>()
-                .join(",");
             let token = format!("leasehold-test-{}-{}", std::process::id(), ports[0].0);
-            let members: Vec<Member> = ports
+            let mut members: Vec<Member> = ports
                 .iter()
                 .enumerate()
-                .map(|(i, &(port, peer))| Member {
-                    name: format!("m{i}"),
-                    port,
-                    peer,
-                    dir: data_dir(port),
-                    cluster: cluster.clone(),
-                    token: token.clone(),
-                    timing: (50, 500),
+                .map(|(i, &(port, peer))| {
+                    let member = Member {
+                        token: token.clone(),
+                        ..Member::on_loopback(format!("m{i}"), port, peer, (50, 500))
+                    };
+                    match (ns, i) {
+                        (None, _) => member,
+                        (Some(ns), 0) => Member {
+                            client_ip: ns.ns_ip().into(),
+                            peer_ip: ns.ns_ip().into(),
+                            netns: Some(ns.name().to_owned()),
+                            ..member
+                        },
+                        (Some(ns), _) => Member {
+                            peer_ip: ns.host_ip().into(),
+                            ..member
+                        },
+                    }
                 })
                 .collect();
+            let cluster = members
+                .iter()
+                .map(|m| format!("{}={}", m.name, m.peer_url()))
+                .collect::<Vec<_>>()
+                .join(",");
+            for member in &mut members {
+                member.cluster.clone_from(&cluster);
+            }
             let children: Vec<Option<Child>> = std::thread::scope(|scope| {
                 let spawning: Vec<_> = members
                     .iter()
@@ -336,19 +396,27 @@ impl EtcdCluster {
     }
 
     /// `etcd://127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2`: the broker's
-    /// `--store`, every member listed.
+    /// `--store`, every member listed, member 0 first (its address the
+    /// namespace's, if it runs in one).
     pub fn store_url(&self) -> String {
         let members: Vec<String> = self
             .members
             .iter()
-            .map(|m| format!("127.0.0.1:{}", m.port))
+            .map(|m| format!("{}:{}", m.client_ip, m.port))
             .collect();
         format!("etcd://{}", members.join(","))
     }
 
-    /// Member `i`'s client URL, `http://127.0.0.1:PORT`.
+    /// `etcd://127.0.0.1:PORT`: a `--store` listing member `i` alone.
+    pub fn member_store_url(&self, i: usize) -> String {
+        let member = &self.members[i];
+        format!("etcd://{}:{}", member.client_ip, member.port)
+    }
+
+    /// Member `i`'s client URL, `http://127.0.0.1:PORT` (its address the
+    /// namespace's, if it runs in one).
     pub fn url(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].port)
+        self.members[i].client_url()
     }
 
     /// Member `i`'s process id; `None` while it is killed.
@@ -397,7 +465,13 @@ impl EtcdCluster {
     /// Maintenance.Status names itself as the leader. `None` while no
     /// member up says so (an election in progress, no quorum).
     pub async fn leader(&self) -> Option<usize> {
-        for i in (0..self.members.len()).filter(|&i| self.is_up(i)) {
+        self.leader_among(0..self.members.len()).await
+    }
+
+    /// [`EtcdCluster::leader`], asking only `members` (those of them up):
+    /// the side of a partition the tests can reach quickly.
+    pub async fn leader_among(&self, members: impl IntoIterator<Item = usize>) -> Option<usize> {
+        for i in members.into_iter().filter(|&i| self.is_up(i)) {
             if status(&self.url(i)).await.is_ok_and(|s| s.leads()) {
                 return Some(i);
             }
@@ -408,14 +482,49 @@ impl EtcdCluster {
     /// Waits until a member up leads ([`EtcdCluster::leader`]), for at
     /// most `limit`: its index.
     pub async fn await_leader(&self, limit: Duration) -> usize {
+        self.await_leader_among(0..self.members.len(), limit).await
+    }
+
+    /// Waits until one of `members` leads ([`EtcdCluster::leader_among`]),
+    /// for at most `limit`: its index.
+    pub async fn await_leader_among(
+        &self,
+        members: impl IntoIterator<Item = usize> + Clone,
+        limit: Duration,
+    ) -> usize {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            if let Some(leader) = self.leader().await {
+            if let Some(leader) = self.leader_among(members.clone()).await {
                 return leader;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "no etcd member up led within {limit:?}"
+                "no etcd member up of those asked led within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Makes member `i` the leader, for at most `limit`: the leader is
+    /// asked to hand its leadership over ([`move_leader`], as `etcdctl
+    /// move-leader`), until member `i` says it leads.
+    pub async fn make_leader(&self, i: usize, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        let target = status(&self.url(i))
+            .await
+            .unwrap_or_else(|e| panic!("etcd member {i}'s status: {e:?}"))
+            .member_id;
+        loop {
+            let leader = self.await_leader(limit).await;
+            if leader == i {
+                return;
+            }
+            // Refused when the leader changed meanwhile: asked again.
+            let moved = move_leader(&self.url(leader), target).await;
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "etcd member {i} did not lead within {limit:?} (member {leader} does; the last \
+                 MoveLeader: {moved:?})"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -504,6 +613,20 @@ pub async fn compact(url: &str) -> Result<i64, tonic::Status> {
     }
 }
 
+/// Asks the etcd leader at `url` to hand its leadership over to the member
+/// whose id is `target` (Maintenance.MoveLeader, as `etcdctl
+/// move-leader`); etcd answers once the target leads. Refused by a member
+/// that does not lead.
+pub async fn move_leader(url: &str, target: u64) -> Result<(), tonic::Status> {
+    let _: wire::MoveLeaderResponse = unary(
+        url,
+        "/etcdserverpb.Maintenance/MoveLeader",
+        wire::MoveLeaderRequest { target_id: target },
+    )
+    .await?;
+    Ok(())
+}
+
 /// One unary call of etcd's API on a connection of its own, bounded by
 /// 2 s (a paused member answers nothing).
 async fn unary<Req, Resp>(
@@ -544,7 +667,7 @@ where
 /// with their fields' numbers as in `server/proto/etcd/etcdserver/
 /// etcdserverpb/rpc.proto` (fields left out are skipped on decoding).
 /// Declared here rather than compiled from the proto: the harness needs
-/// two calls, not the whole API.
+/// three calls, not the whole API.
 mod wire {
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ResponseHeader {
@@ -579,6 +702,18 @@ mod wire {
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct CompactionResponse {
+        #[prost(message, optional, tag = "1")]
+        pub header: Option<ResponseHeader>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct MoveLeaderRequest {
+        #[prost(uint64, tag = "1")]
+        pub target_id: u64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct MoveLeaderResponse {
         #[prost(message, optional, tag = "1")]
         pub header: Option<ResponseHeader>,
     }

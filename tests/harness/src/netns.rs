@@ -6,6 +6,9 @@
 //! ([`NetNs::partition`]) the way a real partition does: packets vanish,
 //! nothing is refused or reset, so the broker sees only its store timeout
 //! and TCP retransmitting, while clients still reach the broker.
+//! [`NetNs::isolate`] cuts every path through the pair instead, those
+//! opened from outside too: for a server inside (an etcd member, see
+//! `etcd`) that must lose its peers and its clients alike.
 //!
 //! The proxy (`proxy`) stalls one TCP path between two ends it sits
 //! between; this cuts the kernel's own path, so it also covers what the
@@ -91,6 +94,8 @@ pub struct NetNs {
     name: String,
     /// The root side of the veth pair; deleting it deletes both ends.
     host_if: String,
+    /// The namespace's side of the pair.
+    ns_if: String,
     host_ip: Ipv4Addr,
     ns_ip: Ipv4Addr,
 }
@@ -141,10 +146,11 @@ impl NetNs {
         let ns = NetNs {
             name,
             host_if,
+            ns_if,
             host_ip,
             ns_ip,
         };
-        let (name, host_if) = (&ns.name, &ns.host_if);
+        let (name, host_if, ns_if) = (&ns.name, &ns.host_if, &ns.ns_if);
         ip(&format!(
             "link add {host_if} type veth peer name {ns_if} netns {name}"
         ));
@@ -251,7 +257,19 @@ impl NetNs {
         self.nft_rule("cut_in", &format!("ip saddr {ip} tcp sport {port} drop"));
     }
 
-    /// Ends every partition ([`NetNs::partition`], [`NetNs::partition_from`]).
+    /// Cuts the namespace off from the root namespace altogether: every
+    /// packet through the pair is dropped, both ways, silently, whoever
+    /// opened its connection. Unlike [`NetNs::partition`], a server inside
+    /// (an etcd member) is cut off from its clients and peers outside too,
+    /// the way a machine on the wrong side of a partition is; loopback
+    /// inside still works. In effect when it returns.
+    pub fn isolate(&self) {
+        self.nft_rule("cut_out", &format!("oifname {} drop", self.ns_if));
+        self.nft_rule("cut_in", &format!("iifname {} drop", self.ns_if));
+    }
+
+    /// Ends every partition ([`NetNs::partition`], [`NetNs::partition_from`],
+    /// [`NetNs::isolate`]).
     /// Packets flow again when it returns; connections that were silenced
     /// recover when TCP next retransmits (its backoff grows with the
     /// partition's length: seconds after a partition of seconds).
