@@ -1042,6 +1042,14 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         }),
         "the holder's renewal with the leader partitioned away"
     );
+    // The renewal moves to the member in use once a call found the cut one
+    // failed (one store timeout), not after the stream's own stall check
+    // too (a second timeout: 3.06 s after the cut, 2.4 s after the election,
+    // before the keep-alive stream followed the client).
+    assert!(
+        served < election + 2 * TIMEOUT,
+        "the renewal was Done {served:?} after the cut, {election:?} after the election"
+    );
     let thief = spec("held", "thief", 10_000);
     let (taken, _) = until_answered(Duration::from_secs(30), "acquire held", || {
         store.acquire(&thief)

@@ -296,6 +296,12 @@ impl Client {
         self.members[at].clone()
     }
 
+    /// Whether `member` is the member in use (a stream opened on another
+    /// moves to it).
+    pub fn uses(&self, member: &Member) -> bool {
+        self.current.load(Ordering::Relaxed) % self.members.len() == member.index
+    }
+
     /// `member` failed: the next call goes to the next member of the URL
     /// (once, however many calls saw it fail at once).
     pub fn failed(&self, member: &Member) {
@@ -740,6 +746,13 @@ async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)
             tokio::select! {
                 request = requests.recv() => {
                     let Some((id, answer)) = request else { return };
+                    if !client.uses(&member) {
+                        // Another call found this member failed: renew on
+                        // the member in use, not on a stream that waits for
+                        // its own stall to be seen.
+                        first = Some((id, answer));
+                        break "the store moved to another member".to_owned();
+                    }
                     pending.entry(id).or_default().push_back((Instant::now(), answer));
                     if to_etcd.send(LeaseKeepAliveRequest { id }).await.is_err() {
                         break "the stream closed".to_owned();
@@ -768,6 +781,9 @@ async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)
                     let oldest = pending.values().filter_map(|q| q.front()).map(|(at, _)| *at).min();
                     if oldest.is_some_and(|at| at.elapsed() > client.timeout) {
                         break "etcd left a renewal unanswered".to_owned();
+                    }
+                    if !pending.is_empty() && !client.uses(&member) {
+                        break "the store moved to another member".to_owned();
                     }
                 }
             }

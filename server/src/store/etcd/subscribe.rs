@@ -235,6 +235,11 @@ pub(super) async fn run(
                     if channels.stalled(client.timeout()) {
                         break "etcd did not confirm a watch within the store timeout".to_owned();
                     }
+                    // Another call found this member failed: its events may
+                    // stop coming, so watch on the member in use.
+                    if !client.uses(&member) {
+                        break "the store moved to another member".to_owned();
+                    }
                 }
                 request = requests.recv() => match request {
                     Some(SubscriptionRequest::Subscribe(channel, ack)) => {
