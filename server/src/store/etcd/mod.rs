@@ -256,6 +256,30 @@ impl EtcdStore {
             .ok_or_else(|| Error::Internal("etcd's fence epoch is unreadable".into()))
     }
 
+    /// Applies `success` if none of the keys `read` changed since they were
+    /// read (each still there, at the same `mod_revision`): whether it did.
+    async fn commit_unchanged(
+        &self,
+        op: &'static str,
+        read: &[&KeyValue],
+        success: Vec<RequestOp>,
+    ) -> Result<bool> {
+        let answer = self
+            .txn(
+                op,
+                TxnRequest {
+                    compare: read
+                        .iter()
+                        .map(|kv| unchanged(&kv.key, kv.mod_revision))
+                        .collect(),
+                    success,
+                    failure: Vec::new(),
+                },
+            )
+            .await?;
+        Ok(answer.succeeded)
+    }
+
     /// The linger lease for end records now (LINGER + one slice).
     async fn linger(&self) -> Result<i64> {
         let fresh = || {
@@ -659,20 +683,17 @@ impl EtcdStore {
         record_kv: &KeyValue,
     ) -> Result<Option<Checked<T>>> {
         let linger = self.linger().await?;
-        let answer = self
-            .txn(
+        let reported = self
+            .commit_unchanged(
                 "Txn (report an expiry)",
-                TxnRequest {
-                    compare: vec![unchanged(&record_kv.key, record_kv.mod_revision)],
-                    success: vec![
-                        delete(&record_kv.key),
-                        put(&keys.end(token), End::ExpiredReported.encode(), linger),
-                    ],
-                    failure: Vec::new(),
-                },
+                &[record_kv],
+                vec![
+                    delete(&record_kv.key),
+                    put(&keys.end(token), End::ExpiredReported.encode(), linger),
+                ],
             )
             .await?;
-        if answer.succeeded {
+        if reported {
             // Its leases hold no more keys but the delay's, which must
             // outlive them by the delay.
             if let Some(record) = Record::decode(&record_kv.value) {
@@ -680,7 +701,7 @@ impl EtcdStore {
                 self.client().revoke_later(record.lease);
             }
         }
-        Ok(answer.succeeded.then_some(Checked::Expired))
+        Ok(reported.then_some(Checked::Expired))
     }
 
     /// Renews (`ttl` Some) or looks at (`ttl` None) a token's lease;
@@ -776,20 +797,10 @@ impl EtcdStore {
                 leases.delay,
             ));
         }
-        let answer = self
-            .txn(
-                "Txn (renew with a new TTL)",
-                TxnRequest {
-                    compare: vec![
-                        unchanged(&holding.key, holding.mod_revision),
-                        unchanged(&record_kv.key, record_kv.mod_revision),
-                    ],
-                    success,
-                    failure: Vec::new(),
-                },
-            )
+        let moved = self
+            .commit_unchanged("Txn (renew with a new TTL)", &[holding, record_kv], success)
             .await?;
-        let old = if answer.succeeded {
+        let old = if moved {
             [record.lease, record_kv.lease, record.delay_lease]
         } else {
             [leases.grant, leases.record, leases.delay]
@@ -797,7 +808,7 @@ impl EtcdStore {
         for id in old {
             self.client().revoke_later(id);
         }
-        Ok(answer.succeeded)
+        Ok(moved)
     }
 }
 
@@ -1291,20 +1302,10 @@ impl Backend for EtcdStore {
                         success.push(delete(&keys.delay()));
                         success.push(delete(&keys.revoked()));
                     }
-                    let answer = self
-                        .txn(
-                            "Txn (release)",
-                            TxnRequest {
-                                compare: vec![
-                                    unchanged(&holding.key, holding.mod_revision),
-                                    unchanged(&record_kv.key, record_kv.mod_revision),
-                                ],
-                                success,
-                                failure: Vec::new(),
-                            },
-                        )
-                        .await?;
-                    if answer.succeeded {
+                    if self
+                        .commit_unchanged("Txn (release)", &[&holding, &record_kv], success)
+                        .await?
+                    {
                         for id in [record.lease, record_kv.lease, record.delay_lease] {
                             self.client().revoke_later(id);
                         }
@@ -1374,17 +1375,10 @@ impl Backend for EtcdStore {
             } else {
                 delete(&keys.delay())
             });
-            let answer = self
-                .txn(
-                    "Txn (revoke)",
-                    TxnRequest {
-                        compare: vec![unchanged(&lock.key, lock.mod_revision)],
-                        success,
-                        failure: Vec::new(),
-                    },
-                )
-                .await?;
-            if answer.succeeded {
+            if self
+                .commit_unchanged("Txn (revoke)", &[&lock], success)
+                .await?
+            {
                 self.client().revoke_later(lock.lease);
                 // The record's and the old delay's leases go with their
                 // own TTLs (their keys were replaced or deleted above).
