@@ -1163,3 +1163,50 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         "fence {next} after the heal, {before} before"
     );
 }
+
+/// A semaphore of 100 permits that all expired unreported: each later
+/// grant reports some of them (a transaction of etcd's holds at most 128
+/// operations, and each report takes three), every one exactly once, and
+/// no grant of the name fails for their number.
+#[tokio::test]
+async fn a_hundred_expired_permits_are_reported_over_several_grants() {
+    let etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    for i in 0..100 {
+        let permit = GrantSpec {
+            limit: 100,
+            ..spec("many", &format!("p{i}"), 1_000)
+        };
+        assert!(matches!(
+            store.acquire(&permit).await.unwrap(),
+            Acquired::Granted { .. }
+        ));
+    }
+    // Every permit gone: etcd revokes expired leases within about half a
+    // second of their TTL.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.describe("many").await.unwrap().permits > 0 {
+        assert!(Instant::now() < deadline, "permits still held after 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut reported = 0;
+    for round in 0..10 {
+        let token = format!("lock{round}");
+        match store.acquire(&spec("many", &token, 10_000)).await.unwrap() {
+            Acquired::Granted { expired, .. } => reported += expired,
+            blocked @ Acquired::Blocked(_) => panic!("round {round}: {blocked:?}"),
+        }
+        assert_eq!(
+            store.release("many", &token).await.unwrap(),
+            Checked::Done(())
+        );
+        if reported == 100 {
+            break;
+        }
+    }
+    assert_eq!(reported, 100, "each expired permit reported once");
+    assert_eq!(
+        store.check("many", "p7").await.unwrap(),
+        Checked::ExpiredReported
+    );
+}

@@ -97,6 +97,13 @@ use crate::{
     error::{Error, Result},
 };
 
+/// Most expired leases a grant reports: each adds a compare and two
+/// operations to its transaction, and etcd refuses a transaction of more
+/// than `--max-txn-ops` operations (128 by default); a semaphore of 100
+/// permits that all expired would otherwise make every grant of the name
+/// fail.
+const REPORTED_PER_GRANT: usize = 32;
+
 /// How many times an operation reads and commits before it gives up on a
 /// name that keeps changing under it.
 const TRIES: usize = 16;
@@ -437,6 +444,9 @@ impl EtcdStore {
             }
             // The records of leases that ended unreported: every one but
             // the live permits'.
+            // At most REPORTED_PER_GRANT of them, so that the grant stays
+            // within etcd's operations per transaction; the rest are
+            // reported by their holders or by the grants that follow.
             let expired: Vec<&KeyValue> = records
                 .iter()
                 .filter(|kv| {
@@ -444,6 +454,7 @@ impl EtcdStore {
                         t != spec.token && !holdings.iter().any(|(_, h)| h.token == t)
                     })
                 })
+                .take(REPORTED_PER_GRANT)
                 .collect();
             let slot = match limit {
                 None => None,
