@@ -59,14 +59,18 @@ fn history_dir() -> PathBuf {
     dir
 }
 
-/// How `store`'s clock reads TTLs: exact, but on etcd (whole-second
-/// leases, revoked by its leader up to half a second late, then a Raft
-/// write; a loaded machine's scheduling on top).
+/// How `store`'s clock reads TTLs: exact, but on etcd: whole-second
+/// leases, revoked by its leader up to half a second late (then a Raft
+/// write, and a loaded machine's scheduling: 1 s), and given their whole
+/// TTL again by a leader that took over, which a restart of the one member
+/// is (etcd#9888, the README says so): a lease may end up to its TTL (2 s
+/// at most in the workload) plus that second late. Only when a lease ends
+/// is stretched; who may hold it, and the fences, are checked as tightly.
 fn clock_of(store: StoreKind) -> StoreClock {
     match store {
         StoreKind::Etcd => StoreClock {
             unit_ms: 1_000,
-            late: 1_000_000,
+            late: 3_000_000,
         },
         StoreKind::Memory
         | StoreKind::Redis
