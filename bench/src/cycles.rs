@@ -3,8 +3,8 @@
 //! scripts (the store layer the broker uses: the floor no broker can beat),
 //! and with a plain Redis lock as a user writes it by hand (`plain`: not the
 //! broker's scripts); then one contended lock with N waiters. Prints a table
-//! with the ratios, and the CPU each cycle costs the broker, the store (Redis
-//! or PostgreSQL, when it runs on this machine: see `probe`) and the load
+//! with the ratios, and the CPU each cycle costs the broker, the store (Redis,
+//! PostgreSQL or etcd, when it runs on this machine: see `probe`) and the load
 //! generator.
 
 use std::{
@@ -31,7 +31,7 @@ use crate::{
 /// Arguments of `bench cycles`.
 #[derive(clap::Args, Debug)]
 pub struct CyclesArgs {
-    /// Store URL (Redis or PostgreSQL): the broker under test runs on it,
+    /// Store URL (Redis, PostgreSQL or etcd): the broker under test runs on it,
     /// and the direct baseline talks to it.
     #[arg(long)]
     store: String,
@@ -170,7 +170,7 @@ struct Sides<'a> {
 }
 
 /// CPU seconds used so far by the brokers, the store (when it runs on this
-/// machine: redis-server, or PostgreSQL's process tree; from /proc) and this
+/// machine: redis-server, etcd, or PostgreSQL's process tree; from /proc) and this
 /// load generator.
 #[derive(Clone, Copy, Default)]
 struct CpuSample {
@@ -356,10 +356,15 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
     }
     if args.failovers > 0 {
         let ttl = args.failover_ttl;
-        let redis = sides.plain.as_ref().map(PlainLock::connection);
+        let expiry = match sides.plain.as_ref() {
+            Some(plain) => Some(Expiry::Redis(plain.connection())),
+            None => crate::etcd::Etcd::for_store(&args.store)
+                .await?
+                .map(|etcd| Expiry::Etcd(Box::new(etcd))),
+        };
         let broker_runs = failover_broker(
             broker,
-            redis.clone(),
+            expiry.clone(),
             &sides.broker_prefix,
             ttl,
             args.failovers,
@@ -368,7 +373,7 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
         let direct_runs = direct_runtime
             .spawn(failover_direct(
                 direct.clone(),
-                redis,
+                expiry,
                 sides.direct_prefix.clone(),
                 ttl,
                 args.failovers,
@@ -414,22 +419,65 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
 /// the Redis clock, read after any renewal the holder sent before it died
 /// has landed), not an estimate from a Describe's remaining time (which
 /// reads early by the time Describe took to reach Redis through the broker,
-/// and misses a renewal still in flight at the kill). The grant is timed
-/// twice: where the waiter learns it (the wall clock here: Redis is assumed
-/// to run on this machine, as in every bench run), and in Redis (the new
+/// and misses a renewal still in flight at the kill); on etcd (the etcd
+/// store, etcd's lock service), the etcd lease's, as its time to live
+/// shows it (`Etcd::expiry_ms`: to a few ms). The grant is timed twice:
+/// where the waiter learns it (the wall clock here: the store is assumed to
+/// run on this machine, as in every bench run), and in Redis (the new
 /// lease's grant time `g`: the store's own lateness, without the answer's
-/// way back).
+/// way back; Redis only).
 pub struct Failover {
     pub kill_to_grant: Duration,
-    /// `None` where the expiry is not known (etcd; a store that is not one
-    /// Redis server).
+    /// `None` where the expiry is not known (PostgreSQL, a store that is
+    /// not one Redis server or one etcd without TLS or auth; an etcd lease
+    /// with under a second left when first read).
     pub expiry_to_grant_ms: Option<f64>,
-    /// `None` where the expiry is not known.
+    /// `None` where the expiry is not known, and on etcd.
     pub expiry_to_grant_in_store_ms: Option<f64>,
 }
 
+/// Where a failover reads the dead holder's lease: Redis's hash of it, or
+/// the etcd lease its lock key is on (the etcd store's `{prefix}{name}|l`:
+/// `server/src/store/etcd/keys.rs`).
+#[derive(Clone)]
+enum Expiry {
+    Redis(redis::aio::MultiplexedConnection),
+    Etcd(Box<crate::etcd::Etcd>),
+}
+
+impl Expiry {
+    /// The expiry (wall clock, ms) of the lease on `name` of a holder that
+    /// just died, read after [`SETTLE`]; `None` when etcd's reading misses
+    /// it (see [`Failover`]).
+    async fn dead_lease(&mut self, prefix: &str, name: &str) -> Result<Option<f64>, String> {
+        match self {
+            Expiry::Redis(redis) => Ok(Some(dead_lease_expiry(redis, prefix, name).await?)),
+            Expiry::Etcd(etcd) => {
+                tokio::time::sleep(SETTLE).await;
+                let key = format!("{prefix}{name}|l");
+                match etcd.lease_of(key.as_bytes()).await? {
+                    Some(lease) => etcd.expiry_ms(lease).await,
+                    None => Err(format!(
+                        "the dead holder's lock on {name} was gone within {SETTLE:?} of its \
+                         death (TTL too short to measure)"
+                    )),
+                }
+            }
+        }
+    }
+
+    /// When the waiter's lease on `name` was granted, in the store's clock
+    /// (ms): Redis's `g`; etcd keeps no such time.
+    async fn granted_at(&mut self, prefix: &str, name: &str) -> Result<Option<f64>, String> {
+        match self {
+            Expiry::Redis(redis) => Ok(lease_fields(redis, prefix, name).await?.2),
+            Expiry::Etcd(_) => Ok(None),
+        }
+    }
+}
+
 /// Now by the wall clock (which Redis' `TIME` reads too), in ms.
-fn wall_ms() -> f64 {
+pub fn wall_ms() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1e3)
@@ -469,14 +517,14 @@ async fn dead_lease_expiry(
 
 /// How long after a holder's death its lease's expiry is read: a renewal in
 /// flight at the kill lands well within it, and a TTL is far longer.
-const SETTLE: Duration = Duration::from_millis(100);
+pub const SETTLE: Duration = Duration::from_millis(100);
 
 /// A `leasehold hold` process keeps a lease alive over KeepAlive; a waiter
 /// queues for the lock; the holder is killed with SIGKILL. Nothing tells the
 /// broker: the waiter must be granted when the lease expires.
 async fn failover_broker(
     broker: &OwnBroker,
-    mut redis: Option<redis::aio::MultiplexedConnection>,
+    mut expiry: Option<Expiry>,
     prefix: &str,
     ttl: Duration,
     runs: usize,
@@ -533,8 +581,8 @@ async fn failover_broker(
         holder.start_kill().map_err(|e| e.to_string())?;
         let killed = Instant::now();
         let _ = holder.wait().await;
-        let expiry = match &mut redis {
-            Some(redis) => Some(dead_lease_expiry(redis, prefix, &name).await?),
+        let expired = match &mut expiry {
+            Some(expiry) => expiry.dead_lease(prefix, &name).await?,
             None => None,
         };
         let (at, seen, lease) = granted.await.map_err(|e| e.to_string())?;
@@ -543,8 +591,8 @@ async fn failover_broker(
             .into_inner()
             .lease
             .ok_or("no lease")?;
-        let granted_at = match &mut redis {
-            Some(redis) => lease_fields(redis, prefix, &name).await?.2,
+        let granted_at = match &mut expiry {
+            Some(expiry) => expiry.granted_at(prefix, &name).await?,
             None => None,
         };
         let _ = describer
@@ -555,8 +603,8 @@ async fn failover_broker(
             .await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant_ms: expiry.map(|e| seen - e),
-            expiry_to_grant_in_store_ms: expiry.zip(granted_at).map(|(e, g)| g - e),
+            expiry_to_grant_ms: expired.map(|e| seen - e),
+            expiry_to_grant_in_store_ms: expired.zip(granted_at).map(|(e, g)| g - e),
         });
     }
     Ok(results)
@@ -564,10 +612,14 @@ async fn failover_broker(
 
 /// The same against Redis directly: the holder renews every TTL/3 and stops
 /// (dies) at a random point; the waiter tries again when the script says the
-/// lease will have expired (the broker's own rule, minus the broker).
+/// lease will have expired (the broker's own rule, minus the broker). The
+/// etcd store cannot say (its answer's `remaining_ms` is the holder's whole
+/// TTL: etcd's leader alone knows the expiry, and the broker waits for
+/// etcd's Watch instead), so there the waiter tries again a TTL apart: its
+/// figures are that polling's, not the store's.
 async fn failover_direct(
     store: Store,
-    mut redis: Option<redis::aio::MultiplexedConnection>,
+    mut expiry: Option<Expiry>,
     prefix: String,
     ttl: Duration,
     runs: usize,
@@ -618,20 +670,20 @@ async fn failover_direct(
                 }
             })
         };
-        let expiry = match &mut redis {
-            Some(redis) => Some(dead_lease_expiry(redis, &prefix, &name).await?),
+        let expired = match &mut expiry {
+            Some(expiry) => expiry.dead_lease(&prefix, &name).await?,
             None => None,
         };
         let (at, seen, token) = waiting.await.map_err(|e| e.to_string())??;
-        let granted_at = match &mut redis {
-            Some(redis) => lease_fields(redis, &prefix, &name).await?.2,
+        let granted_at = match &mut expiry {
+            Some(expiry) => expiry.granted_at(&prefix, &name).await?,
             None => None,
         };
         let _ = store.release(&name, &token).await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant_ms: expiry.map(|e| seen - e),
-            expiry_to_grant_in_store_ms: expiry.zip(granted_at).map(|(e, g)| g - e),
+            expiry_to_grant_ms: expired.map(|e| seen - e),
+            expiry_to_grant_in_store_ms: expired.zip(granted_at).map(|(e, g)| g - e),
         });
     }
     Ok(results)

@@ -3,7 +3,10 @@
 //! per worker, `Lock` with it, `Unlock`), so that the comparison can be
 //! reproduced with etcd from Debian's packages. And of `heartbeats --etcd
 //! URL`: N etcd leases kept alive over S `LeaseKeepAlive` streams
-//! ([`grant_many`], [`keep_alive_share`], [`revoke_many`]).
+//! ([`grant_many`], [`keep_alive_share`], [`revoke_many`]). And what the
+//! bench reads of a dead holder's etcd lease: when it expires
+//! ([`Etcd::expiry_ms`]), on etcd's lock service and on the broker's etcd
+//! store ([`Etcd::for_store`], [`Etcd::lease_of`]).
 
 use std::{
     sync::{atomic::Ordering, Arc},
@@ -16,12 +19,13 @@ use tonic::transport::Channel;
 
 use self::proto::{
     etcdserverpb::{
-        lease_client::LeaseClient, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+        kv_client::KvClient, lease_client::LeaseClient, LeaseGrantRequest, LeaseKeepAliveRequest,
+        LeaseRevokeRequest, LeaseTimeToLiveRequest, RangeRequest,
     },
     v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest},
 };
 use crate::{
-    cycles::{Failover, Handoffs, Run},
+    cycles::{wall_ms, Failover, Handoffs, Run},
     soak::Tally,
     stats::micros,
 };
@@ -62,9 +66,26 @@ pub mod proto {
 /// A connection to etcd.
 #[derive(Clone)]
 pub struct Etcd {
+    kv: KvClient<Channel>,
     lease: LeaseClient<Channel>,
     lock: LockClient<Channel>,
 }
+
+/// The first member (`host:port`) of an etcd store URL, in the broker's form
+/// (`etcd://[user:password@]host:port[,host:port...]`, or `etcds://`);
+/// `None` for another store's URL.
+pub fn store_member(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("etcd://")
+        .or_else(|| url.strip_prefix("etcds://"))?;
+    // The credentials end at the last `@` (a password may hold `/`).
+    let members = rest.rsplit_once('@').map_or(rest, |(_, members)| members);
+    Some(members.split([',', '/']).next()?.trim())
+}
+
+/// How often [`Etcd::expiry_ms`] asks for a lease's time to live: the
+/// resolution of the expiry it reads.
+const EXPIRY_POLL: Duration = Duration::from_millis(5);
 
 impl Etcd {
     pub async fn connect(url: &str) -> Result<Self, String> {
@@ -75,9 +96,68 @@ impl Etcd {
             .await
             .map_err(|e| format!("cannot reach etcd at {url}: {e}"))?;
         Ok(Etcd {
+            kv: KvClient::new(channel.clone()),
             lease: LeaseClient::new(channel.clone()),
             lock: LockClient::new(channel),
         })
+    }
+
+    /// A connection to the etcd of an etcd store URL (its first member), to
+    /// read the store's leases; `None` for another store, and for an etcd
+    /// behind TLS or etcd's auth (this client speaks neither).
+    pub async fn for_store(url: &str) -> Result<Option<Self>, String> {
+        match store_member(url) {
+            Some(member) if url.starts_with("etcd://") && !url.contains('@') => {
+                Ok(Some(Self::connect(&format!("http://{member}")).await?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The etcd lease `key` is on; `None` if there is no such key.
+    pub async fn lease_of(&mut self, key: &[u8]) -> Result<Option<i64>, String> {
+        let found = self
+            .kv
+            .range(RangeRequest {
+                key: key.to_vec(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| format!("etcd Range: {}", s.message()))?
+            .into_inner();
+        Ok(found.kvs.first().map(|kv| kv.lease))
+    }
+
+    /// When `lease`, which nothing renews any more (its holder died),
+    /// expires, by this machine's wall clock (ms; etcd runs here, as in
+    /// every bench run). etcd tells a lease's time to live in whole seconds,
+    /// truncated ("expires in under TTL+1 seconds"): the expiry is a second
+    /// after its TTL falls from 1 to 0, asked every [`EXPIRY_POLL`] (the
+    /// moment is the middle of the two readings around the fall). `None`
+    /// when the first reading is already under a second (or the lease is
+    /// gone): the fall was not seen.
+    pub async fn expiry_ms(&mut self, lease: i64) -> Result<Option<f64>, String> {
+        let mut last_above: Option<f64> = None;
+        loop {
+            let asked = wall_ms();
+            let ttl = self
+                .lease
+                .lease_time_to_live(LeaseTimeToLiveRequest {
+                    id: lease,
+                    keys: false,
+                })
+                .await
+                .map_err(|s| format!("etcd LeaseTimeToLive: {}", s.message()))?
+                .into_inner()
+                .ttl;
+            let answered = wall_ms();
+            match (ttl, last_above) {
+                (1.., _) => last_above = Some(answered),
+                (0, Some(above)) => return Ok(Some((above + asked) / 2.0 + 1e3)),
+                _ => return Ok(None),
+            }
+            tokio::time::sleep(EXPIRY_POLL).await;
+        }
     }
 
     async fn grant(&mut self, ttl: Duration) -> Result<i64, String> {
@@ -210,7 +290,7 @@ pub async fn contended(
 
 /// A holder keeps a lease of `ttl` alive and holds the lock; a waiter calls
 /// Lock; the holder dies (its keep-alive stops). etcd frees the lock when the
-/// lease expires.
+/// lease expires (its expiry read as [`Etcd::expiry_ms`] reads it).
 pub async fn failover(etcd: &Etcd, ttl: Duration, runs: usize) -> Result<Vec<Failover>, String> {
     let mut results = Vec::new();
     for run in 0..runs {
@@ -226,19 +306,22 @@ pub async fn failover(etcd: &Etcd, ttl: Duration, runs: usize) -> Result<Vec<Fai
         let wait_name = name.clone();
         let granted = tokio::spawn(async move {
             let key = waiter.lock(&wait_name, waiter_lease).await;
-            (Instant::now(), key, waiter)
+            (Instant::now(), wall_ms(), key, waiter)
         });
         // Give the waiter's Lock time to reach etcd before the death (etcd
         // has no way to tell that someone waits).
         tokio::time::sleep(Duration::from_millis(50)).await;
         keeper.abort();
         let killed = Instant::now();
-        let (at, key, mut waiter) = granted.await.map_err(|e| e.to_string())?;
+        // A keep-alive in flight at the death lands first.
+        tokio::time::sleep(crate::cycles::SETTLE).await;
+        let expiry = holder.expiry_ms(lease).await?;
+        let (at, seen, key, mut waiter) = granted.await.map_err(|e| e.to_string())?;
         waiter.unlock(key?).await?;
         waiter.revoke(waiter_lease).await;
         results.push(Failover {
             kill_to_grant: at.duration_since(killed),
-            expiry_to_grant_ms: None,
+            expiry_to_grant_ms: expiry.map(|e| seen - e),
             expiry_to_grant_in_store_ms: None,
         });
     }
@@ -365,4 +448,24 @@ pub fn local_pid(url: &str) -> Option<u32> {
         _ => 80,
     });
     crate::probe::listener_pid(port, "etcd")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_etcd_store_url_gives_its_first_member() {
+        assert_eq!(
+            store_member("etcd://127.0.0.1:23791"),
+            Some("127.0.0.1:23791")
+        );
+        assert_eq!(
+            store_member("etcds://bob:p/a@ss@h1:2381,h2:2380/"),
+            Some("h1:2381")
+        );
+        assert_eq!(store_member("etcd://[::1]:2390/"), Some("[::1]:2390"));
+        assert_eq!(store_member("redis://127.0.0.1:2379"), None);
+        assert_eq!(store_member("postgres://u@h:2379/db"), None);
+    }
 }

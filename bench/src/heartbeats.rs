@@ -3,7 +3,7 @@
 //! against the store with the same scripts and batching (one pipeline per
 //! stream's share, the floor), each for the same time. Reports the renewal
 //! round trip p50/p99, leases lost, and the CPU and memory of broker and
-//! store (Redis or PostgreSQL: see `probe`).
+//! store (Redis, PostgreSQL or etcd: see `probe`).
 //!
 //! With `--etcd URL`, a third row per lease count: as many etcd leases (the
 //! same TTL) kept alive over as many `LeaseKeepAlive` streams, a heartbeat
@@ -36,7 +36,7 @@ use crate::{
 /// Arguments of `bench heartbeats`.
 #[derive(clap::Args, Debug)]
 pub struct HeartbeatsArgs {
-    /// Store URL (Redis or PostgreSQL): the broker under test runs on it,
+    /// Store URL (Redis, PostgreSQL or etcd): the broker under test runs on it,
     /// and the direct baseline talks to it.
     #[arg(long)]
     store: String,
@@ -97,7 +97,7 @@ impl Measured {
     /// A side's figures with the peak of the store's memory samples.
     fn store_memory(mut self, memory: Option<Memory>) -> Self {
         self.store_rss_mib = memory.and_then(|m| m.rss_mib);
-        self.store_data_mib = memory.map(|m| m.data_mib);
+        self.store_data_mib = memory.and_then(|m| m.data_mib);
         self
     }
 }

@@ -63,7 +63,7 @@ enum Command {
     /// with the same scripts (the ratio), then one contended lock.
     Cycles(cycles::CyclesArgs),
     /// N leases kept alive over S KeepAlive streams through a broker and
-    /// renewed straight against the store (Redis or PostgreSQL) with the
+    /// renewed straight against the store (Redis, PostgreSQL or etcd) with the
     /// same batching: renewal latency, losses, CPU and memory of broker and
     /// store.
     Heartbeats(heartbeats::HeartbeatsArgs),

@@ -1,10 +1,13 @@
 //! What a benchmark reads of the store it runs on: its CPU time and its
-//! memory, on Redis or PostgreSQL, so that a table can show the store's
-//! cost beside the broker's whichever store it is.
+//! memory, on Redis, PostgreSQL or etcd, so that a table can show the
+//! store's cost beside the broker's whichever store it is.
 //!
 //! CPU comes from /proc when the store runs on this machine (as in every
 //! bench run): an overloaded store answers a query late, /proc does not.
-//! Redis is one process (`INFO server`'s process_id). PostgreSQL is a tree
+//! Redis is one process (`INFO server`'s process_id). etcd is one process
+//! too: the one named `etcd` listening on the first member's port of the
+//! URL (as `heartbeats --etcd` finds it); of a cluster on this machine,
+//! only that member is counted. PostgreSQL is a tree
 //! of processes: the postmaster, a backend per connection and background
 //! workers; a backend that exits (its connection closed) is reaped by the
 //! postmaster, so the kernel adds its CPU to the postmaster's cutime and
@@ -207,21 +210,24 @@ impl LocalCpu {
 /// The store's memory at one moment.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Memory {
-    /// The server's resident memory (Redis only: see [`Probe::memory`]).
+    /// The server's resident memory (Redis, and etcd when it runs here:
+    /// see [`Probe::memory`]).
     pub rss_mib: Option<f64>,
-    /// The data: Redis's used_memory, PostgreSQL's tables of the schema.
-    pub data_mib: f64,
+    /// The data: Redis's used_memory, PostgreSQL's tables of the schema
+    /// (etcd: not read).
+    pub data_mib: Option<f64>,
 }
 
 impl Memory {
     /// The larger of each figure (a peak over samples).
     pub fn max(self, other: Memory) -> Memory {
+        let max = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         Memory {
-            rss_mib: match (self.rss_mib, other.rss_mib) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            },
-            data_mib: self.data_mib.max(other.data_mib),
+            rss_mib: max(self.rss_mib, other.rss_mib),
+            data_mib: max(self.data_mib, other.data_mib),
         }
     }
 }
@@ -237,6 +243,8 @@ pub struct Probe {
 enum Kind {
     Redis(MultiplexedConnection),
     Postgres(Arc<tokio_postgres::Client>),
+    /// Nothing to ask etcd: its CPU and RSS come from /proc only.
+    Etcd,
 }
 
 impl Probe {
@@ -244,8 +252,19 @@ impl Probe {
     /// PostgreSQL database; `None` for the other stores (memory, a Sentinel
     /// set, a Cluster: their figures are not read) and for a PostgreSQL URL
     /// asking for TLS (the bench has no TLS client for it; said on stderr).
-    /// Spawns the connection's task on the current runtime.
+    /// Spawns the connection's task on the current runtime. An etcd URL
+    /// (`etcd://`, `etcds://`) connects to nothing: its probe reads the
+    /// local etcd's /proc, if there is one (see the module doc).
     pub async fn connect(url: &str) -> Result<Option<Probe>, String> {
+        if let Some(member) = crate::etcd::store_member(url) {
+            let port = member.rsplit_once(':').and_then(|(_, p)| p.parse().ok());
+            return Ok(Some(Probe {
+                kind: Kind::Etcd,
+                local: port
+                    .and_then(|port| listener_pid(port, "etcd"))
+                    .map(LocalCpu::Process),
+            }));
+        }
         if crate::plain::PlainLock::supports(url) {
             let mut conn = redis::Client::open(url)
                 .map_err(|e| format!("bad Redis URL: {e}"))?
@@ -284,11 +303,12 @@ impl Probe {
         }))
     }
 
-    /// The store's name, for tables: `Redis` or `PostgreSQL`.
+    /// The store's name, for tables: `Redis`, `PostgreSQL` or `etcd`.
     pub fn store(&self) -> &'static str {
         match self.kind {
             Kind::Redis(_) => "Redis",
             Kind::Postgres(_) => "PostgreSQL",
+            Kind::Etcd => "etcd",
         }
     }
 
@@ -298,8 +318,8 @@ impl Probe {
     }
 
     /// The store's CPU seconds so far: from /proc when it runs on this
-    /// machine, else what Redis's INFO says (PostgreSQL has no such figure:
-    /// `None`).
+    /// machine, else what Redis's INFO says (PostgreSQL and etcd have no
+    /// such figure: `None`).
     pub async fn cpu_seconds(&self) -> Result<Option<f64>, String> {
         if let Some(local) = self.local {
             return Ok(Some(local.seconds()));
@@ -311,7 +331,7 @@ impl Probe {
                     info_field(&info, "used_cpu_sys") + info_field(&info, "used_cpu_user"),
                 ))
             }
-            Kind::Postgres(_) => Ok(None),
+            Kind::Postgres(_) | Kind::Etcd => Ok(None),
         }
     }
 
@@ -320,14 +340,15 @@ impl Probe {
     /// `key_prefix` names (with their indexes and TOAST, dead row versions
     /// not yet vacuumed included), read through the buffer cache; no RSS:
     /// the process tree's RSS counts the shared buffers once per process
-    /// that touched them, which says little about the data.
+    /// that touched them, which says little about the data. etcd: its RSS
+    /// when it runs here (/proc), no data.
     pub async fn memory(&self, key_prefix: &str) -> Result<Memory, String> {
         match &self.kind {
             Kind::Redis(conn) => {
                 let info = redis_info(conn.clone()).await?;
                 Ok(Memory {
                     rss_mib: Some(info_field(&info, "used_memory_rss") / 1048576.0),
-                    data_mib: info_field(&info, "used_memory") / 1048576.0,
+                    data_mib: Some(info_field(&info, "used_memory") / 1048576.0),
                 })
             }
             Kind::Postgres(client) => {
@@ -344,9 +365,16 @@ impl Probe {
                     .get(0);
                 Ok(Memory {
                     rss_mib: None,
-                    data_mib: bytes / 1048576.0,
+                    data_mib: Some(bytes / 1048576.0),
                 })
             }
+            Kind::Etcd => Ok(Memory {
+                rss_mib: match self.local {
+                    Some(LocalCpu::Process(pid)) => Some(crate::soak::rss_mib(pid)),
+                    _ => None,
+                },
+                data_mib: None,
+            }),
         }
     }
 }

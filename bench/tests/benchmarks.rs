@@ -167,7 +167,8 @@ async fn the_cycles_benchmark_runs() {
 /// `cycles --etcd` runs every scenario on etcd's lock service too, beside
 /// the broker: uncontended cycles, a contended lock (its handoffs and
 /// fairness) and a killed holder (the next grant within the TTL and a
-/// margin of the kill; etcd's expiry is not known, so it shows "-").
+/// margin of the kill; at a TTL of 1 s etcd's expiry is not read, etcd
+/// telling a time to live in whole seconds: it shows "-").
 #[tokio::test]
 async fn the_cycles_benchmark_runs_on_etcd_too() {
     let redis = RedisServer::start();
@@ -227,6 +228,55 @@ async fn the_cycles_benchmark_runs_on_etcd_too() {
     // margins of the kill, generous for a loaded machine.
     assert!(kill_to_grant <= 6_000.0, "{killed}");
     assert!(killed.contains("expiry -> grant -"), "{killed}");
+}
+
+/// On an etcd store, `cycles` reads etcd's CPU per cycle (the etcd process
+/// listening on the URL's port: it runs here), and a killed holder's expiry
+/// (its etcd lease's, from its time to live) on the broker and on etcd's
+/// lock service: each waiter granted after it, within etcd's lease checks
+/// (every 500 ms) and a margin for a loaded machine.
+#[tokio::test]
+async fn the_cycles_benchmark_runs_on_an_etcd_store() {
+    let etcd = EtcdServer::start();
+    let text = bench(&[
+        "cycles",
+        "--store",
+        &etcd.store_url(),
+        "--etcd",
+        &etcd.url(),
+        "--workers",
+        "1",
+        "--contended",
+        "2",
+        "--duration",
+        "300ms",
+        "--failovers",
+        "1",
+        "--failover-ttl",
+        "2s",
+    ])
+    .await;
+    let cpu = text
+        .lines()
+        .find(|l| l.starts_with("uncontended, 1 workers") && l.contains("CPU µs per cycle"))
+        .unwrap_or_else(|| panic!("no CPU row: {text}"));
+    let etcd_cpu: f64 = cpu
+        .split(" + etcd ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no etcd CPU per cycle: {cpu}"));
+    assert!(etcd_cpu > 0.0, "{cpu}");
+    for side in ["broker", "etcd"] {
+        let killed = row(&text, &format!("holder killed, {side}"));
+        let expiry_to_grant: f64 = killed
+            .split("expiry -> grant ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no expiry -> grant figure: {killed}"));
+        assert!((-50.0..=1_500.0).contains(&expiry_to_grant), "{killed}");
+    }
 }
 
 /// The waiters benchmark fills the line, holds it, and hands the lock down
