@@ -683,8 +683,8 @@ const KEEPALIVE_QUEUE: usize = 1024;
 /// once gets its answers in order too). The stream is opened at the first
 /// renewal and again after it broke, on the member in use; one that has
 /// left a renewal unanswered for the store timeout (whose caller has given
-/// up on it) is taken for stalled, and its member for failed. Ends when
-/// the store is dropped.
+/// up on it) and answered nothing else meanwhile is taken for stalled, and
+/// its member for failed. Ends when the store is dropped.
 async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)>) {
     let mut first = None;
     loop {
@@ -742,6 +742,10 @@ async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)
             .or_default()
             .push_back((Instant::now(), answer));
         let mut tick = tokio::time::interval(client.timeout);
+        // When etcd last answered on this stream: a stream that answers is
+        // working through its queue, however long (a heartbeat of 10,000
+        // leases queues 20,000 renewals), and is not taken for stalled.
+        let mut answered_at = Instant::now();
         let broken = loop {
             tokio::select! {
                 request = requests.recv() => {
@@ -760,6 +764,7 @@ async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)
                 }
                 message = answers.message() => match message {
                     Ok(Some(answered)) => {
+                        answered_at = Instant::now();
                         if let Some(queue) = pending.get_mut(&answered.id) {
                             if let Some((_, answer)) = queue.pop_front() {
                                 let _ = answer.send(Ok(answered.ttl));
@@ -779,8 +784,10 @@ async fn keep_alive(client: Client, mut requests: mpsc::Receiver<(i64, Answered)
                 },
                 _ = tick.tick() => {
                     let oldest = pending.values().filter_map(|q| q.front()).map(|(at, _)| *at).min();
-                    if oldest.is_some_and(|at| at.elapsed() > client.timeout) {
-                        break "etcd left a renewal unanswered".to_owned();
+                    if oldest.is_some_and(|at| at.elapsed() > client.timeout)
+                        && answered_at.elapsed() > client.timeout
+                    {
+                        break "etcd answered no renewal within the store timeout".to_owned();
                     }
                     if !pending.is_empty() && !client.uses(&member) {
                         break "the store moved to another member".to_owned();
