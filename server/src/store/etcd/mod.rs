@@ -352,7 +352,9 @@ impl EtcdStore {
                         get_range(keys.slots()),
                         get_range(keys.records()),
                         count(keys.places()),
-                        first_in_line(keys.places()),
+                        RequestOp {
+                            request: Some(Op::RequestRange(first_in_line(keys.places()))),
+                        },
                         get(&keys.place(&spec.token)),
                         get(&epoch_key),
                     ]),
@@ -1110,16 +1112,22 @@ fn count(range: (Vec<u8>, Vec<u8>)) -> RequestOp {
     }
 }
 
+/// The places of a line (`NameKeys::places`) in arrival order (their
+/// creation revisions), keys only.
+fn line_in_order(places: (Vec<u8>, Vec<u8>)) -> RangeRequest {
+    RangeRequest {
+        sort_order: SortOrder::Ascend.into(),
+        sort_target: SortTarget::Create.into(),
+        keys_only: true,
+        ..range_of(places)
+    }
+}
+
 /// The oldest place of a line.
-fn first_in_line(range: (Vec<u8>, Vec<u8>)) -> RequestOp {
-    RequestOp {
-        request: Some(Op::RequestRange(RangeRequest {
-            limit: 1,
-            sort_order: SortOrder::Ascend.into(),
-            sort_target: SortTarget::Create.into(),
-            keys_only: true,
-            ..range_of(range)
-        })),
+pub(super) fn first_in_line(places: (Vec<u8>, Vec<u8>)) -> RangeRequest {
+    RangeRequest {
+        limit: 1,
+        ..line_in_order(places)
     }
 }
 
@@ -1475,15 +1483,7 @@ impl Backend for EtcdStore {
         let keys = self.keys(name);
         let line = self
             .client()
-            .range(
-                "Range (refresh places)",
-                RangeRequest {
-                    sort_order: SortOrder::Ascend.into(),
-                    sort_target: SortTarget::Create.into(),
-                    keys_only: true,
-                    ..range_of(keys.places())
-                },
-            )
+            .range("Range (refresh places)", line_in_order(keys.places()))
             .await?;
         let ranks: std::collections::HashMap<&str, (u64, i64)> = line
             .kvs

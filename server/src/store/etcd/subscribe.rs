@@ -31,9 +31,8 @@ use super::{
     client::{
         api::{
             etcdserverpb::{
-                range_request::{SortOrder, SortTarget},
-                watch_request::RequestUnion,
-                RangeRequest, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse,
+                watch_request::RequestUnion, WatchCancelRequest, WatchCreateRequest, WatchRequest,
+                WatchResponse,
             },
             mvccpb::{event::EventType, Event as EtcdEvent},
         },
@@ -359,18 +358,7 @@ async fn answer(
                 let keys = keys.clone();
                 tokio::spawn(async move {
                     let first = client
-                        .range(
-                            "Range (first in line)",
-                            RangeRequest {
-                                key: places.0,
-                                range_end: places.1,
-                                limit: 1,
-                                sort_order: SortOrder::Ascend.into(),
-                                sort_target: SortTarget::Create.into(),
-                                keys_only: true,
-                                ..RangeRequest::default()
-                            },
-                        )
+                        .range("Range (first in line)", super::first_in_line(places))
                         .await;
                     let first = first
                         .ok()
