@@ -1172,15 +1172,18 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
 async fn a_hundred_expired_permits_are_reported_over_several_grants() {
     let etcd = EtcdServer::start();
     let store = open(&etcd.store_url());
+    // On a loaded machine the first permits can expire before the last are
+    // taken, and a permit's grant reports them too: those count.
+    let mut reported = 0;
     for i in 0..100 {
         let permit = GrantSpec {
             limit: 100,
             ..spec("many", &format!("p{i}"), 1_000)
         };
-        assert!(matches!(
-            store.acquire(&permit).await.unwrap(),
-            Acquired::Granted { .. }
-        ));
+        match store.acquire(&permit).await.unwrap() {
+            Acquired::Granted { expired, .. } => reported += expired,
+            blocked @ Acquired::Blocked(_) => panic!("permit {i}: {blocked:?}"),
+        }
     }
     // Every permit gone: etcd revokes expired leases within about half a
     // second of their TTL.
@@ -1189,7 +1192,6 @@ async fn a_hundred_expired_permits_are_reported_over_several_grants() {
         assert!(Instant::now() < deadline, "permits still held after 30 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut reported = 0;
     for round in 0..10 {
         let token = format!("lock{round}");
         match store.acquire(&spec("many", &token, 10_000)).await.unwrap() {
