@@ -138,13 +138,36 @@ pub enum Error {
     #[error("{0}")]
     Unavailable(String),
 
-    /// The caller went away before the call finished.
+    /// The caller went away before the call finished, or cancelled its
+    /// request on a Session stream.
     #[error("the call was cancelled by the client")]
     Cancelled,
+
+    /// A request on a Session stream ran past the `timeout_ms` it gave.
+    #[error(
+        "the request ran past its timeout_ms ({timeout_ms} ms) and was ended;          an Acquire gave up its place, a Renew or Release may or may not have happened"
+    )]
+    DeadlineExceeded {
+        /// The request's own timeout.
+        timeout_ms: u64,
+    },
 
     /// A bug or an unexpected answer from the store.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl Error {
+    /// Whether this answer to a Renew or Release says for sure that the
+    /// token's lease is over (gone, another owner's, revoked), as opposed
+    /// to a failure that leaves its fate unknown (no answer from the store)
+    /// or a refusal before anything was asked of it.
+    pub fn settles_the_lease(&self) -> bool {
+        matches!(
+            self,
+            Error::NotHeld { .. } | Error::NotOwner { .. } | Error::Revoked { .. }
+        )
+    }
 }
 
 fn display_holder(holder: &str) -> String {

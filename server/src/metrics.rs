@@ -16,7 +16,7 @@ use prometheus::{
 };
 
 use crate::{
-    lease::{Events, LossReason, Refusal},
+    lease::{Events, LossReason, Refusal, Scope},
     store::safety::{Risk, Setting},
 };
 
@@ -122,6 +122,8 @@ pub struct Metrics {
     pub waiters: IntGauge,
     /// KeepAlive streams open now on this replica.
     pub keepalive_streams: IntGauge,
+    /// Session streams open now on this replica.
+    pub session_streams: IntGauge,
     /// Store calls that failed (timeout, connection, unexpected answer).
     pub store_errors: IntCounter,
     /// 1 while the last store health check succeeded, else 0.
@@ -221,6 +223,13 @@ impl Metrics {
                 IntGauge::new(
                     "leasehold_keepalive_streams",
                     "KeepAlive streams open now on this replica.",
+                ),
+            ),
+            session_streams: register(
+                &r,
+                IntGauge::new(
+                    "leasehold_session_streams",
+                    "Session streams open now on this replica.",
                 ),
             ),
             store_errors: register(
@@ -461,11 +470,15 @@ impl Events for Metrics {
         }
     }
 
-    fn keepalive_stream(&self, more: bool) {
+    fn stream(&self, scope: Scope, more: bool) {
+        let gauge = match scope {
+            Scope::Named => &self.keepalive_streams,
+            Scope::Held => &self.session_streams,
+        };
         if more {
-            self.keepalive_streams.inc();
+            gauge.inc();
         } else {
-            self.keepalive_streams.dec();
+            gauge.dec();
         }
     }
 

@@ -23,10 +23,7 @@ use tokio::{
 use super::{Caller, Events, Granted, GrantedLease, LeaseRoom, Leases, LossReason};
 use crate::{
     error::{Error, Result},
-    store::{
-        Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, Watch, QUEUE_LIFETIME,
-        QUEUE_REFRESH,
-    },
+    store::{Acquired, Blocked, BlockedBy, Event, GrantSpec, Watch, QUEUE_LIFETIME, QUEUE_REFRESH},
 };
 
 /// How long an Acquire waits, and whether it keeps its place in line when
@@ -146,17 +143,14 @@ impl Acquisition {
                 | Error::PlaceKept { .. },
             ) => events.acquire_refused(),
             // An attempt failed without an answer: it may have granted.
-            Err(_) if unknown => leases.orphaned(&spec),
+            Err(_) if unknown => leases.orphaned(&spec.name, &spec.token, spec.ttl_ms, spec.queued),
             Err(_) => {}
         }
         if let Err(Ok(granted)) = reply.send(result) {
             tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
-            match leases.count_errors(leases.inner.store.release(&spec.name, &spec.token).await) {
-                Ok(Checked::Done(())) => events.released(),
-                Ok(_) => {}
-                Err(_) => leases.orphaned(&spec),
-            }
-            caller.forget(&spec.name, &spec.token);
+            leases
+                .release_unheard(&caller, &spec.name, &spec.token, spec.ttl_ms)
+                .await;
         }
     }
 

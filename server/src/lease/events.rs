@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use super::Scope;
+
 /// Why a holder lost its lease.
 ///
 /// Each loss is reported once, by whoever learns it first (the store keeps a
@@ -63,8 +65,9 @@ pub trait Events: Send + Sync + std::fmt::Debug {
     fn store_failed(&self);
     /// One more (`true`) or one fewer (`false`) Acquire call waits.
     fn waiting(&self, more: bool);
-    /// One more (`true`) or one fewer (`false`) KeepAlive stream is open.
-    fn keepalive_stream(&self, more: bool);
+    /// One more (`true`) or one fewer (`false`) KeepAlive stream
+    /// ([`Scope::Named`]) or Session stream ([`Scope::Held`]) is open.
+    fn stream(&self, scope: Scope, more: bool);
     /// A caller was refused.
     fn refused(&self, why: Refusal);
 }
@@ -82,6 +85,6 @@ impl Events for NoEvents {
     fn renewed(&self, _: Duration) {}
     fn store_failed(&self) {}
     fn waiting(&self, _: bool) {}
-    fn keepalive_stream(&self, _: bool) {}
+    fn stream(&self, _: Scope, _: bool) {}
     fn refused(&self, _: Refusal) {}
 }

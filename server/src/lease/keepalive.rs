@@ -1,8 +1,10 @@
-//! Heartbeat sessions: what one KeepAlive stream renews, and what its end
-//! means.
+//! Heartbeat sessions: what one KeepAlive or Session stream renews, and
+//! what its end means.
 //!
-//! A session is stateless towards the client (each heartbeat names the
-//! leases to renew) but remembers, per lease it renewed (by owner token: a
+//! A KeepAlive session is stateless towards the client (each heartbeat
+//! names the leases to renew); a Session stream's also keeps the leases
+//! granted on it until they are released or lost there ([`Scope`]). Both
+//! remember, per lease it renewed (by owner token: a
 //! semaphore's name has several leases at once, and a lock's name many over
 //! time), the earliest moment the lease could expire. That memory lets it
 //! tell the holder *why* a lease is gone (a lease missing before it could
@@ -11,11 +13,15 @@
 //! lease was resumed elsewhere, released, or ran out
 //! (`lease_lost_total{reason="expired"}`; `abandoned.rs`).
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Mutex, MutexGuard},
+    time::Duration,
+};
 
 use tokio::time::{sleep_until, Instant};
 
-use super::{validate, Caller, Leases, LossReason, Slot};
+use super::{validate, AcquireArgs, Caller, Granted, Leases, LossReason, Slot};
 use crate::{
     error::{Error, Result},
     store::{Checked, RenewItem, Renewed},
@@ -83,51 +89,220 @@ struct Tracked {
     expires_no_sooner_than: Instant,
 }
 
-/// The state of one KeepAlive stream.
+/// Which leases a session tracks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// KeepAlive: each heartbeat names every lease the client still holds;
+    /// a lease it leaves out is no longer this session's.
+    Named,
+    /// Session stream: the leases granted or renewed on the stream, until
+    /// they are released or lost there (a heartbeat need not name them
+    /// all), at most `--max-stream-leases` at once.
+    Held,
+}
+
+/// The leases a session tracks, and (in [`Scope::Held`]) the room taken for
+/// Acquire requests in flight, so that concurrent requests cannot overshoot
+/// the cap.
+#[derive(Default)]
+struct Tracking {
+    /// By owner token (never logged, never `Debug`).
+    leases: HashMap<String, Tracked>,
+    /// Acquire requests in flight that hold room for their grant.
+    reserved: usize,
+}
+
+/// The state of one KeepAlive or Session stream. Shared by the requests in
+/// flight on a Session stream: its state sits behind locks held for a few
+/// map operations, never across an await.
 pub struct Session {
     leases: Leases,
     /// Whose leases these are: names are in its namespace, and the leases
     /// count against its caps.
     caller: Caller,
     _slots: (Slot, Slot),
-    /// By owner token (never logged, never `Debug`).
-    tracked: HashMap<String, Tracked>,
+    scope: Scope,
+    tracking: Mutex<Tracking>,
     /// Rate limit (GCRA): the theoretical arrival time of the next heartbeat.
-    next_arrival: Instant,
+    next_arrival: Mutex<Instant>,
+}
+
+/// Room for one grant on a [`Scope::Held`] session, given back when it
+/// drops (the request ended, however: granted, refused or cancelled).
+struct Reservation<'a>(&'a Mutex<Tracking>);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        lock(self.0).reserved -= 1;
+    }
+}
+
+/// The lock's data even if a thread panicked while holding it: every
+/// critical section leaves the maps consistent.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Session {
-    pub(super) fn new(leases: Leases, caller: Caller, slots: (Slot, Slot)) -> Self {
-        leases.inner.events.keepalive_stream(true);
+    pub(super) fn new(leases: Leases, caller: Caller, slots: (Slot, Slot), scope: Scope) -> Self {
+        leases.inner.events.stream(scope, true);
         Session {
             leases,
             caller,
             _slots: slots,
-            tracked: HashMap::new(),
-            next_arrival: Instant::now(),
+            scope,
+            tracking: Mutex::default(),
+            next_arrival: Mutex::new(Instant::now()),
         }
+    }
+
+    /// Admits one request of a Session stream under the caller's rate caps,
+    /// as a unary call is admitted.
+    pub fn admit(&self) -> Result<()> {
+        self.caller.admit()
     }
 
     /// Waits as long as needed to keep this stream within
     /// `--max-stream-rate` heartbeats per second (with a burst of one
     /// second's worth). The caller reads the next heartbeat only afterwards,
     /// so a flood is slowed by HTTP/2 flow control, not buffered.
-    pub async fn throttle(&mut self) {
+    pub async fn throttle(&self) {
         let rate = self.leases.inner.limits.max_stream_rate.max(1);
         let interval = Duration::from_secs(1) / rate;
         let burst = Duration::from_secs(1).saturating_sub(interval);
         let now = Instant::now();
-        let arrival = self.next_arrival.max(now);
+        let arrival = {
+            let mut next = lock(&self.next_arrival);
+            let arrival = (*next).max(now);
+            *next = arrival + interval;
+            arrival
+        };
         if arrival > now + burst {
             sleep_until(arrival - burst).await;
         }
-        self.next_arrival = arrival + interval;
+    }
+
+    /// Acquire on a Session stream: the lease rules' Acquire, and the grant
+    /// tracked by this session from the moment the store applied it (its
+    /// first heartbeat). Refused with RESOURCE_EXHAUSTED when the session
+    /// tracks `--max-stream-leases` leases (grants in flight included).
+    /// Dropped (cancelled) while it waits, it gives up its place, and a
+    /// grant that raced with the drop is released (see [`Leases::acquire`]).
+    pub async fn acquire(&self, args: AcquireArgs) -> Result<Granted> {
+        let arrived = Instant::now();
+        let _room = self.reserve()?;
+        let granted = self.leases.acquire(&self.caller, args).await?;
+        let stored = self.caller.tenant().qualify(&granted.lease.name);
+        lock(&self.tracking).leases.insert(
+            granted.lease.owner_token.clone(),
+            Tracked {
+                name: stored,
+                // The store applied the grant after the granting attempt was
+                // sent, `waited` after the call's arrival.
+                expires_no_sooner_than: arrived
+                    + granted.waited
+                    + Duration::from_millis(granted.lease.ttl_ms),
+            },
+        );
+        Ok(granted)
+    }
+
+    /// Room for one more grant under `--max-stream-leases`. When the
+    /// session is full, the leases it tracks that may have expired
+    /// unrenewed (the client let them go without a release) make room: they
+    /// are looked at past their TTL as those of an ended stream are.
+    fn reserve(&self) -> Result<Reservation<'_>> {
+        let cap = self.leases.inner.limits.max_stream_leases;
+        let mut tracking = lock(&self.tracking);
+        if tracking.leases.len() + tracking.reserved >= cap {
+            let now = Instant::now();
+            let lapsed: Vec<_> = tracking
+                .leases
+                .extract_if(|_, t| t.expires_no_sooner_than <= now)
+                .map(|(token, t)| (t.name, token, t.expires_no_sooner_than))
+                .collect();
+            if !lapsed.is_empty() {
+                drop(tracking);
+                self.leases.watch_abandoned(lapsed);
+                tracking = lock(&self.tracking);
+            }
+        }
+        if tracking.leases.len() + tracking.reserved >= cap {
+            return Err(Error::ResourceExhausted(format!(
+                "this stream holds {} leases and waits for {} more; the limit is {cap} per \
+                 stream (--max-stream-leases): release some, or open another stream",
+                tracking.leases.len(),
+                tracking.reserved
+            )));
+        }
+        tracking.reserved += 1;
+        Ok(Reservation(&self.tracking))
+    }
+
+    /// Renew on a Session stream: the lease rules' Renew, tracked when it
+    /// succeeds (a lease resumed from another stream becomes this one's,
+    /// while there is room), forgotten when the store says it is gone.
+    pub async fn renew(&self, name: &str, owner_token: &str, ttl_ms: u64) -> Result<Renewed> {
+        let sent = Instant::now();
+        let result = self
+            .leases
+            .renew(&self.caller, name, owner_token, ttl_ms)
+            .await;
+        let mut tracking = lock(&self.tracking);
+        match &result {
+            Ok(renewed) => {
+                let room = tracking.leases.len() + tracking.reserved
+                    < self.leases.inner.limits.max_stream_leases;
+                let tracked = Tracked {
+                    name: self.caller.tenant().qualify(name),
+                    expires_no_sooner_than: sent + Duration::from_millis(renewed.ttl_ms),
+                };
+                match tracking.leases.get_mut(owner_token) {
+                    Some(known) => *known = tracked,
+                    None if room => {
+                        tracking.leases.insert(owner_token.to_owned(), tracked);
+                    }
+                    None => {}
+                }
+            }
+            Err(e) if e.settles_the_lease() => {
+                tracking.leases.remove(owner_token);
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Release on a Session stream: the lease rules' Release; the lease is
+    /// no longer this session's once the store answered.
+    pub async fn release(&self, name: &str, owner_token: &str) -> Result<()> {
+        let result = self.leases.release(&self.caller, name, owner_token).await;
+        if result
+            .as_ref()
+            .map_or_else(Error::settles_the_lease, |()| true)
+        {
+            lock(&self.tracking).leases.remove(owner_token);
+        }
+        result
+    }
+
+    /// Releases a lease granted on this stream whose answer never reached
+    /// the client (the stream broke, or the request was cancelled, as the
+    /// answer was on its way): see [`Leases::release_unheard`].
+    pub async fn release_unheard(&self, name: &str, owner_token: &str, ttl_ms: u64) {
+        lock(&self.tracking).leases.remove(owner_token);
+        let stored = self.caller.tenant().qualify(name);
+        self.leases
+            .release_unheard(&self.caller, &stored, owner_token, ttl_ms)
+            .await;
     }
 
     /// Renews the leases of one heartbeat, in one store round trip, and says
     /// what became of each (same order). Fails only when the heartbeat breaks
     /// a stream limit; the stream should then end with that error.
-    pub async fn heartbeat(&mut self, leases: Vec<LeaseRef>) -> Result<Vec<(String, LeaseState)>> {
+    pub async fn heartbeat(&self, leases: Vec<LeaseRef>) -> Result<Vec<(String, LeaseState)>> {
         let inner = &self.leases.inner;
         let limits = &inner.limits;
         if leases.len() > limits.max_stream_leases {
@@ -148,39 +323,58 @@ impl Session {
             inner.events.renewed(sent.elapsed());
         }
         let now = Instant::now();
-        let mut next_tracked = HashMap::with_capacity(items.len());
+        let mut tracking = lock(&self.tracking);
+        let tracking = &mut *tracking;
+        // KeepAlive: what this heartbeat renews is all the session tracks
+        // next. Session: the leases it does not name stay tracked.
+        let mut next_tracked = match self.scope {
+            Scope::Named => HashMap::with_capacity(items.len()),
+            Scope::Held => std::mem::take(&mut tracking.leases),
+        };
+        let previous = match self.scope {
+            Scope::Named => &tracking.leases,
+            Scope::Held => &next_tracked,
+        };
+        let tracked_as = |item: &RenewItem| -> Option<Tracked> {
+            previous
+                .get(&item.token)
+                .filter(|t| t.name == item.name)
+                .cloned()
+        };
         let mut outcomes = match outcomes {
             Ok(outcomes) => outcomes.into_iter().map(Ok).collect::<Vec<_>>(),
             Err(e) => {
-                // Unknown fate: keep tracking what we knew until we know more.
-                for item in &items {
-                    if let Some(t) = self.tracked_as(item) {
-                        next_tracked.insert(item.token.clone(), t.clone());
-                    }
-                }
                 let message = e.to_string();
                 items.iter().map(|_| Err(message.clone())).collect()
             }
         }
         .into_iter();
-
-        // The items are consumed here: a renewed lease's name and token move
-        // into the tracked map instead of being copied (two allocations per
-        // lease per heartbeat, a heartbeat naming up to 1,000).
-        for (item, slot) in items
-            .into_iter()
-            .zip(states.iter_mut().filter(|s| s.is_none()))
-        {
+        // Decided first, applied after: the verdicts read the tracking as it
+        // was before this heartbeat.
+        let mut verdicts = Vec::with_capacity(items.len());
+        for item in items {
             // Every store answers every item (the Redis store checks the count).
             let outcome = outcomes
                 .next()
                 .unwrap_or_else(|| Err("no answer from the store".into()));
+            let known = tracked_as(&item);
             // Asked only of an answer that finds no lease of this token.
             let lost_early = || {
-                self.tracked_as(&item)
+                known
+                    .as_ref()
                     .is_some_and(|t| now < t.expires_no_sooner_than)
             };
             let (state, loss) = renewal_state(outcome, lost_early);
+            verdicts.push((item, known, state, loss));
+        }
+        let room = limits.max_stream_leases.saturating_sub(tracking.reserved);
+        // The items are consumed here: a renewed lease's name and token move
+        // into the tracked map instead of being copied (two allocations per
+        // lease per heartbeat, a heartbeat naming up to 1,000).
+        for ((item, known, state, loss), slot) in verdicts
+            .into_iter()
+            .zip(states.iter_mut().filter(|s| s.is_none()))
+        {
             match &state {
                 LeaseState::Alive { ttl_ms, .. } => {
                     self.caller.hold(
@@ -188,26 +382,39 @@ impl Session {
                         &item.token,
                         now + Duration::from_millis(*ttl_ms),
                     );
-                    next_tracked.insert(
-                        item.token,
-                        Tracked {
-                            name: item.name,
-                            expires_no_sooner_than: sent + Duration::from_millis(*ttl_ms),
-                        },
-                    );
+                    if self.scope == Scope::Named
+                        || next_tracked.contains_key(&item.token)
+                        || next_tracked.len() < room
+                    {
+                        next_tracked.insert(
+                            item.token,
+                            Tracked {
+                                name: item.name,
+                                expires_no_sooner_than: sent + Duration::from_millis(*ttl_ms),
+                            },
+                        );
+                    }
                 }
                 LeaseState::Lost { .. } => {
                     self.caller.forget(&item.name, &item.token);
                     if let Some(reason) = loss {
                         self.leases.lost(&item.name, reason);
                     }
+                    if self.scope == Scope::Held {
+                        next_tracked.remove(&item.token);
+                    }
                 }
-                LeaseState::Unconfirmed { .. } | LeaseState::Rejected { .. } => {}
+                // Unknown fate: keep tracking what we knew until we know more.
+                LeaseState::Unconfirmed { .. } => {
+                    if let (Scope::Named, Some(known)) = (self.scope, known) {
+                        next_tracked.insert(item.token, known);
+                    }
+                }
+                LeaseState::Rejected { .. } => {}
             }
             *slot = Some(state);
         }
-        // Leases the client no longer names are no longer this session's.
-        self.tracked = next_tracked;
+        tracking.leases = next_tracked;
         Ok(leases
             .into_iter()
             .zip(states)
@@ -250,14 +457,6 @@ impl Session {
         (states, items)
     }
 
-    /// This session's record of the lease `item` names: only if it renewed
-    /// that token's lease *of that name*.
-    fn tracked_as(&self, item: &RenewItem) -> Option<&Tracked> {
-        self.tracked
-            .get(&item.token)
-            .filter(|t| t.name == item.name)
-    }
-
     /// The stream ended, however: the client closed it (after releasing
     /// its leases, or handing them to another stream), reset it (a cancel,
     /// which reaches the broker as a clean end), or the connection broke.
@@ -265,14 +464,15 @@ impl Session {
     /// resumes them elsewhere, and the broker looks at each a little past
     /// its TTL (`abandoned.rs`): an expiry is counted, a release or a
     /// resumption is not, so a clean end needs no trust in the client.
-    pub fn end(mut self) {
-        let tracked = std::mem::take(&mut self.tracked);
+    /// Called once the stream's requests have all ended.
+    pub fn end(&self) {
+        let tracked = std::mem::take(&mut lock(&self.tracking).leases);
         if tracked.is_empty() {
             return;
         }
         tracing::debug!(
             leases = tracked.len(),
-            "KeepAlive stream ended; its leases run out their TTL unless resumed"
+            "stream ended; its leases run out their TTL unless resumed"
         );
         self.leases.watch_abandoned(
             tracked
@@ -394,7 +594,7 @@ fn renewal_state(
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.leases.inner.events.keepalive_stream(false);
+        self.leases.inner.events.stream(self.scope, false);
     }
 }
 

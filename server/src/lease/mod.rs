@@ -18,7 +18,7 @@ pub mod validate;
 pub use self::{
     election::{Leader, Observer},
     events::{Events, LossReason, NoEvents, Refusal},
-    keepalive::{LeaseRef, LeaseState, Session},
+    keepalive::{LeaseRef, LeaseState, Scope, Session},
     limits::Limits,
     tenant::{
         store_name, Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants, Usage,
@@ -217,12 +217,13 @@ impl Leases {
         let _ = shutdown.wait_for(|down| *down).await;
     }
 
-    /// A new KeepAlive session (one per stream), counted against the
-    /// caller's stream caps until it ends.
-    pub fn keepalive_session(&self, caller: Caller) -> Result<Session> {
+    /// A new session for one KeepAlive ([`Scope::Named`]) or Session
+    /// ([`Scope::Held`]) stream, counted against the caller's stream caps
+    /// until it ends.
+    pub fn session(&self, caller: Caller, scope: Scope) -> Result<Session> {
         caller.require_use()?;
         let slots = caller.stream_slot()?;
-        Ok(Session::new(self.clone(), caller, slots))
+        Ok(Session::new(self.clone(), caller, slots, scope))
     }
 
     /// Counts and logs a lease its holder lost. Called only where the store

@@ -25,12 +25,9 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::{Inner, Leases};
+use super::{Caller, Inner, Leases};
 use crate::redact::Redacted;
-use crate::{
-    error::Error,
-    store::{Checked, GrantSpec},
-};
+use crate::{error::Error, store::Checked};
 
 /// How often the pending tokens are tried while the store does not answer.
 pub(super) const ORPHAN_RETRY: Duration = Duration::from_millis(200);
@@ -74,10 +71,11 @@ impl Orphans {
 }
 
 impl Leases {
-    /// Remembers that the attempt `spec` may have been granted without its
-    /// caller hearing of it, and has it released as soon as the store
-    /// answers.
-    pub(super) fn orphaned(&self, spec: &GrantSpec) {
+    /// Remembers that the grant of `token` on `name` (stored name; TTL
+    /// `ttl_ms`; `queued` if its attempt may have joined the line) may
+    /// exist without its caller hearing of it, and has it released as soon
+    /// as the store answers.
+    pub(super) fn orphaned(&self, name: &str, token: &str, ttl_ms: u64, queued: bool) {
         let orphans = &self.inner.orphans;
         {
             let mut pending = orphans
@@ -86,22 +84,22 @@ impl Leases {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if pending.len() >= MAX_PENDING {
                 tracing::warn!(
-                    lock = %spec.name, token = %Redacted(&spec.token),
+                    lock = %name, token = %Redacted(token),
                     "too many grants of unknown outcome pending; this one lapses at its TTL"
                 );
                 return;
             }
             pending.insert(
-                spec.token.clone(),
+                token.to_owned(),
                 Orphan {
-                    name: spec.name.clone(),
-                    until: Instant::now() + Duration::from_millis(spec.ttl_ms),
-                    queued: spec.queued,
+                    name: name.to_owned(),
+                    until: Instant::now() + Duration::from_millis(ttl_ms),
+                    queued,
                 },
             );
         }
         tracing::debug!(
-            lock = %spec.name, token = %Redacted(&spec.token),
+            lock = %name, token = %Redacted(token),
             "the outcome of an acquire attempt is unknown; releasing its token once the store answers"
         );
         if !orphans.started.swap(true, Ordering::SeqCst) {
@@ -111,6 +109,26 @@ impl Leases {
             ));
         }
         orphans.added.notify_one();
+    }
+
+    /// Releases a grant its caller never heard of: the caller left as the
+    /// grant arrived, or the stream that was to carry the answer broke
+    /// first. If the store does not answer, the grant is released later
+    /// ([`Leases::orphaned`]): nobody holds a lease for a caller that never
+    /// learnt it has one, beyond the store's silence.
+    pub(super) async fn release_unheard(
+        &self,
+        caller: &Caller,
+        stored: &str,
+        token: &str,
+        ttl_ms: u64,
+    ) {
+        match self.count_errors(self.inner.store.release(stored, token).await) {
+            Ok(Checked::Done(())) => self.inner.events.released(),
+            Ok(_) => {}
+            Err(_) => self.orphaned(stored, token, ttl_ms, false),
+        }
+        caller.forget(stored, token);
     }
 
     /// Leaves the queue (if the attempt may have joined it) and releases

@@ -10,16 +10,16 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{
     gate::{self, Gate},
-    keepalive,
+    keepalive, session,
 };
 use crate::{
-    lease::{AcquireArgs, Leader, Leases, PlaceArgs},
+    lease::{AcquireArgs, Leader, Leases, PlaceArgs, Scope},
     proto::{
         leasehold_service_server::LeaseholdService, AcquireRequest, AcquireResponse,
         CampaignRequest, CampaignResponse, CheckFenceRequest, CheckFenceResponse, DescribeRequest,
         DescribeResponse, KeepAliveRequest, LeaderRequest, LeaderResponse, Lease, ObserveRequest,
         ObserveResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
-        ResignRequest, ResignResponse, RevokeRequest, RevokeResponse,
+        ResignRequest, ResignResponse, RevokeRequest, RevokeResponse, SessionRequest,
     },
 };
 
@@ -28,12 +28,20 @@ use crate::{
 pub struct LeaseholdApi {
     leases: Leases,
     gate: Arc<Gate>,
+    /// Requests that may run at once on one Session stream: the bound on a
+    /// connection's calls in flight (`--max-concurrent-streams`).
+    max_in_flight: usize,
 }
 
 impl LeaseholdApi {
-    /// Serves `leases` to the callers `gate` lets in.
-    pub fn new(leases: Leases, gate: Arc<Gate>) -> Self {
-        LeaseholdApi { leases, gate }
+    /// Serves `leases` to the callers `gate` lets in; a Session stream
+    /// runs at most `max_in_flight` requests at once.
+    pub fn new(leases: Leases, gate: Arc<Gate>, max_in_flight: usize) -> Self {
+        LeaseholdApi {
+            leases,
+            gate,
+            max_in_flight,
+        }
     }
 }
 
@@ -47,12 +55,30 @@ impl LeaseholdService for LeaseholdApi {
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
         let caller = self.gate.caller(&request)?;
         let credential = self.gate.stream_credential(&request, &caller);
-        let session = self.leases.keepalive_session(caller)?;
+        let session = self.leases.session(caller, Scope::Named)?;
         Ok(Response::new(keepalive::start(
             self.leases.clone(),
             session,
             request.into_inner(),
             credential,
+        )))
+    }
+
+    type SessionStream = session::Outbox;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let caller = self.gate.caller(&request)?;
+        let credential = self.gate.stream_credential(&request, &caller);
+        let session = self.leases.session(caller, Scope::Held)?;
+        Ok(Response::new(session::start(
+            self.leases.clone(),
+            session,
+            request.into_inner(),
+            credential,
+            self.max_in_flight,
         )))
     }
 
@@ -62,22 +88,7 @@ impl LeaseholdService for LeaseholdApi {
     ) -> Result<Response<AcquireResponse>, Status> {
         let caller = self.gate.caller(&request)?;
         let r = request.into_inner();
-        let granted = self
-            .leases
-            .acquire(
-                &caller,
-                AcquireArgs {
-                    name: r.name,
-                    ttl_ms: r.ttl_ms,
-                    holder: r.holder,
-                    wait_timeout_ms: r.wait_timeout_ms,
-                    lock_delay_ms: r.lock_delay_ms,
-                    limit: r.limit,
-                    keep_place: r.keep_place,
-                    place: r.place,
-                },
-            )
-            .await?;
+        let granted = self.leases.acquire(&caller, acquire_args(r)).await?;
         Ok(Response::new(AcquireResponse {
             waited_ms: millis(granted.waited),
             lease: Some(lease_message(granted.lease)),
@@ -255,7 +266,22 @@ impl LeaseholdService for LeaseholdApi {
     }
 }
 
-fn lease_message(lease: crate::lease::GrantedLease) -> Lease {
+/// What an AcquireRequest asks of the lease rules (unary or on a Session
+/// stream).
+pub(super) fn acquire_args(r: AcquireRequest) -> AcquireArgs {
+    AcquireArgs {
+        name: r.name,
+        ttl_ms: r.ttl_ms,
+        holder: r.holder,
+        wait_timeout_ms: r.wait_timeout_ms,
+        lock_delay_ms: r.lock_delay_ms,
+        limit: r.limit,
+        keep_place: r.keep_place,
+        place: r.place,
+    }
+}
+
+pub(super) fn lease_message(lease: crate::lease::GrantedLease) -> Lease {
     Lease {
         name: lease.name,
         owner_token: lease.owner_token,

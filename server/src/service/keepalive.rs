@@ -33,7 +33,7 @@ pub fn start(
 
 async fn pump(
     leases: Leases,
-    mut session: Session,
+    session: Session,
     mut inbound: Streaming<KeepAliveRequest>,
     mut credential: Option<StreamCredential>,
     tx: mpsc::Sender<Result<KeepAliveResponse, Status>>,
@@ -77,13 +77,7 @@ async fn pump(
             })
             .collect();
         let answer = match session.heartbeat(refs).await {
-            Ok(states) => Ok(KeepAliveResponse {
-                seq,
-                leases: states
-                    .into_iter()
-                    .map(|(name, state)| status(name, state))
-                    .collect(),
-            }),
+            Ok(states) => Ok(heartbeat_response(seq, states)),
             Err(e) => Err(Status::from(e)),
         };
         let fatal = answer.is_err();
@@ -100,6 +94,17 @@ async fn pump(
     let _ = tx.try_send(Err(Status::unavailable(
         "the broker is shutting down; reconnect (to any replica) and resume your leases",
     )));
+}
+
+/// The answer to heartbeat `seq`: what became of each of its leases.
+pub(super) fn heartbeat_response(seq: u64, states: Vec<(String, LeaseState)>) -> KeepAliveResponse {
+    KeepAliveResponse {
+        seq,
+        leases: states
+            .into_iter()
+            .map(|(name, state)| status(name, state))
+            .collect(),
+    }
 }
 
 fn status(name: String, state: LeaseState) -> LeaseStatus {

@@ -8,6 +8,7 @@ mod grpc;
 mod health;
 mod http;
 mod keepalive;
+mod session;
 mod status;
 pub mod tls;
 
@@ -174,9 +175,13 @@ pub async fn run(
         .add_service(reflection_v1.max_decoding_message_size(config.max_message_size))
         .add_service(reflection_v1alpha.max_decoding_message_size(config.max_message_size))
         .add_service(
-            LeaseholdServiceServer::new(LeaseholdApi::new(leases, gate))
-                .max_decoding_message_size(config.max_message_size)
-                .max_encoding_message_size(config.max_message_size),
+            LeaseholdServiceServer::new(LeaseholdApi::new(
+                leases,
+                gate,
+                config.max_concurrent_streams as usize,
+            ))
+            .max_decoding_message_size(config.max_message_size)
+            .max_encoding_message_size(config.max_message_size),
         );
     let stopping = async move {
         shutdown.await;

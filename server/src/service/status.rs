@@ -19,7 +19,24 @@ pub fn code(error: &Error) -> Code {
         Error::ResourceExhausted(_) => Code::ResourceExhausted,
         Error::Unavailable(_) => Code::Unavailable,
         Error::Cancelled => Code::Cancelled,
+        Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
         Error::Internal(_) => Code::Internal,
+    }
+}
+
+/// A failed request's answer on a Session stream: what the unary call's
+/// status would carry (code, message, kept place), from the same mapping.
+pub fn session_error(err: Error) -> crate::proto::SessionError {
+    let status = Status::from(err);
+    crate::proto::SessionError {
+        code: status.code() as i32,
+        message: status.message().to_owned(),
+        place: status
+            .metadata()
+            .get(PLACE_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
     }
 }
 
@@ -114,6 +131,10 @@ mod tests {
             ),
             (Error::Unavailable("x".into()), Code::Unavailable),
             (Error::Cancelled, Code::Cancelled),
+            (
+                Error::DeadlineExceeded { timeout_ms: 5 },
+                Code::DeadlineExceeded,
+            ),
             (Error::Internal("x".into()), Code::Internal),
         ];
         for (err, code) in cases {
