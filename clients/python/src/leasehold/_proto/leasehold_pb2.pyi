@@ -207,6 +207,56 @@ class LeaseStatus(_message.Message):
     message: str
     def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[LeaseStatus.State, str]] = ..., ttl_ms: _Optional[int] = ..., fence: _Optional[int] = ..., reason: _Optional[_Union[LossReason, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
+class SessionRequest(_message.Message):
+    __slots__ = ("id", "timeout_ms", "acquire", "renew", "release", "heartbeat", "cancel")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    timeout_ms: int
+    acquire: AcquireRequest
+    renew: RenewRequest
+    release: ReleaseRequest
+    heartbeat: KeepAliveRequest
+    cancel: SessionCancel
+    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[KeepAliveRequest, _Mapping]] = ..., cancel: _Optional[_Union[SessionCancel, _Mapping]] = ...) -> None: ...
+
+class SessionCancel(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class SessionResponse(_message.Message):
+    __slots__ = ("id", "acquire", "renew", "release", "heartbeat", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    acquire: AcquireResponse
+    renew: RenewResponse
+    release: ReleaseResponse
+    heartbeat: KeepAliveResponse
+    error: SessionError
+    def __init__(self, id: _Optional[int] = ..., acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., renew: _Optional[_Union[RenewResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[KeepAliveResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ...) -> None: ...
+
+class SessionError(_message.Message):
+    __slots__ = ("code", "message", "place")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PLACE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    place: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., place: _Optional[str] = ...) -> None: ...
+
 class CampaignRequest(_message.Message):
     __slots__ = ("election", "value", "ttl_ms", "wait_timeout_ms", "keep_place", "place")
     ELECTION_FIELD_NUMBER: _ClassVar[int]

@@ -65,6 +65,11 @@ class LeaseholdServiceStub(object):
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveResponse.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/leasehold.v1.LeaseholdService/Session',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.SessionRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.SessionResponse.FromString,
+                _registered_method=True)
         self.CheckFence = channel.unary_unary(
                 '/leasehold.v1.LeaseholdService/CheckFence',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.CheckFenceRequest.SerializeToString,
@@ -178,6 +183,68 @@ class LeaseholdServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Session(self, request_iterator, context):
+        """One stream per client for everything a holder does: Acquire (trying
+        and waiting, with places), Renew, Release and heartbeats, as messages
+        multiplexed on one long-lived stream instead of a call each. A message
+        on an open stream costs the broker about half of what a unary call
+        costs (no new HTTP/2 stream, header block and dispatch per request),
+        and the stream is also what keeps the leases it took: the same rules
+        as KeepAlive's.
+
+        Protocol:
+
+        * Each SessionRequest carries an `id` chosen by the client, unique among
+        its requests in flight on the stream, and one request. Each request
+        but `cancel` is answered by exactly one SessionResponse with the same
+        `id`: the request's own response, or `error` with the status code and
+        message the unary call would have failed with.
+        * Requests run concurrently and are answered as they finish, not in the
+        order they were sent: a waiting Acquire holds up nothing behind it.
+        Send a Release only after the Acquire it releases was answered.
+        * `timeout_ms` bounds how long the broker works on one request (the
+        unary call's deadline); past it the request is answered
+        DEADLINE_EXCEEDED and ended as a cancelled call is. `cancel` ends the
+        request in flight with that `id`: it is answered CANCELLED, unless its
+        own answer came first. A cancelled or timed-out Acquire gives up its
+        place in line, and a grant that raced with the cancellation is
+        released at once: nobody holds a lease its client never heard of.
+        Renew or Release cancelled while the store works on them may or may
+        not have happened: repeat them (Release is idempotent).
+        * An `id` already in flight is answered INVALID_ARGUMENT (the request in
+        flight goes on); a request that breaks a cap is answered
+        RESOURCE_EXHAUSTED, naming the cap's flag, and the stream goes on.
+        * Heartbeats: a `heartbeat` renews the leases it names, as on KeepAlive,
+        and is answered with the KeepAliveResponse. A lease granted on the
+        stream counts as renewed by it at its grant (the grant is its first
+        heartbeat), and the stream tracks it until it is released or lost: at
+        most --max-stream-leases leases at once (past it an Acquire is
+        answered RESOURCE_EXHAUSTED). Nothing renews a lease but the client's
+        heartbeats (or Renew requests): a client that stops sending them, or
+        whose stream ends, has its leases expire at their TTL.
+        * The end: a client that half-closes the stream has its requests in
+        flight answered, then the stream ends with OK. When the stream breaks
+        (a reset, a lost connection), the requests in flight are cancelled as
+        above. Either way renewals stop and the stream's leases run out their
+        TTL (they are not released early: a broker restart or a network blip
+        does not hand the lock to someone else), unless the client resumes
+        them with their owner tokens on a new stream, on any replica. The
+        broker looks at each a little past its TTL and counts it in
+        lease_lost_total{reason="expired"} if it ran out there unrenewed.
+        * Limits: at most --max-concurrent-streams requests in flight per stream
+        (the bound on a connection's unary calls in flight); beyond it, and
+        when the client does not read its answers, the broker reads the next
+        request later (back-pressure). Every request counts against the
+        request-rate caps as a unary call does; heartbeats beyond
+        --max-stream-rate per second are read later. When the broker shuts
+        down, waiting Acquires end as unary ones do (UNAVAILABLE, with their
+        place if they kept it), then the stream ends with UNAVAILABLE:
+        reconnect, to any replica, and carry on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CheckFence(self, request, context):
         """Says whether `fence` is the fence of the current lease on `name`
         (Chubby's CheckSequencer): for a resource that cannot store the highest
@@ -272,6 +339,11 @@ def add_LeaseholdServiceServicer_to_server(servicer, server):
                     servicer.KeepAlive,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveResponse.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.SessionRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.SessionResponse.SerializeToString,
             ),
             'CheckFence': grpc.unary_unary_rpc_method_handler(
                     servicer.CheckFence,
@@ -439,6 +511,33 @@ class LeaseholdService(object):
             '/leasehold.v1.LeaseholdService/KeepAlive',
             leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.KeepAliveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/leasehold.v1.LeaseholdService/Session',
+            leasehold_dot_v1_dot_leasehold__pb2.SessionRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.SessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
