@@ -7,7 +7,7 @@ use leasehold_testkit as common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, must_acquire, Broker, BrokerProcess, RedisServer};
+use common::{acquire_req, eventually, must_acquire, Broker, BrokerProcess, RedisServer};
 use leasehold_server::proto::{
     leasehold_service_client::LeaseholdServiceClient, DescribeRequest, KeepAliveRequest, LeaseRef,
     RenewRequest,
@@ -518,4 +518,65 @@ async fn broken_streams_cannot_fill_the_brokers_memory() {
         .unwrap()
         .into_inner();
     assert!(d.held, "{d:?}");
+}
+
+/// A Session stream whose client floods it and reads nothing: requests with
+/// names of 200 KB (refused without a task of their own), waiting Acquires
+/// up to the stream's cap, and try-Acquires whose answers pile up unread.
+/// Back-pressure stops the reading; the broker grows by less than 64 MB,
+/// and still serves.
+#[tokio::test]
+async fn a_session_flood_that_reads_nothing_cannot_fill_the_brokers_memory() {
+    use leasehold_server::proto::{session_request::Request, SessionRequest};
+    let broker = BrokerProcess::start("memory").await;
+    let mut client = broker.client().await;
+    let held = must_acquire(&mut client, "bystander", 3_600_000).await;
+    let before = broker.rss();
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let mut flooder = broker.client().await;
+    // The answers' stream is kept and never read.
+    let _unread = flooder
+        .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("a Session stream");
+    let huge = "n".repeat(200_000);
+    let feeding = tokio::spawn(async move {
+        let mut sent = 0u64;
+        for id in 0.. {
+            let request = match id % 3 {
+                0 => acquire_req(&huge, 60_000, "x", 0),
+                1 => acquire_req("bystander", 60_000, "x", 600_000),
+                _ => acquire_req("bystander", 60_000, "x", 0),
+            };
+            let send = tx.send(SessionRequest {
+                id,
+                timeout_ms: 0,
+                request: Some(Request::Acquire(request)),
+            });
+            match tokio::time::timeout(Duration::from_secs(2), send).await {
+                Ok(Ok(())) => sent += 1,
+                // Back-pressure: the broker reads no more.
+                Err(_) | Ok(Err(_)) => break,
+            }
+        }
+        (sent, tx)
+    });
+    let (sent, _tx) = tokio::time::timeout(Duration::from_secs(120), feeding)
+        .await
+        .expect("back-pressure within 2 minutes")
+        .unwrap();
+    let rss = broker.rss();
+    let grown = rss.saturating_sub(before);
+    eprintln!(
+        "{sent} requests sent before back-pressure: RSS {} -> {} MB (+{:.1} MB)",
+        before / 1_000_000,
+        rss / 1_000_000,
+        grown as f64 / 1e6
+    );
+    assert!(
+        sent >= 1_000,
+        "only {sent} requests: the test proves little"
+    );
+    assert!(grown < 64_000_000, "RSS grew by {grown} bytes");
+    bystander_intact(&mut client, held.fence, &held.owner_token).await;
 }

@@ -205,6 +205,11 @@ impl Leases {
         &self.inner.store
     }
 
+    /// The limits requests are checked against.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
     /// Ends every wait in progress with UNAVAILABLE, so that a graceful
     /// shutdown is not held up by callers waiting for minutes.
     pub fn begin_shutdown(&self) {

@@ -49,14 +49,19 @@ use crate::{
     error::{Error, Result},
     lease::{LeaseRef, Leases, Session},
     proto::{
-        session_request::Request, session_response::Response, KeepAliveRequest, ReleaseResponse,
-        RenewResponse, SessionRequest, SessionResponse,
+        session_request::Request, session_response::Response, ReleaseResponse, RenewResponse,
+        SessionRequest, SessionResponse,
     },
 };
 
 /// Answers queued per stream before the tasks that produced them wait: a
 /// client that does not read slows its own stream.
 const OUTBOX: usize = 64;
+
+/// What an Acquire carries beyond its name and holder label, generously:
+/// two 32-character tokens (owner token or place), five numbers, a flag,
+/// and the tags and lengths of them all.
+const SMALL_OVERHEAD: usize = 256;
 
 /// How long a shutdown waits for the requests in flight to be answered
 /// before it drops them (their waits have ended; only a client that reads
@@ -75,12 +80,17 @@ pub fn start(
     let (tx, rx) = mpsc::channel(OUTBOX);
     tokio::spawn(
         Pump {
-            leases,
+            leases: leases.clone(),
             session: Arc::new(session),
             tx,
             running: JoinSet::new(),
             cancels: HashMap::new(),
-            heartbeat: None,
+            beating: None,
+            parked: None,
+            small: {
+                let limits = leases.limits();
+                limits.max_name_len + limits.max_holder_len + SMALL_OVERHEAD
+            },
             max_in_flight: max_in_flight.max(1),
         }
         .run(inbound, credential),
@@ -197,9 +207,16 @@ struct Pump {
     running: JoinSet<u64>,
     /// How to cancel each request in flight, by id.
     cancels: HashMap<u64, oneshot::Sender<()>>,
-    /// A heartbeat that arrived while another was in flight: read no more
-    /// until it can run (one heartbeat at a time, as on KeepAlive).
-    heartbeat: Option<(u64, u64, KeepAliveRequest)>,
+    /// The id of the heartbeat in flight: one at a time, as on KeepAlive.
+    beating: Option<u64>,
+    /// The largest Acquire, Renew or Release whose fields are all within
+    /// their limits (a longest name and holder label, with room for the
+    /// rest): a larger one is refused without a task of its own.
+    small: usize,
+    /// A request that cannot start yet (the stream is at its cap, or it is
+    /// a heartbeat behind another): the pump reads on only for cancels,
+    /// and reads nothing else until it starts.
+    parked: Option<(u64, u64, Request)>,
     max_in_flight: usize,
 }
 
@@ -212,10 +229,16 @@ impl Pump {
         let leases = self.leases.clone();
         let shutdown = leases.shutting_down();
         tokio::pin!(shutdown);
-        // The id of the heartbeat in flight, if one is.
-        let mut heartbeat_running: Option<u64> = None;
+        // A request read while another is parked: nothing more is read
+        // until the parked one starts and this one is dispatched.
+        let mut next: Option<SessionRequest> = None;
         let end = loop {
-            let read = self.running.len() < self.max_in_flight && self.heartbeat.is_none();
+            if self.parked.is_none() {
+                if let Some(request) = next.take() {
+                    self.dispatch(request).await;
+                    continue;
+                }
+            }
             tokio::select! {
                 biased;
                 () = &mut shutdown => break End::Shutdown,
@@ -225,25 +248,31 @@ impl Pump {
                     match done {
                         Ok(id) => {
                             self.cancels.remove(&id);
-                            if heartbeat_running == Some(id) {
-                                heartbeat_running = None;
-                                if let Some((id, timeout_ms, beat)) = self.heartbeat.take() {
-                                    heartbeat_running = Some(id);
-                                    self.spawn_heartbeat(id, timeout_ms, beat);
-                                }
+                            if self.beating == Some(id) {
+                                self.beating = None;
                             }
                         }
                         // A task that panicked: forget the requests that
                         // are no longer in flight.
-                        Err(_) => self.cancels.retain(|_, cancel| !cancel.is_closed()),
-                    }
-                }
-                next = inbound.message(), if read => match next {
-                    Ok(Some(request)) => {
-                        if let Some(id) = self.dispatch(request, heartbeat_running.is_some()).await {
-                            heartbeat_running = Some(id);
+                        Err(_) => {
+                            self.cancels.retain(|_, cancel| !cancel.is_closed());
+                            if self.beating.is_some_and(|id| !self.cancels.contains_key(&id)) {
+                                self.beating = None;
+                            }
                         }
                     }
+                    if let Some((id, timeout_ms, request)) = self.parked.take() {
+                        self.start(id, timeout_ms, request);
+                    }
+                }
+                message = inbound.message(), if next.is_none() => match message {
+                    // At the cap, cancels still get through: they are how
+                    // a client makes room.
+                    Ok(Some(SessionRequest { request: Some(Request::Cancel(cancel)), .. })) => {
+                        self.cancel(cancel.id);
+                    }
+                    Ok(Some(request)) if self.parked.is_some() => next = Some(request),
+                    Ok(Some(request)) => self.dispatch(request).await,
                     Ok(None) => break End::HalfClosed,
                     Err(status) => {
                         tracing::debug!(code = ?status.code(), message = status.message(), "Session stream ended on a read error");
@@ -252,9 +281,28 @@ impl Pump {
                 },
             }
         };
+        if let End::HalfClosed = end {
+            // Requests read but not started yet are answered like the
+            // others: each starts once there is room.
+            loop {
+                if let Some((id, timeout_ms, request)) = self.parked.take() {
+                    while self.running.len() >= self.max_in_flight || self.beating.is_some() {
+                        match self.running.join_next().await {
+                            Some(Ok(done)) if self.beating == Some(done) => self.beating = None,
+                            Some(_) => {}
+                            None => self.beating = None,
+                        }
+                    }
+                    self.start(id, timeout_ms, request);
+                }
+                match next.take() {
+                    Some(request) => self.dispatch(request).await,
+                    None => break,
+                }
+            }
+        }
         match end {
             End::HalfClosed => {
-                // (No heartbeat is parked: the pump reads only without one.)
                 let tx = self.tx.clone();
                 tokio::select! {
                     () = drain(&mut self.running) => {}
@@ -277,7 +325,7 @@ impl Pump {
             End::Shutdown => {
                 // Waits end on their own (with their kept places); their
                 // answers go out before the stream's end.
-                self.heartbeat = None;
+                self.parked = None;
                 let _ = tokio::time::timeout(DRAIN, drain(&mut self.running)).await;
                 self.running.shutdown().await;
                 let _ = self.tx.try_send(shutting_down());
@@ -286,9 +334,9 @@ impl Pump {
         self.session.end();
     }
 
-    /// Starts one request, or answers it at once (a refusal, a cancel).
-    /// Returns the id of a heartbeat it started.
-    async fn dispatch(&mut self, request: SessionRequest, beating: bool) -> Option<u64> {
+    /// Takes one request: applies a cancel, answers a refusal at once, or
+    /// starts it (parks it when it cannot start yet).
+    async fn dispatch(&mut self, request: SessionRequest) {
         let SessionRequest {
             id,
             timeout_ms,
@@ -296,10 +344,8 @@ impl Pump {
         } = request;
         let request = match request {
             Some(Request::Cancel(cancel)) => {
-                if let Some(cancel) = self.cancels.remove(&cancel.id) {
-                    let _ = cancel.send(());
-                }
-                return None;
+                self.cancel(cancel.id);
+                return;
             }
             Some(request) => request,
             None => {
@@ -312,7 +358,7 @@ impl Pump {
                     ),
                 ))
                 .await;
-                return None;
+                return;
             }
         };
         if self
@@ -328,36 +374,48 @@ impl Pump {
                 )),
             ))
             .await;
-            return None;
+            return;
         }
         if let Err(refused) = self.session.admit() {
             self.answer_now(Answer::error(id, refused)).await;
-            return None;
+            return;
         }
-        match request {
-            Request::Heartbeat(beat) if beating => {
-                self.heartbeat = Some((id, timeout_ms, beat));
-                None
-            }
-            Request::Heartbeat(beat) => {
-                self.spawn_heartbeat(id, timeout_ms, beat);
-                Some(id)
-            }
-            other => {
-                self.spawn(id, timeout_ms, other);
-                None
-            }
+        if !matches!(request, Request::Heartbeat(_)) && request_len(&request) > self.small {
+            // Some field is over its limit: the request fails its checks
+            // before it reaches the store, here, so that no task holds a
+            // request of up to --max-message-size meanwhile.
+            let answer = serve(&self.session, id, request).await;
+            self.answer_now(answer).await;
+            return;
         }
+        self.start(id, timeout_ms, request);
+    }
+
+    /// Ends the request in flight with that id, if one is.
+    fn cancel(&mut self, id: u64) {
+        if let Some(cancel) = self.cancels.remove(&id) {
+            let _ = cancel.send(());
+        }
+    }
+
+    /// Starts `request`, or parks it while the stream is at its cap or (a
+    /// heartbeat) another heartbeat is in flight.
+    fn start(&mut self, id: u64, timeout_ms: u64, request: Request) {
+        let heartbeat = matches!(request, Request::Heartbeat(_));
+        if self.running.len() >= self.max_in_flight || (heartbeat && self.beating.is_some()) {
+            self.parked = Some((id, timeout_ms, request));
+            return;
+        }
+        if heartbeat {
+            self.beating = Some(id);
+        }
+        self.spawn(id, timeout_ms, request);
     }
 
     /// Answers from the pump itself; waiting for room in the outbox is the
     /// back-pressure on a client that does not read.
     async fn answer_now(&self, answer: Answer) {
         let _ = self.tx.send(answer).await;
-    }
-
-    fn spawn_heartbeat(&mut self, id: u64, timeout_ms: u64, beat: KeepAliveRequest) {
-        self.spawn(id, timeout_ms, Request::Heartbeat(beat));
     }
 
     /// Runs `request` in a task of its own, cancellable by id and bounded
@@ -384,6 +442,18 @@ impl Pump {
             let _ = tx.send(answer).await;
             id
         });
+    }
+}
+
+/// The encoded size of a request.
+fn request_len(request: &Request) -> usize {
+    use prost::Message;
+    match request {
+        Request::Acquire(r) => r.encoded_len(),
+        Request::Renew(r) => r.encoded_len(),
+        Request::Release(r) => r.encoded_len(),
+        Request::Heartbeat(r) => r.encoded_len(),
+        Request::Cancel(r) => r.encoded_len(),
     }
 }
 
@@ -461,5 +531,100 @@ async fn serve(session: &Arc<Session>, id: u64, request: Request) -> Answer {
             id,
             Error::Internal("a cancel reached a request's task".into()),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        lease::{AcquireArgs, Caller, Limits, NoEvents, Scope},
+        store::Store,
+    };
+
+    /// A session over the memory store, and a lease granted on it.
+    async fn granted() -> (Leases, Arc<Session>, crate::lease::Granted) {
+        let leases = Leases::new(Store::memory(), Limits::default(), Arc::new(NoEvents));
+        let session = Arc::new(leases.session(Caller::local(), Scope::Held).unwrap());
+        let granted = session
+            .acquire(AcquireArgs {
+                name: "n".into(),
+                ttl_ms: 60_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        (leases, session, granted)
+    }
+
+    fn answer(session: &Arc<Session>, granted: &crate::lease::Granted) -> Answer {
+        Answer {
+            unheard: Some(Unheard {
+                session: Arc::clone(session),
+                name: granted.lease.name.clone(),
+                token: granted.lease.owner_token.clone(),
+                ttl_ms: granted.lease.ttl_ms,
+            }),
+            ..Answer::to(1, Response::Release(ReleaseResponse {}))
+        }
+    }
+
+    async fn held(leases: &Leases) -> bool {
+        leases
+            .describe(&Caller::local(), "", "n")
+            .await
+            .unwrap()
+            .lease
+            .is_some()
+    }
+
+    /// Waits (10 s at most) for the lease to be released.
+    async fn released(leases: &Leases) {
+        let wait = async {
+            while held(leases).await {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .expect("the grant released within 10 s");
+    }
+
+    /// A grant whose answer was still queued when the stream ended is
+    /// released: its client never heard of it.
+    #[tokio::test]
+    async fn a_grant_queued_when_the_stream_ends_is_released() {
+        let (leases, session, granted) = granted().await;
+        let (tx, rx) = mpsc::channel(OUTBOX);
+        tx.send(answer(&session, &granted)).await.unwrap();
+        drop(Outbox { rx });
+        released(&leases).await;
+    }
+
+    /// A grant whose answer went to the transport stays with its client.
+    #[tokio::test]
+    async fn a_grant_handed_to_the_transport_stays_granted() {
+        use tokio_stream::StreamExt;
+        let (leases, session, granted) = granted().await;
+        let (tx, rx) = mpsc::channel(OUTBOX);
+        tx.send(answer(&session, &granted)).await.unwrap();
+        let mut outbox = Outbox { rx };
+        assert!(outbox.next().await.is_some());
+        drop(outbox);
+        // Whatever a release spawned would have run by now: the memory
+        // store answers without yielding to the clock.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(held(&leases).await);
+    }
+
+    /// An answer dropped before it reached the outbox (its task was
+    /// cancelled with the stream) releases its grant too.
+    #[tokio::test]
+    async fn a_grant_dropped_on_its_way_is_released() {
+        let (leases, session, granted) = granted().await;
+        drop(answer(&session, &granted));
+        released(&leases).await;
     }
 }
