@@ -199,7 +199,7 @@ async fn random_requests_get_statuses() {
             u64::from_le_bytes(random_bytes(8).try_into().unwrap()) >> (round % 64)
         };
         let acquired = client
-            .acquire(common::acquire_req(&name, ttl_ms, &holder, 0))
+            .acquire(acquire_req(&name, ttl_ms, &holder, 0))
             .await;
         // A random name may be valid, and free: granted.
         let code = outcome("acquire", acquired, &[Ok, InvalidArgument, Aborted]);

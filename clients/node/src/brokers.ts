@@ -59,6 +59,11 @@ export function answeredBy(err: unknown): number | undefined {
   return typeof err === 'object' && err !== null ? answerers.get(err) : undefined;
 }
 
+/** Records that `err` is the answer of the replica at `index` (for answeredBy()). */
+export function markAnswered(err: unknown, index: number): void {
+  if (typeof err === 'object' && err !== null) answerers.set(err, index);
+}
+
 export class Brokers {
   readonly targets: readonly string[];
   readonly #stubs: ServiceClient[];
@@ -131,7 +136,7 @@ export class Brokers {
           continue;
         }
         const error = isServiceError(err) ? fromServiceError(err) : err;
-        if (typeof error === 'object' && error !== null) answerers.set(error, index);
+        markAnswered(error, index);
         throw error;
       }
     }

@@ -92,10 +92,20 @@ export function shuttingDown(err: unknown): boolean {
 
 /** Turns a failed call into the matching error. */
 export function fromServiceError(err: ServiceError): LeaseholdError {
-  const name = status[err.code] ?? 'UNKNOWN';
-  const error = err.code === status.ABORTED ? new NotAcquired(err.details) : new LeaseholdError(`${name}: ${err.details}`, err.code, err.details);
   const place = err.metadata?.get('leasehold-place')[0];
-  if (typeof place === 'string' && place) keptPlaces.set(error, place);
+  return fromStatus(err.code, err.details, typeof place === 'string' ? place : undefined);
+}
+
+/**
+ * The error of a call that failed with `code` and the broker's message, and
+ * the place it kept in line if any: a unary call's status (its
+ * `leasehold-place` metadata), or a Session request's SessionError (its
+ * `place`), the same error either way.
+ */
+export function fromStatus(code: number, details: string, place?: string): LeaseholdError {
+  const name = status[code] ?? 'UNKNOWN';
+  const error = code === status.ABORTED ? new NotAcquired(details) : new LeaseholdError(`${name}: ${details}`, code, details);
+  if (place) keptPlaces.set(error, place);
   return error;
 }
 

@@ -78,19 +78,20 @@ pub fn start(
     max_in_flight: usize,
 ) -> Outbox {
     let (tx, rx) = mpsc::channel(OUTBOX);
+    let small = {
+        let limits = leases.limits();
+        limits.max_name_len + limits.max_holder_len + SMALL_OVERHEAD
+    };
     tokio::spawn(
         Pump {
-            leases: leases.clone(),
+            leases,
             session: Arc::new(session),
             tx,
             running: JoinSet::new(),
             cancels: HashMap::new(),
             beating: None,
             parked: None,
-            small: {
-                let limits = leases.limits();
-                limits.max_name_len + limits.max_holder_len + SMALL_OVERHEAD
-            },
+            small,
             max_in_flight: max_in_flight.max(1),
         }
         .run(inbound, credential),
