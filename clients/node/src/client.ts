@@ -1,5 +1,8 @@
-// The Client: unary calls, and the keeper that renews all its leases over one
-// KeepAlive stream. It follows the rules of the Python and Rust clients:
+// The Client: Acquire, Release and heartbeats on one Session stream (session.ts)
+// by default, or as unary calls and a KeepAlive stream (`session: false`, or a
+// broker that does not serve Session); the other calls are unary. The keeper
+// renews all its leases over that one stream. It follows the rules of the
+// Python and Rust clients:
 //
 // - one heartbeat every third of the shortest TTL, naming every live lease;
 // - each renewal moves a lease's local deadline to (heartbeat *send* time +
@@ -7,6 +10,8 @@
 // - a lease is lost when the broker answers LOST (or REJECTED), or when its
 //   local deadline passes without a confirmation (a timer per lease notices
 //   on time even if the broker never answers); a lost lease never comes back;
+// - one heartbeat at a time on a Session stream (the broker reads nothing
+//   more while a second one waits), each with its own deadline;
 // - when the stream breaks or stalls, a new one is opened (jittered backoff,
 //   never longer than a heartbeat interval) and the leases resumed by owner
 //   token, on the next broker replica if this one cannot be reached;
@@ -22,6 +27,7 @@ import { Brokers, answeredBy, checkMs, isServiceError, notConnected } from './br
 import { LeaseholdError, LeaseLost, abortError, fromServiceError, keptPlace, shuttingDown, status, type LossReason } from './errors';
 import { Lease, now, type Keeper } from './lease';
 import { LOSS_REASON, STATE } from './names';
+import { NoSession, Sessions, type SessionMethod } from './session';
 
 /** The broker's default --max-wait, assumed until a refusal says otherwise. */
 const DEFAULT_MAX_WAIT_MS = 300_000;
@@ -78,6 +84,13 @@ export interface ConnectOptions {
    * plaintext channels too (a broker on loopback); elsewhere use TLS.
    */
   token?: string;
+  /**
+   * Whether Acquire, Release and the heartbeats go on one Session stream (the
+   * default: a request on it costs the broker about half of a unary call),
+   * or as unary calls and a KeepAlive stream (false). A broker that does not
+   * serve Session (an older one) gets unary calls either way.
+   */
+  session?: boolean;
   /** Ready-made channel credentials instead of tls/ca/cert/key. */
   credentials?: grpc.ChannelCredentials;
   /** How long a unary call may take, in milliseconds, on top of the wait asked for. Default 10 000. */
@@ -200,20 +213,25 @@ interface Pending {
   leases: Lease[];
 }
 
+/** The calls that go on the Session stream when it is in use. */
+const SESSION_METHODS = new Set<string>(['Acquire', 'Renew', 'Release']);
+
 /**
  * A connection to a Leasehold broker, or to several replicas of one (sharing
  * one store).
  *
  * `target` is `host:port`; `http://` and `https://` prefixes are accepted,
  * and `https://` means TLS. Several replicas: an array of targets, or one
- * string of them separated by commas. Calls and the KeepAlive stream go to one
+ * string of them separated by commas. Calls and the Session stream go to one
  * replica and move on to the next only when it cannot be reached (the call
  * failed to connect, so the request never left); the leases then resume there
  * by owner token. Every target takes the same TLS settings and token.
  *
- * The client keeps every lease alive over one KeepAlive stream, and that
- * stream keeps the process alive while leases are held: release them, or
- * close() the client, when done.
+ * Acquire, Release and the heartbeats that keep every lease alive go on one
+ * Session stream (unary calls and a KeepAlive stream with `session: false`,
+ * or with a broker that does not serve Session), and that stream keeps the
+ * process alive while leases are held or requests are in flight: release
+ * them, or close() the client, when done.
  */
 export class Client {
   /** The broker addresses given, in order. */
@@ -229,6 +247,11 @@ export class Client {
   readonly #pending = new Map<number, Pending>();
   readonly #observations = new Set<Observation>();
   readonly #keeper: Keeper;
+  /** The Session streams; null with `session: false`. */
+  readonly #sessions: Sessions | null;
+  /** The heartbeat in flight on the Session stream, if one is. */
+  #beating: object | null = null;
+  /** The KeepAlive stream (no Session stream in use). */
   #stream: Stream | null = null;
   #seq = 0;
   #beatTimer: NodeJS.Timeout | null = null;
@@ -262,6 +285,13 @@ export class Client {
       release: (lease) => this.#release(lease),
       warn: (message) => this.#warn(message),
     };
+    this.#sessions = options.session === false ? null : new Sessions(this.#brokers, {
+      // A grant that arrived after its caller gave up: nobody will use it.
+      unclaimed: (lease) => { void this.#releaseCall(lease.name, lease.owner_token, CLOSE_RELEASE_MS).catch(() => {}); },
+      busy: () => this.#leases.size > 0 && !this.#closed,
+      broken: () => { if (!this.#beating) this.#retrySoon(); },
+      debug: (message) => this.#debug(message),
+    });
   }
 
   /** The broker address calls go to now (with several, the one in use). */
@@ -325,7 +355,7 @@ export class Client {
       first = false;
       const call = waitMs === null ? { ...request, wait_timeout_ms: segment, keep_place: true, place } : { ...request, wait_timeout_ms: segment };
       try {
-        return { res: await this.#brokers.call(method, call, segment + this.timeoutMs, signal), sent };
+        return { res: await this.#call(method, call, segment + this.timeoutMs, signal), sent };
       } catch (err) {
         if (!(err instanceof LeaseholdError)) throw err;
         if (shuttingDown(err)) {
@@ -396,7 +426,7 @@ export class Client {
   async releaseToken(name: string, ownerToken: string, options: { timeoutMs?: number } = {}): Promise<void> {
     this.#checkOpen();
     try {
-      await this.#brokers.call('Release', { name, owner_token: ownerToken }, options.timeoutMs ?? this.timeoutMs);
+      await this.#releaseCall(name, ownerToken, options.timeoutMs ?? this.timeoutMs);
     } catch (err) {
       if (err instanceof LeaseholdError && err.code === status.NOT_FOUND) throw new LeaseLost('EXPIRED', err.details, err.code);
       if (err instanceof LeaseholdError && err.code === status.FAILED_PRECONDITION) throw new LeaseLost('NOT_OWNER', err.details, err.code);
@@ -496,6 +526,33 @@ export class Client {
     return this.#brokers.call(method, request, this.timeoutMs);
   }
 
+  /**
+   * Acquire, Renew or Release: a request on the Session stream when it is
+   * in use, else (and for every other call) a unary call. Either way it
+   * rejects with the same errors.
+   */
+  async #call(method: string, request: object, timeoutMs: number, signal?: AbortSignal): Promise<any> {
+    const sessions = this.#sessions;
+    if (sessions && SESSION_METHODS.has(method) && sessions.supported) {
+      try {
+        return await sessions.request(method as SessionMethod, request, timeoutMs, signal);
+      } catch (err) {
+        // An older broker: nothing was done; the unary call does it.
+        if (err instanceof NoSession) return this.#brokers.call(method, request, timeoutMs, signal);
+        // The stream's cap on the leases it tracks: a unary call has none.
+        if (method === 'Acquire' && err instanceof LeaseholdError && err.code === status.RESOURCE_EXHAUSTED && err.details.includes('--max-stream-leases')) {
+          return this.#brokers.call(method, request, timeoutMs, signal);
+        }
+        throw err;
+      }
+    }
+    return this.#brokers.call(method, request, timeoutMs, signal);
+  }
+
+  #releaseCall(name: string, ownerToken: string, timeoutMs: number): Promise<void> {
+    return this.#call('Release', { name, owner_token: ownerToken }, timeoutMs);
+  }
+
   // -- lifetime -------------------------------------------------------------
 
   #checkOpen(): void {
@@ -511,12 +568,15 @@ export class Client {
     if (this.#closed || this.#closing) return;
     this.#closing = true;
     this.#brokers.cancelCalls(); // waiting acquires and campaigns end now
+    this.#sessions?.cancelAll(); // and those on the Session stream
     await Promise.allSettled([...this.#leases].map((lease) => lease.release()));
     this.#closed = true;
     for (const observation of [...this.#observations]) observation.cancel();
     if (this.#beatTimer) clearTimeout(this.#beatTimer);
     this.#beatTimer = null;
     this.#endStream(false);
+    // Late answers (a grant that crossed its cancel is released), then the end.
+    await this.#sessions?.close(CLOSE_RELEASE_MS);
     this.#brokers.close();
   }
 
@@ -541,7 +601,7 @@ export class Client {
     this.#leases.delete(lease);
     const timeoutMs = this.#closing ? CLOSE_RELEASE_MS : this.timeoutMs;
     try {
-      await this.#brokers.call('Release', { name: lease.name, owner_token: lease.ownerToken }, timeoutMs);
+      await this.#releaseCall(lease.name, lease.ownerToken, timeoutMs);
     } catch (err) {
       if (err instanceof LeaseholdError && err.code === status.NOT_FOUND) throw new LeaseLost('EXPIRED', err.details, err.code);
       if (err instanceof LeaseholdError && err.code === status.FAILED_PRECONDITION) throw new LeaseLost('NOT_OWNER', err.details, err.code);
@@ -556,7 +616,7 @@ export class Client {
     // Past our deadline the lease is useless to us: release it so the next
     // holder need not wait for the broker-side TTL (best effort, in the background).
     if (reason === 'DEADLINE_PASSED') {
-      this.#brokers.call('Release', { name: lease.name, owner_token: lease.ownerToken }, CLOSE_RELEASE_MS).catch(() => {});
+      this.#releaseCall(lease.name, lease.ownerToken, CLOSE_RELEASE_MS).catch(() => {});
     }
   }
 
@@ -580,8 +640,65 @@ export class Client {
       if (now() >= lease.deadline) this.#lose(lease, 'DEADLINE_PASSED', 'no renewal was confirmed before the local deadline');
     }
     const live = [...this.#leases];
-    if (this.#closed || live.length === 0) return this.#endStream(false); // no lease left: a clean end
+    if (this.#closed || live.length === 0) {
+      this.#endStream(false); // no lease left: a clean end
+      this.#sessions?.idle();
+      return;
+    }
     const interval = this.#interval(live);
+    if (this.#sessions?.supported) {
+      this.#endStream(false); // heartbeats move off a KeepAlive stream (to an older broker before)
+      this.#sessionBeat(live, interval);
+    } else {
+      this.#keepAliveBeat(live, interval);
+    }
+    this.#scheduleBeat(interval);
+  }
+
+  /**
+   * One heartbeat on the Session stream, naming every live lease (in several
+   * requests, one after the other, past HEARTBEAT_LEASES), unless one is in
+   * flight: the broker runs one heartbeat of a stream at a time and reads
+   * nothing more while a second one waits. Each has a deadline of two
+   * intervals (at least a second, for a loaded machine): past it the stream
+   * is taken for stalled if nothing came back on it (session.ts).
+   */
+  #sessionBeat(live: Lease[], interval: number): void {
+    if (this.#beating) return;
+    const beat = {};
+    this.#beating = beat;
+    const sessions = this.#sessions!;
+    const timeoutMs = Math.round(Math.max(2 * interval, 1000));
+    void (async () => {
+      try {
+        for (let start = 0; start < live.length; start += HEARTBEAT_LEASES) {
+          const chunk = live.slice(start, start + HEARTBEAT_LEASES).filter((l) => !l.released && l.lostReason === null);
+          if (chunk.length === 0) continue;
+          const sent = now();
+          const res = await sessions.request('Heartbeat', {
+            seq: ++this.#seq,
+            leases: chunk.map((l) => ({ name: l.name, owner_token: l.ownerToken, ttl_ms: 0 })),
+          }, timeoutMs);
+          this.#backoff = MIN_BACKOFF_MS;
+          this.#applyStatuses(sent, chunk, res.leases ?? []);
+        }
+      } catch (err) {
+        // An older broker: the next beat (now) goes on a KeepAlive stream.
+        if (err instanceof NoSession) {
+          this.#beating = null;
+          this.#restartBeat(0);
+          return;
+        }
+        this.#debug(`heartbeat failed: ${err instanceof Error ? err.message : String(err)}`);
+        if (!this.#closing && !this.#closed) this.#retrySoon();
+      } finally {
+        if (this.#beating === beat) this.#beating = null;
+      }
+    })();
+  }
+
+  /** Heartbeats on the KeepAlive stream (no Session stream in use). */
+  #keepAliveBeat(live: Lease[], interval: number): void {
     // A heartbeat unanswered for two intervals (at least a second, for a
     // loaded machine) means a stalled stream: start over.
     let oldest = Infinity;
@@ -598,7 +715,24 @@ export class Client {
       this.#pending.set(seq, { sent: now(), leases: chunk });
       stream.call.write({ seq, leases: chunk.map((l) => ({ name: l.name, owner_token: l.ownerToken, ttl_ms: 0 })) });
     }
-    this.#scheduleBeat(interval);
+  }
+
+  /**
+   * The next heartbeat soon, after a stream broke or a heartbeat failed:
+   * never later than a heartbeat interval, jittered so that clients do not
+   * reconnect in lockstep.
+   */
+  #retrySoon(): void {
+    if (this.#leases.size === 0 || this.#closed) return;
+    const delay = Math.min(this.#backoff * (0.5 + Math.random()), this.#interval());
+    this.#backoff = Math.min(this.#backoff * 2, MAX_BACKOFF_MS);
+    this.#restartBeat(delay);
+  }
+
+  #restartBeat(delayMs: number): void {
+    if (this.#beatTimer) clearTimeout(this.#beatTimer);
+    this.#beatTimer = null;
+    this.#scheduleBeat(delayMs);
   }
 
   #openStream(): void {
@@ -615,14 +749,8 @@ export class Client {
       this.#debug(`KeepAlive stream to ${this.#brokers.targets[index]} ended: ${status[st.code]} ${st.details}`);
       // The replica cannot be reached: resume the leases on the next one (if any).
       if (notConnected(st)) this.#brokers.unreachable(index);
-      if (this.#leases.size === 0 || this.#closed) return;
-      // Reopen soon enough to resume the leases before their deadlines: never
-      // later than a heartbeat interval, jittered so clients do not reconnect in lockstep.
-      const delay = Math.min(this.#backoff * (0.5 + Math.random()), this.#interval());
-      this.#backoff = Math.min(this.#backoff * 2, MAX_BACKOFF_MS);
-      if (this.#beatTimer) clearTimeout(this.#beatTimer);
-      this.#beatTimer = null;
-      this.#scheduleBeat(delay);
+      // Reopen soon enough to resume the leases before their deadlines.
+      this.#retrySoon();
     });
   }
 
@@ -642,11 +770,16 @@ export class Client {
     // Answers come in order: older heartbeats still pending got none.
     for (const s of this.#pending.keys()) if (s <= seq) this.#pending.delete(s);
     this.#backoff = MIN_BACKOFF_MS;
-    (res.leases as any[]).forEach((st, i) => {
-      const lease = entry.leases[i];
+    this.#applyStatuses(entry.sent, entry.leases, res.leases);
+  }
+
+  /** What the broker said of each lease of a heartbeat sent at `sent` (same order). */
+  #applyStatuses(sent: number, leases: Lease[], statuses: any[]): void {
+    statuses.forEach((st, i) => {
+      const lease = leases[i];
       if (!lease || lease.name !== st.name || lease.released) return;
       if (st.state === STATE.ALIVE) {
-        lease._renewed(entry.sent, Number(st.ttl_ms));
+        lease._renewed(sent, Number(st.ttl_ms));
       } else if (st.state === STATE.REJECTED) {
         this.#lose(lease, 'EXPIRED', `rejected by the broker: ${st.message}`);
       } else if (st.state === STATE.LOST) {

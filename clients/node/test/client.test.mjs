@@ -105,28 +105,36 @@ describe('against one broker', () => {
     await lease.release();
   });
 
-  test('one KeepAlive stream per client, whatever its number of leases; ended once none is left', async () => {
-    // The broker's gauge of open KeepAlive streams.
-    const streams = async () => {
-      const m = /^leasehold_keepalive_streams (\d+)$/m.exec(await broker.metrics());
-      assert.ok(m, 'the broker exports its KeepAlive stream gauge');
+  // The broker's gauges of open Session and KeepAlive streams.
+  const gauges = async () => {
+    const text = await broker.metrics();
+    const gauge = (name) => {
+      const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(text);
+      assert.ok(m, `the broker exports ${name}`);
       return Number(m[1]);
     };
-    const own = connect(broker.address, { logger: null });
-    try {
-      // The other tests' clients end theirs at their next heartbeat time.
-      await eventually(async () => (await streams()) === 0, 'no stream open before');
-      const leases = [];
-      for (const ttlMs of [MIN_TTL, 2000, 5000]) leases.push(await own.acquire(lockName('one-stream'), { ttlMs }));
-      const deadlines = leases.map((l) => l.deadline);
-      await eventually(() => leases.every((l, i) => l.deadline > deadlines[i]), 'every lease renewed');
-      assert.equal(await streams(), 1);
-      for (const lease of leases) await lease.release();
-      await eventually(async () => (await streams()) === 0, 'the stream ended after the last release');
-    } finally {
-      await own.close();
-    }
-  });
+    return { session: gauge('leasehold_session_streams'), keepalive: gauge('leasehold_keepalive_streams') };
+  };
+
+  for (const [mode, options, kind] of [['a Session stream (the default)', {}, 'session'], ['a KeepAlive stream (session: false)', { session: false }, 'keepalive']]) {
+    test(`one stream per client, whatever its number of leases, ended once none is left: ${mode}`, async () => {
+      const own = connect(broker.address, { logger: null, ...options });
+      try {
+        // The other tests' clients end theirs once idle (at their next heartbeat time for KeepAlive).
+        await eventually(async () => { const g = await gauges(); return g.session === 0 && g.keepalive === 0; }, 'no stream open before');
+        const leases = [];
+        for (const ttlMs of [MIN_TTL, 2000, 5000]) leases.push(await own.acquire(lockName('one-stream'), { ttlMs }));
+        const deadlines = leases.map((l) => l.deadline);
+        await eventually(() => leases.every((l, i) => l.deadline > deadlines[i]), 'every lease renewed');
+        const open = await gauges();
+        assert.deepEqual(open, { session: kind === 'session' ? 1 : 0, keepalive: kind === 'keepalive' ? 1 : 0 });
+        for (const lease of leases) await lease.release();
+        await eventually(async () => (await gauges())[kind] === 0, 'the stream ended after the last release');
+      } finally {
+        await own.close();
+      }
+    });
+  }
 
   test('release frees the lock: checkFence turns false, the signal aborts, lost stays pending, a second release does nothing', async () => {
     const name = lockName('release');
