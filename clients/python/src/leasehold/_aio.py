@@ -23,6 +23,7 @@ from ._brokers import Brokers, not_connected
 from ._core import Description, FenceCheck, Leader, Pem, Seconds, _ms, _seconds
 from ._lease import _Held, _LeaseView
 from ._proto import leasehold_pb2 as pb
+from ._session import UNARY, AioSession, Beats, stream_full, unsupported
 from .errors import LeaseholdError, LossReason, from_rpc_error
 
 log = logging.getLogger("leasehold")
@@ -122,12 +123,15 @@ class _Stream:
 
 class _Keeper(kc.Driver):
     """One task per AsyncClient that keeps all its leases alive over one
-    KeepAlive stream: the I/O, with tasks and grpc.aio, of the core that
-    the synchronous keeper drives too (_keepcore.KeeperCore). One event
-    loop runs it all, so unlike the thread keeper it needs no lock."""
+    stream (the client's Session stream, or a KeepAlive stream when the
+    session is off or the broker does not know it): the I/O, with tasks and
+    grpc.aio, of the core that the synchronous keeper drives too
+    (_keepcore.KeeperCore). One event loop runs it all, so unlike the
+    thread keeper it needs no lock."""
 
-    def __init__(self, brokers: _AioBrokers):
+    def __init__(self, brokers: _AioBrokers, session: Optional[AioSession] = None):
         self._brokers: _AioBrokers = brokers
+        self._session = session
         self._core = kc.KeeperCore()
         self._stream: Optional[_Stream] = None
         self._inbox: "asyncio.Queue" = asyncio.Queue()
@@ -155,9 +159,14 @@ class _Keeper(kc.Driver):
         return self._core.leases()
 
     def release_in_background(self, name: str, token: str) -> None:
+        request = pb.ReleaseRequest(name=name, owner_token=token)
+
         async def release() -> None:
             try:
-                await self._brokers.acall("Release", pb.ReleaseRequest(name=name, owner_token=token), timeout=5)
+                if self._session is not None:
+                    await self._session.call("release", request, 5.0)
+                else:
+                    await self._brokers.acall("Release", request, timeout=5)
             except Exception:
                 pass
 
@@ -196,7 +205,14 @@ class _Keeper(kc.Driver):
             except asyncio.TimeoutError:
                 event = kc.TimerFired()
 
-    def _open(self, gen: int) -> _Stream:
+    def _open(self, gen: int) -> kc.Stream:
+        """Heartbeats on the Session stream while its replica knows it;
+        else a KeepAlive stream."""
+        if self._session is not None and self._session.usable():
+            try:
+                return Beats(self._session, gen, self._inbox.put_nowait)
+            except LeaseholdError:
+                pass  # closed meanwhile
         return _Stream(self._brokers, gen, self._inbox)
 
     def _fire(self, callbacks: list, reason: LossReason, name: str) -> None:
@@ -364,9 +380,11 @@ class AsyncClient:
                 lease.check()
                 await write_report(fence=lease.fence)
 
-    One task of the running event loop keeps every lease of the client alive
-    over one KeepAlive stream. Use the client from one event loop; close it
-    (``await client.close()``, or ``async with``) to release its leases."""
+    Acquire, release and heartbeats go on one Session stream unless
+    ``session=False`` (see :class:`Client`). One task of the running event
+    loop keeps every lease of the client alive over it. Use the client from
+    one event loop; close it (``await client.close()``, or ``async with``)
+    to release its leases."""
 
     def __init__(
         self,
@@ -380,6 +398,7 @@ class AsyncClient:
         token: Optional[str] = None,
         credentials: Optional[grpc.ChannelCredentials] = None,
         options: Sequence[Tuple[str, object]] = (),
+        session: bool = True,
     ):
         self._settings = _core.channel_settings(
             target,
@@ -400,6 +419,8 @@ class AsyncClient:
         # Made at first use, in the running loop (grpc.aio channels belong
         # to the loop that made them).
         self._brokers_: Optional[_AioBrokers] = None
+        self._use_session = session
+        self._session_: Optional[AioSession] = None
         self._keeper: Optional[_Keeper] = None
         self._background: Set["asyncio.Task"] = set()
         self._observations: "weakref.WeakSet[AsyncObservation]" = weakref.WeakSet()
@@ -417,11 +438,23 @@ class AsyncClient:
                 return grpc.aio.insecure_channel(t, settings.options)
 
             self._brokers_ = _AioBrokers(settings.targets, channel, settings.metadata)
+            if self._use_session:
+                self._session_ = AioSession(self._brokers_, self._spawn)
         return self._brokers_
+
+    def _session(self) -> Optional[AioSession]:
+        """The Session stream's bookkeeping (None with ``session=False``)."""
+        self._brokers()
+        return self._session_
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _keeper_(self) -> _Keeper:
         if self._keeper is None:
-            self._keeper = _Keeper(self._brokers())
+            self._keeper = _Keeper(self._brokers(), self._session())
         return self._keeper
 
     @property
@@ -458,17 +491,25 @@ class AsyncClient:
     async def _chained(self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds]) -> AsyncLease:
         """Acquire or Campaign in a chain of calls (see Client._chained)."""
         brokers = self._brokers()
+        session = self._session()
         chain = _core.Chain(method, request, wait_s, self._max_wait, len(brokers))
         granted: Optional[_core.ChainCall] = None
+        # The next call is a unary one even with a session (see Client._chained).
+        unary = False
         try:
             while granted is None:
                 if chain.needs_call(time.monotonic()):
                     req, segment = chain.request(time.monotonic())
-                    index, stub = brokers.current()
                     # The deadline counts from the time the request was *sent*.
                     sent = time.monotonic()
-                    call = getattr(stub, method)(req, timeout=segment + self._timeout, metadata=brokers.metadata)
-                    chain.sent((call, asyncio.ensure_future(_result(call))), sent, segment, index)
+                    if method == "Acquire" and session is not None and not unary and session.usable():
+                        pending = session.submit("acquire", req, segment + self._timeout)
+                        chain.sent((pending, pending.future), sent, segment, pending.index)
+                    else:
+                        index, stub = brokers.current()
+                        call = getattr(stub, method)(req, timeout=segment + self._timeout, metadata=brokers.metadata)
+                        chain.sent((call, asyncio.ensure_future(_result(call))), sent, segment, index)
+                    unary = False
                 for c in list(chain.calls):
                     task = c.handle[1]
                     if not task.done():
@@ -479,6 +520,11 @@ class AsyncClient:
                         break
                     if not isinstance(error, grpc.RpcError):
                         raise error
+                    if unsupported(error) or stream_full(error):
+                        # Never served: again at once, as a unary call.
+                        unary = stream_full(error)
+                        chain.retry(c)
+                        continue
                     failure = chain.failed(c, error, brokers.move_on, time.monotonic())
                     if failure is not None:
                         raise failure from None
@@ -494,10 +540,11 @@ class AsyncClient:
         lease.waited = granted.sent - chain.plan.start + response.waited_ms / 1000.0
         return lease
 
-    def _abandon(self, call, task: "asyncio.Task") -> None:
+    def _abandon(self, call, task: "asyncio.Future") -> None:
         """Cancels a waiting Acquire no longer needed (the broker drops its
         place, and releases a grant that crossed the cancellation); one
-        granted before is released here."""
+        granted before is released here. ``call``: the grpc.aio call, or
+        the request on the Session stream (whose cancel sends ``cancel``)."""
         call.cancel()
 
         def done(t: "asyncio.Task") -> None:
@@ -535,13 +582,21 @@ class AsyncClient:
         """Releases a lease known only by its name and owner token. Raises
         :class:`LeaseLost` if it is already gone."""
         try:
-            await self._brokers().acall(
-                "Release",
+            await self._lease_call(
+                "release",
                 pb.ReleaseRequest(name=name, owner_token=owner_token),
-                timeout=self._timeout if timeout is None else timeout,
+                self._timeout if timeout is None else timeout,
             )
         except grpc.RpcError as e:
             raise _core.release_error(e) from None
+
+    async def _lease_call(self, kind: str, request, timeout: float):
+        """A request of the Session stream, on it or as the unary call
+        (see Client._lease_call). Raises ``grpc.RpcError``."""
+        session = self._session()
+        if session is not None:
+            return await session.call(kind, request, timeout)
+        return await self._brokers().acall(UNARY[kind], request, timeout=timeout)
 
     # -- questions -----------------------------------------------------------
 
@@ -620,6 +675,8 @@ class AsyncClient:
             await self._keeper.close()
         if self._background:
             await asyncio.wait(list(self._background), timeout=5.0)
+        if self._session_ is not None:
+            await self._session_.close()
         self._closed = True
         if self._brokers_ is not None:
             await self._brokers_.aclose()

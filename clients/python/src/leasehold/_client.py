@@ -1,4 +1,5 @@
-"""The Client: unary calls, and leases kept alive by its keeper thread."""
+"""The Client: acquire and release on its Session stream (or unary calls),
+other calls unary, and leases kept alive by its keeper thread."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ._core import (  # noqa: F401 (re-exported: the public names live here)
 from ._keeper import Keeper
 from ._lease import Lease, _Held
 from ._proto import leasehold_pb2 as pb
+from ._session import UNARY, Session, stream_full, unsupported
 from .errors import LeaseholdError, from_rpc_error
 
 
@@ -111,9 +113,15 @@ class Client:
     * ``credentials``: ready-made ``grpc.ChannelCredentials`` instead of
       ``tls``/``client_cert``/``client_key`` (implies TLS).
 
-    One background thread keeps every lease of the client alive over one
-    KeepAlive stream. Close the client (or use it as a context manager) to
-    release its leases and stop that thread.
+    ``session`` (default True): acquire, release and the heartbeats go as
+    messages on one Session stream per client, which costs the broker about
+    half of a unary call each; a broker that does not know the Session RPC
+    (UNIMPLEMENTED) gets unary calls and a KeepAlive stream instead.
+    ``session=False`` always uses those. Errors are the same either way.
+
+    One background thread keeps every lease of the client alive over that
+    stream. Close the client (or use it as a context manager) to release its
+    leases and stop that thread.
     """
 
     def __init__(
@@ -128,6 +136,7 @@ class Client:
         token: Optional[str] = None,
         credentials: Optional[grpc.ChannelCredentials] = None,
         options: Sequence[Tuple[str, object]] = (),
+        session: bool = True,
     ):
         settings = _core.channel_settings(
             target,
@@ -153,7 +162,9 @@ class Client:
         self._timeout = timeout
         # The broker's --max-wait as last learnt (see _core.WaitPlan).
         self._max_wait = _core.DEFAULT_MAX_WAIT
-        self._keeper = Keeper(self._brokers)
+        # The Session stream (opened by the first request that needs it).
+        self._session: Optional[Session] = Session(self._brokers) if session else None
+        self._keeper = Keeper(self._brokers, self._session)
         # Open observations, cancelled by close() so that they end cleanly.
         self._observations: "weakref.WeakSet[Observation]" = weakref.WeakSet()
         self._closed = False
@@ -207,16 +218,25 @@ class Client:
         chain = _core.Chain(method, request, wait_s, self._max_wait, len(self._brokers))
         woken = threading.Event()
         granted: Optional[_core.ChainCall] = None
+        # The next call is a unary one even with a session (the stream
+        # refused it for holding too many leases).
+        unary = False
         try:
             while granted is None:
                 if chain.needs_call(time.monotonic()):
                     req, segment = chain.request(time.monotonic())
-                    index, stub = self._brokers.current()
                     # The deadline counts from the time the request was *sent*.
                     sent = time.monotonic()
-                    future = getattr(stub, method).future(
-                        req, timeout=segment + self._timeout, metadata=self._brokers.metadata
-                    )
+                    session = self._session
+                    if method == "Acquire" and session is not None and not unary and session.usable():
+                        future = session.submit("acquire", req, segment + self._timeout)
+                        index = future.index
+                    else:
+                        index, stub = self._brokers.current()
+                        future = getattr(stub, method).future(
+                            req, timeout=segment + self._timeout, metadata=self._brokers.metadata
+                        )
+                    unary = False
                     future.add_done_callback(lambda _: woken.set())
                     chain.sent(future, sent, segment, index)
                 woken.clear()
@@ -227,6 +247,11 @@ class Client:
                     if error is None:
                         granted = call
                         break
+                    if unsupported(error) or stream_full(error):
+                        # Never served: again at once, as a unary call.
+                        unary = stream_full(error)
+                        chain.retry(call)
+                        continue
                     failure = chain.failed(call, error, self._brokers.move_on, time.monotonic())
                     if failure is not None:
                         raise failure from None
@@ -281,13 +306,20 @@ class Client:
         by another process). Raises :class:`LeaseLost` if it is already gone."""
         self._check_open()
         try:
-            self._brokers.call(
-                "Release",
+            self._lease_call(
+                "release",
                 pb.ReleaseRequest(name=name, owner_token=owner_token),
-                timeout=self._timeout if timeout is None else timeout,
+                self._timeout if timeout is None else timeout,
             )
         except grpc.RpcError as e:
             raise _core.release_error(e) from None
+
+    def _lease_call(self, kind: str, request, timeout: float):
+        """A request of the Session stream (``kind``: its field), on the
+        stream or as the unary call. Raises ``grpc.RpcError``."""
+        if self._session is not None:
+            return self._session.call(kind, request, timeout)
+        return self._brokers.call(UNARY[kind], request, timeout=timeout)
 
     # -- questions -----------------------------------------------------------
 
@@ -362,7 +394,9 @@ class Client:
 
     def close(self) -> None:
         """Releases the leases still held (best effort), ends the open
-        observations, stops the keeper thread and closes the channels."""
+        observations, stops the keeper thread, ends the Session stream (an
+        acquire waiting in another thread fails with CANCELLED) and closes
+        the channels."""
         if self._closed:
             return
         for held in self._keeper.snapshot():
@@ -376,6 +410,8 @@ class Client:
         for observation in list(self._observations):
             observation.cancel()
         self._keeper.close()
+        if self._session is not None:
+            self._session.close()
         self._brokers.close()
 
     def __enter__(self) -> "Client":

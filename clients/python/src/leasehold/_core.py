@@ -465,6 +465,13 @@ class Chain:
     def sent(self, handle: Any, sent: float, segment: float, index: int) -> None:
         self.calls.append(ChainCall(handle, sent, segment, index))
 
+    def retry(self, call: ChainCall) -> None:
+        """The call was never served and is sent again at once, in the
+        same place: the broker did not know the Session stream (the next
+        call is a unary one), or refused it on the stream only (a stream
+        holding --max-stream-leases leases)."""
+        self.calls.remove(call)
+
     def failed(self, call: ChainCall, error: grpc.RpcError, move_on, now: float) -> Optional[LeaseholdError]:
         """The call of the chain failed (it is no longer in flight). Returns
         the error to raise, or None if the chain goes on: the driver sends

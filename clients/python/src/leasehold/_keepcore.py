@@ -451,7 +451,7 @@ class Driver:
             elif isinstance(action, OpenStream):
                 self._stream = self._open(action.gen)
                 log.debug(
-                    "opening KeepAlive stream %d to %s for %d lease(s)",
+                    "opening heartbeat stream %d to %s for %d lease(s)",
                     action.gen, self._brokers.targets[self._stream.index], action.leases,
                 )
             elif isinstance(action, (HalfClose, Cancel)):

@@ -1,5 +1,7 @@
 """The keeper: one thread per Client that keeps all its leases alive over one
-KeepAlive stream, notices losses, and reconnects when the stream breaks.
+stream (the client's Session stream, or a KeepAlive stream when the session
+is off or the broker does not know it), notices losses, and reconnects when
+the stream breaks.
 
 What to do and when is decided by _keepcore.KeeperCore (the rules of the
 Rust client, clients/rust/src/keeper.rs, set out in _heartbeat.py), which
@@ -30,7 +32,8 @@ from . import _keepcore as kc
 from ._brokers import Brokers
 from ._lease import _Held, run_callbacks
 from ._proto import leasehold_pb2 as pb
-from .errors import LossReason
+from ._session import Beats, Session
+from .errors import LeaseholdError, LossReason
 
 log = logging.getLogger("leasehold")
 
@@ -93,10 +96,13 @@ class Keeper(kc.Driver):
     threads and grpc's blocking API, of the core that the asyncio keeper
     drives too (_keepcore.KeeperCore)."""
 
-    def __init__(self, brokers: Brokers):
+    def __init__(self, brokers: Brokers, session: Optional[Session] = None):
         # The replicas, with the bearer token's metadata, if any: sent with
         # the stream and the background releases (never logged).
         self._brokers = brokers
+        # The client's Session stream, which carries the heartbeats while
+        # the broker knows it (None: KeepAlive streams only).
+        self._session = session
         self._inbox: "queue.SimpleQueue" = queue.SimpleQueue()
         # The core is not thread-safe and application threads use its lease
         # registry: every call into it holds this lock. The core never
@@ -135,9 +141,14 @@ class Keeper(kc.Driver):
     def release_in_background(self, name: str, token: str) -> None:
         """Best effort, on a thread of its own, so nothing waits for it."""
 
+        request = pb.ReleaseRequest(name=name, owner_token=token)
+
         def release() -> None:
             try:
-                self._brokers.call("Release", pb.ReleaseRequest(name=name, owner_token=token), timeout=5)
+                if self._session is not None:
+                    self._session.call("release", request, 5.0)
+                else:
+                    self._brokers.call("Release", request, timeout=5)
             except Exception:
                 pass
 
@@ -165,7 +176,14 @@ class Keeper(kc.Driver):
             except queue.Empty:
                 event = kc.TimerFired()
 
-    def _open(self, gen: int) -> _Stream:
+    def _open(self, gen: int) -> kc.Stream:
+        """Heartbeats on the Session stream while its replica knows it;
+        else a KeepAlive stream."""
+        if self._session is not None and self._session.usable():
+            try:
+                return Beats(self._session, gen, self._inbox.put)
+            except LeaseholdError:
+                pass  # closed meanwhile
         return _Stream(self._brokers, gen, self._inbox)
 
     def _fire(self, callbacks: list, reason: LossReason, name: str) -> None:
