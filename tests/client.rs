@@ -286,3 +286,106 @@ async fn more_leases_than_one_heartbeat_names_are_kept_alive() {
         lease.release().await.expect("still held");
     }
 }
+
+/// The client's acquires, releases and heartbeats ride one Session stream
+/// (no KeepAlive stream); built with `unary`, it uses unary calls and a
+/// KeepAlive stream instead, with the same outcomes.
+#[tokio::test]
+async fn the_client_uses_one_session_stream_unless_told_otherwise() {
+    use common::{eventually, sample, scrape};
+    let broker = Broker::start("memory").await;
+    let streams = |kind: &'static str| {
+        let metrics = broker.metrics_addr;
+        async move { sample(&scrape(metrics).await, &format!("leasehold_{kind}_streams")) }
+    };
+    for unary in [false, true] {
+        let options = leasehold_client::ClientOptions {
+            unary,
+            ..Default::default()
+        };
+        let client = Client::connect_any_with([broker.url()], &options)
+            .await
+            .unwrap();
+        let names: Vec<String> = (0..8).map(|i| format!("s{i}")).collect();
+        let leases: Vec<_> =
+            futures_util::future::join_all(names.iter().map(|n| client.acquire(n, opts(1_000))))
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+        let expected = if unary { (0.0, 1.0) } else { (1.0, 0.0) };
+        eventually(Duration::from_secs(10), "the streams opened", || async {
+            (streams("session").await, streams("keepalive").await) == expected
+        })
+        .await;
+        // Kept alive past three TTLs by the heartbeats of that stream.
+        let renewed = leases[0].deadline();
+        for lease in &leases {
+            lease.deadline_after(renewed).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(leases.iter().all(|l| !l.is_lost()), "unary: {unary}");
+        for lease in leases {
+            lease.release().await.expect("still held");
+        }
+        drop(client);
+        eventually(Duration::from_secs(10), "the streams closed", || async {
+            (streams("session").await, streams("keepalive").await) == (0.0, 0.0)
+        })
+        .await;
+    }
+}
+
+/// An acquire whose caller stops waiting (its future dropped by a timeout)
+/// leaves the line on the broker at once: the caller behind it gets the
+/// lock next.
+#[tokio::test]
+async fn an_abandoned_acquire_leaves_the_line() {
+    use common::eventually;
+    let broker = Broker::start("memory").await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let holder = client.acquire("line", opts(30_000)).await.unwrap();
+    let waiters = || {
+        let client = client.clone();
+        async move { client.describe("line").await.unwrap().waiters }
+    };
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(600),
+                client.acquire("line", opts(30_000).wait(Duration::from_secs(60))),
+            )
+            .await
+        }
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the first waiter queued",
+        || async { waiters().await == 1 },
+    )
+    .await;
+    let second = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .acquire("line", opts(30_000).wait(Duration::from_secs(60)))
+                .await
+        }
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the second waiter queued",
+        || async { waiters().await == 2 },
+    )
+    .await;
+    first.abort();
+    eventually(Duration::from_secs(10), "the first waiter left", || async {
+        waiters().await == 1
+    })
+    .await;
+    let fence = holder.fence();
+    holder.release().await.unwrap();
+    let next = second.await.unwrap().expect("the second waiter's grant");
+    assert!(next.fence() > fence);
+}

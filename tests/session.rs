@@ -587,34 +587,48 @@ async fn a_shutdown_answers_the_waits_then_ends_the_stream() {
     stopping.await.unwrap().unwrap();
 }
 
-/// `--max-stream-leases` bounds what one stream holds: past it an Acquire
-/// is refused (and the stream goes on); a release makes room.
+/// `--max-stream-leases` bounds what one stream tracks, not what it may
+/// hold: past it an Acquire is still granted. When the stream breaks, the
+/// tracked leases' expiries are counted a moment past their TTL; the
+/// untracked one's when its name is granted again (as for a lease taken
+/// with a unary call), each once.
 #[tokio::test]
-async fn a_stream_holds_at_most_max_stream_leases() {
-    let broker = Broker::start_with("memory", |c| c.limits.max_stream_leases = 3).await;
+async fn a_stream_tracks_at_most_max_stream_leases_and_holds_more() {
+    let redis = RedisServer::start();
+    let broker = Broker::start_with(&redis.url(), |c| c.limits.max_stream_leases = 2).await;
     let mut client = broker.client().await;
     let mut session = Session::open(&mut client).await;
-    let mut leases = Vec::new();
     for id in 0..3 {
-        leases.push(granted(
+        granted(
             session
-                .acquire(id, acquire_req(&format!("n{id}"), 30_000, "x", 0))
+                .acquire(id, acquire_req(&format!("n{id}"), 1_000, "x", 0))
                 .await,
-        ));
+        );
     }
-    let full = error(session.acquire(3, acquire_req("n3", 30_000, "x", 0)).await);
-    assert_eq!(code(&full), Code::ResourceExhausted, "{full:?}");
-    assert!(
-        full.message.contains("--max-stream-leases"),
-        "{}",
-        full.message
+    let lost = |text: &str, reason: &str| {
+        sample(text, &format!("lease_lost_total{{reason=\"{reason}\"}}"))
+    };
+    let before = scrape(broker.metrics_addr).await;
+    drop(session);
+    let metrics = broker.metrics_addr;
+    let expired_before = lost(&before, "expired");
+    eventually(
+        Duration::from_secs(15),
+        "the tracked expiries counted",
+        || async move { lost(&scrape(metrics).await, "expired") - expired_before >= 2.0 },
+    )
+    .await;
+    // Each name's grant reports the expiry nobody counted yet: only n2's.
+    for name in ["n0", "n1", "n2"] {
+        common::must_acquire(&mut client, name, 30_000).await;
+    }
+    let after = scrape(metrics).await;
+    assert_eq!(lost(&after, "expired") - expired_before, 2.0);
+    assert_eq!(
+        lost(&after, "not_owner") - lost(&before, "not_owner"),
+        1.0,
+        "the untracked lease's expiry, reported by its name's next grant"
     );
-    assert!(!described(&mut client, "n3").await.held);
-    assert!(matches!(
-        session.call(4, release(&leases[0])).await,
-        Response::Release(_)
-    ));
-    granted(session.acquire(5, acquire_req("n3", 30_000, "x", 0)).await);
 }
 
 /// At its cap (`--max-concurrent-streams` requests in flight) a stream

@@ -135,6 +135,7 @@ impl BrokerArgs {
         let options = leasehold_client::ClientOptions {
             tls: Some(self.tls()?),
             credentials: self.credentials()?,
+            ..Default::default()
         };
         Client::connect_any_with(self.urls(), &options)
             .await

@@ -1,5 +1,7 @@
 //! The client: one connection set (failing over between brokers), one
-//! KeepAlive stream for every lease, the unary calls.
+//! Session stream for acquires, releases and heartbeats (`session.rs`), the
+//! unary calls for the rest (and for everything, against a broker without
+//! the Session call).
 
 use std::{
     collections::HashMap,
@@ -15,15 +17,19 @@ use leasehold_proto::{
     DescribeRequest, DescribeResponse, LeaderRequest, ObserveRequest, ReleaseRequest,
     RevokeRequest,
 };
+use leasehold_proto::{session_request::Request, session_response::Response};
 use tokio::{
     sync::{watch, Notify},
     time::Instant,
 };
-use tonic::{service::interceptor::InterceptedService, transport::Channel, Code};
+use tonic::{service::interceptor::InterceptedService, transport::Channel, Code, Status};
 
 use crate::{
-    error::source_chain, keeper, AcquireOptions, ClientError, ClientOptions, ClientTls,
-    Credentials, Held, LeaderInfo, Lease, LossReason, Observation,
+    error::source_chain,
+    keeper,
+    session::{self, Link},
+    AcquireOptions, ClientError, ClientOptions, ClientTls, Credentials, Held, LeaderInfo, Lease,
+    LossReason, Observation,
 };
 
 /// State shared by a client, its leases and its keeper task.
@@ -38,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) leases: Mutex<HashMap<String, Arc<Held>>>,
     /// Wakes the keeper when a lease is added.
     pub(crate) added: Notify,
+    /// The Session stream that carries acquires, releases and heartbeats.
+    pub(crate) link: Link,
 }
 
 impl Shared {
@@ -46,6 +54,11 @@ impl Shared {
     pub(crate) fn broker(&self) -> (usize, Broker) {
         let index = self.current.load(Ordering::Relaxed);
         (index, self.brokers[index % self.brokers.len()].clone())
+    }
+
+    /// How many broker replicas the client knows.
+    pub(crate) fn replicas(&self) -> usize {
+        self.brokers.len()
     }
 
     /// The replica at `index` could not be reached: move on to the next
@@ -63,10 +76,10 @@ impl Shared {
     /// replicas cannot be reached. Only a failure to connect moves on: the
     /// request never left this process, so sending it elsewhere cannot apply
     /// it twice.
-    pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, Status>
     where
         F: FnMut(Broker) -> Fut,
-        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+        Fut: std::future::Future<Output = Result<T, Status>>,
     {
         let mut attempts = self.brokers.len();
         loop {
@@ -79,6 +92,22 @@ impl Shared {
                 result => return result,
             }
         }
+    }
+
+    /// Runs `request` on the Session stream: `None` when the unary call is
+    /// to be used instead (the client was built for unary calls, or the
+    /// broker has none). A refusal comes back as the status the unary call
+    /// would have failed with.
+    pub(crate) async fn on_session(&self, request: Request) -> Option<Result<Response, Status>> {
+        let stream = match self.link.stream(self).await {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return None,
+            Err(status) => return Some(Err(status)),
+        };
+        Some(match stream.call(0, request).await {
+            Ok(Response::Error(error)) => Err(session::status(error)),
+            other => other,
+        })
     }
 
     /// The leases to keep alive. A panic elsewhere while the lock was held
@@ -198,7 +227,9 @@ impl Client {
             current: AtomicUsize::new(current),
             leases: Mutex::new(HashMap::new()),
             added: Notify::new(),
+            link: Link::default(),
         });
+        shared.link.disabled.store(options.unary, Ordering::Relaxed);
         tokio::spawn(keeper::run(Arc::downgrade(&shared)));
         Ok(Client { shared })
     }
@@ -239,17 +270,26 @@ impl Client {
             limit: opts.limit,
             ..Default::default()
         };
-        let response = self
+        let response = match self
             .shared
-            .call(|mut broker| {
-                let request = request.clone();
-                async move { broker.acquire(request).await }
-            })
-            .await?
-            .into_inner();
+            .on_session(Request::Acquire(request.clone()))
+            .await
+        {
+            Some(Ok(Response::Acquire(response))) => response,
+            Some(Ok(other)) => return Err(unexpected(&other)),
+            Some(Err(status)) => return Err(status.into()),
+            None => self
+                .shared
+                .call(|mut broker| {
+                    let request = request.clone();
+                    async move { broker.acquire(request).await }
+                })
+                .await?
+                .into_inner(),
+        };
         let lease = response
             .lease
-            .ok_or_else(|| ClientError::Status(tonic::Status::internal("grant without a lease")))?;
+            .ok_or_else(|| ClientError::Status(Status::internal("grant without a lease")))?;
         Ok((lease, response.waited_ms))
     }
 
@@ -425,12 +465,18 @@ pub(crate) async fn release(
     };
     let mut pause = RELEASE_RETRY;
     for tries_left in (0..RELEASE_TRIES).rev() {
-        let answer = shared
-            .call(|mut broker| {
-                let request = request.clone();
-                async move { broker.release(request).await }
-            })
-            .await;
+        let answer = match shared.on_session(Request::Release(request.clone())).await {
+            Some(Ok(Response::Release(_))) => Ok(()),
+            Some(Ok(other)) => return Err(unexpected(&other)),
+            Some(Err(status)) => Err(status),
+            None => shared
+                .call(|mut broker| {
+                    let request = request.clone();
+                    async move { broker.release(request).await }
+                })
+                .await
+                .map(|_| ()),
+        };
         match &answer {
             Err(s) if tries_left > 0 && broken(s) => {
                 tokio::time::sleep(pause).await;
@@ -447,15 +493,13 @@ const RELEASE_TRIES: u32 = 3;
 const RELEASE_RETRY: Duration = Duration::from_millis(100);
 
 /// A call that failed in transit: the broker may or may not have done it.
-fn broken(status: &tonic::Status) -> bool {
+fn broken(status: &Status) -> bool {
     matches!(status.code(), Code::Unavailable | Code::Unknown)
 }
 
-fn release_outcome(
-    answer: Result<tonic::Response<leasehold_proto::ReleaseResponse>, tonic::Status>,
-) -> Result<(), ClientError> {
+fn release_outcome(answer: Result<(), Status>) -> Result<(), ClientError> {
     match answer {
-        Ok(_) => Ok(()),
+        Ok(()) => Ok(()),
         Err(s) if s.code() == Code::NotFound => Err(ClientError::Lost(LossReason::Expired)),
         Err(s) if s.code() == Code::FailedPrecondition => {
             Err(ClientError::Lost(LossReason::NotOwner))
@@ -464,9 +508,16 @@ fn release_outcome(
     }
 }
 
+/// A Session answer of the wrong kind for its request: a broker defect.
+fn unexpected(response: &Response) -> ClientError {
+    ClientError::Status(Status::internal(format!(
+        "the broker answered with {response:?} where another answer was due"
+    )))
+}
+
 /// Whether a call failed because no connection to the broker could be made
 /// (so the request was never sent).
-pub(crate) fn not_connected(status: &tonic::Status) -> bool {
+pub(crate) fn not_connected(status: &Status) -> bool {
     if status.code() != Code::Unavailable {
         return false;
     }

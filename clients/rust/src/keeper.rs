@@ -1,6 +1,7 @@
 //! The keeper: one task per client that keeps every lease of the client
-//! alive over one KeepAlive stream, and reconnects (with backoff) when the
-//! stream breaks, resuming the leases by owner token.
+//! alive with heartbeats on the client's Session stream (or on a KeepAlive
+//! stream, with unary calls), and reconnects (with backoff) when the stream
+//! breaks, resuming the leases by owner token.
 
 use std::{
     collections::BTreeMap,
@@ -12,8 +13,8 @@ use tokio::{
     sync::mpsc,
     time::{sleep, sleep_until, Instant},
 };
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
+use tokio_stream::{wrappers::ReceiverStream, Stream, StreamExt};
+use tonic::Status;
 
 use super::{Held, LossReason, Shared};
 use leasehold_proto::{
@@ -46,7 +47,20 @@ pub(crate) async fn run(shared: Weak<Shared>) {
         // the stream is not draining (see `session`).
         let (tx, rx) = mpsc::channel(4 * client.snapshot().len().div_ceil(HEARTBEAT_LEASES).max(1));
         let (index, mut broker) = client.broker();
-        match broker.keep_alive(ReceiverStream::new(rx)).await {
+        let opened = match client.link.stream(&client).await {
+            // The client's Session stream carries the heartbeats too.
+            Ok(Some(stream)) => {
+                backoff = MIN_BACKOFF;
+                let answers = beat_on(Arc::clone(&stream), rx);
+                if session(&client, tx, answers).await == Ended::Stalled {
+                    client.link.discard(&stream).await;
+                }
+                continue;
+            }
+            Ok(None) => broker.keep_alive(ReceiverStream::new(rx)).await,
+            Err(status) => Err(status),
+        };
+        match opened {
             Ok(response) => {
                 backoff = MIN_BACKOFF;
                 session(&client, tx, response.into_inner()).await;
@@ -68,13 +82,51 @@ pub(crate) async fn run(shared: Weak<Shared>) {
 /// default `--max-message-size`.
 const HEARTBEAT_LEASES: usize = 1_000;
 
+/// How a heartbeat stream ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// It broke, the broker ended it, or no lease is left.
+    Over,
+    /// Heartbeats went unanswered (or unsent) too long: the stream is taken
+    /// for dead.
+    Stalled,
+}
+
+/// The answers to heartbeats sent as requests on the Session `stream`, one
+/// at a time (the broker runs one heartbeat of a stream at a time), in the
+/// order `beats` gives them: what a KeepAlive stream would answer.
+fn beat_on(
+    stream: Arc<crate::session::Stream>,
+    mut beats: mpsc::Receiver<KeepAliveRequest>,
+) -> ReceiverStream<Result<KeepAliveResponse, Status>> {
+    use leasehold_proto::{session_request::Request, session_response::Response};
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(async move {
+        while let Some(beat) = beats.recv().await {
+            let answer = match stream.call(0, Request::Heartbeat(beat)).await {
+                Ok(Response::Heartbeat(answer)) => Ok(answer),
+                Ok(Response::Error(error)) => Err(crate::session::status(error)),
+                Ok(other) => Err(Status::internal(format!(
+                    "the broker answered a heartbeat with {other:?}"
+                ))),
+                Err(status) => Err(status),
+            };
+            let end = answer.is_err();
+            if tx.send(answer).await.is_err() || end {
+                return;
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
 /// Heartbeats over one stream until it breaks, stalls, or no lease is left
 /// (then it ends cleanly).
 async fn session(
     shared: &Shared,
     tx: mpsc::Sender<KeepAliveRequest>,
-    mut responses: Streaming<KeepAliveResponse>,
-) {
+    mut responses: impl Stream<Item = Result<KeepAliveResponse, Status>> + Unpin,
+) -> Ended {
     let mut seq = 0u64;
     // Heartbeats awaiting their answer: seq -> (send time, leases in order).
     let mut pending: BTreeMap<u64, (Instant, Vec<Arc<Held>>)> = BTreeMap::new();
@@ -85,13 +137,13 @@ async fn session(
             () = sleep_until(next_beat) => {
                 let leases = live_leases(shared);
                 if leases.is_empty() {
-                    return; // dropping `tx` half-closes: a clean end
+                    return Ended::Over; // dropping `tx` half-closes: a clean end
                 }
                 let interval = beat_interval(&leases);
                 let now = Instant::now();
                 if pending.values().next().is_some_and(|(sent, _)| now.duration_since(*sent) > (interval * 2).max(Duration::from_secs(1))) {
-                    tracing::debug!("KeepAlive stream stalled; reconnecting");
-                    return;
+                    tracing::debug!("heartbeat stream stalled; reconnecting");
+                    return Ended::Stalled;
                 }
                 // Several heartbeats when the leases are more than one may
                 // name (the broker's --max-stream-leases).
@@ -105,19 +157,19 @@ async fn session(
                             .collect(),
                     };
                     if tx.try_send(request).is_err() {
-                        tracing::debug!("KeepAlive stream not draining; reconnecting");
-                        return;
+                        tracing::debug!("heartbeat stream not draining; reconnecting");
+                        return Ended::Stalled;
                     }
                     pending.insert(seq, (now, chunk.to_vec()));
                 }
                 next_beat = now + interval;
             }
-            message = responses.message() => match message {
-                Ok(Some(response)) => apply(shared, &mut pending, response),
-                Ok(None) => return,
-                Err(status) => {
-                    tracing::debug!(code = ?status.code(), message = status.message(), "KeepAlive stream ended");
-                    return;
+            message = responses.next() => match message {
+                Some(Ok(response)) => apply(shared, &mut pending, response),
+                None => return Ended::Over,
+                Some(Err(status)) => {
+                    tracing::debug!(code = ?status.code(), message = status.message(), "heartbeat stream ended");
+                    return Ended::Over;
                 }
             },
             () = shared.added.notified() => {

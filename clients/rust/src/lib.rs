@@ -37,6 +37,7 @@ mod error;
 mod keeper;
 mod lease;
 mod options;
+mod session;
 
 pub(crate) use self::{client::Shared, lease::Held};
 pub use self::{

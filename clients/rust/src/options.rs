@@ -166,6 +166,11 @@ pub struct ClientOptions {
     pub tls: Option<ClientTls>,
     /// The credentials sent with every call.
     pub credentials: Credentials,
+    /// Use a unary call per acquire, release and renewal, and a KeepAlive
+    /// stream for heartbeats, instead of the one Session stream (the
+    /// default, which costs the broker about half per request). A broker
+    /// without the Session call gets unary calls either way.
+    pub unary: bool,
 }
 
 /// TLS settings for `https://` brokers.

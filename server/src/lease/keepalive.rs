@@ -97,19 +97,15 @@ pub enum Scope {
     Named,
     /// Session stream: the leases granted or renewed on the stream, until
     /// they are released or lost there (a heartbeat need not name them
-    /// all), at most `--max-stream-leases` at once.
+    /// all), at most `--max-stream-leases` of them (see `Session::track`).
     Held,
 }
 
-/// The leases a session tracks, and (in [`Scope::Held`]) the room taken for
-/// Acquire requests in flight, so that concurrent requests cannot overshoot
-/// the cap.
+/// The leases a session tracks.
 #[derive(Default)]
 struct Tracking {
     /// By owner token (never logged, never `Debug`).
     leases: HashMap<String, Tracked>,
-    /// Acquire requests in flight that hold room for their grant.
-    reserved: usize,
 }
 
 /// The state of one KeepAlive or Session stream. Shared by the requests in
@@ -125,16 +121,6 @@ pub struct Session {
     tracking: Mutex<Tracking>,
     /// Rate limit (GCRA): the theoretical arrival time of the next heartbeat.
     next_arrival: Mutex<Instant>,
-}
-
-/// Room for one grant on a [`Scope::Held`] session, given back when it
-/// drops (the request ended, however: granted, refused or cancelled).
-struct Reservation<'a>(&'a Mutex<Tracking>);
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        lock(self.0).reserved -= 1;
-    }
 }
 
 /// The lock's data even if a thread panicked while holding it: every
@@ -186,19 +172,17 @@ impl Session {
 
     /// Acquire on a Session stream: the lease rules' Acquire, and the grant
     /// tracked by this session from the moment the store applied it (its
-    /// first heartbeat). Refused with RESOURCE_EXHAUSTED when the session
-    /// tracks `--max-stream-leases` leases (grants in flight included).
-    /// Dropped (cancelled) while it waits, it gives up its place, and a
-    /// grant that raced with the drop is released (see [`Leases::acquire`]).
+    /// first heartbeat), while it tracks fewer than `--max-stream-leases`
+    /// leases. Dropped (cancelled) while it waits, it gives up its place,
+    /// and a grant that raced with the drop is released (see
+    /// [`Leases::acquire`]).
     pub async fn acquire(&self, args: AcquireArgs) -> Result<Granted> {
         let arrived = Instant::now();
-        let _room = self.reserve()?;
         let granted = self.leases.acquire(&self.caller, args).await?;
-        let stored = self.caller.tenant().qualify(&granted.lease.name);
-        lock(&self.tracking).leases.insert(
-            granted.lease.owner_token.clone(),
+        self.track(
+            &granted.lease.owner_token,
             Tracked {
-                name: stored,
+                name: self.caller.tenant().qualify(&granted.lease.name),
                 // The store applied the grant after the granting attempt was
                 // sent, `waited` after the call's arrival.
                 expires_no_sooner_than: arrived
@@ -209,14 +193,24 @@ impl Session {
         Ok(granted)
     }
 
-    /// Room for one more grant under `--max-stream-leases`. When the
-    /// session is full, the leases it tracks that may have expired
-    /// unrenewed (the client let them go without a release) make room: they
-    /// are looked at past their TTL as those of an ended stream are.
-    fn reserve(&self) -> Result<Reservation<'_>> {
+    /// Tracks (or tracks anew) the lease of `token`, if there is room: what
+    /// a session tracks is bounded by `--max-stream-leases`, as a
+    /// KeepAlive heartbeat is. A stream may hold more leases than that (the
+    /// lease caps are the tenant's and the connection's); those it does not
+    /// track are renewed all the same, and only their accounting differs:
+    /// an expiry after the stream ended is counted when the name is granted
+    /// again, rather than a moment past the TTL. When the session is full,
+    /// the leases it tracks that may have expired unrenewed (let go without
+    /// a release) make room first: they are looked at past their TTL, as
+    /// those of an ended stream are.
+    fn track(&self, token: &str, tracked: Tracked) {
         let cap = self.leases.inner.limits.max_stream_leases;
         let mut tracking = lock(&self.tracking);
-        if tracking.leases.len() + tracking.reserved >= cap {
+        if let Some(known) = tracking.leases.get_mut(token) {
+            *known = tracked;
+            return;
+        }
+        if tracking.leases.len() >= cap {
             let now = Instant::now();
             let lapsed: Vec<_> = tracking
                 .leases
@@ -229,16 +223,9 @@ impl Session {
                 tracking = lock(&self.tracking);
             }
         }
-        if tracking.leases.len() + tracking.reserved >= cap {
-            return Err(Error::ResourceExhausted(format!(
-                "this stream holds {} leases and waits for {} more; the limit is {cap} per \
-                 stream (--max-stream-leases): release some, or open another stream",
-                tracking.leases.len(),
-                tracking.reserved
-            )));
+        if tracking.leases.len() < cap {
+            tracking.leases.insert(token.to_owned(), tracked);
         }
-        tracking.reserved += 1;
-        Ok(Reservation(&self.tracking))
     }
 
     /// Renew on a Session stream: the lease rules' Renew, tracked when it
@@ -250,25 +237,16 @@ impl Session {
             .leases
             .renew(&self.caller, name, owner_token, ttl_ms)
             .await;
-        let mut tracking = lock(&self.tracking);
         match &result {
-            Ok(renewed) => {
-                let room = tracking.leases.len() + tracking.reserved
-                    < self.leases.inner.limits.max_stream_leases;
-                let tracked = Tracked {
+            Ok(renewed) => self.track(
+                owner_token,
+                Tracked {
                     name: self.caller.tenant().qualify(name),
                     expires_no_sooner_than: sent + Duration::from_millis(renewed.ttl_ms),
-                };
-                match tracking.leases.get_mut(owner_token) {
-                    Some(known) => *known = tracked,
-                    None if room => {
-                        tracking.leases.insert(owner_token.to_owned(), tracked);
-                    }
-                    None => {}
-                }
-            }
+                },
+            ),
             Err(e) if e.settles_the_lease() => {
-                tracking.leases.remove(owner_token);
+                lock(&self.tracking).leases.remove(owner_token);
             }
             Err(_) => {}
         }
@@ -367,7 +345,7 @@ impl Session {
             let (state, loss) = renewal_state(outcome, lost_early);
             verdicts.push((item, known, state, loss));
         }
-        let room = limits.max_stream_leases.saturating_sub(tracking.reserved);
+        let room = limits.max_stream_leases;
         // The items are consumed here: a renewed lease's name and token move
         // into the tracked map instead of being copied (two allocations per
         // lease per heartbeat, a heartbeat naming up to 1,000).
