@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -55,6 +57,8 @@ class Broker:
         binary = broker_binary()
         self.port = free_port() if port is None else port
         self.address = f"127.0.0.1:{self.port}"
+        self._log_path = log_path
+        self._metrics_address: Optional[str] = None
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             [binary, "serve", "--store", store, "--listen", self.address, "--metrics-listen", "127.0.0.1:0", *args],
@@ -77,6 +81,31 @@ class Broker:
                 time.sleep(0.02)
         self.stop()
         pytest.fail(f"broker did not listen on {self.address} within {timeout}s")
+
+    def metric(self, name: str) -> float:
+        """The value of an unlabelled metric (a gauge: ``leasehold_session_streams``)
+        on the broker's Prometheus endpoint, whose port the broker logs at
+        startup ("metrics=127.0.0.1:PORT")."""
+        if self._metrics_address is None:
+            end = time.monotonic() + 10.0
+            while True:
+                found = re.search(r"metrics=(127\.0\.0\.1:\d+)", self._log_path.read_text(errors="replace"))
+                if found:
+                    self._metrics_address = found.group(1)
+                    break
+                assert time.monotonic() < end, "the broker did not log its metrics address"
+                time.sleep(0.02)  # startup only: the line comes with "serving"
+        with urllib.request.urlopen(f"http://{self._metrics_address}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == name:
+                return float(parts[1])
+        raise AssertionError(f"no metric {name} on {self.address}")
+
+    def streams(self):
+        """(Session streams, KeepAlive streams) open on the broker now."""
+        return int(self.metric("leasehold_session_streams")), int(self.metric("leasehold_keepalive_streams"))
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, streams just break."""

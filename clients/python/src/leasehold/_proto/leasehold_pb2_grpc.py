@@ -217,9 +217,10 @@ class LeaseholdServiceServicer(object):
         * Heartbeats: a `heartbeat` renews the leases it names, as on KeepAlive,
         and is answered with the KeepAliveResponse. A lease granted on the
         stream counts as renewed by it at its grant (the grant is its first
-        heartbeat), and the stream tracks it until it is released or lost: at
-        most --max-stream-leases leases at once (past it an Acquire is
-        answered RESOURCE_EXHAUSTED). Nothing renews a lease but the client's
+        heartbeat), and the stream tracks it until it is released or lost
+        (up to --max-stream-leases leases; a stream may hold more, whose
+        expiry after the stream's end is counted when the name is granted
+        again rather than a moment past the TTL). Nothing renews a lease but the client's
         heartbeats (or Renew requests): a client that stops sending them, or
         whose stream ends, has its leases expire at their TTL.
         * The end: a client that half-closes the stream has its requests in
@@ -232,9 +233,12 @@ class LeaseholdServiceServicer(object):
         broker looks at each a little past its TTL and counts it in
         lease_lost_total{reason="expired"} if it ran out there unrenewed.
         * Limits: at most --max-concurrent-streams requests in flight per stream
-        (the bound on a connection's unary calls in flight); beyond it, and
-        when the client does not read its answers, the broker reads the next
-        request later (back-pressure). Every request counts against the
+        (the bound on a connection's unary calls in flight). At the cap the
+        broker still reads cancels, up to the next other request, which waits
+        for room (and so do the requests behind it); when the client does not
+        read its answers, the broker reads the next request later
+        (back-pressure). A client that keeps that many waits on one stream
+        should bound them with timeout_ms. Every request counts against the
         request-rate caps as a unary call does; heartbeats beyond
         --max-stream-rate per second are read later. When the broker shuts
         down, waiting Acquires end as unary ones do (UNAVAILABLE, with their
