@@ -3,7 +3,7 @@
 // and the leases resume there by owner token.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect } from '@leasehold/client';
+import { connect, LeaseholdError, NotAcquired, status } from '@leasehold/client';
 import { eventually, haveRedis, lockName, sleep, startBroker, startRedis } from './helpers.mjs';
 
 test('a lease outlives the death of its broker: the stream resumes it on the next replica', async (t) => {
@@ -54,3 +54,55 @@ test('a lease outlives the death of its broker: the stream resumes it on the nex
     await redis.kill();
   }
 });
+
+// Killed (SIGKILL) while a wait is on it: the Session stream breaks, and the
+// wait fails UNAVAILABLE as the unary call on a broken connection does (the
+// same with `session: false`); the held lease resumes on the next replica and
+// the next acquire goes there.
+for (const [mode, options, gaugeName] of [['Session stream', {}, 'leasehold_session_streams'], ['unary calls and KeepAlive', { session: false }, 'leasehold_keepalive_streams']]) {
+  test(`the broker killed during a wait (${mode}): the wait fails UNAVAILABLE, the lease resumes on the next replica, the next acquire goes there`, async (t) => {
+    if (!haveRedis()) return t.skip('no redis-server on the PATH');
+    const redis = await startRedis();
+    const a = await startBroker([], { store: redis.url });
+    const b = await startBroker([], { store: redis.url });
+    const watcher = connect(b.address, { logger: null, session: false });
+    const client = connect([a.address, b.address], { logger: null, ...options });
+    const gauge = async (broker) => Number(new RegExp(`^${gaugeName} (\\d+)$`, 'm').exec(await broker.metrics())[1]);
+    try {
+      const name = lockName('killed-wait');
+      const holder = await watcher.acquire(name, { ttlMs: 30_000, holder: 'holder' });
+      const lease = await client.acquire(lockName('kept-across'), { ttlMs: 2000 });
+      const lost = [];
+      lease.onLost((reason) => lost.push(reason));
+      const waiting = client.acquire(name, { ttlMs: 5000, waitMs: 60_000 });
+      await eventually(async () => (await watcher.describe(name)).waiters === 1, 'the waiter queued on the first broker');
+      waiting.catch(() => {}); // (a failure before the assertion below is not an unhandled rejection)
+      await eventually(async () => (await gauge(a)) === 1, 'the client\'s stream is open on the first broker'); // KeepAlive: from the first heartbeat
+
+      await a.kill();
+      await assert.rejects(waiting, (err) => {
+        assert.ok(err instanceof LeaseholdError && !(err instanceof NotAcquired), String(err));
+        assert.equal(err.code, status.UNAVAILABLE, err.message);
+        return true;
+      });
+      await eventually(() => client.target === b.address, 'the client moved to the second broker');
+      const moved = lease.deadline;
+      await eventually(() => lease.deadline > moved, 'a renewal was confirmed by the second broker');
+      await eventually(async () => (await gauge(b)) === 1, 'the client\'s one stream is on the second broker now');
+      // The dead broker's waiter leaves the line within 3 s: wait past it.
+      await holder.release();
+      const next = await client.acquire(name, { ttlMs: 5000, waitMs: 10_000 });
+      assert.ok(next.fence > holder.fence);
+      assert.equal(client.target, b.address);
+      await next.release();
+      assert.deepEqual(lost, []);
+      await lease.release();
+    } finally {
+      await client.close();
+      await watcher.close();
+      await a.kill();
+      await b.kill();
+      await redis.kill();
+    }
+  });
+}

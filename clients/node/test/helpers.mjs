@@ -3,7 +3,7 @@
 // `eventually` for conditions that no event announces.
 // The broker binary is $LEASEHOLD_BIN, or target/debug/leasehold of this checkout.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -66,6 +66,26 @@ function child(command, args, ready, what) {
     async kill() {
       if (!gone) { proc.kill('SIGKILL'); await exited; }
     },
+    // SIGSTOP and SIGCONT: a broker that answers nothing for a while (a
+    // stopped process keeps its connections open), then goes on. pause()
+    // resolves once every thread is stopped: kill() returns before a thread
+    // running on another CPU has taken the signal, and a request sent in
+    // between could still be answered.
+    async pause() {
+      if (gone) return;
+      proc.kill('SIGSTOP');
+      const tasks = `/proc/${proc.pid}/task`;
+      if (!existsSync(tasks)) return sleep(200); // no /proc: time for the signal to land
+      const stopped = () => readdirSync(tasks).every((t) => {
+        try { return /^\d+ \(.*\) [Tt]/.test(readFileSync(`${tasks}/${t}/stat`, 'utf8')); } catch { return true; } // a thread that exited
+      });
+      const end = Date.now() + 5000;
+      while (!stopped()) {
+        if (Date.now() > end) throw new Error(`${what} not stopped within 5 s of SIGSTOP`);
+        await sleep(5);
+      }
+    },
+    resume() { if (!gone) proc.kill('SIGCONT'); },
     // SIGTERM, and the exit: a graceful shutdown (a rolling restart). Throws
     // unless it exits cleanly within 20 s.
     async terminate() {
@@ -94,8 +114,10 @@ export async function startBroker(args = [], { store = 'memory' } = {}) {
   return {
     address,
     port,
-    kill: proc.kill,
+    kill: async () => { proc.resume(); await proc.kill(); },
     terminate: proc.terminate,
+    pause: proc.pause,
+    resume: proc.resume,
     output: proc.output,
     // The broker's /metrics page (Prometheus text format).
     metrics: () => new Promise((resolve, reject) => {
@@ -137,4 +159,52 @@ export async function eventually(condition, what, timeoutMs = 10_000) {
     if (Date.now() > end) throw new Error(`not within ${timeoutMs} ms: ${what}`);
     await sleep(20);
   }
+}
+
+// A stand-in for a broker from before the Session RPC: a gRPC server that
+// forwards the unary calls and the KeepAlive stream to `target` (a real
+// broker) and answers Session with UNIMPLEMENTED, as a server without the
+// method does. `sessionCalls()` counts the Session streams it refused.
+export async function olderBroker(target) {
+  const grpc = await import('@grpc/grpc-js');
+  const protoLoader = await import('@grpc/proto-loader');
+  const { PROTO_DIR } = await import('@leasehold/client');
+  const definition = protoLoader.loadSync('leasehold/v1/leasehold.proto', { includeDirs: [PROTO_DIR], keepCase: true, longs: String, enums: String, defaults: true });
+  const Service = grpc.loadPackageDefinition(definition).leasehold.v1.LeaseholdService;
+  const upstream = new Service(target, grpc.credentials.createInsecure());
+  let sessionCalls = 0;
+  const handlers = {};
+  for (const [name, method] of Object.entries(Service.service)) {
+    if (!method.requestStream && !method.responseStream) {
+      handlers[name] = (call, callback) => {
+        const up = upstream[name](call.request, (err, res) => callback(err, res)); // the error's code, details and trailers (leasehold-place)
+        call.on('cancelled', () => up.cancel());
+      };
+    } else if (name === 'KeepAlive') {
+      handlers[name] = (call) => {
+        const up = upstream[name]();
+        call.on('data', (d) => up.write(d));
+        call.on('end', () => up.end());
+        call.on('cancelled', () => up.cancel());
+        call.on('error', () => {});
+        up.on('data', (d) => call.write(d));
+        up.on('error', () => {});
+        up.on('status', (st) => (st.code === grpc.status.OK ? call.end() : call.emit('error', st)));
+      };
+    } else if (name === 'Session') {
+      handlers[name] = (call) => {
+        sessionCalls += 1;
+        call.on('error', () => {});
+        call.emit('error', { code: grpc.status.UNIMPLEMENTED, details: 'Method not found: leasehold.v1.LeaseholdService/Session' });
+      };
+    }
+  }
+  const server = new grpc.Server();
+  server.addService(Service.service, handlers);
+  const port = await new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+  return {
+    address: `127.0.0.1:${port}`,
+    sessionCalls: () => sessionCalls,
+    close: () => { server.forceShutdown(); upstream.close(); },
+  };
 }

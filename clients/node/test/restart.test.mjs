@@ -119,3 +119,24 @@ test('an endless wait aborted after moving to the other broker leaves no place b
     await holder.release();
   });
 });
+
+test('leases on the Session stream outlive their broker\'s graceful restart: renewed through the other broker, no loss, no error', async (t) => {
+  await twoBrokers(t, async ({ a, b, client }) => {
+    const sessions = async (broker) => Number(/^leasehold_session_streams (\d+)$/m.exec(await broker.metrics())[1]);
+    const holder = client([a.address, b.address]);
+    const leases = await Promise.all([2000, 5000].map((ttlMs) => holder.acquire(lockName('restart-held'), { ttlMs })));
+    const lost = [];
+    for (const lease of leases) lease.onLost((reason) => lost.push(reason));
+    assert.equal(await sessions(a), 1);
+    await a.terminate();
+    await eventually(() => holder.target === b.address, 'the client moved to the second broker');
+    const moved = leases.map((l) => l.deadline);
+    await eventually(() => leases.every((l, i) => l.deadline > moved[i]), 'both leases renewed through the second broker');
+    assert.equal(await sessions(b), 1);
+    // A grant on the new stream, while the others are kept alive there.
+    const more = await holder.acquire(lockName('restart-more'), { ttlMs: 2000 });
+    await more.release();
+    assert.deepEqual(lost, []);
+    for (const lease of leases) await lease.release();
+  });
+});
