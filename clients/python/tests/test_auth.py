@@ -47,13 +47,15 @@ def unique(what: str) -> str:
     return f"py-auth/{what}/{time.monotonic_ns()}"
 
 
-def test_the_right_token_works_including_keepalive(auth_broker, tokens, caplog):
+@pytest.mark.parametrize("session", [True, False], ids=["session", "unary"])
+def test_the_right_token_works_including_keepalive(auth_broker, tokens, caplog, session):
     caplog.set_level(logging.DEBUG, logger="leasehold")
     token = tokens["payments"]
-    with Client(auth_broker.address, token=token) as client:
+    with Client(auth_broker.address, token=token, session=session) as client:
         assert token not in repr(client)
         lease = client.acquire(unique("keepalive"), ttl=TTL, holder="payments-job")
-        # Renewed over the KeepAlive stream, which must carry the token too.
+        # Renewed over the Session stream (session=False: the KeepAlive
+        # stream), which must carry the token too.
         time.sleep(TTL * 5)
         assert not lease.is_lost(), lease.loss_reason
         d = client.describe(lease.name)
@@ -64,9 +66,10 @@ def test_the_right_token_works_including_keepalive(auth_broker, tokens, caplog):
     assert token not in caplog.text
 
 
+@pytest.mark.parametrize("session", [True, False], ids=["session", "unary"])
 @pytest.mark.parametrize("token", [None, "wrong-" + "x" * 20], ids=["no-token", "wrong-token"])
-def test_no_or_a_wrong_token_is_unauthenticated(auth_broker, token):
-    with Client(auth_broker.address, token=token) as client:
+def test_no_or_a_wrong_token_is_unauthenticated(auth_broker, token, session):
+    with Client(auth_broker.address, token=token, session=session) as client:
         for call in (
             lambda: client.acquire(unique("refused"), ttl=5),
             lambda: client.describe("anything"),

@@ -52,6 +52,13 @@ How it fails, and what each case does:
   is sent as a unary call instead.
 * Ids come from one counter per client and are never reused, so the
   broker's "id already in flight" refusal cannot happen.
+* Not handled: a stream with as many requests in flight as the broker's
+  ``--max-concurrent-streams`` (1000 by default: that many waiting
+  acquires in one client) has its next heartbeat wait for one of them to
+  end, so leases with short TTLs can pass their deadlines meanwhile (and
+  the stall rule closes a stream that heard nothing for two intervals,
+  failing those waits with UNAVAILABLE). ``session=False`` keeps the
+  heartbeats on a KeepAlive stream of their own.
 """
 
 from __future__ import annotations
