@@ -24,6 +24,7 @@ use crate::{
     broker::OwnBroker,
     plain::PlainLock,
     probe::{cpu_seconds, LocalCpu, Probe},
+    session::SessionLink,
     stats::{micros, millis},
     EXIT_BROKER_ERROR,
 };
@@ -69,6 +70,21 @@ pub struct CyclesArgs {
     /// scenarios with etcd's v3 lock service too.
     #[arg(long)]
     etcd: Option<String>,
+    /// How the uncontended workers connect: `shared` (one HTTP/2 connection
+    /// to each broker, and one Redis connection for the plain lock and the
+    /// direct side, multiplexed by all) or `each` (a connection of its own
+    /// per worker, to the broker and, for the plain lock, to Redis).
+    #[arg(long, value_enum, default_value = "shared")]
+    connections: Connections,
+}
+
+/// See [`CyclesArgs::connections`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Connections {
+    /// One connection, multiplexed by every worker.
+    Shared,
+    /// A connection per worker.
+    Each,
 }
 
 /// Runs the scenarios; see the module doc.
@@ -254,12 +270,40 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
     };
     for &workers in &args.workers {
         let label = format!("uncontended, {workers} workers");
+        let unary_clients = match args.connections {
+            Connections::Shared => clients.clone(),
+            Connections::Each => connect_each(brokers, workers).await?,
+        };
         let (broker, broker_cpu) = with_cpu(
             &pids,
             store_cpu,
-            uncontended_broker(&clients, workers, args.duration),
+            uncontended_broker(&unary_clients, workers, args.duration),
         )
         .await?;
+        drop(unary_clients);
+        let links = match args.connections {
+            Connections::Shared => {
+                let mut links = Vec::new();
+                for client in &clients {
+                    links.push(SessionLink::open(&mut client.clone()).await?);
+                }
+                links
+            }
+            Connections::Each => {
+                let mut links = Vec::new();
+                for mut client in connect_each(brokers, workers).await? {
+                    links.push(SessionLink::open(&mut client).await?);
+                }
+                links
+            }
+        };
+        let (session, session_cpu) = with_cpu(
+            &pids,
+            store_cpu,
+            uncontended_session(&links, workers, args.duration),
+        )
+        .await?;
+        drop(links);
         let (direct, direct_cpu) = with_cpu(&pids, store_cpu, async {
             direct_runtime
                 .spawn(uncontended_direct(direct.clone(), workers, args.duration))
@@ -280,31 +324,54 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
             Some(_) => format!("{store_name} {:.1}", cpu.store),
             None => format!("{store_name} -"),
         };
+        println!(
+            "{:<24} {:>12.0} cycles/s over Session streams; session/unary {:.2}x; acquire p50/p99/p999 {} µs",
+            label,
+            per_s(&session),
+            per_s(&session) / per_s(&broker).max(1.0),
+            tail(&session)
+        );
         let mut cpu = format!(
-            "{label:<24} CPU µs per cycle: broker {:.1} + {} + load generator {:.1}; direct: {} + load generator {:.1}",
+            "{label:<24} CPU µs per cycle: broker {:.1} + {} + load generator {:.1}; session: broker {:.1} + {} + load generator {:.1}; direct: {} + load generator {:.1}",
             broker_cpu.brokers,
             store(&broker_cpu),
             broker_cpu.load,
+            session_cpu.brokers,
+            store(&session_cpu),
+            session_cpu.load,
             store(&direct_cpu),
             direct_cpu.load,
         );
         if let Some(lock) = &sides.plain {
+            let locks = match args.connections {
+                Connections::Shared => vec![lock.clone()],
+                Connections::Each => {
+                    let lock = lock.clone();
+                    direct_runtime
+                        .spawn(async move {
+                            let mut locks = Vec::with_capacity(workers);
+                            for _ in 0..workers {
+                                locks.push(lock.another().await?);
+                            }
+                            Ok::<_, String>(locks)
+                        })
+                        .await
+                        .map_err(|e| e.to_string())??
+                }
+            };
             let (plain, plain_cpu) = with_cpu(&pids, store_cpu, async {
                 direct_runtime
-                    .spawn(crate::plain::uncontended(
-                        lock.clone(),
-                        workers,
-                        args.duration,
-                    ))
+                    .spawn(crate::plain::uncontended(locks, workers, args.duration))
                     .await
                     .map_err(|e| e.to_string())?
             })
             .await?;
             println!(
-                "{:<24} {:>12.0} cycles/s with a plain Redis lock; broker/plain {:.2}x; plain acquire p50/p99/p999 {} µs",
+                "{:<24} {:>12.0} cycles/s with a plain Redis lock; broker/plain {:.2}x, session/plain {:.2}x; plain acquire p50/p99/p999 {} µs",
                 label,
                 per_s(&plain),
                 per_s(&broker) / per_s(&plain).max(1.0),
+                per_s(&session) / per_s(&plain).max(1.0),
                 tail(&plain)
             );
             cpu += &format!(
@@ -733,6 +800,59 @@ async fn uncontended_broker(
                 })
                 .await
                 .map_err(|s| format!("release: {}", s.message()))?;
+                run.cycles += 1;
+            }
+            Ok::<Run, String>(run)
+        }));
+    }
+    merge(tasks).await
+}
+
+/// A connection of its own per worker, to the brokers in turn.
+async fn connect_each(
+    brokers: &[OwnBroker],
+    workers: usize,
+) -> Result<Vec<crate::broker::BenchClient>, String> {
+    let mut clients = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let url = &brokers[w % brokers.len()].url;
+        let addr = url
+            .trim_start_matches("http://")
+            .parse()
+            .map_err(|e| format!("broker URL {url}: {e}"))?;
+        clients.push(crate::broker::bench_client(addr).await?);
+    }
+    Ok(clients)
+}
+
+/// The uncontended cycle as messages on Session streams: worker `w` on
+/// `links[w % links.len()]` (one per broker, or one per worker).
+async fn uncontended_session(
+    links: &[Arc<SessionLink>],
+    workers: usize,
+    duration: Duration,
+) -> Result<Run, String> {
+    let end = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let link = Arc::clone(&links[w % links.len()]);
+        let name = format!("bench/cycles/{}/{workers}/{w}/s", std::process::id());
+        tasks.push(tokio::spawn(async move {
+            let mut run = Run::default();
+            while Instant::now() < end {
+                let started = Instant::now();
+                let lease = link
+                    .acquire(AcquireRequest {
+                        name: name.clone(),
+                        ttl_ms: 10_000,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| format!("acquire: {e}"))?;
+                run.latencies_us.push(micros(started.elapsed()));
+                link.release(lease)
+                    .await
+                    .map_err(|e| format!("release: {e}"))?;
                 run.cycles += 1;
             }
             Ok::<Run, String>(run)

@@ -40,11 +40,11 @@ use leasehold_proto::{
     lease_status::State,
     leasehold_service_client::LeaseholdServiceClient,
     leasehold_service_server::{LeaseholdService, LeaseholdServiceServer},
-    AcquireRequest, AcquireResponse, CampaignRequest, CampaignResponse, CheckFenceRequest,
-    CheckFenceResponse, DescribeRequest, DescribeResponse, KeepAliveRequest, KeepAliveResponse,
-    LeaderRequest, LeaderResponse, Lease, LeaseStatus, ObserveRequest, ObserveResponse,
-    ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse, ResignRequest, ResignResponse,
-    RevokeRequest, RevokeResponse,
+    session_request, session_response, AcquireRequest, AcquireResponse, CampaignRequest,
+    CampaignResponse, CheckFenceRequest, CheckFenceResponse, DescribeRequest, DescribeResponse,
+    KeepAliveRequest, KeepAliveResponse, LeaderRequest, LeaderResponse, Lease, LeaseStatus,
+    ObserveRequest, ObserveResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
+    ResignRequest, ResignResponse, RevokeRequest, RevokeResponse, SessionRequest, SessionResponse,
 };
 use leasehold_server::duration::parse_duration;
 use tonic::{transport::Channel, Request, Response, Status, Streaming};
@@ -53,6 +53,7 @@ use crate::{
     broker::BenchClient,
     cycles::Run,
     probe::cpu_seconds,
+    session::SessionLink,
     stats::{micros, millis},
     EXIT_BROKER_ERROR,
 };
@@ -113,34 +114,91 @@ pub async fn floor(args: FloorArgs) -> ExitCode {
 struct Floor {
     /// Fences handed out; also makes each owner token unique (the client
     /// keys its leases by token, so one canned token would not do).
-    fences: AtomicU64,
+    /// Shared with the Session streams' answers.
+    fences: std::sync::Arc<AtomicU64>,
+}
+
+/// A grant of what `request` asks, with the next fence.
+fn canned_grant(fences: &AtomicU64, request: AcquireRequest) -> AcquireResponse {
+    let fence = fences.fetch_add(1, Ordering::Relaxed) + 1;
+    AcquireResponse {
+        lease: Some(Lease {
+            name: request.name,
+            // The length of a real owner token.
+            owner_token: format!("{fence:032x}"),
+            fence,
+            ttl_ms: request.ttl_ms,
+        }),
+        waited_ms: 0,
+    }
+}
+
+/// Every lease of a heartbeat alive, with the TTL the load asks for.
+fn all_alive(beat: KeepAliveRequest) -> KeepAliveResponse {
+    KeepAliveResponse {
+        seq: beat.seq,
+        leases: beat
+            .leases
+            .into_iter()
+            .map(|lease| LeaseStatus {
+                name: lease.name,
+                state: State::Alive as i32,
+                ttl_ms: millis(TTL),
+                ..Default::default()
+            })
+            .collect(),
+    }
 }
 
 fn unimplemented() -> Status {
-    Status::unimplemented("the floor server answers Acquire, Release and KeepAlive only")
+    Status::unimplemented(
+        "the floor server answers Acquire, Release and KeepAlive, and on Session those and heartbeats only",
+    )
 }
 
 #[tonic::async_trait]
 impl LeaseholdService for Floor {
     type KeepAliveStream = BoxStream<'static, Result<KeepAliveResponse, Status>>;
     type ObserveStream = BoxStream<'static, Result<ObserveResponse, Status>>;
+    type SessionStream = BoxStream<'static, Result<SessionResponse, Status>>;
+
+    /// The same canned answers as messages on a Session stream, answered
+    /// in order as they come (a real broker runs them concurrently).
+    async fn session(
+        &self,
+        request: Request<Streaming<SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let fences = std::sync::Arc::clone(&self.fences);
+        let answers = request.into_inner().map(move |request| {
+            let SessionRequest { id, request, .. } = request?;
+            let response = match request {
+                Some(session_request::Request::Acquire(acquire)) => {
+                    session_response::Response::Acquire(canned_grant(&fences, acquire))
+                }
+                Some(session_request::Request::Release(_)) => {
+                    session_response::Response::Release(ReleaseResponse {})
+                }
+                Some(session_request::Request::Heartbeat(beat)) => {
+                    session_response::Response::Heartbeat(all_alive(beat))
+                }
+                _ => return Err(unimplemented()),
+            };
+            Ok(SessionResponse {
+                id,
+                response: Some(response),
+            })
+        });
+        Ok(Response::new(answers.boxed()))
+    }
 
     async fn acquire(
         &self,
         request: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
-        let request = request.into_inner();
-        let fence = self.fences.fetch_add(1, Ordering::Relaxed) + 1;
-        Ok(Response::new(AcquireResponse {
-            lease: Some(Lease {
-                name: request.name,
-                // The length of a real owner token.
-                owner_token: format!("{fence:032x}"),
-                fence,
-                ttl_ms: request.ttl_ms,
-            }),
-            waited_ms: 0,
-        }))
+        Ok(Response::new(canned_grant(
+            &self.fences,
+            request.into_inner(),
+        )))
     }
 
     async fn release(
@@ -154,21 +212,7 @@ impl LeaseholdService for Floor {
         &self,
         request: Request<Streaming<KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let beats = request.into_inner().map(|beat| {
-            beat.map(|beat| KeepAliveResponse {
-                seq: beat.seq,
-                leases: beat
-                    .leases
-                    .into_iter()
-                    .map(|lease| LeaseStatus {
-                        name: lease.name,
-                        state: State::Alive as i32,
-                        ttl_ms: millis(TTL),
-                        ..Default::default()
-                    })
-                    .collect(),
-            })
-        });
+        let beats = request.into_inner().map(|beat| beat.map(all_alive));
         Ok(Response::new(beats.boxed()))
     }
 
@@ -342,6 +386,25 @@ macro_rules! bare_cycle {
 bare_cycle!(BenchClient);
 bare_cycle!(LeaseholdServiceClient<Channel>);
 
+/// Acquire and Release as messages on one Session stream (shared by the
+/// workers), over the bench's HTTP/2 connection.
+impl Cycle for std::sync::Arc<SessionLink> {
+    type Held = Lease;
+
+    async fn acquire_one(&mut self, name: &str) -> Result<Lease, String> {
+        self.acquire(AcquireRequest {
+            name: name.to_owned(),
+            ttl_ms: millis(TTL),
+            ..Default::default()
+        })
+        .await
+    }
+
+    async fn release_one(&mut self, lease: Lease) -> Result<(), String> {
+        self.release(lease).await
+    }
+}
+
 /// The client library as its README shows it.
 impl Cycle for Client {
     type Held = leasehold_client::Lease;
@@ -428,6 +491,7 @@ async fn measure<C: Cycle>(
 const BENCH_H2: &str = "bench HTTP/2 client";
 const BARE: &str = "tonic Channel, bare";
 const CLIENT: &str = "leasehold_client::Client";
+const SESSION: &str = "Session stream, bare";
 
 async fn run(args: &FloorArgs) -> Result<(), String> {
     let server = FloorServer::start(args.server_worker_threads).await?;
@@ -477,8 +541,11 @@ async fn run(args: &FloorArgs) -> Result<(), String> {
     };
     let mut ratios = Vec::new();
     for &workers in &args.workers {
-        let h2 = measure(&h2, pid, workers, args.duration, "h2").await?;
-        print(BENCH_H2, workers, &h2);
+        let measured = measure(&h2, pid, workers, args.duration, "h2").await?;
+        print(BENCH_H2, workers, &measured);
+        let session = SessionLink::open(&mut h2.clone()).await?;
+        let session = measure(&session, pid, workers, args.duration, "session").await?;
+        print(SESSION, workers, &session);
         let bare = measure(&bare, pid, workers, args.duration, "bare").await?;
         print(BARE, workers, &bare);
         let client = measure(&client, pid, workers, args.duration, "client").await?;

@@ -23,6 +23,7 @@ mod heartbeats;
 mod keepalive;
 mod plain;
 mod probe;
+mod session;
 mod soak;
 mod stats;
 mod waiters;

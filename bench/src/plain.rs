@@ -26,6 +26,7 @@ const RELEASE: &str = include_str!("../lua/plain_release.lua");
 /// connection, the way the broker's store shares its own.
 #[derive(Clone)]
 pub struct PlainLock {
+    url: String,
     conn: MultiplexedConnection,
     acquire: String,
     release: String,
@@ -55,11 +56,18 @@ impl PlainLock {
         let acquire = load(&mut conn, ACQUIRE).await?;
         let release = load(&mut conn, RELEASE).await?;
         Ok(PlainLock {
+            url,
             conn,
             acquire,
             release,
             prefix,
         })
+    }
+
+    /// Another connection to the same Redis, with the same scripts and keys
+    /// (for a worker with a connection of its own).
+    pub async fn another(&self) -> Result<Self, String> {
+        Self::connect(self.url.clone(), self.prefix.clone()).await
     }
 
     /// The connection (for other reads of the bench's).
@@ -123,14 +131,14 @@ fn token() -> String {
 /// `workers` workers, each cycling acquire+release on a lock of its own
 /// (every acquire must be granted). Latencies: the acquires'.
 pub async fn uncontended(
-    lock: PlainLock,
+    locks: Vec<PlainLock>,
     workers: usize,
     duration: Duration,
 ) -> Result<Run, String> {
     let end = Instant::now() + duration;
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let mut lock = lock.clone();
+        let mut lock = locks[w % locks.len()].clone();
         let name = format!("bench/cycles/{}/{workers}/{w}", std::process::id());
         tasks.push(tokio::spawn(async move {
             let mut run = Run::default();
