@@ -97,8 +97,10 @@ interface Request {
 
 class Stream {
   readonly pending = new Map<number, Request>();
-  /** Takes new requests: not half-closed, not ended. */
+  /** Takes new requests (the one in use). */
   open = true;
+  /** Half-closed: nothing more can be sent, not even a cancel. */
+  halfClosed = false;
   ended = false;
   /** Whether any answer arrived, and when the last one did. */
   heard = false;
@@ -236,12 +238,18 @@ export class Sessions {
     return s;
   }
 
-  /** Half-closes `s`: the broker answers what is in flight, then ends it with OK. */
+  /**
+   * Takes no more requests on `s`, and half-closes it once its requests in
+   * flight are answered (until then a cancel can still reach them); the
+   * broker then ends it with OK.
+   */
   #retire(s: Stream): void {
     if (this.#current === s) this.#current = null;
-    if (!s.open) return;
     s.open = false;
-    s.call.end();
+    if (s.pending.size === 0 && !s.halfClosed && !s.ended) {
+      s.halfClosed = true;
+      s.call.end();
+    }
   }
 
   /** Ends `s` from this side (a stall, a close that took too long): its requests fail UNAVAILABLE. */
@@ -257,6 +265,7 @@ export class Sessions {
   #forget(s: Stream): void {
     s.ended = true;
     s.open = false;
+    s.halfClosed = true;
     if (this.#current === s) this.#current = null;
     this.#streams.delete(s);
     this.#changed();
@@ -288,6 +297,7 @@ export class Sessions {
       this.#settle(r);
       r.resolve(res[FIELD[r.method]] ?? {});
     }
+    if (!s.open) this.#retire(s); // a stream no longer in use ends with its last answer
     this.#changed();
     this.#idleSoon();
   }
@@ -344,7 +354,7 @@ export class Sessions {
     if (r.abandoned) return;
     r.abandoned = true;
     const s = r.stream;
-    if (s?.open && s.pending.get(r.id) === r) s.call.write({ id: ++this.#ids, cancel: { id: r.id } });
+    if (s && !s.halfClosed && s.pending.get(r.id) === r) s.call.write({ id: ++this.#ids, cancel: { id: r.id } });
     this.#settle(r);
     if (err !== null) r.reject(err);
   }

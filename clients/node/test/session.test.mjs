@@ -257,3 +257,70 @@ test('an older broker (Session UNIMPLEMENTED): unary calls and a KeepAlive strea
     await broker.kill();
   }
 });
+
+// A scripted broker for the one race a real broker cannot be made to show
+// on demand: a grant that crosses its cancel ("answered CANCELLED, unless its
+// own answer came first"). It answers each Acquire only when its cancel
+// arrives, and with a grant; it records the releases it gets.
+async function grantOnCancel() {
+  const grpc = await import('@grpc/grpc-js');
+  const protoLoader = await import('@grpc/proto-loader');
+  const { PROTO_DIR } = await import('@leasehold/client');
+  const definition = protoLoader.loadSync('leasehold/v1/leasehold.proto', { includeDirs: [PROTO_DIR], keepCase: true, longs: String, enums: String, defaults: true });
+  const Service = grpc.loadPackageDefinition(definition).leasehold.v1.LeaseholdService;
+  const released = [];
+  const waiting = new Map(); // id -> acquire request
+  let tokens = 0;
+  const server = new grpc.Server();
+  server.addService(Service.service, {
+    Session(call) {
+      call.on('error', () => {});
+      call.on('end', () => call.end());
+      call.on('data', (req) => {
+        if (req.acquire) {
+          waiting.set(req.id, req.acquire);
+        } else if (req.cancel) {
+          const acquire = waiting.get(req.cancel.id);
+          waiting.delete(req.cancel.id);
+          const owner_token = String(++tokens).padStart(32, '0');
+          if (acquire) call.write({ id: req.cancel.id, acquire: { lease: { name: acquire.name, owner_token, fence: '7', ttl_ms: acquire.ttl_ms }, waited_ms: 0 } });
+        } else if (req.release) {
+          released.push(req.release.owner_token);
+          call.write({ id: req.id, release: {} });
+        }
+      });
+    },
+  });
+  const port = await new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+  return {
+    address: `127.0.0.1:${port}`,
+    queued: () => waiting.size,
+    released,
+    close: () => server.forceShutdown(),
+  };
+}
+
+test('a grant that crosses its cancel (abort, close) is released by the client: nobody holds a lease its caller gave up', async () => {
+  const fake = await grantOnCancel();
+  const client = connect(fake.address, { logger: null });
+  try {
+    const controller = new AbortController();
+    const aborted = client.acquire(lockName('crossed'), { ttlMs: 5000, waitMs: 60_000, signal: controller.signal });
+    await eventually(() => fake.queued() === 1, 'the acquire reached the broker');
+    controller.abort();
+    await assert.rejects(aborted, (err) => err.name === 'AbortError');
+    await eventually(() => fake.released.length === 1, 'the crossed grant was released');
+    assert.deepEqual(fake.released, ['1'.padStart(32, '0')]);
+
+    // close(): the wait is cancelled, the grant that answers the cancel is
+    // released before the stream ends, then the call rejects.
+    const closing = client.acquire(lockName('crossed-close'), { ttlMs: 5000, waitMs: 60_000 });
+    await eventually(() => fake.queued() === 1, 'the acquire reached the broker');
+    await client.close();
+    await assert.rejects(closing, /the client is closed/);
+    assert.deepEqual(fake.released, ['1', '2'].map((t) => t.padStart(32, '0')));
+  } finally {
+    await client.close();
+    fake.close();
+  }
+});
