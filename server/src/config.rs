@@ -146,7 +146,8 @@ pub struct ServeConfig {
     pub ping_timeout: Duration,
 
     /// Most HTTP/2 streams (calls in flight) one connection may have open at
-    /// once; more wait in the client.
+    /// once, and requests in flight on one Session stream; more wait in the
+    /// client.
     #[arg(
         long,
         env = "LEASEHOLD_MAX_CONCURRENT_STREAMS",
@@ -281,8 +282,10 @@ pub struct LimitFlags {
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: usize,
 
-    /// Most leases one KeepAlive heartbeat may name. The clients of this
-    /// repository split a larger set over several heartbeats of 1,000.
+    /// Most leases one KeepAlive heartbeat may name, and leases one Session
+    /// stream tracks for its loss accounting (it may hold more). The
+    /// clients of this repository split a larger set over several
+    /// heartbeats of 1,000.
     #[arg(long, env = "LEASEHOLD_MAX_STREAM_LEASES", default_value_t = 1_000)]
     pub max_stream_leases: usize,
 
@@ -310,8 +313,8 @@ pub struct LimitFlags {
     #[arg(long, env = "LEASEHOLD_TENANT_MAX_WAITERS", default_value_t = 0)]
     pub tenant_max_waiters: usize,
 
-    /// Most KeepAlive and Observe streams one tenant may have open on this
-    /// replica; 0 for no cap.
+    /// Most KeepAlive, Session and Observe streams one tenant may have open
+    /// on this replica; 0 for no cap.
     #[arg(long, env = "LEASEHOLD_TENANT_MAX_STREAMS", default_value_t = 0)]
     pub tenant_max_streams: usize,
 
@@ -328,8 +331,8 @@ pub struct LimitFlags {
     #[arg(long, env = "LEASEHOLD_CONN_MAX_WAITERS", default_value_t = 0)]
     pub conn_max_waiters: usize,
 
-    /// Most KeepAlive and Observe streams open on one connection; 0 for no
-    /// cap.
+    /// Most KeepAlive, Session and Observe streams open on one connection; 0
+    /// for no cap.
     #[arg(long, env = "LEASEHOLD_CONN_MAX_STREAMS", default_value_t = 0)]
     pub conn_max_streams: usize,
 
