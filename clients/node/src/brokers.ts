@@ -8,6 +8,8 @@
 // is the caller's to see; the one exception is a waiting acquire or campaign
 // that its broker's graceful shutdown ended: the client's wait goes on on the
 // next replica, in the place in line the broker kept (client.ts, #waiting).
+// The Session stream follows the same rule for the requests it carries
+// (session.ts).
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';

@@ -80,7 +80,7 @@ export interface ConnectOptions {
   serverName?: string;
   /**
    * A bearer token for a broker with --auth-file, sent as `authorization:
-   * Bearer <token>` on every call and on the KeepAlive stream. Sent on
+   * Bearer <token>` on every call and on the Session (or KeepAlive) stream. Sent on
    * plaintext channels too (a broker on loopback); elsewhere use TLS.
    */
   token?: string;

@@ -1,5 +1,6 @@
 // Leasehold's Node.js client: leases with fencing tokens, kept alive over one
-// KeepAlive stream per client. See README.md for the rules it follows.
+// stream per client (Session, or KeepAlive beside unary calls). See README.md
+// for the rules it follows.
 export { Client, Observation, connect, defaultHolder } from './client';
 export type { AcquireOptions, CampaignOptions, ConnectOptions, Description, Fence, FenceCheck, Leader, Logger, Pem } from './client';
 export { Lease } from './lease';

@@ -204,7 +204,7 @@ export class Lease {
   }
 
   // A timer at the local deadline reports the loss on time even if no
-  // heartbeat answer (nor error) ever arrives. Unref'd: the KeepAlive stream,
+  // heartbeat answer (nor error) ever arrives. Unref'd: the client's stream,
   // not this timer, is what keeps a process holding leases alive.
   #armDeadline(): void {
     clearTimeout(this.#timer);

@@ -326,7 +326,7 @@ export class Sessions {
     if (unsent) this.#brokers.unreachable(s.index);
     else if (down) this.#brokers.moveOn(s.index, 'shutting down');
     for (const r of waiting) {
-      if ((unsent || down) && r.attempts > 1) {
+      if ((unsent || down) && r.attempts > 1 && !this.#closed) {
         r.attempts -= 1;
         this.#send(r);
       } else {
