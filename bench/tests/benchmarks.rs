@@ -126,22 +126,30 @@ async fn the_cycles_benchmark_runs() {
     for workers in [1, 2] {
         let name = format!("uncontended, {workers} workers");
         let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(&name)).collect();
-        // The broker row, the plain lock's, the CPU per cycle.
-        assert_eq!(lines.len(), 3, "{text}");
-        let plain = lines[1][name.len()..].trim_start();
-        assert!(plain.contains("cycles/s with a plain Redis lock"), "{text}");
-        let plain_per_s: f64 = plain.split_whitespace().next().unwrap().parse().unwrap();
-        assert!(plain_per_s > 0.0, "{text}");
-        let cpu = lines[2];
+        // The broker rows (unary calls, Session streams), the plain
+        // lock's, the CPU per cycle.
+        assert_eq!(lines.len(), 4, "{text}");
+        for (line, says) in [
+            (lines[1], "cycles/s over Session streams"),
+            (lines[2], "cycles/s with a plain Redis lock"),
+        ] {
+            let rest = line[name.len()..].trim_start();
+            assert!(rest.contains(says), "{text}");
+            let per_s: f64 = rest.split_whitespace().next().unwrap().parse().unwrap();
+            assert!(per_s > 0.0, "{text}");
+        }
+        let cpu = lines[3];
         let figures: Vec<f64> = cpu[name.len()..]
             .split(|c: char| !(c.is_ascii_digit() || c == '.'))
             .filter_map(|n| n.parse().ok())
             .collect();
-        // broker, Redis, load generator; direct: Redis, load generator;
-        // plain: Redis, load generator (Redis runs here: its CPU is read).
+        // broker, Redis, load generator; session: broker, Redis, load
+        // generator; direct: Redis, load generator; plain: Redis, load
+        // generator (Redis runs here: its CPU is read).
         assert!(cpu.contains("CPU µs per cycle: broker"), "{text}");
-        assert_eq!(figures.len(), 7, "{cpu}");
+        assert_eq!(figures.len(), 10, "{cpu}");
         assert!(figures[0] > 0.0 && figures[2] > 0.0, "{cpu}");
+        assert!(figures[3] > 0.0 && figures[5] > 0.0, "{cpu}");
     }
     let plain = row(&text, "one lock, 2 waiters, plain lock polling every 2 ms");
     assert!(
@@ -161,6 +169,46 @@ async fn the_cycles_benchmark_runs() {
             .parse()
             .unwrap();
         assert!(first > 0.0, "{line}");
+    }
+}
+
+/// `cycles --connections each` gives every worker a connection of its own
+/// (to the broker, and to Redis for the plain lock): each side still runs.
+#[tokio::test]
+async fn the_cycles_benchmark_runs_with_a_connection_per_worker() {
+    let redis = RedisServer::start();
+    let text = bench(&[
+        "cycles",
+        "--store",
+        &redis.url(),
+        "--workers",
+        "3",
+        "--contended",
+        "0",
+        "--duration",
+        "300ms",
+        "--failovers",
+        "0",
+        "--connections",
+        "each",
+    ])
+    .await;
+    let name = "uncontended, 3 workers";
+    for says in [
+        "cycles/s over Session streams",
+        "cycles/s with a plain Redis lock",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name) && l.contains(says))
+            .unwrap_or_else(|| panic!("no {says:?} row in\n{text}"));
+        let per_s: f64 = line[name.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(per_s > 0.0, "{line}");
     }
 }
 
@@ -542,8 +590,9 @@ async fn the_cycles_benchmark_reads_the_database_cpu_on_postgres() {
     .await;
     let name = "uncontended, 1 workers";
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(name)).collect();
-    // The throughput row and the CPU per cycle (no plain Redis lock here).
-    assert_eq!(lines.len(), 2, "{text}");
+    // The throughput rows (unary, Session) and the CPU per cycle (no plain
+    // Redis lock here).
+    assert_eq!(lines.len(), 3, "{text}");
     let cycles: f64 = lines[0][name.len()..]
         .split_whitespace()
         .next()
@@ -551,21 +600,24 @@ async fn the_cycles_benchmark_reads_the_database_cpu_on_postgres() {
         .parse()
         .unwrap();
     assert!(cycles > 0.0, "{text}");
-    let cpu = lines[1];
+    let cpu = lines[2];
     assert!(
         cpu.contains("broker ")
             && cpu.contains("+ PostgreSQL ")
             && cpu.contains("direct: PostgreSQL "),
         "{cpu}"
     );
-    // broker, PostgreSQL, load generator; direct: PostgreSQL, load
-    // generator.
+    // broker, PostgreSQL, load generator; session: the same three;
+    // direct: PostgreSQL, load generator.
     let figures: Vec<f64> = cpu[name.len()..]
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter_map(|n| n.parse().ok())
         .collect();
-    assert_eq!(figures.len(), 5, "{cpu}");
-    assert!(figures[1] > 0.0 && figures[3] > 0.0, "{cpu}");
+    assert_eq!(figures.len(), 8, "{cpu}");
+    assert!(
+        figures[1] > 0.0 && figures[4] > 0.0 && figures[6] > 0.0,
+        "{cpu}"
+    );
 }
 
 /// The floor benchmark serves the floor itself (a bare tonic server, a
@@ -589,6 +641,7 @@ async fn the_floor_benchmark_runs() {
     );
     for label in [
         "bench HTTP/2 client",
+        "Session stream, bare",
         "tonic Channel, bare",
         "leasehold_client::Client",
     ] {
