@@ -198,9 +198,7 @@ async fn random_requests_get_statuses() {
         } else {
             u64::from_le_bytes(random_bytes(8).try_into().unwrap()) >> (round % 64)
         };
-        let acquired = client
-            .acquire(acquire_req(&name, ttl_ms, &holder, 0))
-            .await;
+        let acquired = client.acquire(acquire_req(&name, ttl_ms, &holder, 0)).await;
         // A random name may be valid, and free: granted.
         let code = outcome("acquire", acquired, &[Ok, InvalidArgument, Aborted]);
         *seen.entry(("acquire", code as i32)).or_default() += 1;
