@@ -87,7 +87,7 @@ UNARY = {"acquire": "Acquire", "renew": "Renew", "release": "Release"}
 #: How much later than its ``timeout_ms`` a request fails locally when the
 #: broker's own answer did not come (a hung broker, a dead connection), so
 #: that the broker's answer normally comes first.
-GRACE = 0.25
+GRACE = 0.5
 
 #: A stream counts as stalled when a heartbeat on it has waited this long
 #: and nothing at all was heard on it since that heartbeat was sent (the
