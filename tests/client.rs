@@ -389,3 +389,23 @@ async fn an_abandoned_acquire_leaves_the_line() {
     let next = second.await.unwrap().expect("the second waiter's grant");
     assert!(next.fence() > fence);
 }
+
+/// A broker whose stream cap refuses the client's Session stream still
+/// serves its acquires and releases, as unary calls (which are no streams).
+#[tokio::test]
+async fn a_refused_session_stream_leaves_the_unary_calls() {
+    let broker = Broker::start_with("memory", |c| c.limits.conn_max_streams = 1).await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    // The connection's one stream, taken by an observer.
+    let _observing = client.observe("elsewhere").await.unwrap();
+    let lease = client
+        .grant("capped", opts(30_000))
+        .await
+        .expect("granted by a unary call");
+    assert!(client.describe("capped").await.unwrap().held);
+    client
+        .release_token("capped", &lease.owner_token)
+        .await
+        .expect("released by a unary call");
+    assert!(!client.describe("capped").await.unwrap().held);
+}

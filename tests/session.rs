@@ -686,3 +686,40 @@ async fn at_the_cap_a_cancel_makes_room() {
     )
     .await;
 }
+
+/// Waits that fill the stream's cap do not hold up its heartbeats: the
+/// leases of a client waiting for many locks are still renewed.
+#[tokio::test]
+async fn waits_at_the_cap_do_not_starve_the_heartbeats() {
+    let broker = Broker::start_with("memory", |c| c.max_concurrent_streams = 2).await;
+    let mut client = broker.client().await;
+    common::must_acquire(&mut client, "busy", 60_000).await;
+    let mut session = Session::open(&mut broker.client().await).await;
+    let kept = granted(session.acquire(1, acquire_req("kept", 1_000, "a", 0)).await);
+    for id in 2..=3 {
+        session
+            .send(
+                id,
+                0,
+                Request::Acquire(acquire_req("busy", 30_000, "w", 60_000)),
+            )
+            .await;
+    }
+    eventually(Duration::from_secs(10), "two waits", || {
+        let mut client = client.clone();
+        async move { described(&mut client, "busy").await.waiters == 2 }
+    })
+    .await;
+    let beat = Request::Heartbeat(KeepAliveRequest {
+        seq: 1,
+        leases: vec![LeaseRef {
+            name: kept.name.clone(),
+            owner_token: kept.owner_token.clone(),
+            ttl_ms: 0,
+        }],
+    });
+    match session.call(4, beat).await {
+        Response::Heartbeat(r) => assert_eq!(r.leases[0].state(), State::Alive, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -145,7 +145,8 @@ pub enum Error {
 
     /// A request on a Session stream ran past the `timeout_ms` it gave.
     #[error(
-        "the request ran past its timeout_ms ({timeout_ms} ms) and was ended;          an Acquire gave up its place, a Renew or Release may or may not have happened"
+        "the request ran past its timeout_ms ({timeout_ms} ms) and was ended; \
+         an Acquire gave up its place, a Renew or Release may or may not have happened"
     )]
     DeadlineExceeded {
         /// The request's own timeout.

@@ -102,6 +102,9 @@ impl Shared {
         let stream = match self.link.stream(self).await {
             Ok(Some(stream)) => stream,
             Ok(None) => return None,
+            // A cap on the caller's streams refused it: the call does
+            // without (a unary call is no stream).
+            Err(status) if status.code() == Code::ResourceExhausted => return None,
             Err(status) => return Some(Err(status)),
         };
         Some(match stream.call(0, request).await {

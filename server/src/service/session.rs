@@ -282,39 +282,21 @@ impl Pump {
                 },
             }
         };
-        if let End::HalfClosed = end {
-            // Requests read but not started yet are answered like the
-            // others: each starts once there is room.
-            loop {
-                if let Some((id, timeout_ms, request)) = self.parked.take() {
-                    while self.running.len() >= self.max_in_flight || self.beating.is_some() {
-                        match self.running.join_next().await {
-                            Some(Ok(done)) if self.beating == Some(done) => self.beating = None,
-                            Some(_) => {}
-                            None => self.beating = None,
-                        }
-                    }
-                    self.start(id, timeout_ms, request);
-                }
-                match next.take() {
-                    Some(request) => self.dispatch(request).await,
-                    None => break,
-                }
-            }
-        }
-        match end {
+        // A half-closed stream has everything it sent answered, unless the
+        // client leaves or the broker shuts down meanwhile.
+        let end = match end {
             End::HalfClosed => {
                 let tx = self.tx.clone();
                 tokio::select! {
-                    () = drain(&mut self.running) => {}
-                    () = tx.closed() => self.running.shutdown().await,
-                    () = &mut shutdown => {
-                        let _ = tokio::time::timeout(DRAIN, drain(&mut self.running)).await;
-                        self.running.shutdown().await;
-                        let _ = self.tx.try_send(shutting_down());
-                    }
+                    () = self.answer_all(next) => End::HalfClosed,
+                    () = tx.closed() => End::Gone,
+                    () = &mut shutdown => End::Shutdown,
                 }
             }
+            other => other,
+        };
+        match end {
+            End::HalfClosed => {}
             End::Gone => self.running.shutdown().await,
             End::Failed(status) => {
                 self.running.shutdown().await;
@@ -333,6 +315,28 @@ impl Pump {
             }
         }
         self.session.end();
+    }
+
+    /// After a half-close: starts the requests read but not started yet, as
+    /// room frees up, and waits for every answer.
+    async fn answer_all(&mut self, mut next: Option<SessionRequest>) {
+        loop {
+            if let Some((id, timeout_ms, request)) = self.parked.take() {
+                while self.running.len() >= self.max_in_flight || self.beating.is_some() {
+                    match self.running.join_next().await {
+                        Some(Ok(done)) if self.beating == Some(done) => self.beating = None,
+                        Some(_) => {}
+                        None => self.beating = None,
+                    }
+                }
+                self.start(id, timeout_ms, request);
+            }
+            match next.take() {
+                Some(request) => self.dispatch(request).await,
+                None => break,
+            }
+        }
+        drain(&mut self.running).await;
     }
 
     /// Takes one request: applies a cancel, answers a refusal at once, or
@@ -403,7 +407,16 @@ impl Pump {
     /// heartbeat) another heartbeat is in flight.
     fn start(&mut self, id: u64, timeout_ms: u64, request: Request) {
         let heartbeat = matches!(request, Request::Heartbeat(_));
-        if self.running.len() >= self.max_in_flight || (heartbeat && self.beating.is_some()) {
+        // A heartbeat is bounded by being one at a time, not by the cap:
+        // waits that fill the cap must not starve the renewals of the
+        // stream's leases.
+        let others = self.running.len() - usize::from(self.beating.is_some());
+        let full = if heartbeat {
+            self.beating.is_some()
+        } else {
+            others >= self.max_in_flight
+        };
+        if full {
             self.parked = Some((id, timeout_ms, request));
             return;
         }
@@ -414,9 +427,13 @@ impl Pump {
     }
 
     /// Answers from the pump itself; waiting for room in the outbox is the
-    /// back-pressure on a client that does not read.
+    /// back-pressure on a client that does not read (but not past the
+    /// broker's shutdown, which it would hold up).
     async fn answer_now(&self, answer: Answer) {
-        let _ = self.tx.send(answer).await;
+        tokio::select! {
+            _ = self.tx.send(answer) => {}
+            () = self.leases.shutting_down() => {}
+        }
     }
 
     /// Runs `request` in a task of its own, cancellable by id and bounded

@@ -233,7 +233,9 @@ class LeaseholdServiceServicer(object):
         broker looks at each a little past its TTL and counts it in
         lease_lost_total{reason="expired"} if it ran out there unrenewed.
         * Limits: at most --max-concurrent-streams requests in flight per stream
-        (the bound on a connection's unary calls in flight). At the cap the
+        (the bound on a connection's unary calls in flight), and beside them
+        one heartbeat at a time (waits that fill the cap never hold up the
+        renewals). At the cap the
         broker still reads cancels, up to the next other request, which waits
         for room (and so do the requests behind it); when the client does not
         read its answers, the broker reads the next request later
