@@ -127,12 +127,11 @@ fn main() -> ExitCode {
     // thread, which costs least per call and leaves the cores to the broker
     // and Redis when they share the machine.
     let runtime = match &cli.command {
-        Command::Serve(config) if config.worker_threads != 1 => {
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            if config.worker_threads > 1 {
-                builder.worker_threads(config.worker_threads);
-            }
-            builder.enable_all().build()
+        Command::Serve(config) if config.runtime_threads() != 1 => {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(config.runtime_threads())
+                .enable_all()
+                .build()
         }
         _ => tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -174,10 +174,11 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_MAX_BUFFER", default_value_t = 64 * 1024 * 1024)]
     pub max_buffer: usize,
 
-    /// Threads that run requests: 0 for one per core. 1 runs everything on
-    /// one thread, with no hand-offs between threads: the cheapest per
-    /// request, and the fastest where the broker shares a small machine with
-    /// Redis (see BENCHMARKS.md); more spread the load over more cores.
+    /// Threads that run requests. 0 (the default) picks: one thread on a
+    /// machine (or a container's CPU quota) of two cores or fewer, where it
+    /// measured fastest and cheapest per request (BENCHMARKS.md, "Session
+    /// stream"), else one per core. 1 runs everything on one thread, with no
+    /// hand-offs between threads; more spread the load over more cores.
     #[arg(long, env = "LEASEHOLD_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
@@ -445,7 +446,26 @@ impl LimitFlags {
     }
 }
 
+/// `--worker-threads` resolved on a machine of `cores` cores: 0 is one
+/// thread on two cores or fewer (measured fastest there: the broker shares
+/// them with its clients or its store, and a thread hand-off costs more
+/// than it spreads), else one per core (not measured: no bigger machine was
+/// at hand; the runtime's own default).
+fn runtime_threads(worker_threads: usize, cores: usize) -> usize {
+    match worker_threads {
+        0 if cores <= 2 => 1,
+        0 => cores,
+        n => n,
+    }
+}
+
 impl ServeConfig {
+    /// The threads the broker's runtime gets (see `worker_threads`).
+    pub fn runtime_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        runtime_threads(self.worker_threads, cores)
+    }
+
     /// Checks the settings that must agree with each other.
     pub fn check(&self) -> Result<(), String> {
         self.limits.limits().check()?;
@@ -576,5 +596,16 @@ mod tests {
         let parsed = <Only as clap::Parser>::try_parse_from(["leasehold"]).unwrap();
         assert_eq!(parsed.flags.limits(), Limits::default());
         assert_eq!(LimitFlags::default().limits(), Limits::default());
+    }
+
+    /// The default picks one thread on two cores (the measured fastest
+    /// there) and one per core beyond; an explicit count is kept.
+    #[test]
+    fn worker_threads_default_to_one_on_two_cores() {
+        assert_eq!(runtime_threads(0, 1), 1);
+        assert_eq!(runtime_threads(0, 2), 1);
+        assert_eq!(runtime_threads(0, 8), 8);
+        assert_eq!(runtime_threads(3, 2), 3);
+        assert_eq!(runtime_threads(1, 8), 1);
     }
 }

@@ -313,11 +313,13 @@ impl Session {
             Scope::Named => &tracking.leases,
             Scope::Held => &next_tracked,
         };
-        let tracked_as = |item: &RenewItem| -> Option<Tracked> {
+        // When this session renewed the lease `item` names (that token's
+        // lease *of that name*), the earliest moment it could expire.
+        let tracked_as = |item: &RenewItem| -> Option<Instant> {
             previous
                 .get(&item.token)
                 .filter(|t| t.name == item.name)
-                .cloned()
+                .map(|t| t.expires_no_sooner_than)
         };
         let mut outcomes = match outcomes {
             Ok(outcomes) => outcomes.into_iter().map(Ok).collect::<Vec<_>>(),
@@ -337,11 +339,7 @@ impl Session {
                 .unwrap_or_else(|| Err("no answer from the store".into()));
             let known = tracked_as(&item);
             // Asked only of an answer that finds no lease of this token.
-            let lost_early = || {
-                known
-                    .as_ref()
-                    .is_some_and(|t| now < t.expires_no_sooner_than)
-            };
+            let lost_early = || known.is_some_and(|at| now < at);
             let (state, loss) = renewal_state(outcome, lost_early);
             verdicts.push((item, known, state, loss));
         }
@@ -384,8 +382,14 @@ impl Session {
                 }
                 // Unknown fate: keep tracking what we knew until we know more.
                 LeaseState::Unconfirmed { .. } => {
-                    if let (Scope::Named, Some(known)) = (self.scope, known) {
-                        next_tracked.insert(item.token, known);
+                    if let (Scope::Named, Some(at)) = (self.scope, known) {
+                        next_tracked.insert(
+                            item.token,
+                            Tracked {
+                                name: item.name,
+                                expires_no_sooner_than: at,
+                            },
+                        );
                     }
                 }
                 LeaseState::Rejected { .. } => {}
