@@ -300,6 +300,13 @@ async fn summed(brokers: &[&BrokerProcess], series: &str) -> f64 {
     total
 }
 
+/// The heartbeat streams open on `brokers`: Session streams (the clients'
+/// default, `leasehold hold`'s among them) and KeepAlive streams.
+async fn streams(brokers: &[&BrokerProcess]) -> f64 {
+    summed(brokers, "leasehold_session_streams").await
+        + summed(brokers, "leasehold_keepalive_streams").await
+}
+
 /// Every panel query of the Grafana dashboard, with its variables set to
 /// this job and every instance.
 fn dashboard_queries() -> Vec<String> {
@@ -535,7 +542,7 @@ async fn rules_evaluate_stay_quiet_when_healthy_and_fire_on_faults() {
     common::eventually(
         Duration::from_secs(30),
         "the workers' streams closed",
-        || async { summed(&[&a, &b], "leasehold_keepalive_streams").await == 0.0 },
+        || async { streams(&[&a, &b]).await == 0.0 },
     )
     .await;
     let beats_before = summed(&[&a, &b], "heartbeat_latency_seconds_count").await;
@@ -556,7 +563,7 @@ async fn rules_evaluate_stay_quiet_when_healthy_and_fire_on_faults() {
     // stream's leases are looked at only once renewed over it): 20 streams,
     // and three heartbeats' worth of renewals since.
     common::eventually(Duration::from_secs(30), "every victim renewing", || async {
-        summed(&[&a, &b], "leasehold_keepalive_streams").await == VICTIMS as f64
+        streams(&[&a, &b]).await == VICTIMS as f64
             && summed(&[&a, &b], "heartbeat_latency_seconds_count").await
                 >= beats_before + 3.0 * VICTIMS as f64
     })

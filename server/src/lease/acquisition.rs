@@ -55,10 +55,62 @@ pub(super) struct Acquisition {
     /// See [`Wait::keep_place`].
     keep_place: bool,
     /// Where the answer goes; closed when the caller left, which ends a wait.
-    reply: oneshot::Sender<Result<Granted>>,
+    reply: oneshot::Sender<Delivery>,
     /// Set when an attempt's store call failed without an answer: the
     /// script may have run and granted (see [`Acquisition::attempt`]).
     unknown: bool,
+}
+
+/// An Acquire's outcome on its way to the caller. A grant travels with a
+/// guard: if the caller's future is dropped after the grant was sent and
+/// before it read it (a cancel or a deadline racing with the grant), the
+/// delivery drops unread and the guard releases the lease, so that nobody
+/// holds a lease its caller never heard of. [`Delivery::take`] disarms it.
+pub(super) struct Delivery {
+    result: Result<Granted>,
+    unheard: Option<Unheard>,
+}
+
+impl Delivery {
+    /// The outcome, read by its caller: the grant is the caller's now.
+    pub(super) fn take(self) -> Result<Granted> {
+        let Delivery { result, unheard } = self;
+        if let Some(mut unheard) = unheard {
+            unheard.token.clear();
+        }
+        result
+    }
+}
+
+/// Releases a grant nobody read (see [`Delivery`]) when dropped armed (its
+/// token not cleared).
+struct Unheard {
+    leases: Leases,
+    caller: Caller,
+    name: String,
+    token: String,
+    ttl_ms: u64,
+}
+
+impl Drop for Unheard {
+    fn drop(&mut self) {
+        if self.token.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (leases, caller, name, token, ttl_ms) = (
+            self.leases.clone(),
+            self.caller.clone(),
+            std::mem::take(&mut self.name),
+            std::mem::take(&mut self.token),
+            self.ttl_ms,
+        );
+        runtime.spawn(async move {
+            leases.release_unheard(&caller, &name, &token, ttl_ms).await;
+        });
+    }
 }
 
 impl Acquisition {
@@ -73,7 +125,7 @@ impl Acquisition {
         name: String,
         spec: GrantSpec,
         wait: Wait,
-        reply: oneshot::Sender<Result<Granted>>,
+        reply: oneshot::Sender<Delivery>,
     ) {
         let started = Instant::now();
         let mut call = Acquisition {
@@ -146,11 +198,22 @@ impl Acquisition {
             Err(_) if unknown => leases.orphaned(&spec.name, &spec.token, spec.ttl_ms, spec.queued),
             Err(_) => {}
         }
-        if let Err(Ok(granted)) = reply.send(result) {
-            tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
-            leases
-                .release_unheard(&caller, &spec.name, &spec.token, spec.ttl_ms)
-                .await;
+        let unheard = result.is_ok().then(|| Unheard {
+            leases: leases.clone(),
+            caller: caller.clone(),
+            name: spec.name.clone(),
+            token: spec.token.clone(),
+            ttl_ms: spec.ttl_ms,
+        });
+        if let Err(undelivered) = reply.send(Delivery { result, unheard }) {
+            // The caller left before the grant arrived: this task releases
+            // it now (not the guard, which would do it in another task).
+            if let Ok(granted) = undelivered.take() {
+                tracing::debug!(lock = %spec.name, fence = granted.lease.fence, "caller left as its grant arrived; releasing");
+                leases
+                    .release_unheard(&caller, &spec.name, &spec.token, spec.ttl_ms)
+                    .await;
+            }
         }
     }
 

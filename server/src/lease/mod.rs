@@ -276,7 +276,8 @@ impl Leases {
         };
         // The attempt runs in its own task: if the caller goes away, a store
         // call in flight still completes, and a grant it produced is released
-        // at once instead of holding the lock for nobody until its TTL.
+        // at once instead of holding the lock for nobody until its TTL; so
+        // is a grant sent as the caller went away, unread (`Delivery`).
         let (tx, rx) = oneshot::channel();
         tokio::spawn(Acquisition::run(
             self.clone(),
@@ -292,6 +293,7 @@ impl Leases {
         ));
         rx.await
             .map_err(|_| Error::Internal("the acquire task ended without an answer".into()))?
+            .take()
     }
 
     /// The token an Acquire passing back `place` waits as: the place
@@ -490,6 +492,49 @@ mod tests {
             Arc::new(metrics.clone()),
         );
         (leases, metrics)
+    }
+
+    /// A grant sent to a caller whose future is dropped before it reads it
+    /// (a cancel or a deadline racing with the grant) is released at once,
+    /// not left to hold the lock for nobody until its TTL.
+    #[tokio::test]
+    async fn a_grant_its_caller_never_read_is_released() {
+        let (leases, metrics) = leases();
+        let caller = Caller::local();
+        let mut call = Box::pin(leases.acquire(
+            &caller,
+            AcquireArgs {
+                name: "raced".into(),
+                ttl_ms: 60_000,
+                ..Default::default()
+            },
+        ));
+        // Polled once: the attempt's task is spawned, the caller waits.
+        assert!(futures_util::FutureExt::now_or_never(call.as_mut()).is_none());
+        // The grant is made and sent; the caller never reads it.
+        let held = || async {
+            leases
+                .describe(&caller, "", "raced")
+                .await
+                .unwrap()
+                .lease
+                .is_some()
+        };
+        while !held().await {
+            tokio::task::yield_now().await;
+        }
+        while metrics.acquired.get() == 0 {
+            tokio::task::yield_now().await;
+        }
+        drop(call);
+        let released = async {
+            while held().await {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), released)
+            .await
+            .expect("the unread grant released within 10 s");
     }
 
     /// Shutting down ends a wait with UNAVAILABLE instead of holding up the
