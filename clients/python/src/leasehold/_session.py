@@ -796,6 +796,17 @@ class _AioStream(Stream):
 
     async def _write(self) -> None:
         try:
+            # Nothing is written before the broker answered the call's
+            # headers: a write racing with a refusal (UNIMPLEMENTED from a
+            # broker without Session, answered with trailers only) makes
+            # grpc.aio record the call's status as INTERNAL "Internal error
+            # from Core" (a failed SendMessageOperation) in place of the
+            # refusal, and the client took an old broker for a broken one
+            # (a loaded CI run, grpcio 1.85; about 1 run in 20 with two CPU
+            # hogs). A refused call is done once its headers are in.
+            await self._call.initial_metadata()
+            if self._call.done():
+                return
             while True:
                 request = await self._requests.get()
                 if request is None:
