@@ -2,6 +2,10 @@
 //! gives back leases on a few names (so that its calls collide with the
 //! others'), over any of the brokers, and records every call and answer.
 //!
+//! Half of their Acquire, Renew and Release calls go as messages on a
+//! Session stream (one per client and broker, opened again when it ends),
+//! the other half as unary calls: the model judges both paths alike.
+//!
 //! What they do, by weight: acquire (try or wait, lock or semaphore permit,
 //! sometimes a lock on the semaphore's name and the other way round, with
 //! or without lock-delay, keeping their place and waiting again in it);
@@ -23,11 +27,12 @@ use std::{
 };
 
 use leasehold_server::proto::{
-    lease_status::State, leasehold_service_client::LeaseholdServiceClient, AcquireRequest,
-    CampaignRequest, CheckFenceRequest, KeepAliveRequest, KeepAliveResponse, LeaderRequest, Lease,
-    LeaseRef, LossReason, ReleaseRequest, RenewRequest, ResignRequest, RevokeRequest,
+    lease_status::State, leasehold_service_client::LeaseholdServiceClient, session_request,
+    session_response, AcquireRequest, CampaignRequest, CheckFenceRequest, KeepAliveRequest,
+    KeepAliveResponse, LeaderRequest, Lease, LeaseRef, LossReason, ReleaseRequest, RenewRequest,
+    ResignRequest, RevokeRequest, SessionCancel, SessionError, SessionRequest, SessionResponse,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{transport::Channel, Code, Status, Streaming};
 
@@ -120,10 +125,130 @@ struct Beats {
     seq: u64,
 }
 
+/// What a Session stream's request waits on: its answer, or why none came.
+type Waiter = oneshot::Sender<Result<session_response::Response, Status>>;
+
+/// A Session stream of a client to one broker: Acquire, Renew and Release
+/// as messages, answered by id (a reader task hands each to its waiter;
+/// when the stream ends, every waiter hears UNAVAILABLE).
+struct Link {
+    tx: mpsc::Sender<SessionRequest>,
+    waiting: Arc<Mutex<Option<HashMap<u64, Waiter>>>>,
+    next_id: u64,
+}
+
+impl Link {
+    async fn open(broker: &mut LeaseholdServiceClient<Channel>) -> Result<Link, Status> {
+        let (tx, rx) = mpsc::channel(16);
+        let mut responses = broker.session(ReceiverStream::new(rx)).await?.into_inner();
+        let waiting: Arc<Mutex<Option<HashMap<u64, Waiter>>>> =
+            Arc::new(Mutex::new(Some(HashMap::new())));
+        let reader = waiting.clone();
+        tokio::spawn(async move {
+            let end = loop {
+                match responses.message().await {
+                    Ok(Some(SessionResponse {
+                        id,
+                        response: Some(response),
+                    })) => {
+                        let waiter = reader.lock().unwrap().as_mut().and_then(|w| w.remove(&id));
+                        if let Some(waiter) = waiter {
+                            let _ = waiter.send(Ok(response));
+                        }
+                    }
+                    Ok(Some(empty)) => {
+                        break Status::internal(format!("an empty answer: {empty:?}"))
+                    }
+                    Ok(None) => break Status::unavailable("the Session stream ended"),
+                    Err(status) => break status,
+                }
+            };
+            for (_, waiter) in reader.lock().unwrap().take().into_iter().flatten() {
+                let _ = waiter.send(Err(Status::new(end.code(), end.message())));
+            }
+        });
+        Ok(Link {
+            tx,
+            waiting,
+            next_id: 0,
+        })
+    }
+
+    fn alive(&self) -> bool {
+        self.waiting.lock().unwrap().is_some() && !self.tx.is_closed()
+    }
+
+    /// Sends `request`; its answer comes on the receiver. A refusal is the
+    /// status the unary call would have ended with (a kept place in its
+    /// metadata, as the unary call carries it).
+    async fn send(
+        &mut self,
+        request: session_request::Request,
+    ) -> (
+        u64,
+        oneshot::Receiver<Result<session_response::Response, Status>>,
+    ) {
+        self.next_id += 1;
+        let id = self.next_id;
+        let (waiter, answer) = oneshot::channel();
+        match self.waiting.lock().unwrap().as_mut() {
+            Some(waiting) => {
+                waiting.insert(id, waiter);
+            }
+            None => {
+                let _ = waiter.send(Err(Status::unavailable("the Session stream ended")));
+            }
+        }
+        let request = SessionRequest {
+            id,
+            timeout_ms: 0,
+            request: Some(request),
+        };
+        if self.tx.send(request).await.is_err() {
+            if let Some(waiting) = self.waiting.lock().unwrap().as_mut() {
+                if let Some(waiter) = waiting.remove(&id) {
+                    let _ = waiter.send(Err(Status::unavailable("the Session stream ended")));
+                }
+            }
+        }
+        (id, answer)
+    }
+
+    /// Ends the request `id` on the broker (its caller stopped waiting).
+    fn cancel(&mut self, id: u64) {
+        if let Some(waiting) = self.waiting.lock().unwrap().as_mut() {
+            waiting.remove(&id);
+        }
+        self.next_id += 1;
+        let _ = self.tx.try_send(SessionRequest {
+            id: self.next_id,
+            timeout_ms: 0,
+            request: Some(session_request::Request::Cancel(SessionCancel { id })),
+        });
+    }
+}
+
+/// A Session refusal as the status the unary call would have ended with.
+fn status_of(error: SessionError) -> Status {
+    let code = Code::from_i32(error.code);
+    if error.place.is_empty() {
+        return Status::new(code, error.message);
+    }
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    metadata.insert(
+        "leasehold-place",
+        error.place.parse().expect("a place is ASCII"),
+    );
+    Status::with_metadata(code, error.message, metadata)
+}
+
 struct Client {
     id: usize,
     rng: Rng,
     brokers: Vec<LeaseholdServiceClient<Channel>>,
+    /// A Session stream per broker, opened by the first call that goes
+    /// over one (half of the Acquire, Renew and Release calls do).
+    links: Vec<Option<Link>>,
     record: Arc<Recorder>,
     tally: Arc<Tally>,
     resource: Arc<Resource>,
@@ -168,6 +293,7 @@ pub async fn run(
             id,
             rng: Rng::fork(seed, id as u64 + 1),
             brokers: connect(&brokers),
+            links: brokers.iter().map(|_| None).collect(),
             record: record.clone(),
             tally: tally.clone(),
             resource: resource.clone(),
@@ -229,6 +355,41 @@ impl Client {
     fn broker(&mut self) -> LeaseholdServiceClient<Channel> {
         let i = self.rng.index(self.brokers.len());
         self.brokers[i].clone()
+    }
+
+    /// `request` as a message on this client's Session stream to a random
+    /// broker (opened if it has none, or its last one ended), answered
+    /// within `limit`; past it, the request is cancelled on the broker and
+    /// the call's outcome is unknown, as a unary call's past its deadline.
+    async fn over_session(
+        &mut self,
+        request: session_request::Request,
+        limit: Duration,
+    ) -> Result<Result<session_response::Response, Status>, tokio::time::error::Elapsed> {
+        let i = self.rng.index(self.brokers.len());
+        if !self.links[i].as_ref().is_some_and(Link::alive) {
+            self.links[i] = None;
+            let mut broker = self.brokers[i].clone();
+            match tokio::time::timeout(DEADLINE, Link::open(&mut broker)).await {
+                Ok(Ok(link)) => self.links[i] = Some(link),
+                Ok(Err(status)) => return Ok(Err(status)),
+                Err(elapsed) => return Err(elapsed),
+            }
+        }
+        let link = self.links[i].as_mut().expect("opened above");
+        let (id, answer) = link.send(request).await;
+        match tokio::time::timeout(limit, answer).await {
+            Ok(answer) => Ok(answer
+                .unwrap_or_else(|_| Err(Status::unavailable("the Session stream ended")))
+                .and_then(|response| match response {
+                    session_response::Response::Error(error) => Err(status_of(error)),
+                    other => Ok(other),
+                })),
+            Err(elapsed) => {
+                link.cancel(id);
+                Err(elapsed)
+            }
+        }
     }
 
     fn surprise(&self, what: String) {
@@ -483,13 +644,21 @@ impl Client {
             lock_delay_ms,
             keep_place,
         };
-        let mut broker = self.broker();
         let sent = Instant::now();
-        let result = tokio::time::timeout(
-            Duration::from_millis(wait_ms) + DEADLINE,
-            broker.acquire(request),
-        )
-        .await;
+        let limit = Duration::from_millis(wait_ms) + DEADLINE;
+        let result = if self.rng.chance(0.5) {
+            self.over_session(session_request::Request::Acquire(request), limit)
+                .await
+                .map(|r| {
+                    r.and_then(|response| match response {
+                        session_response::Response::Acquire(a) => Ok(tonic::Response::new(a)),
+                        other => Err(Status::internal(format!("not a grant: {other:?}"))),
+                    })
+                })
+        } else {
+            let mut broker = self.broker();
+            tokio::time::timeout(limit, broker.acquire(request)).await
+        };
         // A kept place comes back in the ABORTED status's metadata.
         if let Ok(Err(status)) = &result {
             if status.code() == Code::Aborted {
@@ -552,7 +721,6 @@ impl Client {
             token: self.record.token(token),
             ttl_ms,
         };
-        let mut broker = self.broker();
         let sent = Instant::now();
         let invoked = self.record.micros(sent);
         let request = RenewRequest {
@@ -560,7 +728,19 @@ impl Client {
             owner_token: token.into(),
             ttl_ms,
         };
-        let result = tokio::time::timeout(DEADLINE, broker.renew(request)).await;
+        let result = if self.rng.chance(0.5) {
+            self.over_session(session_request::Request::Renew(request), DEADLINE)
+                .await
+                .map(|r| {
+                    r.and_then(|response| match response {
+                        session_response::Response::Renew(r) => Ok(tonic::Response::new(r)),
+                        other => Err(Status::internal(format!("not a renewal: {other:?}"))),
+                    })
+                })
+        } else {
+            let mut broker = self.broker();
+            tokio::time::timeout(DEADLINE, broker.renew(request)).await
+        };
         let answer = self.note(name, call, invoked, result, |r, _| {
             let r = r.into_inner();
             Answer::Alive {
@@ -592,6 +772,19 @@ impl Client {
             tokio::time::timeout(DEADLINE, broker.resign(request))
                 .await
                 .map(|r| r.map(|_| ()))
+        } else if self.rng.chance(0.5) {
+            let request = ReleaseRequest {
+                name: name.into(),
+                owner_token: token.into(),
+            };
+            self.over_session(session_request::Request::Release(request), DEADLINE)
+                .await
+                .map(|r| {
+                    r.and_then(|response| match response {
+                        session_response::Response::Release(_) => Ok(()),
+                        other => Err(Status::internal(format!("not a release: {other:?}"))),
+                    })
+                })
         } else {
             let request = ReleaseRequest {
                 name: name.into(),
