@@ -8,6 +8,7 @@ use tonic::{Status, Streaming};
 
 use super::gate::{withdrawn, StreamCredential};
 use crate::{
+    error::Result,
     lease::{LeaseRef, LeaseState, Leases, LossReason, Session},
     proto::{self, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseStatus},
 };
@@ -66,20 +67,7 @@ async fn pump(
                 return session.end();
             }
         };
-        let seq = request.seq;
-        let refs = request
-            .leases
-            .into_iter()
-            .map(|l| LeaseRef {
-                name: l.name,
-                owner_token: l.owner_token,
-                ttl_ms: l.ttl_ms,
-            })
-            .collect();
-        let answer = match session.heartbeat(refs).await {
-            Ok(states) => Ok(heartbeat_response(seq, states)),
-            Err(e) => Err(Status::from(e)),
-        };
+        let answer = beat(&session, request).await.map_err(Status::from);
         let fatal = answer.is_err();
         let sent = tokio::select! {
             sent = tx.send(answer) => sent.is_ok(),
@@ -96,15 +84,30 @@ async fn pump(
     )));
 }
 
-/// The answer to heartbeat `seq`: what became of each of its leases.
-pub(super) fn heartbeat_response(seq: u64, states: Vec<(String, LeaseState)>) -> KeepAliveResponse {
-    KeepAliveResponse {
-        seq,
+/// Renews the leases of one heartbeat (on a KeepAlive or a Session
+/// stream) and says what became of each; fails when the heartbeat breaks a
+/// stream limit.
+pub(super) async fn beat(
+    session: &Session,
+    request: KeepAliveRequest,
+) -> Result<KeepAliveResponse> {
+    let refs = request
+        .leases
+        .into_iter()
+        .map(|l| LeaseRef {
+            name: l.name,
+            owner_token: l.owner_token,
+            ttl_ms: l.ttl_ms,
+        })
+        .collect();
+    let states = session.heartbeat(refs).await?;
+    Ok(KeepAliveResponse {
+        seq: request.seq,
         leases: states
             .into_iter()
             .map(|(name, state)| status(name, state))
             .collect(),
-    }
+    })
 }
 
 fn status(name: String, state: LeaseState) -> LeaseStatus {

@@ -41,13 +41,13 @@ use tonic::{Status, Streaming};
 use super::{
     gate::{withdrawn, StreamCredential},
     grpc::{acquire_args, lease_message},
-    keepalive::heartbeat_response,
+    keepalive::beat,
     status::session_error,
 };
 use crate::{
     duration::millis,
     error::{Error, Result},
-    lease::{LeaseRef, Leases, Session},
+    lease::{Leases, Session},
     proto::{
         session_request::Request, session_response::Response, ReleaseResponse, RenewResponse,
         SessionRequest, SessionResponse,
@@ -528,20 +528,10 @@ async fn serve(session: &Arc<Session>, id: u64, request: Request) -> Answer {
             Ok(()) => Answer::to(id, Response::Release(ReleaseResponse {})),
             Err(e) => Answer::error(id, e),
         },
-        Request::Heartbeat(beat) => {
+        Request::Heartbeat(request) => {
             session.throttle().await;
-            let seq = beat.seq;
-            let refs = beat
-                .leases
-                .into_iter()
-                .map(|l| LeaseRef {
-                    name: l.name,
-                    owner_token: l.owner_token,
-                    ttl_ms: l.ttl_ms,
-                })
-                .collect();
-            match session.heartbeat(refs).await {
-                Ok(states) => Answer::to(id, Response::Heartbeat(heartbeat_response(seq, states))),
+            match beat(session, request).await {
+                Ok(answer) => Answer::to(id, Response::Heartbeat(answer)),
                 Err(e) => Answer::error(id, e),
             }
         }
