@@ -723,3 +723,45 @@ async fn waits_at_the_cap_do_not_starve_the_heartbeats() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A request parked behind the cap can be cancelled before it ever runs:
+/// it is answered CANCELLED and never reaches the lock.
+#[tokio::test]
+async fn a_parked_request_can_be_cancelled_before_it_runs() {
+    let broker = Broker::start_with("memory", |c| c.max_concurrent_streams = 1).await;
+    let mut client = broker.client().await;
+    common::must_acquire(&mut client, "busy", 60_000).await;
+    common::must_acquire(&mut client, "other", 60_000).await;
+    let mut session = Session::open(&mut broker.client().await).await;
+    session
+        .send(
+            1,
+            0,
+            Request::Acquire(acquire_req("busy", 30_000, "w", 60_000)),
+        )
+        .await;
+    eventually(Duration::from_secs(10), "the first wait", || {
+        let mut client = client.clone();
+        async move { described(&mut client, "busy").await.waiters == 1 }
+    })
+    .await;
+    session
+        .send(
+            2,
+            0,
+            Request::Acquire(acquire_req("other", 30_000, "w", 60_000)),
+        )
+        .await;
+    session
+        .send(3, 0, Request::Cancel(SessionCancel { id: 2 }))
+        .await;
+    assert_eq!(code(&error(session.answer(2).await)), Code::Cancelled);
+    session
+        .send(4, 0, Request::Cancel(SessionCancel { id: 1 }))
+        .await;
+    assert_eq!(code(&error(session.answer(1).await)), Code::Cancelled);
+    // The parked request never ran: nobody ever waited for "other".
+    let d = described(&mut client, "other").await;
+    assert_eq!((d.waiters, d.local_waiters), (0, 0));
+    assert_eq!(described(&mut client, "busy").await.waiters, 0);
+}

@@ -10,8 +10,12 @@
 //!   to hand theirs over, the requests in flight reach the cap, and the pump
 //!   stops reading (HTTP/2 flow control pushes back). Nothing grows.
 //! - The client floods: at most `--max-concurrent-streams` requests in
-//!   flight, one heartbeat at a time (throttled to `--max-stream-rate`), each
-//!   request admitted under the rate caps like a unary call.
+//!   flight, and beside them one heartbeat at a time (throttled to
+//!   `--max-stream-rate`; waits filling the cap never starve the renewals),
+//!   each request admitted under the rate caps like a unary call. At the
+//!   cap one request waits parked and the pump reads on only for cancels;
+//!   an Acquire, Renew or Release over its fields' limits is refused in the
+//!   pump, so no task holds a message of up to `--max-message-size`.
 //! - The stream breaks (reset, connection lost) or its credential is
 //!   withdrawn: every request in flight is dropped, which ends an Acquire's
 //!   wait and releases a grant that raced with it; a grant whose answer was
@@ -270,7 +274,7 @@ impl Pump {
                     // At the cap, cancels still get through: they are how
                     // a client makes room.
                     Ok(Some(SessionRequest { request: Some(Request::Cancel(cancel)), .. })) => {
-                        self.cancel(cancel.id);
+                        self.cancel(cancel.id).await;
                     }
                     Ok(Some(request)) if self.parked.is_some() => next = Some(request),
                     Ok(Some(request)) => self.dispatch(request).await,
@@ -349,7 +353,7 @@ impl Pump {
         } = request;
         let request = match request {
             Some(Request::Cancel(cancel)) => {
-                self.cancel(cancel.id);
+                self.cancel(cancel.id).await;
                 return;
             }
             Some(request) => request,
@@ -396,10 +400,18 @@ impl Pump {
         self.start(id, timeout_ms, request);
     }
 
-    /// Ends the request in flight with that id, if one is.
-    fn cancel(&mut self, id: u64) {
+    /// Ends the request in flight with that id, if one is: a running one
+    /// through its task, a parked one here (answered CANCELLED, never run).
+    async fn cancel(&mut self, id: u64) {
         if let Some(cancel) = self.cancels.remove(&id) {
             let _ = cancel.send(());
+        } else if self
+            .parked
+            .as_ref()
+            .is_some_and(|(parked, ..)| *parked == id)
+        {
+            self.parked = None;
+            self.answer_now(Answer::error(id, Error::Cancelled)).await;
         }
     }
 
