@@ -409,3 +409,51 @@ async fn a_refused_session_stream_leaves_the_unary_calls() {
         .expect("released by a unary call");
     assert!(!client.describe("capped").await.unwrap().held);
 }
+
+/// A grant whose answer reaches the client after its caller stopped
+/// waiting (the cancel crossed the grant on the wire) is given back by the
+/// client at once, not held for nobody until its TTL.
+#[tokio::test]
+async fn a_grant_that_crossed_its_cancel_is_given_back() {
+    use common::{eventually, proxy::Proxy};
+    let broker = Broker::start("memory").await;
+    let proxy = Proxy::start(broker.addr).await;
+    let client = Client::connect(format!("http://{}", proxy.addr()))
+        .await
+        .unwrap();
+    let direct = broker.client().await;
+    let held = || {
+        let mut direct = direct.clone();
+        async move {
+            direct
+                .describe(leasehold_server::proto::DescribeRequest {
+                    name: "crossed".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .held
+        }
+    };
+    // The client's Session stream is open.
+    let warm = client.grant("warm", opts(30_000)).await.unwrap();
+    client
+        .release_token("warm", &warm.owner_token)
+        .await
+        .unwrap();
+    // The broker grants; the answer waits in the proxy; the caller gives up.
+    proxy.hold_answers();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        client.grant("crossed", opts(60_000)),
+    )
+    .await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    eventually(Duration::from_secs(10), "the broker granted", held).await;
+    proxy.pass();
+    eventually(Duration::from_secs(10), "the grant given back", || async {
+        !held().await
+    })
+    .await;
+}

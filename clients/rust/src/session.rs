@@ -11,7 +11,8 @@
 //!   current one cannot be reached).
 //! - The caller stops waiting (a timeout, a dropped future): a `cancel` goes
 //!   to the broker, which ends the request (a waiting acquire leaves the
-//!   line; a grant that raced with it is released).
+//!   line; a grant that raced with it is released); a grant answered before
+//!   the cancel arrived is released by the client when its answer comes.
 //! - The broker is older and has no Session call (UNIMPLEMENTED): the
 //!   client uses the unary calls from then on.
 
@@ -24,8 +25,8 @@ use std::{
 };
 
 use leasehold_proto::{
-    session_request::Request, session_response::Response, SessionCancel, SessionRequest,
-    SessionResponse,
+    session_request::Request, session_response::Response, ReleaseRequest, SessionCancel,
+    SessionRequest, SessionResponse,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
@@ -201,10 +202,28 @@ async fn read(stream: std::sync::Weak<Stream>, mut responses: Streaming<SessionR
                     return;
                 };
                 let waiter = stream.waiting().as_mut().and_then(|w| w.remove(&id));
-                if let Some(waiter) = waiter {
-                    let _ = waiter.send(response.ok_or_else(|| {
-                        Status::internal("the broker answered with an empty response")
-                    }));
+                match (waiter, response) {
+                    (Some(waiter), response) => {
+                        let _ = waiter.send(response.ok_or_else(|| {
+                            Status::internal("the broker answered with an empty response")
+                        }));
+                    }
+                    // A grant whose caller stopped waiting (its cancel
+                    // crossed the grant): nobody holds it, so it is given
+                    // back at once rather than held for its TTL.
+                    (None, Some(Response::Acquire(granted))) => {
+                        if let Some(lease) = granted.lease {
+                            let _ = stream.tx.try_send(SessionRequest {
+                                id: stream.next_id.fetch_add(1, Ordering::Relaxed),
+                                timeout_ms: 0,
+                                request: Some(Request::Release(ReleaseRequest {
+                                    name: lease.name,
+                                    owner_token: lease.owner_token,
+                                })),
+                            });
+                        }
+                    }
+                    (None, _) => {}
                 }
             }
             Ok(None) => break Status::unavailable("the broker ended the Session stream"),
