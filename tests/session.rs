@@ -765,3 +765,48 @@ async fn a_parked_request_can_be_cancelled_before_it_runs() {
     assert_eq!((d.waiters, d.local_waiters), (0, 0));
     assert_eq!(described(&mut client, "busy").await.waiters, 0);
 }
+
+/// Heartbeats on a Session stream are paced by `--max-stream-rate`, as on
+/// KeepAlive, not refused by the request-rate caps: a connection capped at
+/// 2 requests a second still keeps its leases alive.
+#[tokio::test]
+async fn heartbeats_are_paced_not_refused_by_the_rate_caps() {
+    let broker = Broker::start_with("memory", |c| c.limits.conn_max_rate = 2).await;
+    let mut client = broker.client().await;
+    let mut session = Session::open(&mut client).await;
+    let lease = granted(
+        session
+            .acquire(1, acquire_req("paced", 1_000, "a", 0))
+            .await,
+    );
+    for seq in 0..6 {
+        let beat = Request::Heartbeat(KeepAliveRequest {
+            seq,
+            leases: vec![LeaseRef {
+                name: lease.name.clone(),
+                owner_token: lease.owner_token.clone(),
+                ttl_ms: 0,
+            }],
+        });
+        match session.call(10 + seq, beat).await {
+            Response::Heartbeat(r) => assert_eq!(r.leases[0].state(), State::Alive, "{r:?}"),
+            other => panic!("heartbeat {seq}: {other:?}"),
+        }
+    }
+    // The other requests are capped as unary calls are.
+    let mut refused = None;
+    for id in 20..30 {
+        let name = format!("other{id}");
+        if let Response::Error(e) = session.acquire(id, acquire_req(&name, 1_000, "a", 0)).await {
+            refused = Some(e);
+            break;
+        }
+    }
+    let refused = refused.expect("a request over the rate cap refused");
+    assert_eq!(code(&refused), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message.contains("--conn-max-rate"),
+        "{}",
+        refused.message
+    );
+}

@@ -50,10 +50,17 @@ pub(crate) async fn run(shared: Weak<Shared>) {
         let opened = match client.link.stream(&client).await {
             // The client's Session stream carries the heartbeats too.
             Ok(Some(stream)) => {
-                backoff = MIN_BACKOFF;
                 let answers = beat_on(Arc::clone(&stream), rx);
-                if session(&client, tx, answers).await == Ended::Stalled {
-                    client.link.discard(&stream).await;
+                match session(&client, tx, answers).await {
+                    Ended::Stalled => client.link.discard(&stream).await,
+                    Ended::Over { answered: true } => backoff = MIN_BACKOFF,
+                    // Not one heartbeat answered (the broker refused them,
+                    // or the stream broke at once): not again at once.
+                    Ended::Over { answered: false } => {
+                        drop(client);
+                        sleep(jitter(backoff)).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
                 }
                 continue;
             }
@@ -85,8 +92,12 @@ const HEARTBEAT_LEASES: usize = 1_000;
 /// How a heartbeat stream ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Ended {
-    /// It broke, the broker ended it, or no lease is left.
-    Over,
+    /// It broke, the broker ended it, or no lease is left; `answered`:
+    /// whether any heartbeat of it was answered.
+    Over {
+        /// Whether any heartbeat was answered.
+        answered: bool,
+    },
     /// Heartbeats went unanswered (or unsent) too long: the stream is taken
     /// for dead.
     Stalled,
@@ -128,6 +139,7 @@ async fn session(
     mut responses: impl Stream<Item = Result<KeepAliveResponse, Status>> + Unpin,
 ) -> Ended {
     let mut seq = 0u64;
+    let mut answered = false;
     // Heartbeats awaiting their answer: seq -> (send time, leases in order).
     let mut pending: BTreeMap<u64, (Instant, Vec<Arc<Held>>)> = BTreeMap::new();
     // Beat at once: after a reconnection this resumes the leases.
@@ -137,7 +149,7 @@ async fn session(
             () = sleep_until(next_beat) => {
                 let leases = live_leases(shared);
                 if leases.is_empty() {
-                    return Ended::Over; // dropping `tx` half-closes: a clean end
+                    return Ended::Over { answered: true }; // dropping `tx` half-closes: a clean end
                 }
                 let interval = beat_interval(&leases);
                 let now = Instant::now();
@@ -165,11 +177,14 @@ async fn session(
                 next_beat = now + interval;
             }
             message = responses.next() => match message {
-                Some(Ok(response)) => apply(shared, &mut pending, response),
-                None => return Ended::Over,
+                Some(Ok(response)) => {
+                    answered = true;
+                    apply(shared, &mut pending, response);
+                }
+                None => return Ended::Over { answered },
                 Some(Err(status)) => {
                     tracing::debug!(code = ?status.code(), message = status.message(), "heartbeat stream ended");
-                    return Ended::Over;
+                    return Ended::Over { answered };
                 }
             },
             () = shared.added.notified() => {

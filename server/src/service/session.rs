@@ -12,7 +12,7 @@
 //! - The client floods: at most `--max-concurrent-streams` requests in
 //!   flight, and beside them one heartbeat at a time (throttled to
 //!   `--max-stream-rate`; waits filling the cap never starve the renewals),
-//!   each request admitted under the rate caps like a unary call. At the
+//!   each other request admitted under the rate caps like a unary call. At the
 //!   cap one request waits parked and the pump reads on only for cancels;
 //!   an Acquire, Renew or Release over its fields' limits is refused in the
 //!   pump, so no task holds a message of up to `--max-message-size`.
@@ -385,9 +385,13 @@ impl Pump {
             .await;
             return;
         }
-        if let Err(refused) = self.session.admit() {
-            self.answer_now(Answer::error(id, refused)).await;
-            return;
+        // Heartbeats are paced by `--max-stream-rate` (as on KeepAlive),
+        // the other requests by the request-rate caps, as unary calls are.
+        if !matches!(request, Request::Heartbeat(_)) {
+            if let Err(refused) = self.session.admit() {
+                self.answer_now(Answer::error(id, refused)).await;
+                return;
+            }
         }
         if !matches!(request, Request::Heartbeat(_)) && request_len(&request) > self.small {
             // Some field is over its limit: the request fails its checks

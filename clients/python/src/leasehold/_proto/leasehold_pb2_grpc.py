@@ -240,9 +240,10 @@ class LeaseholdServiceServicer(object):
         for room (and so do the requests behind it); when the client does not
         read its answers, the broker reads the next request later
         (back-pressure). A client that keeps that many waits on one stream
-        should bound them with timeout_ms. Every request counts against the
-        request-rate caps as a unary call does; heartbeats beyond
-        --max-stream-rate per second are read later. When the broker shuts
+        should bound them with timeout_ms. Every request but a heartbeat counts
+        against the request-rate caps as a unary call does; heartbeats, as on
+        KeepAlive, are paced instead: beyond --max-stream-rate per second they
+        are read later. When the broker shuts
         down, waiting Acquires end as unary ones do (UNAVAILABLE, with their
         place if they kept it), then the stream ends with UNAVAILABLE:
         reconnect, to any replica, and carry on.
