@@ -74,16 +74,16 @@ impl<'a> MultiHost<'a> {
 }
 
 /// `userinfo` with the characters that would end it in a URL (`/ ? # @`)
-/// percent-encoded; anything else, an encoding already made included, as
-/// written.
+/// and the ASCII control characters percent-encoded; anything else, an
+/// encoding already made included, as written. The control characters
+/// because a URL parser drops a tab, CR or LF wherever it stands (WHATWG
+/// URL): a password of CRs reached Redis empty, so no AUTH was sent at all.
 fn encode_delimiters(userinfo: &str) -> String {
     let mut encoded = String::with_capacity(userinfo.len());
     for c in userinfo.chars() {
         match c {
-            '/' => encoded.push_str("%2F"),
-            '?' => encoded.push_str("%3F"),
-            '#' => encoded.push_str("%23"),
-            '@' => encoded.push_str("%40"),
+            '/' | '?' | '#' | '@' => encoded.push_str(&format!("%{:02X}", c as u32)),
+            c if c.is_ascii_control() => encoded.push_str(&format!("%{:02X}", c as u32)),
             c => encoded.push(c),
         }
     }
@@ -134,6 +134,21 @@ mod tests {
         // An encoding already made is left as it is.
         let parsed = parse("redis+cluster://:a%2Fb@h:1").unwrap();
         assert_eq!(parsed.userinfo, ":a%2Fb@");
+    }
+
+    /// Found by the store_url fuzz target (CI, 2026-12-05): a password of
+    /// CRs was dropped by the URL parser (it removes tabs, CRs and LFs
+    /// anywhere), so the node was reached with no password at all.
+    #[test]
+    fn control_characters_in_a_password_reach_redis_as_written() {
+        for password in ["\r\r\r\r", "a\tb", "x\ny", "\u{1}z\u{7f}"] {
+            let url = format!("redis+cluster://u:{password}@h:7000");
+            let parsed = parse(&url).unwrap();
+            let info = format!("redis://{}h:7000", parsed.userinfo)
+                .into_connection_info()
+                .unwrap();
+            assert_eq!(info.redis_settings().password(), Some(password), "{password:?}");
+        }
     }
 
     /// Found by the store_url fuzz target: `h#x:7001` connected to h's
