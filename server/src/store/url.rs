@@ -147,7 +147,11 @@ mod tests {
             let info = format!("redis://{}h:7000", parsed.userinfo)
                 .into_connection_info()
                 .unwrap();
-            assert_eq!(info.redis_settings().password(), Some(password), "{password:?}");
+            assert_eq!(
+                info.redis_settings().password(),
+                Some(password),
+                "{password:?}"
+            );
         }
     }
 
