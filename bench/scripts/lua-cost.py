@@ -20,11 +20,29 @@ import os, re, socket, statistics, sys, time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 LUA = os.path.join(ROOT, "server", "src", "store", "lua")
 
+CONTRACT = os.path.join(ROOT, "server", "src", "store", "contract.rs")
+
+def constants():
+    """The contract's constants, `NAME = value;` inside `contract! { }` of
+    server/src/store/contract.rs, as the broker fills them in
+    (`__CONSTANTS__` becomes a `local NAME = value` line each; `__NAME__`
+    the value)."""
+    text = open(CONTRACT).read()
+    block = text[text.index("contract! {"):]
+    block = block[:block.index("\n}\n")]
+    return {n: int(v.replace("_", "")) for n, v in
+            re.findall(r"^\s*([A-Z][A-Z0-9_]*) = (-?[\d_]+);", block, re.M)}
+
+def fill(text):
+    c = constants()
+    text = text.replace("__CONSTANTS__", "".join(f"local {n} = {v}\n" for n, v in c.items()))
+    return re.sub(r"__([A-Z][A-Z0-9_]*)__", lambda m: str(c[m.group(1)]), text)
+
 def script(name):
     body = open(os.path.join(LUA, name)).read()
     uses = re.search(r"^-- Uses: (.*)$", body, re.M)
     parts = [p for p in re.findall(r"[\w]+\.lua", uses.group(1))] if uses else []
-    return "".join(open(os.path.join(LUA, p)).read() for p in parts) + body
+    return fill("".join(open(os.path.join(LUA, p)).read() for p in parts) + body)
 
 def enc(*a):
     out = [b"*%d\r\n" % len(a)]

@@ -278,8 +278,10 @@ impl Leases {
         // call in flight still completes, and a grant it produced is released
         // at once instead of holding the lock for nobody until its TTL; so
         // is a grant sent as the caller went away, unread (`Delivery`).
+        // Boxed: the task's future is copied whole when spawned and when it
+        // ends, and unboxed it is kilobytes (the store calls it awaits).
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(Acquisition::run(
+        tokio::spawn(Box::pin(Acquisition::run(
             self.clone(),
             caller.clone(),
             room,
@@ -290,7 +292,7 @@ impl Leases {
                 keep_place,
             },
             tx,
-        ));
+        )));
         rx.await
             .map_err(|_| Error::Internal("the acquire task ended without an answer".into()))?
             .take()

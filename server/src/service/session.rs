@@ -458,25 +458,39 @@ impl Pump {
         let (cancel, cancelled) = oneshot::channel();
         self.cancels.insert(id, cancel);
         let (session, tx) = (Arc::clone(&self.session), self.tx.clone());
-        self.running.spawn(async move {
-            let work = serve(&session, id, request);
-            let timeout = async {
-                match timeout_ms {
-                    0 => std::future::pending().await,
-                    ms => tokio::time::sleep(Duration::from_millis(ms)).await,
-                }
-            };
-            let answer = tokio::select! {
-                answer = work => answer,
-                // A dropped sender (the pump is gone) is no cancel: the pump
-                // drops its tasks itself.
-                Ok(()) = cancelled => Answer::error(id, Error::Cancelled),
-                () = timeout => Answer::error(id, Error::DeadlineExceeded { timeout_ms }),
-            };
-            let _ = tx.send(answer).await;
-            id
-        });
+        self.running.spawn(request_task(
+            session, tx, id, timeout_ms, request, cancelled,
+        ));
     }
+}
+
+/// One request's task: its work, unless cancelled or out of time first,
+/// then its answer sent. Small (see [`serve`]): a task's future is copied
+/// whole when spawned and when it ends.
+async fn request_task(
+    session: Arc<Session>,
+    tx: mpsc::Sender<Answer>,
+    id: u64,
+    timeout_ms: u64,
+    request: Request,
+    cancelled: oneshot::Receiver<()>,
+) -> u64 {
+    let work = serve(&session, id, request);
+    let timeout = async {
+        match timeout_ms {
+            0 => std::future::pending().await,
+            ms => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    };
+    let answer = tokio::select! {
+        answer = work => answer,
+        // A dropped sender (the pump is gone) is no cancel: the pump
+        // drops its tasks itself.
+        Ok(()) = cancelled => Answer::error(id, Error::Cancelled),
+        () = timeout => Answer::error(id, Error::DeadlineExceeded { timeout_ms }),
+    };
+    let _ = tx.send(answer).await;
+    id
 }
 
 /// The encoded size of a request.
@@ -505,10 +519,15 @@ fn shutting_down() -> Answer {
     }
 }
 
-/// One request's work and its answer.
+/// One request's work and its answer. Each kind's work is boxed: the
+/// largest (a heartbeat's, an acquire's: store calls nested in lease rules)
+/// are kilobytes, and unboxed they made every request's task as large as
+/// the largest (10 kB), copied whole when spawned and again when it ended:
+/// a fifth of the broker's CPU under Session load went to those copies
+/// (`memmove` in a profile, 2026-12-05; BENCHMARKS.md).
 async fn serve(session: &Arc<Session>, id: u64, request: Request) -> Answer {
     match request {
-        Request::Acquire(r) => match session.acquire(acquire_args(r)).await {
+        Request::Acquire(r) => match Box::pin(session.acquire(acquire_args(r))).await {
             Ok(granted) => {
                 let lease = lease_message(granted.lease);
                 let unheard = Unheard {
@@ -530,7 +549,8 @@ async fn serve(session: &Arc<Session>, id: u64, request: Request) -> Answer {
             }
             Err(e) => Answer::error(id, e),
         },
-        Request::Renew(r) => match session.renew(&r.name, &r.owner_token, r.ttl_ms).await {
+        Request::Renew(r) => match Box::pin(session.renew(&r.name, &r.owner_token, r.ttl_ms)).await
+        {
             Ok(renewed) => Answer::to(
                 id,
                 Response::Renew(RenewResponse {
@@ -540,13 +560,13 @@ async fn serve(session: &Arc<Session>, id: u64, request: Request) -> Answer {
             ),
             Err(e) => Answer::error(id, e),
         },
-        Request::Release(r) => match session.release(&r.name, &r.owner_token).await {
+        Request::Release(r) => match Box::pin(session.release(&r.name, &r.owner_token)).await {
             Ok(()) => Answer::to(id, Response::Release(ReleaseResponse {})),
             Err(e) => Answer::error(id, e),
         },
         Request::Heartbeat(request) => {
             session.throttle().await;
-            match beat(session, request).await {
+            match Box::pin(beat(session, request)).await {
                 Ok(answer) => Answer::to(id, Response::Heartbeat(answer)),
                 Err(e) => Answer::error(id, e),
             }
@@ -612,6 +632,26 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), wait)
             .await
             .expect("the grant released within 10 s");
+    }
+
+    /// A request's task is small whatever the request: a task's future is
+    /// copied whole when it is spawned and again when it ends, and each
+    /// request is a task (see `serve`). Unboxed, it was 10 kB.
+    #[tokio::test]
+    async fn a_request_task_is_small() {
+        let (_leases, session, _) = granted().await;
+        let (tx, _rx) = mpsc::channel(1);
+        let (_cancel, cancelled) = oneshot::channel();
+        let task = request_task(
+            session,
+            tx,
+            1,
+            0,
+            Request::Heartbeat(Default::default()),
+            cancelled,
+        );
+        let size = size_of_val(&task);
+        assert!(size <= 1024, "a request's task is {size} bytes");
     }
 
     /// A grant whose answer was still queued when the stream ended is
