@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use leasehold_proto::{AcquireRequest, DescribeRequest, ReleaseRequest};
+use leasehold_proto::{AcquireRequest, DescribeRequest, Lease, ReleaseRequest};
 use leasehold_server::{
     duration::parse_duration,
     lease::token,
@@ -394,8 +394,22 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
     }
     if args.contended > 0 {
         let label = format!("one lock, {} waiters", args.contended);
-        let (run, grants) = contended(grpc, args.contended, args.duration).await?;
+        let (run, grants) = contended(
+            Contender::Unary(grpc.clone()),
+            args.contended,
+            args.duration,
+        )
+        .await?;
         print_contended(&label, &run, &grants, args.duration);
+        let link = SessionLink::open(&mut grpc.clone()).await?;
+        let (run, grants) =
+            contended(Contender::Session(link), args.contended, args.duration).await?;
+        print_contended(
+            &format!("{label}, one Session stream"),
+            &run,
+            &grants,
+            args.duration,
+        );
         if let Some(lock) = &sides.plain {
             let (run, grants) = direct_runtime
                 .spawn(crate::plain::contended(
@@ -999,7 +1013,7 @@ fn print_contended(label: &str, run: &Run, grants: &[u64], duration: Duration) {
 /// `waiters` workers on one lock, each waiting for it, holding it for no
 /// time and releasing it. Returns the handoffs and each worker's grants.
 async fn contended(
-    grpc: &crate::broker::BenchClient,
+    contender: Contender,
     waiters: usize,
     duration: Duration,
 ) -> Result<(Run, Vec<u64>), String> {
@@ -1008,7 +1022,7 @@ async fn contended(
     let handoffs = Handoffs::default();
     let mut tasks = Vec::new();
     for worker in 0..waiters {
-        let (mut grpc, name, handoffs) = (grpc.clone(), name.clone(), handoffs.clone());
+        let (mut contender, name, handoffs) = (contender.clone(), name.clone(), handoffs.clone());
         tasks.push(tokio::spawn(async move {
             let mut grants = 0u64;
             while Instant::now() < end {
@@ -1018,22 +1032,54 @@ async fn contended(
                     wait_timeout_ms: 10_000,
                     ..Default::default()
                 };
-                let Ok(response) = grpc.acquire(request).await else {
+                // A wait that ran out: wait again.
+                let Ok(lease) = contender.acquire(request).await else {
                     continue;
                 };
                 handoffs.granted(worker);
-                let lease = response.into_inner().lease.ok_or("no lease")?;
                 grants += 1;
                 handoffs.releasing(worker);
-                grpc.release(ReleaseRequest {
-                    name: lease.name,
-                    owner_token: lease.owner_token,
-                })
-                .await
-                .map_err(|s| format!("release: {}", s.message()))?;
+                contender.release(lease).await?;
             }
             Ok::<u64, String>(grants)
         }));
     }
     handoffs.finish(tasks).await
+}
+
+/// How the contended workers reach the broker: a unary call each, or
+/// messages on one Session stream they share.
+#[derive(Clone)]
+enum Contender {
+    Unary(crate::broker::BenchClient),
+    Session(Arc<SessionLink>),
+}
+
+impl Contender {
+    async fn acquire(&mut self, request: AcquireRequest) -> Result<Lease, String> {
+        match self {
+            Contender::Unary(grpc) => grpc
+                .acquire(request)
+                .await
+                .map_err(|s| s.message().to_owned())?
+                .into_inner()
+                .lease
+                .ok_or_else(|| "no lease".into()),
+            Contender::Session(link) => link.acquire(request).await,
+        }
+    }
+
+    async fn release(&mut self, lease: Lease) -> Result<(), String> {
+        match self {
+            Contender::Unary(grpc) => grpc
+                .release(ReleaseRequest {
+                    name: lease.name,
+                    owner_token: lease.owner_token,
+                })
+                .await
+                .map(drop)
+                .map_err(|s| format!("release: {}", s.message())),
+            Contender::Session(link) => link.release(lease).await,
+        }
+    }
 }

@@ -156,6 +156,16 @@ async fn the_cycles_benchmark_runs() {
         plain.contains("handoffs/s") && plain.contains("grants per worker"),
         "{plain}"
     );
+    // The contended waiters over one Session stream: the grants go to a
+    // worker other than the last holder (a FIFO line of two; the first
+    // grant of the run follows no holder, hence not all of them).
+    let session = row(&text, "one lock, 2 waiters, one Session stream");
+    let figures: Vec<f64> = session["one lock, 2 waiters, one Session stream".len()..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert!(figures[0] > 0.0, "{session}");
+    assert!(figures[1] >= 0.9 * figures[0], "{session}");
     for name in [
         "uncontended, 1 workers",
         "uncontended, 2 workers",
