@@ -8,14 +8,29 @@ the broker's multiplexed connection), and reads the server's CPU time from
 /proc/<pid>/stat around each phase. Prints Redis CPU per:
   - acquire+release cycle of the broker's scripts (uncontended, 64 names),
   - cycle of a plain lock (bench/lua/plain_*.lua),
+  - cycle of a reentrant fenced lock made of the calls Redisson's
+    RFencedLock makes (bench/lua/fenced_hash_*.lua),
   - cycle of two scripts that only return, given the broker's arguments
     (what a script costs before it does anything),
   - lease renewed by renew_many.lua (10,000 leases, batches of 250).
+With --ablate, also per cycle of the broker's scripts with one step taken
+out at a time (the grant's PUBLISH, the release's end record, ...): what
+each step of the uncontended cycle costs Redis, by difference. The
+ablated scripts are for measuring only (each breaks a part of the
+contract); a step whose text is no longer in the scripts fails the run.
 
-Usage: bench/scripts/lua-cost.py PORT [CYCLES]   (a local, empty, throwaway
-redis-server: it is flushed). Three runs each; min / median / max.
+With --callgrind FILE, Redis runs under valgrind's callgrind, started with
+--callgrind-out-file=FILE (FILE as it names the output, its %p filled in),
+and the script reports Redis's instructions per cycle instead of its CPU
+time: a count that is the same from run to run whatever else the machine
+is doing, for comparisons on a noisy machine (instructions are not time:
+a cache miss costs more than an instruction).
+
+Usage: bench/scripts/lua-cost.py PORT [CYCLES] [--ablate] [--callgrind FILE]
+(a local, empty, throwaway redis-server: it is flushed). Three runs each,
+the phases interleaved; min / median / max.
 """
-import os, re, socket, statistics, sys, time
+import glob, os, re, socket, statistics, subprocess, sys, time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 LUA = os.path.join(ROOT, "server", "src", "store", "lua")
@@ -75,6 +90,20 @@ class Redis:
     def cpu(self):
         st = open(f"/proc/{self.pid}/stat").read().rsplit(")", 1)[1].split()
         return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+    # What a phase cost Redis: CPU µs, or (under callgrind) instructions.
+    callgrind = None
+    def begin(self):
+        if self.callgrind:
+            subprocess.run(["callgrind_control", "-z", str(self.pid)], check=True, capture_output=True)
+        else:
+            self.c0 = self.cpu()
+    def end(self):
+        if not self.callgrind:
+            return 1e6 * (self.cpu() - self.c0)
+        subprocess.run(["callgrind_control", "-d", str(self.pid)], check=True, capture_output=True)
+        dumps = glob.glob(glob.escape(self.callgrind) + ".*")
+        newest = max(dumps, key=lambda f: int(f.rsplit(".", 1)[1]))
+        return int(re.search(r"^summary: (\d+)$", open(newest).read(), re.M).group(1))
 
 def keys(name):
     k = "{b:}{" + name + "}"
@@ -82,23 +111,66 @@ def keys(name):
 
 def cycles(r, acquire, release, n, width=64):
     names = [f"bench/{i}" for i in range(width)]
-    c0 = r.cpu(); done = 0
+    r.begin(); done = 0
     while done < n:
         toks = [os.urandom(16).hex() for _ in names]
         for reply in r.pipe([acquire(nm, t) for nm, t in zip(names, toks)]):
-            if isinstance(reply, list) and reply[0] not in (b"1",):
+            if isinstance(reply, list) and reply[0] not in (b"1", b"-1"):
                 raise RuntimeError(f"not granted: {reply}")
         r.pipe([release(nm, t) for nm, t in zip(names, toks)])
         done += width
-    return 1e6 * (r.cpu() - c0) / done
+    return r.end() / done
+
+# One step of the uncontended cycle taken out: (script, text, replacement)
+# substitutions, each of which must be found.
+ABLATIONS = {
+    "the grant's PUBLISH": [("acquire.lua", "redis.call('PUBLISH', ARGV[6], '')", "")],
+    "the release's PUBLISH": [("release.lua",
+        "redis.call('PUBLISH', ARGV[2], next and string.sub(next, 1, 16) or '')", "")],
+    "the release's end record (SET ... PX)": [("release.lua",
+        "  redis.call('DEL', key)\n  record_end(key, token, 'x', LINGER_MS)\n",
+        "  redis.call('DEL', key)\n")],
+    "the grant's PEXPIRE": [("acquire.lua",
+        "redis.call('PEXPIRE', key, ttl + delay + LINGER_MS)\n", "")],
+    "the fence (SET ... GET on the counter)": [("acquire.lua",
+        "next_fence(counter, last, now_us, tonumber(ARGV[4]))", "1, '1'")],
+    "the line and permits looks (EXISTS, both)": [
+        ("acquire.lua", "if redis.call('EXISTS', line, other or line) == 0 then", "if true then"),
+        ("release.lua", "if redis.call('EXISTS', queue) == 1 then", "if false then")],
+    "the release's TIME": [("release.lua", "local time = redis.call('TIME')", "local time = {'0', '0'}")],
+    "the grant's record: 2 fields (o, e) of 7": [("acquire.lua", """  'f', fence_text,
+  'h', ARGV[3],
+  't', ARGV[2],
+  'g', string.format('%d', now_ms),
+  'e', string.format('%d', now_ms + ttl),
+  'd', ARGV[5])""", """  'e', string.format('%d', now_ms + ttl))""")],
+}
+
+def ablated(name, cuts):
+    text = script(name)
+    for file, old, new in cuts:
+        if file == name:
+            if old not in text:
+                raise SystemExit(f"--ablate: {file} no longer has {old!r}: update ABLATIONS")
+            text = text.replace(old, new, 1)
+    return text
 
 def main():
-    port = int(sys.argv[1]); n = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
+    args = sys.argv[1:]
+    callgrind = None
+    if "--callgrind" in args:
+        i = args.index("--callgrind"); callgrind = args[i + 1]; del args[i:i + 2]
+    args = [a for a in args if a != "--ablate"]
+    port = int(args[0]); n = int(args[1]) if len(args) > 1 else 100_000
     r = Redis(port); r.pipe([("FLUSHALL",)])
+    if callgrind:
+        r.callgrind = callgrind.replace("%p", str(r.pid))
     acq, rel = r.load(script("acquire.lua")), r.load(script("release.lua"))
     nop = r.load("return {1, 1, 1, '', 1, 0}")
     pa = r.load(open(os.path.join(ROOT, "bench", "lua", "plain_acquire.lua")).read())
     pr = r.load(open(os.path.join(ROOT, "bench", "lua", "plain_release.lua")).read())
+    fa = r.load(open(os.path.join(ROOT, "bench", "lua", "fenced_hash_acquire.lua")).read())
+    fr = r.load(open(os.path.join(ROOT, "bench", "lua", "fenced_hash_release.lua")).read())
     ren = r.load(script("renew_many.lua"))
     def broker_acq(name, tok, sha=acq):
         k, line, until, permits = keys(name)
@@ -111,18 +183,28 @@ def main():
         "plain lock, acquire+release cycle": lambda: cycles(
             r, lambda nm, t: ("EVALSHA", pa, 2, "pl:" + nm, "pl:" + nm + ":f", t, 10000),
             lambda nm, t: ("EVALSHA", pr, 1, "pl:" + nm, t), n),
+        "RFencedLock's calls (fenced_hash_*.lua), cycle": lambda: cycles(
+            r, lambda nm, t: ("EVALSHA", fa, 2, "{rf:" + nm + "}", "{rf:" + nm + "}:token", 10000, t),
+            lambda nm, t: ("EVALSHA", fr, 3, "{rf:" + nm + "}", "{rf:" + nm + "}:released",
+                           "{rf:" + nm + "}:unlock:" + t, 0, 10000, t, 10000), n),
         "two scripts that only return (broker's arguments)": lambda: cycles(
             r, lambda nm, t: broker_acq(nm, t, nop), lambda nm, t: broker_rel(nm, t, nop), n),
     }
+    if "--ablate" in sys.argv:
+        for step, cuts in ABLATIONS.items():
+            a = r.load(ablated("acquire.lua", cuts)); b = r.load(ablated("release.lua", cuts))
+            phases[f"cycle without {step}"] = (lambda a, b: lambda: cycles(
+                r, lambda nm, t: broker_acq(nm, t, a), lambda nm, t: broker_rel(nm, t, b), n))(a, b)
     results = {k: [] for k in phases}; results["renew_many.lua, per renewed lease"] = []
     leases = [(f"renew/{i}", os.urandom(16).hex()) for i in range(10_000)]
     for i in range(0, len(leases), 500):
-        r.pipe([broker_acq(nm, t)[:9] + (60000,) + broker_acq(nm, t)[10:] for nm, t in leases[i:i + 500]])
+        r.pipe([broker_acq(nm, t)[:9] + (600000,) + broker_acq(nm, t)[10:] for nm, t in leases[i:i + 500]])
     for _ in range(3):
         for name, run in phases.items():
             results[name].append(run())
-        c0 = r.cpu()
-        for _ in range(10):
+        rounds = 1 if callgrind else 10
+        r.begin()
+        for _ in range(rounds):
             cmds = []
             for i in range(0, len(leases), 250):
                 ks, args = [], []
@@ -136,10 +218,16 @@ def main():
                          if isinstance(reply, bytes) else [item[0] for item in reply])
                 if any(code != b"1" for code in codes):
                     raise RuntimeError("a renewal failed")
-        results["renew_many.lua, per renewed lease"].append(1e6 * (r.cpu() - c0) / (10 * len(leases)))
-    print("Redis CPU, µs (min / median / max of 3 runs):")
+        results["renew_many.lua, per renewed lease"].append(r.end() / (rounds * len(leases)))
+    if callgrind:
+        print("Redis instructions, thousands (min / median / max of 3 runs):")
+        scale = 1e-3
+    else:
+        print("Redis CPU, µs (min / median / max of 3 runs):")
+        scale = 1
     for name, vs in results.items():
-        vs.sort(); print(f"  {name:52s} {vs[0]:6.1f} / {statistics.median(vs):6.1f} / {vs[-1]:6.1f}")
+        vs = sorted(v * scale for v in vs)
+        print(f"  {name:56s} {vs[0]:6.1f} / {statistics.median(vs):6.1f} / {vs[-1]:6.1f}")
 
 if __name__ == "__main__":
     main()
