@@ -39,8 +39,11 @@
 //   an id in flight (INVALID_ARGUMENT) cannot happen. Answers to unknown ids
 //   are ignored.
 // - Idle: a stream with nothing in flight and no lease to keep alive is
-//   half-closed (an open stream keeps the process alive, as the KeepAlive
-//   stream did only while leases were held).
+//   half-closed after IDLE_MS without an answer (an open stream keeps the
+//   process alive, as the KeepAlive stream did only while leases were
+//   held). Not at once: a caller that takes and gives back leases now and
+//   then kept opening a stream per lease, each costing the broker about what
+//   a unary call does.
 import type * as grpc from '@grpc/grpc-js';
 import { Brokers, markAnswered, notConnected } from './brokers';
 import { LeaseholdError, abortError, fromStatus, shuttingDown, status } from './errors';
@@ -50,6 +53,13 @@ import { now } from './lease';
 export type SessionMethod = 'Acquire' | 'Renew' | 'Release' | 'Heartbeat';
 
 const FIELD: Record<SessionMethod, string> = { Acquire: 'acquire', Renew: 'renew', Release: 'release', Heartbeat: 'heartbeat' };
+
+/**
+ * How long a stream with nothing in flight and no lease to keep alive stays
+ * open after its last answer: a process that does not close() its client
+ * exits at most this long after its last call.
+ */
+const IDLE_MS = 1_000;
 
 /** How long a replica that answered Session with UNIMPLEMENTED gets unary calls before it is asked again. */
 const UNSUPPORTED_FOR_MS = 60_000;
@@ -118,7 +128,9 @@ export class Sessions {
   readonly #changes = new Set<() => void>();
   #current: Stream | null = null;
   #ids = 0;
-  #idleCheck: NodeJS.Immediate | null = null;
+  #idleCheck: NodeJS.Timeout | null = null;
+  /** When the last answer arrived (the idle time counts from it). */
+  #lastAnswer = 0;
   #closed = false;
   /** The rejections of the requests close() cancelled, delivered as it returns. */
   #cancelled: (() => void)[] = [];
@@ -181,12 +193,15 @@ export class Sessions {
   }
 
   /**
-   * Half-closes the stream in use if nothing is in flight and no lease needs
-   * it: an open stream keeps the process alive.
+   * Half-closes the stream in use if nothing is in flight, no lease needs it
+   * and nothing was answered for IDLE_MS (else looks again then): an open
+   * stream keeps the process alive.
    */
   idle(): void {
     const s = this.#current;
     if (!s || s.pending.size > 0 || this.#hooks.busy()) return;
+    const left = this.#lastAnswer + IDLE_MS - now();
+    if (left > 0) return this.#idleIn(left);
     this.#retire(s);
   }
 
@@ -200,7 +215,7 @@ export class Sessions {
     const end = now() + timeoutMs;
     await this.#until(() => [...this.#streams].every((s) => s.pending.size === 0), end);
     this.#closed = true;
-    if (this.#idleCheck) clearImmediate(this.#idleCheck);
+    if (this.#idleCheck) clearTimeout(this.#idleCheck);
     for (const s of this.#streams) this.#retire(s);
     await this.#until(() => this.#streams.size === 0, end);
     for (const s of [...this.#streams]) this.#reset(s, 'the client is closed');
@@ -372,12 +387,20 @@ export class Sessions {
   // -- bookkeeping -----------------------------------------------------------
 
   /** An idle check once the answer's callers ran (they may add a lease). */
+  /** After an answer: the stream may be idle from now. */
   #idleSoon(): void {
+    this.#lastAnswer = now();
+    this.#idleIn(IDLE_MS);
+  }
+
+  #idleIn(ms: number): void {
     if (this.#idleCheck || this.#closed) return;
-    this.#idleCheck = setImmediate(() => {
+    this.#idleCheck = setTimeout(() => {
       this.#idleCheck = null;
       this.idle();
-    });
+    }, ms);
+    // The open stream keeps the process alive until then, not this timer.
+    this.#idleCheck.unref();
   }
 
   #changed(): void {

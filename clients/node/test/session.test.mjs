@@ -57,6 +57,22 @@ describe('the Session stream', () => {
     }
   });
 
+  test('a caller that takes and gives back a lease now and then keeps its one stream while it does', async () => {
+    const { client, lines, opened } = logged(broker.address);
+    try {
+      for (let i = 0; i < 5; i++) {
+        const lease = await client.acquire(lockName('now-and-then'), { ttlMs: 5000 });
+        await lease.release();
+        // Other work between two leases: timers and I/O run, the stream idles.
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(opened(), 1, `one stream for five leases taken apart: ${lines.join('\n')}`);
+      await eventually(async () => (await gauge(broker, 'leasehold_session_streams')) === 0, 'the stream ended once idle');
+    } finally {
+      await client.close();
+    }
+  });
+
   test('concurrency: sixty acquires and releases at once over the one stream, answered out of order; a wait holds up nothing', async () => {
     const { client, lines, opened } = logged(broker.address);
     try {
