@@ -386,8 +386,7 @@ export class Sessions {
 
   // -- bookkeeping -----------------------------------------------------------
 
-  /** An idle check once the answer's callers ran (they may add a lease). */
-  /** After an answer: the stream may be idle from now. */
+  /** After an answer: the stream may be idle from now (its callers may yet add a lease). */
   #idleSoon(): void {
     this.#lastAnswer = now();
     this.#idleIn(IDLE_MS);

@@ -82,8 +82,9 @@ fn encode_delimiters(userinfo: &str) -> String {
     let mut encoded = String::with_capacity(userinfo.len());
     for c in userinfo.chars() {
         match c {
-            '/' | '?' | '#' | '@' => encoded.push_str(&format!("%{:02X}", c as u32)),
-            c if c.is_ascii_control() => encoded.push_str(&format!("%{:02X}", c as u32)),
+            c if matches!(c, '/' | '?' | '#' | '@') || c.is_ascii_control() => {
+                encoded.push_str(&format!("%{:02X}", c as u32));
+            }
             c => encoded.push(c),
         }
     }
