@@ -28,7 +28,7 @@ use leasehold_server::{
 use crate::{
     broker::{direct_store, start_broker, OwnBroker},
     probe::{cpu_seconds, Memory, Probe},
-    soak::{acquire_many, rss_mib, stagger, stream, Tally},
+    soak::{acquire_many, rss_mib, stagger, stream, Heartbeats, Tally},
     stats::{micros, millis, percentile},
     EXIT_BROKER_ERROR,
 };
@@ -58,6 +58,11 @@ pub struct HeartbeatsArgs {
     /// `--worker-threads` of the broker under test (0: one per core).
     #[arg(long, default_value_t = 1)]
     broker_worker_threads: usize,
+    /// How the broker side's streams carry their heartbeats: KeepAlive
+    /// streams, or Session streams (the clients' default), the heartbeats as
+    /// their messages.
+    #[arg(long, value_enum, default_value_t = Heartbeats::Keepalive)]
+    heartbeats: Heartbeats,
     /// An etcd endpoint (e.g. `http://127.0.0.1:2379`): keep as many etcd
     /// leases alive over as many LeaseKeepAlive streams too (a row "etcd").
     #[arg(long)]
@@ -133,8 +138,12 @@ async fn run(args: HeartbeatsArgs) -> Result<u64, String> {
         )),
         None => None,
     };
+    let over = match args.heartbeats {
+        Heartbeats::Keepalive => "KeepAlive",
+        Heartbeats::Session => "Session",
+    };
     println!(
-        "{} streams, a heartbeat each every {:?}, TTL {:?}, {:?} per side, on {store}",
+        "{} {over} streams, a heartbeat each every {:?}, TTL {:?}, {:?} per side, on {store}",
         args.streams, args.interval, args.ttl, args.duration
     );
     if let Some((_, pid)) = &etcd {
@@ -343,6 +352,7 @@ async fn through_broker(
         let offset = stagger(args.interval, i, count);
         tasks.push(tokio::spawn(stream(
             broker.grpc.clone(),
+            args.heartbeats,
             share,
             args.interval,
             offset,

@@ -12,8 +12,8 @@ use std::{
 };
 
 use leasehold_proto::{
-    session_request::Request, session_response::Response, AcquireRequest, Lease, ReleaseRequest,
-    SessionRequest, SessionResponse,
+    session_request::Request, session_response::Response, AcquireRequest, KeepAliveRequest,
+    KeepAliveResponse, Lease, ReleaseRequest, SessionRequest, SessionResponse,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
@@ -121,6 +121,14 @@ impl SessionLink {
         {
             Response::Release(_) => Ok(()),
             other => Err(format!("not a release: {other:?}")),
+        }
+    }
+
+    /// Sends a heartbeat (the KeepAlive message, as a Session request).
+    pub async fn heartbeat(&self, request: KeepAliveRequest) -> Result<KeepAliveResponse, String> {
+        match self.call(Request::Heartbeat(request)).await? {
+            Response::Heartbeat(answer) => Ok(answer),
+            other => Err(format!("not a heartbeat's answer: {other:?}")),
         }
     }
 }

@@ -18,10 +18,14 @@ use std::{
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use leasehold_proto::{lease_status::State, AcquireRequest, KeepAliveRequest, LeaseRef};
+use leasehold_proto::{
+    lease_status::State, AcquireRequest, KeepAliveRequest, KeepAliveResponse, LeaseRef,
+};
 use leasehold_server::duration::parse_duration;
+use tonic::Streaming;
 
 use crate::{
+    session::SessionLink,
     stats::{micros, millis},
     EXIT_BROKER_ERROR,
 };
@@ -117,6 +121,7 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
         let tally = Arc::clone(&tally);
         tasks.push(tokio::spawn(stream(
             grpc.clone(),
+            Heartbeats::Keepalive,
             share,
             args.interval,
             offset,
@@ -196,9 +201,20 @@ pub fn stagger(interval: Duration, i: usize, count: usize) -> Duration {
     interval * i / count
 }
 
-/// One stream: a heartbeat naming all of `leases` every `interval`.
+/// How a stream's heartbeats reach the broker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Heartbeats {
+    /// A KeepAlive stream per share.
+    Keepalive,
+    /// A Session stream per share, the heartbeats as its messages.
+    Session,
+}
+
+/// One stream: a heartbeat naming all of `leases` every `interval`, on a
+/// KeepAlive stream or as messages of a Session stream (`how`).
 pub async fn stream(
     mut grpc: crate::broker::BenchClient,
+    how: Heartbeats,
     leases: Vec<LeaseRef>,
     interval: Duration,
     offset: Duration,
@@ -206,46 +222,69 @@ pub async fn stream(
     tally: Arc<Tally>,
 ) {
     tokio::time::sleep(offset).await;
-    let (tx, rx) = mpsc::channel(1);
-    let Ok(response) = grpc.keep_alive(ReceiverStream::new(rx)).await else {
-        tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
-        return;
+    let mut link = match how {
+        Heartbeats::Keepalive => {
+            let (tx, rx) = mpsc::channel(1);
+            match grpc.keep_alive(ReceiverStream::new(rx)).await {
+                Ok(response) => Link::KeepAlive(tx, Box::new(response.into_inner())),
+                Err(_) => Link::Down,
+            }
+        }
+        Heartbeats::Session => match SessionLink::open(&mut grpc).await {
+            Ok(link) => Link::Session(link),
+            Err(_) => Link::Down,
+        },
     };
-    let mut responses = response.into_inner();
     let mut tick = tokio::time::interval(interval);
     let mut seq = 0;
     while Instant::now() < end {
         tick.tick().await;
         seq += 1;
         let sent = Instant::now();
-        if tx
-            .send(KeepAliveRequest {
-                seq,
-                leases: leases.clone(),
-            })
-            .await
-            .is_err()
-        {
+        let request = KeepAliveRequest {
+            seq,
+            leases: leases.clone(),
+        };
+        let Some(answer) = link.beat(request).await else {
+            tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
             break;
+        };
+        let rtt = micros(sent.elapsed());
+        let lost = answer
+            .leases
+            .iter()
+            .filter(|s| s.state() == State::Lost)
+            .count();
+        tally.lost.fetch_add(lost as u64, Ordering::Relaxed);
+        tally.heartbeats.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut rtts) = tally.rtts_us.lock() {
+            rtts.push(rtt);
         }
-        match responses.message().await {
-            Ok(Some(answer)) => {
-                let rtt = micros(sent.elapsed());
-                let lost = answer
-                    .leases
-                    .iter()
-                    .filter(|s| s.state() == State::Lost)
-                    .count();
-                tally.lost.fetch_add(lost as u64, Ordering::Relaxed);
-                tally.heartbeats.fetch_add(1, Ordering::Relaxed);
-                if let Ok(mut rtts) = tally.rtts_us.lock() {
-                    rtts.push(rtt);
-                }
+    }
+}
+
+/// A stream that carries heartbeats.
+enum Link {
+    KeepAlive(
+        mpsc::Sender<KeepAliveRequest>,
+        Box<Streaming<KeepAliveResponse>>,
+    ),
+    Session(Arc<SessionLink>),
+    /// It could not be opened.
+    Down,
+}
+
+impl Link {
+    /// Sends one heartbeat and reads its answer; `None` when the stream
+    /// broke or refused it.
+    async fn beat(&mut self, request: KeepAliveRequest) -> Option<KeepAliveResponse> {
+        match self {
+            Link::KeepAlive(tx, responses) => {
+                tx.send(request).await.ok()?;
+                responses.message().await.ok().flatten()
             }
-            _ => {
-                tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
-                break;
-            }
+            Link::Session(link) => link.heartbeat(request).await.ok(),
+            Link::Down => None,
         }
     }
 }

@@ -429,6 +429,38 @@ fn heartbeats_row<'a>(text: &'a str, leases: &str, side: &str) -> Vec<&'a str> {
         .unwrap_or_else(|| panic!("no {leases} {side} row in\n{text}"))
 }
 
+/// `heartbeats --heartbeats session` keeps the leases alive with heartbeats
+/// sent as messages of Session streams: with a TTL shorter than the run,
+/// none is lost.
+#[tokio::test]
+async fn the_heartbeats_benchmark_runs_over_session_streams() {
+    let redis = RedisServer::start();
+    let text = bench(&[
+        "heartbeats",
+        "--store",
+        &redis.url(),
+        "--leases",
+        "200",
+        "--streams",
+        "4",
+        "--interval",
+        "300ms",
+        "--ttl",
+        "1500ms",
+        "--duration",
+        "3s",
+        "--heartbeats",
+        "session",
+    ])
+    .await;
+    assert!(
+        row(&text, "4 Session streams").contains("on Redis"),
+        "{text}"
+    );
+    let fields = heartbeats_row(&text, "200", "broker");
+    assert_eq!(fields[4], "0", "lost: {}", fields.join(" "));
+}
+
 /// On PostgreSQL, the heartbeat benchmark keeps leases alive through a
 /// broker of its own and straight through the store layer, loses none, and
 /// reports the database's CPU (its process tree, read from /proc) and the
@@ -452,7 +484,10 @@ async fn the_heartbeats_benchmark_runs_on_postgres() {
         "2s",
     ])
     .await;
-    assert!(row(&text, "2 streams").ends_with("on PostgreSQL"), "{text}");
+    assert!(
+        row(&text, "2 KeepAlive streams").ends_with("on PostgreSQL"),
+        "{text}"
+    );
     let header = row(&text, " leases");
     for column in ["PostgreSQL CPU", "PostgreSQL RSS MiB", "PostgreSQL data"] {
         assert!(header.contains(column), "{header}");
