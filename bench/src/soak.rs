@@ -119,15 +119,21 @@ async fn run(args: SoakArgs) -> Result<u64, String> {
         // rather than all beating at the same instant.
         let offset = stagger(args.interval, i, count);
         let tally = Arc::clone(&tally);
-        tasks.push(tokio::spawn(stream(
-            grpc.clone(),
-            Heartbeats::Keepalive,
-            share,
-            args.interval,
-            offset,
-            end,
-            tally,
-        )));
+        let grpc = grpc.clone();
+        // The stream ends as its task does (the broker then looks at its
+        // leases past their TTL: the soak keeps them alive to the end).
+        tasks.push(tokio::spawn(async move {
+            stream(
+                grpc,
+                Heartbeats::Keepalive,
+                share,
+                args.interval,
+                offset,
+                end,
+                tally,
+            )
+            .await;
+        }));
     }
 
     if args.churn > 0 {
@@ -211,7 +217,9 @@ pub enum Heartbeats {
 }
 
 /// One stream: a heartbeat naming all of `leases` every `interval`, on a
-/// KeepAlive stream or as messages of a Session stream (`how`).
+/// KeepAlive stream or as messages of a Session stream (`how`), until
+/// `end`. Returns the stream, still open (dropping it ends it), unless it
+/// broke.
 pub async fn stream(
     mut grpc: crate::broker::BenchClient,
     how: Heartbeats,
@@ -220,7 +228,7 @@ pub async fn stream(
     offset: Duration,
     end: Instant,
     tally: Arc<Tally>,
-) {
+) -> Option<Link> {
     tokio::time::sleep(offset).await;
     let mut link = match how {
         Heartbeats::Keepalive => {
@@ -247,7 +255,7 @@ pub async fn stream(
         };
         let Some(answer) = link.beat(request).await else {
             tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
-            break;
+            return None;
         };
         let rtt = micros(sent.elapsed());
         let lost = answer
@@ -261,10 +269,11 @@ pub async fn stream(
             rtts.push(rtt);
         }
     }
+    Some(link)
 }
 
 /// A stream that carries heartbeats.
-enum Link {
+pub enum Link {
     KeepAlive(
         mpsc::Sender<KeepAliveRequest>,
         Box<Streaming<KeepAliveResponse>>,
@@ -277,7 +286,7 @@ enum Link {
 impl Link {
     /// Sends one heartbeat and reads its answer; `None` when the stream
     /// broke or refused it.
-    async fn beat(&mut self, request: KeepAliveRequest) -> Option<KeepAliveResponse> {
+    pub async fn beat(&mut self, request: KeepAliveRequest) -> Option<KeepAliveResponse> {
         match self {
             Link::KeepAlive(tx, responses) => {
                 tx.send(request).await.ok()?;
