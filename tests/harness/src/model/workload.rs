@@ -361,11 +361,16 @@ impl Client {
     /// broker (opened if it has none, or its last one ended), answered
     /// within `limit`; past it, the request is cancelled on the broker and
     /// the call's outcome is unknown, as a unary call's past its deadline.
-    async fn over_session(
+    /// `answer` takes the answer of the request's kind out of the response
+    /// (or gives back a response of another kind; `what`: the one
+    /// expected), so that the result reads as the unary call's.
+    async fn over_session<T>(
         &mut self,
         request: session_request::Request,
         limit: Duration,
-    ) -> Result<Result<session_response::Response, Status>, tokio::time::error::Elapsed> {
+        answer: fn(session_response::Response) -> Result<T, session_response::Response>,
+        what: &str,
+    ) -> Result<Result<tonic::Response<T>, Status>, tokio::time::error::Elapsed> {
         let i = self.rng.index(self.brokers.len());
         if !self.links[i].as_ref().is_some_and(Link::alive) {
             self.links[i] = None;
@@ -377,13 +382,15 @@ impl Client {
             }
         }
         let link = self.links[i].as_mut().expect("opened above");
-        let (id, answer) = link.send(request).await;
-        match tokio::time::timeout(limit, answer).await {
-            Ok(answer) => Ok(answer
+        let (id, answered) = link.send(request).await;
+        match tokio::time::timeout(limit, answered).await {
+            Ok(answered) => Ok(answered
                 .unwrap_or_else(|_| Err(Status::unavailable("the Session stream ended")))
                 .and_then(|response| match response {
                     session_response::Response::Error(error) => Err(status_of(error)),
-                    other => Ok(other),
+                    other => answer(other)
+                        .map(tonic::Response::new)
+                        .map_err(|other| Status::internal(format!("not {what}: {other:?}"))),
                 })),
             Err(elapsed) => {
                 link.cancel(id);
@@ -647,14 +654,16 @@ impl Client {
         let sent = Instant::now();
         let limit = Duration::from_millis(wait_ms) + DEADLINE;
         let result = if self.rng.chance(0.5) {
-            self.over_session(session_request::Request::Acquire(request), limit)
-                .await
-                .map(|r| {
-                    r.and_then(|response| match response {
-                        session_response::Response::Acquire(a) => Ok(tonic::Response::new(a)),
-                        other => Err(Status::internal(format!("not a grant: {other:?}"))),
-                    })
-                })
+            self.over_session(
+                session_request::Request::Acquire(request),
+                limit,
+                |r| match r {
+                    session_response::Response::Acquire(a) => Ok(a),
+                    other => Err(other),
+                },
+                "a grant",
+            )
+            .await
         } else {
             let mut broker = self.broker();
             tokio::time::timeout(limit, broker.acquire(request)).await
@@ -729,14 +738,16 @@ impl Client {
             ttl_ms,
         };
         let result = if self.rng.chance(0.5) {
-            self.over_session(session_request::Request::Renew(request), DEADLINE)
-                .await
-                .map(|r| {
-                    r.and_then(|response| match response {
-                        session_response::Response::Renew(r) => Ok(tonic::Response::new(r)),
-                        other => Err(Status::internal(format!("not a renewal: {other:?}"))),
-                    })
-                })
+            self.over_session(
+                session_request::Request::Renew(request),
+                DEADLINE,
+                |r| match r {
+                    session_response::Response::Renew(r) => Ok(r),
+                    other => Err(other),
+                },
+                "a renewal",
+            )
+            .await
         } else {
             let mut broker = self.broker();
             tokio::time::timeout(DEADLINE, broker.renew(request)).await
@@ -777,14 +788,17 @@ impl Client {
                 name: name.into(),
                 owner_token: token.into(),
             };
-            self.over_session(session_request::Request::Release(request), DEADLINE)
-                .await
-                .map(|r| {
-                    r.and_then(|response| match response {
-                        session_response::Response::Release(_) => Ok(()),
-                        other => Err(Status::internal(format!("not a release: {other:?}"))),
-                    })
-                })
+            self.over_session(
+                session_request::Request::Release(request),
+                DEADLINE,
+                |r| match r {
+                    session_response::Response::Release(_) => Ok(()),
+                    other => Err(other),
+                },
+                "a release",
+            )
+            .await
+            .map(|r| r.map(|_| ()))
         } else {
             let request = ReleaseRequest {
                 name: name.into(),
