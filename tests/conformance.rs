@@ -1336,11 +1336,33 @@ macro_rules! conformance_on {
     };
 }
 
+/// The suite on Redis with the broker writing lease records in the format
+/// every broker before format 2 wrote (`--redis-record-format 1`, for a
+/// rolling update from one): held to the same contract.
+macro_rules! conformance_on_redis_record_format_1 {
+    ([$($test:ident),* $(,)?]) => {
+        mod redis_record_format_1 {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let open = crate::common::backends::Backend::open_redis(
+                        "conf:",
+                        std::time::Duration::from_secs(2),
+                        leasehold_server::store::RecordFormat::V1,
+                    );
+                    super::$test(&open.store, open.timing).await;
+                }
+            )*
+        }
+    };
+}
+
 /// The suite on every backend of the harness's one list
-/// (`common::for_each_backend!`).
+/// (`common::for_each_backend!`), and on Redis in record format 1.
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         common::for_each_backend!(conformance_on, [$($test),*]);
+        conformance_on_redis_record_format_1!([$($test),*]);
     };
 }
 

@@ -48,18 +48,19 @@ def constants():
     return {n: int(v.replace("_", "")) for n, v in
             re.findall(r"^\s*([A-Z][A-Z0-9_]*) = (-?[\d_]+);", block, re.M)}
 
-def fill(text):
+def fill(text, fmt=2):
     c = constants()
+    text = text.replace("__RECORD_FORMAT__", str(fmt))
     text = text.replace("__CONSTANTS__", "".join(f"local {n} = {v}\n" for n, v in c.items()))
     return re.sub(r"__([A-Z][A-Z0-9_]*)__", lambda m: str(c[m.group(1)]), text)
 
-def script(name, batched=False):
+def script(name, batched=False, fmt=2):
     body = open(os.path.join(LUA, name)).read()
     uses = re.search(r"^-- Uses: (.*)$", body, re.M)
     parts = [p for p in re.findall(r"[\w]+\.lua", uses.group(1))] if uses else []
     if batched:
         body = BATCH.replace("__BODY__", body)
-    return fill("".join(open(os.path.join(LUA, p)).read() for p in parts) + body)
+    return fill("".join(open(os.path.join(LUA, p)).read() for p in parts) + body, fmt)
 
 # A script that runs another's body once per call batched into it (what
 # coalescing concurrent calls into one script run would save Redis; the
@@ -199,12 +200,12 @@ def main():
     if callgrind:
         r.callgrind = callgrind.replace("%p", str(r.pid))
     acq, rel = r.load(script("acquire.lua")), r.load(script("release.lua"))
+    acq1, rel1 = r.load(script("acquire.lua", fmt=1)), r.load(script("release.lua", fmt=1))
     nop = r.load("return {1, 1, 1, '', 1, 0}")
     pa = r.load(open(os.path.join(ROOT, "bench", "lua", "plain_acquire.lua")).read())
     pr = r.load(open(os.path.join(ROOT, "bench", "lua", "plain_release.lua")).read())
     fa = r.load(open(os.path.join(ROOT, "bench", "lua", "fenced_hash_acquire.lua")).read())
     fr = r.load(open(os.path.join(ROOT, "bench", "lua", "fenced_hash_release.lua")).read())
-    ren = r.load(script("renew_many.lua"))
     def broker_acq(name, tok, sha=acq):
         k, line, until, permits = keys(name)
         return ("EVALSHA", sha, 5, k, line, until, permits, "{b:}fences", tok, 10000, "", 0, 0, k + ":granted", 0, 3000)
@@ -213,6 +214,8 @@ def main():
         return ("EVALSHA", sha, 4, k, permits, line, until, tok, k + ":released")
     phases = {
         "broker scripts, acquire+release cycle": lambda: cycles(r, broker_acq, broker_rel, n),
+        "broker scripts, record format 1, cycle": lambda: cycles(
+            r, lambda nm, t: broker_acq(nm, t, acq1), lambda nm, t: broker_rel(nm, t, rel1), n),
         "plain lock, acquire+release cycle": lambda: cycles(
             r, lambda nm, t: ("EVALSHA", pa, 2, "pl:" + nm, "pl:" + nm + ":f", t, 10000),
             lambda nm, t: ("EVALSHA", pr, 1, "pl:" + nm, t), n),
@@ -237,13 +240,17 @@ def main():
             a = r.load(ablated("acquire.lua", cuts)); b = r.load(ablated("release.lua", cuts))
             phases[f"cycle without {step}"] = (lambda a, b: lambda: cycles(
                 r, lambda nm, t: broker_acq(nm, t, a), lambda nm, t: broker_rel(nm, t, b), n))(a, b)
-    results = {k: [] for k in phases}; results["renew_many.lua, per renewed lease"] = []
-    leases = [(f"renew/{i}", os.urandom(16).hex()) for i in range(10_000)]
-    for i in range(0, len(leases), 500):
-        r.pipe([broker_acq(nm, t)[:9] + (600000,) + broker_acq(nm, t)[10:] for nm, t in leases[i:i + 500]])
-    for _ in range(3):
-        for name, run in phases.items():
-            results[name].append(run())
+    # Renewals: 10,000 leases per record format, granted and renewed by
+    # the scripts of that format.
+    renewals = {}
+    for fmt, grant in ((2, acq), (1, acq1)):
+        label = "renew_many.lua, per renewed lease" + ("" if fmt == 2 else ", record format 1")
+        leases = [(f"renew{fmt}/{i}", os.urandom(16).hex()) for i in range(10_000)]
+        for i in range(0, len(leases), 500):
+            r.pipe([broker_acq(nm, t, grant)[:9] + (600000,) + broker_acq(nm, t, grant)[10:]
+                    for nm, t in leases[i:i + 500]])
+        renewals[label] = (r.load(script("renew_many.lua", fmt=fmt)), leases)
+    def renew_all(ren, leases):
         rounds = 1 if callgrind else 10
         r.begin()
         for _ in range(rounds):
@@ -260,7 +267,13 @@ def main():
                          if isinstance(reply, bytes) else [item[0] for item in reply])
                 if any(code != b"1" for code in codes):
                     raise RuntimeError("a renewal failed")
-        results["renew_many.lua, per renewed lease"].append(r.end() / (rounds * len(leases)))
+        return r.end() / (rounds * len(leases))
+    for label, (ren, leases) in renewals.items():
+        phases[label] = (lambda ren, leases: lambda: renew_all(ren, leases))(ren, leases)
+    results = {k: [] for k in phases}
+    for _ in range(3):
+        for name, run in phases.items():
+            results[name].append(run())
     if callgrind:
         print("Redis instructions, thousands (min / median / max of 3 runs):")
         scale = 1e-3

@@ -75,6 +75,17 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_REPLICA_ACK_TIMEOUT", default_value = "500ms", value_parser = parse_duration)]
     pub replica_ack_timeout: Duration,
 
+    /// The format of the lease records written to a Redis store: 2 (the
+    /// default) writes each lease as one string, with its expiry, in one
+    /// command; 1 writes the hash every broker before format 2 wrote. Both
+    /// are always read. Brokers before format 2 cannot read it: while any
+    /// of them serves the same Redis (a rolling update from one), run the
+    /// new ones with 1, then restart them without it (docs/operations.md,
+    /// "Upgrading").
+    #[arg(long, env = "LEASEHOLD_REDIS_RECORD_FORMAT", default_value_t = 2,
+          value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub redis_record_format: u8,
+
     /// Pooled connections each broker opens to a PostgreSQL store (one more
     /// for LISTEN). A store call holds one for one short statement, so a few
     /// serve thousands of calls a second; raise it for many concurrent
@@ -537,6 +548,11 @@ impl ServeConfig {
             connections: self.store_connections,
             tls_ca: read("--store-ca", &self.store_ca)?,
             tls_client: client_cert.zip(client_key),
+            record_format: if self.redis_record_format == 1 {
+                crate::store::RecordFormat::V1
+            } else {
+                crate::store::RecordFormat::V2
+            },
         })
     }
 
@@ -553,6 +569,7 @@ impl ServeConfig {
             store_timeout: Duration::from_secs(1),
             replica_acks: 0,
             replica_ack_timeout: Duration::from_millis(500),
+            redis_record_format: 2,
             store_connections: 16,
             health_interval: Duration::from_secs(1),
             store_unsafe: StoreUnsafe::Refuse,

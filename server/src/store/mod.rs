@@ -56,7 +56,7 @@ mod watch;
 pub use self::etcd::EtcdStore;
 pub use self::memory::MemoryStore;
 pub use self::postgres::{schema_for, PostgresStore};
-pub use self::redis::{lease_key, RedisStore, SCRIPTS, SCRIPT_CONSTANTS};
+pub use self::redis::{lease_key, RecordFormat, RedisStore, SCRIPTS, SCRIPT_CONSTANTS};
 pub use self::watch::Watch;
 // For the fuzz targets (see `crate::fuzzing`): the parsers of URLs and of
 // script replies.
@@ -93,6 +93,9 @@ pub struct StoreOptions {
     /// For a `rediss://` store: a client certificate and key (PEM), for a
     /// Redis that requires them (`tls-auth-clients yes`, its default).
     pub tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    /// For a Redis store: the format of the lease records written (both
+    /// are read; brokers before format 2 read only format 1).
+    pub record_format: RecordFormat,
 }
 
 impl StoreOptions {
@@ -107,6 +110,7 @@ impl StoreOptions {
             connections: 16,
             tls_ca: None,
             tls_client: None,
+            record_format: RecordFormat::default(),
         }
     }
 }

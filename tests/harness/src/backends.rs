@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use leasehold_server::store::{Store, StoreOptions};
+use leasehold_server::store::{RecordFormat, Store, StoreOptions};
 
 use crate::{etcd::EtcdServer, postgres::PostgresServer, RedisServer};
 
@@ -169,6 +169,21 @@ impl Backend {
                     _server: Some(Box::new(etcd)),
                 }
             }
+        }
+    }
+
+    /// Starts a redis-server on a free loopback port and opens a store on
+    /// it that writes lease records in `format` ([`Backend::Redis`] writes
+    /// the default format).
+    pub fn open_redis(key_prefix: &str, timeout: Duration, format: RecordFormat) -> OpenStore {
+        let redis = RedisServer::start();
+        let mut options = StoreOptions::new(key_prefix, timeout);
+        options.record_format = format;
+        OpenStore {
+            store: Store::open(&redis.url(), &options)
+                .unwrap_or_else(|e| panic!("open the redis store: {e}")),
+            timing: Timing::EXACT,
+            _server: Some(Box::new(redis)),
         }
     }
 

@@ -1,7 +1,7 @@
 -- acquire.lua: grant the lease on a lock name if nobody holds it, it is not
 -- in its lock-delay, and nobody queued before the caller is still waiting.
 --
--- KEYS[1]  the lease hash of the name: {prefix}{name}
+-- KEYS[1]  the lease record of the name (record.lua): {prefix}{name}
 -- KEYS[2]  the line of the name (a sorted set, token -> arrival sequence):
 --          {prefix}{name}:line (see line.lua)
 -- KEYS[3]  the places of the line (a sorted set, token -> ms deadline):
@@ -44,69 +44,62 @@
 --         position: the caller's place in the queue (1 = next; 0 = not in
 --         it); queued: the queue's length.
 --
--- The lease hash has fields o (owner token), f (fence), h (holder label),
--- t (TTL ms), g (grant time ms), e (expiry time ms) and d (lock-delay ms),
--- all by the Redis clock. The lease ends at e; the key lives until e plus
--- its lock-delay plus LINGER_MS (constants.lua), so that the delay outlasts
--- the lease and the holder's late renewal or release still finds its own
--- expired lease: a loss is reported once, to whoever learns it first (the
--- holder, the broker of its broken stream, or the next grant), and field n
--- marks it reported. A hash without o is a tombstone, left by revoke.lua
--- (r: the revoked token, u: the end of the lock-delay); a release deletes
--- the hash. Releases and revocations are recorded per token apart from it
--- (constants.lua: end records), so a grant has nothing to carry over; what
--- it does record is the end of the expired lease it replaces ('e<fence>'),
--- whose holder would otherwise find no trace of its token and be told "not
--- held" instead of "expired, reported already".
--- Brokers before those records kept x (the last released token) and r in
--- the hash; a grant removes both, and mutual exclusion never depended on
--- them.
+-- The lease record (record.lua: its fields and formats) ends at e; the
+-- key lives until e plus its lock-delay plus LINGER_MS (constants.lua), so
+-- that the delay outlasts the lease and the holder's late renewal or
+-- release still finds its own expired lease: a loss is reported once, to
+-- whoever learns it first (the holder, the broker of its broken stream, or
+-- the next grant), and field n marks it reported. A record without o is a
+-- tombstone, left by revoke.lua; a release deletes the record. Releases
+-- and revocations are recorded per token apart from it (constants.lua: end
+-- records), so a grant has nothing to carry over; what it does record is
+-- the end of the expired lease it replaces ('e<fence>'), whose holder would
+-- otherwise find no trace of its token and be told "not held" instead of
+-- "expired, reported already".
 --
 -- The fence comes from the counter, raised past the name's last fence, the
 -- clock and the broker's floor (fence.lua).
 --
--- The uncontended grant (a free name, no line, no permits) costs seven
--- redis.call: HMGET, TIME, EXISTS (line and permits in one), SET ... GET
--- (the fence), HSET, PEXPIRE, PUBLISH. The record is written in place:
--- only fields of the lease or tombstone replaced that a new one must not
--- keep (n, u, r, x) are deleted, when present. Replacing an expired lease
--- costs one SET more (its end record); dropping expired permits one DEL,
--- and a SET each.
+-- The uncontended grant (a free name, no line, no permits) costs six
+-- redis.call in format 2: GET, TIME, EXISTS (line and permits in one),
+-- SET ... GET (the fence), SET ... PX (the record), PUBLISH; format 1
+-- takes an HMGET for the GET, and an HSET and a PEXPIRE for the record's
+-- SET (and an HDEL when the record replaced has fields the new one must
+-- not keep). Replacing an expired lease costs one SET more (its end
+-- record); dropping expired permits one DEL, and a SET each.
 --
--- Uses: constants.lua, line.lua, queue.lua, fence.lua.
+-- Uses: constants.lua, record.lua, line.lua, queue.lua, fence.lua.
 local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
 local key, permits, counter = KEYS[1], KEYS[4], KEYS[5]
 local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]), permits)
 local now_ms = waiter.now_ms
 
-local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u', 'n', 'r', 'x')
-if l[1] then
-  local expiry = tonumber(l[6])
+local l = read_lease(key, now_ms)
+if l.o then
   -- A lease never has more than its TTL left: more means the Redis clock
   -- stepped back since it was written. Count its TTL from now instead, so
   -- that a dead holder's lease ends within its TTL, not the TTL plus the
   -- step (its holder's own deadline, counted on its monotonic clock, is
   -- earlier still).
-  if expiry - now_ms > tonumber(l[5]) then
-    expiry = now_ms + tonumber(l[5])
-    redis.call('HSET', key, 'e', string.format('%d', expiry))
-    redis.call('PEXPIRE', key, tonumber(l[5]) + tonumber(l[7] or '0') + LINGER_MS)
+  if l.left > tonumber(l.t) then
+    l.left = tonumber(l.t)
+    update_lease(key, l, 'left', l.left + tonumber(l.d) + LINGER_MS)
   end
-  if now_ms < expiry then
-    if l[1] == token then
-      return {GRANT_GRANTED, tonumber(l[2]), tonumber(l[5]), '', tonumber(l[4]), 0}
+  if l.left > 0 then
+    if l.o == token then
+      return {GRANT_GRANTED, tonumber(l.f), tonumber(l.t), '', tonumber(l.g), 0}
     end
     local position = wait_in_line(waiter)
-    return {GRANT_HELD, tonumber(l[2]), expiry - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
+    return {GRANT_HELD, tonumber(l.f), l.left, l.h, tonumber(l.g), position, redis.call('ZCARD', queue)}
   end
-  local delay_end = expiry + tonumber(l[7] or '0')
-  if now_ms < delay_end then
+  local delay_left = l.left + tonumber(l.d)
+  if delay_left > 0 then
     local position = wait_in_line(waiter)
-    return {GRANT_LOCK_DELAY, tonumber(l[2]), delay_end - now_ms, l[3], tonumber(l[4]), position, redis.call('ZCARD', queue)}
+    return {GRANT_LOCK_DELAY, tonumber(l.f), delay_left, l.h, tonumber(l.g), position, redis.call('ZCARD', queue)}
   end
-elseif l[8] and now_ms < tonumber(l[8]) then
+elseif l.u and now_ms < tonumber(l.u) then
   local position = wait_in_line(waiter)
-  return {GRANT_LOCK_DELAY, tonumber(l[2]), tonumber(l[8]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
+  return {GRANT_LOCK_DELAY, tonumber(l.f), tonumber(l.u) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
 end
 
 -- Held as a semaphore: blocked until its permits are gone.
@@ -134,27 +127,27 @@ if has_permits then
   end
   if first_expiry then
     local position = wait_in_line(waiter)
-    return {GRANT_HELD, tonumber(l[2] or '0'), first_expiry - now_ms, '(semaphore permits)', 0, position, redis.call('ZCARD', queue)}
+    return {GRANT_HELD, tonumber(l.f or '0'), first_expiry - now_ms, '(semaphore permits)', 0, position, redis.call('ZCARD', queue)}
   end
 end
 
 -- Free: the first in line gets it.
-local queued = take_turn(waiter, tonumber(l[2] or '0'))
+local queued = take_turn(waiter, tonumber(l.f or '0'))
 if queued then
   return queued
 end
-local last = tonumber(l[2] or '0')
+local last = tonumber(l.f or '0')
 -- Grant.
 local fence, fence_text = next_fence(counter, last, now_us, tonumber(ARGV[4]))
 -- An expired lease replaced here: its loss is reported now (unless its
 -- holder heard it already: n), and recorded for its token, which the new
 -- lease no longer names.
 local expired = 0
-if l[1] and l[1] ~= token then
-  if not l[9] then
+if l.o and l.o ~= token then
+  if not l.n then
     expired = 1
   end
-  record_end(key, l[1], 'e' .. l[2], LINGER_MS)
+  record_end(key, l.o, 'e' .. l.f, LINGER_MS)
 end
 -- Expired permits (none is live, or the name would not be free): dropped,
 -- reported now and recorded for their tokens, as semaphore_acquire.lua
@@ -168,18 +161,8 @@ if #stale > 0 then
   expired = expired + #stale
 end
 local ttl = tonumber(ARGV[2])
-local delay = tonumber(ARGV[5])
-redis.call('HSET', key,
-  'o', ARGV[1],
-  'f', fence_text,
-  'h', ARGV[3],
-  't', ARGV[2],
-  'g', string.format('%d', now_ms),
-  'e', string.format('%d', now_ms + ttl),
-  'd', ARGV[5])
-if l[8] or l[9] or l[10] or l[11] then
-  redis.call('HDEL', key, 'u', 'n', 'r', 'x')
-end
-redis.call('PEXPIRE', key, ttl + delay + LINGER_MS)
+write_lease(key, l, {o = token, f = fence_text, h = ARGV[3], t = ARGV[2],
+  g = string.format('%d', now_ms), d = ARGV[5], left = ttl, now_ms = now_ms},
+  ttl + tonumber(ARGV[5]) + LINGER_MS)
 redis.call('PUBLISH', ARGV[6], '')
 return {GRANT_GRANTED, fence, ttl, '', now_ms, expired}

@@ -33,7 +33,7 @@ __CONSTANTS__
 -- not per name: a name is held by many leases over time (handoffs) and at
 -- once (semaphore permits), and each must hear its own end however many
 -- came after it. The record is a key of its own
--- beside the structure the lease was in (the lease hash for a lock, the
+-- beside the structure the lease was in (the lease record for a lock, the
 -- permits hash for a permit), in the name's hash tag (so in its Cluster
 -- slot): '<key>:end:<token>', holding 'x' (released), 'r<fence>' (revoked)
 -- or 'e<fence>' (expired, its loss reported: the holder's next request is

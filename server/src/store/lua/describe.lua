@@ -1,6 +1,6 @@
 -- describe.lua: the current lease of a name, without its owner token.
 --
--- KEYS[1]  the lease hash of the name
+-- KEYS[1]  the lease record of the name (record.lua)
 -- KEYS[2]  the places of the name's line (see line.lua)
 -- KEYS[3]  the permits of the name, if it is a semaphore
 --
@@ -11,11 +11,12 @@
 --         left of a lock-delay (0 if none).
 --         waiters: callers queued for the name, on every broker, still alive;
 --         permits: the semaphore permits held now (0 for a plain lock).
+--
+-- Uses: constants.lua, record.lua.
 local key = KEYS[1]
-local l = redis.call('HMGET', key, 'o', 'f', 'h', 'g', 't', 'e', 'd', 'u')
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local fence = tonumber(l[2] or '0')
+local now_ms = clock_ms()
+local l = read_lease(key, now_ms)
+local fence = tonumber(l.f or '0')
 local waiters = redis.call('ZCOUNT', KEYS[2], now_ms, '+inf')
 local permits = 0
 local entries = redis.call('HGETALL', KEYS[3])
@@ -24,14 +25,13 @@ for i = 1, #entries, 2 do
     permits = permits + 1
   end
 end
-if l[1] then
-  local expiry = tonumber(l[6])
-  if now_ms < expiry then
-    return {1, fence, expiry - now_ms, l[3], tonumber(l[4]), tonumber(l[5]), tonumber(l[7] or '0'), waiters, permits}
+if l.o then
+  if l.left > 0 then
+    return {1, fence, l.left, l.h, tonumber(l.g), tonumber(l.t), tonumber(l.d), waiters, permits}
   end
-  return {0, fence, math.max(0, expiry + tonumber(l[7] or '0') - now_ms), waiters, permits}
+  return {0, fence, math.max(0, l.left + tonumber(l.d)), waiters, permits}
 end
-if l[8] then
-  return {0, fence, math.max(0, tonumber(l[8]) - now_ms), waiters, permits}
+if l.u then
+  return {0, fence, math.max(0, tonumber(l.u) - now_ms), waiters, permits}
 end
 return {0, fence, 0, waiters, permits}

@@ -1,7 +1,7 @@
 -- release.lua: delete a lease, only for its owner, and wake the next waiter.
 -- A release is voluntary: it starts no lock-delay.
 --
--- KEYS[1]  the lease hash of the name
+-- KEYS[1]  the lease record of the name (record.lua)
 -- KEYS[2]  the permits of the name, if it is a semaphore: a token not found
 --          in KEYS[1] may be a permit
 -- KEYS[3]  the line of the name (see line.lua)
@@ -33,7 +33,7 @@
 -- (no queue; a semaphore permit, which may serve more than the first) wakes
 -- every waiter.
 --
--- The lease hash goes at once (nothing in it is of use to anyone once the
+-- The lease record goes at once (nothing in it is of use to anyone once the
 -- lease was given back: fences come from the counter, acquire.lua), and
 -- the release is recorded for this token alone, for LINGER_MS
 -- (constants.lua: record_end), so that a retry reports success and a
@@ -48,18 +48,19 @@
 -- renew_lease.lua's renew_permit does), was released or whose expiry was
 -- reported before the lock's grant is this token's own end.
 --
--- Uses: constants.lua, line.lua.
+-- Uses: constants.lua, record.lua, line.lua.
 local key, permits, queue, alive, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-local l = redis.call('HMGET', key, 'o', 'f', 'e', 'n')
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local live = l[1] and now_ms < tonumber(l[3])
-if l[1] == token then
+-- The clock is read only when needed: a format-2 record tells its time
+-- left without it (record.lua).
+local l = read_lease(key)
+local live = l.o and l.left > 0
+if l.o == token then
   if not live then
-    if l[4] then
+    if l.n then
       return {LEASE_EXPIRED_REPORTED, 0}
     end
-    redis.call('HSET', key, 'n', '1')
+    l.n = '1'
+    update_lease(key, l, 'n')
     return {LEASE_EXPIRED, 0}
   end
   redis.call('DEL', key)
@@ -67,6 +68,7 @@ if l[1] == token then
   -- No line (the common case): one EXISTS instead of a prune and a look.
   local next
   if redis.call('EXISTS', queue) == 1 then
+    local now_ms = l.now_ms or clock_ms()
     prune(queue, alive, now_ms)
     next = first_in_line(queue, alive, now_ms)
   end
@@ -84,6 +86,7 @@ elseif ended then
 end
 local permit = redis.call('HGET', permits, token)
 if permit then
+  local now_ms = l.now_ms or clock_ms()
   redis.call('HDEL', permits, token)
   local fence, expiry = string.match(permit, '^(%d+)|(%d+)|')
   if tonumber(expiry) <= now_ms then
@@ -106,6 +109,6 @@ elseif ended and string.sub(ended, 1, 1) == 'e' then
 end
 -- Unknown as a permit too: a stranger, while a lock holds the name.
 if live then
-  return {LEASE_NOT_OWNER, tonumber(l[2])}
+  return {LEASE_NOT_OWNER, tonumber(l.f)}
 end
 return {LEASE_NOT_HELD, 0}

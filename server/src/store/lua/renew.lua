@@ -1,7 +1,7 @@
 -- renew.lua: extend one lease, only for its owner.
--- Uses: constants.lua, renew_lease.lua (renew()).
+-- Uses: constants.lua, record.lua, renew_lease.lua (renew()).
 --
--- KEYS[1]  the lease hash of the name
+-- KEYS[1]  the lease record of the name
 -- KEYS[2]  the permits of the name, if it is a semaphore
 -- ARGV[1]  owner token
 -- ARGV[2]  new TTL in milliseconds, or 0 to keep the lease's own TTL

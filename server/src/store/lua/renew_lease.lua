@@ -3,12 +3,12 @@
 -- renew_many.lua (a batch), renew_lock.lua and renew_permit.lua (one
 -- lease, one key: for a Redis Cluster).
 --
--- Uses: constants.lua.
+-- Uses: constants.lua, record.lua.
 -- Defines: renew_lock(key, token, new_ttl, now_ms); renew_permit(permits,
 -- token, new_ttl, now_ms); renew(key, permits, token, new_ttl, now_ms).
 --
 -- renew(key, permits, token, new_ttl, now_ms):
---   key      the lease hash of the name
+--   key      the lease record of the name (record.lua)
 --   permits  the permits of the name, if it is a semaphore (see
 --            semaphore_acquire.lua): a token not found in key may be a permit
 --   token    owner token
@@ -33,10 +33,10 @@
 --                       that crossed its release): not a loss,
 --             LEASE_EXPIRED_REPORTED, 0, 0 when this token's lease expired and its loss was
 --                       reported already (to an earlier request: n in the
---                       lease hash; or to the grant that replaced or the
+--                       lease record; or to the grant that replaced or the
 --                       call that dropped it: its end record): not a loss to
 --                       count again.
--- See acquire.lua for the fields of the lease hash; LINGER_MS and the end
+-- See record.lua for the fields of the lease record; LINGER_MS and the end
 -- records (a release, a revoke or a reported expiry, per token) are in
 -- constants.lua. A live lease renewed by its holder costs no look at end
 -- records.
@@ -54,25 +54,28 @@
 -- nothing of the token either. That look costs a stranger's token an HGET
 -- and a GET more; a holder's renewal costs nothing more.
 local function renew_lock(key, token, new_ttl, now_ms)
-  local l = redis.call('HMGET', key, 'o', 'f', 't', 'e', 'd', 'n')
-  local live = l[1] and now_ms < tonumber(l[4])
-  if l[1] == token then
+  local l = read_lease(key, now_ms)
+  local live = l.o and l.left > 0
+  if l.o == token then
     if not live then
-      if l[6] then
+      if l.n then
         return LEASE_EXPIRED_REPORTED, 0, 0
       end
-      redis.call('HSET', key, 'n', '1')
+      l.n = '1'
+      update_lease(key, l, 'n')
       return LEASE_EXPIRED, 0, 0
     end
     local ttl = new_ttl
     if tonumber(ttl) == TTL_LOOK then
-      return LEASE_DONE, l[3], l[2]
-    elseif tonumber(ttl) == TTL_KEEP then
-      ttl = l[3]
+      return LEASE_DONE, l.t, l.f
+    elseif tonumber(ttl) == TTL_KEEP or ttl == l.t then
+      l.left = tonumber(l.t)
+      update_lease(key, l, 'left', l.left + tonumber(l.d) + LINGER_MS)
+      return LEASE_DONE, l.t, l.f
     end
-    redis.call('HSET', key, 't', ttl, 'e', string.format('%d', now_ms + tonumber(ttl)))
-    redis.call('PEXPIRE', key, tonumber(ttl) + tonumber(l[5] or '0') + LINGER_MS)
-    return LEASE_DONE, ttl, l[2]
+    l.t, l.left = ttl, tonumber(ttl)
+    update_lease(key, l, 'ttl', l.left + tonumber(l.d) + LINGER_MS)
+    return LEASE_DONE, ttl, l.f
   end
   -- Not the holder: this token's own end, recorded apart (constants.lua).
   local ended = recorded_end(key, token)
@@ -84,7 +87,7 @@ local function renew_lock(key, token, new_ttl, now_ms)
     return LEASE_REVOKED, 0, string.sub(ended, 2)
   end
   if live then
-    return LEASE_NOT_OWNER, 0, l[2]
+    return LEASE_NOT_OWNER, 0, l.f
   end
   return nil
 end

@@ -1,9 +1,9 @@
 -- renew_many.lua: extend a batch of leases in one script run, each only for
 -- its owner. One run per batch instead of one per lease: a heartbeat of 1,000
 -- leases costs Redis a fraction of 1,000 EVALSHA (measured in BENCHMARKS.md).
--- Uses: constants.lua, renew_lease.lua (renew()).
+-- Uses: constants.lua, record.lua, renew_lease.lua (renew()).
 --
--- KEYS[2i-1], KEYS[2i]  the lease hash and the permits of lease i
+-- KEYS[2i-1], KEYS[2i]  the lease record and the permits of lease i
 -- ARGV[2i-1], ARGV[2i]  its owner token and new TTL (0: keep its own)
 --
 -- Returns one string: renew()'s three values per lease, in order, as

@@ -2,7 +2,7 @@
 -- the permits hash as the only key (after renew_lock.lua found no lock
 -- lease of the token: none at all, or another token's; for a Redis
 -- Cluster, as renew_lock.lua).
--- Uses: constants.lua, renew_lease.lua (renew_permit()).
+-- Uses: constants.lua, record.lua, renew_lease.lua (renew_permit()).
 --
 -- KEYS[1]  the permits of the name
 -- ARGV[1]  owner token

@@ -5,7 +5,7 @@
 --          {prefix}{name}:permits; the field "_f" keeps the name's last fence
 -- KEYS[2]  the line of the name (as in acquire.lua)
 -- KEYS[3]  the places of the line (as in acquire.lua)
--- KEYS[4]  the lease hash of the name: a name held as a plain lock has no
+-- KEYS[4]  the lease record of the name (record.lua): a name held as a plain lock has no
 --          free permit
 -- KEYS[5]  the fence counter (as in acquire.lua)
 -- ARGV[1]  owner token of the new permit
@@ -40,7 +40,7 @@
 -- before those records kept it, skipped here. Fences come from the counter, as in acquire.lua: the
 -- name's lock and permit grants share one sequence.
 --
--- Uses: constants.lua, line.lua, queue.lua, fence.lua.
+-- Uses: constants.lua, record.lua, line.lua, queue.lua, fence.lua.
 local queue, alive, token = KEYS[2], KEYS[3], ARGV[1]
 local waiter, now_us = arrive(queue, alive, token, ARGV[7] == '1', tonumber(ARGV[8]))
 local now_ms = waiter.now_ms
@@ -49,21 +49,20 @@ local permits, lease, counter = KEYS[1], KEYS[4], KEYS[5]
 -- A name held as a plain lock has no permit to give, nor one in its
 -- lock-delay (after the lock's expiry, or a revoke): the delay means nobody
 -- gets the name, as a lock or as a permit (acquire.lua's rules).
-local plain = redis.call('HMGET', lease, 'o', 'f', 'h', 'g', 'e', 'd', 'u')
-if plain[1] then
-  local expiry = tonumber(plain[5])
-  if now_ms < expiry then
+local plain = read_lease(lease, now_ms)
+if plain.o then
+  if plain.left > 0 then
     local position = wait_in_line(waiter)
-    return {GRANT_HELD, tonumber(plain[2]), expiry - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
+    return {GRANT_HELD, tonumber(plain.f), plain.left, plain.h, tonumber(plain.g), position, redis.call('ZCARD', queue)}
   end
-  local delay_end = expiry + tonumber(plain[6] or '0')
-  if now_ms < delay_end then
+  local delay_left = plain.left + tonumber(plain.d)
+  if delay_left > 0 then
     local position = wait_in_line(waiter)
-    return {GRANT_LOCK_DELAY, tonumber(plain[2]), delay_end - now_ms, plain[3], tonumber(plain[4]), position, redis.call('ZCARD', queue)}
+    return {GRANT_LOCK_DELAY, tonumber(plain.f), delay_left, plain.h, tonumber(plain.g), position, redis.call('ZCARD', queue)}
   end
-elseif plain[7] and now_ms < tonumber(plain[7]) then
+elseif plain.u and now_ms < tonumber(plain.u) then
   local position = wait_in_line(waiter)
-  return {GRANT_LOCK_DELAY, tonumber(plain[2]), tonumber(plain[7]) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
+  return {GRANT_LOCK_DELAY, tonumber(plain.f), tonumber(plain.u) - now_ms, '', 0, position, redis.call('ZCARD', queue)}
 end
 
 local last = tonumber(redis.call('HGET', permits, '_f') or '0')

@@ -51,7 +51,7 @@ use self::{
 };
 pub use self::{
     keys::lease_key,
-    scripts::{SCRIPTS, SCRIPT_CONSTANTS},
+    scripts::{RecordFormat, SCRIPTS, SCRIPT_CONSTANTS},
 };
 use super::{
     backend::Backend,
@@ -97,6 +97,8 @@ struct Inner {
     /// long to wait for them; 0: no WAIT.
     replica_acks: u32,
     replica_ack_timeout: Duration,
+    /// The format of the lease records this broker writes (it reads both).
+    record_format: RecordFormat,
     watchers: Watchers,
 }
 
@@ -154,6 +156,7 @@ impl RedisStore {
                 timeout: options.timeout,
                 replica_acks: options.replica_acks,
                 replica_ack_timeout: options.replica_ack_timeout,
+                record_format: options.record_format,
                 watchers: watchers.clone(),
             }),
         };
@@ -281,7 +284,7 @@ impl RedisStore {
         ttl: String,
     ) -> Result<Checked<Renewed>> {
         let k = self.keys(name);
-        let call = scripts()
+        let call = scripts(self.inner.record_format)
             .renew
             .call(op)
             .run(&[&k.lease, &k.permits], &[token, &ttl]);
@@ -360,7 +363,7 @@ impl RedisStore {
     ) -> Result<Checked<Renewed>> {
         let k = self.keys(name);
         let args = [token, &ttl];
-        let call = scripts()
+        let call = scripts(self.inner.record_format)
             .renew_lock
             .call("renew_many")
             .run(&[&k.lease], &args);
@@ -374,7 +377,7 @@ impl RedisStore {
             }
             LockRenewal::NotALock => None,
         };
-        let call = scripts()
+        let call = scripts(self.inner.record_format)
             .renew_permit
             .call("renew_many")
             .run(&[&k.permits], &args);
@@ -403,7 +406,7 @@ impl Backend for RedisStore {
         let k = self.keys(&spec.name);
         let keys = [&k.lease, &k.queue, &k.alive, &k.permits, &k.fences];
         let delay = spec.lock_delay_ms.to_string();
-        self.acquire(&scripts().acquire, spec, floor, keys, delay)
+        self.acquire(&scripts(self.inner.record_format).acquire, spec, floor, keys, delay)
             .await
     }
 
@@ -412,7 +415,7 @@ impl Backend for RedisStore {
         let k = self.keys(&spec.name);
         let keys = [&k.permits, &k.queue, &k.alive, &k.lease, &k.fences];
         let limit = spec.limit.to_string();
-        self.acquire(&scripts().semaphore_acquire, spec, floor, keys, limit)
+        self.acquire(&scripts(self.inner.record_format).semaphore_acquire, spec, floor, keys, limit)
             .await
     }
 
@@ -451,7 +454,7 @@ impl Backend for RedisStore {
         if self.is_cluster() {
             return self.renew_many_in_cluster(items).await;
         }
-        let mut call = scripts().renew_many.call("renew_many").acknowledged();
+        let mut call = scripts(self.inner.record_format).renew_many.call("renew_many").acknowledged();
         for batch in items.chunks(RENEW_BATCH) {
             let mut keys = Vec::with_capacity(2 * batch.len());
             let mut args = Vec::with_capacity(2 * batch.len());
@@ -492,13 +495,13 @@ impl Backend for RedisStore {
         let k = self.keys(name);
         let args = [token.to_owned(), self.channel(name, Event::Released)];
         let keys = [&k.lease, &k.permits, &k.queue, &k.alive];
-        let call = scripts().release.call("release").run(&keys, &args);
+        let call = scripts(self.inner.record_format).release.call("release").run(&keys, &args);
         only("release", self.run(call).await?.replies)
     }
 
     async fn revoke(&self, name: &str) -> Result<Revocation> {
         let args = [self.channel(name, Event::Released)];
-        let call = scripts()
+        let call = scripts(self.inner.record_format)
             .revoke
             .call("revoke")
             .run(&[self.key(name)], &args);
@@ -508,7 +511,7 @@ impl Backend for RedisStore {
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let k = self.keys(name);
         let keys = [&k.lease, &k.alive, &k.permits];
-        let call = scripts()
+        let call = scripts(self.inner.record_format)
             .describe
             .call("describe")
             .run(&keys, &[] as &[&str]);
@@ -519,7 +522,7 @@ impl Backend for RedisStore {
     async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
         let NameKeys { queue, alive, .. } = self.keys(name);
         let args = [token.to_owned(), self.channel(name, Event::Released)];
-        let call = scripts()
+        let call = scripts(self.inner.record_format)
             .dequeue
             .call("dequeue")
             .run(&[queue, alive], &args);
@@ -543,7 +546,7 @@ impl Backend for RedisStore {
                 .into_iter()
                 .chain(batch.iter().map(String::as_str))
                 .collect();
-            let call = scripts()
+            let call = scripts(self.inner.record_format)
                 .refresh
                 .call("refresh")
                 .run(&[&queue, &alive], &args);

@@ -61,12 +61,46 @@ const QUEUE: Part = part!("queue.lua");
 const FENCE: Part = part!("fence.lua");
 /// Renewing a lease: `renew_lock`, `renew_permit`, `renew`.
 const RENEW_LEASE: Part = part!("renew_lease.lua");
+/// A lock's lease record in either format: `read_lease`, `write_lease`,
+/// `update_lease` (`__RECORD_FORMAT__`: the format the broker writes).
+const RECORD: Part = part!("record.lua");
+
+/// The format of the lease records a broker writes (`record.lua`): every
+/// broker reads both; a broker before format 2 reads only format 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RecordFormat {
+    /// A hash of fields, as every broker before format 2 wrote: for a
+    /// rolling update from such a broker, until none of them is left.
+    V1,
+    /// One string, written with its expiry in one command.
+    #[default]
+    V2,
+}
+
+impl RecordFormat {
+    /// Its number, as `--redis-record-format` and `record.lua` say it.
+    pub fn number(self) -> u8 {
+        match self {
+            RecordFormat::V1 => 1,
+            RecordFormat::V2 => 2,
+        }
+    }
+}
+
+/// A script's text with its placeholders filled: the contract's constants
+/// (`store::contract`) and the record format it writes.
+fn build(text: &str, format: RecordFormat) -> Result<String, String> {
+    fill(
+        &text.replace("__RECORD_FORMAT__", &format.number().to_string()),
+        &[],
+    )
+}
 
 /// A script of `lua/`, by file name, built from `parts` (in order) and
 /// its own body.
 macro_rules! script {
-    ($file:literal, [$($part:expr),*]) => {
-        Script::new($file, &[$($part),*], include_str!(concat!("../lua/", $file)))
+    ($format:expr, $file:literal, [$($part:expr),*]) => {
+        Script::new($format, $file, &[$($part),*], include_str!(concat!("../lua/", $file)))
     };
 }
 
@@ -83,11 +117,16 @@ pub(super) struct Script<R> {
 }
 
 impl<R: Reply> Script<R> {
-    fn new(file: &'static str, parts: &'static [Part], body: &'static str) -> Self {
+    fn new(
+        format: RecordFormat,
+        file: &'static str,
+        parts: &'static [Part],
+        body: &'static str,
+    ) -> Self {
         let joined: String = parts.iter().map(|p| p.source).chain([body]).collect();
         // The files are compiled in; the tests below fill every script, so
         // an unknown placeholder fails them, never a running broker.
-        let source = fill(&joined, &[]).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let source = build(&joined, format).unwrap_or_else(|e| panic!("{file}: {e}"));
         Script {
             file,
             parts,
@@ -127,19 +166,23 @@ pub(super) struct Scripts {
 }
 
 impl Scripts {
-    fn new() -> Self {
+    fn new(f: RecordFormat) -> Self {
         Scripts {
-            acquire: script!("acquire.lua", [CONSTANTS, LINE, QUEUE, FENCE]),
-            semaphore_acquire: script!("semaphore_acquire.lua", [CONSTANTS, LINE, QUEUE, FENCE]),
-            renew: script!("renew.lua", [CONSTANTS, RENEW_LEASE]),
-            renew_many: script!("renew_many.lua", [CONSTANTS, RENEW_LEASE]),
-            renew_lock: script!("renew_lock.lua", [CONSTANTS, RENEW_LEASE]),
-            renew_permit: script!("renew_permit.lua", [CONSTANTS, RENEW_LEASE]),
-            release: script!("release.lua", [CONSTANTS, LINE]),
-            revoke: script!("revoke.lua", [CONSTANTS]),
-            dequeue: script!("dequeue.lua", [LINE]),
-            refresh: script!("refresh.lua", [CONSTANTS, LINE]),
-            describe: script!("describe.lua", []),
+            acquire: script!(f, "acquire.lua", [CONSTANTS, RECORD, LINE, QUEUE, FENCE]),
+            semaphore_acquire: script!(
+                f,
+                "semaphore_acquire.lua",
+                [CONSTANTS, RECORD, LINE, QUEUE, FENCE]
+            ),
+            renew: script!(f, "renew.lua", [CONSTANTS, RECORD, RENEW_LEASE]),
+            renew_many: script!(f, "renew_many.lua", [CONSTANTS, RECORD, RENEW_LEASE]),
+            renew_lock: script!(f, "renew_lock.lua", [CONSTANTS, RECORD, RENEW_LEASE]),
+            renew_permit: script!(f, "renew_permit.lua", [CONSTANTS, RECORD, RENEW_LEASE]),
+            release: script!(f, "release.lua", [CONSTANTS, RECORD, LINE]),
+            revoke: script!(f, "revoke.lua", [CONSTANTS, RECORD]),
+            dequeue: script!(f, "dequeue.lua", [LINE]),
+            refresh: script!(f, "refresh.lua", [CONSTANTS, LINE]),
+            describe: script!(f, "describe.lua", [CONSTANTS, RECORD]),
         }
     }
 
@@ -164,18 +207,23 @@ impl Scripts {
     }
 }
 
-/// The scripts, built and hashed once per process.
-pub(super) fn scripts() -> &'static Scripts {
-    static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
-    &SCRIPTS
+/// The scripts of a record format, built and hashed once per process.
+pub(super) fn scripts(format: RecordFormat) -> &'static Scripts {
+    static V1: LazyLock<Scripts> = LazyLock::new(|| Scripts::new(RecordFormat::V1));
+    static V2: LazyLock<Scripts> = LazyLock::new(|| Scripts::new(RecordFormat::V2));
+    match format {
+        RecordFormat::V1 => &V1,
+        RecordFormat::V2 => &V2,
+    }
 }
 
 /// Every script as Redis runs it (its parts and body joined), with its file
-/// name, for tests that load each one into a real Redis.
+/// name, for tests that load each one into a real Redis: those of each
+/// record format.
 pub static SCRIPTS: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(|| {
-    scripts()
-        .all()
+    [RecordFormat::V1, RecordFormat::V2]
         .into_iter()
+        .flat_map(|format| scripts(format).all())
         .map(|(file, _, _, source)| (file, source))
         .collect()
 });
@@ -465,11 +513,11 @@ mod tests {
 
     /// A part's text as scripts include it: its placeholders filled.
     fn filled(part: &Part) -> String {
-        fill(part.source, &[]).unwrap()
+        build(part.source, RecordFormat::V2).unwrap()
     }
 
-    fn all_parts() -> [Part; 5] {
-        [CONSTANTS, LINE, QUEUE, FENCE, RENEW_LEASE]
+    fn all_parts() -> [Part; 6] {
+        [CONSTANTS, RECORD, LINE, QUEUE, FENCE, RENEW_LEASE]
     }
 
     /// A script (or a part) that calls a shared function, or reads a shared
@@ -481,7 +529,7 @@ mod tests {
         let shared: BTreeSet<String> = all_parts().iter().flat_map(defined).collect();
         assert!(shared.contains("take_turn") && shared.contains("LINGER_MS"));
         assert!(shared.contains("LEASE_EXPIRED_REPORTED") && shared.contains("GRANT_QUEUE"));
-        for (file, parts, body, _) in scripts().all() {
+        for (file, parts, body, _) in scripts(RecordFormat::V2).all() {
             let mut known = BTreeSet::new();
             let texts = parts.iter().map(|p| (p.file, filled(p), defined(p)));
             for (what, text, mine) in texts.chain([(file, body.to_owned(), BTreeSet::new())]) {
@@ -530,7 +578,7 @@ mod tests {
     /// names what it defines.
     #[test]
     fn headers_name_the_parts_used_and_the_names_defined() {
-        for (file, parts, body, _) in scripts().all() {
+        for (file, parts, body, _) in scripts(RecordFormat::V2).all() {
             let declared: Vec<String> = parts.iter().map(|p| p.file.to_owned()).collect();
             let named = header_files(body, "Uses").unwrap_or_default();
             assert_eq!(named, declared, "{file}'s header: Uses");
@@ -572,11 +620,15 @@ mod tests {
     /// is what the files say.
     #[test]
     fn scripts_are_their_parts_then_their_body() {
-        for (file, parts, body, source) in scripts().all() {
-            let joined: String = parts.iter().map(|p| p.source).chain([body]).collect();
-            assert_eq!(source, fill(&joined, &[]).unwrap(), "{file}");
-            assert!(!source.contains("__CONSTANTS__"), "{file}");
+        for format in [RecordFormat::V1, RecordFormat::V2] {
+            for (file, parts, body, source) in scripts(format).all() {
+                let joined: String = parts.iter().map(|p| p.source).chain([body]).collect();
+                assert_eq!(source, build(&joined, format).unwrap(), "{file}");
+                for placeholder in ["__CONSTANTS__", "__RECORD_FORMAT__"] {
+                    assert!(!source.contains(placeholder), "{file}: {placeholder} left");
+                }
+            }
         }
-        assert_eq!(SCRIPTS.len(), 11);
+        assert_eq!(SCRIPTS.len(), 22);
     }
 }
