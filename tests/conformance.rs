@@ -1398,6 +1398,215 @@ conformance!(
     a_permit_ended_before_a_lock_is_its_own_end,
 );
 
+/// Brokers writing the two Redis record formats on one Redis (a rolling
+/// update, and the switch of `--redis-record-format` after it): each reads,
+/// renews, releases, revokes and reports the expiry of the other's leases
+/// as its own, and writes its own format whenever it writes a record.
+mod redis_mixed_record_formats {
+    use super::*;
+    use leasehold_server::store::{lease_key, read_record, RecordFormat, StoreOptions};
+
+    /// Two stores on one redis-server, writing `first` and `second`.
+    struct Pair {
+        first: Store,
+        second: Store,
+        conn: ::redis::aio::MultiplexedConnection,
+        _redis: common::RedisServer,
+    }
+
+    async fn pair(first: RecordFormat, second: RecordFormat) -> Pair {
+        let redis = common::RedisServer::start();
+        let open = |format| {
+            let mut options = StoreOptions::new("mix:", Duration::from_secs(2));
+            options.record_format = format;
+            Store::open(&redis.url(), &options).unwrap()
+        };
+        Pair {
+            first: open(first),
+            second: open(second),
+            conn: redis.connection().await,
+            _redis: redis,
+        }
+    }
+
+    impl Pair {
+        /// The format of the record of `name`, and its fence.
+        async fn record(&mut self, name: &str) -> Option<(u8, u64)> {
+            read_record(&mut self.conn, &lease_key("mix:", name))
+                .await
+                .unwrap()
+                .map(|r| (r.format, r.fence))
+        }
+    }
+
+    const BOTH: [(RecordFormat, RecordFormat); 2] = [
+        (RecordFormat::V1, RecordFormat::V2),
+        (RecordFormat::V2, RecordFormat::V1),
+    ];
+
+    fn number(format: RecordFormat) -> u8 {
+        format.number()
+    }
+
+    /// A lease granted in one format is held against the other broker,
+    /// renewed by it (its record then in the renewer's format), described,
+    /// released by it, and the release is known to both.
+    #[tokio::test]
+    async fn a_lease_of_either_format_is_the_other_brokers_too() {
+        for (w, r) in BOTH {
+            let mut p = pair(w, r).await;
+            let fence = grant(&p.first, "a", "t1", 5_000).await;
+            assert_eq!(p.record("a").await, Some((number(w), fence)));
+            match p.second.acquire(&spec("a", "t2", 5_000)).await.unwrap() {
+                Acquired::Blocked(held) => {
+                    assert_eq!((held.by, held.fence), (BlockedBy::Holder, fence));
+                    assert_eq!(held.holder, "holder-t1");
+                    assert!(
+                        held.remaining_ms > 4_000 && held.remaining_ms <= 5_000,
+                        "{held:?}"
+                    );
+                }
+                granted @ Acquired::Granted { .. } => panic!("{w:?} -> {r:?}: {granted:?}"),
+            }
+            // A renewal that keeps the TTL, then one that changes it.
+            assert_eq!(
+                p.second.renew("a", "t1", None).await.unwrap(),
+                Checked::Done(Renewed {
+                    ttl_ms: 5_000,
+                    fence
+                })
+            );
+            assert_eq!(
+                p.record("a").await,
+                Some((number(r), fence)),
+                "{w:?} -> {r:?}"
+            );
+            assert_eq!(
+                p.first.renew("a", "t1", Some(8_000)).await.unwrap(),
+                Checked::Done(Renewed {
+                    ttl_ms: 8_000,
+                    fence
+                })
+            );
+            assert_eq!(p.record("a").await, Some((number(w), fence)));
+            for store in [&p.first, &p.second] {
+                let lease = store.describe("a").await.unwrap().lease.expect("held");
+                assert_eq!((lease.fence, lease.ttl_ms), (fence, 8_000));
+                assert!(lease.remaining_ms > 7_000, "{lease:?}");
+                assert_eq!(
+                    store.release("a", "stranger").await.unwrap(),
+                    Checked::NotOwner { fence }
+                );
+            }
+            assert_eq!(
+                p.second.release("a", "t1").await.unwrap(),
+                Checked::Done(())
+            );
+            assert_eq!(p.first.release("a", "t1").await.unwrap(), Checked::Released);
+            assert_eq!(
+                p.first.renew("a", "t1", None).await.unwrap(),
+                Checked::Released
+            );
+            assert!(grant(&p.first, "a", "t3", 5_000).await > fence);
+        }
+    }
+
+    /// An expiry in one format is reported once across both brokers, and
+    /// its lock-delay holds on the other; a grant over it by the other
+    /// broker replaces the record in its own format.
+    #[tokio::test]
+    async fn an_expiry_of_either_format_is_reported_once() {
+        for (w, r) in BOTH {
+            let mut p = pair(w, r).await;
+            let spec = delayed(spec("a", "t1", 200), 300);
+            let Acquired::Granted { fence, .. } = p.first.acquire(&spec).await.unwrap() else {
+                panic!("not granted");
+            };
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(matches!(
+                p.second
+                    .acquire(&super::spec("a", "t2", 5_000))
+                    .await
+                    .unwrap(),
+                Acquired::Blocked(Blocked {
+                    by: BlockedBy::LockDelay,
+                    ..
+                })
+            ));
+            assert_eq!(
+                p.second.renew("a", "t1", None).await.unwrap(),
+                Checked::Expired
+            );
+            assert_eq!(
+                p.first.renew("a", "t1", None).await.unwrap(),
+                Checked::ExpiredReported
+            );
+            assert_eq!(
+                p.first.release("a", "t1").await.unwrap(),
+                Checked::ExpiredReported
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            match p
+                .second
+                .acquire(&super::spec("a", "t2", 5_000))
+                .await
+                .unwrap()
+            {
+                Acquired::Granted {
+                    fence: next,
+                    expired,
+                    ..
+                } => {
+                    assert!(next > fence);
+                    assert_eq!(expired, 0, "{w:?} -> {r:?}: reported twice");
+                    assert_eq!(p.record("a").await, Some((number(r), next)));
+                }
+                blocked @ Acquired::Blocked(_) => panic!("{w:?} -> {r:?}: {blocked:?}"),
+            }
+            assert_eq!(
+                p.first.renew("a", "t1", None).await.unwrap(),
+                Checked::ExpiredReported
+            );
+        }
+    }
+
+    /// A revoke by one broker of the other's lease: its tombstone holds off
+    /// grants on both during the lock-delay, and both tell the holder.
+    #[tokio::test]
+    async fn a_revoke_of_either_format_holds_on_both() {
+        for (w, r) in BOTH {
+            let p = pair(w, r).await;
+            let spec = delayed(spec("a", "t1", 10_000), 400);
+            let Acquired::Granted { fence, .. } = p.first.acquire(&spec).await.unwrap() else {
+                panic!("not granted");
+            };
+            assert_eq!(
+                p.second.revoke("a").await.unwrap(),
+                Revocation::Revoked { fence }
+            );
+            assert_eq!(
+                p.first.revoke("a").await.unwrap(),
+                Revocation::Already { fence }
+            );
+            for store in [&p.first, &p.second] {
+                assert!(matches!(
+                    store.acquire(&super::spec("a", "t2", 5_000)).await.unwrap(),
+                    Acquired::Blocked(Blocked {
+                        by: BlockedBy::LockDelay,
+                        ..
+                    })
+                ));
+                assert_eq!(
+                    store.renew("a", "t1", None).await.unwrap(),
+                    Checked::Revoked { fence }
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(grant(&p.first, "a", "t2", 5_000).await > fence);
+        }
+    }
+}
+
 /// The contract's constants (`store::CONTRACT`, declared once in the
 /// broker's Rust code) as the stores' own code has them: read back from the
 /// scripts as a real Redis runs them and from the functions as a real

@@ -39,13 +39,13 @@ async fn acknowledged_grants_succeed_while_the_replica_is_up() {
         .expect("renewal acknowledged");
     // The grant is on the replica already.
     let mut on_replica = _replica.connection().await;
-    let fence: Option<String> = redis::cmd("HGET")
-        .arg(leasehold_server::store::lease_key("test:", "safe"))
-        .arg("f")
-        .query_async(&mut on_replica)
-        .await
-        .unwrap();
-    assert_eq!(fence, Some(lease.fence.to_string()));
+    let record = leasehold_server::store::read_record(
+        &mut on_replica,
+        &leasehold_server::store::lease_key("test:", "safe"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(record.map(|r| r.fence), Some(lease.fence));
 }
 
 /// With the replica down and one acknowledgement required, a grant fails

@@ -506,7 +506,6 @@ async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> String {
 /// generous for a loaded 2-core machine; the margins are printed.
 #[tokio::test]
 async fn a_waiter_is_granted_at_the_expiry_not_at_a_refresh() {
-    use redis::AsyncCommands;
     const ROUNDS: usize = 20;
     const BOUND_MS: i64 = 250;
     let redis = RedisServer::start();
@@ -559,7 +558,11 @@ async fn a_waiter_is_granted_at_the_expiry_not_at_a_refresh() {
         let granted = granted.expect("granted at the expiry").into_inner();
         let lease = granted.lease.expect("a lease");
         assert!(lease.fence > held.fence);
-        let granted_at: i64 = conn.hget(&key, "g").await.expect("the grant's time");
+        let granted_at = leasehold_server::store::read_record(&mut conn, &key)
+            .await
+            .unwrap()
+            .expect("the new lease's record")
+            .granted_ms;
         assert!(
             granted_at >= expiry,
             "round {round}: granted at {granted_at}, before the expiry {expiry}"
@@ -604,14 +607,11 @@ async fn holder_expiry(
     key: &str,
     token: &str,
 ) -> Option<i64> {
-    let (owner, expiry): (Option<String>, Option<i64>) = redis::cmd("HMGET")
-        .arg(key)
-        .arg("o")
-        .arg("e")
-        .query_async(conn)
+    leasehold_server::store::read_record(conn, key)
         .await
-        .expect("the lease's fields");
-    expiry.filter(|_| owner.as_deref() == Some(token))
+        .unwrap()
+        .filter(|r| r.owner == token)
+        .map(|r| r.expiry_ms)
 }
 
 /// Now on the wall clock (which Redis' TIME reads too), in ms.

@@ -17,7 +17,7 @@ use leasehold_proto::{AcquireRequest, DescribeRequest, Lease, ReleaseRequest};
 use leasehold_server::{
     duration::parse_duration,
     lease::token,
-    store::{lease_key, Acquired, GrantSpec, Store},
+    store::{lease_key, read_record, Acquired, GrantSpec, Store},
 };
 
 use crate::{
@@ -571,12 +571,17 @@ async fn lease_fields(
     prefix: &str,
     name: &str,
 ) -> Result<(Option<String>, Option<f64>, Option<f64>), String> {
-    redis::cmd("HMGET")
-        .arg(lease_key(prefix, name))
-        .arg(&["o", "e", "g"])
-        .query_async(redis)
-        .await
-        .map_err(|e| format!("HMGET of the lease: {e}"))
+    let record = read_record(redis, &lease_key(prefix, name)).await?;
+    // Milliseconds of the Redis clock: far below 2^53, exact as f64.
+    #[allow(clippy::cast_precision_loss)]
+    Ok(match record {
+        Some(r) => (
+            Some(r.owner),
+            Some(r.expiry_ms as f64),
+            Some(r.granted_ms as f64),
+        ),
+        None => (None, None, None),
+    })
 }
 
 /// The expiry of the lease on `name` of a holder that just died: read after

@@ -56,7 +56,9 @@ mod watch;
 pub use self::etcd::EtcdStore;
 pub use self::memory::MemoryStore;
 pub use self::postgres::{schema_for, PostgresStore};
-pub use self::redis::{lease_key, RecordFormat, RedisStore, SCRIPTS, SCRIPT_CONSTANTS};
+pub use self::redis::{
+    lease_key, read_record, LeaseRecord, RecordFormat, RedisStore, SCRIPTS, SCRIPT_CONSTANTS,
+};
 pub use self::watch::Watch;
 // For the fuzz targets (see `crate::fuzzing`): the parsers of URLs and of
 // script replies.

@@ -27,6 +27,7 @@
 mod cluster;
 mod connect;
 mod keys;
+mod record;
 mod replies;
 mod scripts;
 mod sentinel;
@@ -51,6 +52,7 @@ use self::{
 };
 pub use self::{
     keys::lease_key,
+    record::{read_record, LeaseRecord},
     scripts::{RecordFormat, SCRIPTS, SCRIPT_CONSTANTS},
 };
 use super::{
@@ -406,8 +408,14 @@ impl Backend for RedisStore {
         let k = self.keys(&spec.name);
         let keys = [&k.lease, &k.queue, &k.alive, &k.permits, &k.fences];
         let delay = spec.lock_delay_ms.to_string();
-        self.acquire(&scripts(self.inner.record_format).acquire, spec, floor, keys, delay)
-            .await
+        self.acquire(
+            &scripts(self.inner.record_format).acquire,
+            spec,
+            floor,
+            keys,
+            delay,
+        )
+        .await
     }
 
     /// semaphore_acquire.lua.
@@ -415,8 +423,14 @@ impl Backend for RedisStore {
         let k = self.keys(&spec.name);
         let keys = [&k.permits, &k.queue, &k.alive, &k.lease, &k.fences];
         let limit = spec.limit.to_string();
-        self.acquire(&scripts(self.inner.record_format).semaphore_acquire, spec, floor, keys, limit)
-            .await
+        self.acquire(
+            &scripts(self.inner.record_format).semaphore_acquire,
+            spec,
+            floor,
+            keys,
+            limit,
+        )
+        .await
     }
 
     async fn renew(
@@ -454,7 +468,10 @@ impl Backend for RedisStore {
         if self.is_cluster() {
             return self.renew_many_in_cluster(items).await;
         }
-        let mut call = scripts(self.inner.record_format).renew_many.call("renew_many").acknowledged();
+        let mut call = scripts(self.inner.record_format)
+            .renew_many
+            .call("renew_many")
+            .acknowledged();
         for batch in items.chunks(RENEW_BATCH) {
             let mut keys = Vec::with_capacity(2 * batch.len());
             let mut args = Vec::with_capacity(2 * batch.len());
@@ -495,7 +512,10 @@ impl Backend for RedisStore {
         let k = self.keys(name);
         let args = [token.to_owned(), self.channel(name, Event::Released)];
         let keys = [&k.lease, &k.permits, &k.queue, &k.alive];
-        let call = scripts(self.inner.record_format).release.call("release").run(&keys, &args);
+        let call = scripts(self.inner.record_format)
+            .release
+            .call("release")
+            .run(&keys, &args);
         only("release", self.run(call).await?.replies)
     }
 

@@ -47,7 +47,8 @@ pub const MAX_FAULT: Duration = Duration::from_millis(1_500);
 pub enum StoreKind {
     /// The memory store, which lives (and dies) in its one broker.
     Memory,
-    /// One redis-server, with an fsync'd append-only file.
+    /// One redis-server, with an fsync'd append-only file; its two brokers
+    /// write lease records in format 2 and format 1.
     Redis,
     /// Redis behind Sentinel: a primary, two replicas, three sentinels;
     /// grants acknowledged by a replica (`--replica-acks 1`).
@@ -216,6 +217,11 @@ const BROKER_FLAGS: &[&str] = &["--enable-revoke"];
 /// On PostgreSQL, a small pool, so that a row held by another session or a
 /// statement the server is slow to answer presses on it.
 const POSTGRES_FLAGS: &[&str] = &["--enable-revoke", "--store-connections", "4"];
+/// On one Redis, the second broker writes lease records in format 1 (as
+/// during a rolling update from a broker before format 2), the first in
+/// format 2, the default: each reads, renews, reports and replaces the
+/// other's records under every fault.
+const RECORD_FORMAT_1_FLAGS: &[&str] = &["--enable-revoke", "--redis-record-format", "1"];
 /// On a replicated Redis, grants wait for a replica's acknowledgement, so
 /// that a failover loses none (the product's advice for Sentinel and
 /// Cluster).
@@ -284,10 +290,15 @@ impl Topology {
                                 )
                                 .await,
                             );
+                            let flags = if i % 2 == 1 {
+                                RECORD_FORMAT_1_FLAGS
+                            } else {
+                                BROKER_FLAGS
+                            };
                             list.push(
                                 BrokerProcess::start_logged(
                                     &format!("redis://{}", proxy.addr()),
-                                    BROKER_FLAGS,
+                                    flags,
                                     None,
                                 )
                                 .await,
