@@ -77,6 +77,33 @@ pub fn leasehold_binary() -> std::path::PathBuf {
     binary
 }
 
+/// The broker as it was before Redis lease record format 2, for rolling
+/// updates: `$LEASEHOLD_PREVIOUS_BIN`, else what `scripts/previous-broker`
+/// builds (from this clone's history, in a target folder of its own; run
+/// here, under a lock, when it has not been yet: `scripts/test` runs it
+/// before the suite).
+pub fn previous_broker_binary() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("LEASEHOLD_PREVIOUS_BIN") {
+        return path.into();
+    }
+    let _one_build = lock::FileLock::acquire("previous-broker");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = Command::new(root.join("scripts/previous-broker"))
+        .current_dir(&root)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/previous-broker");
+    assert!(
+        built.status.success(),
+        "scripts/previous-broker failed: {}",
+        built.status
+    );
+    String::from_utf8(built.stdout)
+        .expect("a path")
+        .trim()
+        .into()
+}
+
 /// The wall clock in milliseconds since 1970 (as the stores' records
 /// keep it).
 pub fn unix_ms() -> u64 {
@@ -688,6 +715,8 @@ struct Launch {
     /// Where its stderr (the logs, at `RUST_LOG`, default `debug`) is
     /// appended; `None` discards them.
     log: Option<std::path::PathBuf>,
+    /// The binary; `None`: [`leasehold_binary`].
+    binary: Option<std::path::PathBuf>,
 }
 
 impl BrokerProcess {
@@ -706,6 +735,22 @@ impl BrokerProcess {
             extra: extra.iter().map(ToString::to_string).collect(),
             netns: None,
             log: log.map(ToOwned::to_owned),
+            binary: None,
+        })
+        .await
+    }
+
+    /// Starts the broker of [`previous_broker_binary`] (before Redis lease
+    /// record format 2) on `store` with `extra` flags.
+    pub async fn start_previous(store: &str, extra: &[&str]) -> Self {
+        Self::launch(Launch {
+            addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            metrics_addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            store: store.to_owned(),
+            extra: extra.iter().map(ToString::to_string).collect(),
+            netns: None,
+            log: None,
+            binary: Some(previous_broker_binary()),
         })
         .await
     }
@@ -727,6 +772,7 @@ impl BrokerProcess {
             extra: extra.iter().map(ToString::to_string).collect(),
             netns: Some(ns.name().to_owned()),
             log: None,
+            binary: None,
         })
         .await
     }
@@ -782,9 +828,10 @@ impl BrokerProcess {
     }
 
     fn spawn(launch: &Launch) -> Child {
+        let binary = launch.binary.clone().unwrap_or_else(leasehold_binary);
         let mut command = match &launch.netns {
-            Some(name) => netns::exec_in(name, leasehold_binary()),
-            None => Command::new(leasehold_binary()),
+            Some(name) => netns::exec_in(name, binary),
+            None => Command::new(binary),
         };
         command
             .args([
