@@ -12,6 +12,8 @@ the broker's multiplexed connection), and reads the server's CPU time from
     RFencedLock makes (bench/lua/fenced_hash_*.lua),
   - cycle of two scripts that only return, given the broker's arguments
     (what a script costs before it does anything),
+  - the same scripts loaded as one function library and called by FCALL,
+    as the broker runs them where Redis has functions,
   - lease renewed by renew_many.lua (10,000 leases, batches of 250).
 With --ablate, also per cycle of the broker's scripts with one step taken
 out at a time (the grant's PUBLISH, the release's end record, ...): what
@@ -61,6 +63,19 @@ def script(name, batched=False, fmt=2):
     if batched:
         body = BATCH.replace("__BODY__", body)
     return fill("".join(open(os.path.join(LUA, p)).read() for p in parts) + body, fmt)
+
+# The scripts as one function library, as the broker loads it where Redis
+# has functions (server/src/store/redis/scripts.rs, Library): every part
+# once, at the top, then each script's body as a function of KEYS and ARGV.
+PARTS = ["constants.lua", "record.lua", "line.lua", "queue.lua", "fence.lua", "renew_lease.lua"]
+
+def library(names, fmt=2):
+    text = f"#!lua name=lua_cost_{fmt}\n" + "".join(open(os.path.join(LUA, p)).read() for p in PARTS)
+    for name in names:
+        body = open(os.path.join(LUA, name)).read()
+        text += (f"redis.register_function('lua_cost_{fmt}_{name[:-4]}', function(KEYS, ARGV)\n"
+                 f"{body}\nend)\n")
+    return fill(text, fmt)
 
 # A script that runs another's body once per call batched into it (what
 # coalescing concurrent calls into one script run would save Redis; the
@@ -164,20 +179,18 @@ ABLATIONS = {
     "the release's end record (SET ... PX)": [("release.lua",
         "  redis.call('DEL', key)\n  record_end(key, token, 'x', LINGER_MS)\n",
         "  redis.call('DEL', key)\n")],
-    "the grant's PEXPIRE": [("acquire.lua",
-        "redis.call('PEXPIRE', key, ttl + delay + LINGER_MS)\n", "")],
+    "the grant's TIME": [("acquire.lua", "  local time = redis.call('TIME')\n  local now_us",
+                          "  local time = {'1764900000', '0'}\n  local now_us")],
     "the fence (SET ... GET on the counter)": [("acquire.lua",
         "next_fence(counter, last, now_us, tonumber(ARGV[4]))", "1, '1'")],
     "the line and permits looks (EXISTS, both)": [
         ("acquire.lua", "if redis.call('EXISTS', line, other or line) == 0 then", "if true then"),
         ("release.lua", "if redis.call('EXISTS', queue) == 1 then", "if false then")],
-    "the release's TIME": [("release.lua", "local time = redis.call('TIME')", "local time = {'0', '0'}")],
-    "the grant's record: 2 fields (o, e) of 7": [("acquire.lua", """  'f', fence_text,
-  'h', ARGV[3],
-  't', ARGV[2],
-  'g', string.format('%d', now_ms),
-  'e', string.format('%d', now_ms + ttl),
-  'd', ARGV[5])""", """  'e', string.format('%d', now_ms + ttl))""")],
+    "the release's PTTL (format 2's time left)": [("release.lua",
+        "local left = redis.call('PTTL', key) - tonumber(d) - LINGER_MS", "local left = 1")],
+    "the release's record parse (string.match)": [("release.lua",
+        "local o, n, d, f, t, g, h = string.match(v, '^L([^|]*)|([01])(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')",
+        "local o, n, d, f, t, g, h = string.sub(v, 2, 33), '0', '0', '1', '1', '1', ''")],
 }
 
 def ablated(name, cuts):
@@ -201,18 +214,30 @@ def main():
         r.callgrind = callgrind.replace("%p", str(r.pid))
     acq, rel = r.load(script("acquire.lua")), r.load(script("release.lua"))
     acq1, rel1 = r.load(script("acquire.lua", fmt=1)), r.load(script("release.lua", fmt=1))
+    r.pipe([("FUNCTION", "FLUSH")])
+    for fmt in (1, 2):
+        r.pipe([("FUNCTION", "LOAD", "REPLACE",
+                 library(["acquire.lua", "release.lua", "renew_many.lua"], fmt))])
     nop = r.load("return {1, 1, 1, '', 1, 0}")
     pa = r.load(open(os.path.join(ROOT, "bench", "lua", "plain_acquire.lua")).read())
     pr = r.load(open(os.path.join(ROOT, "bench", "lua", "plain_release.lua")).read())
     fa = r.load(open(os.path.join(ROOT, "bench", "lua", "fenced_hash_acquire.lua")).read())
     fr = r.load(open(os.path.join(ROOT, "bench", "lua", "fenced_hash_release.lua")).read())
+    def fcall(fmt, name):
+        return ("FCALL", f"lua_cost_{fmt}_{name}")
+    # sha: a script's SHA-1 (EVALSHA), or ("FCALL", function).
+    def call(sha):
+        return sha if isinstance(sha, tuple) else ("EVALSHA", sha)
     def broker_acq(name, tok, sha=acq):
         k, line, until, permits = keys(name)
-        return ("EVALSHA", sha, 5, k, line, until, permits, "{b:}fences", tok, 10000, "", 0, 0, k + ":granted", 0, 3000)
+        return (*call(sha), 5, k, line, until, permits, "{b:}fences", tok, 10000, "", 0, 0, k + ":granted", 0, 3000)
     def broker_rel(name, tok, sha=rel):
         k, line, until, permits = keys(name)
-        return ("EVALSHA", sha, 4, k, permits, line, until, tok, k + ":released")
+        return (*call(sha), 4, k, permits, line, until, tok, k + ":released")
     phases = {
+        "broker functions (FCALL), acquire+release cycle": lambda: cycles(
+            r, lambda nm, t: broker_acq(nm, t, fcall(2, "acquire")),
+            lambda nm, t: broker_rel(nm, t, fcall(2, "release")), n),
         "broker scripts, acquire+release cycle": lambda: cycles(r, broker_acq, broker_rel, n),
         "broker scripts, record format 1, cycle": lambda: cycles(
             r, lambda nm, t: broker_acq(nm, t, acq1), lambda nm, t: broker_rel(nm, t, rel1), n),
@@ -250,6 +275,8 @@ def main():
             r.pipe([broker_acq(nm, t, grant)[:9] + (600000,) + broker_acq(nm, t, grant)[10:]
                     for nm, t in leases[i:i + 500]])
         renewals[label] = (r.load(script("renew_many.lua", fmt=fmt)), leases)
+        renewals[label.replace("renew_many.lua", "renew_many function (FCALL)")] = (
+            fcall(fmt, "renew_many"), leases)
     def renew_all(ren, leases):
         rounds = 1 if callgrind else 10
         r.begin()
@@ -259,7 +286,7 @@ def main():
                 ks, args = [], []
                 for nm, t in leases[i:i + 250]:
                     k, _, _, permits = keys(nm); ks += [k, permits]; args += [t, 0]
-                cmds.append(("EVALSHA", ren, len(ks), *ks, *args))
+                cmds.append((*call(ren), len(ks), *ks, *args))
             for reply in r.pipe(cmds):
                 # One string "code ttl fence,..." (or, from builds before
                 # 2026-12-01, an array of {code, ttl, fence}).

@@ -11,7 +11,7 @@ pub(super) type HashSlot = redis::cluster_routing::Slot;
 
 /// The keys of one name; all share its hash tag, hence its Cluster slot.
 pub(super) struct NameKeys {
-    /// The lease hash: `{prefix}{name}`.
+    /// The lease record: `{prefix}{name}` (`lua/record.lua`).
     pub lease: String,
     /// The wait line (a sorted set, token -> arrival sequence: line.lua).
     /// Brokers before issue 15 kept a list under `:queue` instead: new
@@ -51,7 +51,7 @@ pub fn lease_key(prefix: &str, name: &str) -> String {
 /// The fence counter for the name whose lease key is `lease`: one key on a
 /// Redis server; on a Cluster one per hash slot, in the name's slot (so
 /// that the grant scripts stay single-slot), never one per name.
-/// The permits of a name (a semaphore's), beside its lease hash `lease`.
+/// The permits of a name (a semaphore's), beside its lease record `lease`.
 pub(super) fn permits_key(lease: &str) -> String {
     format!("{lease}:permits")
 }

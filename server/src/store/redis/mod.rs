@@ -101,6 +101,9 @@ struct Inner {
     replica_ack_timeout: Duration,
     /// The format of the lease records this broker writes (it reads both).
     record_format: RecordFormat,
+    /// Whether the scripts run as the functions of a library (`FCALL`);
+    /// false once Redis refused functions (`scripts::Library`).
+    functions: std::sync::atomic::AtomicBool,
     watchers: Watchers,
 }
 
@@ -159,6 +162,7 @@ impl RedisStore {
                 replica_acks: options.replica_acks,
                 replica_ack_timeout: options.replica_ack_timeout,
                 record_format: options.record_format,
+                functions: std::sync::atomic::AtomicBool::new(true),
                 watchers: watchers.clone(),
             }),
         };
@@ -241,7 +245,7 @@ impl RedisStore {
     }
 
     /// Runs one of the two acquire scripts, which differ in their first key
-    /// (the lease hash or the permits) and their fifth argument (the
+    /// (the lease record or the permits) and their fifth argument (the
     /// lock-delay or the limit).
     async fn acquire(
         &self,
@@ -338,7 +342,7 @@ impl RedisStore {
     }
 
     /// Renews one lease of a cluster with one-key scripts: the lock form
-    /// (the lease hash), then, only if the name has no lock lease, the
+    /// (the lease record), then, only if the name has no lock lease, the
     /// permit form (the permits hash). While a slot migrates, Redis refuses
     /// a script declaring several keys of it with TRYAGAIN whenever the node
     /// has some of them and not all; renew.lua declares the permits hash,

@@ -206,7 +206,7 @@ impl Reply for Renewal {
     }
 }
 
-/// renew_lock.lua: a renew.lua reply, or `{LEASE_NOT_A_LOCK, 0, 0}` when the lease hash
+/// renew_lock.lua: a renew.lua reply, or `{LEASE_NOT_A_LOCK, 0, 0}` when the lease record
 /// knows nothing of the token (it may be a semaphore permit).
 pub(super) enum LockRenewal {
     Renewal(Renewal),
