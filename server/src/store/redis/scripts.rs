@@ -327,12 +327,15 @@ pub static SCRIPT_CONSTANTS: LazyLock<String> = LazyLock::new(|| {
     fill(CONSTANTS.source, &[]).unwrap_or_else(|e| panic!("{}: {e}", CONSTANTS.file))
 });
 
+/// A run's KEYS and ARGV, each argument encoded as Redis takes it.
+type Run = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 /// One call of a script: one or more runs, sent in one write.
 pub(super) struct Call<'s, R> {
     op: &'static str,
     script: &'s Script<R>,
     /// Each run's KEYS and ARGV, encoded.
-    runs: Vec<(Vec<Vec<u8>>, Vec<Vec<u8>>)>,
+    runs: Vec<Run>,
     asking: bool,
     acknowledged: bool,
 }
