@@ -475,7 +475,8 @@ async fn joining_a_waited_line_costs_one_script_run() {
         .unwrap();
 }
 
-/// The scripts Redis ran (EVALSHA and EVAL calls), from INFO commandstats.
+/// The scripts Redis ran (FCALL of the broker's functions, EVALSHA and EVAL
+/// calls), from INFO commandstats.
 fn script_calls(stats: &str) -> u64 {
     let calls = |command: &str| {
         stats
@@ -484,7 +485,7 @@ fn script_calls(stats: &str) -> u64 {
             .and_then(|rest| rest.split(',').next())
             .map_or(0, |n| n.parse::<u64>().unwrap())
     };
-    calls("evalsha") + calls("eval")
+    calls("fcall") + calls("evalsha") + calls("eval")
 }
 
 async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> String {
