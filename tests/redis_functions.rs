@@ -181,3 +181,59 @@ async fn a_user_without_functions_is_sent_scripts() {
         Acquired::Blocked(_)
     ));
 }
+
+/// A Redis at its `maxmemory` (`noeviction`): a grant is refused, with
+/// nothing written; a holder still renews its lease and gives it back,
+/// and the name can be described; once Redis has room, grants resume.
+#[tokio::test]
+async fn a_full_redis_refuses_grants_but_keeps_and_ends_leases() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection().await;
+    let store = open(&redis.url(), RecordFormat::V2);
+    let spec = |name: &str, token: &str| GrantSpec {
+        name: name.into(),
+        token: token.into(),
+        holder: "h".into(),
+        ttl_ms: 5_000,
+        lock_delay_ms: 0,
+        limit: 1,
+        queued: false,
+    };
+    for (name, token) in [("kept", "t1"), ("given-back", "t2")] {
+        assert!(matches!(
+            store.acquire(&spec(name, token)).await.unwrap(),
+            Acquired::Granted { .. }
+        ));
+    }
+    let full = |bytes: u64| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .to_owned()
+    };
+    // One byte: Redis is past it whatever it holds.
+    let _: () = full(1).query_async(&mut conn).await.unwrap();
+
+    let refused = store.acquire(&spec("new", "t3")).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("OOM"),
+        "a grant on a full Redis: {refused}"
+    );
+    assert!(matches!(
+        store.renew("kept", "t1", None).await.unwrap(),
+        Checked::Done(_)
+    ));
+    assert_eq!(
+        store.release("given-back", "t2").await.unwrap(),
+        Checked::Done(())
+    );
+    assert!(store.describe("kept").await.unwrap().lease.is_some());
+    assert!(store.describe("new").await.unwrap().lease.is_none());
+
+    let _: () = full(0).query_async(&mut conn).await.unwrap();
+    assert!(matches!(
+        store.acquire(&spec("new", "t3")).await.unwrap(),
+        Acquired::Granted { .. }
+    ));
+}

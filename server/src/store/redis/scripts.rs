@@ -289,13 +289,35 @@ impl Library {
         for part in [CONSTANTS, RECORD, LINE, QUEUE, FENCE, RENEW_LEASE] {
             source.push_str(part.source);
         }
-        for (_, _, body, _, function) in scripts {
+        for (file, _, body, _, function) in scripts {
+            let flags = flags(file);
             source.push_str(&format!(
-                "redis.register_function('{function}', function(KEYS, ARGV)\n{body}\nend)\n"
+                "redis.register_function{{function_name = '{function}', flags = {{{flags}}}, \
+                 callback = function(KEYS, ARGV)\n{body}\nend}}\n"
             ));
         }
         let source = build(&source, format).unwrap_or_else(|e| panic!("{name}: {e}"));
         Library { name, source }
+    }
+}
+
+/// The flags a script's function is registered with. A Redis at its
+/// `maxmemory` (with `noeviction`, the only policy the broker serves on)
+/// refuses every function not flagged `allow-oom` before it runs, where a
+/// script sent by `EVALSHA` fails at its first command that may take
+/// memory. Grants take memory and are refused there (nothing is written);
+/// what keeps or ends a lease is allowed, so that a full Redis does not
+/// take the holders' leases away while they renew them, nor hold a
+/// released name: a renewal rewrites a record of the same size, a release
+/// deletes one and writes a record of a few bytes that expires in 10 s.
+/// Describe writes nothing (`no-writes`: a replica may run it too).
+fn flags(file: &str) -> &'static str {
+    match file {
+        "acquire.lua" | "semaphore_acquire.lua" => "",
+        "describe.lua" => "'no-writes'",
+        "renew.lua" | "renew_many.lua" | "renew_lock.lua" | "renew_permit.lua" | "release.lua"
+        | "revoke.lua" | "dequeue.lua" | "refresh.lua" => "'allow-oom'",
+        other => panic!("{other}: say which flags its function takes (scripts::flags)"),
     }
 }
 
