@@ -17,21 +17,25 @@ fn open(url: &str, format: RecordFormat) -> Store {
     Store::open(url, &options).unwrap()
 }
 
+/// A 5 s lock on `name` for `token`.
+fn spec(name: &str, token: &str) -> GrantSpec {
+    GrantSpec {
+        name: name.into(),
+        token: token.into(),
+        holder: "h".into(),
+        ttl_ms: 5_000,
+        lock_delay_ms: 0,
+        limit: 1,
+        queued: false,
+    }
+}
+
 /// Takes and gives back `name` `times` times.
 async fn cycles(store: &Store, name: &str, times: usize) {
     for i in 0..times {
         let token = format!("{name}-{i}");
-        let spec = GrantSpec {
-            name: name.into(),
-            token: token.clone(),
-            holder: "h".into(),
-            ttl_ms: 5_000,
-            lock_delay_ms: 0,
-            limit: 1,
-            queued: false,
-        };
         assert!(matches!(
-            store.acquire(&spec).await.unwrap(),
+            store.acquire(&spec(name, &token)).await.unwrap(),
             Acquired::Granted { .. }
         ));
         assert_eq!(
@@ -159,25 +163,12 @@ async fn a_user_without_functions_is_sent_scripts() {
     assert_eq!(calls(&mut conn, "fcall").await, 0);
     assert!(libraries(&mut conn).await.is_empty());
     // A name held is held, as through functions.
-    let spec = GrantSpec {
-        name: "a".into(),
-        token: "t1".into(),
-        holder: "h".into(),
-        ttl_ms: 5_000,
-        lock_delay_ms: 0,
-        limit: 1,
-        queued: false,
-    };
     assert!(matches!(
-        store.acquire(&spec).await.unwrap(),
+        store.acquire(&spec("a", "t1")).await.unwrap(),
         Acquired::Granted { .. }
     ));
-    let second = GrantSpec {
-        token: "t2".into(),
-        ..spec
-    };
     assert!(matches!(
-        store.acquire(&second).await.unwrap(),
+        store.acquire(&spec("a", "t2")).await.unwrap(),
         Acquired::Blocked(_)
     ));
 }
@@ -190,15 +181,6 @@ async fn a_full_redis_refuses_grants_but_keeps_and_ends_leases() {
     let redis = RedisServer::start();
     let mut conn = redis.connection().await;
     let store = open(&redis.url(), RecordFormat::V2);
-    let spec = |name: &str, token: &str| GrantSpec {
-        name: name.into(),
-        token: token.into(),
-        holder: "h".into(),
-        ttl_ms: 5_000,
-        lock_delay_ms: 0,
-        limit: 1,
-        queued: false,
-    };
     for (name, token) in [("kept", "t1"), ("given-back", "t2")] {
         assert!(matches!(
             store.acquire(&spec(name, token)).await.unwrap(),

@@ -133,6 +133,14 @@ async fn contend_on(brokers: &[&BrokerProcess], secs: u64) -> Vec<Seen> {
     seen
 }
 
+/// [`assert_one_holder`], and no broker answered an error.
+fn assert_one_holder_and_no_error(phase: &str, seen: &[Seen]) {
+    assert_one_holder(phase, seen);
+    for (b, s) in seen.iter().enumerate() {
+        assert!(s.errors.is_empty(), "{phase}: broker {b}: {:?}", s.errors);
+    }
+}
+
 /// One holder at a time and fences rising across every broker's grants;
 /// each broker granted some.
 fn assert_one_holder(phase: &str, seen: &[Seen]) {
@@ -188,10 +196,7 @@ async fn a_rolling_update_keeps_one_holder_at_a_time() {
     assert_eq!(written_by(&redis, &first, "probe").await, Some(1));
 
     let seen = contend_on(&[&old, &first], 3).await;
-    assert_one_holder("old + new writing format 1", &seen);
-    for s in &seen {
-        assert!(s.errors.is_empty(), "{:?}", s.errors);
-    }
+    assert_one_holder_and_no_error("old + new writing format 1", &seen);
 
     // The old broker is gone (updated): the new ones are switched to format
     // 2 one at a time.
@@ -199,18 +204,12 @@ async fn a_rolling_update_keeps_one_holder_at_a_time() {
     let second = BrokerProcess::start(&redis.url()).await;
     assert_eq!(written_by(&redis, &second, "probe").await, Some(2));
     let seen = contend_on(&[&first, &second], 3).await;
-    assert_one_holder("new writing format 1 + new writing format 2", &seen);
-    for s in &seen {
-        assert!(s.errors.is_empty(), "{:?}", s.errors);
-    }
+    assert_one_holder_and_no_error("new writing format 1 + new writing format 2", &seen);
 
     drop(first);
     let first = BrokerProcess::start(&redis.url()).await;
     let seen = contend_on(&[&first, &second], 2).await;
-    assert_one_holder("new brokers writing format 2", &seen);
-    for s in &seen {
-        assert!(s.errors.is_empty(), "{:?}", s.errors);
-    }
+    assert_one_holder_and_no_error("new brokers writing format 2", &seen);
     assert_eq!(written_by(&redis, &first, "probe").await, Some(2));
 }
 

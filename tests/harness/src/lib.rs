@@ -719,6 +719,26 @@ struct Launch {
     binary: Option<std::path::PathBuf>,
 }
 
+impl Launch {
+    /// A broker in this network namespace, on free loopback ports.
+    fn on_loopback(
+        store: &str,
+        extra: &[&str],
+        log: Option<&std::path::Path>,
+        binary: Option<std::path::PathBuf>,
+    ) -> Launch {
+        Launch {
+            addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            metrics_addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            store: store.to_owned(),
+            extra: extra.iter().map(ToString::to_string).collect(),
+            netns: None,
+            log: log.map(ToOwned::to_owned),
+            binary,
+        }
+    }
+}
+
 impl BrokerProcess {
     /// Starts `leasehold serve` on `store` and waits until it accepts calls.
     pub async fn start(store: &str) -> Self {
@@ -728,30 +748,18 @@ impl BrokerProcess {
     /// Starts `leasehold serve` on `store` with `extra` flags, its logs
     /// appended to `log` when given.
     pub async fn start_logged(store: &str, extra: &[&str], log: Option<&std::path::Path>) -> Self {
-        Self::launch(Launch {
-            addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
-            metrics_addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
-            store: store.to_owned(),
-            extra: extra.iter().map(ToString::to_string).collect(),
-            netns: None,
-            log: log.map(ToOwned::to_owned),
-            binary: None,
-        })
-        .await
+        Self::launch(Launch::on_loopback(store, extra, log, None)).await
     }
 
     /// Starts the broker of [`previous_broker_binary`] (before Redis lease
     /// record format 2) on `store` with `extra` flags.
     pub async fn start_previous(store: &str, extra: &[&str]) -> Self {
-        Self::launch(Launch {
-            addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
-            metrics_addr: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
-            store: store.to_owned(),
-            extra: extra.iter().map(ToString::to_string).collect(),
-            netns: None,
-            log: None,
-            binary: Some(previous_broker_binary()),
-        })
+        Self::launch(Launch::on_loopback(
+            store,
+            extra,
+            None,
+            Some(previous_broker_binary()),
+        ))
         .await
     }
 
