@@ -198,17 +198,14 @@ impl Scripts {
         .with_library(f)
     }
 
-    /// Itself, with its scripts made into a [`Library`].
+    /// Itself, with its scripts made into a [`Library`], each script's
+    /// function named.
     fn with_library(mut self, format: RecordFormat) -> Self {
-        // Named after every script's text as Redis runs it (the contract's
-        // constants and the format filled in): brokers whose scripts differ
-        // in anything load libraries, and functions, of their own.
-        let texts: String = self.all().iter().map(|s| s.3).collect();
-        let name = format!("leasehold_{}", &redis::Script::new(&texts).get_hash()[..12]);
+        self.library = Library::of(format, &self.all());
+        let library = self.library.name.clone();
         for (file, function) in self.functions_mut() {
-            *function = format!("{name}_{}", file.trim_end_matches(".lua"));
+            *function = Library::function(&library, file);
         }
-        self.library = Library::of(name, format, &self.all());
         self
     }
 
@@ -232,12 +229,10 @@ impl Scripts {
         ]
     }
 
-    /// `(file, parts, body, full text, function name)` of every script.
-    fn all(&self) -> [(&'static str, &'static [Part], &'static str, &str, &str); 11] {
-        fn entry<R: Reply>(
-            s: &Script<R>,
-        ) -> (&'static str, &'static [Part], &'static str, &str, &str) {
-            (s.file, s.parts, s.body, &s.source, &s.function)
+    /// `(file, parts, body, full text)` of every script.
+    fn all(&self) -> [(&'static str, &'static [Part], &'static str, &str); 11] {
+        fn entry<R: Reply>(s: &Script<R>) -> (&'static str, &'static [Part], &'static str, &str) {
+            (s.file, s.parts, s.body, &s.source)
         }
         [
             entry(&self.acquire),
@@ -259,7 +254,7 @@ impl Scripts {
 /// and newer), loaded once per Redis and called by `FCALL`: the shared
 /// parts run once, when the library is loaded, where a script sent by
 /// `EVALSHA` runs its parts' definitions again on every call (a closure for
-/// each `local function`: 28 thousand of the 227 thousand Redis
+/// each `local function`: 31 thousand of the 226 thousand Redis
 /// instructions of an acquire+release cycle, measured with
 /// `bench/scripts/lua-cost.py`). Each function's body is its script's,
 /// between `function(KEYS, ARGV)` and `end`, so that it reads its keys and
@@ -278,26 +273,43 @@ pub(super) struct Library {
 }
 
 impl Library {
+    /// Stands for the library's name in its text until the name, a hash of
+    /// that text, is known.
+    const NAME: &'static str = "@LIBRARY@";
+
+    /// The library of `scripts`, named after its whole text (every script
+    /// as Redis runs it, the contract's constants and the format filled
+    /// in, and each function's flags): brokers whose libraries differ in
+    /// anything load libraries, and functions, of their own.
     fn of(
-        name: String,
         format: RecordFormat,
-        scripts: &[(&'static str, &'static [Part], &'static str, &str, &str)],
+        scripts: &[(&'static str, &'static [Part], &'static str, &str)],
     ) -> Library {
-        let mut source = format!("#!lua name={name}\n");
+        let mut text = format!("#!lua name={}\n", Self::NAME);
         // Every part once, each after the parts it uses (the order of
         // `all_parts`, which a test holds to their headers).
         for part in [CONSTANTS, RECORD, LINE, QUEUE, FENCE, RENEW_LEASE] {
-            source.push_str(part.source);
+            text.push_str(part.source);
         }
-        for (file, _, body, _, function) in scripts {
-            let flags = flags(file);
-            source.push_str(&format!(
-                "redis.register_function{{function_name = '{function}', flags = {{{flags}}}, \
-                 callback = function(KEYS, ARGV)\n{body}\nend}}\n"
+        for (file, _, body, _) in scripts {
+            text.push_str(&format!(
+                "redis.register_function{{function_name = '{}', flags = {{{}}}, \
+                 callback = function(KEYS, ARGV)\n{body}\nend}}\n",
+                Self::function(Self::NAME, file),
+                flags(file),
             ));
         }
-        let source = build(&source, format).unwrap_or_else(|e| panic!("{name}: {e}"));
-        Library { name, source }
+        let text = build(&text, format).unwrap_or_else(|e| panic!("the function library: {e}"));
+        let name = format!("leasehold_{}", &redis::Script::new(&text).get_hash()[..12]);
+        Library {
+            source: text.replace(Self::NAME, &name),
+            name,
+        }
+    }
+
+    /// The name of the function of `file` in the library `library`.
+    fn function(library: &str, file: &str) -> String {
+        format!("{library}_{}", file.trim_end_matches(".lua"))
     }
 }
 
@@ -338,7 +350,7 @@ pub static SCRIPTS: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(
     [RecordFormat::V1, RecordFormat::V2]
         .into_iter()
         .flat_map(|format| scripts(format).all())
-        .map(|(file, _, _, source, _)| (file, source))
+        .map(|(file, _, _, source)| (file, source))
         .collect()
 });
 
@@ -468,12 +480,18 @@ impl RedisStore {
             pipe
         };
         let library = &scripts(self.inner.record_format).library;
-        let functions = self.inner.functions.load(Ordering::Relaxed);
-        let calls = &pipeline(functions);
+        let calls = &self
+            .inner
+            .functions
+            .load(Ordering::Relaxed)
+            .then(|| pipeline(true));
         let pipeline = &pipeline;
         let mut values = self
             .retrying(op, |mut conn| async move {
-                if self.inner.functions.load(Ordering::Relaxed) {
+                if let Some(calls) = calls
+                    .as_ref()
+                    .filter(|_| self.inner.functions.load(Ordering::Relaxed))
+                {
                     let sent = match send(calls, &mut conn).await {
                         Err(e) if function_missing(&e) => {
                             match load_library(library, &mut conn).await {
@@ -718,7 +736,7 @@ mod tests {
         let shared: BTreeSet<String> = all_parts().iter().flat_map(defined).collect();
         assert!(shared.contains("take_turn") && shared.contains("LINGER_MS"));
         assert!(shared.contains("LEASE_EXPIRED_REPORTED") && shared.contains("GRANT_QUEUE"));
-        for (file, parts, body, _, _) in scripts(RecordFormat::V2).all() {
+        for (file, parts, body, _) in scripts(RecordFormat::V2).all() {
             let mut known = BTreeSet::new();
             let texts = parts.iter().map(|p| (p.file, filled(p), defined(p)));
             for (what, text, mine) in texts.chain([(file, body.to_owned(), BTreeSet::new())]) {
@@ -767,7 +785,7 @@ mod tests {
     /// names what it defines.
     #[test]
     fn headers_name_the_parts_used_and_the_names_defined() {
-        for (file, parts, body, _, _) in scripts(RecordFormat::V2).all() {
+        for (file, parts, body, _) in scripts(RecordFormat::V2).all() {
             let declared: Vec<String> = parts.iter().map(|p| p.file.to_owned()).collect();
             let named = header_files(body, "Uses").unwrap_or_default();
             assert_eq!(named, declared, "{file}'s header: Uses");
@@ -810,7 +828,7 @@ mod tests {
     #[test]
     fn scripts_are_their_parts_then_their_body() {
         for format in [RecordFormat::V1, RecordFormat::V2] {
-            for (file, parts, body, source, _) in scripts(format).all() {
+            for (file, parts, body, source) in scripts(format).all() {
                 let joined: String = parts.iter().map(|p| p.source).chain([body]).collect();
                 assert_eq!(source, build(&joined, format).unwrap(), "{file}");
                 for placeholder in ["__CONSTANTS__", "__RECORD_FORMAT__"] {
