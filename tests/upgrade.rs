@@ -253,3 +253,57 @@ async fn an_old_broker_refuses_a_format_2_record_rather_than_grant_it() {
         seen[1].errors
     );
 }
+
+/// A rollback, as docs/operations.md says to make it: the new brokers are
+/// restarted with `--redis-record-format 1`, a held lease's next renewal
+/// rewrites its record in format 1, and then a broker of the old version
+/// reads it: it refuses the name to another caller (held, not an error),
+/// renews it for its holder and releases it.
+#[tokio::test]
+async fn a_rollback_leaves_held_leases_to_the_old_broker() {
+    let redis = RedisServer::start();
+    let new = BrokerProcess::start(&redis.url()).await;
+    let mut holder = new.client().await;
+    let lease = common::must_acquire(&mut holder, "held", TTL_MS).await;
+    assert_eq!(format_of(&redis, "held").await, Some(2));
+
+    // The first step of the rollback: the new broker writes format 1.
+    drop(new);
+    let rolled = BrokerProcess::start_logged(&redis.url(), RECORD_FORMAT_1, None).await;
+    let renew = |owner_token: &str| RenewRequest {
+        name: "held".into(),
+        owner_token: owner_token.into(),
+        ttl_ms: 0,
+    };
+    rolled
+        .client()
+        .await
+        .renew(renew(&lease.owner_token))
+        .await
+        .expect("renewed through the broker writing format 1");
+    assert_eq!(format_of(&redis, "held").await, Some(1));
+
+    // The second: the old version.
+    drop(rolled);
+    let old = BrokerProcess::start_previous(&redis.url(), &[]).await;
+    let mut other = old.client().await;
+    let refused = other
+        .acquire(acquire_req("held", TTL_MS, "other", 0))
+        .await
+        .expect_err("the old broker granted a held name");
+    assert_eq!(refused.code(), Code::Aborted, "{refused:?}");
+    let renewed = other
+        .renew(renew(&lease.owner_token))
+        .await
+        .expect("the old broker renews the lease")
+        .into_inner();
+    assert_eq!(renewed.fence, lease.fence);
+    other
+        .release(ReleaseRequest {
+            name: "held".into(),
+            owner_token: lease.owner_token.clone(),
+        })
+        .await
+        .expect("the old broker releases it");
+    common::must_acquire(&mut other, "held", TTL_MS).await;
+}
