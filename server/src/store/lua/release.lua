@@ -52,7 +52,7 @@
 local key, permits, queue, alive, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
 -- The clock is read only when needed: a format-2 record tells its time
 -- left without it (record.lua).
-local l = read_lease(key)
+local l = read_lease(key, nil, true)
 local live = l.o and l.left > 0
 if l.o == token then
   if not live then

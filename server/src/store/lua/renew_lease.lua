@@ -54,7 +54,7 @@
 -- nothing of the token either. That look costs a stranger's token an HGET
 -- and a GET more; a holder's renewal costs nothing more.
 local function renew_lock(key, token, new_ttl, now_ms)
-  local l = read_lease(key, now_ms)
+  local l = read_lease(key, now_ms, true)
   local live = l.o and l.left > 0
   if l.o == token then
     if not live then

@@ -24,7 +24,7 @@
 -- Uses: constants.lua, record.lua.
 local key = KEYS[1]
 local now_ms = clock_ms()
-local l = read_lease(key, now_ms)
+local l = read_lease(key, now_ms, true)
 if not l.o then
   if l.r then
     return {REVOKE_ALREADY, tonumber(l.f)}
