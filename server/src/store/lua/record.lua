@@ -5,7 +5,7 @@
 -- Uses: constants.lua.
 -- Defines: RECORD_FORMAT; clock_ms(); read_lease(key, now_ms, brief);
 -- write_lease(key, was, l, life_ms); update_lease(key, l, changed,
--- life_ms); and, for those, encode(l).
+-- life_ms); and, for those, timed(l) and encode(l).
 --
 -- A record, as read_lease returns it, is a table of strings (false when
 -- absent), never Lua numbers (a fence of 16 digits would print as
@@ -54,6 +54,16 @@ local function clock_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- A format-1 record l with its time left: its expiry (e) is a time, read
+-- against the clock (the caller's now_ms, else the clock read here).
+local function timed(l)
+  if l.o then
+    l.now_ms = l.now_ms or clock_ms()
+    l.left = tonumber(l.e) - l.now_ms
+  end
+  return l
+end
+
 -- The record at key. now_ms: the Redis clock if the caller read it, or
 -- nil (a format-1 record then reads it: its expiry is a time). brief: the
 -- caller neither replies with the holder (h) and grant time (g) nor
@@ -70,13 +80,8 @@ local function read_lease(key, now_ms, brief)
     v = redis.pcall('HMGET', key, 'o', 'f', 't', 'e', 'd', 'n', 'r')
     if not v.err then
       -- Format 1, the fields a renewal, a release or a revoke reads.
-      local l = {o = v[1], f = v[2], t = v[3], e = v[4], d = v[5] or '0', n = v[6], r = v[7],
-        format = v[2] and 1, now_ms = now_ms}
-      if l.o then
-        l.now_ms = now_ms or clock_ms()
-        l.left = tonumber(l.e) - l.now_ms
-      end
-      return l
+      return timed({o = v[1], f = v[2], t = v[3], e = v[4], d = v[5] or '0', n = v[6], r = v[7],
+        format = v[2] and 1, now_ms = now_ms})
     end
     v = redis.call('GET', key)
   else
@@ -90,13 +95,8 @@ local function read_lease(key, now_ms, brief)
   end
   if type(v) == 'table' then
     -- Format 1. Every record has a fence (f): without one, no record.
-    local l = {o = v[1], f = v[2], h = v[3], g = v[4], t = v[5], e = v[6], d = v[7] or '0',
-      u = v[8], n = v[9], r = v[10], x = v[11], format = v[2] and 1, now_ms = now_ms}
-    if l.o then
-      l.now_ms = now_ms or clock_ms()
-      l.left = tonumber(l.e) - l.now_ms
-    end
-    return l
+    return timed({o = v[1], f = v[2], h = v[3], g = v[4], t = v[5], e = v[6], d = v[7] or '0',
+      u = v[8], n = v[9], r = v[10], x = v[11], format = v[2] and 1, now_ms = now_ms})
   end
   if not v then
     return {format = false, now_ms = now_ms}
