@@ -33,7 +33,8 @@
 //!   first one is `--deadline-ns`): the lease's local deadline, as `run`
 //!   computes it from the time each renewal was *sent*. Should it pass with
 //!   no later one received, the guardian does by itself what `run` would:
-//!   SIGTERM to every descendant `--grace` before it, SIGKILL at it, and
+//!   SIGTERM to every descendant `--grace` before it, SIGKILL just ahead of
+//!   it ([`KILL_LEAD`], for a late wake-up and the walk of /proc), and
 //!   exits with `EXIT_LEASE_LOST`. So a `run` that is stopped (SIGSTOP,
 //!   SIGTTOU, a debugger), traced or starved of CPU cannot leave its command
 //!   working past the lease. Anything else on the pipe (torn, garbage, too
@@ -99,6 +100,15 @@ pub(super) const DEADLINE_CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
 const DEADLINE_PREFIX: &[u8] = b"deadline ";
 /// A message longer than this (prefix, 20 digits, newline: 30) is garbage.
 const MAX_MESSAGE: usize = 64;
+
+/// How long before the deadline the SIGKILL is aimed. A timer wakes a
+/// process late on a loaded machine, and the walk of /proc that finds every
+/// descendant takes milliseconds more with many processes: aimed at the
+/// deadline itself, a command that ignores SIGTERM was seen to run 5 ms past
+/// it (a full test run on two cores). The deadline is already the client's
+/// conservative one (send time + TTL - margin), so the lease is still live
+/// in the store for this long before it.
+pub(crate) const KILL_LEAD: Duration = Duration::from_millis(25);
 
 /// Now, on [`DEADLINE_CLOCK`].
 pub(super) fn clock_now() -> Duration {
@@ -387,6 +397,7 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
         }
         let now = clock_now();
         let term_at = deadline.saturating_sub(args.grace);
+        let kill_at = deadline.saturating_sub(KILL_LEAD);
         let from_run = TERM.swap(false, Ordering::SeqCst);
         if !killing && now >= term_at && !expired && code.is_none() {
             // `run` did not say the lease was renewed: it may be stopped,
@@ -397,7 +408,7 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
             signal_descendants(libc::SIGTERM);
             termed = true;
         }
-        if now >= deadline {
+        if now >= kill_at {
             killing = true;
         }
         if code.is_some() && leftovers_until.is_none() {
@@ -409,20 +420,22 @@ fn watch(args: &GuardArgs, command: libc::pid_t) -> u8 {
             killing = true;
         }
         if killing {
+            if code.is_none() {
+                // The command first, in one call, ahead of the walk of /proc
+                // (not yet reaped, so the pid is still the command's).
+                // SAFETY: kill() has no memory-safety preconditions.
+                unsafe { libc::kill(command, libc::SIGKILL) };
+            }
             signal_descendants(libc::SIGKILL);
         }
 
         // The next thing to do on time: SIGTERM before the deadline, SIGKILL
-        // at it, SIGKILL to leftovers.
-        let next = [
-            (!termed).then_some(term_at),
-            Some(deadline),
-            leftovers_until,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(deadline);
+        // just ahead of it, SIGKILL to leftovers.
+        let next = [(!termed).then_some(term_at), Some(kill_at), leftovers_until]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(kill_at);
         let timeout = if killing {
             10 // ms: until the killed are reaped (and to catch late forks)
         } else {

@@ -15,7 +15,8 @@
 //! it learns of it. A `run` that is alive but does nothing (stopped by
 //! SIGSTOP or SIGTTOU, held by a debugger, starved of CPU) closes no pipe;
 //! the guardian then stops the tree by itself on the last deadline it was
-//! given: SIGTERM `--kill-grace` before it, SIGKILL at it. So no descendant
+//! given: SIGTERM `--kill-grace` before it, SIGKILL 25 ms ahead of it (for
+//! a late wake-up on a loaded machine). So no descendant
 //! of the command runs past the lease's local deadline, whatever happens to
 //! `run`, as long as the guardian runs (see `super::guard` for its limits).
 //! A `run` resumed after that reports the lease lost (`EXIT_LEASE_LOST`).
