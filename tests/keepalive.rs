@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use common::{
     acquire_req, eventually,
     keepalive::{pair, through_proxy, Stream},
-    must_acquire, sample, scrape, Broker, RedisServer,
+    must_acquire,
+    proxy::Proxy,
+    sample, scrape, Broker, RedisServer,
 };
 use leasehold_server::proto::{
     lease_status::State, leasehold_service_client::LeaseholdServiceClient, DescribeRequest,
@@ -151,7 +153,7 @@ async fn many_leases_are_renewed_in_one_round_trip() {
         .trim_end_matches('/')
         .parse()
         .unwrap();
-    let proxy = common::proxy::Proxy::start(redis_addr).await;
+    let proxy = Proxy::start(redis_addr).await;
     let broker = Broker::start_with(&format!("redis://{}/", proxy.addr()), |c| {
         c.store_timeout = Duration::from_secs(5);
     })
@@ -213,6 +215,124 @@ async fn a_broken_stream_lets_its_leases_run_out_their_ttl() {
                 "lease_lost_total{reason=\"expired\"}",
             ) == 1.0
         },
+    )
+    .await;
+}
+
+/// A Redis reached through a fault-injection proxy, and a broker on it
+/// whose store calls may take up to 5 s.
+async fn broker_behind_proxy(store_timeout: Duration) -> (RedisServer, Proxy, Broker) {
+    let redis = RedisServer::start();
+    let addr = redis
+        .url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(addr).await;
+    let broker = Broker::start_with(&format!("redis://{}/", proxy.addr()), |c| {
+        c.store_timeout = store_timeout;
+    })
+    .await;
+    (redis, proxy, broker)
+}
+
+async fn expired_count(broker: &Broker) -> f64 {
+    sample(
+        &scrape(broker.metrics_addr).await,
+        "lease_lost_total{reason=\"expired\"}",
+    )
+}
+
+/// The lease of a broken stream whose last renewal took long to answer is
+/// looked at past the latest moment the store may expire it, and its expiry
+/// counted. The renewal reaches Redis 400 ms after it was sent, the look
+/// at once: looked at 250 ms past send time + TTL (as before), the lease
+/// was still alive there, and its expiry went uncounted.
+#[tokio::test]
+async fn a_slowly_renewed_lease_of_a_broken_stream_is_counted_when_it_expires() {
+    let (_redis, store_proxy, broker) = broker_behind_proxy(Duration::from_secs(5)).await;
+    let mut client = broker.client().await;
+    let lease = must_acquire(&mut client, "slow", 1_000).await;
+    let (mut doomed, proxy) = through_proxy(&broker).await;
+    let mut stream = Stream::open(&mut doomed).await;
+    store_proxy.set_latency(Duration::from_millis(400));
+    assert_eq!(
+        stream.beat(&[pair(&lease)]).await.unwrap().leases[0].state(),
+        State::Alive
+    );
+    // The look itself is quick.
+    store_proxy.set_latency(Duration::ZERO);
+    proxy.drop_connections();
+    eventually(
+        Duration::from_secs(15),
+        "the broker to count the loss",
+        || async { expired_count(&broker).await == 1.0 },
+    )
+    .await;
+}
+
+/// On etcd too, whose leader revokes an expired lease up to about half a
+/// second late: the broker looks at a broken stream's lease only after
+/// that, and counts its expiry.
+#[tokio::test]
+async fn a_broken_streams_lease_on_etcd_is_counted_when_it_expires() {
+    let etcd = common::EtcdServer::start();
+    let broker = Broker::start(&etcd.store_url()).await;
+    let mut client = broker.client().await;
+    let lease = must_acquire(&mut client, "late", 1_000).await;
+    let (mut doomed, proxy) = through_proxy(&broker).await;
+    let mut stream = Stream::open(&mut doomed).await;
+    assert_eq!(
+        stream.beat(&[pair(&lease)]).await.unwrap().leases[0].state(),
+        State::Alive
+    );
+    proxy.drop_connections();
+    eventually(
+        Duration::from_secs(15),
+        "the broker to count the loss",
+        || async { expired_count(&broker).await == 1.0 },
+    )
+    .await;
+}
+
+/// A look at a broken stream's lease that the store does not answer (the
+/// network between broker and Redis lost it) is tried again, and the
+/// expiry counted once. Looked at once, the loss went uncounted.
+#[tokio::test]
+async fn a_failed_look_at_a_broken_streams_lease_is_tried_again() {
+    let (_redis, store_proxy, broker) = broker_behind_proxy(Duration::from_millis(500)).await;
+    let mut client = broker.client().await;
+    let lease = must_acquire(&mut client, "unseen", 1_000).await;
+    let (mut doomed, proxy) = through_proxy(&broker).await;
+    let mut stream = Stream::open(&mut doomed).await;
+    assert_eq!(
+        stream.beat(&[pair(&lease)]).await.unwrap().leases[0].state(),
+        State::Alive
+    );
+    let errors_before = sample(
+        &scrape(broker.metrics_addr).await,
+        "leasehold_store_errors_total",
+    );
+    // Nothing reaches Redis from here: the look, due a little past the
+    // TTL, is the broker's only store call, and fails.
+    store_proxy.stall();
+    proxy.drop_connections();
+    eventually(Duration::from_secs(10), "the look to fail", || async {
+        sample(
+            &scrape(broker.metrics_addr).await,
+            "leasehold_store_errors_total",
+        ) > errors_before
+    })
+    .await;
+    assert_eq!(expired_count(&broker).await, 0.0);
+    // The requests held are lost with their connections; Redis answers again.
+    store_proxy.drop_connections();
+    store_proxy.pass();
+    eventually(
+        Duration::from_secs(10),
+        "the broker to count the loss",
+        || async { expired_count(&broker).await == 1.0 },
     )
     .await;
 }

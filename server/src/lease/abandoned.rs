@@ -1,10 +1,14 @@
 //! Leases whose KeepAlive stream ended: nobody renews them here any more,
 //! and if they run out their TTL, this broker is the one that can tell
 //! (their holder is gone; the next grant of the name may be hours away).
-//! A little past the latest moment each could expire, it is looked at once
+//! A little past the latest moment each could expire, it is looked at
 //! (without renewing it): one that expired there is counted as lost, unless
 //! another request learnt it first (the store reports an expiry once); one
-//! that was released, or resumed on another stream, is not.
+//! that was released, or resumed on another stream, is not. A look the
+//! store does not answer (a timeout under load, a failover) is tried again,
+//! backing off, for as long as the store keeps an expired lease's record
+//! ([`LINGER`]): a look tried once left a loss uncounted whenever that one
+//! store call failed.
 //!
 //! Why one shared set and not a task per ended stream: a stream names up to
 //! `--max-stream-leases` leases, and a client can end streams as fast as it
@@ -31,12 +35,26 @@ use tokio::{
     time::{sleep_until, Instant},
 };
 
+use futures_util::StreamExt;
+
 use super::{Inner, Leases, LossReason};
-use crate::store::Checked;
+use crate::store::{contract::LINGER, Checked};
 
 /// How long after the latest moment a lease could expire it is looked at,
 /// so that the store has expired it by then.
 const LOOK_AFTER: Duration = Duration::from_millis(250);
+
+/// How long a failed look waits before it is tried again, at first; doubled
+/// each time up to [`RETRY_MAX`], so that a store down for the whole
+/// [`LINGER`] is asked about each lease a handful of times, not hammered.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Most looks in flight at once: a batch that falls due together (a broker
+/// of many streams that all broke) is looked at in parallel, so that a slow
+/// store does not push the last looks past the record's [`LINGER`], yet the
+/// store is never sent more than this at once from here.
+const LOOKS_AT_ONCE: usize = 32;
 
 /// Most leases watched at once: the size of the largest load the broker is
 /// measured with (100,000 leases over 100 streams: BENCHMARKS.md, "Leases
@@ -52,6 +70,19 @@ struct Watched {
     name: Box<str>,
     /// When to look at it.
     due: Instant,
+    /// After this, a failed look is not tried again: the store has dropped
+    /// an expired record by then ([`LINGER`] past its expiry).
+    give_up: Instant,
+    /// How long the next failed look waits before it is tried again.
+    backoff: Duration,
+}
+
+/// A watched lease whose look is due.
+struct Due {
+    name: Box<str>,
+    token: Arc<str>,
+    give_up: Instant,
+    backoff: Duration,
 }
 
 #[derive(Default)]
@@ -68,6 +99,7 @@ impl State {
     /// Watches `token`'s lease on `name` until `due` (or a later moment
     /// already set), within [`MAX_WATCHED`].
     fn watch(&mut self, name: String, token: String, due: Instant) {
+        let give_up = due - LOOK_AFTER + LINGER;
         let full = self.by_token.len() >= MAX_WATCHED;
         match self.by_token.get_mut(token.as_str()) {
             Some(watched) if *watched.name == *name => {
@@ -76,6 +108,8 @@ impl State {
                     self.by_due.remove(&(watched.due, Arc::clone(&key)));
                     self.by_due.insert((due, key));
                     watched.due = due;
+                    watched.give_up = watched.give_up.max(give_up);
+                    watched.backoff = RETRY_FIRST;
                 }
                 return;
             }
@@ -107,6 +141,8 @@ impl State {
             Watched {
                 name: name.into(),
                 due,
+                give_up,
+                backoff: RETRY_FIRST,
             },
         );
         if self.by_token.len() < MAX_WATCHED / 2 {
@@ -142,7 +178,7 @@ impl Abandoned {
     }
 
     /// Takes the entries due by `now`, earliest first.
-    fn take_due(&self, now: Instant) -> Vec<(Box<str>, Arc<str>)> {
+    fn take_due(&self, now: Instant) -> Vec<Due> {
         let mut state = self.lock();
         let mut due = Vec::new();
         while let Some((when, token)) = state.by_due.first().cloned() {
@@ -151,10 +187,46 @@ impl Abandoned {
             }
             state.by_due.pop_first();
             if let Some(watched) = state.by_token.remove(&token) {
-                due.push((watched.name, token));
+                due.push(Due {
+                    name: watched.name,
+                    token,
+                    give_up: watched.give_up,
+                    backoff: watched.backoff,
+                });
             }
         }
         due
+    }
+
+    /// Puts back a lease whose look failed, to be looked at again after its
+    /// backoff; `false` if that would be past its record's [`LINGER`] (then
+    /// it is let go). A lease watched anew meanwhile (another stream that
+    /// named it ended) keeps its new entry.
+    fn retry(&self, failed: Due, now: Instant) -> bool {
+        let due = now + failed.backoff;
+        if due > failed.give_up {
+            return false;
+        }
+        let mut state = self.lock();
+        if state.by_token.contains_key(&failed.token) {
+            return true;
+        }
+        // Within the cap: a retry only takes back the room its look freed,
+        // unless new entries filled it meanwhile.
+        if state.by_token.len() >= MAX_WATCHED {
+            return false;
+        }
+        state.by_due.insert((due, Arc::clone(&failed.token)));
+        state.by_token.insert(
+            failed.token,
+            Watched {
+                name: failed.name,
+                due,
+                give_up: failed.give_up,
+                backoff: (failed.backoff * 2).min(RETRY_MAX),
+            },
+        );
+        true
     }
 
     fn next_due(&self) -> Option<Instant> {
@@ -163,19 +235,21 @@ impl Abandoned {
 }
 
 impl Leases {
-    /// Watches each `(name, token, expires_no_sooner_than)` (store name;
-    /// the leases of one ended stream), until that moment plus
-    /// [`LOOK_AFTER`]. A lease watched already (another stream that named it
-    /// ended): the later moment stands. One lock of the set for the batch.
+    /// Watches each `(name, token, expires_by)` (store name; the leases of
+    /// one ended stream; the latest moment the store may expire each),
+    /// until that moment plus the store's expiry lag plus [`LOOK_AFTER`]. A
+    /// lease watched already (another stream that named it ended): the
+    /// later moment stands. One lock of the set for the batch.
     pub(super) fn watch_abandoned(
         &self,
         ended: impl IntoIterator<Item = (String, String, Instant)>,
     ) {
         let abandoned = &self.inner.abandoned;
+        let after = self.inner.store.expiry_lag() + LOOK_AFTER;
         {
             let mut state = abandoned.lock();
-            for (name, token, expires_no_sooner_than) in ended {
-                state.watch(name, token, expires_no_sooner_than + LOOK_AFTER);
+            for (name, token, expires_by) in ended {
+                state.watch(name, token, expires_by + after);
             }
         }
         if !abandoned.started.swap(true, Ordering::SeqCst) {
@@ -188,16 +262,25 @@ impl Leases {
     }
 
     /// Looks at one watched lease: counts its expiry if this is the first
-    /// news of it.
-    async fn look_at_abandoned(&self, name: &str, token: &str) {
-        match self.inner.store.check(name, token).await {
-            Ok(Checked::Expired) => self.lost(name, LossReason::Expired),
+    /// news of it; a look the store did not answer is put back, to be tried
+    /// again.
+    async fn look_at_abandoned(&self, due: Due) {
+        match self.inner.store.check(&due.name, &due.token).await {
+            Ok(Checked::Expired) => self.lost(&due.name, LossReason::Expired),
             // Alive (resumed elsewhere), released, revoked (counted then),
             // or reported already (by its holder, or by the grant that took
             // it over: ExpiredReported).
             Ok(_) => {}
             Err(e) => {
-                tracing::debug!(lock = %name, error = %e, "could not look at the lease of an ended stream");
+                self.inner.events.store_failed();
+                let name = due.name.clone();
+                // Put back, it is seen by the task's next round: the task
+                // runs this, and looks for the next due entry after the batch.
+                if self.inner.abandoned.retry(due, Instant::now()) {
+                    tracing::debug!(lock = %name, error = %e, "could not look at the lease of an ended stream; trying again");
+                } else {
+                    tracing::warn!(lock = %name, error = %e, "could not look at the lease of an ended stream before the store drops its record; an expiry there goes uncounted");
+                }
             }
         }
     }
@@ -231,9 +314,9 @@ async fn look(abandoned: Arc<Abandoned>, inner: Weak<Inner>) {
             return;
         };
         let leases = Leases { inner: strong };
-        for (name, token) in abandoned.take_due(Instant::now()) {
-            leases.look_at_abandoned(&name, &token).await;
-        }
+        futures_util::stream::iter(abandoned.take_due(Instant::now()))
+            .for_each_concurrent(LOOKS_AT_ONCE, |due| leases.look_at_abandoned(due))
+            .await;
     }
 }
 

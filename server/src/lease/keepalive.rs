@@ -87,6 +87,42 @@ struct Tracked {
     /// The earliest moment the store may expire it: the renewal was applied
     /// after this session sent it, so the lease lives at least until then.
     expires_no_sooner_than: Instant,
+    /// The latest: the renewal was applied before its answer arrived (or,
+    /// for one whose answer never came, before the broker gave up on it).
+    /// A lease of an ended stream is looked at past this, not past the
+    /// earliest: looked at sooner, a lease whose renewal took long to
+    /// answer (a loaded machine) was found alive, and its expiry went
+    /// uncounted.
+    expires_by: Instant,
+    /// Its TTL as last renewed here, for the latest moment of a renewal
+    /// whose answer never came.
+    ttl: Duration,
+}
+
+impl Tracked {
+    /// A lease granted or renewed for `ttl_ms`, the request sent at `sent`
+    /// and answered at `answered`.
+    fn new(name: String, sent: Instant, answered: Instant, ttl_ms: u64) -> Tracked {
+        let ttl = Duration::from_millis(ttl_ms);
+        Tracked {
+            name,
+            expires_no_sooner_than: sent + ttl,
+            expires_by: answered + ttl,
+            ttl,
+        }
+    }
+
+    /// The same lease after a renewal of unknown fate (asked for `ttl_ms`,
+    /// or its own TTL; given up on at `now`): it may have been applied.
+    fn unconfirmed(&self, ttl_ms: Option<u64>, now: Instant) -> Tracked {
+        let ttl = ttl_ms.map_or(self.ttl, Duration::from_millis);
+        Tracked {
+            name: self.name.clone(),
+            expires_no_sooner_than: self.expires_no_sooner_than,
+            expires_by: self.expires_by.max(now + ttl),
+            ttl: self.ttl.max(ttl),
+        }
+    }
 }
 
 /// Which leases a session tracks.
@@ -181,14 +217,14 @@ impl Session {
         let granted = self.leases.acquire(&self.caller, args).await?;
         self.track(
             &granted.lease.owner_token,
-            Tracked {
-                name: self.caller.tenant().qualify(&granted.lease.name),
+            Tracked::new(
+                self.caller.tenant().qualify(&granted.lease.name),
                 // The store applied the grant after the granting attempt was
                 // sent, `waited` after the call's arrival.
-                expires_no_sooner_than: arrived
-                    + granted.waited
-                    + Duration::from_millis(granted.lease.ttl_ms),
-            },
+                arrived + granted.waited,
+                Instant::now(),
+                granted.lease.ttl_ms,
+            ),
         );
         Ok(granted)
     }
@@ -215,7 +251,7 @@ impl Session {
             let lapsed: Vec<_> = tracking
                 .leases
                 .extract_if(|_, t| t.expires_no_sooner_than <= now)
-                .map(|(token, t)| (t.name, token, t.expires_no_sooner_than))
+                .map(|(token, t)| (t.name, token, t.expires_by))
                 .collect();
             if !lapsed.is_empty() {
                 drop(tracking);
@@ -240,15 +276,23 @@ impl Session {
         match &result {
             Ok(renewed) => self.track(
                 owner_token,
-                Tracked {
-                    name: self.caller.tenant().qualify(name),
-                    expires_no_sooner_than: sent + Duration::from_millis(renewed.ttl_ms),
-                },
+                Tracked::new(
+                    self.caller.tenant().qualify(name),
+                    sent,
+                    Instant::now(),
+                    renewed.ttl_ms,
+                ),
             ),
             Err(e) if e.settles_the_lease() => {
                 lock(&self.tracking).leases.remove(owner_token);
             }
-            Err(_) => {}
+            // Unknown fate: it may have been renewed.
+            Err(_) => {
+                let now = Instant::now();
+                if let Some(known) = lock(&self.tracking).leases.get_mut(owner_token) {
+                    *known = known.unconfirmed(Some(ttl_ms), now);
+                }
+            }
         }
         result
     }
@@ -314,12 +358,12 @@ impl Session {
             Scope::Held => &next_tracked,
         };
         // When this session renewed the lease `item` names (that token's
-        // lease *of that name*), the earliest moment it could expire.
-        let tracked_as = |item: &RenewItem| -> Option<Instant> {
+        // lease *of that name*), what it knew of it.
+        let tracked_as = |item: &RenewItem| -> Option<Tracked> {
             previous
                 .get(&item.token)
                 .filter(|t| t.name == item.name)
-                .map(|t| t.expires_no_sooner_than)
+                .cloned()
         };
         let mut outcomes = match outcomes {
             Ok(outcomes) => outcomes.into_iter().map(Ok).collect::<Vec<_>>(),
@@ -339,7 +383,11 @@ impl Session {
                 .unwrap_or_else(|| Err("no answer from the store".into()));
             let known = tracked_as(&item);
             // Asked only of an answer that finds no lease of this token.
-            let lost_early = || known.is_some_and(|at| now < at);
+            let lost_early = || {
+                known
+                    .as_ref()
+                    .is_some_and(|t| now < t.expires_no_sooner_than)
+            };
             let (state, loss) = renewal_state(outcome, lost_early);
             verdicts.push((item, known, state, loss));
         }
@@ -362,13 +410,8 @@ impl Session {
                         || next_tracked.contains_key(&item.token)
                         || next_tracked.len() < room
                     {
-                        next_tracked.insert(
-                            item.token,
-                            Tracked {
-                                name: item.name,
-                                expires_no_sooner_than: sent + Duration::from_millis(*ttl_ms),
-                            },
-                        );
+                        next_tracked
+                            .insert(item.token, Tracked::new(item.name, sent, now, *ttl_ms));
                     }
                 }
                 LeaseState::Lost { .. } => {
@@ -380,16 +423,13 @@ impl Session {
                         next_tracked.remove(&item.token);
                     }
                 }
-                // Unknown fate: keep tracking what we knew until we know more.
+                // Unknown fate: keep tracking what we knew until we know
+                // more, the renewal perhaps applied.
                 LeaseState::Unconfirmed { .. } => {
-                    if let (Scope::Named, Some(at)) = (self.scope, known) {
-                        next_tracked.insert(
-                            item.token,
-                            Tracked {
-                                name: item.name,
-                                expires_no_sooner_than: at,
-                            },
-                        );
+                    if let Some(known) = known {
+                        if self.scope == Scope::Named || next_tracked.contains_key(&item.token) {
+                            next_tracked.insert(item.token, known.unconfirmed(item.ttl_ms, now));
+                        }
                     }
                 }
                 LeaseState::Rejected { .. } => {}
@@ -459,7 +499,7 @@ impl Session {
         self.leases.watch_abandoned(
             tracked
                 .into_iter()
-                .map(|(token, t)| (t.name, token, t.expires_no_sooner_than)),
+                .map(|(token, t)| (t.name, token, t.expires_by)),
         );
     }
 }

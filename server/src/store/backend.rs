@@ -95,6 +95,14 @@ pub(crate) trait Backend: Send + Sync {
         ms
     }
 
+    /// How long past its TTL a lease may still read as alive: none where
+    /// the store decides expiry by its clock when asked (Redis, PostgreSQL,
+    /// memory); etcd's leader revokes an expired lease within about half a
+    /// second.
+    fn expiry_lag(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// Checks that the store answers and takes writes, and reads its clock
     /// and settings ([`super::Store::ping`]).
     async fn ping(&self) -> Result<Ping>;

@@ -649,6 +649,13 @@ impl Store {
         dispatch!(self, s => s.applied_ms(ms))
     }
 
+    /// How long past its TTL a lease may still read as alive (etcd revokes
+    /// late; the other stores, never): the broker looks at a lease of an
+    /// ended stream only after this more.
+    pub fn expiry_lag(&self) -> std::time::Duration {
+        dispatch!(self, s => s.expiry_lag())
+    }
+
     /// Callers waiting on this replica to acquire `name`.
     pub fn local_waiters(&self, name: &str) -> usize {
         dispatch!(self, s => s.watchers().waiters(&s.channel(name, Event::Released)))

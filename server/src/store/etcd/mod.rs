@@ -1503,6 +1503,13 @@ impl Backend for EtcdStore {
         renewed.into_iter().collect()
     }
 
+    /// The leader revokes an expired lease within about half a second (its
+    /// lessor looks for expired leases every 500 ms); twice that, for a
+    /// loaded leader.
+    fn expiry_lag(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
     /// etcd's lease TTLs are whole seconds, and none shorter than its
     /// minimum (once a grant showed it). A lock-delay of 0 stays 0.
     fn applied_ms(&self, ms: u64) -> u64 {
