@@ -4,11 +4,13 @@
 # supported dependency range, then builds the package and smoke-tests what a
 # user would install:
 #
-#   1. "oldest": grpcio 1.63.0 + protobuf 5.26.1 (the floor pyproject.toml
-#      declares) and grpcio-tools 1.63.0, which generated the stubs (so the
-#      staleness test runs here): every test.
-#   2. "newest": the newest grpcio and protobuf 7 (pinned below): every test
-#      but the staleness one (grpcio-tools 1.63 needs protobuf < 6).
+#   1. "oldest": grpcio 1.63.0 + protobuf 5.26.1 + googleapis-common-protos
+#      1.63.1 (the floors pyproject.toml declares) and grpcio-tools 1.63.0,
+#      which generated the stubs (so the staleness test runs here): every
+#      test.
+#   2. "newest": the newest grpcio, protobuf 7 and googleapis-common-protos
+#      (pinned below): every test but the staleness one (grpcio-tools 1.63
+#      needs protobuf < 6).
 #   3. `python -m build` makes a wheel and an sdist; each is installed into a
 #      fresh virtualenv outside the repo, which imports it, connects to a real
 #      broker and takes and releases a lease, sync and asyncio
@@ -30,8 +32,8 @@ cd "$here"
 
 # The two ends of the range that are tested. OLDEST must match the floors in
 # pyproject.toml; NEWEST is the newest release when last updated.
-OLDEST_PINS=(grpcio==1.63.0 protobuf==5.26.1 grpcio-tools==1.63.0)
-NEWEST_PINS=(grpcio==1.85.3 protobuf==7.36.2)
+OLDEST_PINS=(grpcio==1.63.0 protobuf==5.26.1 googleapis-common-protos==1.63.1 grpcio-tools==1.63.0)
+NEWEST_PINS=(grpcio==1.85.3 protobuf==7.36.2 googleapis-common-protos==1.76.0)
 MIDDLE_PROTOBUF=protobuf==6.33.6
 
 bin="${LEASEHOLD_BIN:-$repo/target/debug/leasehold}"
@@ -86,7 +88,11 @@ venv() {
 venv "$venvs/oldest" "${OLDEST_PINS[@]}"
 venv "$venvs/newest" "${NEWEST_PINS[@]}"
 
-versions() { "$1/bin/python" -c 'import grpc, google.protobuf as p; print(f"grpcio {grpc.__version__}, protobuf {p.__version__}")'; }
+versions() {
+  "$1/bin/python" -c 'import grpc, google.protobuf as p, importlib.metadata as m
+g = m.version("googleapis-common-protos")
+print(f"grpcio {grpc.__version__}, protobuf {p.__version__}, googleapis-common-protos {g}")'
+}
 
 echo "== Python client: oldest supported versions ($(versions "$venvs/oldest"))"
 "$venvs/oldest/bin/python" -m pytest -q -p no:cacheprovider "$@"

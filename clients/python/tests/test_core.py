@@ -7,7 +7,9 @@ import pytest
 
 import time
 
+from leasehold import NotAcquired
 from leasehold._core import Chain, WaitPlan, max_wait_from, place_from
+from leasehold.errors import from_rpc_error
 from leasehold._proto import leasehold_pb2 as pb
 
 
@@ -27,25 +29,85 @@ class Refusal(grpc.RpcError):
         return self._details
 
 
-@pytest.mark.parametrize(
-    "details, seconds",
-    [
-        ("wait_timeout_ms is 400000; the limit is 300000 ms (--max-wait)", 300.0),
-        ("wait_timeout_ms is 400000; the limit is 5 min (--max-wait)", 300.0),
-        ("wait_timeout_ms is 3000; the limit is 2 s (--max-wait)", 2.0),
-        ("wait_timeout_ms is 3000; the limit is 1500 ms (--max-wait)", 1.5),
-        ("wait_timeout_ms is 7200000; the limit is 1 h (--max-wait)", 3600.0),
-        # Named but unreadable: 0.0 tells the caller to halve its guess.
-        ("the wait is over what --max-wait allows", 0.0),
-    ],
-)
-def test_the_broker_max_wait_is_read_from_its_refusal(details, seconds):
-    assert max_wait_from(Refusal(grpc.StatusCode.INVALID_ARGUMENT, details)) == seconds
+def details(reason: str, retry_ms: int = 0, domain: str = "leasehold.v1", **metadata: str):
+    """A ``grpc-status-details-bin`` trailer as the broker sends it: a
+    google.rpc.Status with an ErrorInfo (and a RetryInfo)."""
+    from google.rpc import error_details_pb2, status_pb2
+
+    status = status_pb2.Status(code=3, message="for people")
+    status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain=domain, metadata=metadata))
+    if retry_ms:
+        retry = error_details_pb2.RetryInfo()
+        retry.retry_delay.FromMilliseconds(retry_ms)
+        status.details.add().Pack(retry)
+    return (("grpc-status-details-bin", status.SerializeToString()),)
+
+
+def test_the_broker_max_wait_is_read_from_its_refusals_details():
+    refusal = Refusal(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "a wait of 10 min is above this broker's maximum of 5 min (--max-wait)",
+        details("BAD_ARGUMENT", argument="wait", wait_ms="600000", max_wait_ms="300000"),
+    )
+    assert max_wait_from(refusal) == 300.0
+    assert max_wait_from(
+        Refusal(grpc.StatusCode.INVALID_ARGUMENT, "", details("BAD_ARGUMENT", argument="wait", max_wait_ms="1500"))
+    ) == 1.5
 
 
 def test_other_errors_teach_nothing_about_max_wait():
-    assert max_wait_from(Refusal(grpc.StatusCode.INVALID_ARGUMENT, "ttl_ms is 1; it must be ...")) is None
-    assert max_wait_from(Refusal(grpc.StatusCode.ABORTED, "the limit is 2 s (--max-wait)")) is None
+    # Another argument, another code, no details (a broker from before
+    # them: its message is not read), another domain.
+    ttl = details("BAD_ARGUMENT", argument="ttl", ttl_ms="1", min_ttl_ms="500", max_wait_ms="2000")
+    assert max_wait_from(Refusal(grpc.StatusCode.INVALID_ARGUMENT, "", ttl)) is None
+    wait = details("BAD_ARGUMENT", argument="wait", max_wait_ms="2000")
+    assert max_wait_from(Refusal(grpc.StatusCode.ABORTED, "", wait)) is None
+    assert max_wait_from(Refusal(grpc.StatusCode.INVALID_ARGUMENT, "the limit is 2 s (--max-wait)")) is None
+    other = details("BAD_ARGUMENT", domain="proxy.example", argument="wait", max_wait_ms="2000")
+    assert max_wait_from(Refusal(grpc.StatusCode.INVALID_ARGUMENT, "", other)) is None
+
+
+def test_a_refusal_carries_its_reason_metadata_and_retry_delay():
+    held = Refusal(
+        grpc.StatusCode.ABORTED,
+        "lock 'x' is held by 'h' (fence 3) for another 900 ms; waited 0 ms; set a wait to wait for it",
+        details("LOCK_HELD", retry_ms=900, name="x", holder="h", fence="3", remaining_ms="900", waited_ms="0"),
+    )
+    e = from_rpc_error(held)
+    assert isinstance(e, NotAcquired)
+    assert e.reason == "LOCK_HELD" and e.metadata["holder"] == "h" and e.retry_after == pytest.approx(0.9)
+    assert str(e) == held.details()
+
+
+def test_a_bad_argument_names_the_callers_parameter():
+    ttl = Refusal(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "a TTL of 100 ms is below this broker's minimum of 500 ms (--ttl-min)",
+        details("BAD_ARGUMENT", argument="ttl", ttl_ms="100", min_ttl_ms="500", max_ttl_ms="3600000"),
+    )
+    assert str(from_rpc_error(ttl, {"ttl": 0.1})) == (
+        "ttl=0.1: a TTL of 100 ms is below this broker's minimum of 500 ms (--ttl-min)"
+    )
+    # Without the caller's value, the value sent, in seconds.
+    assert str(from_rpc_error(ttl)).startswith("ttl=0.1: a TTL")
+    token = Refusal(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the owner token is empty: pass the owner token the grant returned",
+        details("BAD_ARGUMENT", argument="owner_token"),
+    )
+    # A secret is named, never shown.
+    assert str(from_rpc_error(token, {"owner_token": "secret"})) == f"owner_token: {token.details()}"
+
+
+def test_a_call_that_could_not_connect_says_so_in_a_few_words():
+    refused = Refusal(
+        grpc.StatusCode.UNAVAILABLE,
+        "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: "
+        "Failed to connect to remote host: Connection refused",
+    )
+    e = from_rpc_error(refused)
+    assert str(e) == "could not connect to the broker: Connection refused"
+    assert e.details == refused.details() and e.reason == ""
 
 
 def test_a_wait_plan_chains_calls_up_to_the_end():

@@ -13,7 +13,7 @@ import inspect
 import logging
 import time
 import weakref
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 import grpc.aio
@@ -486,13 +486,16 @@ class AsyncClient:
         request, wait_s = _core.acquire_request(name, ttl, wait, holder, lock_delay, limit)
         if margin is not None:
             _seconds(margin, "margin")
-        return await self._chained("Acquire", request, wait_s, margin)
+        given = dict(name=name, ttl=ttl, wait=wait, holder=holder, lock_delay=lock_delay, limit=limit)
+        return await self._chained("Acquire", request, wait_s, margin, given)
 
-    async def _chained(self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds]) -> AsyncLease:
+    async def _chained(
+        self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds], given: Dict[str, Any]
+    ) -> AsyncLease:
         """Acquire or Campaign in a chain of calls (see Client._chained)."""
         brokers = self._brokers()
         session = self._session()
-        chain = _core.Chain(method, request, wait_s, self._max_wait, len(brokers))
+        chain = _core.Chain(method, request, wait_s, self._max_wait, len(brokers), given)
         granted: Optional[_core.ChainCall] = None
         # The next call is a unary one even with a session (see Client._chained).
         unary = False
@@ -560,7 +563,8 @@ class AsyncClient:
         ``wait=None`` waits as long as it takes)."""
         self._brokers()
         request = pb.CampaignRequest(election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")))
-        return await self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None)
+        given = dict(election=election, value=value, ttl=ttl, wait=wait)
+        return await self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None, given)
 
     def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> AsyncLease:
         held = _core.held_from(lease, waited_ms, sent, margin)
@@ -588,7 +592,7 @@ class AsyncClient:
                 self._timeout if timeout is None else timeout,
             )
         except grpc.RpcError as e:
-            raise _core.release_error(e) from None
+            raise _core.release_error(e, {"name": name}) from None
 
     async def _lease_call(self, kind: str, request, timeout: float):
         """A request of the Session stream, on it or as the unary call
@@ -602,16 +606,16 @@ class AsyncClient:
 
     async def describe(self, name: str, tenant: str = "") -> Description:
         """Who holds ``name`` (see :meth:`Client.describe`)."""
-        return _core.description(await self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant)))
+        return _core.description(await self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant), name=name, tenant=tenant))
 
     async def check_fence(self, name: str, fence: int) -> FenceCheck:
         """Whether ``fence`` is the current lease's (see :meth:`Client.check_fence`)."""
-        r = await self._unary("CheckFence", pb.CheckFenceRequest(name=name, fence=fence))
+        r = await self._unary("CheckFence", pb.CheckFenceRequest(name=name, fence=fence), name=name)
         return FenceCheck(current=r.current, current_fence=r.current_fence)
 
     async def leader(self, election: str) -> Optional[Leader]:
         """The current leader of ``election``, or None."""
-        return Leader._from(await self._unary("Leader", pb.LeaderRequest(election=election)))
+        return Leader._from(await self._unary("Leader", pb.LeaderRequest(election=election), election=election))
 
     async def observe(self, election: str) -> AsyncObservation:
         """The leadership of ``election`` now, then every change: returns
@@ -635,7 +639,7 @@ class AsyncClient:
                     brokers.unreachable(index)
                     attempts -= 1
                     continue
-                raise from_rpc_error(e) from None
+                raise from_rpc_error(e, {"election": election}) from None
             if first is grpc.aio.EOF:
                 raise LeaseholdError("the broker ended the Observe stream without an answer")
             observation = AsyncObservation(call, first)
@@ -647,13 +651,13 @@ class AsyncClient:
     async def revoke(self, name: str, tenant: str = "") -> int:
         """Ends the current lease on ``name``, whoever holds it (see
         :meth:`Client.revoke`)."""
-        return (await self._unary("Revoke", pb.RevokeRequest(name=name, tenant=tenant))).fence
+        return (await self._unary("Revoke", pb.RevokeRequest(name=name, tenant=tenant), name=name, tenant=tenant)).fence
 
-    async def _unary(self, method: str, request):
+    async def _unary(self, method: str, request, **given: Any):
         try:
             return await self._brokers().acall(method, request, timeout=self._timeout)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, given) from None
 
     # -- lifetime ------------------------------------------------------------
 

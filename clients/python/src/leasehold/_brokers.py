@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -26,8 +26,11 @@ log = logging.getLogger("leasehold")
 
 # What gRPC core says when a call failed before anything was sent: no
 # address could be connected to (refused, TLS handshake failed, the
-# connection attempt timed out), or the name did not resolve.
-_NOT_CONNECTED = ("failed to connect to all addresses", "DNS resolution failed")
+# connection attempt timed out), or the name did not resolve (grpcio 1.63:
+# "DNS resolution failed for ..."; 1.85: "errors resolving ..."). gRPC's
+# own words, not a broker's: a broker's refusals are read from their
+# details.
+_NOT_CONNECTED = ("failed to connect to all addresses", "DNS resolution failed", "errors resolving")
 
 
 # What a broker says when a graceful shutdown (SIGTERM) ends a call: it
@@ -50,10 +53,26 @@ def not_connected(error: BaseException) -> bool:
     """Whether a call failed because no connection to the broker could be
     made (so the request was never sent)."""
     code = error.code() if hasattr(error, "code") else None
-    if code != grpc.StatusCode.UNAVAILABLE:
-        return False
     details = (error.details() if hasattr(error, "details") else "") or ""
-    return any(text in details for text in _NOT_CONNECTED)
+    return _not_connected(code, details)
+
+
+def _not_connected(code, details: str) -> bool:
+    return code == grpc.StatusCode.UNAVAILABLE and any(text in details for text in _NOT_CONNECTED)
+
+
+def connection_failure(code, details: str) -> Optional[str]:
+    """The message of a call that could not connect, for people, or None
+    for any other failure. gRPC core's text repeats itself and puts a code
+    name and the address family in front of the cause ("failed to connect
+    to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to
+    connect to remote host: Connection refused"): the cause alone is kept
+    ("could not connect to the broker: Connection refused"); ``details``
+    keeps all of it."""
+    if not _not_connected(code, details):
+        return None
+    cause = details.rsplit(": ", 1)[-1].strip(" []")
+    return f"could not connect to the broker: {cause}" if cause else "could not connect to the broker"
 
 
 class Brokers:

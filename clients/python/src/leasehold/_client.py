@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -210,12 +210,15 @@ class Client:
         request, wait_s = _core.acquire_request(name, ttl, wait, holder, lock_delay, limit)
         if margin is not None:
             _seconds(margin, "margin")
-        return self._chained("Acquire", request, wait_s, margin)
+        given = dict(name=name, ttl=ttl, wait=wait, holder=holder, lock_delay=lock_delay, limit=limit)
+        return self._chained("Acquire", request, wait_s, margin, given)
 
-    def _chained(self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds]) -> Lease:
+    def _chained(
+        self, method: str, request, wait_s: Optional[float], margin: Optional[Seconds], given: Dict[str, Any]
+    ) -> Lease:
         """Acquire or Campaign, waiting ``wait_s`` (None: without end) in a
         chain of calls within the broker's --max-wait (_core.WaitPlan)."""
-        chain = _core.Chain(method, request, wait_s, self._max_wait, len(self._brokers))
+        chain = _core.Chain(method, request, wait_s, self._max_wait, len(self._brokers), given)
         woken = threading.Event()
         granted: Optional[_core.ChainCall] = None
         # The next call is a unary one even with a session (the stream
@@ -284,7 +287,8 @@ class Client:
         resign. Raises :class:`NotAcquired` if another leader remains."""
         self._check_open()
         request = pb.CampaignRequest(election=election, value=value, ttl_ms=_ms(_seconds(ttl, "ttl")))
-        return self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None)
+        given = dict(election=election, value=value, ttl=ttl, wait=wait)
+        return self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None, given)
 
     def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> Lease:
         held = _core.held_from(lease, waited_ms, sent, margin)
@@ -312,7 +316,7 @@ class Client:
                 self._timeout if timeout is None else timeout,
             )
         except grpc.RpcError as e:
-            raise _core.release_error(e) from None
+            raise _core.release_error(e, {"name": name}) from None
 
     def _lease_call(self, kind: str, request, timeout: float):
         """A request of the Session stream (``kind``: its field), on the
@@ -329,19 +333,19 @@ class Client:
         ``tenant``: another tenant's lock of that name, for a credential
         with the ``admin`` permission (PERMISSION_DENIED otherwise); empty
         for the caller's own."""
-        return _core.description(self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant)))
+        return _core.description(self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant), name=name, tenant=tenant))
 
     def check_fence(self, name: str, fence: int) -> FenceCheck:
         """Whether ``fence`` is the fence of the current lease on ``name``,
         for a resource that cannot remember the highest fence it has seen.
         The answer can be stale by the time it arrives: a resource that keeps
         the highest fence itself is safer."""
-        r = self._unary("CheckFence", pb.CheckFenceRequest(name=name, fence=fence))
+        r = self._unary("CheckFence", pb.CheckFenceRequest(name=name, fence=fence), name=name)
         return FenceCheck(current=r.current, current_fence=r.current_fence)
 
     def leader(self, election: str) -> Optional[Leader]:
         """The current leader of ``election``, or None."""
-        return Leader._from(self._unary("Leader", pb.LeaderRequest(election=election)))
+        return Leader._from(self._unary("Leader", pb.LeaderRequest(election=election), election=election))
 
     def observe(self, election: str) -> Observation:
         """The leadership of ``election`` now, then every change as it
@@ -357,7 +361,7 @@ class Client:
                 "Observe", _wire.observe_request(election), timeout=self._timeout
             )
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, {"election": election}) from None
         except StopIteration:
             raise LeaseholdError("the broker ended the Observe stream without an answer") from None
         observation = Observation(call, first)
@@ -377,14 +381,16 @@ class Client:
         otherwise :class:`LeaseholdError` with code PERMISSION_DENIED.
         ``tenant``: another tenant's lock of that name (empty: the caller's
         own). NOT_FOUND if the name is not held."""
-        return self._unary("Revoke", pb.RevokeRequest(name=name, tenant=tenant)).fence
+        return self._unary("Revoke", pb.RevokeRequest(name=name, tenant=tenant), name=name, tenant=tenant).fence
 
-    def _unary(self, method: str, request):
+    def _unary(self, method: str, request, **given: Any):
+        """A unary call; ``given``: the caller's arguments, for the message
+        of a refusal of one."""
         self._check_open()
         try:
             return self._brokers.call(method, request, timeout=self._timeout)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, given) from None
 
     # -- lifetime ------------------------------------------------------------
 

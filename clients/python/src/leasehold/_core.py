@@ -8,16 +8,15 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import re
 import socket
 import time
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 
 from ._lease import DEADLINE_MESSAGE, _Held
 from ._proto import leasehold_pb2 as pb
-from .errors import LeaseholdError, LeaseLost, LossReason, from_rpc_error
+from .errors import LeaseholdError, LeaseLost, LossReason, detail_of, from_rpc_error
 
 Seconds = Union[float, int, datetime.timedelta]
 #: A PEM file (a path) or PEM text itself (bytes).
@@ -274,15 +273,22 @@ def held_from(lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> 
     return _Held(lease.name, lease.owner_token, lease.fence, ttl, margin_s, deadline)
 
 
-def release_error(error: grpc.RpcError) -> LeaseholdError:
+def release_error(error: grpc.RpcError, given: Optional[Mapping[str, Any]] = None) -> LeaseholdError:
     """A failed Release as the exception to raise: LeaseLost when the lease
-    was already gone."""
+    was already gone (REVOKED when the broker says an operator revoked it:
+    NOT_FOUND, LEASE_REVOKED; EXPIRED for any other NOT_FOUND; NOT_OWNER for
+    FAILED_PRECONDITION)."""
     code = error.code()
-    if code == grpc.StatusCode.NOT_FOUND:
-        return LeaseLost(LossReason.EXPIRED, error.details() or "", code)
-    if code == grpc.StatusCode.FAILED_PRECONDITION:
-        return LeaseLost(LossReason.NOT_OWNER, error.details() or "", code)
-    return from_rpc_error(error)
+    if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+        detail = detail_of(error)
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            reason = LossReason.NOT_OWNER
+        elif detail.reason == "LEASE_REVOKED":
+            reason = LossReason.REVOKED
+        else:
+            reason = LossReason.EXPIRED
+        return LeaseLost(reason, error.details() or "", code, detail.metadata)
+    return from_rpc_error(error, given)
 
 
 def released_loss(held: _Held) -> Optional[LeaseLost]:
@@ -309,9 +315,6 @@ DEFAULT_MAX_WAIT = 300.0
 #: place in line (keep_place): the place, to pass back as ``place``.
 PLACE_METADATA = "leasehold-place"
 
-_MAX_WAIT_LIMIT = re.compile(r"limit is (\d+(?:\.\d+)?) ?(ms|s|min|h) \(--max-wait\)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0}
-
 
 def place_from(error: grpc.RpcError) -> str:
     """The place an ABORTED call kept in line (its ``leasehold-place``
@@ -329,19 +332,19 @@ def place_from(error: grpc.RpcError) -> str:
 
 def max_wait_from(error: grpc.RpcError) -> Optional[float]:
     """The broker's --max-wait, in seconds, from its refusal of a longer
-    wait (INVALID_ARGUMENT naming --max-wait, e.g. "the limit is 300000 ms
-    (--max-wait)" or "the limit is 5 min (--max-wait)"); 0.0 when the
-    refusal names --max-wait in words this cannot read (the caller then
-    halves its guess); None for any other error."""
+    wait: INVALID_ARGUMENT whose details (ErrorInfo, or the Session
+    stream's SessionError) say BAD_ARGUMENT, ``argument`` ``wait``, with
+    ``max_wait_ms``. None for any other error (a broker from before error
+    details included: its refusal then reaches the caller)."""
     if error.code() != grpc.StatusCode.INVALID_ARGUMENT:
         return None
-    details = error.details() or ""
-    if "--max-wait" not in details:
+    detail = detail_of(error)
+    if detail.reason != "BAD_ARGUMENT" or detail.metadata.get("argument") != "wait":
         return None
-    found = _MAX_WAIT_LIMIT.search(details)
-    if not found:
-        return 0.0
-    return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    max_wait_ms = detail.metadata.get("max_wait_ms", "")
+    if not max_wait_ms.isdigit():
+        return None
+    return int(max_wait_ms) / 1000.0
 
 
 class WaitPlan:
@@ -375,7 +378,7 @@ class WaitPlan:
         return self.end is not None and now >= self.end
 
     def learnt(self, max_wait: float) -> bool:
-        """The broker refused a segment and named its --max-wait: True if
+        """The broker refused a segment and said its --max-wait: True if
         the plan can go on with shorter segments."""
         if max_wait <= 0.0 or max_wait >= self.max_wait:
             return False
@@ -435,11 +438,22 @@ class Chain:
     broker can serve the wait, and the caller gets the last error
     (UNAVAILABLE), as for any call that reaches no broker."""
 
-    def __init__(self, method: str, request, wait: Optional[float], max_wait: float, replicas: int):
+    def __init__(
+        self,
+        method: str,
+        request,
+        wait: Optional[float],
+        max_wait: float,
+        replicas: int,
+        given: Optional[Mapping[str, Any]] = None,
+    ):
         #: "Acquire" or "Campaign": both wait in a line, and answer a lease
         #: and waited_ms.
         self.method = method
         self._request = request
+        # The caller's arguments (by the broker's names), for the message
+        # of a refusal of one.
+        self._given: Dict[str, Any] = dict(given or {})
         self.plan = WaitPlan(wait, max_wait)
         #: The call in flight, if any (a list: the drivers iterate over it).
         self.calls: List[ChainCall] = []
@@ -493,10 +507,10 @@ class Chain:
                 self._unserved += 1
                 move_on(call.index, "shutting down")
                 return None
-            return from_rpc_error(error)
+            return from_rpc_error(error, self._given)
         if code == grpc.StatusCode.ABORTED:
             if self.plan.over(now):
-                return from_rpc_error(error)
+                return from_rpc_error(error, self._given)
             self._unserved = 0  # a broker served the whole call
             place = place_from(error)
             if place:
@@ -506,14 +520,12 @@ class Chain:
                 # Its wait ran out without a place kept (a broker from before
                 # keep_place): the next call joins at the back.
                 return None
-            return from_rpc_error(error)
+            return from_rpc_error(error, self._given)
         learnt = max_wait_from(error)
-        if learnt == 0.0:
-            learnt = self.plan.max_wait / 2 if self.plan.max_wait > 0.5 else None
         if learnt is not None and self.plan.learnt(learnt):
             return None
         if not_connected(error) and self._unserved + 1 < self._replicas:
             self._unserved += 1
             move_on(call.index, "unreachable")
             return None
-        return from_rpc_error(error)
+        return from_rpc_error(error, self._given)

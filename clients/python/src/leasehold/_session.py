@@ -77,7 +77,7 @@ import grpc
 from . import _keepcore as kc
 from ._brokers import Brokers, not_connected, shutting_down
 from ._proto import leasehold_pb2 as pb
-from .errors import LeaseholdError
+from .errors import Detail, LeaseholdError, detail_from_trailers
 
 log = logging.getLogger("leasehold")
 
@@ -101,7 +101,14 @@ class StreamError(grpc.RpcError):
     """A request's failure as a failed unary call reports it: the broker's
     answer (``answered``), or a local one (deadline, cancel, stall)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str, place: str = "", answered: bool = False):
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        place: str = "",
+        answered: bool = False,
+        detail: Optional[Detail] = None,
+    ):
         super().__init__(f"{code.name}: {details}")
         self._code = code
         self._details = details
@@ -109,6 +116,9 @@ class StreamError(grpc.RpcError):
         #: Whether the broker answered it (a SessionError), rather than the
         #: stream's end or this client.
         self.answered = answered
+        #: What the broker's details say (reason, metadata, retry delay):
+        #: the SessionError's, or the ended stream's status details.
+        self.detail = detail or Detail()
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -130,7 +140,9 @@ def _outcome(response: pb.SessionResponse):
     if which == "error":
         e = response.error
         code = _CODES.get(e.code, grpc.StatusCode.UNKNOWN)
-        return None, StreamError(code, e.message, e.place, answered=True)
+        # As a unary call's google.rpc.ErrorInfo and RetryInfo.
+        detail = Detail(e.reason, dict(e.metadata), e.retry_delay_ms / 1000.0 if e.retry_delay_ms else None)
+        return None, StreamError(code, e.message, e.place, answered=True, detail=detail)
     if which is None:
         return None, StreamError(grpc.StatusCode.INTERNAL, "the broker sent an empty answer", answered=True)
     return getattr(response, which), None
@@ -145,12 +157,12 @@ def unsupported(error: BaseException) -> bool:
 
 def stream_full(error: BaseException) -> bool:
     """Whether an Acquire was refused because the stream holds
-    ``--max-stream-leases`` leases (a unary Acquire is not bound by that)."""
-    return (
-        getattr(error, "answered", False)
-        and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
-        and "--max-stream-leases" in (error.details() or "")  # type: ignore[attr-defined]
-    )
+    ``--max-stream-leases`` leases (a unary Acquire is not bound by that):
+    LIMIT_REACHED, ``limit`` ``max-stream-leases``."""
+    if not getattr(error, "answered", False):
+        return False
+    detail = getattr(error, "detail", None) or Detail()
+    return detail.reason == "LIMIT_REACHED" and detail.metadata.get("limit") == "max-stream-leases"
 
 
 def never_read(error: BaseException) -> bool:
@@ -826,7 +838,9 @@ class _AioStream(Stream):
                 session._answered(self, response)
             code = await self._call.code()
             if code != grpc.StatusCode.OK:
-                error = StreamError(code, await self._call.details() or "")
+                details = await self._call.details() or ""
+                trailing = await self._call.trailing_metadata()
+                error = StreamError(code, details, detail=detail_from_trailers(trailing))
         except asyncio.CancelledError:
             error = StreamError(grpc.StatusCode.CANCELLED, "Locally cancelled")
         except grpc.RpcError as e:

@@ -248,14 +248,27 @@ class SessionResponse(_message.Message):
     def __init__(self, id: _Optional[int] = ..., acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., renew: _Optional[_Union[RenewResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[KeepAliveResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ...) -> None: ...
 
 class SessionError(_message.Message):
-    __slots__ = ("code", "message", "place")
+    __slots__ = ("code", "message", "place", "reason", "metadata", "retry_delay_ms")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     PLACE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
     place: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., place: _Optional[str] = ...) -> None: ...
+    reason: str
+    metadata: _containers.ScalarMap[str, str]
+    retry_delay_ms: int
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., place: _Optional[str] = ..., reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., retry_delay_ms: _Optional[int] = ...) -> None: ...
 
 class CampaignRequest(_message.Message):
     __slots__ = ("election", "value", "ttl_ms", "wait_timeout_ms", "keep_place", "place")
