@@ -104,7 +104,13 @@ func listening(addr string) func() bool {
 // args give --store).
 func startBroker(t *testing.T, args ...string) *proc {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	return startBrokerAt(t, fmt.Sprintf("127.0.0.1:%d", freePort(t)), args...)
+}
+
+// startBrokerAt runs `leasehold serve` on addr (a broker restarted where
+// it was).
+func startBrokerAt(t *testing.T, addr string, args ...string) *proc {
+	t.Helper()
 	all := []string{"serve", "--listen", addr, "--metrics-listen", "127.0.0.1:0"}
 	store := false
 	for _, a := range args {

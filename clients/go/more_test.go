@@ -301,3 +301,58 @@ func copyDir(t *testing.T, src, dst string) {
 		t.Fatal(fmt.Errorf("copying the module: %w", err))
 	}
 }
+
+// A semaphore: each permit a lease of its own, with its own fence.
+func TestSemaphore(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	c := dial(t, b.addr)
+	ctx, name := bg(t), lockName(t)
+	one, err := c.Acquire(ctx, name, leasehold.WithLimit(2), leasehold.WithWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := c.Acquire(ctx, name, leasehold.WithLimit(2), leasehold.WithWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if two.Fence() <= one.Fence() {
+		t.Fatalf("fences %d then %d", one.Fence(), two.Fence())
+	}
+	if _, err := c.Acquire(ctx, name, leasehold.WithLimit(2), leasehold.WithWait(0)); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("a third permit: %v", err)
+	}
+	if d, err := c.Describe(ctx, name); err != nil || d.PermitsHeld != 2 {
+		t.Fatalf("describe: %+v %v", d, err)
+	}
+	if err := one.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := two.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A memory-store broker restarted in place has lost its leases: the
+// heartbeat to the new one hears so before the lease's own deadline, which
+// the client reports as the store's loss.
+func TestABrokerRestartedEmptyLosesTheLease(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	c := dial(t, b.addr)
+	ctx, name := bg(t), lockName(t)
+	lease, err := c.Acquire(ctx, name, leasehold.WithTTL(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.kill()
+	startBrokerAt(t, b.addr)
+	within(t, lease.Done(), 5*time.Second, "Done after the restart")
+	var lost *leasehold.LostError
+	if !errors.As(lease.Err(), &lost) || lost.Reason != leasehold.LossStoreLost {
+		t.Fatalf("Err: %v", lease.Err())
+	}
+	if time.Now().After(lease.Deadline()) {
+		t.Fatalf("heard only at the deadline")
+	}
+}
