@@ -164,12 +164,12 @@ func (e *Error) describe() string {
 			return fmt.Sprintf("WithLockDelay(%v) is above the broker's longest lock-delay, %v (its --max-lock-delay)", e.ms0("lock_delay_ms"), e.ms0("max_lock_delay_ms"))
 		case arg == "limit" && m["max_limit"] != "":
 			return fmt.Sprintf("WithLimit(%s) is above the broker's largest semaphore limit, %s (its --max-semaphore-limit)", m["limit"], m["max_limit"])
-		case arg == "name" && m["max_name_len"] != "":
-			return fmt.Sprintf("%s: %s (at most %s bytes of [A-Za-z0-9._:/-])", what, e.Message, m["max_name_len"])
-		case arg == "holder" && m["max_holder_len"] != "":
-			return fmt.Sprintf("invalid WithHolder: at most %s bytes of printable characters", m["max_holder_len"])
+		case strings.HasPrefix(what, "With"):
+			// The option the caller wrote, then the broker's words.
+			return fmt.Sprintf("%s: %s", what, e.Message)
 		}
-		return fmt.Sprintf("invalid %s: %s", what, e.Message)
+		// A name, a token: the broker's message names it in neutral words.
+		return e.Message
 	case "LIMIT_REACHED":
 		if e.Message != "" {
 			return e.Message

@@ -221,11 +221,7 @@ func (l *Lease) lose(reason LossReason, message string) bool {
 	l.timer.Stop()
 	close(l.done)
 	l.mu.Unlock()
-	msg := ""
-	if message != "" {
-		msg = " (" + message + ")"
-	}
-	l.c.logger.Printf("leasehold: lease on %q lost: %s%s", l.name, reason.words(), msg)
+	l.c.logger.Printf("%v", l.err)
 	return true
 }
 
