@@ -1889,9 +1889,9 @@ type SessionError struct {
 	// secret like an owner token.
 	Place string `protobuf:"bytes,3,opt,name=place,proto3" json:"place,omitempty"`
 	// What a program reads of the failure, as the unary call's
-	// google.rpc.ErrorInfo carries it (see "Errors" above): its reason code
-	// and its metadata.
-	Reason   string            `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// google.rpc.ErrorInfo carries it (see "Errors" above): its reason code,
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// and its facts (durations in milliseconds).
 	Metadata map[string]string `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key,proto3" protobuf_val:"bytes,2,opt,name=value,proto3"`
 	// As the unary call's google.rpc.RetryInfo: how long to wait before a
 	// retry may succeed; 0 when the broker does not say.
