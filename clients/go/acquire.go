@@ -119,7 +119,9 @@ func millis(d time.Duration) uint64 {
 // ErrNotAcquired (an *Error saying who holds it) when the wait ran out
 // (or at once with WithWait(0)), ctx's error when ctx was cancelled (the
 // broker then drops the call's place in line, and releases a grant that
-// crossed the cancellation), and other *Errors for other refusals (e.g.
+// crossed the cancellation; a deadline that passed first gives an error
+// matching both ErrNotAcquired and context.DeadlineExceeded), and other
+// *Errors for other refusals (e.g.
 // INVALID_ARGUMENT for a TTL outside the broker's bounds).
 //
 // A wait bounded by ctx's deadline ends a little before it (a tenth of the
@@ -215,6 +217,9 @@ func (c *Client) chain(ctx context.Context, op string, o acquireOptions, send se
 			l.waited += sent.Sub(start)
 			return l, nil
 		}
+		if ctx.Err() == context.DeadlineExceeded {
+			return nil, &deadlineError{op}
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("leasehold: %s: %w", op, ctx.Err())
 		}
@@ -285,3 +290,16 @@ func (c *Client) hold(l *pb.Lease, waitedMs uint64, sent time.Time, o acquireOpt
 	c.keeper.add(lease)
 	return lease
 }
+
+// deadlineError: the context's deadline passed before the lock was
+// obtained (the broker's own refusal did not arrive first). It matches
+// both ErrNotAcquired and context.DeadlineExceeded.
+type deadlineError struct{ op string }
+
+func (e *deadlineError) Error() string {
+	return "leasehold: " + e.op + ": not acquired before the context's deadline"
+}
+
+func (e *deadlineError) Is(target error) bool { return target == ErrNotAcquired }
+
+func (e *deadlineError) Unwrap() error { return context.DeadlineExceeded }

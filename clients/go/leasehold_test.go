@@ -111,15 +111,15 @@ func TestContention(t *testing.T) {
 	}
 
 	// A wait bounded by the context's deadline: the broker's refusal, in time.
-	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	began := time.Now()
 	_, err = other.Acquire(short, name)
 	cancel()
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
 		t.Fatalf("wait bounded by the context: %v", err)
 	}
-	if waited := time.Since(began); waited < time.Second || waited > 1500*time.Millisecond {
-		t.Fatalf("waited %v for a context of 1.5 s", waited)
+	if waited := time.Since(began); waited < 2*time.Second || waited > 3*time.Second+500*time.Millisecond {
+		t.Fatalf("waited %v for a context of 3 s", waited)
 	}
 
 	// A cancelled wait returns the context's error.
@@ -231,10 +231,10 @@ func TestBrokerKilledFiresDoneBeforeTheDeadline(t *testing.T) {
 	if deadline.After(killed.Add(2 * time.Second)) {
 		t.Fatalf("deadline %v after the kill", deadline.Sub(killed))
 	}
-	// Done fired at the deadline (a timer's latency late at most: well
-	// inside the margin), so before the broker could have expired it.
-	if late := fired.Sub(deadline); late > 100*time.Millisecond {
-		t.Fatalf("Done fired %v after the deadline", late)
+	// Done fired at the deadline (a timer's latency late at most: inside
+	// the margin), so before the broker could have expired the lease.
+	if late := fired.Sub(deadline); late >= lease.Margin() {
+		t.Fatalf("Done fired %v after the deadline, past the margin", late)
 	}
 	var lost *leasehold.LostError
 	if !errors.As(lease.Err(), &lost) || lost.Reason != leasehold.LossDeadlinePassed || !errors.Is(lease.Err(), leasehold.ErrLost) {
