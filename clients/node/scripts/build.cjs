@@ -1,5 +1,6 @@
 // Builds the package: copies the API's definition from the repository's
-// proto/ into ./proto (the package loads it from there at run time, so it
+// proto/ into ./proto, and the google.rpc messages of its error details
+// from third_party/ (the package loads them from there at run time, so it
 // works wherever it is installed), compiles src/ with tsc into dist/
 // (CommonJS and .d.ts), and writes the ES module entry point dist/index.mjs,
 // which re-exports the CommonJS build (one copy of the code, whichever way it
@@ -18,6 +19,8 @@ if (!existsSync(source)) {
 }
 rmSync(join(here, 'proto'), { recursive: true, force: true });
 cpSync(source, join(here, 'proto', 'leasehold'), { recursive: true, filter: (p) => !p.endsWith('.rs') });
+// The google.rpc messages of the broker's error details (third_party/README.md).
+cpSync(join(here, 'third_party', 'google'), join(here, 'proto', 'google'), { recursive: true });
 
 rmSync(join(here, 'dist'), { recursive: true, force: true });
 execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', join(here, 'tsconfig.json')], { stdio: 'inherit' });

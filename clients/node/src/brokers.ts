@@ -13,7 +13,7 @@
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { LeaseholdError, abortError, fromServiceError } from './errors';
+import { LeaseholdError, abortError, fromServiceError, notConnectedStatus } from './errors';
 import { PROTO_FILE, PROTO_PACKAGE, SERVICE } from './names';
 
 /** The proto ships inside the package (proto/, next to dist/), loaded once at first use. */
@@ -40,17 +40,14 @@ function loadService(): StubConstructor {
   return stubConstructor;
 }
 
-// What grpc-js says when a call failed before anything was sent: no
-// connection could be made (refused, TLS handshake failed, timed out), or the
-// name did not resolve.
-const NOT_CONNECTED = ['No connection established', 'Name resolution failed'];
-
-/** Whether a call failed because no connection to the broker could be made (so the request was never sent). */
+/**
+ * Whether a call failed because no connection to the broker could be made
+ * (so the request was never sent): grpc-js's UNAVAILABLE saying so
+ * (errors.ts, notConnectedStatus).
+ */
 export function notConnected(err: unknown): boolean {
   const e = err as Partial<grpc.ServiceError> | null;
-  if (!e || e.code !== grpc.status.UNAVAILABLE) return false;
-  const details = e.details ?? '';
-  return NOT_CONNECTED.some((text) => details.includes(text));
+  return !!e && notConnectedStatus(e.code, e.details);
 }
 
 /** The replica that answered each failed call, by error (see answeredBy()). */

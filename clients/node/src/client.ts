@@ -24,15 +24,13 @@ import { hostname } from 'node:os';
 import { inspect } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { Brokers, answeredBy, checkMs, isServiceError, notConnected } from './brokers';
-import { LeaseholdError, LeaseLost, abortError, fromServiceError, keptPlace, shuttingDown, status, type LossReason } from './errors';
+import { LeaseholdError, abortError, fromServiceError, inCallerWords, keptPlace, maxWaitFrom, releaseError, shuttingDown, status, streamFull, type LossReason } from './errors';
 import { Lease, now, type Keeper } from './lease';
 import { LOSS_REASON, STATE } from './names';
 import { NoSession, Sessions, type SessionMethod } from './session';
 
-/** The broker's default --max-wait, assumed until a refusal says otherwise. */
+/** The broker's default --max-wait, assumed until a refusal says otherwise (its `max_wait_ms`). */
 const DEFAULT_MAX_WAIT_MS = 300_000;
-const MAX_WAIT_LIMIT = /limit is (\d+(?:\.\d+)?) ?(ms|s|min|h) \(--max-wait\)/;
-const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, min: 60_000, h: 3_600_000 };
 
 /**
  * A call answered "shutting down" later than this after it was sent had been
@@ -45,17 +43,6 @@ const SERVED_FOR_MS = 1000;
 /** Whether a `waitMs` means "as long as it takes". */
 function endless(waitMs: number | null | undefined): boolean {
   return waitMs === null || waitMs === Infinity;
-}
-
-/**
- * The broker's --max-wait in milliseconds from its refusal of a longer wait
- * ("the limit is 2s (--max-wait)"); 0 when the message names --max-wait in
- * words this cannot read (the caller halves its guess); null otherwise.
- */
-function maxWaitFrom(details: string): number | null {
-  if (!details.includes('--max-wait')) return null;
-  const found = MAX_WAIT_LIMIT.exec(details);
-  return found ? Math.floor(Number(found[1]) * UNIT_MS[found[2]]) : 0;
 }
 
 /** PEM: a Buffer (or Uint8Array) is used as is; a string names a file, read at once. */
@@ -107,9 +94,9 @@ export interface AcquireOptions {
   /**
    * How long to wait if the lock is held, in milliseconds. 0 (the default)
    * tries once; a try never jumps the queue. `null` (or `Infinity`) waits as
-   * long as it takes, past the broker's --max-wait: one call after the other,
-   * each waiting in the place in line the previous one kept (keep_place), so
-   * nobody who arrived later overtakes it.
+   * long as it takes. A wait past the broker's --max-wait is one call after
+   * the other, each waiting in the place in line the previous one kept
+   * (keep_place), so nobody who arrived later overtakes it.
    */
   waitMs?: number | null;
   /** The label Describe shows. Default `hostname:pid`. */
@@ -319,41 +306,58 @@ export class Client {
       limit: checkCount(options.limit ?? 0, 'limit'),
     };
     const marginMs = optionalMs(options.marginMs, 'marginMs'); // checked before anything is granted
-    const { res, sent } = await this.#waiting('Acquire', request, waitMs, options.signal);
+    const given = { name, ttl: ttlMs, wait: waitMs, holder: request.holder, lock_delay: request.lock_delay_ms, limit: request.limit };
+    const { res, sent } = await this.#waiting('Acquire', request, waitMs, options.signal, given);
     return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
   }
 
   /**
-   * One call waiting `waitMs`, or (null) a chain of calls waiting as long as
-   * it takes: each within the broker's --max-wait (learnt from its refusal
-   * of a longer wait; 5 minutes until then), each asking the broker to keep
-   * its place in line when its wait runs out, and the next sent at once in
-   * that place (the broker keeps it 3 s). Returns the answer and the time
-   * the granting call was sent (the lease's deadline counts from then).
+   * The calls of a wait of `waitMs` (null: as long as it takes): one call
+   * when the wait is within the broker's --max-wait, else a chain of calls,
+   * each within --max-wait (learnt from the `max_wait_ms` of its refusal of
+   * a longer wait; 5 minutes until then), each but the last asking the
+   * broker to keep its place in line when its wait runs out, and the next
+   * sent at once in that place (the broker keeps it 3 s). Returns the answer
+   * and the time the granting call was sent (the lease's deadline counts
+   * from then). A refusal of one of the caller's arguments names it as the
+   * caller does (`given`: the arguments by the broker's names).
    *
    * A broker's graceful shutdown (SIGTERM: a rolling restart) ends the call
-   * waiting on it with UNAVAILABLE "shutting down", and keeps the place of a
-   * call that asked to keep it, as for a wait that ran out: the wait goes on
-   * at once on the next replica, in that place. A finite wait keeps no place
-   * (its caller gives up when it runs out): it goes on at the back of the
-   * line there, for the time it has left. A place that lapsed meanwhile is
+   * waiting on it with UNAVAILABLE (from the broker: its reason UNAVAILABLE),
+   * and keeps the place of a call that asked to keep it, as for a wait that
+   * ran out: the wait goes on at once on the next replica, in that place.
+   * The last call of a finite wait keeps no place (its caller gives up when
+   * it runs out): it goes on at the back of the line there, for the time it
+   * has left. A place that lapsed meanwhile is
    * no error either (the call joins at the back). Moving on stops when a
    * whole round of replicas, one after the other, was unreachable or
    * shutting down as the call arrived: no broker can serve the wait, and the
    * caller gets that UNAVAILABLE, as for any call that reaches no broker.
    */
-  async #waiting(method: string, request: object, waitMs: number | null, signal: AbortSignal | undefined): Promise<{ res: any; sent: number }> {
+  async #waiting(method: string, request: object, waitMs: number | null, signal: AbortSignal | undefined,
+    given: Record<string, unknown>): Promise<{ res: any; sent: number }> {
+    try {
+      return await this.#chain(method, request, waitMs, signal);
+    } catch (err) {
+      throw inCallerWords(err, given);
+    }
+  }
+
+  async #chain(method: string, request: object, waitMs: number | null, signal: AbortSignal | undefined): Promise<{ res: any; sent: number }> {
     const end = waitMs === null ? Infinity : now() + waitMs;
     let place = '';
     // Replicas in a row whose shutdown turned the call away on arrival.
     let unserved = 0;
-    let first = true;
     for (;;) {
       const sent = now();
-      // The deadline counts from the time the request was *sent*.
-      const segment = waitMs === null ? this.#maxWaitMs : first ? waitMs : Math.max(0, Math.round(end - sent));
-      first = false;
-      const call = waitMs === null ? { ...request, wait_timeout_ms: segment, keep_place: true, place } : { ...request, wait_timeout_ms: segment };
+      // The deadline counts from the time the request was *sent*. Each call
+      // waits at most --max-wait; one that does not reach the end of the
+      // wait keeps its place in line for the next (the last keeps none: its
+      // caller gives up).
+      const left = waitMs === null ? Infinity : Math.max(0, Math.round(end - sent));
+      const segment = Math.min(left, this.#maxWaitMs);
+      const last = segment >= left;
+      const call = { ...request, wait_timeout_ms: segment, keep_place: !last, place };
       try {
         return { res: await this.#call(method, call, segment + this.timeoutMs, signal), sent };
       } catch (err) {
@@ -368,18 +372,20 @@ export class Client {
           this.#brokers.moveOn(index, 'shutting down');
           continue;
         }
-        if (waitMs !== null) throw err;
         if (err.code === status.ABORTED) {
+          if (last || now() >= end) throw err; // the caller's wait ran out
           unserved = 0; // a broker served the whole call
           const kept = keptPlace(err);
           if (kept) place = kept; // the next call waits there
           else if (now() - sent < 0.9 * segment) throw err; // not a wait that ran out
           continue; // (no place: a broker from before keep_place; the next call joins at the back)
         }
-        const learnt = err.code === status.INVALID_ARGUMENT ? maxWaitFrom(err.details) : null;
+        // A wait longer than the broker's --max-wait: go on with calls of
+        // its max_wait_ms.
+        const learnt = maxWaitFrom(err);
         if (learnt !== null && learnt < segment) {
-          this.#maxWaitMs = learnt > 0 ? learnt : Math.floor(segment / 2);
-          if (this.#maxWaitMs >= 1) continue;
+          this.#maxWaitMs = learnt;
+          continue;
         }
         throw err;
       }
@@ -397,7 +403,8 @@ export class Client {
     const waitMs = endless(options.waitMs) ? null : checkMs(options.waitMs ?? 0, 'waitMs');
     const request = { election, value, ttl_ms: checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs'), wait_timeout_ms: waitMs ?? 0 };
     const marginMs = optionalMs(options.marginMs, 'marginMs');
-    const { res, sent } = await this.#waiting('Campaign', request, waitMs, options.signal);
+    const given = { election, value, ttl: request.ttl_ms, wait: waitMs };
+    const { res, sent } = await this.#waiting('Campaign', request, waitMs, options.signal, given);
     return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
   }
 
@@ -428,9 +435,7 @@ export class Client {
     try {
       await this.#releaseCall(name, ownerToken, options.timeoutMs ?? this.timeoutMs);
     } catch (err) {
-      if (err instanceof LeaseholdError && err.code === status.NOT_FOUND) throw new LeaseLost('EXPIRED', err.details, err.code);
-      if (err instanceof LeaseholdError && err.code === status.FAILED_PRECONDITION) throw new LeaseLost('NOT_OWNER', err.details, err.code);
-      throw err;
+      throw inCallerWords(releaseError(err), { name });
     }
   }
 
@@ -441,7 +446,7 @@ export class Client {
    * tenant's lock of that name, for a credential with the `admin` permission.
    */
   async describe(name: string, options: { tenant?: string } = {}): Promise<Description> {
-    const r = await this.#unary('Describe', { name, tenant: options.tenant ?? '' });
+    const r = await this.#unary('Describe', { name, tenant: options.tenant ?? '' }, { name, tenant: options.tenant });
     return {
       held: r.held,
       holder: r.holder,
@@ -464,13 +469,13 @@ export class Client {
    * fence itself is safer.
    */
   async checkFence(name: string, fence: Fence): Promise<FenceCheck> {
-    const r = await this.#unary('CheckFence', { name, fence: String(fence) });
+    const r = await this.#unary('CheckFence', { name, fence: String(fence) }, { name });
     return { current: r.current, currentFence: BigInt(r.current_fence) };
   }
 
   /** The current leader of `election`, or null. */
   async leader(election: string): Promise<Leader | null> {
-    return toLeader(await this.#unary('Leader', { election }));
+    return toLeader(await this.#unary('Leader', { election }, { election }));
   }
 
   /**
@@ -503,7 +508,7 @@ export class Client {
           attempts -= 1;
           continue;
         }
-        throw isServiceError(err) ? fromServiceError(err) : err;
+        throw inCallerWords(isServiceError(err) ? fromServiceError(err) : err, { election });
       }
     }
   }
@@ -518,12 +523,17 @@ export class Client {
    * PERMISSION_DENIED. NOT_FOUND if the name is not held.
    */
   async revoke(name: string, options: { tenant?: string } = {}): Promise<bigint> {
-    return BigInt((await this.#unary('Revoke', { name, tenant: options.tenant ?? '' })).fence);
+    return BigInt((await this.#unary('Revoke', { name, tenant: options.tenant ?? '' }, { name, tenant: options.tenant })).fence);
   }
 
-  async #unary(method: string, request: object): Promise<any> {
+  /** A unary call; `given`: the caller's arguments, for the message of a refusal of one. */
+  async #unary(method: string, request: object, given: Record<string, unknown>): Promise<any> {
     this.#checkOpen();
-    return this.#brokers.call(method, request, this.timeoutMs);
+    try {
+      return await this.#brokers.call(method, request, this.timeoutMs);
+    } catch (err) {
+      throw inCallerWords(err, given);
+    }
   }
 
   /**
@@ -540,7 +550,7 @@ export class Client {
         // An older broker: nothing was done; the unary call does it.
         if (err instanceof NoSession) return this.#brokers.call(method, request, timeoutMs, signal);
         // The stream's cap on the leases it tracks: a unary call has none.
-        if (method === 'Acquire' && err instanceof LeaseholdError && err.code === status.RESOURCE_EXHAUSTED && err.details.includes('--max-stream-leases')) {
+        if (method === 'Acquire' && streamFull(err)) {
           return this.#brokers.call(method, request, timeoutMs, signal);
         }
         throw err;
@@ -603,9 +613,7 @@ export class Client {
     try {
       await this.#releaseCall(lease.name, lease.ownerToken, timeoutMs);
     } catch (err) {
-      if (err instanceof LeaseholdError && err.code === status.NOT_FOUND) throw new LeaseLost('EXPIRED', err.details, err.code);
-      if (err instanceof LeaseholdError && err.code === status.FAILED_PRECONDITION) throw new LeaseLost('NOT_OWNER', err.details, err.code);
-      throw err;
+      throw releaseError(err);
     }
   }
 

@@ -46,6 +46,7 @@
 //   a unary call does.
 import type * as grpc from '@grpc/grpc-js';
 import { Brokers, markAnswered, notConnected } from './brokers';
+import { detailFromMetadata, detailFromSessionError } from './details';
 import { LeaseholdError, abortError, fromStatus, shuttingDown, status } from './errors';
 import { now } from './lease';
 
@@ -305,7 +306,7 @@ export class Sessions {
     if (r.abandoned) {
       if (res.acquire?.lease) this.#hooks.unclaimed(res.acquire.lease);
     } else if (res.error) {
-      const error = fromStatus(res.error.code, res.error.message, res.error.place);
+      const error = fromStatus(res.error.code, res.error.message, res.error.place, detailFromSessionError(res.error));
       markAnswered(error, s.index);
       this.#fail(r, error);
     } else {
@@ -333,7 +334,7 @@ export class Sessions {
     }
     const error = st.code === status.OK
       ? new LeaseholdError('UNAVAILABLE: the broker ended the Session stream before answering', status.UNAVAILABLE, 'the broker ended the Session stream before answering')
-      : fromStatus(st.code, st.details);
+      : fromStatus(st.code, st.details, undefined, detailFromMetadata(st.metadata));
     markAnswered(error, s.index);
     // Requests that never reached a broker that would serve them go to the next replica.
     const unsent = notConnected(st);

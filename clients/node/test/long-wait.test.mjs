@@ -1,5 +1,5 @@
-// waitMs: null (as long as it takes) against a broker whose --max-wait is
-// 2 s: a chain of calls, each waiting in the place in line the previous one
+// waitMs: null (as long as it takes), or longer than the broker's
+// --max-wait of 2 s: a chain of calls, each waiting in the place in line the previous one
 // kept (keep_place), so a caller that arrived later never overtakes it.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -62,9 +62,25 @@ describe('waits longer than --max-wait', () => {
     });
   }
 
-  test('a finite wait longer than --max-wait is refused by the broker, naming the limit', async () => {
+  test('a finite wait longer than --max-wait is a chain of calls that ends with NotAcquired, not a refusal', async () => {
     const name = lockName('too-long');
     const holder = await client.acquire(name, { ttlMs: 30_000 });
+    const other = connect(broker.address, { logger: null });
+    try {
+      const waitMs = 2.5 * MAX_WAIT_MS;
+      const started = performance.now();
+      await assert.rejects(other.acquire(name, { waitMs }), (err) => err instanceof NotAcquired && err.reason === 'LOCK_HELD');
+      const elapsed = performance.now() - started;
+      assert.ok(elapsed >= waitMs - 200 && elapsed <= waitMs + 5000, String(elapsed));
+      // It left the line when it gave up.
+      await eventually(async () => (await client.describe(name)).waiters === 0, 'the caller left the line');
+      await assert.rejects(other.acquire(name, { waitMs: 100 }), NotAcquired);
+    } finally {
+      await other.close();
+      await holder.release();
+    }
+  });
+});
     try {
       await assert.rejects(client.acquire(name, { waitMs: 2 * MAX_WAIT_MS }), (err) => /--max-wait/.test(err.details));
       await assert.rejects(client.acquire(name, { waitMs: 100 }), NotAcquired);

@@ -29,7 +29,7 @@ test('npm pack makes a tarball that installs in an empty folder and runs against
     const { stdout } = await run(npm, ['pack', '--json', '--pack-destination', dir, ...quiet], { cwd: here, maxBuffer: 1 << 24 });
     const [packed] = JSON.parse(stdout.slice(stdout.indexOf('[')));
     const files = packed.files.map((f) => f.path).sort();
-    for (const f of ['proto/leasehold/v1/leasehold.proto', 'dist/index.js', 'dist/index.mjs', 'dist/index.d.ts', 'dist/index.d.mts', 'package.json', 'README.md']) {
+    for (const f of ['proto/leasehold/v1/leasehold.proto', 'proto/google/rpc/status.proto', 'proto/google/rpc/error_details.proto', 'dist/index.js', 'dist/index.mjs', 'dist/index.d.ts', 'dist/index.d.mts', 'package.json', 'README.md']) {
       assert.ok(files.includes(f), `${f} missing from the tarball: ${files.join(' ')}`);
     }
     assert.ok(!files.some((f) => f.startsWith('test/') || f.startsWith('src/') || f.startsWith('node_modules/')), files.join(' '));

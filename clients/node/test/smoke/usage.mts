@@ -16,11 +16,16 @@ lease.check();
 const described: Description = await client.describe(lease.name);
 const checked: FenceCheck = await client.checkFence(lease.name, fence);
 let busy = '';
+let heldBy: string | undefined;
+let retryAfterMs: number | null = null;
 try {
   await client.acquire(lease.name, { ttlMs: 2000 });
 } catch (err) {
-  if (err instanceof NotAcquired && err.code === status.ABORTED) busy = err.details;
-  else throw err;
+  if (err instanceof NotAcquired && err.code === status.ABORTED && err.reason === 'LOCK_HELD') {
+    busy = err.details;
+    heldBy = err.metadata.holder;
+    retryAfterMs = err.retryAfterMs;
+  } else throw err;
 }
 unsubscribe();
 await lease.release();
@@ -38,7 +43,7 @@ let scoped: Lease | undefined;
 }
 const scopedReleased = scoped.released && !(await client.describe(scoped.name)).held;
 await client.close();
-console.log(JSON.stringify({ fence: String(fence), held: described.held, current: checked.current, busy: busy !== '', afterRelease, scopedReleased }));
+console.log(JSON.stringify({ fence: String(fence), held: described.held, current: checked.current, busy: busy !== '' && heldBy === 'smoke' && retryAfterMs !== null, afterRelease, scopedReleased }));
 
 // Never called: misuses the types must refuse.
 export function misuses(lease: Lease): void {
