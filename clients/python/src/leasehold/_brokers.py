@@ -20,7 +20,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import grpc
 
 from ._wire import Stub
-from .errors import LeaseholdError
+from .errors import LeaseholdError, detail_of
 
 log = logging.getLogger("leasehold")
 
@@ -33,20 +33,17 @@ log = logging.getLogger("leasehold")
 _NOT_CONNECTED = ("failed to connect to all addresses", "DNS resolution failed", "errors resolving")
 
 
-# What a broker says when a graceful shutdown (SIGTERM) ends a call: it
-# answered, so the request arrived, but it is going away and says to go on
-# on another replica (server/src/lease/mod.rs, Leases::begin_shutdown).
-_SHUTTING_DOWN = "the broker is shutting down"
-
-
 def shutting_down(error: BaseException) -> bool:
-    """Whether the broker ended a call because it is shutting down
-    (UNAVAILABLE, saying so): another replica can serve it."""
+    """Whether a broker answered the call UNAVAILABLE (reason UNAVAILABLE in
+    its details): it is shutting down (a graceful shutdown, SIGTERM, ends
+    waiting calls so: server/src/lease/mod.rs, Leases::begin_shutdown), or
+    its store did not answer. Either way another replica can serve the call
+    (the proto's "Errors": safe to retry, on any replica). gRPC's own
+    UNAVAILABLE (no connection) has no reason: see :func:`not_connected`."""
     code = error.code() if hasattr(error, "code") else None
     if code != grpc.StatusCode.UNAVAILABLE:
         return False
-    details = (error.details() if hasattr(error, "details") else "") or ""
-    return _SHUTTING_DOWN in details
+    return detail_of(error).reason == "UNAVAILABLE"
 
 
 def not_connected(error: BaseException) -> bool:
