@@ -163,6 +163,11 @@ function message(code: number, details: string, detail: Detail): string {
   const failure = connectionFailure(code, details);
   if (failure !== null) return failure;
   const name = status[code] ?? 'UNKNOWN';
+  // grpc-js's own words for its deadline ("Deadline exceeded after 10.002s,LB
+  // pick: 0.000s,remote_addr=..."): they only repeat the code.
+  if (code === status.DEADLINE_EXCEEDED && details.toLowerCase().startsWith('deadline exceeded')) {
+    return "DEADLINE_EXCEEDED: no answer from the broker within the call's timeout";
+  }
   return details ? `${name}: ${details}` : name;
 }
 

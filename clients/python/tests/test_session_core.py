@@ -11,13 +11,13 @@ from typing import List
 import grpc
 import pytest
 
-from leasehold import LeaseLost, NotAcquired
+from leasehold import LeaseLost, LossReason, NotAcquired
 from leasehold._core import place_from, release_error
 from leasehold._proto import leasehold_pb2 as pb
 from leasehold._session import STALL, SessionBase, Stream, StreamError, _SyncPending, stream_full, unsupported
-from leasehold.errors import from_rpc_error
+from leasehold.errors import Detail, from_rpc_error
 
-from test_core import Refusal
+from test_core import Refusal, details
 
 PLACE = "0123456789abcdef" * 2
 
@@ -85,8 +85,9 @@ def granted(id: int, name="n", token="t" * 32) -> pb.SessionResponse:
     )
 
 
-def refused(id: int, code: grpc.StatusCode, message: str, place: str = "") -> pb.SessionResponse:
-    return pb.SessionResponse(id=id, error=pb.SessionError(code=code.value[0], message=message, place=place))
+def refused(id: int, code: grpc.StatusCode, message: str, place: str = "", reason: str = "", **metadata: str) -> pb.SessionResponse:
+    error = pb.SessionError(code=code.value[0], message=message, place=place, reason=reason, metadata=metadata)
+    return pb.SessionResponse(id=id, error=error)
 
 
 def test_requests_carry_unique_ids_and_timeouts_and_answers_settle_them_out_of_order():
@@ -120,10 +121,26 @@ def test_a_session_error_is_the_error_the_unary_call_raises():
     assert str(raised) == str(from_rpc_error(Refusal(grpc.StatusCode.ABORTED, message)))
     assert PLACE not in repr(error)  # a secret
 
+    # The reason and facts, where the unary call has them (its details).
+    held = s.submit("acquire", acquire(), 1.0)
+    s._answered(s.streams[0], refused(held.id, grpc.StatusCode.ABORTED, message, "", "LOCK_HELD", holder="x", fence="3"))
+    raised = from_rpc_error(held.exception())
+    unary = from_rpc_error(
+        Refusal(grpc.StatusCode.ABORTED, message, details("LOCK_HELD", retry_ms=400, holder="x", fence="3"))
+    )
+    assert (raised.reason, raised.metadata, str(raised)) == (unary.reason, unary.metadata, str(unary))
+
     gone = s.submit("release", pb.ReleaseRequest(name="n", owner_token="x" * 32), 1.0)
     s._answered(s.streams[0], refused(gone.id, grpc.StatusCode.NOT_FOUND, "no lease: it expired"))
     lost = release_error(gone.exception())
     assert isinstance(lost, LeaseLost) and str(lost) == str(release_error(Refusal(grpc.StatusCode.NOT_FOUND, "no lease: it expired")))
+    # Revoked (LEASE_REVOKED): a loss REVOKED, either way.
+    revoked = s.submit("release", pb.ReleaseRequest(name="n", owner_token="x" * 32), 1.0)
+    s._answered(s.streams[0], refused(revoked.id, grpc.StatusCode.NOT_FOUND, "revoked", "", "LEASE_REVOKED", name="n", fence="7"))
+    lost = release_error(revoked.exception())
+    assert isinstance(lost, LeaseLost) and lost.reason is LossReason.REVOKED and lost.metadata["fence"] == "7"
+    unary_lost = release_error(Refusal(grpc.StatusCode.NOT_FOUND, "revoked", details("LEASE_REVOKED", name="n", fence="7")))
+    assert unary_lost.reason is LossReason.REVOKED and str(unary_lost) == str(lost)
 
 
 def test_a_broken_stream_fails_its_requests_with_its_status_and_the_next_request_opens_another():
@@ -222,13 +239,20 @@ def test_a_stream_that_heard_nothing_since_a_heartbeat_long_unanswered_is_killed
 
 
 def test_a_stream_refusing_an_acquire_for_its_lease_cap_is_told_apart():
-    cap = StreamError(
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        "this stream holds 1000 leases and waits for 0 more; the limit is 1000 per stream (--max-stream-leases)",
-        answered=True,
+    def exhausted(limit: str) -> StreamError:
+        return StreamError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "for people",
+            answered=True,
+            detail=Detail("LIMIT_REACHED", {"limit": limit}),
+        )
+
+    assert stream_full(exhausted("max-stream-leases"))
+    assert not stream_full(exhausted("tenant-max-leases"))
+    # Read from the details, never from the message.
+    assert not stream_full(
+        StreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, "the limit is 1000 per stream (--max-stream-leases)", answered=True)
     )
-    assert stream_full(cap)
-    assert not stream_full(StreamError(grpc.StatusCode.RESOURCE_EXHAUSTED, "--tenant-max-leases", answered=True))
 
 
 def test_closing_cancels_waiting_acquires_and_half_closes():

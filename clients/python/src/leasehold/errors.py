@@ -252,6 +252,8 @@ def _message(code: Optional[grpc.StatusCode], details: str, detail: Detail, give
                 shown = _shown(argument, detail.metadata, given)
                 return f"{parameter}={shown}: {details}" if shown is not None else f"{parameter}: {details}"
         return details
+    if code == grpc.StatusCode.ABORTED:
+        return details  # the lock is held: the broker's words say by whom
     # Deferred import: _brokers imports the generated stubs' module.
     from ._brokers import connection_failure
 
@@ -259,6 +261,9 @@ def _message(code: Optional[grpc.StatusCode], details: str, detail: Detail, give
     if failure is not None:
         return failure
     name = code.name if code is not None else "UNKNOWN"
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and details.lower().startswith("deadline exceeded"):
+        # gRPC's own words for its deadline: they only repeat the code.
+        return "DEADLINE_EXCEEDED: no answer from the broker within the call's timeout"
     return f"{name}: {details}" if details else name
 
 
