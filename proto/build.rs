@@ -18,6 +18,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The client's transport is the user's choice (tonic's Channel by
         // default, in leasehold-client); the generated code needs none.
         .build_transport(false)
+        // A Session answer is one enum of every kind of answer, sized to the
+        // largest: the error (with its metadata map) is boxed, so that the
+        // grants and renewals of the common path stay small.
+        .boxed(".leasehold.v1.SessionResponse.response.error")
         .compile_fds(fds)?;
     Ok(())
 }

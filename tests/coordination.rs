@@ -153,8 +153,9 @@ async fn revoke_ends_a_lease_and_its_holder_is_told() {
     let client = Client::connect(locked_down.url()).await.unwrap();
     let _held = client.acquire("x", opts(10_000)).await.unwrap();
     match client.revoke("x").await {
-        Err(ClientError::Status(s)) => {
+        Err(ClientError::Refused(s)) => {
             assert_eq!(s.code(), tonic::Code::PermissionDenied);
+            assert_eq!(s.reason(), "PERMISSION_DENIED");
             assert!(s.message().contains("--enable-revoke"), "{}", s.message());
         }
         other => panic!("revoke allowed by default: {other:?}"),
@@ -176,7 +177,7 @@ async fn revoke_ends_a_lease_and_its_holder_is_told() {
         .expect("free after revoke");
     assert!(next.fence() > lease.fence());
     match operator.revoke("nothing-here").await {
-        Err(ClientError::Status(s)) => assert_eq!(s.code(), tonic::Code::NotFound),
+        Err(ClientError::Refused(s)) => assert_eq!(s.code(), tonic::Code::NotFound),
         other => panic!("{other:?}"),
     }
     assert_eq!(

@@ -7,6 +7,7 @@ use leasehold_testkit as common;
 use common::{acquire_req, brokers_on_each_store, must_acquire};
 use leasehold_server::proto::{AcquireRequest, DescribeRequest, ReleaseRequest, RenewRequest};
 use tonic::Code;
+use tonic_types::StatusExt;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
@@ -58,7 +59,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                     lock_delay_ms: 1_000,
                     ..acquire_req("ok", 1_000, "", 0)
                 },
-                "a semaphore (limit > 1) has no lock-delay",
+                "a lock-delay applies to locks only",
             ),
         ];
         for (request, hint) in acquires {
@@ -74,6 +75,31 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                 "{store} {shown}: '{}' lacks '{hint}'",
                 status.message()
             );
+            // For programs: the reason, the argument and, for a wait, the
+            // broker's maximum, in the status's google.rpc.ErrorInfo.
+            let details = status.get_error_details();
+            let info = details.error_info().expect("an ErrorInfo");
+            assert_eq!(
+                (info.reason.as_str(), info.domain.as_str()),
+                ("BAD_ARGUMENT", "leasehold.v1"),
+                "{store} {shown}"
+            );
+            let argument = info.metadata.get("argument").expect("the argument");
+            if hint == "--max-wait" {
+                assert_eq!(argument, "wait");
+                assert_eq!(
+                    info.metadata.get("max_wait_ms").map(String::as_str),
+                    Some("300000")
+                );
+            }
+            // The message speaks of a TTL, a wait, a lock-delay: never of
+            // the proto's fields.
+            for field in ["ttl_ms", "wait_timeout_ms", "lock_delay_ms", "owner_token"] {
+                assert!(
+                    !status.message().contains(field),
+                    "{store} {shown}: {status:?}"
+                );
+            }
         }
 
         let renews = [
@@ -93,7 +119,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                     ttl_ms: 0,
                 },
                 Code::InvalidArgument,
-                "owner_token is empty",
+                "the owner token is empty",
             ),
             (
                 RenewRequest {
@@ -248,7 +274,9 @@ async fn configured_limits_are_enforced() {
         .await
         .unwrap_err();
     assert!(
-        status.message().contains("from 500 ms to 5 s"),
+        status
+            .message()
+            .contains("above this broker's maximum of 5 s (--ttl-max)"),
         "{}",
         status.message()
     );

@@ -96,7 +96,7 @@ fn granted(response: Response) -> leasehold_server::proto::Lease {
 
 fn error(response: Response) -> SessionError {
     match response {
-        Response::Error(e) => e,
+        Response::Error(e) => *e,
         other => panic!("not an error: {other:?}"),
     }
 }
@@ -187,6 +187,20 @@ async fn refusals_are_answers_with_the_unary_code_and_the_stream_goes_on() {
     assert_eq!(code(&busy), Code::Aborted, "{busy:?}");
     assert!(busy.message.contains("'owner'"), "{}", busy.message);
     assert!(busy.place.is_empty());
+    // For programs, as the unary call's ErrorInfo and RetryInfo: who holds
+    // it, and for how long.
+    assert_eq!(busy.reason, "LOCK_HELD");
+    assert_eq!(
+        busy.metadata.get("holder").map(String::as_str),
+        Some("owner")
+    );
+    assert_eq!(
+        busy.metadata.get("fence").map(String::as_str),
+        Some(lease.fence.to_string().as_str())
+    );
+    let remaining: u64 = busy.metadata["remaining_ms"].parse().unwrap();
+    assert!(remaining > 20_000 && remaining <= 30_000, "{busy:?}");
+    assert_eq!(busy.retry_delay_ms, remaining);
 
     let stranger = error(
         session
@@ -200,6 +214,7 @@ async fn refusals_are_answers_with_the_unary_code_and_the_stream_goes_on() {
             .await,
     );
     assert_eq!(code(&stranger), Code::FailedPrecondition, "{stranger:?}");
+    assert_eq!(stranger.reason, "NOT_OWNER");
 
     let bad = error(
         session
@@ -208,6 +223,11 @@ async fn refusals_are_answers_with_the_unary_code_and_the_stream_goes_on() {
     );
     assert_eq!(code(&bad), Code::InvalidArgument);
     assert!(bad.message.contains("name contains"), "{}", bad.message);
+    assert_eq!(bad.reason, "BAD_ARGUMENT");
+    assert_eq!(
+        bad.metadata.get("argument").map(String::as_str),
+        Some("name")
+    );
 
     session
         .tx
@@ -366,6 +386,8 @@ async fn a_request_timeout_ends_the_wait_with_deadline_exceeded() {
         .await;
     let timed_out = error(session.answer(1).await);
     assert_eq!(code(&timed_out), Code::DeadlineExceeded, "{timed_out:?}");
+    assert_eq!(timed_out.reason, "REQUEST_TIMEOUT");
+    assert_eq!(timed_out.metadata["timeout_ms"], "300");
     assert!(
         timed_out.message.contains("300 ms"),
         "{}",
@@ -396,6 +418,11 @@ async fn a_kept_place_comes_back_in_the_answer() {
     );
     assert_eq!(code(&refusal), Code::Aborted, "{refusal:?}");
     assert_eq!(refusal.place.len(), 32, "{refusal:?}");
+    assert_eq!(refusal.reason, "LOCK_HELD");
+    assert!(
+        refusal.metadata.contains_key("place_kept_ms"),
+        "{refusal:?}"
+    );
     assert!(!refusal.message.contains(&refusal.place));
     session
         .send(

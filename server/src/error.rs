@@ -11,17 +11,35 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong serving a request.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A request field is outside its limits; the message names the field and
-    /// the limit.
+    /// A setting or request the broker cannot use, with no more to say
+    /// than its message (a bad store URL, an unreadable file).
     #[error("{0}")]
     InvalidArgument(String),
+
+    /// A request argument outside its limits. The message says so in the
+    /// caller's words (a TTL, a wait, the lock name), never a proto field's;
+    /// `argument` and `facts` say the same to programs (the status's
+    /// `google.rpc.ErrorInfo`), so that a client can name its own parameter
+    /// and read the limit without parsing the message.
+    #[error("{message}")]
+    BadArgument {
+        /// For people.
+        message: String,
+        /// Which argument, in the API's neutral words: `name`, `ttl`,
+        /// `wait`, `lock_delay`, `limit`, `holder`, `owner_token`, `place`,
+        /// `tenant`, `request` (the proto's "Errors").
+        argument: &'static str,
+        /// What a program needs to fix it: the value sent and the limit,
+        /// durations in milliseconds (`max_wait_ms`, `min_ttl_ms`...).
+        facts: Vec<(&'static str, String)>,
+    },
 
     /// Acquire did not obtain the lock: it is held by someone else.
     #[error(
         "lock '{name}' is held by {holder} (fence {fence}) for another {remaining_ms} ms; \
          waited {waited_ms} ms{hint}",
         holder = display_holder(holder),
-        hint = if *waited_ms == 0 { "; set wait_timeout_ms to wait for it" } else { "" }
+        hint = if *waited_ms == 0 { "; set a wait to wait for it" } else { "" }
     )]
     Held {
         /// The lock name.
@@ -58,7 +76,7 @@ pub enum Error {
     #[error(
         "lock '{name}' has {queued} callers waiting for it in line, who come first; \
          waited {waited_ms} ms{hint}",
-        hint = if *waited_ms == 0 { "; set wait_timeout_ms to join the line" } else { "" }
+        hint = if *waited_ms == 0 { "; set a wait to join the line" } else { "" }
     )]
     Queued {
         /// The lock name.
@@ -76,8 +94,8 @@ pub enum Error {
     /// back, waits on in the same position. The status carries the place in
     /// its metadata, never in the message (which a client may log).
     #[error(
-        "{refusal}; your place in line is kept for {kept_ms} ms: pass the leasehold-place \
-         metadata as `place` to the next Acquire to wait on in it"
+        "{refusal}; your place in line is kept for {kept_ms} ms: acquire again with it to \
+         wait on in it"
     )]
     PlaceKept {
         /// Why the wait ended without the lock.
@@ -130,8 +148,16 @@ pub enum Error {
     },
 
     /// A configured capacity limit was reached; the message names it.
-    #[error("{0}")]
-    ResourceExhausted(String),
+    #[error("{message}")]
+    ResourceExhausted {
+        /// For people: the cap, its flag and what to do.
+        message: String,
+        /// The cap's flag, without its dashes (`max-waiters`,
+        /// `tenant-max-leases`...).
+        limit: String,
+        /// When a retry may succeed, if known (a rate cap).
+        retry_after: Option<std::time::Duration>,
+    },
 
     /// The store did not answer in time, or the broker is shutting down.
     /// Safe to retry, on any replica.
@@ -145,8 +171,8 @@ pub enum Error {
 
     /// A request on a Session stream ran past the `timeout_ms` it gave.
     #[error(
-        "the request ran past its timeout_ms ({timeout_ms} ms) and was ended; \
-         an Acquire gave up its place, a Renew or Release may or may not have happened"
+        "the request ran past its own timeout ({timeout_ms} ms) and was ended; \
+         an acquire gave up its place, a renewal or release may or may not have happened"
     )]
     DeadlineExceeded {
         /// The request's own timeout.
@@ -168,6 +194,31 @@ impl Error {
             self,
             Error::NotHeld { .. } | Error::NotOwner { .. } | Error::Revoked { .. }
         )
+    }
+}
+
+impl Error {
+    /// An argument outside its limits (see [`Error::BadArgument`]).
+    pub fn bad(
+        argument: &'static str,
+        message: impl Into<String>,
+        facts: Vec<(&'static str, String)>,
+    ) -> Error {
+        Error::BadArgument {
+            message: message.into(),
+            argument,
+            facts,
+        }
+    }
+
+    /// A cap reached (see [`Error::ResourceExhausted`]); `flag` is the
+    /// cap's flag, with or without its dashes.
+    pub fn exhausted(flag: &str, message: impl Into<String>) -> Error {
+        Error::ResourceExhausted {
+            message: message.into(),
+            limit: flag.trim_start_matches('-').to_owned(),
+            retry_after: None,
+        }
     }
 }
 

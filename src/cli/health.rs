@@ -74,7 +74,7 @@ pub async fn health(args: HealthArgs) -> ExitCode {
             })
             .await
             .map(|r| r.into_inner().status())
-            .map_err(|s| format!("{}: {}", s.code(), s.message()))
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
     };
     let status = match tokio::time::timeout(args.timeout, check).await {
         Ok(Ok(status)) => status,

@@ -152,8 +152,10 @@ pub struct LockArgs {
     /// Lease TTL (e.g. `10s`).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub ttl: Duration,
-    /// How long to wait if the lock is held (`0`: try once).
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    /// How long to wait if the lock is held (`0`: try once; `forever`: as
+    /// long as it takes). Waits longer than the broker's --max-wait are a
+    /// chain of calls that keep their place in line.
+    #[arg(long, default_value = "0s", value_parser = parse_wait)]
     pub wait: Duration,
     /// Label shown to others by `describe` (default: hostname:pid).
     #[arg(long)]
@@ -176,6 +178,14 @@ pub struct BusyArgs {
     /// out), as `flock -E`: e.g. 0 for a cron job that should just skip.
     #[arg(long, value_name = "N", default_value_t = EXIT_LOCK_BUSY, value_parser = parse_exit_code)]
     pub busy_exit_code: u8,
+}
+
+/// A wait: a duration, or `forever` (`Duration::MAX`).
+fn parse_wait(text: &str) -> Result<Duration, String> {
+    if text.trim().eq_ignore_ascii_case("forever") {
+        return Ok(Duration::MAX);
+    }
+    parse_duration(text).map_err(|e| format!("{e}, or forever"))
 }
 
 /// An exit code: 0 to 255.
@@ -336,8 +346,9 @@ pub struct ElectArgs {
     /// Leadership lease TTL.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     ttl: Duration,
-    /// How long to campaign before giving up.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    /// How long to campaign before giving up (default: until elected or
+    /// interrupted).
+    #[arg(long, default_value = "forever", value_parser = parse_wait)]
     wait: Duration,
     #[command(flatten)]
     busy: BusyArgs,
@@ -371,7 +382,7 @@ fn exit_code(e: &ClientError, busy: u8) -> u8 {
         ClientError::Lost(_) => EXIT_LEASE_LOST,
         ClientError::Config(_) => EXIT_USAGE,
         ClientError::Connect(_) => EXIT_UNAVAILABLE,
-        ClientError::Status(status) => match status.code() {
+        ClientError::Refused(refusal) => match refusal.code() {
             Code::InvalidArgument | Code::OutOfRange => EXIT_USAGE,
             Code::NotFound | Code::FailedPrecondition => EXIT_LEASE_LOST,
             Code::Unauthenticated | Code::PermissionDenied => EXIT_NO_PERMISSION,
@@ -387,8 +398,30 @@ fn fail(e: &ClientError) -> ExitCode {
 
 /// [`fail`], exiting with `busy` if someone else holds the lock.
 fn fail_busy(e: &ClientError, busy: u8) -> ExitCode {
-    eprintln!("leasehold: {e}");
+    match flag_of(e) {
+        Some(flag) => eprintln!("leasehold: {flag}: {e}"),
+        None => eprintln!("leasehold: {e}"),
+    }
     ExitCode::from(exit_code(e, busy))
+}
+
+/// The command's flag for the argument a refusal names (its
+/// `BAD_ARGUMENT` detail), so that the message points at what to change.
+fn flag_of(e: &ClientError) -> Option<&'static str> {
+    let refusal = e.refusal()?;
+    if refusal.reason() != "BAD_ARGUMENT" {
+        return None;
+    }
+    Some(match refusal.get("argument")? {
+        "name" | "election" => "--lock",
+        "ttl" => "--ttl",
+        "wait" => "--wait",
+        "lock_delay" => "--lock-delay",
+        "limit" => "--limit",
+        "holder" | "value" => "--holder",
+        "owner_token" => "--token",
+        _ => return None,
+    })
 }
 
 /// `value` quoted for a POSIX shell: `'...'`, each `'` inside as `'\''`.

@@ -6,16 +6,16 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex, PoisonError,
     },
     time::Duration,
 };
 
 use leasehold_proto::{
-    leasehold_service_client::LeaseholdServiceClient, AcquireRequest, CheckFenceRequest,
-    DescribeRequest, DescribeResponse, LeaderRequest, ObserveRequest, ReleaseRequest,
-    RevokeRequest,
+    leasehold_service_client::LeaseholdServiceClient, AcquireRequest, AcquireResponse,
+    CheckFenceRequest, DescribeRequest, DescribeResponse, LeaderRequest, ObserveRequest,
+    ReleaseRequest, RevokeRequest,
 };
 use leasehold_proto::{session_request::Request, session_response::Response};
 use tokio::{
@@ -25,7 +25,7 @@ use tokio::{
 use tonic::{service::interceptor::InterceptedService, transport::Channel, Code, Status};
 
 use crate::{
-    error::source_chain,
+    error::{source_chain, Refusal},
     keeper,
     session::{self, Link},
     AcquireOptions, ClientError, ClientOptions, ClientTls, Credentials, Held, LeaderInfo, Lease,
@@ -46,7 +46,13 @@ pub(crate) struct Shared {
     pub(crate) added: Notify,
     /// The Session stream that carries acquires, releases and heartbeats.
     pub(crate) link: Link,
+    /// The brokers' --max-wait as last learnt, in milliseconds: the longest
+    /// wait one Acquire call of a chain asks for.
+    max_wait_ms: AtomicU64,
 }
+
+/// The broker's default --max-wait, assumed until a refusal says otherwise.
+const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 
 impl Shared {
     /// The current replica: its index (for [`Shared::unreachable`]) and a
@@ -108,7 +114,7 @@ impl Shared {
             Err(status) => return Some(Err(status)),
         };
         Some(match stream.call(0, request).await {
-            Ok(Response::Error(error)) => Err(session::status(error)),
+            Ok(Response::Error(error)) => Err(session::status(*error)),
             other => other,
         })
     }
@@ -231,6 +237,7 @@ impl Client {
             leases: Mutex::new(HashMap::new()),
             added: Notify::new(),
             link: Link::default(),
+            max_wait_ms: AtomicU64::new(millis(DEFAULT_MAX_WAIT)),
         });
         shared.link.disabled.store(options.unary, Ordering::Relaxed);
         tokio::spawn(keeper::run(Arc::downgrade(&shared)));
@@ -240,9 +247,8 @@ impl Client {
     /// Takes the lease on `name`; it keeps itself alive until released,
     /// dropped or lost.
     pub async fn acquire(&self, name: &str, opts: AcquireOptions) -> Result<Lease, ClientError> {
-        let sent = Instant::now();
         let margin = opts.margin;
-        let (lease, waited_ms) = self.grant_waited(name, opts).await?;
+        let (lease, sent, waited_ms) = self.grant_waited(name, opts).await?;
         Ok(self.keep(lease, sent, waited_ms, margin))
     }
 
@@ -258,42 +264,95 @@ impl Client {
         Ok(self.grant_waited(name, opts).await?.0)
     }
 
-    /// The Acquire call: the lease and how long the broker made it wait.
+    /// The Acquire calls of one acquire: the lease, when the call that got
+    /// it was sent, and how long the broker made that call wait.
+    ///
+    /// A wait longer than the broker's --max-wait (or without end:
+    /// [`AcquireOptions::wait_forever`]) is a chain of calls, each within
+    /// it. Each but the last asks the broker to keep its place in line
+    /// when its wait runs out (keep_place), and the next, sent at once,
+    /// waits in it: callers who arrived later stay behind. The broker's
+    /// --max-wait is read from its refusal of a longer wait (`max_wait_ms`).
     async fn grant_waited(
         &self,
         name: &str,
         opts: AcquireOptions,
-    ) -> Result<(leasehold_proto::Lease, u64), ClientError> {
-        let request = AcquireRequest {
+    ) -> Result<(leasehold_proto::Lease, Instant, u64), ClientError> {
+        let start = Instant::now();
+        let end = if opts.wait == Duration::MAX {
+            None
+        } else {
+            Some(start.checked_add(opts.wait).unwrap_or(start))
+        };
+        let mut request = AcquireRequest {
             name: name.to_owned(),
             ttl_ms: millis(opts.ttl),
             holder: opts.holder,
-            wait_timeout_ms: millis(opts.wait),
             lock_delay_ms: millis(opts.lock_delay),
             limit: opts.limit,
             ..Default::default()
         };
-        let response = match self
+        loop {
+            let max_wait = Duration::from_millis(self.shared.max_wait_ms.load(Ordering::Relaxed));
+            let now = Instant::now();
+            let left = end.map_or(Duration::MAX, |end| end.saturating_duration_since(now));
+            let segment = left.min(max_wait);
+            let last = end.is_some_and(|end| now + segment >= end);
+            request.wait_timeout_ms = millis(segment);
+            request.keep_place = !last;
+            let sent = Instant::now();
+            let refusal = match self.acquire_call(&request).await {
+                Ok(response) => {
+                    let lease = response.lease.ok_or_else(|| {
+                        ClientError::Refused(Box::new(Refusal::local(
+                            Code::Internal,
+                            "the broker granted no lease",
+                        )))
+                    })?;
+                    return Ok((lease, sent, response.waited_ms));
+                }
+                Err(status) => Refusal::from_status(&status),
+            };
+            if refusal.reason() == "BAD_ARGUMENT" && refusal.get("argument") == Some("wait") {
+                // A broker with a shorter --max-wait: chain shorter calls.
+                if let Some(max) = refusal.duration("max_wait_ms") {
+                    if !max.is_zero() && max < segment {
+                        self.shared
+                            .max_wait_ms
+                            .store(millis(max), Ordering::Relaxed);
+                        continue;
+                    }
+                }
+            }
+            if refusal.code() == Code::Aborted && !last {
+                if let Some(place) = refusal.place() {
+                    request.place = place.to_owned();
+                    continue;
+                }
+            }
+            return Err(refusal.into());
+        }
+    }
+
+    /// One Acquire call, on the Session stream or unary.
+    async fn acquire_call(&self, request: &AcquireRequest) -> Result<AcquireResponse, Status> {
+        match self
             .shared
             .on_session(Request::Acquire(request.clone()))
             .await
         {
-            Some(Ok(Response::Acquire(response))) => response,
-            Some(Ok(other)) => return Err(unexpected(&other)),
-            Some(Err(status)) => return Err(status.into()),
-            None => self
+            Some(Ok(Response::Acquire(response))) => Ok(response),
+            Some(Ok(other)) => Err(Status::internal(unexpected_text(&other))),
+            Some(Err(status)) => Err(status),
+            None => Ok(self
                 .shared
                 .call(|mut broker| {
                     let request = request.clone();
                     async move { broker.acquire(request).await }
                 })
                 .await?
-                .into_inner(),
-        };
-        let lease = response
-            .lease
-            .ok_or_else(|| ClientError::Status(Status::internal("grant without a lease")))?;
-        Ok((lease, response.waited_ms))
+                .into_inner()),
+        }
     }
 
     /// Keeps `lease`, granted to a request sent at `sent` after
@@ -503,7 +562,13 @@ fn broken(status: &Status) -> bool {
 fn release_outcome(answer: Result<(), Status>) -> Result<(), ClientError> {
     match answer {
         Ok(()) => Ok(()),
-        Err(s) if s.code() == Code::NotFound => Err(ClientError::Lost(LossReason::Expired)),
+        Err(s) if s.code() == Code::NotFound => Err(ClientError::Lost(
+            if Refusal::from_status(&s).reason() == "LEASE_REVOKED" {
+                LossReason::Revoked
+            } else {
+                LossReason::Expired
+            },
+        )),
         Err(s) if s.code() == Code::FailedPrecondition => {
             Err(ClientError::Lost(LossReason::NotOwner))
         }
@@ -513,9 +578,14 @@ fn release_outcome(answer: Result<(), Status>) -> Result<(), ClientError> {
 
 /// A Session answer of the wrong kind for its request: a broker defect.
 fn unexpected(response: &Response) -> ClientError {
-    ClientError::Status(Status::internal(format!(
-        "the broker answered with {response:?} where another answer was due"
+    ClientError::Refused(Box::new(Refusal::local(
+        Code::Internal,
+        unexpected_text(response),
     )))
+}
+
+fn unexpected_text(response: &Response) -> String {
+    format!("the broker answered with {response:?} where another answer was due")
 }
 
 /// Whether a call failed because no connection to the broker could be made

@@ -116,7 +116,7 @@ fn beat_on(
         while let Some(beat) = beats.recv().await {
             let answer = match stream.call(0, Request::Heartbeat(beat)).await {
                 Ok(Response::Heartbeat(answer)) => Ok(answer),
-                Ok(Response::Error(error)) => Err(crate::session::status(error)),
+                Ok(Response::Error(error)) => Err(crate::session::status(*error)),
                 Ok(other) => Err(Status::internal(format!(
                     "the broker answered a heartbeat with {other:?}"
                 ))),

@@ -43,7 +43,7 @@ pub(crate) use self::{client::Shared, lease::Held};
 pub use self::{
     client::{Broker, Client},
     election::{LeaderInfo, Observation},
-    error::{ClientError, LossReason},
+    error::{ClientError, LossReason, Refusal},
     lease::Lease,
     options::{default_holder, AcquireOptions, ClientOptions, ClientTls, Credentials},
 };

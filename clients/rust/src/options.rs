@@ -69,10 +69,17 @@ impl AcquireOptions {
         self
     }
 
-    /// How long to wait if the lock is held (0: try once).
+    /// How long to wait if the lock is held (0: try once). A wait longer
+    /// than the broker's --max-wait is a chain of calls that keep their
+    /// place in line; `Duration::MAX` waits without end.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
+    }
+
+    /// Wait as long as it takes (until the future is dropped).
+    pub fn wait_forever(self) -> Self {
+        self.wait(Duration::MAX)
     }
 
     /// The label shown to others by Describe.

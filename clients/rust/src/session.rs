@@ -32,12 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{metadata::MetadataMap, Code, Status, Streaming};
 
-use crate::{client::not_connected, Shared};
-
-/// The metadata that carries a kept place on a unary refusal; a Session
-/// answer carries it in `SessionError.place`, put back here so that both
-/// paths hand the caller the same status.
-const PLACE_METADATA: &str = "leasehold-place";
+use crate::{client::not_connected, error::PLACE_METADATA, Shared};
 
 /// Requests queued towards the stream before a sender waits.
 const QUEUE: usize = 64;
@@ -250,16 +245,25 @@ fn broken(status: &Status) -> Status {
     }
 }
 
-/// A Session answer's error as the status the unary call would have
-/// returned (its kept place in the same metadata).
+/// A Session stream's error as the status the unary call would have failed
+/// with: its kept place in the metadata (`SessionError.place`), its reason
+/// and facts in the details, so that both paths hand the caller the same.
 pub(crate) fn status(error: leasehold_proto::SessionError) -> Status {
+    use tonic_types::{ErrorDetails, StatusExt};
     let code = Code::from_i32(error.code);
-    if error.place.is_empty() {
-        return Status::new(code, error.message);
-    }
     let mut metadata = MetadataMap::new();
     if let Ok(place) = error.place.parse() {
-        metadata.insert(PLACE_METADATA, place);
+        if !error.place.is_empty() {
+            metadata.insert(PLACE_METADATA, place);
+        }
     }
-    Status::with_metadata(code, error.message, metadata)
+    if error.reason.is_empty() {
+        // A broker from before error details.
+        return Status::with_metadata(code, error.message, metadata);
+    }
+    let mut details = ErrorDetails::with_error_info(error.reason, "leasehold.v1", error.metadata);
+    if error.retry_delay_ms > 0 {
+        details.set_retry_info(Some(std::time::Duration::from_millis(error.retry_delay_ms)));
+    }
+    Status::with_error_details_and_metadata(code, error.message, details, metadata)
 }

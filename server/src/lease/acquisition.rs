@@ -335,11 +335,14 @@ impl Acquisition {
         let _slot = Arc::clone(&leases.inner.waiter_slots)
             .try_acquire_owned()
             .map_err(|_| {
-                Error::ResourceExhausted(format!(
-                    "{} Acquire calls are already waiting on this broker replica (--max-waiters); \
-                 retry later or on another replica",
-                    leases.inner.limits.max_waiters
-                ))
+                Error::exhausted(
+                    "max-waiters",
+                    format!(
+                        "{} callers are already waiting for locks on this broker replica \
+                         (--max-waiters); retry later or on another replica",
+                        leases.inner.limits.max_waiters
+                    ),
+                )
             })?;
         let _waiting = Waiting::new(leases.inner.events.as_ref());
         let (watch, mut answered) = match early {

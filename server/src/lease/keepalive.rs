@@ -328,12 +328,15 @@ impl Session {
         let inner = &self.leases.inner;
         let limits = &inner.limits;
         if leases.len() > limits.max_stream_leases {
-            return Err(Error::ResourceExhausted(format!(
-                "a heartbeat names {} leases; the limit is {} per stream (--max-stream-leases): \
-                 spread them over several streams",
-                leases.len(),
-                limits.max_stream_leases
-            )));
+            return Err(Error::exhausted(
+                "max-stream-leases",
+                format!(
+                    "a heartbeat names {} leases; the limit is {} per stream \
+                     (--max-stream-leases): spread them over several streams",
+                    leases.len(),
+                    limits.max_stream_leases
+                ),
+            ));
         }
 
         let (mut states, items) = self.renewals(&leases);

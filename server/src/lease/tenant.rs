@@ -152,11 +152,16 @@ impl Usage {
         let arrival = (*next).max(now);
         if arrival > now + burst {
             let (who, flag) = self.who("rate");
-            let retry_ms = (arrival - burst - now).as_millis() + 1;
-            return Err(Error::ResourceExhausted(format!(
-                "{who} sent more than {rate} requests per second ({flag}); \
-                 retry in {retry_ms} ms or slow down"
-            )));
+            let retry = arrival - burst - now + Duration::from_millis(1);
+            let retry_ms = retry.as_millis();
+            return Err(Error::ResourceExhausted {
+                message: format!(
+                    "{who} sent more than {rate} requests per second ({flag}); \
+                     retry in {retry_ms} ms or slow down"
+                ),
+                limit: flag.trim_start_matches('-').to_owned(),
+                retry_after: Some(retry),
+            });
         }
         *next = arrival + interval;
         Ok(())
@@ -169,13 +174,13 @@ impl Usage {
                 &self.waiters,
                 self.caps.waiters,
                 "waiters",
-                "Acquire calls waiting",
+                "callers waiting for locks",
             ),
             SlotKind::Stream => (
                 &self.streams,
                 self.caps.streams,
                 "streams",
-                "KeepAlive or Observe streams open",
+                "streams open (heartbeats, sessions, observers)",
             ),
         };
         let taken = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -183,10 +188,13 @@ impl Usage {
         });
         if taken.is_err() {
             let (who, flag) = self.who(what);
-            return Err(Error::ResourceExhausted(format!(
-                "{who} already has {cap} {noun} on this broker replica ({flag}); \
-                 end some first"
-            )));
+            return Err(Error::exhausted(
+                &flag,
+                format!(
+                    "{who} already has {cap} {noun} on this broker replica ({flag}); \
+                     end some first"
+                ),
+            ));
         }
         Ok(Slot {
             usage: Arc::clone(self),
@@ -491,10 +499,13 @@ impl Caller {
                 let (who, flag) = self.conn.who("leases");
                 (who, flag, conn_cap)
             };
-        Err(Error::ResourceExhausted(format!(
-            "{who} already holds {cap} leases on this broker replica ({flag}); \
-             release some first"
-        )))
+        Err(Error::exhausted(
+            &flag,
+            format!(
+                "{who} already holds {cap} leases on this broker replica ({flag}); \
+                 release some first"
+            ),
+        ))
     }
 
     /// Records a lease granted or renewed through this caller, alive until
@@ -852,7 +863,7 @@ mod tests {
         let waiter = a.waiter_slot().unwrap();
         let e = a.waiter_slot().unwrap_err().to_string();
         assert!(
-            e.contains("1 Acquire calls waiting") && e.contains("--tenant-max-waiters"),
+            e.contains("1 callers waiting for locks") && e.contains("--tenant-max-waiters"),
             "{e}"
         );
         drop(waiter);

@@ -88,12 +88,16 @@ impl Budget {
         if let Some(conn) = conn {
             if !take(conn, n, self.conn_limit) {
                 self.metrics.rejected(Rejection::Buffer);
-                return Err(Status::resource_exhausted(format!(
-                    "this connection has more unfinished requests buffered than \
-                     --conn-max-buffer ({} bytes) allows: send large messages one at a time, \
-                     or spread them over connections",
-                    self.conn_limit
-                )));
+                return Err(crate::Error::exhausted(
+                    "conn-max-buffer",
+                    format!(
+                        "this connection has more unfinished requests buffered than \
+                         --conn-max-buffer ({} bytes) allows: send large messages one at a \
+                         time, or spread them over connections",
+                        self.conn_limit
+                    ),
+                )
+                .into());
             }
         }
         if !take(&self.used, n, self.limit) {
@@ -101,11 +105,15 @@ impl Budget {
                 conn.fetch_sub(n, Ordering::Relaxed);
             }
             self.metrics.rejected(Rejection::Buffer);
-            return Err(Status::resource_exhausted(format!(
-                "the broker has more unfinished requests buffered than --max-buffer ({} \
-                 bytes) allows: retry with backoff",
-                self.limit
-            )));
+            return Err(crate::Error::exhausted(
+                "max-buffer",
+                format!(
+                    "the broker has more unfinished requests buffered than --max-buffer ({} \
+                     bytes) allows: retry with backoff",
+                    self.limit
+                ),
+            )
+            .into());
         }
         Ok(())
     }

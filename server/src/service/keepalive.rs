@@ -79,9 +79,10 @@ async fn pump(
     }
     // Shutting down: tell the client to go elsewhere. Its leases stay alive
     // in the store for their TTL, for it to resume on another replica.
-    let _ = tx.try_send(Err(Status::unavailable(
-        "the broker is shutting down; reconnect (to any replica) and resume your leases",
-    )));
+    let _ = tx.try_send(Err(crate::Error::Unavailable(
+        "the broker is shutting down; reconnect (to any replica) and resume your leases".into(),
+    )
+    .into()));
 }
 
 /// Renews the leases of one heartbeat (on a KeepAlive or a Session

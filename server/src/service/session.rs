@@ -123,7 +123,7 @@ impl Answer {
     }
 
     fn error(id: u64, error: Error) -> Self {
-        Answer::to(id, Response::Error(session_error(error)))
+        Answer::to(id, Response::Error(Box::new(session_error(error))))
     }
 }
 
@@ -360,10 +360,11 @@ impl Pump {
             None => {
                 self.answer_now(Answer::error(
                     id,
-                    Error::InvalidArgument(
+                    Error::bad(
+                        "request",
                         "the request is empty: set one of acquire, renew, release, heartbeat \
-                         or cancel"
-                            .into(),
+                         or cancel",
+                        vec![],
                     ),
                 ))
                 .await;
@@ -377,10 +378,14 @@ impl Pump {
         {
             self.answer_now(Answer::error(
                 id,
-                Error::InvalidArgument(format!(
-                    "request id {id} is already in flight on this stream: give each request \
-                     in flight its own id"
-                )),
+                Error::bad(
+                    "request",
+                    format!(
+                        "request id {id} is already in flight on this stream: give each \
+                         request in flight its own id"
+                    ),
+                    vec![],
+                ),
             ))
             .await;
             return;
@@ -512,9 +517,10 @@ async fn drain(running: &mut JoinSet<u64>) {
 
 fn shutting_down() -> Answer {
     Answer {
-        message: Err(Status::unavailable(
-            "the broker is shutting down; reconnect (to any replica) and resume your leases",
-        )),
+        message: Err(Error::Unavailable(
+            "the broker is shutting down; reconnect (to any replica) and resume your leases".into(),
+        )
+        .into()),
         unheard: None,
     }
 }

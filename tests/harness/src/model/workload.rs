@@ -387,7 +387,7 @@ impl Client {
             Ok(answered) => Ok(answered
                 .unwrap_or_else(|_| Err(Status::unavailable("the Session stream ended")))
                 .and_then(|response| match response {
-                    session_response::Response::Error(error) => Err(status_of(error)),
+                    session_response::Response::Error(error) => Err(status_of(*error)),
                     other => answer(other)
                         .map(tonic::Response::new)
                         .map_err(|other| Status::internal(format!("not {what}: {other:?}"))),
