@@ -39,7 +39,7 @@ pub enum Error {
         "lock '{name}' is held by {holder} (fence {fence}) for another {remaining_ms} ms; \
          waited {waited_ms} ms{hint}",
         holder = display_holder(holder),
-        hint = if *waited_ms == 0 { "; set a wait to wait for it" } else { "" }
+        hint = if *waited_ms == 0 { "; set a wait to queue for it" } else { "" }
     )]
     Held {
         /// The lock name.
