@@ -263,8 +263,9 @@ impl Leases {
 
     /// Looks at one watched lease: counts its expiry if this is the first
     /// news of it; a look the store did not answer is put back, to be tried
-    /// again.
-    async fn look_at_abandoned(&self, due: Due) {
+    /// again. `false` when it failed for the last time (said once per batch
+    /// by the caller: a store down for long would log every lease).
+    async fn look_at_abandoned(&self, due: Due) -> bool {
         match self.inner.store.check(&due.name, &due.token).await {
             Ok(Checked::Expired) => self.lost(&due.name, LossReason::Expired),
             // Alive (resumed elsewhere), released, revoked (counted then),
@@ -276,13 +277,12 @@ impl Leases {
                 let name = due.name.clone();
                 // Put back, it is seen by the task's next round: the task
                 // runs this, and looks for the next due entry after the batch.
-                if self.inner.abandoned.retry(due, Instant::now()) {
-                    tracing::debug!(lock = %name, error = %e, "could not look at the lease of an ended stream; trying again");
-                } else {
-                    tracing::warn!(lock = %name, error = %e, "could not look at the lease of an ended stream before the store drops its record; an expiry there goes uncounted");
-                }
+                let again = self.inner.abandoned.retry(due, Instant::now());
+                tracing::debug!(lock = %name, error = %e, again, "could not look at the lease of an ended stream");
+                return again;
             }
         }
+        true
     }
 }
 
@@ -314,9 +314,22 @@ async fn look(abandoned: Arc<Abandoned>, inner: Weak<Inner>) {
             return;
         };
         let leases = Leases { inner: strong };
+        let given_up = std::sync::atomic::AtomicUsize::new(0);
         futures_util::stream::iter(abandoned.take_due(Instant::now()))
-            .for_each_concurrent(LOOKS_AT_ONCE, |due| leases.look_at_abandoned(due))
+            .for_each_concurrent(LOOKS_AT_ONCE, |due| async {
+                if !leases.look_at_abandoned(due).await {
+                    given_up.fetch_add(1, Ordering::Relaxed);
+                }
+            })
             .await;
+        let given_up = given_up.into_inner();
+        if given_up > 0 {
+            tracing::warn!(
+                leases = given_up,
+                "the store did not answer the looks at leases of ended streams before it drops \
+                 their records; their expiries, if any, go uncounted"
+            );
+        }
     }
 }
 
