@@ -51,7 +51,8 @@
 // gone), or after Release. Lease.Err says why: a *LostError matching
 // ErrLost, with a LossReason (LossExpired, LossNotOwner, LossStoreLost,
 // LossRevoked from the broker, LossDeadlinePassed from the client's own
-// deadline; String gives the proto's name, LOSS_REASON_EXPIRED, and
+// deadline; String gives the proto's name without its prefix, EXPIRED for
+// LOSS_REASON_EXPIRED, as every Leasehold client spells it, and
 // DEADLINE_PASSED), or ErrReleased.
 //
 // # Several brokers, TLS and tokens

@@ -354,19 +354,19 @@ const (
 	LossDeadlinePassed LossReason = 100
 )
 
-// String is the proto's name of the reason (LOSS_REASON_EXPIRED, as in
-// the broker's logs and metrics documentation), and DEADLINE_PASSED for
-// the client's own.
+// String is the proto's name of the reason without its enum prefix
+// (EXPIRED for LOSS_REASON_EXPIRED), the one spelling every Leasehold
+// client uses, and DEADLINE_PASSED for the client's own.
 func (r LossReason) String() string {
 	switch r {
 	case LossExpired:
-		return "LOSS_REASON_EXPIRED"
+		return "EXPIRED"
 	case LossNotOwner:
-		return "LOSS_REASON_NOT_OWNER"
+		return "NOT_OWNER"
 	case LossStoreLost:
-		return "LOSS_REASON_STORE_LOST"
+		return "STORE_LOST"
 	case LossRevoked:
-		return "LOSS_REASON_REVOKED"
+		return "REVOKED"
 	case LossDeadlinePassed:
 		return "DEADLINE_PASSED"
 	}

@@ -111,8 +111,8 @@ func TestStructuredRefusals(t *testing.T) {
 }
 
 func TestLossReasonNames(t *testing.T) {
-	for r, want := range map[LossReason]string{LossExpired: "LOSS_REASON_EXPIRED", LossNotOwner: "LOSS_REASON_NOT_OWNER",
-		LossStoreLost: "LOSS_REASON_STORE_LOST", LossRevoked: "LOSS_REASON_REVOKED", LossDeadlinePassed: "DEADLINE_PASSED"} {
+	for r, want := range map[LossReason]string{LossExpired: "EXPIRED", LossNotOwner: "NOT_OWNER",
+		LossStoreLost: "STORE_LOST", LossRevoked: "REVOKED", LossDeadlinePassed: "DEADLINE_PASSED"} {
 		if r.String() != want {
 			t.Errorf("%d: %s, not %s", r, r, want)
 		}

@@ -305,7 +305,7 @@ func TestRevoke(t *testing.T) {
 	if !errors.As(lease.Err(), &lost) || lost.Reason != leasehold.LossRevoked {
 		t.Fatalf("Err: %v", lease.Err())
 	}
-	if lost.Reason.String() != "LOSS_REASON_REVOKED" {
+	if lost.Reason.String() != "REVOKED" {
 		t.Fatalf("reason %s", lost.Reason)
 	}
 	if err := lease.Release(ctx); !errors.Is(err, leasehold.ErrLost) {
