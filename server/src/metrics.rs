@@ -20,16 +20,6 @@ use crate::{
     store::safety::{Risk, Setting},
 };
 
-/// The `reason` label of `lease_lost_total`.
-fn loss_label(reason: LossReason) -> &'static str {
-    match reason {
-        LossReason::Expired => "expired",
-        LossReason::NotOwner => "not_owner",
-        LossReason::StoreLost => "store_lost",
-        LossReason::Revoked => "revoked",
-    }
-}
-
 /// Why a request was refused before it reached the lease rules (the
 /// `reason` label of `leasehold_rejected_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -320,7 +310,7 @@ impl Metrics {
         register_build_info(&m.registry);
         register_process_collector(&m.registry);
         for reason in LossReason::ALL {
-            m.lost.with_label_values(&[loss_label(reason)]);
+            m.lost.with_label_values(&[reason.as_str()]);
         }
         for reason in Rejection::ALL {
             m.rejected.with_label_values(&[reason.as_str()]);
@@ -451,7 +441,7 @@ impl Events for Metrics {
     }
 
     fn lost(&self, reason: LossReason) {
-        self.lost.with_label_values(&[loss_label(reason)]).inc();
+        self.lost.with_label_values(&[reason.as_str()]).inc();
     }
 
     fn renewed(&self, latency: Duration) {
@@ -498,7 +488,7 @@ mod tests {
     fn every_loss_reason_is_exported_from_the_start() {
         let text = Metrics::new().render();
         for reason in LossReason::ALL {
-            let series = format!("lease_lost_total{{reason=\"{}\"}} 0", loss_label(reason));
+            let series = format!("lease_lost_total{{reason=\"{}\"}} 0", reason.as_str());
             assert!(text.contains(&series), "missing {series} in\n{text}");
         }
         assert!(text.contains("lease_acquired_total 0"));

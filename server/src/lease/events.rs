@@ -35,6 +35,18 @@ impl LossReason {
         LossReason::StoreLost,
         LossReason::Revoked,
     ];
+
+    /// The reason as the broker says it everywhere, in its logs and as the
+    /// `reason` label of `lease_lost_total`: the proto's `LossReason` name
+    /// without its prefix, in Prometheus's lower case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossReason::Expired => "expired",
+            LossReason::NotOwner => "not_owner",
+            LossReason::StoreLost => "store_lost",
+            LossReason::Revoked => "revoked",
+        }
+    }
 }
 
 /// Why the lease rules refused a caller before doing anything.

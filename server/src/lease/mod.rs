@@ -239,7 +239,7 @@ impl Leases {
     /// crossed a release or a stranger's wrong token is never counted.
     fn lost(&self, name: &str, reason: LossReason) {
         self.inner.events.lost(reason);
-        tracing::info!(lock = %name, ?reason, "lease lost");
+        tracing::info!(lock = %name, reason = reason.as_str(), "lease lost");
     }
 
     /// Takes the lease, once or waiting (see the proto for the semantics).
