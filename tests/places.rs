@@ -242,7 +242,7 @@ async fn a_malformed_place_is_invalid() {
             "{bogus}: {refused:?}"
         );
         assert!(
-            refused.message().contains("place is not 32 lowercase hex"),
+            refused.message().contains("place in line passed back is not 32 lowercase hex"),
             "{}",
             refused.message()
         );

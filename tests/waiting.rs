@@ -162,7 +162,7 @@ async fn a_wait_that_runs_out_is_aborted_with_the_holder_named() {
             .unwrap_err();
         assert_eq!(status.code(), Code::Aborted);
         assert!(
-            status.message().contains("wait_timeout_ms"),
+            status.message().contains("set a wait to queue for it"),
             "{}",
             status.message()
         );

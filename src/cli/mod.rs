@@ -452,7 +452,7 @@ pub async fn acquire(args: AcquireArgs) -> ExitCode {
             println!("export LEASEHOLD_LOCK={}", shell_quote(&lease.name));
             println!("export LEASEHOLD_FENCE={}", lease.fence);
             println!("export LEASEHOLD_TOKEN={}", shell_quote(&lease.owner_token));
-            println!("export LEASEHOLD_TTL_MS={}", lease.ttl_ms);
+            println!("export LEASEHOLD_TTL_MS={}", lease.ttl.as_millis());
             ExitCode::SUCCESS
         }
         Err(e) => fail_busy(&e, args.lock.busy.busy_exit_code),
@@ -486,17 +486,24 @@ pub async fn describe(args: DescribeArgs) -> ExitCode {
                     args.lock,
                     d.holder,
                     d.fence,
-                    d.remaining_ms,
-                    d.ttl_ms,
-                    d.granted_at_unix_ms,
-                    d.lock_delay_ms,
+                    d.remaining.as_millis(),
+                    d.ttl.as_millis(),
+                    d.granted_at
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis(),
+                    d.lock_delay.as_millis(),
                     d.waiters,
                     d.local_waiters
                 );
             } else {
                 println!(
                     "lock={} held=false permits_held={} lock_delay_remaining_ms={} waiters={} local_waiters={}",
-                    args.lock, d.permits_held, d.lock_delay_remaining_ms, d.waiters, d.local_waiters
+                    args.lock,
+                    d.permits_held,
+                    d.lock_delay_remaining.as_millis(),
+                    d.waiters,
+                    d.local_waiters
                 );
             }
             ExitCode::SUCCESS

@@ -14,8 +14,8 @@ use std::{
 
 use leasehold_proto::{
     leasehold_service_client::LeaseholdServiceClient, AcquireRequest, AcquireResponse,
-    CheckFenceRequest, DescribeRequest, DescribeResponse, LeaderRequest, ObserveRequest,
-    ReleaseRequest, RevokeRequest,
+    CheckFenceRequest, DescribeRequest, LeaderRequest, ObserveRequest, ReleaseRequest,
+    RevokeRequest,
 };
 use leasehold_proto::{session_request::Request, session_response::Response};
 use tokio::{
@@ -28,8 +28,8 @@ use crate::{
     error::{source_chain, Refusal},
     keeper,
     session::{self, Link},
-    AcquireOptions, ClientError, ClientOptions, ClientTls, Credentials, Held, LeaderInfo, Lease,
-    LossReason, Observation,
+    AcquireOptions, ClientError, ClientOptions, ClientTls, Credentials, Description, Grant, Held,
+    LeaderInfo, Lease, LossReason, Observation,
 };
 
 /// State shared by a client, its leases and its keeper task.
@@ -256,12 +256,8 @@ impl Client {
     /// its TTL unless the caller renews or releases it by its owner token
     /// (what a shell script does with `leasehold acquire` and `leasehold
     /// release`). Prefer [`Client::acquire`] in a program.
-    pub async fn grant(
-        &self,
-        name: &str,
-        opts: AcquireOptions,
-    ) -> Result<leasehold_proto::Lease, ClientError> {
-        Ok(self.grant_waited(name, opts).await?.0)
+    pub async fn grant(&self, name: &str, opts: AcquireOptions) -> Result<Grant, ClientError> {
+        Ok(self.grant_waited(name, opts).await?.0.into())
     }
 
     /// The Acquire calls of one acquire: the lease, when the call that got
@@ -392,17 +388,13 @@ impl Client {
     }
 
     /// Who holds `name` (no owner token).
-    pub async fn describe(&self, name: &str) -> Result<DescribeResponse, ClientError> {
+    pub async fn describe(&self, name: &str) -> Result<Description, ClientError> {
         self.describe_in("", name).await
     }
 
     /// Who holds `name` in `tenant`'s namespace (empty: the caller's own;
     /// another's needs the `admin` permission).
-    pub async fn describe_in(
-        &self,
-        tenant: &str,
-        name: &str,
-    ) -> Result<DescribeResponse, ClientError> {
+    pub async fn describe_in(&self, tenant: &str, name: &str) -> Result<Description, ClientError> {
         let request = DescribeRequest {
             name: name.to_owned(),
             tenant: tenant.to_owned(),
@@ -414,7 +406,8 @@ impl Client {
                 async move { broker.describe(request).await }
             })
             .await?
-            .into_inner())
+            .into_inner()
+            .into())
     }
 
     /// Waits (up to `opts.wait`) to become the leader of `election` with

@@ -38,6 +38,7 @@ mod keeper;
 mod lease;
 mod options;
 mod session;
+mod types;
 
 pub(crate) use self::{client::Shared, lease::Held};
 pub use self::{
@@ -46,4 +47,5 @@ pub use self::{
     error::{ClientError, LossReason, Refusal},
     lease::Lease,
     options::{default_holder, AcquireOptions, ClientOptions, ClientTls, Credentials},
+    types::{Description, Grant},
 };

@@ -1,0 +1,96 @@
+//! What the client hands back, in Rust's terms (durations, times), not the
+//! API's generated messages: a program using the client never needs the
+//! proto crate's types.
+
+use std::{
+    fmt,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+/// A lease granted by [`crate::Client::grant`] and *not* kept alive: it
+/// expires at its TTL unless renewed or released by its owner token (what
+/// `leasehold acquire` prints for a shell script).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The lock name.
+    pub name: String,
+    /// The secret that proves ownership: pass it to renew and release.
+    pub owner_token: String,
+    /// The fencing token: attach it to every write.
+    pub fence: u64,
+    /// The TTL the broker applied.
+    pub ttl: Duration,
+}
+
+impl fmt::Debug for Grant {
+    /// The owner token is a secret: only its first characters are shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Grant")
+            .field("name", &self.name)
+            .field(
+                "owner_token",
+                &format_args!("{}…", self.owner_token.get(..8).unwrap_or("")),
+            )
+            .field("fence", &self.fence)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl From<leasehold_proto::Lease> for Grant {
+    fn from(lease: leasehold_proto::Lease) -> Self {
+        Grant {
+            name: lease.name,
+            owner_token: lease.owner_token,
+            fence: lease.fence,
+            ttl: Duration::from_millis(lease.ttl_ms),
+        }
+    }
+}
+
+/// Who holds a lock, as [`crate::Client::describe`] says (never its owner
+/// token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    /// Whether the name is held as a lock now.
+    pub held: bool,
+    /// The holder's label.
+    pub holder: String,
+    /// The current lease's fence.
+    pub fence: u64,
+    /// Time left on the current lease.
+    pub remaining: Duration,
+    /// The current lease's TTL.
+    pub ttl: Duration,
+    /// When the current lease was granted (the store's clock).
+    pub granted_at: SystemTime,
+    /// The current lease's lock-delay.
+    pub lock_delay: Duration,
+    /// Time left of a lock-delay in force now (the name is free but
+    /// nobody may take it yet).
+    pub lock_delay_remaining: Duration,
+    /// Callers waiting in line, on every broker replica.
+    pub waiters: u64,
+    /// Callers waiting on the replica that answered.
+    pub local_waiters: u32,
+    /// Permits held, for a semaphore.
+    pub permits_held: u64,
+}
+
+impl From<leasehold_proto::DescribeResponse> for Description {
+    fn from(d: leasehold_proto::DescribeResponse) -> Self {
+        Description {
+            held: d.held,
+            holder: d.holder,
+            fence: d.fence,
+            remaining: Duration::from_millis(d.remaining_ms),
+            ttl: Duration::from_millis(d.ttl_ms),
+            granted_at: UNIX_EPOCH + Duration::from_millis(d.granted_at_unix_ms),
+            lock_delay: Duration::from_millis(d.lock_delay_ms),
+            lock_delay_remaining: Duration::from_millis(d.lock_delay_remaining_ms),
+            waiters: d.waiters,
+            local_waiters: d.local_waiters,
+            permits_held: d.permits_held,
+        }
+    }
+}
