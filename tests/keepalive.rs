@@ -244,6 +244,35 @@ async fn expired_count(broker: &Broker) -> f64 {
     )
 }
 
+/// A 1 s lease on `name`, renewed once (after `before_beat`) over a stream
+/// through a proxy: drop the proxy's connections to break the stream.
+async fn renewed_over_a_doomed_stream(
+    broker: &Broker,
+    name: &str,
+    before_beat: impl FnOnce(),
+) -> (Proxy, Stream) {
+    let mut client = broker.client().await;
+    let lease = must_acquire(&mut client, name, 1_000).await;
+    let (mut doomed, proxy) = through_proxy(broker).await;
+    let mut stream = Stream::open(&mut doomed).await;
+    before_beat();
+    assert_eq!(
+        stream.beat(&[pair(&lease)]).await.unwrap().leases[0].state(),
+        State::Alive
+    );
+    (proxy, stream)
+}
+
+/// Waits for the broker to count one expiry, exactly.
+async fn one_loss_counted(broker: &Broker) {
+    eventually(
+        Duration::from_secs(15),
+        "the broker to count the loss",
+        || async { expired_count(broker).await == 1.0 },
+    )
+    .await;
+}
+
 /// The lease of a broken stream whose last renewal took long to answer is
 /// looked at past the latest moment the store may expire it, and its expiry
 /// counted. The renewal reaches Redis 400 ms after it was sent, the look
@@ -252,24 +281,14 @@ async fn expired_count(broker: &Broker) -> f64 {
 #[tokio::test]
 async fn a_slowly_renewed_lease_of_a_broken_stream_is_counted_when_it_expires() {
     let (_redis, store_proxy, broker) = broker_behind_proxy(Duration::from_secs(5)).await;
-    let mut client = broker.client().await;
-    let lease = must_acquire(&mut client, "slow", 1_000).await;
-    let (mut doomed, proxy) = through_proxy(&broker).await;
-    let mut stream = Stream::open(&mut doomed).await;
-    store_proxy.set_latency(Duration::from_millis(400));
-    assert_eq!(
-        stream.beat(&[pair(&lease)]).await.unwrap().leases[0].state(),
-        State::Alive
-    );
+    let (proxy, _stream) = renewed_over_a_doomed_stream(&broker, "slow", || {
+        store_proxy.set_latency(Duration::from_millis(400));
+    })
+    .await;
     // The look itself is quick.
     store_proxy.set_latency(Duration::ZERO);
     proxy.drop_connections();
-    eventually(
-        Duration::from_secs(15),
-        "the broker to count the loss",
-        || async { expired_count(&broker).await == 1.0 },
-    )
-    .await;
+    one_loss_counted(&broker).await;
 }
 
 /// On etcd too, whose leader revokes an expired lease up to about half a
@@ -279,21 +298,9 @@ async fn a_slowly_renewed_lease_of_a_broken_stream_is_counted_when_it_expires() 
 async fn a_broken_streams_lease_on_etcd_is_counted_when_it_expires() {
     let etcd = common::EtcdServer::start();
     let broker = Broker::start(&etcd.store_url()).await;
-    let mut client = broker.client().await;
-    let lease = must_acquire(&mut client, "late", 1_000).await;
-    let (mut doomed, proxy) = through_proxy(&broker).await;
-    let mut stream = Stream::open(&mut doomed).await;
-    assert_eq!(
-        stream.beat(&[pair(&lease)]).await.unwrap().leases[0].state(),
-        State::Alive
-    );
+    let (proxy, _stream) = renewed_over_a_doomed_stream(&broker, "late", || {}).await;
     proxy.drop_connections();
-    eventually(
-        Duration::from_secs(15),
-        "the broker to count the loss",
-        || async { expired_count(&broker).await == 1.0 },
-    )
-    .await;
+    one_loss_counted(&broker).await;
 }
 
 /// A look at a broken stream's lease that the store does not answer (the
@@ -302,14 +309,7 @@ async fn a_broken_streams_lease_on_etcd_is_counted_when_it_expires() {
 #[tokio::test]
 async fn a_failed_look_at_a_broken_streams_lease_is_tried_again() {
     let (_redis, store_proxy, broker) = broker_behind_proxy(Duration::from_millis(500)).await;
-    let mut client = broker.client().await;
-    let lease = must_acquire(&mut client, "unseen", 1_000).await;
-    let (mut doomed, proxy) = through_proxy(&broker).await;
-    let mut stream = Stream::open(&mut doomed).await;
-    assert_eq!(
-        stream.beat(&[pair(&lease)]).await.unwrap().leases[0].state(),
-        State::Alive
-    );
+    let (proxy, _stream) = renewed_over_a_doomed_stream(&broker, "unseen", || {}).await;
     let errors_before = sample(
         &scrape(broker.metrics_addr).await,
         "leasehold_store_errors_total",
@@ -329,12 +329,7 @@ async fn a_failed_look_at_a_broken_streams_lease_is_tried_again() {
     // The requests held are lost with their connections; Redis answers again.
     store_proxy.drop_connections();
     store_proxy.pass();
-    eventually(
-        Duration::from_secs(10),
-        "the broker to count the loss",
-        || async { expired_count(&broker).await == 1.0 },
-    )
-    .await;
+    one_loss_counted(&broker).await;
 }
 
 /// A client that reconnects to another broker resumes its lease with its
