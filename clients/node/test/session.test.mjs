@@ -189,7 +189,8 @@ describe('the Session stream', () => {
       ['held, waited', (c) => c.acquire(held, { ttlMs: 5000, waitMs: 100 })],
       ['ttl too short', (c) => c.acquire(lockName('bad'), { ttlMs: 1 })],
       ['bad name', (c) => c.acquire('no spaces allowed', { ttlMs: 5000 })],
-      ['wait past --max-wait', (c) => c.acquire(held, { waitMs: 3_600_000 })],
+      ['ttl too long', (c) => c.acquire(lockName('bad'), { ttlMs: 86_400_000 })],
+      ['lock-delay too long', (c) => c.acquire(lockName('bad'), { ttlMs: 5000, lockDelayMs: 86_400_000 })],
       ['stranger\'s token', (c) => c.releaseToken(held, '0123456789abcdef0123456789abcdef')],
       ['free name', (c) => c.releaseToken(free, '0123456789abcdef0123456789abcdef')],
       ['released twice by token', async (c) => {
@@ -215,8 +216,8 @@ describe('the Session stream', () => {
       }
       assert.equal((await outcome(session, cases[0][1])).class, 'NotAcquired');
       assert.match((await outcome(session, cases[0][1])).message, /the-holder/);
-      assert.equal((await outcome(session, cases[5][1])).reason, 'NOT_OWNER');
-      assert.equal((await outcome(session, cases[6][1])).code, status.NOT_FOUND);
+      assert.equal((await outcome(session, cases[6][1])).reason, 'NOT_OWNER');
+      assert.equal((await outcome(session, cases[7][1])).code, status.NOT_FOUND);
       // A lease revoked while held: its release says so, the same way.
       for (const c of [session, unary]) {
         const l = await c.acquire(lockName('revoked'), { ttlMs: 5000 });
