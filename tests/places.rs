@@ -242,7 +242,9 @@ async fn a_malformed_place_is_invalid() {
             "{bogus}: {refused:?}"
         );
         assert!(
-            refused.message().contains("place in line passed back is not 32 lowercase hex"),
+            refused
+                .message()
+                .contains("place in line passed back is not 32 lowercase hex"),
             "{}",
             refused.message()
         );
