@@ -106,8 +106,26 @@ def test_a_call_that_could_not_connect_says_so_in_a_few_words():
         "Failed to connect to remote host: Connection refused",
     )
     e = from_rpc_error(refused)
-    assert str(e) == "could not connect to the broker: Connection refused"
+    assert str(e) == "could not connect to the broker at 127.0.0.1:1: Connection refused"
     assert e.details == refused.details() and e.reason == ""
+    tls = Refusal(
+        grpc.StatusCode.UNAVAILABLE,
+        "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:9: Ssl handshake failed: "
+        "SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED",
+    )
+    assert str(from_rpc_error(tls)) == (
+        "could not connect to the broker at 127.0.0.1:9: Ssl handshake failed: "
+        "SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED"
+    )
+    for unresolved in (
+        "DNS resolution failed for nowhere.invalid:7420: C-ares status is not ARES_SUCCESS qtype=AAAA "
+        "name=nowhere.invalid is_balancer=0: Domain name not found",
+        "errors resolving nowhere.invalid:7420: [field:hostname lookup error:address lookup failed for "
+        "nowhere.invalid:7420: Domain name not found]",
+    ):
+        assert str(from_rpc_error(Refusal(grpc.StatusCode.UNAVAILABLE, unresolved))) == (
+            "could not connect to the broker: Domain name not found"
+        )
 
 
 def test_a_wait_plan_chains_calls_up_to_the_end():

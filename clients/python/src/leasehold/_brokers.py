@@ -68,8 +68,23 @@ def connection_failure(code, details: str) -> Optional[str]:
     keeps all of it."""
     if not _not_connected(code, details):
         return None
-    cause = details.rsplit(": ", 1)[-1].strip(" []")
-    return f"could not connect to the broker: {cause}" if cause else "could not connect to the broker"
+    if "last error: " not in details:
+        # Name resolution: its last words say why.
+        cause = details.rsplit(": ", 1)[-1].strip(" []")
+        return f"could not connect to the broker: {cause}" if cause else "could not connect to the broker"
+    cause = details.split("last error: ", 1)[1]
+    head, _, rest = cause.partition(": ")
+    if rest and head.isupper() and " " not in head:  # a code's name: UNKNOWN, UNAVAILABLE
+        cause = rest
+    where = ""
+    for family in ("ipv4:", "ipv6:", "unix:"):
+        if cause.startswith(family) and ": " in cause:
+            where, cause = cause[len(family) :].split(": ", 1)
+    for said in ("Failed to connect to remote host: ", "failed to connect to remote host: "):
+        if cause.startswith(said):
+            cause = cause[len(said) :]
+    at = f" at {where}" if where else ""
+    return f"could not connect to the broker{at}: {cause.strip()}"
 
 
 class Brokers:
