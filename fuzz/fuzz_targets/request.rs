@@ -63,14 +63,20 @@ fn ttl_ok(ttl_ms: u64) -> bool {
     ttl_ms == 0 || (500..=3_600_000).contains(&ttl_ms)
 }
 
-/// A refusal is INVALID_ARGUMENT and names `field`.
-fn refused<T: std::fmt::Debug>(r: leasehold_server::Result<T>, field: &str) -> String {
+/// A refusal is a bad argument, `argument` (the structured detail a client
+/// reads), with a message for people.
+fn refused<T: std::fmt::Debug>(r: leasehold_server::Result<T>, argument: &str) -> String {
     match r {
-        Err(Error::InvalidArgument(m)) => {
-            assert!(m.contains(field), "{field}: {m:?}");
-            m
+        Err(Error::BadArgument {
+            message,
+            argument: said,
+            ..
+        }) => {
+            assert_eq!(said, argument, "{message:?}");
+            assert!(!message.is_empty());
+            message
         }
-        other => panic!("{field}: expected INVALID_ARGUMENT, got {other:?}"),
+        other => panic!("{argument}: expected a bad argument, got {other:?}"),
     }
 }
 
@@ -94,7 +100,8 @@ fn owner_token(token: &str) {
             // the message is the one a token of as many `x` gets, unless the
             // token is words of that message itself.
             let blank = "x".repeat(token.chars().count());
-            let Err(Error::InvalidArgument(other)) = validate::owner_token(&blank) else {
+            let Err(Error::BadArgument { message: other, .. }) = validate::owner_token(&blank)
+            else {
                 panic!("{blank:?} accepted");
             };
             assert!(!m.contains(token) || other.contains(token), "{m:?}");
@@ -115,7 +122,7 @@ fn ttl(l: &Limits, ttl_ms: u64, default: Option<Duration>) {
         }
         r => {
             assert!(!ttl_ok(ttl_ms), "refused ttl {ttl_ms}");
-            refused(r, "ttl_ms");
+            refused(r, "ttl");
         }
     }
 }
@@ -182,7 +189,7 @@ fuzz_target!(|data: &[u8]| {
                         "refused wait {}",
                         r.wait_timeout_ms
                     );
-                    refused(e, "wait_timeout_ms");
+                    refused(e, "wait");
                 }
             }
             let delay = match validate::lock_delay(&l, r.lock_delay_ms) {
@@ -196,7 +203,7 @@ fuzz_target!(|data: &[u8]| {
                         "refused lock_delay {}",
                         r.lock_delay_ms
                     );
-                    refused(e, "lock_delay_ms");
+                    refused(e, "lock_delay");
                     return;
                 }
             };
@@ -216,7 +223,7 @@ fuzz_target!(|data: &[u8]| {
                         if r.limit > 1_000 {
                             "limit"
                         } else {
-                            "lock_delay_ms"
+                            "lock_delay"
                         },
                     );
                 }
