@@ -149,7 +149,7 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(config) => {
-            init_tracing(config.log_format, "info");
+            init_tracing(config.log_format, "info", config.audit_log);
             match serve(*config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -160,7 +160,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
         }
         command => {
             // Client commands print results on stdout; logs only on request.
-            init_tracing(LogFormat::Pretty, "warn");
+            init_tracing(LogFormat::Pretty, "warn", true);
             match command {
                 Command::Acquire(args) => cli::acquire(args).await,
                 Command::Release(args) => cli::release(args).await,
@@ -232,10 +232,17 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn init_tracing(format: LogFormat, default_level: &str) {
+/// Logs to stderr at `RUST_LOG` (else `default_level`); without `audit`,
+/// the audit trail's target is off whatever the level.
+fn init_tracing(format: LogFormat, default_level: &str, audit: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter =
+    let mut filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    if !audit {
+        if let Ok(off) = format!("{}=off", leasehold_server::lease::audit::TARGET).parse() {
+            filter = filter.add_directive(off);
+        }
+    }
     // Colours only for a person at a terminal, never into log files.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()

@@ -241,6 +241,12 @@ pub struct ServeConfig {
     /// is set with `RUST_LOG` (default `info`).
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
+
+    /// Log every grant, release, loss and revoke at INFO (target
+    /// `leasehold::audit`: the lock, the fence, the holder label, never the
+    /// owner token); `false` quiets them.
+    #[arg(long, env = "LEASEHOLD_AUDIT_LOG", default_value_t = true, action = clap::ArgAction::Set)]
+    pub audit_log: bool,
 }
 
 /// What the broker does while the store is set up unsafely
@@ -593,6 +599,7 @@ impl ServeConfig {
             store_client_key: None,
             limits: LimitFlags::default(),
             log_format: LogFormat::Pretty,
+            audit_log: true,
         }
     }
 }

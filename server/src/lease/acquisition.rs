@@ -179,9 +179,13 @@ impl Acquisition {
                     Instant::now() + Duration::from_millis(spec.ttl_ms),
                 );
                 events.acquired(granted.waited);
-                tracing::debug!(
-                    lock = %spec.name, fence = granted.lease.fence, ttl_ms = spec.ttl_ms,
-                    holder = %spec.holder, token = %crate::redact::Redacted(&spec.token), "granted"
+                super::audit::granted(
+                    &spec.name,
+                    granted.lease.fence,
+                    &spec.holder,
+                    spec.ttl_ms,
+                    spec.limit,
+                    &spec.token,
                 );
             }
             // A place kept at shutdown is no refusal (nothing was counted

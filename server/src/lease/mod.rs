@@ -5,6 +5,7 @@
 
 mod abandoned;
 mod acquisition;
+pub mod audit;
 mod election;
 mod events;
 mod keepalive;
@@ -239,7 +240,7 @@ impl Leases {
     /// crossed a release or a stranger's wrong token is never counted.
     fn lost(&self, name: &str, reason: LossReason) {
         self.inner.events.lost(reason);
-        tracing::info!(lock = %name, reason = reason.as_str(), "lease lost");
+        audit::lost(name, reason.as_str());
     }
 
     /// Takes the lease, once or waiting (see the proto for the semantics).
@@ -366,7 +367,7 @@ impl Leases {
         match outcome {
             Checked::Done(()) => {
                 self.inner.events.released();
-                tracing::debug!(lock = %stored, token = %crate::redact::Redacted(owner_token), "released");
+                audit::released(&stored, owner_token, audit::Release::Holder);
                 Ok(())
             }
             Checked::Released => Ok(()),
@@ -436,6 +437,7 @@ impl Leases {
         let stored = self.scoped(caller, tenant, name)?;
         match self.count_errors(self.inner.store.revoke(&stored).await)? {
             Revocation::Revoked { fence } => {
+                audit::revoked(&stored, fence);
                 self.lost(&stored, LossReason::Revoked);
                 Ok(fence)
             }

@@ -124,7 +124,10 @@ impl Leases {
         ttl_ms: u64,
     ) {
         match self.count_errors(self.inner.store.release(stored, token).await) {
-            Ok(Checked::Done(())) => self.inner.events.released(),
+            Ok(Checked::Done(())) => {
+                self.inner.events.released();
+                super::audit::released(stored, token, super::audit::Release::Unheard);
+            }
             Ok(_) => {}
             Err(_) => self.orphaned(stored, token, ttl_ms, false),
         }
@@ -141,10 +144,7 @@ impl Leases {
         }
         if let Checked::Done(()) = self.count_errors(store.release(&orphan.name, token).await)? {
             self.inner.events.orphan_released();
-            tracing::info!(
-                lock = %orphan.name, token = %Redacted(token),
-                "released a grant whose caller never heard of it"
-            );
+            super::audit::released(&orphan.name, token, super::audit::Release::Unheard);
         }
         Ok(())
     }
