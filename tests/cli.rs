@@ -945,3 +945,63 @@ async fn refusals_speak_the_users_words() {
         "{stderr}"
     );
 }
+
+/// `-o json` on describe, check-fence and observe: one JSON object per line,
+/// with the same facts as the text output, for jq and scripts.
+#[tokio::test]
+async fn describe_check_fence_and_observe_print_json() {
+    let broker = Broker::start("memory").await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let lease = client
+        .acquire("json/lock", AcquireOptions::new().holder("pod-a"))
+        .await
+        .unwrap();
+    let stdout = |output: std::process::Output| -> serde_json::Value {
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        serde_json::from_str(&text).unwrap()
+    };
+
+    let described = stdout(
+        leasehold(&broker)
+            .args(["describe", "--lock", "json/lock", "-o", "json"])
+            .output()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(described["lock"], "json/lock");
+    assert_eq!(described["held"], true);
+    assert_eq!(described["holder"], "pod-a");
+    assert_eq!(described["fence"], lease.fence());
+    assert!(
+        described["remaining_ms"].as_u64().unwrap() > 0,
+        "{described}"
+    );
+    assert_eq!(described["ttl_ms"], 10_000);
+
+    let checked = stdout(
+        leasehold(&broker)
+            .args(["check-fence", "--lock", "json/lock", "-o", "json"])
+            .args(["--fence", &lease.fence().to_string()])
+            .output()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(checked["current"], true);
+    assert_eq!(checked["current_fence"], lease.fence());
+
+    let mut observe = leasehold(&broker);
+    observe.args(["observe", "--election", "json/election", "-o", "json"]);
+    let (_observer, mut lines) = spawn(observe);
+    let first: serde_json::Value = serde_json::from_str(&next_line(&mut lines).await).unwrap();
+    assert_eq!(first["leader"], false, "{first}");
+    let leading = client
+        .campaign("json/election", "10.0.0.7:8080", AcquireOptions::new())
+        .await
+        .unwrap();
+    let second: serde_json::Value = serde_json::from_str(&next_line(&mut lines).await).unwrap();
+    assert_eq!(second["leader"], true, "{second}");
+    assert_eq!(second["value"], "10.0.0.7:8080");
+    assert_eq!(second["term"], leading.fence());
+}

@@ -240,6 +240,31 @@ pub struct DescribeArgs {
     /// root namespace (callers without --auth-file); default: your own.
     #[arg(long, default_value = "")]
     tenant: String,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+/// How a command prints what it learnt.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct OutputArgs {
+    /// `text`: `key=value` pairs on one line; `json`: one JSON object per
+    /// line, for jq and scripts.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+/// See [`OutputArgs`].
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// `key=value` pairs.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Prints `value` as one line of JSON.
+fn print_json(value: &serde_json::Value) {
+    println!("{value}");
 }
 
 /// `leasehold revoke`: end anyone's lease (needs the `admin` permission, or
@@ -330,6 +355,8 @@ pub struct CheckFenceArgs {
     /// The fence to check (e.g. from LEASEHOLD_FENCE).
     #[arg(long, env = "LEASEHOLD_FENCE")]
     fence: u64,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 /// `leasehold elect`: campaign, then hold the leadership until Ctrl-C.
@@ -362,6 +389,8 @@ pub struct ObserveArgs {
     /// The election.
     #[arg(long)]
     election: String,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 /// `leasehold hold`: take a lease and keep it until Ctrl-C or SIGTERM.
@@ -478,6 +507,28 @@ pub async fn describe(args: DescribeArgs) -> ExitCode {
         Err(code) => return code,
     };
     match client.describe_in(&args.tenant, &args.lock).await {
+        Ok(d) if args.output.output == Output::Json => {
+            let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            let granted_at = d
+                .granted_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            print_json(&serde_json::json!({
+                "lock": args.lock,
+                "held": d.held,
+                "holder": d.holder,
+                "fence": d.fence,
+                "remaining_ms": ms(d.remaining),
+                "ttl_ms": ms(d.ttl),
+                "granted_at_unix_ms": ms(granted_at),
+                "lock_delay_ms": ms(d.lock_delay),
+                "lock_delay_remaining_ms": ms(d.lock_delay_remaining),
+                "permits_held": d.permits_held,
+                "waiters": d.waiters,
+                "local_waiters": d.local_waiters,
+            }));
+            ExitCode::SUCCESS
+        }
         Ok(d) => {
             if d.held {
                 println!(
@@ -535,10 +586,19 @@ pub async fn check_fence(args: CheckFenceArgs) -> ExitCode {
     };
     match client.check_fence(&args.lock, args.fence).await {
         Ok((current, current_fence)) => {
-            println!(
-                "lock={} fence={} current={current} current_fence={current_fence}",
-                args.lock, args.fence
-            );
+            if args.output.output == Output::Json {
+                print_json(&serde_json::json!({
+                    "lock": args.lock,
+                    "fence": args.fence,
+                    "current": current,
+                    "current_fence": current_fence,
+                }));
+            } else {
+                println!(
+                    "lock={} fence={} current={current} current_fence={current_fence}",
+                    args.lock, args.fence
+                );
+            }
             if current {
                 ExitCode::SUCCESS
             } else {
@@ -591,6 +651,17 @@ pub async fn observe(args: ObserveArgs) -> ExitCode {
             () = &mut stop => return ExitCode::SUCCESS,
         };
         match change {
+            Some(Ok(Some(leader))) if args.output.output == Output::Json => {
+                print_json(&serde_json::json!({
+                    "election": args.election,
+                    "leader": true,
+                    "value": leader.value,
+                    "term": leader.term,
+                }));
+            }
+            Some(Ok(None)) if args.output.output == Output::Json => {
+                print_json(&serde_json::json!({ "election": args.election, "leader": false }));
+            }
             Some(Ok(Some(leader))) => {
                 println!(
                     "leader election={} value={:?} term={}",
