@@ -854,7 +854,12 @@ async fn refusals_speak_the_users_words() {
         .await
         .unwrap();
     let fields = proto_field_names();
-    let cases: [(&[&str], i32, &str); 10] = [
+    let cases: [(&[&str], i32, &str); 11] = [
+        (
+            &["elect", "--election", "a b", "--value", "v"],
+            EXIT_USAGE,
+            "--election: the lock name contains",
+        ),
         (
             &["acquire", "--lock", "ok", "--ttl", "100ms"],
             EXIT_USAGE,

@@ -427,7 +427,21 @@ fn fail(e: &ClientError) -> ExitCode {
 
 /// [`fail`], exiting with `busy` if someone else holds the lock.
 fn fail_busy(e: &ClientError, busy: u8) -> ExitCode {
-    match flag_of(e) {
+    fail_in(e, busy, Flags::Lock)
+}
+
+/// Which flags name a lock and its holder label in a command.
+#[derive(Clone, Copy)]
+enum Flags {
+    /// `--lock`, `--holder`.
+    Lock,
+    /// `--election`, `--value` (`elect`, `observe`).
+    Election,
+}
+
+/// [`fail_busy`], naming the flags of a command with `flags`.
+fn fail_in(e: &ClientError, busy: u8, flags: Flags) -> ExitCode {
+    match flag_of(e, flags) {
         Some(flag) => eprintln!("leasehold: {flag}: {e}"),
         None => eprintln!("leasehold: {e}"),
     }
@@ -436,19 +450,21 @@ fn fail_busy(e: &ClientError, busy: u8) -> ExitCode {
 
 /// The command's flag for the argument a refusal names (its
 /// `BAD_ARGUMENT` detail), so that the message points at what to change.
-fn flag_of(e: &ClientError) -> Option<&'static str> {
+fn flag_of(e: &ClientError, flags: Flags) -> Option<&'static str> {
     let refusal = e.refusal()?;
     if refusal.reason() != "BAD_ARGUMENT" {
         return None;
     }
-    Some(match refusal.get("argument")? {
-        "name" | "election" => "--lock",
-        "ttl" => "--ttl",
-        "wait" => "--wait",
-        "lock_delay" => "--lock-delay",
-        "limit" => "--limit",
-        "holder" | "value" => "--holder",
-        "owner_token" => "--token",
+    Some(match (refusal.get("argument")?, flags) {
+        ("name", Flags::Lock) => "--lock",
+        ("name", Flags::Election) => "--election",
+        ("holder", Flags::Lock) => "--holder",
+        ("holder", Flags::Election) => "--value",
+        ("ttl", _) => "--ttl",
+        ("wait", _) => "--wait",
+        ("lock_delay", _) => "--lock-delay",
+        ("limit", _) => "--limit",
+        ("owner_token", _) => "--token",
         _ => return None,
     })
 }
@@ -643,7 +659,7 @@ pub async fn observe(args: ObserveArgs) -> ExitCode {
     };
     let mut observation = match client.observe(&args.election).await {
         Ok(o) => o,
-        Err(e) => return fail(&e),
+        Err(e) => return fail_in(&e, EXIT_LOCK_BUSY, Flags::Election),
     };
     loop {
         let change = tokio::select! {
@@ -694,6 +710,13 @@ enum Words {
 }
 
 impl Words {
+    fn flags(&self) -> Flags {
+        match self {
+            Words::Lock => Flags::Lock,
+            Words::Election { .. } => Flags::Election,
+        }
+    }
+
     fn granted(&self, lease: &Lease) -> String {
         let ttl_ms = lease.ttl().as_millis();
         match self {
@@ -749,7 +772,7 @@ async fn keep(args: HoldArgs, words: Words) -> ExitCode {
     };
     let lease = match client.acquire(&args.lock.lock, args.lock.options()).await {
         Ok(lease) => lease,
-        Err(e) => return fail_busy(&e, args.lock.busy.busy_exit_code),
+        Err(e) => return fail_in(&e, args.lock.busy.busy_exit_code, words.flags()),
     };
     println!("{}", words.granted(&lease));
     let mut tick = interval((lease.ttl() / 3).max(Duration::from_millis(100)));
