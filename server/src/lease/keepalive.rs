@@ -80,20 +80,27 @@ pub enum LeaseState {
 }
 
 /// A lease this session renewed, kept by its owner token.
-#[derive(Clone)]
 struct Tracked {
     /// Its name in the store.
     name: String,
-    /// The earliest moment the store may expire it: the renewal was applied
-    /// after this session sent it, so the lease lives at least until then.
-    expires_no_sooner_than: Instant,
+    /// When the store may expire it.
+    when: Expiry,
+}
+
+/// When the store may expire a lease this session renewed (no name: a
+/// heartbeat reads it for every lease it names, without allocating).
+#[derive(Clone, Copy)]
+struct Expiry {
+    /// The earliest moment: the renewal was applied after this session
+    /// sent it, so the lease lives at least until then.
+    no_sooner_than: Instant,
     /// The latest: the renewal was applied before its answer arrived (or,
     /// for one whose answer never came, before the broker gave up on it).
     /// A lease of an ended stream is looked at past this, not past the
     /// earliest: looked at sooner, a lease whose renewal took long to
     /// answer (a loaded machine) was found alive, and its expiry went
     /// uncounted.
-    expires_by: Instant,
+    by: Instant,
     /// Its TTL as last renewed here, for the latest moment of a renewal
     /// whose answer never came.
     ttl: Duration,
@@ -106,20 +113,23 @@ impl Tracked {
         let ttl = Duration::from_millis(ttl_ms);
         Tracked {
             name,
-            expires_no_sooner_than: sent + ttl,
-            expires_by: answered + ttl,
-            ttl,
+            when: Expiry {
+                no_sooner_than: sent + ttl,
+                by: answered + ttl,
+                ttl,
+            },
         }
     }
+}
 
-    /// The same lease after a renewal of unknown fate (asked for `ttl_ms`,
-    /// or its own TTL; given up on at `now`): it may have been applied.
-    fn unconfirmed(&self, ttl_ms: Option<u64>, now: Instant) -> Tracked {
+impl Expiry {
+    /// After a renewal of unknown fate (asked for `ttl_ms`, or the lease's
+    /// own TTL; given up on at `now`): it may have been applied.
+    fn unconfirmed(self, ttl_ms: Option<u64>, now: Instant) -> Expiry {
         let ttl = ttl_ms.map_or(self.ttl, Duration::from_millis);
-        Tracked {
-            name: self.name.clone(),
-            expires_no_sooner_than: self.expires_no_sooner_than,
-            expires_by: self.expires_by.max(now + ttl),
+        Expiry {
+            no_sooner_than: self.no_sooner_than,
+            by: self.by.max(now + ttl),
             ttl: self.ttl.max(ttl),
         }
     }
@@ -250,8 +260,8 @@ impl Session {
             let now = Instant::now();
             let lapsed: Vec<_> = tracking
                 .leases
-                .extract_if(|_, t| t.expires_no_sooner_than <= now)
-                .map(|(token, t)| (t.name, token, t.expires_by))
+                .extract_if(|_, t| t.when.no_sooner_than <= now)
+                .map(|(token, t)| (t.name, token, t.when.by))
                 .collect();
             if !lapsed.is_empty() {
                 drop(tracking);
@@ -290,7 +300,7 @@ impl Session {
             Err(_) => {
                 let now = Instant::now();
                 if let Some(known) = lock(&self.tracking).leases.get_mut(owner_token) {
-                    *known = known.unconfirmed(Some(ttl_ms), now);
+                    known.when = known.when.unconfirmed(Some(ttl_ms), now);
                 }
             }
         }
@@ -362,11 +372,11 @@ impl Session {
         };
         // When this session renewed the lease `item` names (that token's
         // lease *of that name*), what it knew of it.
-        let tracked_as = |item: &RenewItem| -> Option<Tracked> {
+        let tracked_as = |item: &RenewItem| -> Option<Expiry> {
             previous
                 .get(&item.token)
                 .filter(|t| t.name == item.name)
-                .cloned()
+                .map(|t| t.when)
         };
         let mut outcomes = match outcomes {
             Ok(outcomes) => outcomes.into_iter().map(Ok).collect::<Vec<_>>(),
@@ -386,11 +396,7 @@ impl Session {
                 .unwrap_or_else(|| Err("no answer from the store".into()));
             let known = tracked_as(&item);
             // Asked only of an answer that finds no lease of this token.
-            let lost_early = || {
-                known
-                    .as_ref()
-                    .is_some_and(|t| now < t.expires_no_sooner_than)
-            };
+            let lost_early = || known.is_some_and(|t| now < t.no_sooner_than);
             let (state, loss) = renewal_state(outcome, lost_early);
             verdicts.push((item, known, state, loss));
         }
@@ -431,7 +437,13 @@ impl Session {
                 LeaseState::Unconfirmed { .. } => {
                     if let Some(known) = known {
                         if self.scope == Scope::Named || next_tracked.contains_key(&item.token) {
-                            next_tracked.insert(item.token, known.unconfirmed(item.ttl_ms, now));
+                            next_tracked.insert(
+                                item.token,
+                                Tracked {
+                                    name: item.name,
+                                    when: known.unconfirmed(item.ttl_ms, now),
+                                },
+                            );
                         }
                     }
                 }
@@ -502,7 +514,7 @@ impl Session {
         self.leases.watch_abandoned(
             tracked
                 .into_iter()
-                .map(|(token, t)| (t.name, token, t.expires_by)),
+                .map(|(token, t)| (t.name, token, t.when.by)),
         );
     }
 }
