@@ -69,9 +69,13 @@ async fn counts(brokers: &[Broker]) -> Counts {
 /// take on a loaded machine.
 const SETTLE: Duration = Duration::from_millis(2_500);
 
-/// 100 clean `leasehold run` cycles (each long enough for heartbeats, and
+/// 100 clean `leasehold run` cycles (each long enough for a heartbeat, and
 /// ending with a release and the process's exit, which drops its stream)
-/// count 100 grants, 100 releases and no loss.
+/// count 100 grants, 100 releases and no loss. TTL 3 s: at 1.5 s, a
+/// renewal answered more than about 550 ms late (ten `run`s starting at
+/// once on a loaded machine, in a full run) made the guardian stop the
+/// command, as it should for a lease about to be lost, and the clean run
+/// was not clean.
 #[tokio::test]
 async fn clean_runs_count_no_loss() {
     let redis = RedisServer::start();
@@ -82,8 +86,8 @@ async fn clean_runs_count_no_loss() {
                 let broker = &brokers[(round + i) % 2];
                 tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
                     .env("LEASEHOLD_BROKER", broker.url())
-                    .args(["run", "--ttl", "1500ms", "--lock", &format!("clean/{i}")])
-                    .args(["--", "sleep", "0.6"])
+                    .args(["run", "--ttl", "3s", "--lock", &format!("clean/{i}")])
+                    .args(["--", "sleep", "1.2"])
                     .stdout(Stdio::null())
                     .kill_on_drop(true)
                     .status()
@@ -93,7 +97,9 @@ async fn clean_runs_count_no_loss() {
             assert!(status.expect("run").success(), "a clean run failed");
         }
     }
-    tokio::time::sleep(SETTLE).await;
+    // A broken stream's lease is looked at up to TTL + 250 ms after its
+    // last renewal: 1.5 s more than SETTLE allows for at TTL 1.5 s.
+    tokio::time::sleep(SETTLE + Duration::from_millis(1_500)).await;
     let c = counts(&brokers).await;
     println!("100 clean runs: {c:?}");
     assert_eq!(
