@@ -114,6 +114,18 @@ func millis(d time.Duration) uint64 {
 	return uint64((d + time.Millisecond/2) / time.Millisecond)
 }
 
+// acquireOptions applies opts, for Acquire and Campaign, once the client is
+// known to be open.
+func (c *Client) acquireOptions(opts []AcquireOption) (acquireOptions, error) {
+	var o acquireOptions
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	return o, c.check()
+}
+
 // Acquire takes the lease on name, waiting for it while it is held: as
 // long as ctx allows, or WithWait. It returns an error matching
 // ErrNotAcquired (an *Error saying who holds it) when the wait ran out
@@ -131,13 +143,8 @@ func millis(d time.Duration) uint64 {
 // The lease's local deadline is the time the granting call was sent + the
 // time the broker says it waited + its TTL - its margin.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
-	var o acquireOptions
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.check(); err != nil {
+	o, err := c.acquireOptions(opts)
+	if err != nil {
 		return nil, err
 	}
 	holder := DefaultHolder()

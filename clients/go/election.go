@@ -22,13 +22,8 @@ import (
 // Release resigns. An error matching ErrNotAcquired means another leader
 // remains.
 func (c *Client) Campaign(ctx context.Context, election, value string, opts ...AcquireOption) (*Lease, error) {
-	var o acquireOptions
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.check(); err != nil {
+	o, err := c.acquireOptions(opts)
+	if err != nil {
 		return nil, err
 	}
 	send := func(ctx context.Context, s pb.LeaseholdServiceClient, wait time.Duration, keepPlace bool, place string, trailer *metadata.MD) (*pb.Lease, uint64, error) {
