@@ -12,7 +12,7 @@ use common::backends::Timing;
 use std::time::{Duration, Instant};
 
 use leasehold_server::store::{
-    Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, Renewed, Revocation, Store,
+    Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, Listed, Renewed, Revocation, Store,
     QUEUE_REFRESH,
 };
 
@@ -1333,6 +1333,163 @@ async fn a_lock_delay_holds_off_semaphore_permits_too(store: &Store, t: Timing) 
     );
 }
 
+/// Every page of a walk over `prefix`, `budget` names a call: the entries
+/// in order, after checking each page is in name order and within its
+/// budget, and that the walk ends.
+async fn walk(store: &Store, prefix: &str, budget: usize) -> Vec<Listed> {
+    let (mut entries, mut resume, mut calls) = (Vec::new(), None::<String>, 0);
+    loop {
+        let page = store
+            .list(prefix, resume.as_deref(), budget)
+            .await
+            .expect("store answers");
+        assert!(
+            page.entries.len() <= budget,
+            "{} > {budget}",
+            page.entries.len()
+        );
+        assert!(
+            page.entries.windows(2).all(|w| w[0].name < w[1].name),
+            "a page out of name order: {:?}",
+            page.entries.iter().map(|e| &e.name).collect::<Vec<_>>()
+        );
+        entries.extend(page.entries);
+        calls += 1;
+        assert!(calls < 2_000, "the walk of {prefix:?} does not end");
+        match page.next {
+            Some(next) => resume = Some(next),
+            None => return entries,
+        }
+    }
+}
+
+/// The names of `entries`, each once, sorted.
+fn names(entries: &[Listed]) -> Vec<String> {
+    let set: std::collections::BTreeSet<_> = entries.iter().map(|e| e.name.clone()).collect();
+    set.into_iter().collect()
+}
+
+/// A listing shows the names with something on them (a lease, permits,
+/// waiters) under the prefix, each as Describe tells it, and leaves out
+/// free names (released ones included) and names outside the prefix.
+async fn a_listing_shows_what_is_on_each_name(store: &Store, _: Timing) {
+    let a = grant(store, "l/a", "t1", 10_000).await;
+    let b = grant(store, "l/b", "t2", 10_000).await;
+    for token in ["p1", "p2"] {
+        let granted = store
+            .acquire(&permit("l/s", token, 10_000, 3))
+            .await
+            .unwrap();
+        assert!(matches!(granted, Acquired::Granted { .. }), "{granted:?}");
+    }
+    let blocked = store
+        .acquire(&waiting(spec("l/a", "w1", 10_000)))
+        .await
+        .unwrap();
+    assert!(matches!(blocked, Acquired::Blocked(_)), "{blocked:?}");
+    grant(store, "l/gone", "t3", 10_000).await;
+    assert_eq!(
+        store.release("l/gone", "t3").await.unwrap(),
+        Checked::Done(())
+    );
+    grant(store, "other/x", "t4", 10_000).await;
+
+    let entries = walk(store, "l/", 100).await;
+    assert_eq!(names(&entries), ["l/a", "l/b", "l/s"]);
+    let entry = |name: &str| &entries.iter().find(|e| e.name == name).unwrap().described;
+    let lease = entry("l/a").lease.clone().expect("l/a is held");
+    assert_eq!((lease.holder.as_str(), lease.fence), ("holder-t1", a));
+    assert!(
+        lease.remaining_ms > 0 && lease.remaining_ms <= 10_000,
+        "{lease:?}"
+    );
+    assert_eq!(lease.ttl_ms, store.applied_ms(10_000));
+    assert_eq!(entry("l/a").waiters, 1);
+    assert_eq!(entry("l/b").lease.as_ref().map(|l| l.fence), Some(b));
+    assert_eq!(entry("l/b").waiters, 0);
+    assert_eq!(
+        (entry("l/s").lease.as_ref(), entry("l/s").permits),
+        (None, 2)
+    );
+    // Each entry is what Describe says of the name.
+    for e in &entries {
+        let described = store.describe(&e.name).await.unwrap();
+        assert_eq!(
+            described.lease.map(|l| l.fence),
+            e.described.lease.as_ref().map(|l| l.fence)
+        );
+        assert_eq!(
+            (described.waiters, described.permits),
+            (e.described.waiters, e.described.permits)
+        );
+    }
+    // The empty prefix lists every name.
+    assert_eq!(
+        names(&walk(store, "", 100).await),
+        ["l/a", "l/b", "l/s", "other/x"]
+    );
+}
+
+/// A listing of many names in small pages lists every one of them (in no
+/// page more than its budget), and only them.
+async fn a_listing_walks_every_name_in_bounded_pages(store: &Store, _: Timing) {
+    let held: Vec<String> = (0..150).map(|i| format!("p/{i:03}")).collect();
+    for (i, name) in held.iter().enumerate() {
+        grant(store, name, &format!("t{i}"), 30_000).await;
+    }
+    grant(store, "q/1", "q", 30_000).await;
+    for budget in [1, 7, 1_000] {
+        assert_eq!(
+            names(&walk(store, "p/", budget).await),
+            held,
+            "budget {budget}"
+        );
+    }
+}
+
+/// A prefix is matched as written: `_`, `.` and the other name characters
+/// are no wildcards in any store's pattern syntax.
+async fn a_listing_prefix_is_no_pattern(store: &Store, _: Timing) {
+    for (i, name) in ["a_b", "a_b/1", "axb/1", "a.b/1", "aab/1", "a-b:1", "a"]
+        .iter()
+        .enumerate()
+    {
+        grant(store, name, &format!("t{i}"), 10_000).await;
+    }
+    assert_eq!(names(&walk(store, "a_b", 10).await), ["a_b", "a_b/1"]);
+    assert_eq!(names(&walk(store, "a.", 10).await), ["a.b/1"]);
+    assert_eq!(names(&walk(store, "a-b:", 10).await), ["a-b:1"]);
+    assert_eq!(names(&walk(store, "a_b/1", 10).await), ["a_b/1"]);
+    assert_eq!(names(&walk(store, "b", 10).await), Vec::<String>::new());
+}
+
+/// An expired lease leaves the listing (its name is free), unless its
+/// lock-delay runs: then the name is listed free, with the delay's time
+/// left.
+async fn a_listing_leaves_out_expired_leases(store: &Store, t: Timing) {
+    grant(store, "e/plain", "t1", t.ttl(200)).await;
+    let delayed_grant = store
+        .acquire(&delayed(spec("e/delayed", "t2", t.ttl(200)), t.ttl(5_000)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(delayed_grant, Acquired::Granted { .. }),
+        "{delayed_grant:?}"
+    );
+    assert_eq!(
+        names(&walk(store, "e/", 10).await),
+        ["e/delayed", "e/plain"]
+    );
+    t.sleep(300).await;
+    let entries = walk(store, "e/", 10).await;
+    assert_eq!(names(&entries), ["e/delayed"]);
+    assert_eq!(entries[0].described.lease, None);
+    assert!(
+        entries[0].described.lock_delay_remaining_ms > 0,
+        "{entries:?}"
+    );
+}
+
 /// The suite on one backend: a module named after it, one test per
 /// contract test, each on a store of its own.
 macro_rules! conformance_on {
@@ -1410,6 +1567,10 @@ conformance!(
     a_lock_delay_holds_off_semaphore_permits_too,
     a_released_permit_stays_released_under_a_lock,
     a_permit_ended_before_a_lock_is_its_own_end,
+    a_listing_shows_what_is_on_each_name,
+    a_listing_walks_every_name_in_bounded_pages,
+    a_listing_prefix_is_no_pattern,
+    a_listing_leaves_out_expired_leases,
 );
 
 /// Brokers writing the two Redis record formats on one Redis (a rolling

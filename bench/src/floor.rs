@@ -43,8 +43,9 @@ use leasehold_proto::{
     session_request, session_response, AcquireRequest, AcquireResponse, CampaignRequest,
     CampaignResponse, CheckFenceRequest, CheckFenceResponse, DescribeRequest, DescribeResponse,
     KeepAliveRequest, KeepAliveResponse, LeaderRequest, LeaderResponse, Lease, LeaseStatus,
-    ObserveRequest, ObserveResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
-    ResignRequest, ResignResponse, RevokeRequest, RevokeResponse, SessionRequest, SessionResponse,
+    ListRequest, ListResponse, ObserveRequest, ObserveResponse, ReleaseRequest, ReleaseResponse,
+    RenewRequest, RenewResponse, ResignRequest, ResignResponse, RevokeRequest, RevokeResponse,
+    SessionRequest, SessionResponse,
 };
 use leasehold_server::duration::parse_duration;
 use tonic::{transport::Channel, Request, Response, Status, Streaming};
@@ -224,6 +225,10 @@ impl LeaseholdService for Floor {
         &self,
         _: Request<DescribeRequest>,
     ) -> Result<Response<DescribeResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn list(&self, _: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         Err(unimplemented())
     }
 

@@ -10,6 +10,7 @@ mod election;
 mod events;
 mod keepalive;
 mod limits;
+pub mod listing;
 mod orphans;
 mod places;
 mod tenant;
@@ -21,6 +22,7 @@ pub use self::{
     events::{Events, LossReason, NoEvents, Refusal},
     keepalive::{LeaseRef, LeaseState, Scope, Session},
     limits::Limits,
+    listing::{ListArgs, ListPage, ListedLock},
     tenant::{
         store_name, Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants, Usage,
         NAMESPACE_SEPARATOR, ROOT_TENANT,

@@ -13,13 +13,14 @@ use super::{
     keepalive, session,
 };
 use crate::{
-    lease::{AcquireArgs, Leader, Leases, PlaceArgs, Scope},
+    lease::{AcquireArgs, Leader, Leases, ListArgs, ListedLock as Listed, PlaceArgs, Scope},
     proto::{
         leasehold_service_server::LeaseholdService, AcquireRequest, AcquireResponse,
         CampaignRequest, CampaignResponse, CheckFenceRequest, CheckFenceResponse, DescribeRequest,
-        DescribeResponse, KeepAliveRequest, LeaderRequest, LeaderResponse, Lease, ObserveRequest,
-        ObserveResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
-        ResignRequest, ResignResponse, RevokeRequest, RevokeResponse, SessionRequest,
+        DescribeResponse, KeepAliveRequest, LeaderRequest, LeaderResponse, Lease, ListRequest,
+        ListResponse, ListedLock, ObserveRequest, ObserveResponse, ReleaseRequest, ReleaseResponse,
+        RenewRequest, RenewResponse, ResignRequest, ResignResponse, RevokeRequest, RevokeResponse,
+        SessionRequest,
     },
 };
 
@@ -152,6 +153,27 @@ impl LeaseholdService for LeaseholdApi {
                 permits_held: d.permits,
                 ..Default::default()
             },
+        }))
+    }
+
+    async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let caller = self.gate.caller(&request)?;
+        let r = request.into_inner();
+        let page = self
+            .leases
+            .list(
+                &caller,
+                &ListArgs {
+                    prefix: r.prefix,
+                    tenant: r.tenant,
+                    page_size: r.page_size,
+                    page_token: r.page_token,
+                },
+            )
+            .await?;
+        Ok(Response::new(ListResponse {
+            locks: page.locks.into_iter().map(listed_message).collect(),
+            next_page_token: page.next_page_token,
         }))
     }
 
@@ -318,4 +340,26 @@ fn observation(leader: Option<Leader>) -> ObserveResponse {
         term,
         remaining_ms,
     }
+}
+
+/// A listed name as the proto's `ListedLock`.
+fn listed_message(l: Listed) -> ListedLock {
+    let d = l.described;
+    let mut listed = ListedLock {
+        name: l.name,
+        tenant: l.tenant,
+        waiters: d.waiters,
+        permits_held: d.permits,
+        lock_delay_remaining_ms: d.lock_delay_remaining_ms,
+        ..Default::default()
+    };
+    if let Some(lease) = d.lease {
+        listed.held = true;
+        listed.holder = lease.holder;
+        listed.fence = lease.fence;
+        listed.remaining_ms = lease.remaining_ms;
+        listed.ttl_ms = lease.ttl_ms;
+        listed.granted_at_unix_ms = lease.granted_at_unix_ms;
+    }
+    listed
 }

@@ -23,7 +23,8 @@
 //! no boxing (a `dyn Backend` would need a boxed future per call).
 
 use super::{
-    Acquired, Checked, Described, Event, GrantSpec, Ping, RenewItem, Renewed, Revocation, Watch,
+    Acquired, Checked, Described, Event, GrantSpec, Listing, Ping, RenewItem, Renewed, Revocation,
+    Watch,
 };
 use crate::error::Result;
 
@@ -61,6 +62,26 @@ pub(crate) trait Backend: Send + Sync {
     /// What the store knows of the name, and the last fence it remembers
     /// of it (0 if none; raises the floor even when the name is free).
     async fn describe(&self, name: &str) -> Result<(Described, u64)>;
+
+    /// One page of a walk over the names that start with `prefix`: looks
+    /// at no more than `budget` names (Redis: about that many keys, its
+    /// SCAN's `COUNT`), from `resume` (a [`Listing::next`] of an earlier
+    /// page with the same prefix; `None` to start), and returns those with
+    /// something on them ([`Described::is_idle`] false), each page in name
+    /// order, with the highest fence it read (to raise the floor). The cost
+    /// of one call is bounded by `budget` whatever the store holds: a walk
+    /// over a million names is many calls, none of which stalls the store.
+    ///
+    /// A name that has something on it for the whole walk is in some page;
+    /// a store whose walk is not in name order (Redis) may list a name on
+    /// two pages. A `resume` the backend cannot read is
+    /// [`crate::Error::bad`] for the argument `page_token`.
+    async fn list(
+        &self,
+        prefix: &str,
+        resume: Option<&str>,
+        budget: usize,
+    ) -> Result<(Listing, u64)>;
 
     /// Takes a waiter out of the name's line.
     async fn dequeue(&self, name: &str, token: &str) -> Result<()>;

@@ -23,8 +23,8 @@ use super::{
     backend::Backend,
     contract::LINGER,
     watch::{waiter_id, Watchers},
-    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, Ping, RenewItem,
-    Renewed, Revocation, QUEUE_LIFETIME,
+    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, Listed, Listing,
+    Ping, RenewItem, Renewed, Revocation, QUEUE_LIFETIME,
 };
 use crate::error::Result;
 
@@ -709,6 +709,46 @@ impl Backend for MemoryStore {
             },
             0,
         ))
+    }
+
+    /// The names are gathered from the three maps and sorted on every
+    /// page: O(names in the store) per call, in this process's memory and
+    /// off any lock for long (each map is read shard by shard); a store for
+    /// one process holds few enough names for that.
+    async fn list(
+        &self,
+        prefix: &str,
+        resume: Option<&str>,
+        budget: usize,
+    ) -> Result<(Listing, u64)> {
+        let after = |name: &str| name.starts_with(prefix) && resume.is_none_or(|r| name > r);
+        let mut names = BTreeSet::new();
+        for name in self.inner.leases.iter().map(|e| e.key().clone()) {
+            if after(&name) {
+                names.insert(name);
+            }
+        }
+        for name in self.inner.permits.iter().map(|e| e.key().clone()) {
+            if after(&name) {
+                names.insert(name);
+            }
+        }
+        for name in self.inner.queues.iter().map(|e| e.key().clone()) {
+            if after(&name) {
+                names.insert(name);
+            }
+        }
+        let more = names.len() > budget;
+        let page: Vec<String> = names.into_iter().take(budget).collect();
+        let next = if more { page.last().cloned() } else { None };
+        let mut entries = Vec::new();
+        for name in page {
+            let (described, _) = self.describe(&name).await?;
+            if !described.is_idle() {
+                entries.push(Listed { name, described });
+            }
+        }
+        Ok((Listing { entries, next }, 0))
     }
 
     async fn dequeue(&self, name: &str, token: &str) -> Result<()> {

@@ -205,6 +205,36 @@ pub struct Described {
     pub permits: u64,
 }
 
+impl Described {
+    /// Nothing is on the name: no lease, permit, waiter or lock-delay (a
+    /// listing leaves it out).
+    pub fn is_idle(&self) -> bool {
+        self.lease.is_none()
+            && self.permits == 0
+            && self.waiters == 0
+            && self.lock_delay_remaining_ms == 0
+    }
+}
+
+/// A name a listing found something on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// The name, as stored (with its tenant's prefix).
+    pub name: String,
+    /// What is on it.
+    pub described: Described,
+}
+
+/// One page of a listing ([`Store::list`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The names of the page with something on them, in name order.
+    pub entries: Vec<Listed>,
+    /// Where the next page starts (a name, or a Redis SCAN cursor: the
+    /// backend's own); `None` when the walk is done.
+    pub next: Option<String>,
+}
+
 /// The outcome of an acquire attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquired {
@@ -586,6 +616,17 @@ impl Store {
         let (described, fence) = dispatch!(self, s => s.describe(name).await)?;
         self.saw(fence);
         Ok(described)
+    }
+
+    /// One page of the names that start with `prefix` with something on
+    /// them (a lease, permits, waiters, a lock-delay), looking at no more
+    /// than `budget` names in the store, from `resume` (the `next` of the
+    /// page before; `None` to start). See [`Backend::list`] for what a walk
+    /// promises.
+    pub async fn list(&self, prefix: &str, resume: Option<&str>, budget: usize) -> Result<Listing> {
+        let (listing, fence) = dispatch!(self, s => s.list(prefix, resume, budget.max(1)).await)?;
+        self.saw(fence);
+        Ok(listing)
     }
 
     /// Starts watching `name` for `event`. When this returns, every later

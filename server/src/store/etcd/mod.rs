@@ -1408,6 +1408,15 @@ impl Backend for EtcdStore {
         Err(busy(name))
     }
 
+    async fn list(
+        &self,
+        _prefix: &str,
+        _resume: Option<&str>,
+        _budget: usize,
+    ) -> Result<(super::Listing, u64)> {
+        Err(Error::Internal("List is not built on etcd yet".into()))
+    }
+
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let keys = self.keys(name);
         let read = self

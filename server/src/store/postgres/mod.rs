@@ -620,6 +620,17 @@ impl Backend for PostgresStore {
         })
     }
 
+    async fn list(
+        &self,
+        _prefix: &str,
+        _resume: Option<&str>,
+        _budget: usize,
+    ) -> Result<(super::Listing, u64)> {
+        Err(Error::Internal(
+            "List is not built on PostgreSQL yet".into(),
+        ))
+    }
+
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let row = self
             .query_one("describe", &self.inner.statements.describe, &[&name])

@@ -532,6 +532,15 @@ impl Backend for RedisStore {
         only("revoke", self.run(call).await?.replies)
     }
 
+    async fn list(
+        &self,
+        _prefix: &str,
+        _resume: Option<&str>,
+        _budget: usize,
+    ) -> Result<(super::Listing, u64)> {
+        Err(Error::Internal("List is not built on Redis yet".into()))
+    }
+
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let k = self.keys(name);
         let keys = [&k.lease, &k.alive, &k.permits];
