@@ -8,17 +8,26 @@
 #   2. the Kustomize base: every file it lists exists and every manifest in
 #      its directory is listed; then it is rendered (kubectl kustomize), with
 #      and without the `monitoring` and `security` components, and the output
-#      validated too;
+#      validated too; the PrometheusRule (a CRD) must carry rules.yaml's groups;
 #   3. deploy/prometheus/rules.yaml with `promtool check rules`, and
-#      rules_test.yaml with `promtool test rules`;
-#   4. deploy/grafana/*.json: parses, and every panel target has an expr;
+#      rules_test.yaml with `promtool test rules`; the PrometheusRule of the
+#      monitoring component up to date (deploy/render-prometheusrule.sh --check);
+#   4. deploy/grafana/*.json: parses, every panel target has an expr, and
+#      every expr parses (promtool, the dashboard's variables filled in);
 #   5. what the manifests promise beyond their schema: Redis's maxmemory
 #      below its memory limit with noeviction and a password from a Secret,
 #      the NetworkPolicies selecting real pods and ports (brokers may reach
 #      Redis, labelled clients the brokers), the brokers' preStop pause and
 #      LEASEHOLD_STORE_UNSAFE=refuse, the
 #      headless Service, a sidecar readiness that does not read the store,
-#      and the CronJob's busy exit code 0.
+#      and the CronJob's busy exit code 0;
+#   6. scraping: the pods' prometheus.io/* annotations, the ServiceMonitor,
+#      the `leasehold` Service and the `metrics` container port reach one
+#      port and path; deploy/README.md states them, and its example
+#      `kubernetes-pods` job (promtool check config, and relabelled here as
+#      Prometheus would) turns a broker pod into that target, job="leasehold";
+#      the status page's Service `leasehold-http`, `http` port,
+#      LEASEHOLD_HTTP_LISTEN and NetworkPolicy (admitted where gRPC is) agree.
 #
 # Usage: deploy/check.sh   (from anywhere; idempotent; exits 1 on any failure)
 #
@@ -186,6 +195,7 @@ if not files:
     errors.append("no manifests found")
 
 kustomizations, service_monitors, services, workloads = [], [], [], []
+prometheus_rules = []
 policies, jobs = [], []
 checked = 0
 for path in files:
@@ -207,6 +217,9 @@ for path in files:
             continue
         if kind == "ServiceMonitor":
             service_monitors.append((what, doc))
+            continue
+        if kind == "PrometheusRule":
+            prometheus_rules.append((what, doc))
             continue
         if kind == "Service":
             services.append(doc)
@@ -259,6 +272,23 @@ for what, sm in service_monitors:
                 errors.append(f"{what}: unexpected endpoint fields {sorted(unknown)}")
     if not errors:
         print(f"{what}: selects Service leasehold, port(s) {[e.get('port') for e in endpoints]} (structural check; the CRD schema is not in kubernetes-validate)")
+
+# PrometheusRule: a CRD too. Its spec must be rules.yaml's groups exactly
+# (deploy/render-prometheusrule.sh renders it; its --check, below, compares
+# the text), in the component and in the rendered base with it.
+with open(os.path.join(deploy, "prometheus", "rules.yaml")) as f:
+    rules_doc = yaml.safe_load(f)
+if not any("/monitoring/" in what for what, _ in prometheus_rules):
+    errors.append("deploy/kubernetes/monitoring: no PrometheusRule")
+if not any("with-monitoring" in what for what, _ in prometheus_rules):
+    errors.append("the base rendered with the monitoring component has no PrometheusRule")
+for what, pr in prometheus_rules:
+    if pr.get("apiVersion") != "monitoring.coreos.com/v1":
+        errors.append(f"{what}: apiVersion must be monitoring.coreos.com/v1")
+    if set(pr.get("spec") or {}) != {"groups"} or pr["spec"] != rules_doc:
+        errors.append(f"{what}: spec is not deploy/prometheus/rules.yaml (run deploy/render-prometheusrule.sh)")
+    else:
+        print(f"{what}: spec.groups == deploy/prometheus/rules.yaml ({len(rules_doc['groups'])} groups)")
 
 # Only the brokers may carry the broker Service's selector labels: an example
 # app that did would receive broker traffic and count in its PDB.
@@ -412,6 +442,250 @@ PY
 fi
 
 # ---------------------------------------------------------------------------
+step "Scraping: annotations, ServiceMonitor, Services, NetworkPolicy and deploy/README.md agree"
+# The two ways to scrape the brokers (deploy/README.md, step 2) must reach
+# the same port and path: the pod template's prometheus.io/* annotations, the
+# ServiceMonitor's endpoint through the `leasehold` Service, the container's
+# `metrics` port; the README's example `kubernetes-pods` job, relabelled here
+# as Prometheus would (and `promtool check config`), must find that target
+# under job="leasehold", and the README must state the annotations' values.
+# The status page's `http` port: its Service, LEASEHOLD_HTTP_LISTEN, and the
+# NetworkPolicy admitting it from exactly where gRPC is admitted.
+if ! "$py" - "$here" "$promtool" <<'PY'; then
+import os, re, subprocess, sys, tempfile
+import yaml
+
+deploy, promtool = sys.argv[1], sys.argv[2]
+k8s = os.path.join(deploy, "kubernetes")
+errors = []
+
+def docs(*parts):
+    with open(os.path.join(deploy, *parts)) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+def one(documents, kind, name):
+    found = [d for d in documents if d.get("kind") == kind and d["metadata"].get("name") == name]
+    if len(found) != 1:
+        raise SystemExit(f"FAIL: expected one {kind}/{name}, found {len(found)}")
+    return found[0]
+
+deployment = one(docs("kubernetes", "deployment.yaml"), "Deployment", "leasehold")
+services = [d for d in docs("kubernetes", "service.yaml") if d.get("kind") == "Service"]
+monitor = one(docs("kubernetes", "monitoring", "servicemonitor.yaml"), "ServiceMonitor", "leasehold")
+policy = one(docs("kubernetes", "networkpolicy.yaml"), "NetworkPolicy", "leasehold")
+
+template = deployment["spec"]["template"]
+pod_labels = template["metadata"].get("labels") or {}
+annotations = template["metadata"].get("annotations") or {}
+container = template["spec"]["containers"][0]
+ports = {p["name"]: p["containerPort"] for p in container.get("ports") or []}
+env = {e["name"]: e.get("value") for e in container.get("env") or []}
+
+def container_port(target):
+    """A Service's targetPort (a name or a number) as a container port number."""
+    if isinstance(target, int):
+        return target if target in ports.values() else None
+    return ports.get(target)
+
+# 1. The annotations name the container's `metrics` port and a path.
+scrape, a_port, a_path = (annotations.get(f"prometheus.io/{k}") for k in ("scrape", "port", "path"))
+if scrape != "true":
+    errors.append(f'deployment.yaml: prometheus.io/scrape is {scrape!r}, not "true"')
+if "metrics" not in ports:
+    errors.append("deployment.yaml: no container port named `metrics`")
+elif str(ports["metrics"]) != str(a_port):
+    errors.append(f"deployment.yaml: prometheus.io/port {a_port!r} is not the `metrics` container port {ports['metrics']}")
+if not str(a_path or "").startswith("/"):
+    errors.append(f"deployment.yaml: prometheus.io/path {a_path!r} is not a path")
+
+# 2. The ServiceMonitor: the Service it selects, the port it names, the path.
+selector = monitor["spec"]["selector"]["matchLabels"]
+matches = lambda labels: all(labels.get(k) == v for k, v in selector.items())
+endpoints = monitor["spec"]["endpoints"]
+if len(endpoints) != 1:
+    errors.append(f"servicemonitor.yaml: {len(endpoints)} endpoints, expected the one metrics endpoint")
+for ep in endpoints:
+    offering = [(s["metadata"]["name"], p) for s in services if matches(s["metadata"].get("labels") or {})
+                for p in s["spec"].get("ports") or [] if p.get("name") == ep.get("port")]
+    if len(offering) != 1:
+        errors.append(f"servicemonitor.yaml: {len(offering)} selected Services have a port {ep.get('port')!r} "
+                      f"({[n for n, _ in offering]}): exactly one, or a broker is scraped twice or not at all")
+    for svc, p in offering:
+        number = container_port(p.get("targetPort", p.get("port")))
+        if number is None or str(number) != str(a_port):
+            errors.append(f"servicemonitor.yaml: port {ep.get('port')!r} of Service {svc} reaches container port "
+                          f"{number}, the annotations port {a_port!r}")
+    if ep.get("path", "/metrics") != a_path:
+        errors.append(f"servicemonitor.yaml: path {ep.get('path', '/metrics')!r}, the annotations {a_path!r}")
+    if ep.get("scheme", "http") != "http":
+        errors.append("servicemonitor.yaml: scheme must be http (the metrics port has no TLS)")
+
+# 3. Every Service over the brokers reaches a real container port; the status
+#    page's Service is ClusterIP port 80 to `http`, which LEASEHOLD_HTTP_LISTEN
+#    opens; metrics are not scraped there.
+for s in services:
+    sel = s["spec"].get("selector") or {}
+    if not sel or any(pod_labels.get(k) != v for k, v in sel.items()):
+        continue
+    for p in s["spec"].get("ports") or []:
+        if container_port(p.get("targetPort", p.get("port"))) is None:
+            errors.append(f"service.yaml: Service {s['metadata']['name']} port {p.get('name')!r} targets "
+                          f"{p.get('targetPort')!r}, no container port of the brokers ({ports})")
+http = [s for s in services if s["metadata"]["name"] == "leasehold-http"]
+if not http:
+    errors.append("service.yaml: no Service `leasehold-http` (the status page)")
+for s in http:
+    sp = s["spec"]
+    if sp.get("type", "ClusterIP") != "ClusterIP" or sp.get("clusterIP") == "None":
+        errors.append("service.yaml: leasehold-http must be a plain ClusterIP Service")
+    if [(p.get("port"), p.get("targetPort")) for p in sp.get("ports") or []] != [(80, "http")]:
+        errors.append(f"service.yaml: leasehold-http must have the one port 80 -> targetPort http")
+listen = str(env.get("LEASEHOLD_HTTP_LISTEN") or "")
+if "http" not in ports:
+    errors.append("deployment.yaml: no container port named `http`")
+elif not listen.startswith("0.0.0.0:") or listen.rsplit(":", 1)[1] != str(ports["http"]):
+    errors.append(f"deployment.yaml: LEASEHOLD_HTTP_LISTEN {listen!r} does not open 0.0.0.0 on the `http` port {ports['http']}")
+if "http" in ports and str(ports["http"]) == str(a_port):
+    errors.append("deployment.yaml: the scrape annotations point at the `http` port")
+
+# 4. The NetworkPolicy: metrics from somewhere; `http` from exactly where
+#    `grpc` is admitted (the same peers, in the same rules).
+def admitted(port_name):
+    number = ports.get(port_name)
+    return [yaml.safe_dump(r.get("from"), sort_keys=True) for r in policy["spec"].get("ingress") or []
+            if any(p.get("port") in (port_name, number) for p in r.get("ports") or [])]
+if not admitted("metrics"):
+    errors.append("networkpolicy.yaml: nothing may reach the `metrics` port")
+if sorted(admitted("http")) != sorted(admitted("grpc")) or not admitted("grpc"):
+    errors.append("networkpolicy.yaml: the `http` port must be admitted from exactly the peers the `grpc` port is")
+
+# 5. Other workloads that ask to be scraped point at their own metrics port.
+for d in sorted(os.listdir(os.path.join(deploy, "examples"))):
+    for w in docs("examples", d):
+        t = ((w.get("spec") or {}).get("template") or {})
+        ann = (t.get("metadata") or {}).get("annotations") or {}
+        if ann.get("prometheus.io/scrape") != "true":
+            continue
+        spec = t.get("spec") or {}
+        named = {p.get("name"): p.get("containerPort") for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+                 for p in c.get("ports") or []}
+        if str(named.get("metrics")) != str(ann.get("prometheus.io/port")) or ann.get("prometheus.io/path") != a_path:
+            errors.append(f"examples/{d}: {w['kind']}/{w['metadata']['name']}: prometheus.io/port/path "
+                          f"{ann.get('prometheus.io/port')!r} {ann.get('prometheus.io/path')!r}, its `metrics` port {named.get('metrics')}")
+
+# 6. deploy/README.md, step 2: the annotations as the manifests have them, and
+#    the example job relabelled as Prometheus would.
+readme = open(os.path.join(deploy, "README.md")).read()
+section = readme.split("\n## 2. ", 1)[-1].split("\n## 3. ", 1)[0]
+for text in ('prometheus.io/scrape: "true"', f'prometheus.io/port: "{a_port}"', f"prometheus.io/path: {a_path}",
+             f"port {ports.get('metrics')}"):
+    if text not in section:
+        errors.append(f"deploy/README.md step 2 does not say {text!r} (what deployment.yaml has)")
+blocks = [b for b in re.findall(r"```yaml\n(.*?)```", section, re.S) if "kubernetes-pods" in b]
+if len(blocks) != 1:
+    errors.append(f"deploy/README.md step 2: {len(blocks)} yaml blocks with the `kubernetes-pods` job, expected 1")
+else:
+    block = "\n".join(l[2:] if l.startswith("  ") else l for l in blocks[0].splitlines())
+    config = yaml.safe_load(block)
+    jobs = [j for j in config.get("scrape_configs") or [] if j.get("job_name") == "kubernetes-pods"]
+    if promtool:
+        # Some builds of Prometheus (Debian's) leave Kubernetes discovery
+        # out: promtool checks the job with a static target in its place
+        # (the relabelling, which is what could be wrong, as written).
+        checked = [dict({k: v for k, v in j.items() if k != "kubernetes_sd_configs"},
+                        static_configs=[{"targets": ["10.1.2.3:7420"]}]) for j in config.get("scrape_configs") or []]
+        with tempfile.NamedTemporaryFile("w", suffix=".yml") as f:
+            yaml.safe_dump({"scrape_configs": checked}, f)
+            f.flush()
+            r = subprocess.run([promtool, "check", "config", f.name], capture_output=True, text=True)
+            if r.returncode != 0:
+                errors.append(f"deploy/README.md step 2: promtool check config: {r.stdout}{r.stderr}")
+    else:
+        print("SKIP: no promtool: the README's scrape config is relabelled, not checked by promtool")
+    relabels = jobs[0].get("relabel_configs") if jobs else None
+    if not relabels:
+        errors.append("deploy/README.md step 2: no kubernetes-pods job with relabel_configs")
+    else:
+        keep = [r for r in relabels if r.get("action") == "keep"]
+        if not any(r.get("source_labels") == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"] for r in keep):
+            errors.append("deploy/README.md step 2: the job must keep on __meta_kubernetes_pod_annotation_prometheus_io_scrape")
+        if not any(r.get("target_label") == "__address__" and
+                   "__meta_kubernetes_pod_annotation_prometheus_io_port" in (r.get("source_labels") or []) for r in relabels):
+            errors.append("deploy/README.md step 2: the job must rewrite __address__ from prometheus_io_port")
+
+        def sanitize(name):
+            return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+        def relabel(labels):
+            for r in relabels:
+                action = r.get("action", "replace")
+                regex = re.compile("^(?:" + str(r.get("regex", "(.*)")) + ")$")
+                value = r.get("separator", ";").join(labels.get(l, "") for l in r.get("source_labels") or [])
+                expand = lambda m: re.sub(r"\$\{?(\w+)\}?", lambda g: m.group(int(g.group(1))) or "",
+                                          str(r.get("replacement", "$1")))
+                if action == "keep" and not regex.match(value):
+                    return None
+                if action == "drop" and regex.match(value):
+                    return None
+                if action == "replace":
+                    m = regex.match(value)
+                    if m:
+                        labels[r["target_label"]] = expand(m)
+                if action == "labelmap":
+                    for k, v in list(labels.items()):
+                        m = regex.match(k)
+                        if m:
+                            labels[expand(m)] = v
+                if action not in ("keep", "drop", "replace", "labelmap", "labeldrop"):
+                    raise SystemExit(f"FAIL: relabel action {action} not simulated here")
+                if action == "labeldrop":
+                    labels = {k: v for k, v in labels.items() if not regex.match(k)}
+            return labels
+
+        def targets(pod_annotations, pod_ip="10.1.2.3"):
+            """What `kubernetes_sd_configs: role: pod` discovers: one target per container port."""
+            found = set()
+            for name, number in ports.items():
+                labels = {"job": "kubernetes-pods", "__address__": f"{pod_ip}:{number}",
+                          "__metrics_path__": "/metrics", "__scheme__": "http",
+                          "__meta_kubernetes_namespace": "default", "__meta_kubernetes_pod_name": "leasehold-0",
+                          "__meta_kubernetes_pod_ip": pod_ip, "__meta_kubernetes_pod_container_name": container["name"],
+                          "__meta_kubernetes_pod_container_port_name": name,
+                          "__meta_kubernetes_pod_container_port_number": str(number),
+                          "__meta_kubernetes_pod_phase": "Running", "__meta_kubernetes_pod_ready": "true"}
+                for k, v in pod_annotations.items():
+                    labels["__meta_kubernetes_pod_annotation_" + sanitize(k)] = v
+                    labels["__meta_kubernetes_pod_annotationpresent_" + sanitize(k)] = "true"
+                for k, v in pod_labels.items():
+                    labels["__meta_kubernetes_pod_label_" + sanitize(k)] = v
+                    labels["__meta_kubernetes_pod_labelpresent_" + sanitize(k)] = "true"
+                out = relabel(labels)
+                if out is not None:
+                    found.add((out["__scheme__"], out["__address__"], out["__metrics_path__"], out.get("job")))
+            return found
+
+        got = targets(annotations)
+        want = {("http", f"10.1.2.3:{a_port}", a_path, "leasehold")}
+        if got != want:
+            errors.append(f"deploy/README.md step 2: the kubernetes-pods job makes {sorted(got)} of a broker pod, not {sorted(want)}")
+        unannotated = {k: v for k, v in annotations.items() if not k.startswith("prometheus.io/")}
+        if targets(unannotated):
+            errors.append("deploy/README.md step 2: the kubernetes-pods job scrapes a pod without prometheus.io/scrape")
+        if not errors:
+            print(f"README's kubernetes-pods job: a broker pod becomes {sorted(got)[0]} (relabelled here"
+                  f"{', promtool check config passed' if promtool else ''})")
+
+for e in errors:
+    print("  " + e, file=sys.stderr)
+if not errors:
+    print(f"annotations, ServiceMonitor (Service port {monitor['spec']['endpoints'][0]['port']}), container port "
+          f"{a_port}, path {a_path}: agree; leasehold-http 80 -> http {ports.get('http')}, admitted where grpc is")
+sys.exit(1 if errors else 0)
+PY
+    fail scraping "scrape configuration (see above)"
+fi
+
+# ---------------------------------------------------------------------------
 step "Prometheus rules"
 rules="$here/prometheus/rules.yaml"
 if [ -n "$promtool" ]; then
@@ -420,6 +694,8 @@ if [ -n "$promtool" ]; then
 else
     missing_tool promtool "no promtool: rules.yaml gets the Python check only, rules_test.yaml is not run"
 fi
+# The PrometheusRule of the monitoring component is rendered from rules.yaml.
+"$here/render-prometheusrule.sh" --check || fail prometheusrule "kubernetes/monitoring/prometheusrule.yaml is stale"
 # Always: every alert has what the runbooks and routing rely on.
 "$py" - "$rules" <<'PY' || fail rules-shape "rules.yaml structure"
 import sys, yaml
@@ -489,6 +765,27 @@ for e in errors:
     print("  " + e, file=sys.stderr)
 sys.exit(1 if errors else 0)
 PY
+# Every panel's query parses (promtool, as recording rules, with the
+# dashboard's variables replaced by match-anything values).
+if [ -n "$promtool" ]; then
+    "$py" - "$rendered/dashboard-rules.yaml" "$here"/grafana/*.json <<'PY' || fail dashboard "Grafana dashboard queries"
+import json, re, sys, yaml
+rules = []
+for path in sys.argv[2:]:
+    for p in json.load(open(path)).get("panels") or []:
+        for q in [p] + list(p.get("panels") or []):
+            for t in q.get("targets") or []:
+                expr = re.sub(r"\$__(rate_)?interval|\$__range", "5m", str(t.get("expr") or ""))
+                expr = re.sub(r"\$\{?\w+\}?", ".*", expr)
+                rules.append({"record": f"dashboard:panel{q.get('id')}:{t.get('refId')}", "expr": expr})
+yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, open(sys.argv[1], "w"))
+PY
+    "$promtool" check rules "$rendered/dashboard-rules.yaml" >/dev/null &&
+        echo "every dashboard query parses (promtool)" ||
+        { "$promtool" check rules "$rendered/dashboard-rules.yaml"; fail dashboard "a dashboard query does not parse"; }
+else
+    missing_tool promtool "no promtool: the dashboard's queries are not parsed"
+fi
 
 # ---------------------------------------------------------------------------
 printf '\n'
