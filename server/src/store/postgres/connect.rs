@@ -19,7 +19,7 @@ use crate::{
 
 /// The schema's version this broker's functions are ([`SCHEMA_SQL`]); the
 /// version table holds the one the database has.
-pub(super) const SCHEMA_VERSION: i32 = 4;
+pub(super) const SCHEMA_VERSION: i32 = 5;
 
 /// The tables and functions as written, `__SCHEMA__` standing for the
 /// schema and `__NAME__` for each constant of `store::contract`.

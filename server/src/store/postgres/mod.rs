@@ -49,7 +49,7 @@ use super::{
     ended, one_answer_each,
     watch::Watchers,
     Acquired, Blocked, BlockedBy, Checked, ClockReading, Described, Event, GrantSpec, LeaseInfo,
-    Ping, RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
+    Listed, Listing, Ping, RenewItem, Renewed, Revocation, StoreOptions, QUEUE_LIFETIME,
 };
 use crate::error::{Error, Result};
 
@@ -91,6 +91,7 @@ struct Statements {
     release: String,
     revoke: String,
     describe: String,
+    list: String,
     dequeue: String,
     refresh: String,
     sweep: String,
@@ -110,6 +111,7 @@ impl Statements {
             release: format!("SELECT * FROM {s}.release($1, $2)"),
             revoke: format!("SELECT * FROM {s}.revoke($1)"),
             describe: format!("SELECT * FROM {s}.describe($1)"),
+            list: format!("SELECT * FROM {s}.list($1, $2, $3)"),
             dequeue: format!("SELECT {s}.dequeue($1, $2)"),
             refresh: format!("SELECT * FROM {s}.refresh($1, $2, $3) ORDER BY ord"),
             sweep: format!("SELECT {s}.sweep($1)"),
@@ -166,6 +168,36 @@ fn text(row: &Row, column: &str) -> Result<String> {
         .try_get(column)
         .map_err(|e| Error::Internal(format!("PostgreSQL reply column {column}: {e}")))?;
     Ok(v.unwrap_or_default())
+}
+
+/// A row with `describe()`'s columns (`describe()`'s own, or one of
+/// `list()`'s) as what the store knows of the name, and the last fence it
+/// remembers of it.
+fn described(row: &Row) -> Result<(Described, u64)> {
+    let held: bool = row
+        .try_get("held")
+        .map_err(|e| Error::Internal(format!("PostgreSQL describe held: {e}")))?;
+    let fence = uint(row, "fence")?;
+    let remaining_ms = uint(row, "remaining_ms")?;
+    let lease = if held {
+        Some(LeaseInfo {
+            holder: text(row, "holder")?,
+            fence,
+            remaining_ms,
+            ttl_ms: uint(row, "ttl_ms")?,
+            granted_at_unix_ms: uint(row, "granted_ms")?,
+            lock_delay_ms: uint(row, "delay_ms")?,
+        })
+    } else {
+        None
+    };
+    let described = Described {
+        lock_delay_remaining_ms: if held { 0 } else { remaining_ms },
+        lease,
+        waiters: uint(row, "waiters")?,
+        permits: uint(row, "permits")?,
+    };
+    Ok((described, fence))
 }
 
 impl PostgresStore {
@@ -620,45 +652,66 @@ impl Backend for PostgresStore {
         })
     }
 
+    /// One statement: `list()` (schema.sql) reads each table that can put
+    /// something on a name by one index range scan of at most `budget` + 1
+    /// rows, in byte order, and describes the page's names; here the idle
+    /// ones are left out. `resume` is a name of an earlier page: text
+    /// without a NUL byte (PostgreSQL's text holds none; one would fail the
+    /// statement, not the token).
     async fn list(
         &self,
-        _prefix: &str,
-        _resume: Option<&str>,
-        _budget: usize,
-    ) -> Result<(super::Listing, u64)> {
-        Err(Error::Internal(
-            "List is not built on PostgreSQL yet".into(),
-        ))
+        prefix: &str,
+        resume: Option<&str>,
+        budget: usize,
+    ) -> Result<(Listing, u64)> {
+        if resume.is_some_and(|r| r.contains('\0')) {
+            return Err(crate::lease::listing::bad_token());
+        }
+        if prefix.contains('\0') {
+            // No stored name holds a NUL byte, so none starts with it.
+            return Ok((Listing::default(), 0));
+        }
+        // The lease layer asks for at most MAX_PAGE; the function reads one
+        // row more than this.
+        let budget = i32::try_from(budget)
+            .unwrap_or(i32::MAX)
+            .clamp(1, i32::MAX - 1);
+        let rows = self
+            .query(
+                "list",
+                &self.inner.statements.list,
+                &[&prefix, &resume, &budget],
+            )
+            .await?;
+        let mut listing = Listing::default();
+        let mut highest = 0;
+        let mut more = false;
+        for row in &rows {
+            let name = text(row, "name")?;
+            more = row
+                .try_get::<_, Option<bool>>("more")
+                .map_err(|e| Error::Internal(format!("PostgreSQL list more: {e}")))?
+                .unwrap_or(false);
+            let (described, fence) = described(row)?;
+            highest = highest.max(fence);
+            if more {
+                listing.next = Some(name.clone());
+            }
+            if !described.is_idle() {
+                listing.entries.push(Listed { name, described });
+            }
+        }
+        if !more {
+            listing.next = None;
+        }
+        Ok((listing, highest))
     }
 
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let row = self
             .query_one("describe", &self.inner.statements.describe, &[&name])
             .await?;
-        let held: bool = row
-            .try_get("held")
-            .map_err(|e| Error::Internal(format!("PostgreSQL describe held: {e}")))?;
-        let fence = uint(&row, "fence")?;
-        let remaining_ms = uint(&row, "remaining_ms")?;
-        let lease = if held {
-            Some(LeaseInfo {
-                holder: text(&row, "holder")?,
-                fence,
-                remaining_ms,
-                ttl_ms: uint(&row, "ttl_ms")?,
-                granted_at_unix_ms: uint(&row, "granted_ms")?,
-                lock_delay_ms: uint(&row, "delay_ms")?,
-            })
-        } else {
-            None
-        };
-        let described = Described {
-            lock_delay_remaining_ms: if held { 0 } else { remaining_ms },
-            lease,
-            waiters: uint(&row, "waiters")?,
-            permits: uint(&row, "permits")?,
-        };
-        Ok((described, fence))
+        described(&row)
     }
 
     async fn dequeue(&self, name: &str, token: &str) -> Result<()> {

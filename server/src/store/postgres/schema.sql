@@ -1,4 +1,4 @@
--- schema.sql: the PostgreSQL store's tables and functions, version 4.
+-- schema.sql: the PostgreSQL store's tables and functions, version 5.
 --
 -- Run whole, in one transaction, by the broker at start-up (when the
 -- version table says the schema is older) or by `leasehold migrate`.
@@ -151,6 +151,18 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.observed (
   until_ms bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS observed_until ON __SCHEMA__.observed (until_ms);
+
+-- The names of the three tables that can put something on a name (a lease
+-- or a lock-delay, permits, waiters) in byte order, for list()'s walk
+-- (version 5): the broker compares names as Rust compares strings, byte by
+-- byte, which is the "C" collation's order, not the database's default
+-- one (en_US and the like sort '_', '.' and case otherwise), and an index
+-- serves a range only in its own collation. The primary keys stay for the
+-- other functions' `name = p_name`, which any deterministic collation
+-- answers alike.
+CREATE INDEX IF NOT EXISTS leases_name_bytes ON __SCHEMA__.leases (name COLLATE "C");
+CREATE INDEX IF NOT EXISTS permits_name_bytes ON __SCHEMA__.permits (name COLLATE "C");
+CREATE INDEX IF NOT EXISTS line_name_bytes ON __SCHEMA__.line (name COLLATE "C");
 
 -- The counter starts above every fence issued before it: version 1's
 -- sequence (locked first, so that no grant of a broker still running
@@ -850,6 +862,127 @@ BEGIN
   END IF;
 END $$;
 
+-- The least text above every text that starts with p_prefix, in byte order
+-- (COLLATE "C"): p_prefix with its last character raised by one code point
+-- (dropped first while it is the last code point, U+10FFFF; a surrogate,
+-- no character, skipped); NULL when there is none (the empty prefix: every
+-- text starts with it). So `name >= p_prefix AND name < prefix_end` is the
+-- names that start with p_prefix, as a range an index serves; LIKE would
+-- read `_` as a wildcard, and its prefix would need escaping.
+CREATE OR REPLACE FUNCTION __SCHEMA__.prefix_end(p_prefix text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  rest text := p_prefix;
+  c integer;
+BEGIN
+  WHILE rest <> '' LOOP
+    c := ascii(right(rest, 1));
+    rest := left(rest, -1);
+    IF c < 1114111 THEN
+      c := CASE WHEN c + 1 BETWEEN 55296 AND 57343 THEN 57344 ELSE c + 1 END;
+      RETURN rest || chr(c);
+    END IF;
+  END LOOP;
+  RETURN NULL;
+END $$;
+
+-- One page of a listing's walk (store::Backend::list): the names that
+-- start with p_prefix, in byte order (COLLATE "C", the broker's order),
+-- after p_after (NULL: from the start), that have a row in leases, permits
+-- or line (a name with none has nothing on it), at most p_budget of them,
+-- each with describe()'s columns (the broker leaves out the idle ones);
+-- more: whether names may follow the page's last one (the next page starts
+-- after it).
+-- The cost is bounded by p_budget whatever the tables hold: each table
+-- gives at most p_budget + 1 names (the one more tells whether the walk
+-- goes on) from its byte-order index (*_name_bytes): leases, one name a
+-- row, by one range scan; permits and line, several rows a name (a
+-- semaphore's permits, a long line), by a skip scan, one index descent per
+-- distinct name, so that a line of 10,000 waiters costs one step, not
+-- 10,000 rows. A table that gave all p_budget + 1 may hold names above its
+-- last: the page stops at the lowest such last name, so that no name is
+-- passed over. Then describe() runs on the page's names. STABLE, as
+-- describe(): one snapshot, no lock, nothing written.
+CREATE OR REPLACE FUNCTION __SCHEMA__.list(p_prefix text, p_after text, p_budget integer)
+RETURNS TABLE (name text, more boolean, held boolean, fence bigint, remaining_ms bigint,
+               holder text, granted_ms bigint, ttl_ms bigint, delay_ms bigint,
+               waiters bigint, permits bigint)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+DECLARE
+  lo text := p_prefix;
+  hi text := __SCHEMA__.prefix_end(p_prefix);
+  k integer := p_budget + 1;
+  of_leases text[];
+  of_permits text[];
+  of_line text[];
+  cutoff text;
+  names text[];
+  v_more boolean;
+BEGIN
+  -- The least text above p_after: text holds no NUL byte, so none lies
+  -- between p_after and p_after || chr(1). One lower bound, `>=`, for
+  -- the start and a resumed walk alike.
+  IF p_after IS NOT NULL AND p_after COLLATE "C" >= p_prefix COLLATE "C" THEN
+    lo := p_after || chr(1);
+  END IF;
+  -- Two forms, not `hi IS NULL OR name < hi`: the plan is kept for the
+  -- session, and in that form the bound would be a filter, not the range's
+  -- end, and a short range would read on to the end of the index.
+  IF hi IS NULL THEN
+    of_leases := ARRAY(SELECT l.name FROM __SCHEMA__.leases l
+                        WHERE l.name COLLATE "C" >= lo
+                        ORDER BY l.name COLLATE "C" LIMIT k);
+  ELSE
+    of_leases := ARRAY(SELECT l.name FROM __SCHEMA__.leases l
+                        WHERE l.name COLLATE "C" >= lo AND l.name COLLATE "C" < hi
+                        ORDER BY l.name COLLATE "C" LIMIT k);
+  END IF;
+  -- The skip scans stop at hi in their recursion (a step past it is the
+  -- last): there the bound may be a filter.
+  of_permits := ARRAY(
+    WITH RECURSIVE s(n, i) AS (
+      (SELECT p.name, 1 FROM __SCHEMA__.permits p WHERE p.name COLLATE "C" >= lo
+        ORDER BY p.name COLLATE "C" LIMIT 1)
+      UNION ALL
+      SELECT (SELECT p.name FROM __SCHEMA__.permits p WHERE p.name COLLATE "C" > s.n
+               ORDER BY p.name COLLATE "C" LIMIT 1), s.i + 1
+        FROM s WHERE s.n IS NOT NULL AND s.i < k AND (hi IS NULL OR s.n COLLATE "C" < hi))
+    SELECT s.n FROM s WHERE s.n IS NOT NULL AND (hi IS NULL OR s.n COLLATE "C" < hi)
+     ORDER BY s.i);
+  of_line := ARRAY(
+    WITH RECURSIVE s(n, i) AS (
+      (SELECT q.name, 1 FROM __SCHEMA__.line q WHERE q.name COLLATE "C" >= lo
+        ORDER BY q.name COLLATE "C" LIMIT 1)
+      UNION ALL
+      SELECT (SELECT q.name FROM __SCHEMA__.line q WHERE q.name COLLATE "C" > s.n
+               ORDER BY q.name COLLATE "C" LIMIT 1), s.i + 1
+        FROM s WHERE s.n IS NOT NULL AND s.i < k AND (hi IS NULL OR s.n COLLATE "C" < hi))
+    SELECT s.n FROM s WHERE s.n IS NOT NULL AND (hi IS NULL OR s.n COLLATE "C" < hi)
+     ORDER BY s.i);
+  IF cardinality(of_leases) = k THEN
+    cutoff := of_leases[k];
+  END IF;
+  IF cardinality(of_permits) = k
+     AND (cutoff IS NULL OR of_permits[k] COLLATE "C" < cutoff COLLATE "C") THEN
+    cutoff := of_permits[k];
+  END IF;
+  IF cardinality(of_line) = k
+     AND (cutoff IS NULL OR of_line[k] COLLATE "C" < cutoff COLLATE "C") THEN
+    cutoff := of_line[k];
+  END IF;
+  names := ARRAY(SELECT u.n FROM unnest(of_leases || of_permits || of_line) AS u(n)
+                  WHERE cutoff IS NULL OR u.n COLLATE "C" <= cutoff COLLATE "C"
+                  GROUP BY u.n ORDER BY u.n COLLATE "C" LIMIT k);
+  v_more := cardinality(names) > p_budget;
+  RETURN QUERY
+    SELECT c.n, v_more, d.held, d.fence, d.remaining_ms, d.holder, d.granted_ms, d.ttl_ms,
+           d.delay_ms, d.waiters, d.permits
+      FROM unnest(names[1:p_budget]) WITH ORDINALITY AS c(n, i)
+      CROSS JOIN LATERAL __SCHEMA__.describe(c.n) AS d
+     ORDER BY c.i;
+END $$;
+
 -- dequeue.lua: a waiter leaves the line; if it was first, the next is
 -- woken. Returns 1 if it was in line, 0 if not.
 CREATE OR REPLACE FUNCTION __SCHEMA__.dequeue(p_name text, p_token text)
@@ -943,6 +1076,11 @@ BEGIN
   RETURN total;
 END $$;
 
+-- Version 5 (from 4, no new codes): list() and prefix_end() for the
+-- listing's walk, and the byte-order indexes of the names it reads
+-- (*_name_bytes). A broker of version 4 still running never calls them;
+-- it pays for the three indexes on its writes.
+--
 -- Version 4 (from 3, no DDL, no new codes): a lock grant drops the name's
 -- expired permits and reports them (drop_expired_permits), and renew_lock
 -- and release ask the permits before answering -1 (has_permit). A broker
@@ -955,5 +1093,5 @@ END $$;
 -- broker of version 2 still running reads -5 as an unknown code (an
 -- INTERNAL error) until it is upgraded.
 INSERT INTO __SCHEMA__.leasehold_schema_version (version)
-SELECT 4 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
-UPDATE __SCHEMA__.leasehold_schema_version SET version = 4 WHERE version < 4;
+SELECT 5 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.leasehold_schema_version);
+UPDATE __SCHEMA__.leasehold_schema_version SET version = 5 WHERE version < 5;
