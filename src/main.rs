@@ -49,6 +49,8 @@ enum Command {
     Release(cli::ReleaseArgs),
     /// Show who holds a lock.
     Describe(cli::DescribeArgs),
+    /// List the locks with something on them (held, permits, waiters).
+    List(cli::ListArgs),
     /// Say whether a fence is the current holder's (exit 0) or not (76).
     CheckFence(cli::CheckFenceArgs),
     /// End anyone's lease on a lock (needs the `admin` permission).
@@ -165,6 +167,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
                 Command::Acquire(args) => cli::acquire(args).await,
                 Command::Release(args) => cli::release(args).await,
                 Command::Describe(args) => cli::describe(args).await,
+                Command::List(args) => cli::list(args).await,
                 Command::Hold(args) => cli::hold(args).await,
                 Command::Elect(args) => cli::elect(args).await,
                 Command::Observe(args) => cli::observe(args).await,

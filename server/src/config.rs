@@ -115,6 +115,20 @@ pub struct ServeConfig {
     /// Without --auth-file: allow the Revoke RPC, which ends anyone's lease,
     /// to every caller. Off by default, since anyone who reaches the port
     /// could use it. With --auth-file, Revoke needs the `admin` permission.
+    /// How often the broker counts what the store holds (leases, permits
+    /// and waiters by tenant, for the `leasehold_store_*` gauges): a walk
+    /// over every name, one bounded page at a time. Every replica takes
+    /// its own census and reports the same fleet-wide numbers (aggregate
+    /// them with `max`, not `sum`). 0 turns it off.
+    #[arg(long, env = "LEASEHOLD_CENSUS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub census_interval: Duration,
+
+    /// The most names one census looks at: past it the census stops, its
+    /// counts are partial and `leasehold_census_complete` is 0. Bounds the
+    /// census's cost on a store of very many names.
+    #[arg(long, env = "LEASEHOLD_CENSUS_MAX_NAMES", default_value_t = 100_000)]
+    pub census_max_names: usize,
+
     #[arg(long, env = "LEASEHOLD_ENABLE_REVOKE")]
     pub enable_revoke: bool,
 
@@ -599,6 +613,8 @@ impl ServeConfig {
             store_client_key: None,
             limits: LimitFlags::default(),
             log_format: LogFormat::Pretty,
+            census_interval: Duration::from_secs(15),
+            census_max_names: 100_000,
             audit_log: true,
         }
     }

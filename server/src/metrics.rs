@@ -8,7 +8,11 @@
 //! lock name as a label: names are unbounded and would explode the series
 //! count.
 
-use std::time::Duration;
+use std::{
+    collections::BTreeSet,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
@@ -16,7 +20,7 @@ use prometheus::{
 };
 
 use crate::{
-    lease::{Events, LossReason, Refusal, Scope},
+    lease::{census::Census, Events, LossReason, Refusal, Scope},
     store::safety::{Risk, Setting},
 };
 
@@ -131,6 +135,21 @@ pub struct Metrics {
     pub store_unsafe: IntGaugeVec,
     /// 1 per store setting under which a crash of the store loses leases.
     pub store_not_durable: IntGaugeVec,
+    /// Lock leases held now in the store, by tenant (the census).
+    pub store_leases_held: IntGaugeVec,
+    /// Semaphore permits held now in the store, by tenant.
+    pub store_permits_held: IntGaugeVec,
+    /// Callers in the store's wait lines now, by tenant.
+    pub store_waiters: IntGaugeVec,
+    /// 1 when the last census covered every name.
+    pub census_complete: IntGauge,
+    /// When the last census finished, in seconds since the Unix epoch.
+    pub census_timestamp: Gauge,
+    /// How long the last census took.
+    pub census_duration: Gauge,
+    /// The tenant labels the last census set, to drop those of tenants
+    /// that hold nothing any more.
+    census_tenants: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Metrics {
@@ -305,6 +324,64 @@ impl Metrics {
                     &["setting"],
                 ),
             ),
+            store_leases_held: register(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "leasehold_store_leases_held",
+                        "Lock leases held now in the store, by tenant, as the last census \
+                         counted them: the same fleet-wide number on every replica (aggregate \
+                         with max, not sum).",
+                    ),
+                    &["tenant"],
+                ),
+            ),
+            store_permits_held: register(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "leasehold_store_permits_held",
+                        "Semaphore permits held now in the store, by tenant (the last census; \
+                         aggregate with max).",
+                    ),
+                    &["tenant"],
+                ),
+            ),
+            store_waiters: register(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "leasehold_store_waiters",
+                        "Callers queued now in the store's wait lines, on every replica, by \
+                         tenant (the last census; aggregate with max).",
+                    ),
+                    &["tenant"],
+                ),
+            ),
+            census_complete: register(
+                &r,
+                IntGauge::new(
+                    "leasehold_census_complete",
+                    "1 when the last census of the store covered every name; 0 when it \
+                     stopped at --census-max-names (the leasehold_store_* counts are partial).",
+                ),
+            ),
+            census_timestamp: register(
+                &r,
+                Gauge::new(
+                    "leasehold_census_timestamp_seconds",
+                    "When the last census of the store finished, in seconds since the Unix \
+                     epoch (0 before the first).",
+                ),
+            ),
+            census_duration: register(
+                &r,
+                Gauge::new(
+                    "leasehold_census_duration_seconds",
+                    "How long the last census of the store took.",
+                ),
+            ),
+            census_tenants: Arc::default(),
             registry: r,
         };
         register_build_info(&m.registry);
@@ -334,6 +411,44 @@ impl Metrics {
         family
             .with_label_values(&[setting.as_str()])
             .set(i64::from(found));
+    }
+
+    /// Publishes a census: every tenant's counts; the series of a tenant
+    /// that holds nothing any more are dropped (as kube-state-metrics drops
+    /// a deleted object's), so that the series count follows the tenants
+    /// that hold something.
+    pub fn census(&self, census: &Census) {
+        let mut labelled = self
+            .census_tenants
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for gone in labelled.difference(&census.tenants.keys().cloned().collect()) {
+            for family in [
+                &self.store_leases_held,
+                &self.store_permits_held,
+                &self.store_waiters,
+            ] {
+                let _ = family.remove_label_values(&[gone.as_str()]);
+            }
+        }
+        for (tenant, counts) in &census.tenants {
+            let set = |family: &IntGaugeVec, n: u64| {
+                family
+                    .with_label_values(&[tenant.as_str()])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            };
+            set(&self.store_leases_held, counts.leases);
+            set(&self.store_permits_held, counts.permits);
+            set(&self.store_waiters, counts.waiters);
+        }
+        *labelled = census.tenants.keys().cloned().collect();
+        self.census_complete.set(i64::from(census.complete));
+        self.census_duration.set(census.took.as_secs_f64());
+        self.census_timestamp.set(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
     }
 
     /// Counts a refused request or connection.

@@ -244,6 +244,29 @@ pub struct DescribeArgs {
     output: OutputArgs,
 }
 
+/// `leasehold list`: the locks with something on them.
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// Only names that start with this (default: every name).
+    #[arg(default_value = "")]
+    prefix: String,
+    /// Another tenant's locks (needs the `admin` permission); `@root` for
+    /// the root namespace; `*` for every tenant's; default: your own.
+    #[arg(long, default_value = "")]
+    tenant: String,
+    /// Names the broker looks at per call (at most 1000): smaller pages
+    /// load the store less per call and take more calls.
+    #[arg(long, default_value_t = 1000)]
+    page_size: u32,
+    /// Stop after this many locks (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    limit: usize,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
 /// How a command prints what it learnt.
 #[derive(clap::Args, Clone, Copy, Debug)]
 pub struct OutputArgs {
@@ -514,6 +537,182 @@ pub async fn release(args: ReleaseArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
+}
+
+/// Lists the locks with something on them (held, permits, waiters, a
+/// lock-delay): a table, or one JSON object per lock with `-o json`. Walks
+/// every page the broker gives (each a bounded call), and sorts the whole:
+/// a Redis store lists in its own order, and may list a name twice across
+/// pages (kept once).
+pub async fn list(args: ListArgs) -> ExitCode {
+    let client = match args.broker.client().await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let mut locks = std::collections::BTreeMap::new();
+    let mut token = String::new();
+    let mut cut = false;
+    loop {
+        let page = match client
+            .list_page(&args.tenant, &args.prefix, args.page_size, &token)
+            .await
+        {
+            Ok(page) => page,
+            Err(e) => return fail_list(&e),
+        };
+        for lock in page.locks {
+            locks.insert((lock.tenant.clone(), lock.name.clone()), lock);
+        }
+        if args.limit > 0 && locks.len() >= args.limit {
+            cut = !page.next_page_token.is_empty() || locks.len() > args.limit;
+            break;
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let mut locks: Vec<_> = locks.into_values().collect();
+    if args.limit > 0 {
+        locks.truncate(args.limit);
+    }
+    let all_tenants = args.tenant == "*";
+    if args.output.output == Output::Json {
+        for l in &locks {
+            print_json(&listed_json(l));
+        }
+    } else {
+        print!("{}", list_table(&locks, all_tenants));
+    }
+    if cut {
+        eprintln!(
+            "leasehold: the first {} locks shown (--limit); there may be more",
+            locks.len()
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// A refused listing, naming the command's own flags.
+fn fail_list(e: &ClientError) -> ExitCode {
+    let flag = e
+        .refusal()
+        .filter(|r| r.reason() == "BAD_ARGUMENT")
+        .and_then(|r| match r.get("argument")? {
+            "prefix" => Some("PREFIX"),
+            "page_size" => Some("--page-size"),
+            "tenant" => Some("--tenant"),
+            _ => None,
+        });
+    match flag {
+        Some(flag) => eprintln!("leasehold: {flag}: {e}"),
+        None => eprintln!("leasehold: {e}"),
+    }
+    ExitCode::from(exit_code(e, EXIT_LOCK_BUSY))
+}
+
+/// A listed lock as one JSON object (Describe's keys, with its name and
+/// tenant).
+fn listed_json(l: &leasehold_client::Listed) -> serde_json::Value {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    serde_json::json!({
+        "tenant": l.tenant,
+        "lock": l.name,
+        "held": l.held,
+        "holder": l.holder,
+        "fence": l.fence,
+        "remaining_ms": ms(l.remaining),
+        "ttl_ms": ms(l.ttl),
+        "granted_at_unix_ms": ms(l.granted_at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default()),
+        "lock_delay_remaining_ms": ms(l.lock_delay_remaining),
+        "permits_held": l.permits_held,
+        "waiters": l.waiters,
+    })
+}
+
+/// The locks as a table for a person: one row each, columns aligned, the
+/// state in words (`held`, `permits`, `delay`, `waiting`), times in the
+/// largest unit that reads well.
+fn list_table(locks: &[leasehold_client::Listed], all_tenants: bool) -> String {
+    use leasehold_server::duration::format_duration;
+    let mut rows = vec![{
+        let mut header = vec!["NAME", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "WAITERS"];
+        if all_tenants {
+            header.insert(0, "TENANT");
+        }
+        header.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    }];
+    // Times to the second past ten seconds, to the tenth below: a table
+    // is read, not parsed (-o json has milliseconds).
+    let left = |d: Duration| {
+        if d >= Duration::from_secs(10) {
+            format_duration(Duration::from_secs(d.as_secs()))
+        } else {
+            format!("{:.1} s", d.as_secs_f64())
+        }
+    };
+    for l in locks {
+        let (state, holder, fence, remaining, ttl) = if l.held {
+            (
+                "held".to_owned(),
+                l.holder.clone(),
+                l.fence.to_string(),
+                left(l.remaining),
+                format_duration(l.ttl),
+            )
+        } else if l.permits_held > 0 {
+            (
+                format!("{} permits", l.permits_held),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            )
+        } else if !l.lock_delay_remaining.is_zero() {
+            (
+                "delay".to_owned(),
+                "-".into(),
+                "-".into(),
+                left(l.lock_delay_remaining),
+                "-".into(),
+            )
+        } else {
+            (
+                "waiting".to_owned(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            )
+        };
+        let mut row = vec![
+            l.name.clone(),
+            state,
+            holder,
+            fence,
+            remaining,
+            ttl,
+            l.waiters.to_string(),
+        ];
+        if all_tenants {
+            row.insert(0, l.tenant.clone());
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// Prints who holds a lock.

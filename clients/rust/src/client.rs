@@ -14,7 +14,7 @@ use std::{
 
 use leasehold_proto::{
     leasehold_service_client::LeaseholdServiceClient, AcquireRequest, AcquireResponse,
-    CheckFenceRequest, DescribeRequest, LeaderRequest, ObserveRequest, ReleaseRequest,
+    CheckFenceRequest, DescribeRequest, LeaderRequest, ListRequest, ObserveRequest, ReleaseRequest,
     RevokeRequest,
 };
 use leasehold_proto::{session_request::Request, session_response::Response};
@@ -29,7 +29,7 @@ use crate::{
     keeper,
     session::{self, Link},
     AcquireOptions, ClientError, ClientOptions, ClientTls, Credentials, Description, Grant, Held,
-    LeaderInfo, Lease, LossReason, Observation,
+    LeaderInfo, Lease, ListPage, Listed, LossReason, Observation,
 };
 
 /// State shared by a client, its leases and its keeper task.
@@ -408,6 +408,41 @@ impl Client {
             .await?
             .into_inner()
             .into())
+    }
+
+    /// One page of the names that start with `prefix` and have something
+    /// on them (a lease, permits, waiters, a lock-delay), in `tenant`'s
+    /// namespace (empty: the caller's own; another's, or `*` for every
+    /// tenant's, needs the `admin` permission). `page_size` bounds the
+    /// names the broker looks at (0: its default, 100; at most 1000), so a
+    /// page may hold fewer entries, even none, while
+    /// [`ListPage::next_page_token`] is not empty: pass it back as
+    /// `page_token` (empty to start) until it is.
+    pub async fn list_page(
+        &self,
+        tenant: &str,
+        prefix: &str,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<ListPage, ClientError> {
+        let request = ListRequest {
+            prefix: prefix.to_owned(),
+            tenant: tenant.to_owned(),
+            page_size,
+            page_token: page_token.to_owned(),
+        };
+        let page = self
+            .shared
+            .call(|mut broker| {
+                let request = request.clone();
+                async move { broker.list(request).await }
+            })
+            .await?
+            .into_inner();
+        Ok(ListPage {
+            locks: page.locks.into_iter().map(Listed::from).collect(),
+            next_page_token: page.next_page_token,
+        })
     }
 
     /// Waits (up to `opts.wait`) to become the leader of `election` with

@@ -47,5 +47,5 @@ pub use self::{
     error::{ClientError, LossReason, Refusal},
     lease::Lease,
     options::{default_holder, AcquireOptions, ClientOptions, ClientTls, Credentials},
-    types::{Description, Grant},
+    types::{Description, Grant, ListPage, Listed},
 };

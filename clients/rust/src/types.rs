@@ -94,3 +94,58 @@ impl From<leasehold_proto::DescribeResponse> for Description {
         }
     }
 }
+
+/// A name a listing found something on ([`crate::Client::list_page`]):
+/// its state as [`Description`] tells it, with the tenant it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// The tenant whose name it is (`@root` for the root namespace).
+    pub tenant: String,
+    /// The name, as its holders name it.
+    pub name: String,
+    /// Whether a lock lease holds it (false for a semaphore).
+    pub held: bool,
+    /// The holder's label (an election's leader's value).
+    pub holder: String,
+    /// The lease's fence (an election's term).
+    pub fence: u64,
+    /// Time left on the lease.
+    pub remaining: Duration,
+    /// The lease's TTL.
+    pub ttl: Duration,
+    /// When the lease was granted (the store's clock).
+    pub granted_at: SystemTime,
+    /// Callers waiting in line, on every broker replica.
+    pub waiters: u64,
+    /// Permits held, for a semaphore.
+    pub permits_held: u64,
+    /// Time left of a lock-delay in force now.
+    pub lock_delay_remaining: Duration,
+}
+
+impl From<leasehold_proto::ListedLock> for Listed {
+    fn from(l: leasehold_proto::ListedLock) -> Self {
+        Listed {
+            tenant: l.tenant,
+            name: l.name,
+            held: l.held,
+            holder: l.holder,
+            fence: l.fence,
+            remaining: Duration::from_millis(l.remaining_ms),
+            ttl: Duration::from_millis(l.ttl_ms),
+            granted_at: UNIX_EPOCH + Duration::from_millis(l.granted_at_unix_ms),
+            waiters: l.waiters,
+            permits_held: l.permits_held,
+            lock_delay_remaining: Duration::from_millis(l.lock_delay_remaining_ms),
+        }
+    }
+}
+
+/// One page of a listing: see [`crate::Client::list_page`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// The names of the page with something on them.
+    pub locks: Vec<Listed>,
+    /// Empty when the walk is done; else the token of the next page.
+    pub next_page_token: String,
+}

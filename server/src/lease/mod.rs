@@ -6,6 +6,7 @@
 mod abandoned;
 mod acquisition;
 pub mod audit;
+pub mod census;
 mod election;
 mod events;
 mod keepalive;

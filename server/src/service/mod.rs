@@ -24,7 +24,7 @@ use crate::{
     auth::Auth,
     config::ServeConfig,
     error::{Error, Result},
-    lease::{Events, Leases, Tenants},
+    lease::{census, Events, Leases, Tenants},
     metrics::Metrics,
     proto::{self, leasehold_service_server::LeaseholdServiceServer},
     store::Store,
@@ -128,6 +128,16 @@ pub async fn run(
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
+    tokio::spawn(census::run(
+        leases.clone(),
+        config.census_interval,
+        config.census_max_names,
+        {
+            let metrics = metrics.clone();
+            move |census| metrics.census(census)
+        },
+        stop_rx.clone(),
+    ));
     tracing::info!(
         grpc = %grpc.local_addr().map_err(|e| Error::Internal(e.to_string()))?,
         metrics = %metrics_addr,

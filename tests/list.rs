@@ -1,0 +1,514 @@
+//! What an operator sees of the fleet (issue 32): `leasehold list` (a table
+//! and `-o json`) over the List RPC, its tenant scoping and its refusals,
+//! and the census gauges (`leasehold_store_*`), on a broker over a real
+//! redis-server and a real PostgreSQL.
+
+use leasehold_testkit as common;
+
+use std::{path::PathBuf, time::Duration};
+
+use common::{eventually, postgres::PostgresServer, sample, scrape, Broker, RedisServer};
+use leasehold_client::{AcquireOptions, Client, ClientOptions, Credentials};
+use leasehold_server::auth::{generate_token, token_credential};
+use tokio::process::Command;
+
+/// The stores the operators' views are tested on, each with its server.
+enum Server {
+    Redis(RedisServer),
+    Postgres(PostgresServer),
+}
+
+impl Server {
+    fn start(store: &str) -> Server {
+        match store {
+            "redis" => Server::Redis(RedisServer::start()),
+            "postgres" => Server::Postgres(PostgresServer::start()),
+            other => panic!("no store {other}"),
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Server::Redis(redis) => redis.url(),
+            Server::Postgres(postgres) => postgres.url(),
+        }
+    }
+}
+
+/// `leasehold list ARGS` against `broker`, with `token` as its credential:
+/// its exit code, stdout and stderr.
+async fn list(broker: &Broker, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .arg("list")
+        .args(args)
+        .env("LEASEHOLD_BROKER", broker.url())
+        .env_remove("LEASEHOLD_AUTH_TOKEN")
+        .kill_on_drop(true);
+    if let Some(token) = token {
+        command.env("LEASEHOLD_AUTH_TOKEN", token);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .expect("list finished within 30 s")
+        .expect("run leasehold list");
+    (
+        out.status.code().expect("an exit code"),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// The JSON lines of `list -o json`.
+fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// A lease on `name` by `holder` (kept alive by the client).
+async fn take(client: &Client, name: &str, holder: &str) -> leasehold_client::Lease {
+    client
+        .acquire(
+            name,
+            AcquireOptions::new()
+                .ttl(Duration::from_secs(30))
+                .holder(holder),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("acquire {name}: {e}"))
+}
+
+/// `list` shows the held locks, semaphores and wait lines under a prefix,
+/// with holders, fences and time left, as a table and as JSON lines whose
+/// values are the leases' own; and nothing outside the prefix, nor a
+/// released lock.
+async fn lists_what_is_held(store: &str) {
+    let server = Server::start(store);
+    let broker = Broker::start(&server.url()).await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let nightly = take(&client, "jobs/nightly", "worker-1").await;
+    let hourly = take(&client, "jobs/hourly", "worker-2").await;
+    let gone = take(&client, "jobs/gone", "worker-3").await;
+    gone.release().await.unwrap();
+    let _other = take(&client, "other/x", "worker-4").await;
+    let semaphore = AcquireOptions::new().ttl(Duration::from_secs(30)).limit(3);
+    let _p1 = client
+        .acquire("jobs/pool", semaphore.clone())
+        .await
+        .unwrap();
+    let _p2 = client.acquire("jobs/pool", semaphore).await.unwrap();
+    // A waiter in the nightly job's line, until the test ends.
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .acquire(
+                    "jobs/nightly",
+                    AcquireOptions::new().wait(Duration::from_secs(60)),
+                )
+                .await
+        })
+    };
+    eventually(Duration::from_secs(10), "the waiter in line", || async {
+        client.describe("jobs/nightly").await.unwrap().waiters == 1
+    })
+    .await;
+
+    let (code, stdout, stderr) = list(&broker, None, &["jobs/", "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let rows = json_lines(&stdout);
+    let names: Vec<&str> = rows.iter().map(|r| r["lock"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["jobs/hourly", "jobs/nightly", "jobs/pool"],
+        "{stdout}"
+    );
+    let row = |name: &str| rows.iter().find(|r| r["lock"] == name).unwrap();
+    assert_eq!(row("jobs/nightly")["holder"], "worker-1");
+    assert_eq!(row("jobs/nightly")["fence"], nightly.fence());
+    assert_eq!(row("jobs/nightly")["waiters"], 1);
+    assert_eq!(row("jobs/nightly")["tenant"], "@root");
+    assert_eq!(row("jobs/hourly")["fence"], hourly.fence());
+    assert_eq!(row("jobs/hourly")["ttl_ms"], 30_000);
+    let left = row("jobs/hourly")["remaining_ms"].as_u64().unwrap();
+    assert!(left > 0 && left <= 30_000, "{left}");
+    assert_eq!(row("jobs/pool")["held"], false);
+    assert_eq!(row("jobs/pool")["permits_held"], 2);
+
+    let (code, table, stderr) = list(&broker, None, &["jobs/"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "WAITERS"]
+    );
+    let nightly_row: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(
+        nightly_row[..4],
+        [
+            "jobs/nightly",
+            "held",
+            "worker-1",
+            &nightly.fence().to_string()
+        ]
+    );
+    assert_eq!(nightly_row.last(), Some(&"1"), "one waiter: {table}");
+    assert!(
+        lines[3].starts_with("jobs/pool") && lines[3].contains("2 permits"),
+        "{table}"
+    );
+
+    // Every name, in small pages: the walk goes on across them.
+    let (code, stdout, stderr) = list(&broker, None, &["--page-size", "1", "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let names: Vec<String> = json_lines(&stdout)
+        .iter()
+        .map(|r| r["lock"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["jobs/hourly", "jobs/nightly", "jobs/pool", "other/x"]
+    );
+
+    // --limit stops early, and says so.
+    let (code, stdout, stderr) = list(&broker, None, &["--limit", "2"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    assert!(stderr.contains("--limit"), "{stderr}");
+    waiter.abort();
+}
+
+#[tokio::test]
+async fn lists_what_is_held_on_redis() {
+    lists_what_is_held("redis").await;
+}
+
+#[tokio::test]
+async fn lists_what_is_held_on_postgres() {
+    lists_what_is_held("postgres").await;
+}
+
+/// Refusals name the command's own words: a bad prefix, a page too large,
+/// a page token no listing gave.
+#[tokio::test]
+async fn list_refusals_name_the_flag_to_change() {
+    let broker = Broker::start("memory").await;
+    let (code, _, stderr) = list(&broker, None, &["jobs nightly"]).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert!(
+        stderr.starts_with("leasehold: PREFIX: the name prefix contains ' '"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = list(&broker, None, &["--page-size", "5000"]).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert!(stderr.starts_with("leasehold: --page-size:"), "{stderr}");
+    assert!(stderr.contains("at most 1000"), "{stderr}");
+
+    let client = Client::connect(broker.url()).await.unwrap();
+    let refused = client
+        .list_page("", "", 10, "{not-a-token}")
+        .await
+        .unwrap_err();
+    let refusal = refused.refusal().expect("a structured refusal");
+    assert_eq!(
+        (refusal.reason(), refusal.get("argument")),
+        ("BAD_ARGUMENT", Some("page_token"))
+    );
+}
+
+/// Tokens of two tenants and an administrator, in an auth file.
+struct Tenants {
+    payments: String,
+    billing: String,
+    ops: String,
+    file: PathBuf,
+}
+
+impl Tenants {
+    fn new(test: &str) -> Tenants {
+        let (payments, billing, ops) = (
+            generate_token().unwrap(),
+            generate_token().unwrap(),
+            generate_token().unwrap(),
+        );
+        let file =
+            std::env::temp_dir().join(format!("leasehold-list-{test}-{}", std::process::id()));
+        std::fs::write(
+            &file,
+            format!(
+                "payments use {}\nbilling use {}\nops admin {}\n",
+                token_credential(&payments),
+                token_credential(&billing),
+                token_credential(&ops),
+            ),
+        )
+        .unwrap();
+        Tenants {
+            payments,
+            billing,
+            ops,
+            file,
+        }
+    }
+}
+
+async fn client_as(broker: &Broker, token: &str) -> Client {
+    let options = ClientOptions {
+        credentials: Credentials::bearer(Some(token)).unwrap(),
+        ..ClientOptions::default()
+    };
+    Client::connect_any_with([broker.url()], &options)
+        .await
+        .unwrap()
+}
+
+/// A tenant lists its own locks only; another tenant's, or every tenant's,
+/// need the admin permission, which lists them with their tenants.
+async fn listing_is_scoped_by_tenant(store: &str) {
+    let server = Server::start(store);
+    let tenants = Tenants::new(store);
+    let file = tenants.file.clone();
+    let broker = Broker::start_with(&server.url(), move |c| c.auth_file = Some(file)).await;
+    let payments = client_as(&broker, &tenants.payments).await;
+    let billing = client_as(&broker, &tenants.billing).await;
+    let _a = take(&payments, "jobs/settle", "p").await;
+    let _b = take(&billing, "jobs/invoice", "b").await;
+
+    let names = |stdout: &str| -> Vec<(String, String)> {
+        json_lines(stdout)
+            .iter()
+            .map(|r| {
+                (
+                    r["tenant"].as_str().unwrap().to_owned(),
+                    r["lock"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let (code, stdout, stderr) = list(&broker, Some(&tenants.payments), &["-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        names(&stdout),
+        [("payments".to_owned(), "jobs/settle".to_owned())]
+    );
+    let (code, _, stderr) = list(&broker, Some(&tenants.payments), &["--tenant", "billing"]).await;
+    assert_eq!(code, 77, "{stderr}");
+    assert!(stderr.contains("admin"), "{stderr}");
+    let (code, _, stderr) = list(&broker, Some(&tenants.payments), &["--tenant", "*"]).await;
+    assert_eq!(code, 77, "{stderr}");
+
+    let (code, stdout, stderr) = list(
+        &broker,
+        Some(&tenants.ops),
+        &["--tenant", "billing", "-o", "json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        names(&stdout),
+        [("billing".to_owned(), "jobs/invoice".to_owned())]
+    );
+    let (code, stdout, stderr) = list(
+        &broker,
+        Some(&tenants.ops),
+        &["--tenant", "*", "-o", "json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        names(&stdout),
+        [
+            ("billing".to_owned(), "jobs/invoice".to_owned()),
+            ("payments".to_owned(), "jobs/settle".to_owned())
+        ]
+    );
+    let (code, table, stderr) = list(&broker, Some(&tenants.ops), &["--tenant", "*"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(table.starts_with("TENANT"), "{table}");
+    let _ = std::fs::remove_file(&tenants.file);
+}
+
+#[tokio::test]
+async fn listing_is_scoped_by_tenant_on_redis() {
+    listing_is_scoped_by_tenant("redis").await;
+}
+
+#[tokio::test]
+async fn listing_is_scoped_by_tenant_on_postgres() {
+    listing_is_scoped_by_tenant("postgres").await;
+}
+
+/// The value of `series` in a scrape of `broker`, 0 when absent.
+async fn gauge(broker: &Broker, series: &str) -> f64 {
+    let text = scrape(broker.metrics_addr).await;
+    if text
+        .lines()
+        .any(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+    {
+        sample(&text, series)
+    } else {
+        0.0
+    }
+}
+
+/// Waits for the census to say `want` of `series`.
+async fn census_says(broker: &Broker, series: &str, want: f64) {
+    eventually(
+        Duration::from_secs(15),
+        &format!("{series} = {want}"),
+        || async { gauge(broker, series).await == want },
+    )
+    .await;
+}
+
+/// The census gauges count exactly what the store holds, by tenant: leases,
+/// permits and waiters taken through two brokers (every broker reports the
+/// fleet, not its own calls), and back to 0 when they end; a tenant that
+/// holds nothing any more loses its series.
+async fn the_census_counts_what_the_store_holds(store: &str) {
+    let server = Server::start(store);
+    let tenants = Tenants::new(&format!("census-{store}"));
+    let census = |c: &mut leasehold_server::config::ServeConfig, file: PathBuf| {
+        c.auth_file = Some(file);
+        c.census_interval = Duration::from_millis(100);
+    };
+    let file = tenants.file.clone();
+    let one = Broker::start_with(&server.url(), |c| census(c, file)).await;
+    let file = tenants.file.clone();
+    let two = Broker::start_with(&server.url(), |c| census(c, file)).await;
+    let payments = client_as(&one, &tenants.payments).await;
+    let billing = client_as(&two, &tenants.billing).await;
+
+    let a = take(&payments, "jobs/a", "p").await;
+    let b = take(&payments, "jobs/b", "p").await;
+    let c = take(&billing, "jobs/c", "b").await;
+    let semaphore = AcquireOptions::new().ttl(Duration::from_secs(30)).limit(5);
+    let p1 = billing.acquire("pool", semaphore.clone()).await.unwrap();
+    let p2 = billing.acquire("pool", semaphore.clone()).await.unwrap();
+    let p3 = billing.acquire("pool", semaphore).await.unwrap();
+    let waiter = {
+        let payments = payments.clone();
+        tokio::spawn(async move {
+            payments
+                .acquire(
+                    "jobs/a",
+                    AcquireOptions::new().wait(Duration::from_secs(60)),
+                )
+                .await
+        })
+    };
+    for broker in [&one, &two] {
+        census_says(
+            broker,
+            r#"leasehold_store_leases_held{tenant="payments"}"#,
+            2.0,
+        )
+        .await;
+        census_says(
+            broker,
+            r#"leasehold_store_leases_held{tenant="billing"}"#,
+            1.0,
+        )
+        .await;
+        census_says(
+            broker,
+            r#"leasehold_store_permits_held{tenant="billing"}"#,
+            3.0,
+        )
+        .await;
+        census_says(
+            broker,
+            r#"leasehold_store_permits_held{tenant="payments"}"#,
+            0.0,
+        )
+        .await;
+        census_says(broker, r#"leasehold_store_waiters{tenant="payments"}"#, 1.0).await;
+        census_says(
+            broker,
+            r#"leasehold_store_leases_held{tenant="@root"}"#,
+            0.0,
+        )
+        .await;
+        census_says(broker, "leasehold_census_complete", 1.0).await;
+    }
+    let text = scrape(one.metrics_addr).await;
+    assert!(
+        sample(&text, "leasehold_census_timestamp_seconds") > 1.7e9,
+        "{text}"
+    );
+
+    waiter.abort();
+    for lease in [a, b] {
+        lease.release().await.unwrap();
+    }
+    census_says(
+        &one,
+        r#"leasehold_store_leases_held{tenant="payments"}"#,
+        0.0,
+    )
+    .await;
+    for lease in [c, p1, p2, p3] {
+        lease.release().await.unwrap();
+    }
+    // Nothing held by billing: its series are gone, not left at their last
+    // value.
+    eventually(
+        Duration::from_secs(15),
+        "billing's series dropped",
+        || async {
+            !scrape(two.metrics_addr)
+                .await
+                .contains(r#"tenant="billing""#)
+        },
+    )
+    .await;
+    let _ = std::fs::remove_file(&tenants.file);
+}
+
+#[tokio::test]
+async fn the_census_counts_what_the_store_holds_on_redis() {
+    the_census_counts_what_the_store_holds("redis").await;
+}
+
+#[tokio::test]
+async fn the_census_counts_what_the_store_holds_on_postgres() {
+    the_census_counts_what_the_store_holds("postgres").await;
+}
+
+/// A census that meets more names than --census-max-names stops there and
+/// says its counts are partial.
+#[tokio::test]
+async fn a_census_past_its_cap_says_it_is_partial() {
+    let broker = Broker::start_with("memory", |c| {
+        c.census_interval = Duration::from_millis(100);
+        c.census_max_names = 3;
+    })
+    .await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let mut leases = Vec::new();
+    for i in 0..5 {
+        leases.push(take(&client, &format!("n/{i}"), "h").await);
+    }
+    // Counted first (a census ran), then read: the gauge starts at 0.
+    census_says(
+        &broker,
+        r#"leasehold_store_leases_held{tenant="@root"}"#,
+        3.0,
+    )
+    .await;
+    assert_eq!(gauge(&broker, "leasehold_census_complete").await, 0.0);
+    for lease in leases.drain(2..) {
+        lease.release().await.unwrap();
+    }
+    census_says(
+        &broker,
+        r#"leasehold_store_leases_held{tenant="@root"}"#,
+        2.0,
+    )
+    .await;
+    census_says(&broker, "leasehold_census_complete", 1.0).await;
+}
