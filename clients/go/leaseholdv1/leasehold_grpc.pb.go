@@ -43,6 +43,21 @@ type LeaseholdServiceClient interface {
 	// Says who holds `name`, without revealing the owner token. Never fails
 	// for a free name: `held` is false then.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
+	// Lists the locks and semaphores whose names start with `prefix` that
+	// have something on them now: a lease, permits, callers waiting, or a
+	// lock-delay running (free names are left out). Without owner tokens,
+	// like Describe, and in the caller's namespace unless an administrator
+	// names another tenant's, or `*` for every tenant's.
+	//
+	// A page at a time: each call looks at a bounded number of names in the
+	// store (at most `page_size`), so a listing of a million names is a
+	// walk of many small calls, none of which stalls the store; a page may
+	// hold fewer entries than `page_size`, even none, while
+	// `next_page_token` says there is more. Names come in name order, except
+	// on Redis (the order of its SCAN, each page sorted). A name held for the
+	// whole walk is listed; one taken or freed during it may or may not be,
+	// and on Redis a name may be listed on two pages.
+	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Heartbeats: keeps any number of leases alive over one stream.
 	//
 	// Each KeepAliveRequest names the leases the client still holds; the broker
@@ -210,6 +225,15 @@ func (c *leaseholdServiceClient) Release(ctx context.Context, in *ReleaseRequest
 func (c *leaseholdServiceClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error) {
 	out := new(DescribeResponse)
 	err := c.cc.Invoke(ctx, "/leasehold.v1.LeaseholdService/Describe", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leaseholdServiceClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error) {
+	out := new(ListResponse)
+	err := c.cc.Invoke(ctx, "/leasehold.v1.LeaseholdService/List", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -385,6 +409,21 @@ type LeaseholdServiceServer interface {
 	// Says who holds `name`, without revealing the owner token. Never fails
 	// for a free name: `held` is false then.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
+	// Lists the locks and semaphores whose names start with `prefix` that
+	// have something on them now: a lease, permits, callers waiting, or a
+	// lock-delay running (free names are left out). Without owner tokens,
+	// like Describe, and in the caller's namespace unless an administrator
+	// names another tenant's, or `*` for every tenant's.
+	//
+	// A page at a time: each call looks at a bounded number of names in the
+	// store (at most `page_size`), so a listing of a million names is a
+	// walk of many small calls, none of which stalls the store; a page may
+	// hold fewer entries than `page_size`, even none, while
+	// `next_page_token` says there is more. Names come in name order, except
+	// on Redis (the order of its SCAN, each page sorted). A name held for the
+	// whole walk is listed; one taken or freed during it may or may not be,
+	// and on Redis a name may be listed on two pages.
+	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Heartbeats: keeps any number of leases alive over one stream.
 	//
 	// Each KeepAliveRequest names the leases the client still holds; the broker
@@ -531,6 +570,9 @@ func (UnimplementedLeaseholdServiceServer) Release(context.Context, *ReleaseRequ
 func (UnimplementedLeaseholdServiceServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Describe not implemented")
 }
+func (UnimplementedLeaseholdServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method List not implemented")
+}
 func (UnimplementedLeaseholdServiceServer) KeepAlive(LeaseholdService_KeepAliveServer) error {
 	return status.Errorf(codes.Unimplemented, "method KeepAlive not implemented")
 }
@@ -636,6 +678,24 @@ func _LeaseholdService_Describe_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LeaseholdServiceServer).Describe(ctx, req.(*DescribeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeaseholdService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseholdServiceServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/leasehold.v1.LeaseholdService/List",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseholdServiceServer).List(ctx, req.(*ListRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -822,6 +882,10 @@ var _LeaseholdService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Describe",
 			Handler:    _LeaseholdService_Describe_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _LeaseholdService_List_Handler,
 		},
 		{
 			MethodName: "CheckFence",

@@ -123,6 +123,52 @@ class DescribeResponse(_message.Message):
     permits_held: int
     def __init__(self, held: bool = ..., holder: _Optional[str] = ..., fence: _Optional[int] = ..., remaining_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., granted_at_unix_ms: _Optional[int] = ..., local_waiters: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., lock_delay_remaining_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., permits_held: _Optional[int] = ...) -> None: ...
 
+class ListRequest(_message.Message):
+    __slots__ = ("prefix", "tenant", "page_size", "page_token")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    tenant: str
+    page_size: int
+    page_token: str
+    def __init__(self, prefix: _Optional[str] = ..., tenant: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("locks", "next_page_token")
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    locks: _containers.RepeatedCompositeFieldContainer[ListedLock]
+    next_page_token: str
+    def __init__(self, locks: _Optional[_Iterable[_Union[ListedLock, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListedLock(_message.Message):
+    __slots__ = ("name", "tenant", "held", "holder", "fence", "remaining_ms", "ttl_ms", "granted_at_unix_ms", "waiters", "permits_held", "lock_delay_remaining_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_HELD_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tenant: str
+    held: bool
+    holder: str
+    fence: int
+    remaining_ms: int
+    ttl_ms: int
+    granted_at_unix_ms: int
+    waiters: int
+    permits_held: int
+    lock_delay_remaining_ms: int
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., held: bool = ..., holder: _Optional[str] = ..., fence: _Optional[int] = ..., remaining_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., granted_at_unix_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., permits_held: _Optional[int] = ..., lock_delay_remaining_ms: _Optional[int] = ...) -> None: ...
+
 class CheckFenceRequest(_message.Message):
     __slots__ = ("name", "fence")
     NAME_FIELD_NUMBER: _ClassVar[int]

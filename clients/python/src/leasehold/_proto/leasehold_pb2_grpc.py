@@ -60,6 +60,11 @@ class LeaseholdServiceStub(object):
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.DescribeRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.DescribeResponse.FromString,
                 _registered_method=True)
+        self.List = channel.unary_unary(
+                '/leasehold.v1.LeaseholdService/List',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListResponse.FromString,
+                _registered_method=True)
         self.KeepAlive = channel.stream_stream(
                 '/leasehold.v1.LeaseholdService/KeepAlive',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.SerializeToString,
@@ -147,6 +152,26 @@ class LeaseholdServiceServicer(object):
     def Describe(self, request, context):
         """Says who holds `name`, without revealing the owner token. Never fails
         for a free name: `held` is false then.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """Lists the locks and semaphores whose names start with `prefix` that
+        have something on them now: a lease, permits, callers waiting, or a
+        lock-delay running (free names are left out). Without owner tokens,
+        like Describe, and in the caller's namespace unless an administrator
+        names another tenant's, or `*` for every tenant's.
+
+        A page at a time: each call looks at a bounded number of names in the
+        store (at most `page_size`), so a listing of a million names is a
+        walk of many small calls, none of which stalls the store; a page may
+        hold fewer entries than `page_size`, even none, while
+        `next_page_token` says there is more. Names come in name order, except
+        on Redis (the order of its SCAN, each page sorted). A name held for the
+        whole walk is listed; one taken or freed during it may or may not be,
+        and on Redis a name may be listed on two pages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -342,6 +367,11 @@ def add_LeaseholdServiceServicer_to_server(servicer, server):
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.DescribeRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.DescribeResponse.SerializeToString,
             ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListResponse.SerializeToString,
+            ),
             'KeepAlive': grpc.stream_stream_rpc_method_handler(
                     servicer.KeepAlive,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.FromString,
@@ -491,6 +521,33 @@ class LeaseholdService(object):
             '/leasehold.v1.LeaseholdService/Describe',
             leasehold_dot_v1_dot_leasehold__pb2.DescribeRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.DescribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.LeaseholdService/List',
+            leasehold_dot_v1_dot_leasehold__pb2.ListRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.ListResponse.FromString,
             options,
             channel_credentials,
             insecure,
