@@ -6,10 +6,12 @@
 //! partitions of a broker run in a namespace of its own (`netns`), KeepAlive
 //! streams driven heartbeat by heartbeat (`keepalive`), and the
 //! history checker of the lease contract (`history`) with the contended run
-//! the topology tests feed it (`contract`). A crate of its own,
+//! the topology tests feed it (`contract`), and a headless Chromium driven
+//! over the DevTools protocol (`browser`). A crate of its own,
 //! compiled once for every test binary; each test file names it `common`.
 
 pub mod backends;
+pub mod browser;
 pub mod certs;
 pub mod contract;
 pub mod etcd;
