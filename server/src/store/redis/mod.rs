@@ -20,13 +20,15 @@
 //! of its script, runs it through the one call path
 //! ([`RedisStore::run`], in `scripts`), and turns the script's typed reply
 //! (`replies`) into the store's types. Beside it: `keys` (the keys of a
-//! name), `connect` (connections, TLS, timeouts, error classes),
+//! name), `list` (the walk of a listing: SCAN, then describe),
+//! `connect` (connections, TLS, timeouts, error classes),
 //! `subscribe` (the subscription task), `sentinel` and `cluster` (reading
 //! their URLs, and following the primary or a live node).
 
 mod cluster;
 mod connect;
 mod keys;
+mod list;
 mod record;
 mod replies;
 mod scripts;
@@ -532,13 +534,15 @@ impl Backend for RedisStore {
         only("revoke", self.run(call).await?.replies)
     }
 
+    /// One `SCAN` of about `budget` keys and the describes of the names
+    /// it found (see `list.rs`).
     async fn list(
         &self,
-        _prefix: &str,
-        _resume: Option<&str>,
-        _budget: usize,
+        prefix: &str,
+        resume: Option<&str>,
+        budget: usize,
     ) -> Result<(super::Listing, u64)> {
-        Err(Error::Internal("List is not built on Redis yet".into()))
+        self.list_page(prefix, resume, budget).await
     }
 
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
