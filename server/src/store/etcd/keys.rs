@@ -107,6 +107,43 @@ impl NameKeys {
     }
 }
 
+/// The keys of the names that start with `name_prefix`: `[start, end)`.
+/// A name's keys all start with the name (then `|`), so every key of such
+/// a name is in it; so are the keys of a shorter name whose `|` and suffix
+/// continue the prefix (`a` for `a|`), which [`name_of`]'s caller drops.
+pub(super) fn names_from(prefix: &str, name_prefix: &str) -> (Vec<u8>, Vec<u8>) {
+    range(format!("{prefix}{name_prefix}").into_bytes())
+}
+
+/// The first key after every key of `name` (`{prefix}{name}|` and all
+/// under it): where a walk resumes after it. Keys of names that extend
+/// `name` by a name character (`a/1` after `a`) sort before it, as every
+/// such character sorts below `|`: they came earlier in the walk.
+pub(super) fn after_name(prefix: &str, name: &str) -> Vec<u8> {
+    NameKeys::new(prefix, name).all().1
+}
+
+/// The name a key of the store's belongs to (the key without `prefix`,
+/// then as this module's table lays it out), or `None` for another key
+/// (the epoch, or one written by something else under the prefix). A
+/// stored name holds at most one `|` (a tenant's, `tenant|name`), and so
+/// `a|q|l` reads as tenant `a`'s lock `q`, not as a place in name `a`'s
+/// line with the token `l`: the broker's tokens are 32 hex digits.
+pub(super) fn name_of<'k>(prefix: &str, key: &'k [u8]) -> Option<&'k str> {
+    let rest = std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()?;
+    let (head, last) = rest.rsplit_once('|')?;
+    let name = if matches!(last, "l" | "d" | "v") {
+        head
+    } else {
+        let (name, family) = head.rsplit_once('|')?;
+        if !matches!(family, "s" | "h" | "e" | "q") {
+            return None;
+        }
+        name
+    };
+    (!name.is_empty()).then_some(name)
+}
+
 /// The kinds of a name's keys a watcher tells apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum KeyKind {
@@ -312,5 +349,35 @@ mod tests {
         assert_eq!(a.kind(&a.lock()), Some(KeyKind::Lock));
         assert_eq!(a.token_of(&a.place("w1")), Some("w1"));
         assert_eq!(prefix_end(b"a\xff"), b"b");
+    }
+
+    /// Every key of a name reads back as the name, a tenant's name (with
+    /// its `|`) included; the epoch and foreign keys as no name.
+    #[test]
+    fn a_key_names_its_name() {
+        for name in ["a", "a_b/1", "t-1|x.y:z", "q", "acme|q"] {
+            let keys = NameKeys::new("p:", name);
+            for key in [
+                keys.lock(),
+                keys.delay(),
+                keys.revoked(),
+                keys.slot(12),
+                keys.record("0123abcd"),
+                keys.end("0123abcd"),
+                keys.place("0123abcd"),
+            ] {
+                assert_eq!(name_of("p:", &key), Some(name), "{key:?}");
+            }
+            let (start, end) = names_from("p:", name);
+            assert!(start <= keys.lock() && keys.lock() < end);
+            assert!(after_name("p:", name) > keys.place("ffff"));
+            // A longer name came before it in the walk.
+            assert!(NameKeys::new("p:", &format!("{name}/0")).lock() < keys.delay());
+        }
+        assert_eq!(name_of("p:", &epoch_key("p:")), None);
+        assert_eq!(name_of("p:", b"p:a|x|y"), None);
+        assert_eq!(name_of("p:", b"p:|l"), None);
+        assert_eq!(name_of("p:", b"other:a|l"), None);
+        assert_eq!(name_of("p:", b"p:a\xff|l"), None);
     }
 }

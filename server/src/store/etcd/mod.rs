@@ -60,6 +60,7 @@ pub(crate) use self::client::EtcdUrl;
 mod subscribe;
 
 use std::{
+    collections::BTreeSet,
     sync::{Arc, Mutex, PoisonError, RwLock},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -87,10 +88,11 @@ use self::{
 use super::{
     backend::Backend,
     contract::LINGER,
+    one_answer_each,
     safety::{Finding, Setting},
     watch::Watchers,
-    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, Ping, RenewItem,
-    Renewed, Revocation, StoreOptions, Watch, QUEUE_LIFETIME,
+    Acquired, Blocked, BlockedBy, Checked, Described, Event, GrantSpec, LeaseInfo, Listed, Listing,
+    Ping, RenewItem, Renewed, Revocation, StoreOptions, Watch, QUEUE_LIFETIME,
 };
 use crate::{
     duration::millis,
@@ -668,6 +670,79 @@ impl EtcdStore {
         Ok(leases)
     }
 
+    /// What [`describe_ops`]' answers from `at` on say of a name, with the
+    /// time left of its lease or lock-delay (one LeaseTimeToLive, when it
+    /// has either: etcd's leader knows it, no key holds it); and the last
+    /// fence it read (0 if none).
+    async fn described_in(
+        &self,
+        answers: &Answers,
+        at: usize,
+        base: u64,
+    ) -> Result<(Described, u64)> {
+        let mut described = Described {
+            waiters: answers.count(at + 2),
+            permits: answers.count(at + 3),
+            ..Described::default()
+        };
+        let mut fence = 0;
+        if let Some(lock) = answers.one(at) {
+            let held = Holding::decode(&lock.value).unwrap_or_else(Holding::unreadable);
+            fence = base.saturating_add(lock.create_revision.unsigned_abs());
+            if let Some(left) = self.client().time_to_live(lock.lease).await? {
+                described.lease = Some(LeaseInfo {
+                    holder: held.holder,
+                    fence,
+                    // etcd truncates to whole seconds: an under-estimate.
+                    remaining_ms: left.saturating_mul(1_000).clamp(1, held.ttl_ms),
+                    ttl_ms: held.ttl_ms,
+                    granted_at_unix_ms: held.granted_at_unix_ms,
+                    lock_delay_ms: held.lock_delay_ms,
+                });
+            }
+        } else if let Some(delay) = answers.one(at + 1) {
+            let delay_ms = delay_value(&delay.value);
+            fence = base.saturating_add(delay.create_revision.unsigned_abs());
+            if let Some(left) = self.client().time_to_live(delay.lease).await? {
+                described.lock_delay_remaining_ms =
+                    left.saturating_mul(1_000).clamp(1, delay_ms.max(1));
+            }
+        }
+        Ok((described, fence))
+    }
+
+    /// [`Backend::describe`] of every name, in order: one read transaction
+    /// per [`DESCRIBES_PER_TXN`] names, then their LeaseTimeToLive calls,
+    /// all at once (as [`EtcdStore::look_many`] reads a heartbeat).
+    async fn describe_many(&self, names: &[String]) -> Result<Vec<(Described, u64)>> {
+        let epoch = epoch_key(&self.inner.prefix);
+        let reads = join_all(names.chunks(DESCRIBES_PER_TXN).map(|chunk| {
+            let mut ops: Vec<RequestOp> = chunk
+                .iter()
+                .flat_map(|name| describe_ops(&self.keys(name)))
+                .collect();
+            ops.push(get(&epoch));
+            async move {
+                let read = self.txn("Txn (list: describe)", read_only(ops)).await?;
+                let answers = Answers::of(read);
+                let base = self.base(answers.one(chunk.len() * DESCRIBE_OPS));
+                join_all(
+                    (0..chunk.len()).map(|i| self.described_in(&answers, i * DESCRIBE_OPS, base)),
+                )
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>>>()
+            }
+        }))
+        .await;
+        let mut described = Vec::with_capacity(names.len());
+        for read in reads {
+            described.extend(read?);
+        }
+        one_answer_each(described.len(), names.len(), "descriptions", "names")?;
+        Ok(described)
+    }
+
     /// Renews a lease a read found live with its own TTL: a keep-alive of
     /// each of its etcd leases, at once. `None` if it expired meanwhile.
     async fn keep(
@@ -823,6 +898,46 @@ impl EtcdStore {
         }
         Ok(moved)
     }
+}
+
+/// The reads of [`describe_ops`] per name.
+const DESCRIBE_OPS: usize = 4;
+
+/// Names a listing describes in one read transaction: [`DESCRIBE_OPS`] per
+/// name and the epoch, within etcd's `--max-txn-ops` (128 by default).
+const DESCRIBES_PER_TXN: usize = 31;
+
+/// The reads that tell what is on a name (describe's): its lock, its
+/// lock-delay, how many places its line has, how many permits are held.
+fn describe_ops(keys: &NameKeys) -> [RequestOp; DESCRIBE_OPS] {
+    [
+        get(&keys.lock()),
+        get(&keys.delay()),
+        count(keys.places()),
+        count(keys.slots()),
+    ]
+}
+
+/// Where a listing's walk resumes after the key `key` it read last: the
+/// name the key belongs to, or, for a key that is no name's (the epoch,
+/// something else's under the prefix), the key itself read as one, so that
+/// the walk still moves past it ([`keys::after_name`] of it is above it).
+fn walked_to(prefix: &str, key: &[u8]) -> Result<String> {
+    if let Some(name) = keys::name_of(prefix, key) {
+        return Ok(name.to_owned());
+    }
+    key.strip_prefix(prefix.as_bytes())
+        .and_then(|rest| std::str::from_utf8(rest).ok())
+        .filter(|rest| !rest.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "etcd: a key under the prefix '{prefix}' that is no name's and not text \
+                 ({} bytes): the listing cannot walk past it; was it written by something \
+                 other than the broker?",
+                key.len()
+            ))
+        })
 }
 
 /// The reads of [`look_ops`] per lease.
@@ -1408,60 +1523,86 @@ impl Backend for EtcdStore {
         Err(busy(name))
     }
 
+    /// One range read of the keys under the prefix (keys only, at most
+    /// `budget` of them, each a name's or none: a name has several), then
+    /// the names they belong to described, [`DESCRIBES_PER_TXN`] per read
+    /// transaction, all at once, with one LeaseTimeToLive per name that has
+    /// a lock or a lock-delay. The walk is in key order, which is not name
+    /// order (`a/1`'s keys sort before `a`'s: `/` is below `|`); each page
+    /// is sorted, and resumes after every key of the name of the last key
+    /// read ([`keys::after_name`]), so no name is passed over, and none is
+    /// listed twice but one whose keys a tenant's names split (a tenant id
+    /// that is a name of the root namespace, `acme` and `acme|x`).
     async fn list(
         &self,
-        _prefix: &str,
-        _resume: Option<&str>,
-        _budget: usize,
-    ) -> Result<(super::Listing, u64)> {
-        Err(Error::Internal("List is not built on etcd yet".into()))
+        prefix: &str,
+        resume: Option<&str>,
+        budget: usize,
+    ) -> Result<(Listing, u64)> {
+        let root = &self.inner.prefix;
+        if resume.is_some_and(str::is_empty) {
+            // No name is empty: no page ends at one.
+            return Err(crate::lease::listing::bad_token());
+        }
+        let (mut start, end) = keys::names_from(root, prefix);
+        if let Some(after) = resume {
+            start = start.max(keys::after_name(root, after));
+        }
+        if start.is_empty() {
+            // etcd reads an empty key as none given: from the first key.
+            start = vec![0];
+        }
+        if end != [0] && start >= end {
+            return Ok((Listing::default(), 0));
+        }
+        let page = self
+            .client()
+            .range(
+                "Range (list)",
+                RangeRequest {
+                    key: start,
+                    range_end: end,
+                    limit: i64::try_from(budget).unwrap_or(i64::MAX).max(1),
+                    keys_only: true,
+                    ..RangeRequest::default()
+                },
+            )
+            .await?;
+        let names: BTreeSet<String> = page
+            .kvs
+            .iter()
+            .filter_map(|kv| keys::name_of(root, &kv.key))
+            .filter(|name| name.starts_with(prefix))
+            .map(str::to_owned)
+            .collect();
+        let next = match page.kvs.last() {
+            Some(last) if page.more => Some(walked_to(root, &last.key)?),
+            _ => None,
+        };
+        let names: Vec<String> = names.into_iter().collect();
+        let described = self.describe_many(&names).await?;
+        let mut listing = Listing {
+            entries: Vec::new(),
+            next,
+        };
+        let mut highest = 0;
+        for (name, (described, fence)) in names.into_iter().zip(described) {
+            highest = highest.max(fence);
+            if !described.is_idle() {
+                listing.entries.push(Listed { name, described });
+            }
+        }
+        Ok((listing, highest))
     }
 
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let keys = self.keys(name);
-        let read = self
-            .txn(
-                "Txn (describe)",
-                read_only(vec![
-                    get(&keys.lock()),
-                    get(&keys.delay()),
-                    count(keys.places()),
-                    count(keys.slots()),
-                    get(&epoch_key(&self.inner.prefix)),
-                ]),
-            )
-            .await?;
+        let mut ops = describe_ops(&keys).to_vec();
+        ops.push(get(&epoch_key(&self.inner.prefix)));
+        let read = self.txn("Txn (describe)", read_only(ops)).await?;
         let answers = Answers::of(read);
-        let base = self.base(answers.one(4));
-        let mut described = Described {
-            waiters: answers.count(2),
-            permits: answers.count(3),
-            ..Described::default()
-        };
-        let mut fence = 0;
-        if let Some(lock) = answers.one(0) {
-            let held = Holding::decode(&lock.value).unwrap_or_else(Holding::unreadable);
-            fence = base.saturating_add(lock.create_revision.unsigned_abs());
-            if let Some(left) = self.client().time_to_live(lock.lease).await? {
-                described.lease = Some(LeaseInfo {
-                    holder: held.holder,
-                    fence,
-                    // etcd truncates to whole seconds: an under-estimate.
-                    remaining_ms: left.saturating_mul(1_000).clamp(1, held.ttl_ms),
-                    ttl_ms: held.ttl_ms,
-                    granted_at_unix_ms: held.granted_at_unix_ms,
-                    lock_delay_ms: held.lock_delay_ms,
-                });
-            }
-        } else if let Some(delay) = answers.one(1) {
-            let delay_ms = delay_value(&delay.value);
-            fence = base.saturating_add(delay.create_revision.unsigned_abs());
-            if let Some(left) = self.client().time_to_live(delay.lease).await? {
-                described.lock_delay_remaining_ms =
-                    left.saturating_mul(1_000).clamp(1, delay_ms.max(1));
-            }
-        }
-        Ok((described, fence))
+        let base = self.base(answers.one(DESCRIBE_OPS));
+        self.described_in(&answers, 0, base).await
     }
 
     async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
