@@ -1,7 +1,8 @@
 //! Compiles `leasehold/v1/leasehold.proto` with protox, a pure-Rust protobuf
 //! compiler, so that a fresh machine builds without a system `protoc`. The
 //! encoded descriptor set is written next to the generated code for gRPC
-//! server reflection.
+//! server reflection, and (feature `json`) to generate the serde impls of
+//! the canonical proto3 JSON mapping with pbjson-build.
 
 use std::{env, fs, path::PathBuf};
 
@@ -11,7 +12,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=leasehold");
     let fds = protox::compile(["leasehold/v1/leasehold.proto"], ["."])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
-    fs::write(out.join("leasehold_descriptor.bin"), fds.encode_to_vec())?;
+    let encoded = fds.encode_to_vec();
+    fs::write(out.join("leasehold_descriptor.bin"), &encoded)?;
+    #[cfg(feature = "json")]
+    pbjson_build::Builder::new()
+        .register_descriptors(&encoded)?
+        // Every field in every answer, zeros and empty strings too (as
+        // grpc-gateway answers): a reader of `{"current": false}` needs no
+        // table of defaults.
+        .emit_fields()
+        // An unknown field is refused, not dropped: `{"ttl": 5000}` (a
+        // misspelt ttlMs) must not grant the default TTL silently.
+        .build(&[".leasehold.v1"])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -14,6 +14,11 @@
 #[allow(unused_qualifications, clippy::all, clippy::pedantic)]
 mod generated {
     tonic::include_proto!("leasehold.v1");
+    // The canonical proto3 JSON mapping of every message (lowerCamelCase
+    // names, the proto names accepted too, 64-bit integers as strings out
+    // and as strings or numbers in), for the broker's HTTP/JSON gateway.
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/leasehold.v1.serde.rs"));
 }
 pub use generated::*;
 
