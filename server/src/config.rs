@@ -33,6 +33,22 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_METRICS_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub metrics_timeout: Duration,
 
+    /// Address of the HTTP/JSON API (POST /v1/acquire, /v1/renew...: the
+    /// unary calls with their messages in the proto3 JSON mapping, for
+    /// curl and programs without gRPC) and of the status page (/). Off
+    /// unless given: no port is opened that nobody asked for. It has the
+    /// gRPC port's TLS (--tls-cert...), authentication, tenants, caps and
+    /// limits, and --max-connections and --handshake-timeout of its own.
+    #[arg(long, env = "LEASEHOLD_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
+
+    /// How long a connection to the HTTP/JSON API may take to send a
+    /// request's headers (or wait between requests), and then its body,
+    /// before it is closed: a client that trickles a request holds its
+    /// socket for that long and no more.
+    #[arg(long, env = "LEASEHOLD_HTTP_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_timeout: Duration,
+
     /// Where leases live: `memory` (embedded, this process only) or Redis,
     /// shared by every replica: `redis://127.0.0.1:6379/0`,
     /// `redis+sentinel://s1:26379,s2:26379/mymaster` (the primary the
@@ -538,6 +554,9 @@ impl ServeConfig {
         if self.metrics_timeout.is_zero() {
             return Err("--metrics-timeout must be above zero".into());
         }
+        if self.http_timeout.is_zero() {
+            return Err("--http-timeout must be above zero".into());
+        }
         if self.store_connections == 0 {
             return Err("--store-connections must be at least 1".into());
         }
@@ -584,6 +603,8 @@ impl ServeConfig {
             metrics_listen,
             metrics_max_connections: 64,
             metrics_timeout: Duration::from_secs(5),
+            http_listen: None,
+            http_timeout: Duration::from_secs(10),
             store: store.into(),
             key_prefix: "leasehold:".into(),
             store_timeout: Duration::from_secs(1),

@@ -14,6 +14,7 @@ mod limits;
 pub mod listing;
 mod orphans;
 mod places;
+pub mod recent;
 mod tenant;
 pub mod token;
 pub mod validate;
@@ -168,6 +169,8 @@ struct Inner {
     abandoned: Arc<abandoned::Abandoned>,
     /// This replica's waiters, whose places in line it refreshes.
     places: Arc<places::Places>,
+    /// The newest losses, for the status page.
+    recent: recent::Recent,
 }
 
 /// The lease service; cheap to clone.
@@ -200,6 +203,7 @@ impl Leases {
                 orphans: Default::default(),
                 abandoned: Default::default(),
                 places,
+                recent: recent::Recent::default(),
             }),
         }
     }
@@ -207,6 +211,12 @@ impl Leases {
     /// The store (for health checks).
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The newest leases lost (as this replica learnt them), for the
+    /// status page.
+    pub fn recent_losses(&self) -> &recent::Recent {
+        &self.inner.recent
     }
 
     /// The limits requests are checked against.
@@ -244,6 +254,7 @@ impl Leases {
     fn lost(&self, name: &str, reason: LossReason) {
         self.inner.events.lost(reason);
         audit::lost(name, reason.as_str());
+        self.inner.recent.record(name, reason);
     }
 
     /// Takes the lease, once or waiting (see the proto for the semantics).

@@ -68,6 +68,11 @@ pub struct Acceptor {
     pub caps: Caps,
     /// Counts connections and refusals.
     pub metrics: Metrics,
+    /// Whether the port speaks HTTP/2 only (the gRPC port: the preface and
+    /// first SETTINGS frame are read within the deadline), or HTTP/1.1 too
+    /// (the JSON gateway: the TLS handshake alone is within the deadline,
+    /// and the server's header read timeout bounds the rest).
+    pub http2_only: bool,
 }
 
 /// An accepted connection, plaintext or TLS.
@@ -429,7 +434,11 @@ async fn open(
             }
         },
     };
-    let replay = read_preface(&mut io, peer).await?;
+    let replay = if acceptor.http2_only {
+        read_preface(&mut io, peer).await?
+    } else {
+        Vec::new()
+    };
     Ok((
         Stream {
             io,

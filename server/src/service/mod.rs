@@ -1,9 +1,11 @@
-//! The network side: the gRPC server (Leasehold API, health, reflection) and
-//! the HTTP metrics endpoint, started and stopped together by [`run`].
+//! The network side: the gRPC server (Leasehold API, health, reflection),
+//! the HTTP metrics endpoint and, if asked for, the HTTP/JSON API and
+//! status page (`gateway`), started and stopped together by [`run`].
 
 mod admit;
 mod conn;
 mod gate;
+pub mod gateway;
 mod grpc;
 mod health;
 mod http;
@@ -42,6 +44,24 @@ pub async fn run(
     config: ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let http = match config.http_listen {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+            Error::InvalidArgument(format!("cannot listen on {addr} (--http-listen): {e}"))
+        })?),
+        None => None,
+    };
+    run_listening(grpc, metrics_listener, http, config, shutdown).await
+}
+
+/// [`run`], with the HTTP/JSON API on `http` (bound already, like the
+/// others: a test binds `127.0.0.1:0`) rather than at `--http-listen`.
+pub async fn run_listening(
+    grpc: TcpListener,
+    metrics_listener: TcpListener,
+    http: Option<TcpListener>,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     config.check().map_err(Error::InvalidArgument)?;
     // Loaded before anything starts: a bad certificate stops the broker at
     // once, with the file named.
@@ -63,6 +83,7 @@ pub async fn run(
     let events: Arc<dyn Events> = Arc::new(metrics.clone());
     let leases = Leases::new(store, limits.clone(), Arc::clone(&events));
     let refusal = health::Refusal::default();
+    let gateway_refusal = refusal.clone();
     let gate = Arc::new(Gate {
         auth: auth.clone(),
         tenants: Tenants::new(limits.tenant_caps(), limits.conn_caps(), events),
@@ -79,16 +100,25 @@ pub async fn run(
             metrics.clone(),
         )),
     );
-    let acceptor = conn::Acceptor {
+    // The HTTP/JSON API's connections are accepted alike, with slots of
+    // their own: a flood of HTTP clients never takes the room of the gRPC
+    // clients that renew leases.
+    let acceptor = |http2_only| conn::Acceptor {
         tls: tls.clone(),
         slots: Arc::new(Semaphore::new(config.max_connections)),
         handshake_timeout: config.handshake_timeout,
         caps: limits.conn_caps(),
         metrics: metrics.clone(),
+        http2_only,
     };
+    let http_acceptor = http.as_ref().map(|_| acceptor(false));
+    let acceptor = acceptor(true);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let gateway_health = tonic_health::server::HealthService::from_health_reporter(
+        health_reporter.clone(),
+    );
     tokio::spawn(health::watch_store(
         leases.clone(),
         metrics.clone(),
@@ -96,6 +126,16 @@ pub async fn run(
         config.health_interval,
         config.store_unsafe,
         refusal,
+        stop_rx.clone(),
+    ));
+    tokio::spawn(census::run(
+        leases.clone(),
+        config.census_interval,
+        config.census_max_names,
+        {
+            let metrics = metrics.clone();
+            move |census| metrics.census(census)
+        },
         stop_rx.clone(),
     ));
     let metrics_addr = metrics_listener
@@ -128,19 +168,40 @@ pub async fn run(
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
-    tokio::spawn(census::run(
+    let api = Arc::new(LeaseholdApi::new(
         leases.clone(),
-        config.census_interval,
-        config.census_max_names,
-        {
-            let metrics = metrics.clone();
-            move |census| metrics.census(census)
-        },
-        stop_rx.clone(),
+        Arc::clone(&gate),
+        config.max_concurrent_streams as usize,
     ));
+    let http_addr = match (http, http_acceptor) {
+        (Some(listener), Some(acceptor)) => {
+            let addr = listener
+                .local_addr()
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            tokio::spawn(gateway::serve(
+                listener,
+                acceptor,
+                gateway::Gateway {
+                    api: Arc::clone(&api),
+                    gate: Arc::clone(&gate),
+                    leases: leases.clone(),
+                    health: gateway_health,
+                    refusal: gateway_refusal,
+                    max_body: config.max_message_size,
+                    timeout: config.http_timeout,
+                    max_streams: config.max_concurrent_streams,
+                    ping: (config.ping_interval, config.ping_timeout),
+                },
+                stop_rx.clone(),
+            ));
+            Some(addr)
+        }
+        _ => None,
+    };
     tracing::info!(
         grpc = %grpc.local_addr().map_err(|e| Error::Internal(e.to_string()))?,
         metrics = %metrics_addr,
+        http = %http_addr.map_or("off".into(), |a| a.to_string()),
         store = %crate::redact::url(&config.store),
         tls = match &tls {
             None => "off",
@@ -185,12 +246,8 @@ pub async fn run(
         .add_service(reflection_v1.max_decoding_message_size(config.max_message_size))
         .add_service(reflection_v1alpha.max_decoding_message_size(config.max_message_size))
         .add_service(
-            LeaseholdServiceServer::new(LeaseholdApi::new(
-                leases,
-                gate,
-                config.max_concurrent_streams as usize,
-            ))
-            .max_decoding_message_size(config.max_message_size)
+            LeaseholdServiceServer::from_arc(api)
+                .max_decoding_message_size(config.max_message_size)
             .max_encoding_message_size(config.max_message_size),
         );
     let stopping = async move {

@@ -597,6 +597,9 @@ pub struct Broker {
     pub addr: SocketAddr,
     /// HTTP metrics address.
     pub metrics_addr: SocketAddr,
+    /// The HTTP/JSON API's address, when the config asked for one
+    /// (`http_listen`: port 0 is bound here, and this says which port).
+    pub http_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<leasehold_server::Result<()>>>,
 }
@@ -631,10 +634,16 @@ impl Broker {
         config.key_prefix = "test:".into();
         config.health_interval = Duration::from_millis(100);
         adjust(&mut config);
+        let http = match config.http_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await.expect("bind the HTTP API")),
+            None => None,
+        };
+        let http_addr = http.as_ref().map(|l| l.local_addr().unwrap());
         let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(leasehold_server::service::run(
+        let task = tokio::spawn(leasehold_server::service::run_listening(
             grpc,
             metrics,
+            http,
             config,
             async {
                 let _ = rx.await;
@@ -643,6 +652,7 @@ impl Broker {
         Broker {
             addr,
             metrics_addr,
+            http_addr,
             shutdown: Some(tx),
             task: Some(task),
         }
