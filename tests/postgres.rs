@@ -1027,3 +1027,236 @@ async fn eight_brokers_granting_at_once_issue_unique_fences() {
         "counter {counter} below fence {highest}"
     );
 }
+
+/// The names of every page of a walk of `prefix` in pages of `budget`.
+async fn walk(store: &Store, prefix: &str, budget: usize) -> Vec<String> {
+    let (mut names, mut resume) = (Vec::new(), None::<String>);
+    loop {
+        let page = store
+            .list(prefix, resume.as_deref(), budget)
+            .await
+            .expect("list");
+        names.extend(page.entries.into_iter().map(|e| e.name));
+        match page.next {
+            Some(next) => resume = Some(next),
+            None => return names,
+        }
+    }
+}
+
+/// A page token is text the broker passes to the database as a parameter:
+/// quotes, LIKE's wildcards and SQL are names like any other, past which
+/// the walk goes on; one with a NUL byte (no PostgreSQL text holds one) is
+/// the caller's bad page_token, not a statement that fails. A prefix with
+/// a wildcard matches only names that start with it as written.
+#[tokio::test]
+async fn a_hostile_page_token_is_a_bad_argument_or_a_name() {
+    let postgres = PostgresServer::start();
+    let store = open(&postgres.url(), "token:", Duration::from_secs(5));
+    for (i, name) in ["a", "a%", "a_b", "a'b", "b"].iter().enumerate() {
+        grant(&store, &spec(name, &format!("t{i}"), 30_000)).await;
+    }
+    match store.list("", Some("a\0b"), 10).await {
+        Err(Error::BadArgument { argument, .. }) => assert_eq!(argument, "page_token"),
+        other => panic!("a NUL in the page token: {other:?}"),
+    }
+    for (token, after) in [
+        ("a'; DROP TABLE token.leases; --", vec!["a'b", "a_b", "b"]),
+        ("a%", vec!["a'b", "a_b", "b"]),
+        ("%", vec!["a", "a%", "a'b", "a_b", "b"]),
+        ("\u{10FFFF}", vec![]),
+        ("", vec!["a", "a%", "a'b", "a_b", "b"]),
+    ] {
+        let page = store.list("", Some(token), 10).await.expect(token);
+        let names: Vec<&str> = page.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, after, "after {token:?}");
+    }
+    assert_eq!(walk(&store, "a%", 1).await, ["a%"]);
+    assert_eq!(walk(&store, "a_", 1).await, ["a_b"]);
+    assert_eq!(walk(&store, "%", 1).await, Vec::<String>::new());
+    assert_eq!(walk(&store, "a\0", 1).await, Vec::<String>::new());
+    // The table is still there.
+    assert_eq!(walk(&store, "", 2).await, ["a", "a%", "a'b", "a_b", "b"]);
+}
+
+/// A database whose default collation is not byte order (ICU's en-US sorts
+/// case and punctuation otherwise): pages still come in the broker's byte
+/// order, and a walk in pages of one meets every name once.
+#[tokio::test]
+async fn a_listing_is_in_byte_order_whatever_the_databases_collation() {
+    let postgres = PostgresServer::start();
+    execute(
+        &postgres.url(),
+        "CREATE DATABASE icu TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C.UTF-8' \
+         LOCALE_PROVIDER icu ICU_LOCALE 'en-US'",
+    )
+    .await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/icu", postgres.port());
+    let store = open(&url, "icu:", Duration::from_secs(5));
+    let mut names = vec!["B", "a", "a-b", "a.b", "a/b", "aB", "a_b", "ab", "b", "Ab"];
+    for (i, name) in names.iter().enumerate() {
+        grant(&store, &spec(name, &format!("t{i}"), 30_000)).await;
+    }
+    names.sort_unstable();
+    for budget in [1, 3, 100] {
+        assert_eq!(walk(&store, "", budget).await, names, "budget {budget}");
+    }
+    assert_eq!(walk(&store, "a", 2).await, &names[2..9]);
+}
+
+/// The statement of one page reads, in tables of 100,000 leases, places
+/// and permits, its
+/// budget of names from the byte-order indexes (and each name's rows to
+/// describe it), never the table: no sequential scan, whichever page.
+/// Counted by PostgreSQL itself, in the transaction that runs it
+/// (pg_stat_xact_*).
+#[tokio::test]
+async fn one_page_reads_an_index_range_not_the_table() {
+    const NAMES: i64 = 100_000;
+    const BUDGET: i64 = 100;
+    let postgres = PostgresServer::start();
+    let store = open(&postgres.url(), "big:", Duration::from_secs(5));
+    store.describe("warm-up").await.expect("the schema");
+    execute(
+        &postgres.url(),
+        &format!(
+            "INSERT INTO big.leases (name, token, holder, fence, ttl_ms, granted_ms, expires_ms, \
+                                     delay_ms, forget_ms)
+             SELECT 'n/' || lpad(i::text, 6, '0'), 't' || i, 'h', i, 60000, 0, 9e15::bigint, 0,
+                    9e15::bigint
+               FROM generate_series(1, {NAMES}) AS i;
+             INSERT INTO big.line (name, token, seq, deadline_ms)
+             SELECT 'n/' || lpad((i % 1000)::text, 6, '0'), 'w' || i, i, 9e15::bigint
+               FROM generate_series(1, {NAMES}) AS i;
+             INSERT INTO big.permits (name, token, fence, expires_ms, ttl_ms, granted_ms, holder)
+             SELECT 'n/' || lpad((i % 2000)::text, 6, '0'), 'p' || i, i, 9e15::bigint, 60000, 0,
+                    'h'
+               FROM generate_series(1, {NAMES}) AS i;
+             ANALYZE big.leases; ANALYZE big.line; ANALYZE big.permits;"
+        ),
+    )
+    .await;
+    let budget = usize::try_from(BUDGET).unwrap();
+    let page = store
+        .list("n/", Some("n/050000"), budget)
+        .await
+        .expect("list");
+    assert_eq!(page.entries.len(), budget);
+    assert_eq!(page.entries[0].name, "n/050001");
+    assert_eq!(page.next.as_deref(), Some("n/050100"));
+    let first = store.list("n/", None, budget).await.expect("list");
+    // n/000000 has waiters and no lease; n/000001, a lease and waiters.
+    assert_eq!(first.entries[0].name, "n/000000");
+    assert_eq!(first.entries[0].described.lease, None);
+    assert_eq!(first.entries[0].described.waiters, 100);
+    assert_eq!(first.entries[1].described.waiters, 100);
+    assert_eq!(first.entries[1].described.permits, 50);
+    assert!(first.entries[1].described.lease.is_some());
+
+    for after in ["NULL", "'n/000500'", "'n/099950'"] {
+        // A session of its own: a session's counts of its transactions add
+        // up until it reports them.
+        let (client, connection) = tokio_postgres::connect(&postgres.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        let driver = tokio::spawn(connection);
+        let read = client
+            .simple_query(&format!(
+                "BEGIN; SELECT count(*) FROM big.list('n/', {after}, {BUDGET});"
+            ))
+            .await
+            .expect("list");
+        drop(read);
+        let tables: Vec<(String, i64, i64)> = client
+            .query(
+                "SELECT relname::text, seq_scan, seq_tup_read FROM pg_stat_xact_user_tables \
+                  WHERE schemaname = 'big' AND relname IN ('leases', 'permits', 'line')",
+                &[],
+            )
+            .await
+            .expect("table statistics")
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        assert_eq!(tables.len(), 3);
+        for (table, scans, rows) in &tables {
+            assert_eq!((*scans, *rows), (0, 0), "{table} read whole, after {after}");
+        }
+        let walked: Vec<(String, i64)> = client
+            .query(
+                "SELECT c.relname::text, pg_stat_get_xact_tuples_returned(c.oid) \
+                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                  WHERE n.nspname = 'big' AND c.relname LIKE '%\\_name\\_bytes'",
+                &[],
+            )
+            .await
+            .expect("index statistics")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(walked.len(), 3);
+        for (index, entries) in &walked {
+            assert!(
+                *entries <= BUDGET + 1,
+                "{index}: {entries} entries for a page of {BUDGET}, after {after}"
+            );
+        }
+        client.batch_execute("COMMIT").await.expect("commit");
+        eprintln!("after {after}: {walked:?}");
+        drop(client);
+        let _ = driver.await;
+    }
+}
+
+/// A schema as version 4 left it (no list(), no byte-order indexes), with
+/// a lease held on it: the next broker migrates it to version 5, the lease
+/// still held, and lists it; `leasehold migrate` finds nothing more to do.
+#[tokio::test]
+async fn a_schema_of_version_4_gains_the_listing() {
+    let postgres = PostgresServer::start();
+    let before = open(&postgres.url(), "old:", Duration::from_secs(5));
+    let fence = grant(&before, &spec("kept", "t1", 60_000)).await;
+    execute(
+        &postgres.url(),
+        "DROP FUNCTION old.list(text, text, integer);
+         DROP FUNCTION old.prefix_end(text);
+         DROP INDEX old.leases_name_bytes, old.permits_name_bytes, old.line_name_bytes;
+         UPDATE old.leasehold_schema_version SET version = 4;",
+    )
+    .await;
+    let url = postgres.url();
+    let version = || {
+        query_i64(
+            &url,
+            "SELECT max(version)::bigint FROM old.leasehold_schema_version",
+        )
+    };
+    assert_eq!(version().await, 4);
+    let after = open(&postgres.url(), "old:", Duration::from_secs(5));
+    let page = after
+        .list("", None, 10)
+        .await
+        .expect("list after the migration");
+    assert_eq!(page.entries.len(), 1, "{page:?}");
+    assert_eq!(page.entries[0].name, "kept");
+    assert_eq!(
+        page.entries[0].described.lease.as_ref().map(|l| l.fence),
+        Some(fence)
+    );
+    assert_eq!(version().await, 5);
+    assert_eq!(
+        query_i64(
+            &postgres.url(),
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'old' AND indexname LIKE '%name_bytes'"
+        )
+        .await,
+        3
+    );
+    assert_eq!(
+        after.renew("kept", "t1", None).await.unwrap(),
+        Checked::Done(Renewed {
+            ttl_ms: 60_000,
+            fence
+        })
+    );
+}
