@@ -615,3 +615,94 @@ async fn until_waiters(http: SocketAddr, name: &str, count: u64) {
     }
     panic!("never {count} waiters on {name}: {seen}");
 }
+
+/// Over mutual TLS, the port is the gRPC port's: the same certificate and
+/// CA, HTTP/2 by ALPN, and a client certificate is a credential (its
+/// tenant is the caller's), read from the connection as on gRPC.
+#[tokio::test]
+async fn mutual_tls_and_client_certificates_are_the_grpc_ports() {
+    use common::certs::{write_server, Ca};
+    let dir = scratch("http-tls");
+    let (server_ca, client_ca) = (Ca::new("server CA"), Ca::new("client CA"));
+    let (cert, key) = write_server(&dir, &server_ca.issue(&["localhost", "127.0.0.1"]));
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let server_ca_file = write("server-ca.pem", &server_ca.pem);
+    let client_ca_file = write("client-ca.pem", &client_ca.pem);
+    let (client_cert, client_key) = client_ca.issue_client("app.example", &[]);
+    let client_cert = write("client.crt", &client_cert);
+    let client_key = write("client.key", &client_key);
+    let auth = write("auth", "apps use cert:app.example\n");
+    let broker = Broker::start_with("memory", |c| {
+        c.http_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.tls_cert = Some(cert.into());
+        c.tls_key = Some(key.into());
+        c.tls_client_ca = Some(client_ca_file);
+        c.auth_file = Some(auth);
+    })
+    .await;
+    let http = broker.http_addr.unwrap();
+    let call = |path: &str, body: Option<&str>, with_cert: bool| {
+        let mut command = Command::new("curl");
+        command
+            .args(["--silent", "--show-error", "--include", "--max-time", "30"])
+            .arg("--cacert")
+            .arg(&server_ca_file)
+            .kill_on_drop(true);
+        if with_cert {
+            command
+                .arg("--cert")
+                .arg(&client_cert)
+                .arg("--key")
+                .arg(&client_key);
+        }
+        if let Some(body) = body {
+            command.args([
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                body,
+            ]);
+        }
+        command.arg(format!("https://{http}{path}"));
+        command
+    };
+
+    let mut status = None;
+    for _ in 0..100 {
+        let answer = run(call("/v1/status", None, true)).await;
+        if answer.body["store"]["serving"] == true {
+            status = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = status.expect("served over TLS within 10 s");
+    assert!(status.headers.starts_with("HTTP/2 200"), "{status:?}");
+    assert_eq!(status.body["tenant"], "apps", "{status:?}");
+
+    let granted = run(call("/v1/acquire", Some(r#"{"name":"tls/x"}"#), true)).await;
+    assert_eq!(granted.status, 200, "{granted:?}");
+    let listed = run(call("/v1/list", Some("{}"), true)).await;
+    assert_eq!(listed.body["locks"][0]["tenant"], "apps", "{listed:?}");
+
+    // HTTP/1.1 over TLS too, for clients that offer nothing else.
+    let mut h1 = call("/v1/describe", Some(r#"{"name":"tls/x"}"#), true);
+    h1.arg("--http1.1");
+    let described = run(h1).await;
+    assert!(
+        described.headers.starts_with("HTTP/1.1 200"),
+        "{described:?}"
+    );
+    assert_eq!(described.body["held"], true, "{described:?}");
+
+    // Without a client certificate the handshake fails, as on gRPC.
+    let out = call("/v1/status", None, false).output().await.unwrap();
+    assert!(
+        !out.status.success(),
+        "a client without a certificate got in"
+    );
+}

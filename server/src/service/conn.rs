@@ -413,7 +413,7 @@ async fn open(
 ) -> Result<(Stream, Vec<String>), Refused> {
     let (mut io, cert_names) = match &acceptor.tls {
         None => (Io::Plain(stream), Vec::new()),
-        Some(tls) => match tls.acceptor().accept(stream).await {
+        Some(tls) => match tls.acceptor(acceptor.http2_only).accept(stream).await {
             Ok(stream) => {
                 let names = stream
                     .get_ref()

@@ -51,7 +51,29 @@ impl TlsFiles {
 /// The server's TLS configuration, swapped whole on reload.
 pub struct Tls {
     files: TlsFiles,
-    config: RwLock<Arc<ServerConfig>>,
+    config: RwLock<Configs>,
+}
+
+/// The configuration of each port: the same certificates and client CA,
+/// told apart by the protocols offered (ALPN).
+struct Configs {
+    /// The gRPC port's: HTTP/2 only.
+    grpc: Arc<ServerConfig>,
+    /// The HTTP/JSON API's: HTTP/2 or HTTP/1.1 (a client offering only
+    /// `http/1.1`, as many HTTP libraries do, would fail the handshake
+    /// with the gRPC port's).
+    http: Arc<ServerConfig>,
+}
+
+impl Configs {
+    fn of(grpc: ServerConfig) -> Self {
+        let mut http = grpc.clone();
+        http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Configs {
+            grpc: Arc::new(grpc),
+            http: Arc::new(http),
+        }
+    }
 }
 
 impl Tls {
@@ -60,7 +82,7 @@ impl Tls {
         let config = build(&files)?;
         Ok(Tls {
             files,
-            config: RwLock::new(Arc::new(config)),
+            config: RwLock::new(Configs::of(config)),
         })
     }
 
@@ -68,7 +90,7 @@ impl Tls {
     /// already open keep their session); on error the current configuration
     /// stays.
     pub fn reload(&self) -> Result<()> {
-        let config = Arc::new(build(&self.files)?);
+        let config = Configs::of(build(&self.files)?);
         *self
             .config
             .write()
@@ -76,14 +98,18 @@ impl Tls {
         Ok(())
     }
 
-    /// An acceptor with the current configuration.
-    pub(super) fn acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(Arc::clone(
-            &self
-                .config
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        ))
+    /// An acceptor with the current configuration, offering HTTP/2 only
+    /// (the gRPC port), or HTTP/1.1 too (`http2_only` false: the JSON API).
+    pub(super) fn acceptor(&self, http2_only: bool) -> TlsAcceptor {
+        let configs = self
+            .config
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        TlsAcceptor::from(Arc::clone(if http2_only {
+            &configs.grpc
+        } else {
+            &configs.http
+        }))
     }
 
     /// The files, for watching.
