@@ -1212,3 +1212,137 @@ async fn a_hundred_expired_permits_are_reported_over_several_grants() {
         Checked::ExpiredReported
     );
 }
+
+/// The names of every page of a walk of `prefix` in pages of `budget`,
+/// each once, sorted; and how many pages it took.
+async fn walk(store: &Store, prefix: &str, budget: usize) -> (Vec<String>, usize) {
+    let (mut names, mut resume, mut pages) = (std::collections::BTreeSet::new(), None::<String>, 0);
+    loop {
+        let page = store
+            .list(prefix, resume.as_deref(), budget)
+            .await
+            .expect("list");
+        pages += 1;
+        assert!(pages < 10_000, "the walk of {prefix:?} does not end");
+        names.extend(page.entries.into_iter().map(|e| e.name));
+        match page.next {
+            Some(next) => resume = Some(next),
+            None => return (names.into_iter().collect(), pages),
+        }
+    }
+}
+
+/// An owner token as the broker makes them (32 hex digits).
+fn token(i: usize) -> String {
+    format!("{i:032x}")
+}
+
+/// A tenant whose id is a name of the root namespace (`acme`, and tenant
+/// `acme`'s `acme|x`) has its keys among that name's own in etcd (`|` ends
+/// a name and follows a tenant id): a walk in pages of any size, which may
+/// end on any of `acme`'s keys (its lock, its line, the records of its
+/// twenty releases), still meets every tenant name, and the tenant's own
+/// walk (prefix `acme|`) meets only them.
+#[tokio::test]
+async fn a_listing_meets_the_names_nested_in_a_root_names_keys() {
+    let etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    for i in 0..20 {
+        grant(&store, &spec("acme", &token(i), 10_000)).await;
+        assert_eq!(
+            store.release("acme", &token(i)).await.unwrap(),
+            Checked::Done(())
+        );
+    }
+    grant(&store, &spec("acme", &token(100), 30_000)).await;
+    let waiter = GrantSpec {
+        queued: true,
+        ..spec("acme", &token(101), 30_000)
+    };
+    assert!(matches!(
+        store.acquire(&waiter).await.unwrap(),
+        Acquired::Blocked(_)
+    ));
+    let tenant = [
+        "acme|a", "acme|e.1", "acme|l", "acme|l/1", "acme|m", "acme|x",
+    ];
+    let root = ["acme", "acme/1", "acmf"];
+    for (i, name) in tenant.iter().chain(&root).enumerate() {
+        if *name != "acme" {
+            grant(&store, &spec(name, &token(200 + i), 30_000)).await;
+        }
+    }
+    let mut every: Vec<String> = tenant.iter().chain(&root).map(|n| n.to_string()).collect();
+    every.sort();
+    for budget in [1, 2, 3, 5, 8, 1_000] {
+        let (names, pages) = walk(&store, "", budget).await;
+        assert_eq!(names, every, "budget {budget}");
+        let (names, _) = walk(&store, "acme|", budget).await;
+        assert_eq!(names, tenant, "the tenant's walk, budget {budget}");
+        eprintln!("budget {budget}: {pages} pages");
+    }
+}
+
+/// Page tokens on etcd: the empty one is none a walk gives (a bad
+/// page_token); any other reads as a place in the walk, which is in key
+/// order (keys are bytes), shapes a walk never gives included, and the
+/// walk goes on from there.
+#[tokio::test]
+async fn a_hostile_page_token_is_a_bad_argument_or_a_place() {
+    let etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    for (i, name) in ["a", "a|b", "b"].iter().enumerate() {
+        grant(&store, &spec(name, &token(i), 30_000)).await;
+    }
+    match store.list("", Some(""), 10).await {
+        Err(Error::BadArgument { argument, .. }) => assert_eq!(argument, "page_token"),
+        other => panic!("an empty page token: {other:?}"),
+    }
+    for (resume, after) in [
+        // In key order: `a|b|...` sorts before `a|e|...`, `a|l` and `a||`.
+        ("a|", vec!["b"]),
+        ("a|l|", vec!["b"]),
+        ("a|e|", vec!["a", "b"]),
+        ("a|b|c|", vec!["a", "a|b", "b"]),
+        ("x|y|", vec![]),
+        ("\0", vec!["a", "a|b", "b"]),
+        ("'; --", vec!["a", "a|b", "b"]),
+        ("\u{10FFFF}", vec![]),
+    ] {
+        let page = store.list("", Some(resume), 10).await.expect(resume);
+        let names: Vec<&str> = page.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, after, "after {resume:?}");
+    }
+}
+
+/// One page of a thousand keys among those of a thousand held names: its
+/// cost, for the record (one range read, keys only; 17 read transactions;
+/// a LeaseTimeToLive per held name), and a walk of them all.
+#[tokio::test]
+async fn a_page_of_a_thousand_keys() {
+    const NAMES: usize = 1_000;
+    let etcd = EtcdServer::start();
+    let store = open(&etcd.store_url());
+    let names: Vec<String> = (0..NAMES).map(|i| format!("n/{i:04}")).collect();
+    for chunk in names.chunks(50) {
+        futures_util::future::join_all(chunk.iter().enumerate().map(|(i, name)| {
+            let store = &store;
+            async move { grant(store, &spec(name, &token(i), 60_000)).await }
+        }))
+        .await;
+    }
+    let began = Instant::now();
+    let page = store.list("n/", None, 1_000).await.expect("list");
+    let took = began.elapsed();
+    // Two keys a held name: its lock and its record.
+    assert_eq!(page.entries.len(), 500);
+    assert!(page.next.is_some());
+    eprintln!("one page of 1000 keys (500 names): {took:?}");
+    let began = Instant::now();
+    let (all, pages) = walk(&store, "n/", 1_000).await;
+    eprintln!(
+        "a walk of {NAMES} names: {pages} pages, {:?}",
+        began.elapsed()
+    );
+    assert_eq!(all, names);
+}

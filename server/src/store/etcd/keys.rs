@@ -116,11 +116,64 @@ pub(super) fn names_from(prefix: &str, name_prefix: &str) -> (Vec<u8>, Vec<u8>) 
 }
 
 /// The first key after every key of `name` (`{prefix}{name}|` and all
-/// under it): where a walk resumes after it. Keys of names that extend
-/// `name` by a name character (`a/1` after `a`) sort before it, as every
-/// such character sorts below `|`: they came earlier in the walk.
-pub(super) fn after_name(prefix: &str, name: &str) -> Vec<u8> {
+/// under it). Keys of names that extend `name` by a name character (`a/1`
+/// after `a`) sort before it, as every such character sorts below `|`.
+fn after_name(prefix: &str, name: &str) -> Vec<u8> {
     NameKeys::new(prefix, name).all().1
+}
+
+/// The page token of a listing's walk whose page ended on `key` (the last
+/// key it read): where the next page starts ([`resume_at`]).
+///
+/// Mostly the key's name: the next page starts after every key of it.
+/// But a name of the root namespace that is also a tenant's id (`acme`,
+/// and tenant `acme`'s `acme|x`) has that tenant's keys among its own, as
+/// `|` both ends a name and follows a tenant id; resuming after all of
+/// `acme|` would pass over them. So a page that ends on a root name's own
+/// key resumes after that key (`acme|l|`: the lock, lock-delay or revoke
+/// key) or after that key's family (`acme|e|`: its end records, records,
+/// places or permits), and the name may be listed again on the next page.
+/// A key that is no name's (the epoch, something else's under the prefix)
+/// is read as a name, so that the walk moves past it; `None` for one that
+/// is not text.
+pub(super) fn walked_to(prefix: &str, key: &[u8]) -> Option<String> {
+    let rest = std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()?;
+    match name_of(prefix, key) {
+        Some(name) if name.contains('|') => Some(name.to_owned()),
+        Some(name) => {
+            let family = rest.get(name.len() + 1..name.len() + 2)?;
+            Some(format!("{name}|{family}|"))
+        }
+        None => (!rest.is_empty()).then(|| rest.to_owned()),
+    }
+}
+
+/// The first key of the page after the one [`walked_to`] gave `token`;
+/// `None` for a token it cannot have given (the empty one).
+pub(super) fn resume_at(prefix: &str, token: &str) -> Option<Vec<u8>> {
+    if token.is_empty() {
+        return None;
+    }
+    // A root name's own key (`acme|l|`) or key family (`acme|e|`): no name
+    // ends with `|`.
+    if let Some((name, family)) = token
+        .strip_suffix('|')
+        .and_then(|key| key.rsplit_once('|'))
+        .filter(|(name, _)| !name.is_empty() && !name.contains('|'))
+    {
+        match family {
+            "l" | "d" | "v" => {
+                let mut after = format!("{prefix}{name}|{family}").into_bytes();
+                after.push(0);
+                return Some(after);
+            }
+            "s" | "h" | "e" | "q" => {
+                return Some(prefix_end(format!("{prefix}{token}").as_bytes()))
+            }
+            _ => {}
+        }
+    }
+    Some(after_name(prefix, token))
 }
 
 /// The name a key of the store's belongs to (the key without `prefix`,
@@ -370,7 +423,6 @@ mod tests {
             }
             let (start, end) = names_from("p:", name);
             assert!(start <= keys.lock() && keys.lock() < end);
-            assert!(after_name("p:", name) > keys.place("ffff"));
             // A longer name came before it in the walk.
             assert!(NameKeys::new("p:", &format!("{name}/0")).lock() < keys.delay());
         }
@@ -379,5 +431,60 @@ mod tests {
         assert_eq!(name_of("p:", b"p:|l"), None);
         assert_eq!(name_of("p:", b"other:a|l"), None);
         assert_eq!(name_of("p:", b"p:a\xff|l"), None);
+    }
+
+    /// A page that ends on a key resumes past it and past nothing of
+    /// another name: after a tenant's name, all its keys; after a root
+    /// name's own key, that key or its family, not the names of the tenant
+    /// whose id it is, nested among its keys.
+    #[test]
+    fn a_walk_resumes_past_the_last_key_and_no_other_name() {
+        let resume = |key: &[u8]| {
+            let token = walked_to("p:", key).expect("a token");
+            (token.clone(), resume_at("p:", &token).expect("a start"))
+        };
+        let acme = NameKeys::new("p:", "acme");
+        let tenants = ["acme|a", "acme|l/1", "acme|m", "acme|x", "acme|l"];
+        for key in [acme.lock(), acme.delay(), acme.revoked()] {
+            let (token, start) = resume(&key);
+            assert!(token.ends_with('|'), "{token}");
+            assert!(start > key, "{token}");
+            for tenant in tenants {
+                let lock = NameKeys::new("p:", tenant).lock();
+                assert!(
+                    lock < key || lock >= start,
+                    "{tenant} passed over by {token}"
+                );
+            }
+        }
+        for (key, last_of_family) in [
+            (acme.end("ab12"), acme.end("ffff")),
+            (acme.record("ab12"), acme.record("ffff")),
+            (acme.place("ab12"), acme.place("ffff")),
+            (acme.slot(3), acme.slot(99)),
+        ] {
+            let (token, start) = resume(&key);
+            assert!(start > last_of_family, "{token}");
+            for tenant in tenants {
+                let lock = NameKeys::new("p:", tenant).lock();
+                assert!(
+                    lock < key || lock >= start,
+                    "{tenant} passed over by {token}"
+                );
+            }
+        }
+        // After a tenant's name: past all its keys, before the next name's.
+        let x = NameKeys::new("p:", "acme|x");
+        let (token, start) = resume(&x.record("ab12"));
+        assert_eq!(token, "acme|x");
+        assert!(start > x.place("ffff") && start > x.revoked());
+        assert!(start < NameKeys::new("p:", "acme|y").delay());
+        // The epoch and foreign keys are walked past; the empty token is
+        // none a walk gives.
+        let (token, start) = resume(&epoch_key("p:"));
+        assert!(start > epoch_key("p:"), "{token}");
+        let (_, start) = resume(b"p:odd|");
+        assert!(start.as_slice() > b"p:odd|".as_slice());
+        assert_eq!(resume_at("p:", ""), None);
     }
 }

@@ -918,28 +918,6 @@ fn describe_ops(keys: &NameKeys) -> [RequestOp; DESCRIBE_OPS] {
     ]
 }
 
-/// Where a listing's walk resumes after the key `key` it read last: the
-/// name the key belongs to, or, for a key that is no name's (the epoch,
-/// something else's under the prefix), the key itself read as one, so that
-/// the walk still moves past it ([`keys::after_name`] of it is above it).
-fn walked_to(prefix: &str, key: &[u8]) -> Result<String> {
-    if let Some(name) = keys::name_of(prefix, key) {
-        return Ok(name.to_owned());
-    }
-    key.strip_prefix(prefix.as_bytes())
-        .and_then(|rest| std::str::from_utf8(rest).ok())
-        .filter(|rest| !rest.is_empty())
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            Error::Internal(format!(
-                "etcd: a key under the prefix '{prefix}' that is no name's and not text \
-                 ({} bytes): the listing cannot walk past it; was it written by something \
-                 other than the broker?",
-                key.len()
-            ))
-        })
-}
-
 /// The reads of [`look_ops`] per lease.
 const LOOK_OPS: usize = 4;
 
@@ -1528,11 +1506,11 @@ impl Backend for EtcdStore {
     /// the names they belong to described, [`DESCRIBES_PER_TXN`] per read
     /// transaction, all at once, with one LeaseTimeToLive per name that has
     /// a lock or a lock-delay. The walk is in key order, which is not name
-    /// order (`a/1`'s keys sort before `a`'s: `/` is below `|`); each page
-    /// is sorted, and resumes after every key of the name of the last key
-    /// read ([`keys::after_name`]), so no name is passed over, and none is
-    /// listed twice but one whose keys a tenant's names split (a tenant id
-    /// that is a name of the root namespace, `acme` and `acme|x`).
+    /// order (`a/1`'s keys sort before `a`'s: `/` is below `|`): each page
+    /// is sorted, and the next starts after the last key read
+    /// ([`keys::walked_to`]: after all of its name's keys, but for a root
+    /// name whose keys nest a tenant's). A name whose keys span two pages
+    /// may be listed on both.
     async fn list(
         &self,
         prefix: &str,
@@ -1540,13 +1518,11 @@ impl Backend for EtcdStore {
         budget: usize,
     ) -> Result<(Listing, u64)> {
         let root = &self.inner.prefix;
-        if resume.is_some_and(str::is_empty) {
-            // No name is empty: no page ends at one.
-            return Err(crate::lease::listing::bad_token());
-        }
         let (mut start, end) = keys::names_from(root, prefix);
-        if let Some(after) = resume {
-            start = start.max(keys::after_name(root, after));
+        if let Some(token) = resume {
+            let after =
+                keys::resume_at(root, token).ok_or_else(crate::lease::listing::bad_token)?;
+            start = start.max(after);
         }
         if start.is_empty() {
             // etcd reads an empty key as none given: from the first key.
@@ -1576,7 +1552,14 @@ impl Backend for EtcdStore {
             .map(str::to_owned)
             .collect();
         let next = match page.kvs.last() {
-            Some(last) if page.more => Some(walked_to(root, &last.key)?),
+            Some(last) if page.more => Some(keys::walked_to(root, &last.key).ok_or_else(|| {
+                Error::Internal(format!(
+                    "etcd: a key under the prefix '{root}' that is no name's and not text ({} \
+                     bytes): the listing cannot walk past it; was it written by something other \
+                     than the broker?",
+                    last.key.len()
+                ))
+            })?),
             _ => None,
         };
         let names: Vec<String> = names.into_iter().collect();
