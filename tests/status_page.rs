@@ -11,8 +11,9 @@
 //! - a lock a client takes shows within a refresh, with its holder, its
 //!   fence and its time left (counting down); a waiter shows as 1 waiting;
 //!   a semaphore's permits, an election's leader and a name in its
-//!   lock-delay show too; on release the row goes to the waiter (its holder
-//!   and fence), and on the waiter's release the row is gone;
+//!   lock-delay show too; the filter box keeps the names with its prefix;
+//!   on release the row goes to the waiter (its holder and fence), and on
+//!   the waiter's release the row is gone;
 //! - a revoked lease shows under recent losses with its reason;
 //! - with `--auth-file`, the page asks for a token, and once one is typed
 //!   shows its tenant's locks and not another tenant's (an `admin` token:
@@ -263,6 +264,20 @@ async fn follows_the_locks(name: &str, store: &str, stop_store: impl FnOnce()) {
     );
     browser.screenshot(&artifact(name)).await;
 
+    // The filter: a name prefix, asked of the broker.
+    filter(&mut browser, "exports/").await;
+    browser
+        .wait_for(
+            &format!(
+                "{} && document.querySelectorAll('[data-lock]').length === 1",
+                row("@root/exports/slots")
+            ),
+            LIVE,
+        )
+        .await;
+    filter(&mut browser, "").await;
+    browser.wait_for(&row(&key), LIVE).await;
+
     // Released: the waiter holds it (its holder, the next fence), then,
     // released too, the row is gone.
     release(&mut client, &lease).await;
@@ -418,6 +433,17 @@ async fn asks_for_a_token(store: &str) {
         )
         .await;
     no_errors(&browser);
+}
+
+/// Types `prefix` in the page's filter box.
+async fn filter(browser: &mut Browser, prefix: &str) {
+    browser
+        .evaluate(&format!(
+            "(() => {{ const box = document.querySelector('#filter'); box.value = {}; \
+               box.dispatchEvent(new Event('input', {{ bubbles: true }})); return true; }})()",
+            js(prefix)
+        ))
+        .await;
 }
 
 /// Types `token` in the page's token field and submits it.

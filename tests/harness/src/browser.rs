@@ -261,12 +261,16 @@ impl Browser {
             .unwrap_or_else(|e| panic!("evaluating `{expression}`: {e}"))
     }
 
-    /// Writes a PNG of the whole page (not only the window) to `path`,
-    /// creating its folder.
+    /// Writes a PNG of the whole page (beyond the window if it is longer,
+    /// and no more than it if it is shorter) to `path`, creating its
+    /// folder.
     pub async fn screenshot(&mut self, path: &Path) {
-        let metrics = self.call("Page.getLayoutMetrics", json!({})).await;
-        let size = &metrics["cssContentSize"];
-        let height = size["height"].as_f64().unwrap_or(f64::from(VIEWPORT.1));
+        let height = self
+            .evaluate("Math.ceil(document.documentElement.getBoundingClientRect().height)")
+            .await
+            .as_f64()
+            .filter(|h| *h >= 1.0)
+            .unwrap_or(f64::from(VIEWPORT.1));
         let shot = self
             .call(
                 "Page.captureScreenshot",
@@ -277,7 +281,7 @@ impl Browser {
                         "x": 0,
                         "y": 0,
                         "width": f64::from(VIEWPORT.0),
-                        "height": height.max(f64::from(VIEWPORT.1)),
+                        "height": height,
                         "scale": 1,
                     },
                 }),
