@@ -409,3 +409,164 @@ async fn a_permit_ended_before_a_lock_hears_its_own_end_on_a_cluster() {
         Checked::Done(r) if r.fence == lock
     ));
 }
+
+/// Grants `name` to `token` on a cluster store, retrying while the cluster
+/// connection learns the slots.
+async fn grant_on(store: &leasehold_server::store::Store, name: &str, token: &str, limit: u32) {
+    use leasehold_server::store::{Acquired, GrantSpec};
+    let spec = GrantSpec {
+        name: name.into(),
+        token: token.into(),
+        holder: format!("holder-{token}"),
+        ttl_ms: 60_000,
+        lock_delay_ms: 0,
+        limit,
+        queued: false,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match store.acquire(&spec).await {
+            Ok(Acquired::Granted { .. }) => return,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("acquire {name}: {e}; again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("acquire {name}: {other:?}"),
+        }
+    }
+}
+
+/// A listing on a cluster walks every primary (one SCAN of one primary a
+/// page, the primaries in turn): names spread over all three are each
+/// listed, in pages within their budget and in name order, whatever the
+/// budget; names outside the prefix, and free ones, are not.
+#[tokio::test]
+async fn a_listing_walks_the_names_of_every_primary_in_bounded_pages() {
+    use leasehold_server::store::{Store, StoreOptions};
+    let cluster = Cluster::start(3, 0).await;
+    let seeds: Vec<String> = cluster
+        .live_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let url = format!("redis+cluster://{}", seeds.join(","));
+    let store = Store::open(&url, &StoreOptions::new("test:", Duration::from_secs(2)))
+        .expect("open the cluster store");
+    let mut held: Vec<String> = (0..60).map(|i| format!("walk/{i:02}")).collect();
+    for (i, name) in held.iter().enumerate() {
+        grant_on(&store, name, &format!("t{i}"), 1).await;
+    }
+    // A semaphore's permits, a name outside the prefix, a released name.
+    grant_on(&store, "walk/sem", "p1", 3).await;
+    held.push("walk/sem".into());
+    held.sort();
+    grant_on(&store, "other/1", "o1", 1).await;
+    grant_on(&store, "walk/gone", "g1", 1).await;
+    store.release("walk/gone", "g1").await.unwrap();
+    let mut primaries = BTreeSet::new();
+    for name in held.iter().filter(|n| *n != "walk/sem") {
+        primaries.insert(cluster.holder_of(&key(name)).await.expect("stored"));
+    }
+    assert_eq!(primaries.len(), 3, "names on {primaries:?}");
+
+    for budget in [1, 7, 1_000] {
+        let (mut listed, mut resume, mut pages) = (Vec::new(), None::<String>, 0);
+        loop {
+            let page = store
+                .list("walk/", resume.as_deref(), budget)
+                .await
+                .unwrap_or_else(|e| panic!("page {pages} of budget {budget}: {e}"));
+            pages += 1;
+            assert!(page.entries.len() <= budget, "budget {budget}: {page:?}");
+            assert!(
+                page.entries.windows(2).all(|w| w[0].name < w[1].name),
+                "a page out of order: {page:?}"
+            );
+            for entry in &page.entries {
+                assert!(!entry.described.is_idle(), "{entry:?}");
+            }
+            listed.extend(page.entries.into_iter().map(|e| e.name));
+            assert!(pages < 2_000, "the walk of budget {budget} does not end");
+            match page.next {
+                Some(next) => resume = Some(next),
+                None => break,
+            }
+        }
+        let listed: BTreeSet<String> = listed.into_iter().collect();
+        assert_eq!(
+            listed.into_iter().collect::<Vec<_>>(),
+            held,
+            "budget {budget}"
+        );
+        // At least one page per primary: one SCAN of one primary a page.
+        assert!(pages >= 3, "budget {budget}: {pages} pages");
+        eprintln!("budget {budget}: {pages} pages");
+    }
+}
+
+/// A page token the cluster store did not give (garbage, a single
+/// server's cursor, a primary that is not in the cluster, a cursor past
+/// any number) is refused as a bad argument, never followed to another
+/// address, and a token it gave still works.
+#[tokio::test]
+async fn a_hostile_page_token_is_refused_on_a_cluster() {
+    use leasehold_server::proto::ListRequest;
+    let cluster = Cluster::start(3, 0).await;
+    let seeds: Vec<String> = cluster
+        .live_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let broker = Broker::start(&format!("redis+cluster://{}", seeds.join(","))).await;
+    let mut client = broker.client().await;
+    for i in 0..4 {
+        let name = format!("hostile/{i}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match client.acquire(acquire_req(&name, 30_000, "h", 0)).await {
+                Ok(_) => break,
+                Err(s) if s.code() == Code::Unavailable && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(s) => panic!("acquire {name}: {s:?}"),
+            }
+        }
+    }
+    let list = |page_token: &str| ListRequest {
+        prefix: "hostile/".into(),
+        tenant: String::new(),
+        page_size: 1,
+        page_token: page_token.into(),
+    };
+    let first = client
+        .list(list(""))
+        .await
+        .expect("a first page")
+        .into_inner();
+    let given = first.next_page_token;
+    assert!(!given.is_empty(), "one primary walked in one page: {given}");
+    let (_, node) = given.split_once('@').expect("the token names its primary");
+    let (host, _) = node.rsplit_once(':').expect("host:port");
+    for token in [
+        "nonsense".to_owned(),
+        "17".to_owned(),
+        "1.2.3".to_owned(),
+        format!("0@{host}:1"),
+        "0@203.0.113.9:6379".to_owned(),
+        format!("99999999999999999999@{node}"),
+        format!("{given}@{node}"),
+        format!("0.1.xyz@{node}"),
+    ] {
+        let refused = client
+            .list(list(&token))
+            .await
+            .expect_err(&format!("{token} was followed"));
+        assert_eq!(
+            refused.code(),
+            Code::InvalidArgument,
+            "{token}: {refused:?}"
+        );
+        assert!(refused.message().contains("page token"), "{refused:?}");
+    }
+    assert!(client.list(list(&given)).await.is_ok());
+}
