@@ -607,7 +607,11 @@ async fn until_waiters(http: SocketAddr, name: &str, count: u64) {
     let mut seen = String::new();
     for _ in 0..100 {
         let described = post(http, "/v1/describe", None, json!({ "name": name })).await;
-        if described.body["waiters"] == count.to_string() {
+        if described.body["waiters"]
+            .as_str()
+            .and_then(|w| w.parse().ok())
+            == Some(count)
+        {
             return;
         }
         seen = described.text;

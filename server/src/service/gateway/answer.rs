@@ -37,7 +37,7 @@ pub fn encode<T: serde::Serialize>(
             Ok(body) => json(StatusCode::OK, &body),
             Err(e) => Problem::internal(format!("cannot encode the answer in JSON: {e}")).into(),
         },
-        Err(status) => refusal(status).into(),
+        Err(status) => refusal(&status).into(),
     }
 }
 
@@ -101,7 +101,7 @@ pub fn code_name(code: Code) -> &'static str {
 }
 
 /// The refusal a gRPC caller would get as `status`, over HTTP.
-pub fn refusal(status: Status) -> Problem {
+pub fn refusal(status: &Status) -> Problem {
     let details = status.get_error_details();
     let (reason, metadata) = details.error_info().map_or_else(
         || (String::new(), Map::new()),
@@ -148,13 +148,13 @@ impl Problem {
     fn own(status: StatusCode, code: Code, reason: &str, message: String, metadata: Value) -> Self {
         Problem {
             status,
-            body: json!({
-                "code": code_name(code),
-                "message": message,
-                "reason": reason,
-                "metadata": metadata,
-                "retryDelayMs": 0,
-            }),
+            body: Value::Object(Map::from_iter([
+                ("code".to_owned(), Value::from(code_name(code))),
+                ("message".to_owned(), Value::String(message)),
+                ("reason".to_owned(), Value::from(reason)),
+                ("metadata".to_owned(), metadata),
+                ("retryDelayMs".to_owned(), Value::from(0)),
+            ])),
             retry_after: None,
             allow: None,
         }
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn a_refusal_reads_the_statuss_reason_metadata_and_delay() {
-        let problem = refusal(Status::from(Error::Held {
+        let problem = refusal(&Status::from(Error::Held {
             name: "jobs/x".into(),
             holder: "pod-a".into(),
             fence: 7,
@@ -301,7 +301,7 @@ mod tests {
             "409 has no Retry-After"
         );
 
-        let problem = refusal(Status::from(Error::ResourceExhausted {
+        let problem = refusal(&Status::from(Error::ResourceExhausted {
             limit: "tenant-max-rate".into(),
             message: "slow down".into(),
             retry_after: Some(Duration::from_millis(1200)),

@@ -278,7 +278,7 @@ impl Gateway {
                 authorization.map(header::HeaderValue::as_bytes),
                 Some(&info),
             )
-            .map_err(|e| refusal(tonic::Status::from(e)))?;
+            .map_err(|e| refusal(&tonic::Status::from(e)))?;
         Ok(Call {
             // A value that is no valid metadata (not visible ASCII) was
             // refused by the gate already, unless authentication is off.
@@ -348,7 +348,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8], name: &str) -> Result<T, P
         body
     };
     serde_json::from_slice(body).map_err(|e| {
-        refusal(tonic::Status::from(crate::error::Error::InvalidArgument(
+        refusal(&tonic::Status::from(crate::error::Error::InvalidArgument(
             format!("the request body is not a {name} in JSON: {e}"),
         )))
     })

@@ -198,7 +198,11 @@ impl<'a> Api<'a> {
             return reference;
         }
         if let Some((e, path)) = self.enums.get(type_name) {
-            let values: Vec<&str> = e.value.iter().map(|v| v.name()).collect();
+            let values: Vec<&str> = e
+                .value
+                .iter()
+                .map(prost_types::EnumValueDescriptorProto::name)
+                .collect();
             schemas.insert(
                 short,
                 json!({ "type": "string", "enum": values, "description": self.comment(path) }),
@@ -263,7 +267,7 @@ impl<'a> Api<'a> {
             Type::Double | Type::Float => json!({ "type": "number" }),
             Type::Enum | Type::Message | Type::Group => self.map_or_ref(field.type_name(), schemas),
         };
-        if field.label() == Label::Repeated && !single.get("additionalProperties").is_some() {
+        if field.label() == Label::Repeated && single.get("additionalProperties").is_none() {
             json!({ "type": "array", "items": single })
         } else {
             single
@@ -274,7 +278,11 @@ impl<'a> Api<'a> {
     /// message), else a `$ref`.
     fn map_or_ref(&self, type_name: &str, schemas: &mut BTreeMap<String, Value>) -> Value {
         if let Some((entry, _)) = self.messages.get(type_name) {
-            if entry.options.as_ref().is_some_and(|o| o.map_entry()) {
+            if entry
+                .options
+                .as_ref()
+                .is_some_and(prost_types::MessageOptions::map_entry)
+            {
                 let value = &entry.field[1];
                 return json!({
                     "type": "object",

@@ -21,7 +21,7 @@ use super::{
 pub async fn answer(gateway: &Gateway, request: &tonic::Request<()>) -> Response<Full<Bytes>> {
     let caller = match gateway.gate.caller(request) {
         Ok(caller) => caller,
-        Err(e) => return refusal(tonic::Status::from(e)).into(),
+        Err(e) => return refusal(&tonic::Status::from(e)).into(),
     };
     let (serving, why) = store_health(&gateway.health).await;
     let why = match (serving, gateway.refusal.check()) {
