@@ -278,7 +278,17 @@ async fn scrape_after_traffic() -> String {
         })
         .await
         .expect("release");
-    let text = scrape(broker.metrics_addr).await;
+    // The census gauges are labelled: they are served once the first
+    // census (at start-up) set them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let text = loop {
+        let text = scrape(broker.metrics_addr).await;
+        if text.contains("leasehold_store_leases_held{") {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "no census within 10 s:\n{text}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     let _ = broker.stop().await;
     text
 }
