@@ -25,7 +25,7 @@ See README.md for the rules the client follows.
 """
 
 from ._aio import AsyncClient, AsyncLease, AsyncObservation
-from ._client import Client, Description, FenceCheck, Leader, Observation, default_holder
+from ._client import Client, Description, FenceCheck, Leader, ListPage, Listed, Observation, default_holder
 from ._lease import Lease
 from .errors import LeaseholdError, LeaseLost, LossReason, NotAcquired
 
@@ -38,6 +38,8 @@ __all__ = [
     "FenceCheck",
     "Leader",
     "Lease",
+    "ListPage",
+    "Listed",
     "LeaseholdError",
     "LeaseLost",
     "LossReason",

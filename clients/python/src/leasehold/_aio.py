@@ -13,14 +13,14 @@ import inspect
 import logging
 import time
 import weakref
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 import grpc.aio
 
 from . import _core, _keepcore as kc, _wire
 from ._brokers import Brokers, not_connected
-from ._core import Description, FenceCheck, Leader, Pem, Seconds, _ms, _seconds
+from ._core import Description, FenceCheck, Leader, ListPage, Listed, Pem, Seconds, _ms, _seconds
 from ._lease import _Held, _LeaseView
 from ._proto import leasehold_pb2 as pb
 from ._session import UNARY, AioSession, Beats, stream_full, unsupported
@@ -607,6 +607,27 @@ class AsyncClient:
     async def describe(self, name: str, tenant: str = "") -> Description:
         """Who holds ``name`` (see :meth:`Client.describe`)."""
         return _core.description(await self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant), name=name, tenant=tenant))
+
+    async def list_page(self, prefix: str = "", tenant: str = "", page_size: int = 0, page_token: str = "") -> ListPage:
+        """One page of the names that start with ``prefix`` and have
+        something on them (see :meth:`Client.list_page`)."""
+        request = _core.list_request(prefix, tenant, page_size, page_token)
+        given = dict(prefix=prefix, tenant=tenant, page_size=page_size, page_token=page_token)
+        return _core.list_page(await self._unary("List", request, **given))
+
+    async def list(self, prefix: str = "", tenant: str = "", page_size: int = 0) -> AsyncIterator[Listed]:
+        """Every name that starts with ``prefix`` and has something on it,
+        for ``async for``: each page is asked for as the previous one is
+        used up. On a Redis store a name may come twice (see
+        :meth:`Client.list`)."""
+        token = ""
+        while True:
+            page = await self.list_page(prefix, tenant, page_size, token)
+            for listed in page.locks:
+                yield listed
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
 
     async def check_fence(self, name: str, fence: int) -> FenceCheck:
         """Whether ``fence`` is the current lease's (see :meth:`Client.check_fence`)."""

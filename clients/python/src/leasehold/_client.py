@@ -17,6 +17,8 @@ from ._core import (  # noqa: F401 (re-exported: the public names live here)
     Description,
     FenceCheck,
     Leader,
+    ListPage,
+    Listed,
     Pem,
     Seconds,
     _ms,
@@ -334,6 +336,49 @@ class Client:
         with the ``admin`` permission (PERMISSION_DENIED otherwise); empty
         for the caller's own."""
         return _core.description(self._unary("Describe", pb.DescribeRequest(name=name, tenant=tenant), name=name, tenant=tenant))
+
+    def list_page(self, prefix: str = "", tenant: str = "", page_size: int = 0, page_token: str = "") -> ListPage:
+        """One page of the names that start with ``prefix`` and have
+        something on them now (a lease, permits, callers waiting, a
+        lock-delay), as :class:`Listed` entries, without owner tokens.
+
+        ``tenant``: empty for the caller's own names; another tenant's
+        (``@root`` for the root namespace), or ``"*"`` for every tenant's,
+        needs the ``admin`` permission (PERMISSION_DENIED otherwise).
+        ``page_size``: the most names the broker looks at in this call (0:
+        its default, 100; above 1000 it refuses with INVALID_ARGUMENT,
+        ``reason`` BAD_ARGUMENT, ``metadata["argument"] == "page_size"``).
+        So a page may hold fewer entries than that, even none, while
+        ``next_page_token`` is not empty: pass it back as ``page_token``,
+        with the same ``prefix`` and ``tenant``, until it is. Or let
+        :meth:`list` walk the pages."""
+        request = _core.list_request(prefix, tenant, page_size, page_token)
+        given = dict(prefix=prefix, tenant=tenant, page_size=page_size, page_token=page_token)
+        return _core.list_page(self._unary("List", request, **given))
+
+    def list(self, prefix: str = "", tenant: str = "", page_size: int = 0) -> Iterator[Listed]:
+        """Every name that starts with ``prefix`` and has something on it:
+        an iterator that asks for each page (see :meth:`list_page`) as the
+        previous one is used up, so a listing of any length holds one page
+        in memory. A refusal raises where the iteration is.
+
+        Each entry is as the broker saw it when it read that page: a name
+        held for the whole walk is listed; one taken or freed during it may
+        or may not be. Names come in name order, except on a Redis store
+        (its SCAN's order), where a name may also come **twice** (on two
+        pages). The iterator does not remove those: it would have to
+        remember every name of the walk. Keep the last entry per
+        ``(tenant, name)`` when that matters, as ``leasehold list`` does::
+
+            latest = {(l.tenant, l.name): l for l in client.list("jobs/")}
+        """
+        token = ""
+        while True:
+            page = self.list_page(prefix, tenant, page_size, token)
+            yield from page.locks
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
 
     def check_fence(self, name: str, fence: int) -> FenceCheck:
         """Whether ``fence`` is the fence of the current lease on ``name``,

@@ -161,6 +161,79 @@ class Leader:
         return Leader(value=r.value, term=r.term, remaining=r.remaining_ms / 1000.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """A name a listing found something on (a lease, permits, waiters, a
+    lock-delay): its state as :class:`Description` tells it, with the
+    tenant it belongs to. Durations are in seconds."""
+
+    #: The tenant whose name it is (``@root`` for the root namespace).
+    tenant: str
+    #: The name, as its holders name it (without the tenant).
+    name: str
+    #: Whether a lock lease holds it (False for a semaphore's permits).
+    held: bool
+    #: The holder's label (an election's leader's value).
+    holder: str
+    #: The lease's fence (an election's term).
+    fence: int
+    #: Time left on the lease unless renewed.
+    remaining: float
+    #: The TTL the lease was granted or last renewed with.
+    ttl: float
+    #: When the lease was granted, in seconds since the Unix epoch (the
+    #: store's clock).
+    granted_at_unix: float
+    #: Callers waiting in line, on every broker replica.
+    waiters: int
+    #: Semaphore permits held now (0 for a lock).
+    permits_held: int
+    #: When not held: time left of a lock-delay in force now.
+    lock_delay_remaining: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ListPage:
+    """One page of a listing (:meth:`Client.list_page`): the names of the
+    page with something on them, and the token of the next page ("" when
+    the walk is done). A page may hold fewer entries than its size, even
+    none, while ``next_page_token`` says there is more."""
+
+    locks: List[Listed]
+    next_page_token: str
+
+
+def list_request(prefix: str, tenant: str, page_size: int, page_token: str) -> pb.ListRequest:
+    """The ListRequest of a page (the broker judges the page size: 0 for its
+    default, at most 1000)."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int):
+        raise TypeError("page_size must be an int")
+    if not 0 <= page_size < 2**32:
+        raise ValueError(f"page_size must be between 0 (the broker's default) and 1000, got {page_size}")
+    return pb.ListRequest(prefix=prefix, tenant=tenant, page_size=page_size, page_token=page_token)
+
+
+def list_page(r) -> ListPage:
+    """A ListResponse as a :class:`ListPage`."""
+    return ListPage(
+        locks=[
+            Listed(
+                tenant=l.tenant,
+                name=l.name,
+                held=l.held,
+                holder=l.holder,
+                fence=l.fence,
+                remaining=l.remaining_ms / 1000.0,
+                ttl=l.ttl_ms / 1000.0,
+                granted_at_unix=l.granted_at_unix_ms / 1000.0,
+                waiters=l.waiters,
+                permits_held=l.permits_held,
+                lock_delay_remaining=l.lock_delay_remaining_ms / 1000.0,
+            )
+            for l in r.locks
+        ],
+        next_page_token=r.next_page_token,
+    )
 
 
 def description(r) -> Description:

@@ -205,6 +205,9 @@ _PARAMETERS: Mapping[str, Optional[str]] = {
     "value": "value",
     "election": "election",
     "tenant": "tenant",
+    "prefix": "prefix",
+    "page_size": "page_size",
+    "page_token": "page_token",
     "place": None,
     "request": None,
 }
