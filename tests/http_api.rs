@@ -710,3 +710,68 @@ async fn mutual_tls_and_client_certificates_are_the_grpc_ports() {
         "a client without a certificate got in"
     );
 }
+
+/// Bodies being received are held under the gRPC port's byte budgets
+/// (--max-buffer): while one client trickles a body, another whose body
+/// would not fit is refused with LIMIT_REACHED (429), and is served once
+/// the first is done.
+#[tokio::test]
+async fn bodies_being_received_share_the_byte_budget() {
+    let (_broker, http) = broker("memory", None, |c| {
+        c.max_message_size = 1000;
+        c.conn_max_buffer = 1000;
+        c.max_buffer = 1500;
+    })
+    .await;
+    let mut slow = TcpStream::connect(http).await.unwrap();
+    slow.write_all(
+        b"POST /v1/describe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000\r\n\r\n{\"name\":",
+    )
+    .await
+    .unwrap();
+    let body = format!(r#"{{"name":"budget","holder":"{}"}}"#, "h".repeat(800));
+    let mut refused = None;
+    for _ in 0..50 {
+        let answer = post(
+            http,
+            "/v1/acquire",
+            None,
+            serde_json::from_str(&body).unwrap(),
+        )
+        .await;
+        if answer.status == 429 {
+            refused = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = refused.expect("refused while the slow body holds the budget");
+    assert_eq!(refused.body["code"], "RESOURCE_EXHAUSTED", "{refused:?}");
+    assert_eq!(refused.body["reason"], "LIMIT_REACHED");
+    assert_eq!(refused.body["metadata"]["limit"], "max-buffer");
+
+    // A small body still fits beside it.
+    let small = post(http, "/v1/describe", None, json!({ "name": "budget" })).await;
+    assert_eq!(small.status, 200, "{small:?}");
+
+    drop(slow);
+    let mut answer = None;
+    for _ in 0..50 {
+        let a = post(
+            http,
+            "/v1/acquire",
+            None,
+            serde_json::from_str(&body).unwrap(),
+        )
+        .await;
+        if a.status != 429 {
+            answer = Some(a);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answer = answer.expect("served once the slow body let go");
+    assert_eq!(answer.status, 400, "a holder of 800 bytes: {answer:?}");
+    assert_eq!(answer.body["metadata"]["argument"], "holder");
+}

@@ -83,8 +83,9 @@ impl Budget {
     }
 
     /// Takes `n` bytes from the connection's budget and the broker's, or
-    /// neither.
-    fn reserve(&self, conn: Option<&AtomicUsize>, n: usize) -> Result<(), Status> {
+    /// neither. (The JSON gateway's bodies are held under the same
+    /// budgets.)
+    pub(super) fn reserve(&self, conn: Option<&AtomicUsize>, n: usize) -> Result<(), Status> {
         if let Some(conn) = conn {
             if !take(conn, n, self.conn_limit) {
                 self.metrics.rejected(Rejection::Buffer);
@@ -118,7 +119,8 @@ impl Budget {
         Ok(())
     }
 
-    fn release(&self, conn: Option<&AtomicUsize>, n: usize) {
+    /// Gives back what [`Budget::reserve`] took.
+    pub(super) fn release(&self, conn: Option<&AtomicUsize>, n: usize) {
         if let Some(conn) = conn {
             conn.fetch_sub(n, Ordering::Relaxed);
         }

@@ -91,15 +91,14 @@ pub async fn run_listening(
         metrics: metrics.clone(),
         refusal: refusal.clone(),
     });
-    let admission = admit::Admission::new(
-        Arc::clone(&gate),
-        Arc::new(admit::Budget::new(
-            config.max_buffer,
-            config.conn_max_buffer,
-            config.max_message_size,
-            metrics.clone(),
-        )),
-    );
+    // One budget for the requests being received on both ports.
+    let budget = Arc::new(admit::Budget::new(
+        config.max_buffer,
+        config.conn_max_buffer,
+        config.max_message_size,
+        metrics.clone(),
+    ));
+    let admission = admit::Admission::new(Arc::clone(&gate), Arc::clone(&budget));
     // The HTTP/JSON API's connections are accepted alike, with slots of
     // their own: a flood of HTTP clients never takes the room of the gRPC
     // clients that renew leases.
@@ -116,9 +115,8 @@ pub async fn run_listening(
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    let gateway_health = tonic_health::server::HealthService::from_health_reporter(
-        health_reporter.clone(),
-    );
+    let gateway_health =
+        tonic_health::server::HealthService::from_health_reporter(health_reporter.clone());
     tokio::spawn(health::watch_store(
         leases.clone(),
         metrics.clone(),
@@ -188,6 +186,7 @@ pub async fn run_listening(
                     health: gateway_health,
                     refusal: gateway_refusal,
                     max_body: config.max_message_size,
+                    budget,
                     timeout: config.http_timeout,
                     max_streams: config.max_concurrent_streams,
                     ping: (config.ping_interval, config.ping_timeout),
@@ -248,7 +247,7 @@ pub async fn run_listening(
         .add_service(
             LeaseholdServiceServer::from_arc(api)
                 .max_decoding_message_size(config.max_message_size)
-            .max_encoding_message_size(config.max_message_size),
+                .max_encoding_message_size(config.max_message_size),
         );
     let stopping = async move {
         shutdown.await;

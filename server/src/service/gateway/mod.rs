@@ -82,6 +82,9 @@ pub struct Gateway {
     pub refusal: Refusal,
     /// Largest request body (`--max-message-size`).
     pub max_body: usize,
+    /// What bodies being received may hold, shared with the gRPC port
+    /// (`--max-buffer`, `--conn-max-buffer`).
+    pub budget: Arc<super::admit::Budget>,
     /// `--http-timeout`.
     pub timeout: Duration,
     /// HTTP/2 streams one connection may have open at once
@@ -240,7 +243,7 @@ impl Gateway {
         }
         // Credentials first: what an unknown caller sends is never read.
         let call = self.authenticated(&request, info)?;
-        let body = self.body(request.into_body()).await?;
+        let body = self.body(request.into_body(), &call.info).await?;
         let api = &*self.api;
         // One arm per route: parse, call the trait method, encode.
         macro_rules! unary {
@@ -289,13 +292,27 @@ impl Gateway {
     }
 
     /// The request's body: at most `--max-message-size` bytes (refused
-    /// before more is read), within `--http-timeout`.
-    async fn body(&self, body: Incoming) -> Result<Bytes, Problem> {
+    /// before more is read), within `--http-timeout`, held under the byte
+    /// budgets of unfinished requests as a gRPC message is (its announced
+    /// length, or `--max-message-size` when it announces none).
+    async fn body(&self, body: Incoming, info: &ConnInfo) -> Result<Bytes, Problem> {
         use http_body::Body as _;
-        let announced = body.size_hint().exact().or(body.size_hint().upper());
-        if announced.is_some_and(|n| n > self.max_body as u64) {
+        let announced = body.size_hint().exact();
+        let held = match announced {
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => self.max_body,
+        };
+        if held > self.max_body {
             return Err(Problem::too_large(self.max_body));
         }
+        self.budget
+            .reserve(Some(&info.buffered), held)
+            .map_err(|status| refusal(&status))?;
+        let _held = Held {
+            budget: &self.budget,
+            conn: &info.buffered,
+            bytes: held,
+        };
         match tokio::time::timeout(self.timeout, Limited::new(body, self.max_body).collect()).await
         {
             Err(_) => Err(Problem::slow_body(self.timeout)),
@@ -305,6 +322,20 @@ impl Gateway {
             }
             Ok(Err(e)) => Err(Problem::bad_body(&e.to_string())),
         }
+    }
+}
+
+/// Bytes of the budgets held while a body is received, given back when
+/// it is in (or abandoned).
+struct Held<'a> {
+    budget: &'a super::admit::Budget,
+    conn: &'a std::sync::atomic::AtomicUsize,
+    bytes: usize,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.budget.release(Some(self.conn), self.bytes);
     }
 }
 
