@@ -138,6 +138,68 @@ export interface Description {
   permitsHeld: number;
 }
 
+/**
+ * A name a listing found something on (a lease, permits, waiters, a
+ * lock-delay): its state as Describe tells it, with the tenant it belongs
+ * to. Never an owner token.
+ */
+export interface Listed {
+  /** The tenant whose name it is (`@root` for the root namespace). */
+  tenant: string;
+  /** The name, as its holders name it (without the tenant). */
+  name: string;
+  /** Whether a lock lease holds it (false for a semaphore's permits). */
+  held: boolean;
+  /** The holder's label (an election's leader's value). */
+  holder: string;
+  /** The lease's fence (an election's term). */
+  fence: bigint;
+  /** Time left on the lease unless renewed. */
+  remainingMs: number;
+  /** The TTL the lease was granted or last renewed with. */
+  ttlMs: number;
+  /** When the lease was granted, by the store's clock (Unix epoch). */
+  grantedAtUnixMs: number;
+  /** Callers queued for the name on every broker replica. */
+  waiters: number;
+  /** Semaphore permits held now (0 for a lock). */
+  permitsHeld: number;
+  /** When not held: time left of a lock-delay in force now. */
+  lockDelayRemainingMs: number;
+}
+
+/** One page of a listing (listPage). */
+export interface ListPage {
+  /** The names of the page with something on them (possibly none). */
+  locks: Listed[];
+  /** Empty when the walk is done; otherwise the `pageToken` of the next page. */
+  nextPageToken: string;
+}
+
+/** What to list: see Client.listPage and Client.list. */
+export interface ListOptions {
+  /** Only names that start with this. Default: every name. */
+  prefix?: string;
+  /**
+   * Whose names: empty (the default) for the caller's own; another tenant's
+   * (`@root` for the root namespace) or `*` for every tenant's needs the
+   * `admin` permission (PERMISSION_DENIED otherwise).
+   */
+  tenant?: string;
+  /**
+   * The most names the broker looks at in one call: 0 (the default) for its
+   * default, 100; at most 1000 (INVALID_ARGUMENT, reason BAD_ARGUMENT,
+   * `metadata.argument` `page_size`, past it).
+   */
+  pageSize?: number;
+}
+
+/** One page: ListOptions and where to go on. */
+export interface ListPageOptions extends ListOptions {
+  /** The previous page's `nextPageToken` (same prefix and tenant); empty for the first page. */
+  pageToken?: string;
+}
+
 /** The answer of CheckFence. */
 export interface FenceCheck {
   /** Whether the fence is the current lease's. */
@@ -460,6 +522,49 @@ export class Client {
       lockDelayRemainingMs: Number(r.lock_delay_remaining_ms),
       permitsHeld: Number(r.permits_held),
     };
+  }
+
+  /**
+   * One page of the names that start with `prefix` and have something on
+   * them now: a lease, permits, callers waiting, a lock-delay (free names are
+   * left out). The broker looks at no more than `pageSize` names per call,
+   * so a page may hold fewer entries, even none, while `nextPageToken` is not
+   * empty: pass it back as `pageToken`, with the same prefix and tenant,
+   * until it is. Or let list() walk the pages.
+   */
+  async listPage(options: ListPageOptions = {}): Promise<ListPage> {
+    const prefix = options.prefix ?? '';
+    const tenant = options.tenant ?? '';
+    const pageToken = options.pageToken ?? '';
+    const pageSize = checkCount(options.pageSize ?? 0, 'pageSize');
+    if (pageSize > 0xffff_ffff) throw new LeaseholdError(`pageSize must fit in 32 bits (the broker takes at most 1000), got ${pageSize}`);
+    const given = { prefix, tenant, page_size: pageSize, page_token: pageToken };
+    const r = await this.#unary('List', { prefix, tenant, page_size: pageSize, page_token: pageToken }, given);
+    return { locks: (r.locks ?? []).map(toListed), nextPageToken: r.next_page_token ?? '' };
+  }
+
+  /**
+   * Every name that starts with `prefix` and has something on it, for `for
+   * await`: each page (listPage) is asked for when the previous one is used
+   * up, so a listing of any length holds one page in memory. A refusal
+   * rejects at the step where it happens; breaking out of the loop stops
+   * the walk.
+   *
+   * Names come in name order, except on a Redis store (its SCAN's order),
+   * where a name may also come twice (on two pages): the iterator passes them
+   * on as they come (removing them would mean remembering every name of the
+   * walk). When that matters, keep one per (tenant, name), as `leasehold list`
+   * does. A name held for the whole walk is listed; one taken or freed
+   * during it may or may not be.
+   */
+  async *list(options: ListOptions = {}): AsyncGenerator<Listed, void, undefined> {
+    let pageToken = '';
+    for (;;) {
+      const page = await this.listPage({ ...options, pageToken });
+      yield* page.locks;
+      if (!page.nextPageToken) return;
+      pageToken = page.nextPageToken;
+    }
   }
 
   /**
@@ -871,6 +976,22 @@ export class Observation implements AsyncIterableIterator<Leader | null> {
     this.#call.cancel();
     this.#onEnd();
   }
+}
+
+function toListed(l: any): Listed {
+  return {
+    tenant: l.tenant,
+    name: l.name,
+    held: l.held,
+    holder: l.holder,
+    fence: BigInt(l.fence),
+    remainingMs: Number(l.remaining_ms),
+    ttlMs: Number(l.ttl_ms),
+    grantedAtUnixMs: Number(l.granted_at_unix_ms),
+    waiters: Number(l.waiters),
+    permitsHeld: Number(l.permits_held),
+    lockDelayRemainingMs: Number(l.lock_delay_remaining_ms),
+  };
 }
 
 function toLeader(r: any): Leader | null {

@@ -220,6 +220,9 @@ const PARAMETERS: Record<string, string> = {
   value: 'value',
   election: 'election',
   tenant: 'tenant',
+  prefix: 'prefix',
+  page_size: 'pageSize',
+  page_token: 'pageToken',
 };
 
 /** The metadata key of the value sent, for arguments that are durations (in milliseconds, as the client's). */

@@ -2,7 +2,7 @@
 // stream per client (Session, or KeepAlive beside unary calls). See README.md
 // for the rules it follows.
 export { Client, Observation, connect, defaultHolder } from './client';
-export type { AcquireOptions, CampaignOptions, ConnectOptions, Description, Fence, FenceCheck, Leader, Logger, Pem } from './client';
+export type { AcquireOptions, CampaignOptions, ConnectOptions, Description, Fence, FenceCheck, Leader, ListOptions, ListPage, ListPageOptions, Listed, Logger, Pem } from './client';
 export { Lease } from './lease';
 export type { LostCallback } from './lease';
 export { LeaseholdError, LeaseLost, NotAcquired, status } from './errors';

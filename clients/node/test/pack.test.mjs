@@ -61,6 +61,7 @@ test('npm pack makes a tarball that installs in an empty folder and runs against
     assert.equal(esm.busy, true);
     assert.equal(esm.afterRelease, 'RELEASED');
     assert.equal(esm.scopedReleased, true, 'await using released the lease');
+    assert.equal(esm.listed, true, 'listPage and list found the lease');
     const cjs = JSON.parse((await run(process.execPath, ['usage.cjs', broker.address], { cwd: app })).stdout);
     assert.deepEqual({ ...cjs, fence: undefined }, { fence: undefined, lease: true, busy: true, free: true });
     assert.ok(BigInt(cjs.fence) > BigInt(esm.fence), 'one broker, one sequence: the later grant has the higher fence');

@@ -4,7 +4,7 @@
 // against a real broker: node usage.mjs <broker address>.
 // The @ts-expect-error lines are misuses the types must refuse.
 import { connect, Lease, LeaseLost, NotAcquired, status } from '@leasehold/client';
-import type { AcquireOptions, Description, FenceCheck, LossReason } from '@leasehold/client';
+import type { AcquireOptions, Description, FenceCheck, Listed, ListOptions, ListPage, LossReason } from '@leasehold/client';
 
 const address: string = process.argv[2] ?? '127.0.0.1:7420';
 const client = connect(address, { timeoutMs: 5000, logger: null });
@@ -15,6 +15,14 @@ const unsubscribe: () => void = lease.onLost((reason: LossReason, which: Lease) 
 lease.check();
 const described: Description = await client.describe(lease.name);
 const checked: FenceCheck = await client.checkFence(lease.name, fence);
+const page: ListPage = await client.listPage({ prefix: lease.name, pageSize: 10 });
+const listOptions: ListOptions = { prefix: lease.name, pageSize: 1 };
+const listedFences: bigint[] = [];
+for await (const l of client.list(listOptions)) {
+  const entry: Listed = l;
+  listedFences.push(entry.fence);
+}
+const listed = page.locks.length === 1 && page.locks[0].holder === 'smoke' && listedFences.length === 1 && listedFences[0] === fence;
 let busy = '';
 let heldBy: string | undefined;
 let retryAfterMs: number | null = null;
@@ -43,7 +51,7 @@ let scoped: Lease | undefined;
 }
 const scopedReleased = scoped.released && !(await client.describe(scoped.name)).held;
 await client.close();
-console.log(JSON.stringify({ fence: String(fence), held: described.held, current: checked.current, busy: busy !== '' && heldBy === 'smoke' && retryAfterMs !== null, afterRelease, scopedReleased }));
+console.log(JSON.stringify({ fence: String(fence), held: described.held, current: checked.current, busy: busy !== '' && heldBy === 'smoke' && retryAfterMs !== null, afterRelease, scopedReleased, listed }));
 
 // Never called: misuses the types must refuse.
 export function misuses(lease: Lease): void {
@@ -54,4 +62,6 @@ export function misuses(lease: Lease): void {
   // @ts-expect-error: a fence is a bigint, not a number
   const wrong: number = lease.fence;
   void wrong;
+  // @ts-expect-error: the page size is pageSize
+  void client.listPage({ page_size: 10 });
 }
