@@ -42,10 +42,11 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_HTTP_LISTEN")]
     pub http_listen: Option<SocketAddr>,
 
-    /// How long a connection to the HTTP/JSON API may take to send a
-    /// request's headers (or wait between requests), and then its body,
-    /// before it is closed: a client that trickles a request holds its
-    /// socket for that long and no more.
+    /// How long a connection to the HTTP/JSON API may take to send its
+    /// first bytes, a request's headers (or wait between requests), and
+    /// then its body, and may leave an answer unread, before it is closed:
+    /// a client that trickles a request, or never reads, holds its socket
+    /// for that long and no more.
     #[arg(long, env = "LEASEHOLD_HTTP_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub http_timeout: Duration,
 

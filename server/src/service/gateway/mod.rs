@@ -191,7 +191,7 @@ impl Gateway {
             .max_header_list_size(super::MAX_HEADER_LIST_SIZE)
             .keep_alive_interval(self.ping.0)
             .keep_alive_timeout(self.ping.1);
-        let io = TokioIo::new(FirstBytes::new(conn, self.timeout));
+        let io = TokioIo::new(Deadlines::new(conn, self.timeout));
         let connection = builder.serve_connection(io, service);
         tokio::pin!(connection);
         let served = tokio::select! {
@@ -429,26 +429,53 @@ fn page() -> Response<Full<Bytes>> {
 /// the bytes that tell HTTP/1.1 from HTTP/2 without a deadline.
 const FIRST_BYTES: usize = 24;
 
-/// A connection whose first [`FIRST_BYTES`] bytes must arrive within a
-/// deadline: a client that connects and says nothing, or trickles its
-/// first bytes, is closed at the deadline.
-struct FirstBytes {
+/// A connection with two deadlines of `--http-timeout`: for its first
+/// [`FIRST_BYTES`] bytes (a client that connects and says nothing, or
+/// trickles its first bytes, is closed), and for any write that makes no
+/// progress (a client that asks and never reads its answers, as HTTP/1.1
+/// pipelining allows, is closed rather than holding its slot).
+struct Deadlines {
     io: conn::Conn,
+    limit: Duration,
     read: usize,
-    deadline: Option<Pin<Box<Sleep>>>,
+    first_bytes: Option<Pin<Box<Sleep>>>,
+    /// Armed while a write waits for room; reset by any progress.
+    stuck: Option<Pin<Box<Sleep>>>,
 }
 
-impl FirstBytes {
+impl Deadlines {
     fn new(io: conn::Conn, limit: Duration) -> Self {
-        FirstBytes {
+        Deadlines {
             io,
+            limit,
             read: 0,
-            deadline: Some(Box::pin(tokio::time::sleep(limit))),
+            first_bytes: Some(Box::pin(tokio::time::sleep(limit))),
+            stuck: None,
+        }
+    }
+
+    /// `poll` (of a write) as it is, but an error once it has been pending
+    /// for the limit.
+    fn bound<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.stuck = None;
+            return poll;
+        }
+        let limit = self.limit;
+        let stuck = self
+            .stuck
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match stuck.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client left its answer unread past --http-timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
 
-impl AsyncRead for FirstBytes {
+impl AsyncRead for Deadlines {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -457,13 +484,13 @@ impl AsyncRead for FirstBytes {
         let me = self.get_mut();
         let before = buf.filled().len();
         let poll = Pin::new(&mut me.io).poll_read(cx, buf);
-        let Some(deadline) = &mut me.deadline else {
+        let Some(deadline) = &mut me.first_bytes else {
             return poll;
         };
         if poll.is_ready() {
             me.read += buf.filled().len() - before;
             if me.read >= FIRST_BYTES {
-                me.deadline = None;
+                me.first_bytes = None;
             }
             return poll;
         }
@@ -477,13 +504,15 @@ impl AsyncRead for FirstBytes {
     }
 }
 
-impl AsyncWrite for FirstBytes {
+impl AsyncWrite for Deadlines {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let me = &mut *self;
+        let poll = Pin::new(&mut me.io).poll_write(cx, buf);
+        me.bound(cx, poll)
     }
 
     fn poll_write_vectored(
@@ -491,7 +520,9 @@ impl AsyncWrite for FirstBytes {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let me = &mut *self;
+        let poll = Pin::new(&mut me.io).poll_write_vectored(cx, bufs);
+        me.bound(cx, poll)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -499,10 +530,14 @@ impl AsyncWrite for FirstBytes {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let me = &mut *self;
+        let poll = Pin::new(&mut me.io).poll_flush(cx);
+        me.bound(cx, poll)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        let me = &mut *self;
+        let poll = Pin::new(&mut me.io).poll_shutdown(cx);
+        me.bound(cx, poll)
     }
 }
