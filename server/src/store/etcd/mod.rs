@@ -1531,28 +1531,41 @@ impl Backend for EtcdStore {
         if end != [0] && start >= end {
             return Ok((Listing::default(), 0));
         }
-        let page = self
-            .client()
-            .range(
-                "Range (list)",
-                RangeRequest {
-                    key: start,
-                    range_end: end,
-                    limit: i64::try_from(budget).unwrap_or(i64::MAX).max(1),
-                    keys_only: true,
-                    ..RangeRequest::default()
-                },
-            )
-            .await?;
-        let names: BTreeSet<String> = page
-            .kvs
+        let floor = self.inner.prefix.len() + prefix.len();
+        let mut probes = keys::Probes::new(start, end, floor);
+        let (mut read, mut more) = (Vec::new(), false);
+        while let Some((from, to, last)) = probes.next() {
+            let left = budget.saturating_sub(read.len()).max(1);
+            let page = self
+                .client()
+                .range(
+                    "Range (list)",
+                    RangeRequest {
+                        key: from,
+                        range_end: to,
+                        limit: i64::try_from(left).unwrap_or(i64::MAX),
+                        keys_only: true,
+                        ..RangeRequest::default()
+                    },
+                )
+                .await?;
+            read.extend(page.kvs);
+            if page.more || (read.len() >= budget && !last) {
+                more = true;
+                break;
+            }
+            if read.len() >= budget {
+                break;
+            }
+        }
+        let names: BTreeSet<String> = read
             .iter()
             .filter_map(|kv| keys::name_of(root, &kv.key))
             .filter(|name| name.starts_with(prefix))
             .map(str::to_owned)
             .collect();
-        let next = match page.kvs.last() {
-            Some(last) if page.more => Some(keys::walked_to(root, &last.key).ok_or_else(|| {
+        let next = match read.last() {
+            Some(last) if more => Some(keys::walked_to(root, &last.key).ok_or_else(|| {
                 Error::Internal(format!(
                     "etcd: a key under the prefix '{root}' that is no name's and not text ({} \
                      bytes): the listing cannot walk past it; was it written by something other \
