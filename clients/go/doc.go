@@ -78,4 +78,13 @@
 // Campaign becomes the leader of an election (a lease whose fence is the
 // leader's term; Release resigns), Leader says who leads, and Observe
 // streams the leadership as it changes.
+//
+// # Listing
+//
+// ListPage returns one page of the names under a prefix that have
+// something on them (a lease, permits, waiters, a lock-delay), as Listed
+// entries, and the token of the next page; List walks every page, calling
+// a function with each entry (on a Redis store a name may come twice: keep
+// one per Tenant and Name when that matters). An administrator lists
+// another tenant's names, or every tenant's with Tenant "*".
 package leasehold

@@ -129,6 +129,9 @@ var option = map[string]string{
 	"value":       "the campaign's value",
 	"election":    "the election name",
 	"tenant":      "Tenant",
+	"prefix":      "ListOptions.Prefix",
+	"page_size":   "ListOptions.PageSize",
+	"page_token":  "ListOptions.PageToken",
 }
 
 func (e *Error) describe() string {
@@ -164,7 +167,7 @@ func (e *Error) describe() string {
 			return fmt.Sprintf("WithLockDelay(%v) is above the broker's longest lock-delay, %v (its --max-lock-delay)", e.ms0("lock_delay_ms"), e.ms0("max_lock_delay_ms"))
 		case arg == "limit" && m["max_limit"] != "":
 			return fmt.Sprintf("WithLimit(%s) is above the broker's largest semaphore limit, %s (its --max-semaphore-limit)", m["limit"], m["max_limit"])
-		case strings.HasPrefix(what, "With"):
+		case strings.HasPrefix(what, "With"), strings.HasPrefix(what, "ListOptions."):
 			// The option the caller wrote, then the broker's words.
 			return fmt.Sprintf("%s: %s", what, e.Message)
 		}

@@ -70,3 +70,22 @@ func ExampleClient_Campaign() {
 	fmt.Println("no longer the leader (term", leadership.Fence(), "):", leadership.Err())
 	_ = leadership.Release(ctx)
 }
+
+// Every lock under a prefix, page by page, each name once (on a Redis
+// store a name may come on two pages).
+func ExampleClient_List() {
+	ctx := context.Background()
+	client, _ := leasehold.Dial("127.0.0.1:7420")
+	defer client.Close()
+	seen := map[[2]string]bool{}
+	err := client.List(ctx, leasehold.ListOptions{Prefix: "invoices/", PageSize: 500}, func(l leasehold.Listed) error {
+		if key := [2]string{l.Tenant, l.Name}; !seen[key] {
+			seen[key] = true
+			fmt.Println(l.Name, l.Holder, l.Fence, l.Waiters)
+		}
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
