@@ -482,6 +482,22 @@ async fn bounds_routes_and_media_types() {
     );
     assert!(document.body["paths"]["/v1/check-fence"]["post"].is_object());
 
+    // Leader, and HTTP/2 in plaintext for a client that knows (h2c).
+    let mut h2 = curl_command(
+        http,
+        "POST",
+        "/v1/leader",
+        None,
+        Some(r#"{"election":"nobody"}"#),
+    );
+    h2.arg("--http2-prior-knowledge");
+    let leader = run(h2).await;
+    assert!(leader.headers.starts_with("HTTP/2 200"), "{leader:?}");
+    assert_eq!(
+        leader.body,
+        json!({ "present": false, "value": "", "term": "0", "remainingMs": "0" })
+    );
+
     // An empty body is the empty message; List of nothing is an empty page.
     let mut empty = curl_command(http, "POST", "/v1/list", None, None);
     empty.args(["-H", "Content-Type: application/json"]);
