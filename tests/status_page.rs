@@ -15,8 +15,8 @@
 //!   on release the row goes to the waiter (its holder and fence), and on
 //!   the waiter's release the row is gone;
 //! - a revoked lease shows under recent losses with its reason;
-//! - with `--auth-file`, the page asks for a token, and once one is typed
-//!   shows its tenant's locks and not another tenant's (an `admin` token:
+//! - with `--auth-file`, the page asks for a token (again when one is
+//!   refused), and once one is typed shows its tenant's locks and not another tenant's (an `admin` token:
 //!   every tenant's); the token is kept in sessionStorage only, never in
 //!   localStorage or the URL;
 //! - the page logs no error (a script error, a Content-Security-Policy
@@ -378,6 +378,16 @@ async fn asks_for_a_token(store: &str) {
                && document.activeElement === document.querySelector("#token")
                && document.querySelectorAll("[data-lock]").length === 0"##,
             STARTING,
+        )
+        .await;
+
+    // A token the broker does not know: refused, and asked again.
+    sign_in(&mut browser, "not-a-token").await;
+    browser
+        .wait_for(
+            r##"!document.querySelector("#auth").hidden
+               && document.querySelector("#alert").textContent.startsWith("The broker refused the token")"##,
+            LIVE,
         )
         .await;
 
