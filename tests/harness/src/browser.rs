@@ -7,10 +7,10 @@
 //! `DevToolsActivePort` file, and connects to its page's websocket. Then:
 //! [`Browser::open`] navigates and waits for the load event;
 //! [`Browser::wait_for`] waits, in the page, until a JavaScript condition
-//! holds (re-checked at every DOM mutation, with a timeout), so that a test
-//! waits on what the page does and never sleeps; [`Browser::evaluate`] runs
-//! a script (to type in a field and submit a form); [`Browser::screenshot`]
-//! writes a PNG of the whole page. What the page logs (console messages,
+//! holds (re-checked at every DOM mutation and every 50 ms, with a
+//! timeout), so that a test waits on what the page does and never sleeps;
+//! [`Browser::evaluate`] runs a script (to type in a field and submit a
+//! form); [`Browser::screenshot`] writes a PNG of the whole page. What the page logs (console messages,
 //! uncaught exceptions, Content-Security-Policy refusals) is kept in
 //! [`Browser::log`] and printed when a wait fails. Chromium and every
 //! process it started are killed on drop, and the profile removed.
@@ -109,7 +109,7 @@ impl Browser {
             .spawn()
             .unwrap_or_else(|e| {
                 panic!(
-                    "cannot run '{binary}' ({e}): the status page's tests need a headless \
+                    "cannot run '{binary}' ({e}): this test needs a headless \
                      Chromium: install Debian's chromium package (apt-get install chromium; \
                      scripts/test does) or set LEASEHOLD_CHROMIUM to a Chromium binary"
                 )
@@ -125,9 +125,10 @@ impl Browser {
             panic!("'{binary}' did not start listening for DevTools within {START_LIMIT:?}");
         };
         // Until the page is connected, a panic must still kill it.
-        let guard = Group {
+        let mut guard = Group {
             pid,
             profile: profile.clone(),
+            armed: true,
         };
         let active = devtools_active_port(&profile);
         let mut lines = active.lines();
@@ -163,7 +164,8 @@ impl Browser {
         ))
         .await
         .expect("connect to the page's DevTools endpoint");
-        std::mem::forget(guard);
+        // The Browser's own drop takes over.
+        guard.armed = false;
         let mut browser = Browser {
             child,
             profile,
@@ -207,8 +209,9 @@ impl Browser {
     /// Waits until the JavaScript expression `condition` is truthy in the
     /// page, for at most `limit`, and returns its value (as JSON). The
     /// page checks it at once, then at every change of the DOM (a
-    /// MutationObserver), and fails the wait when `limit` runs out; a
-    /// failed wait panics with the condition, the page's text and its log.
+    /// MutationObserver) and every 50 ms (for a condition on what is not
+    /// in the DOM), and fails the wait when `limit` runs out; a failed
+    /// wait panics with the condition, the page's text and its log.
     pub async fn wait_for(&mut self, condition: &str, limit: Duration) -> Value {
         let millis = limit.as_millis();
         let script = format!(
@@ -216,21 +219,28 @@ impl Browser {
                 const holds = () => {{ return ({condition}); }};
                 let observer = null;
                 let timer = 0;
+                let poll = 0;
+                const stop = () => {{
+                    if (observer) observer.disconnect();
+                    clearTimeout(timer);
+                    clearInterval(poll);
+                }};
                 const check = () => {{
                     let value;
                     try {{ value = holds(); }} catch (e) {{ value = undefined; }}
                     if (!value) return false;
-                    if (observer) observer.disconnect();
-                    clearTimeout(timer);
+                    stop();
                     resolve(value);
                     return true;
                 }};
                 if (check()) return;
                 observer = new MutationObserver(check);
                 observer.observe(document, {{ subtree: true, childList: true, characterData: true, attributes: true }});
+                poll = setInterval(check, 50);
                 timer = setTimeout(() => {{
-                    observer.disconnect();
-                    if (!check()) reject(new Error("timed out after {millis} ms"));
+                    if (check()) return;
+                    stop();
+                    reject(new Error("timed out after {millis} ms"));
                 }}, {millis});
             }})"#
         );
@@ -400,12 +410,16 @@ fn devtools_active_port(profile: &Path) -> String {
 struct Group {
     pid: u32,
     profile: PathBuf,
+    /// False once a [`Browser`] owns the process.
+    armed: bool,
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        kill_group(self.pid);
-        let _ = std::fs::remove_dir_all(&self.profile);
+        if self.armed {
+            kill_group(self.pid);
+            let _ = std::fs::remove_dir_all(&self.profile);
+        }
     }
 }
 
