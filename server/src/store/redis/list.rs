@@ -153,12 +153,18 @@ fn glob_escaped(text: &str) -> String {
 }
 
 /// The name whose hash tag `key` begins with, under the key prefix
-/// `key_prefix`; `None` for a key that is no name's (or not UTF-8).
+/// `key_prefix`; `None` for a key that is no name's (or not UTF-8). A
+/// Cluster's fence counters (`{prefix}{<slot tag>}:fences`, one per slot,
+/// `keys.rs`) are no name's: left out, they cost no describe (a name whose
+/// hash tag is the same is found by its own keys).
 fn name_of<'k>(key: &'k [u8], key_prefix: &str) -> Option<&'k str> {
     let tagged = key
         .strip_prefix(key_prefix.as_bytes())?
         .strip_prefix(b"{")?;
     let end = tagged.iter().position(|&b| b == b'}')?;
+    if &tagged[end + 1..] == b":fences" {
+        return None;
+    }
     std::str::from_utf8(&tagged[..end]).ok()
 }
 
@@ -508,6 +514,8 @@ mod tests {
             ("p:{t|x}:permits:end:00ff", Some("t|x")),
             ("p:{}", Some("")),
             ("p:fences", None),
+            ("p:{1a2}:fences", None),
+            ("p:{1a2}:permits", Some("1a2")),
             ("q:{a}", None),
             ("p:{a", None),
         ] {
