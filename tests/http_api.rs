@@ -791,3 +791,61 @@ async fn bodies_being_received_share_the_byte_budget() {
     assert_eq!(answer.status, 400, "a holder of 800 bytes: {answer:?}");
     assert_eq!(answer.body["metadata"]["argument"], "holder");
 }
+
+/// While the store is refused as unsafe (an evicting Redis), every call is
+/// UNAVAILABLE over HTTP too (503, Retry-After), and /v1/status says why
+/// rather than failing: that is when an operator looks.
+#[tokio::test]
+async fn an_unsafe_store_is_explained_by_the_status_and_refused_with_503() {
+    let redis = RedisServer::start();
+    let (_broker, http) = broker(&redis.url(), None, |_| {}).await;
+    let set_eviction = |maxmemory: &'static str, policy: &'static str| {
+        let redis = &redis;
+        async move {
+            let mut conn = redis.connection().await;
+            let () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory")
+                .arg(maxmemory)
+                .arg("maxmemory-policy")
+                .arg(policy)
+                .query_async(&mut conn)
+                .await
+                .expect("CONFIG SET");
+        }
+    };
+    set_eviction("100mb", "volatile-lru").await;
+    let mut status = None;
+    for _ in 0..100 {
+        let answer = curl(http, "GET", "/v1/status", None, None).await;
+        if answer.body["store"]["serving"] == false {
+            status = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = status.expect("not serving within 5 s");
+    assert_eq!(status.status, 200, "{status:?}");
+    assert!(
+        status.body["store"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("maxmemory-policy"),
+        "{status:?}"
+    );
+
+    let refused = post(http, "/v1/acquire", None, json!({ "name": "x" })).await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.body["code"], "UNAVAILABLE");
+    assert_eq!(refused.body["reason"], "UNAVAILABLE");
+    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
+
+    set_eviction("0", "noeviction").await;
+    for _ in 0..100 {
+        if curl(http, "GET", "/v1/status", None, None).await.body["store"]["serving"] == true {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("serving again within 5 s of the fix");
+}

@@ -223,7 +223,7 @@ impl Gateway {
                 .await
                 .unwrap_or_else(Into::into),
             (None, "/v1/status") => match self.authenticated(&request, info) {
-                Ok(call) => status::answer(self, &call.request(())).await,
+                Ok(call) => status::answer(self, &call).await,
                 Err(problem) => problem.into(),
             },
             (None, "/v1/openapi.json") => json(StatusCode::OK, openapi::document().as_bytes()),
