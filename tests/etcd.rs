@@ -1272,7 +1272,11 @@ async fn a_listing_meets_the_names_nested_in_a_root_names_keys() {
             grant(&store, &spec(name, &token(200 + i), 30_000)).await;
         }
     }
-    let mut every: Vec<String> = tenant.iter().chain(&root).map(|n| n.to_string()).collect();
+    let mut every: Vec<String> = tenant
+        .iter()
+        .chain(&root)
+        .map(|n| (*n).to_owned())
+        .collect();
     every.sort();
     for budget in [1, 2, 3, 5, 8, 1_000] {
         let (names, pages) = walk(&store, "", budget).await;
