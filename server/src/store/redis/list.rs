@@ -52,11 +52,13 @@ use crate::{
     store::{backend::Backend, Listed, Listing},
 };
 
-/// Most describe.lua runs in one pipeline on one server: Redis serves the
-/// commands of one read of a client's pipeline before anyone else's, so a
-/// bound keeps a page of 1,000 names from holding up other calls (a
-/// handoff) for more than a fraction of a millisecond at a time, at the
-/// cost of up to four round trips.
+/// Most describe.lua runs in one pipeline on one server. Every request of
+/// this broker shares one multiplexed connection, whose commands Redis runs
+/// in order: a page of 1,000 describes in one pipeline would hold every
+/// heartbeat and handoff sent behind it for all of them (about 11 ms of
+/// Redis time, 11 µs each, measured 2026-12-05); in pipelines of 250 sent
+/// one after another, a call waits for one batch at most (about 3 ms), at
+/// the cost of up to three more round trips per page.
 const DESCRIBE_BATCH: usize = 250;
 
 /// A Cluster primary, as the cluster connection knows it (`CLUSTER SLOTS`).
