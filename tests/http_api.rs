@@ -468,6 +468,12 @@ async fn bounds_routes_and_media_types() {
     assert!(routes.contains(&json!("POST /v1/acquire")), "{unknown:?}");
     assert!(routes.contains(&json!("GET /v1/status")), "{unknown:?}");
 
+    // A request head larger than a connection may buffer.
+    let mut big = curl_command(http, "GET", "/v1/status", None, None);
+    big.args(["-H", &format!("X-Padding: {}", "p".repeat(100_000))]);
+    let refused = run(big).await;
+    assert_eq!(refused.status, 431, "{refused:?}");
+
     let wrong = curl(http, "GET", "/v1/acquire", None, None).await;
     assert_eq!(wrong.status, 405, "{wrong:?}");
     assert_eq!(wrong.header("allow"), Some("POST"));

@@ -183,7 +183,11 @@ impl Gateway {
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(self.timeout);
+            .header_read_timeout(self.timeout)
+            // What one connection may make hyper buffer of a request's
+            // head (its default is about 400 KiB; a token and a few short
+            // headers need a few hundred bytes): larger heads get 431.
+            .max_buf_size(H1_BUFFER);
         builder
             .http2()
             .timer(TokioTimer::new())
@@ -421,6 +425,10 @@ fn page() -> Response<Full<Bytes>> {
     );
     response
 }
+
+/// The read buffer of an HTTP/1.1 connection, the bound on a request's
+/// head (hyper's least is 8 KiB).
+const H1_BUFFER: usize = 64 * 1024;
 
 /// Bytes every client sends first within `--http-timeout`: the HTTP/2
 /// client preface is 24 bytes, and a request line with its first header
