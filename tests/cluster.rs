@@ -507,11 +507,13 @@ async fn a_listing_walks_the_names_of_every_primary_in_bounded_pages() {
 /// A page token the cluster store did not give (garbage, a single
 /// server's cursor, a primary that is not in the cluster, a cursor past
 /// any number) is refused as a bad argument, never followed to another
-/// address, and a token it gave still works.
+/// address, and a token it gave still works. Once the primary a token
+/// names has failed over, the token is refused too (the walk ends, never
+/// loops), and a new walk lists every name.
 #[tokio::test]
 async fn a_hostile_page_token_is_refused_on_a_cluster() {
     use leasehold_server::proto::ListRequest;
-    let cluster = Cluster::start(3, 0).await;
+    let mut cluster = Cluster::start(3, 1).await;
     let seeds: Vec<String> = cluster
         .live_addrs()
         .iter()
@@ -569,4 +571,48 @@ async fn a_hostile_page_token_is_refused_on_a_cluster() {
         assert!(refused.message().contains("page token"), "{refused:?}");
     }
     assert!(client.list(list(&given)).await.is_ok());
+
+    // The primary the token names fails over to its replica.
+    let gone: std::net::SocketAddr = node.parse().expect("a socket address");
+    cluster.kill_node(cluster.index_of(gone));
+    cluster.wait_until_ok(Duration::from_secs(30)).await;
+    let walk = |token: String| {
+        let mut client = client.clone();
+        async move {
+            let (mut names, mut token) = (BTreeSet::new(), token);
+            loop {
+                let page = client.list(list(&token)).await?.into_inner();
+                names.extend(page.locks.into_iter().map(|l| l.name));
+                if page.next_page_token.is_empty() {
+                    return Ok::<_, tonic::Status>(names);
+                }
+                token = page.next_page_token;
+            }
+        }
+    };
+    // Until the broker's cluster connection has learnt the new primary,
+    // a call may find the old one's connection broken (UNAVAILABLE).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        match walk(given.clone()).await {
+            Err(s) if s.code() == Code::Unavailable && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => break other,
+        }
+    };
+    let refused = refused.expect_err("a token of a primary that is gone was followed");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let listed = loop {
+        match walk(String::new()).await {
+            Err(s) if s.code() == Code::Unavailable && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => break other.expect("a new walk"),
+        }
+    };
+    assert_eq!(
+        listed.into_iter().collect::<Vec<_>>(),
+        (0..4).map(|i| format!("hostile/{i}")).collect::<Vec<_>>()
+    );
 }
