@@ -1,7 +1,10 @@
 //! The etcd store's keys and values: everything about one name lives under
 //! one prefix, `{prefix}{name}|`, so that one range read sees it all and
-//! one watcher hears it all. A name has no `|` (names are
-//! `[A-Za-z0-9._:/-]`), so no name's range holds another's keys.
+//! one watcher hears it all. A lock name has no `|` (names are
+//! `[A-Za-z0-9._:/-]`), so no name's range holds another's keys, but for
+//! one: a tenant's names are stored as `tenant|name`, so a name of the root
+//! namespace that is also a tenant's id holds that tenant's keys in its
+//! range (a listing's walk minds it: [`walked_to`]).
 //!
 //! | key under `{prefix}{name}|` | value | on the etcd lease | what |
 //! |---|---|---|---|
@@ -199,17 +202,22 @@ pub(super) fn after_name(prefix: &str, name: &str) -> Vec<u8> {
 /// places or permits), and the name may be listed again on the next page.
 /// A key that is no name's (the epoch, something else's under the prefix)
 /// is read as a name, so that the walk moves past it; `None` for one that
-/// is not text.
+/// is not text, or whose token would not resume past it (a walk must never
+/// read the same page again).
 pub(super) fn walked_to(prefix: &str, key: &[u8]) -> Option<String> {
     let rest = std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()?;
-    match name_of(prefix, key) {
-        Some(name) if name.contains('|') => Some(name.to_owned()),
+    let token = match name_of(prefix, key) {
+        Some(name) if name.contains('|') => name.to_owned(),
         Some(name) => {
             let family = rest.get(name.len() + 1..name.len() + 2)?;
-            Some(format!("{name}|{family}|"))
+            format!("{name}|{family}|")
         }
-        None => (!rest.is_empty()).then(|| rest.to_owned()),
-    }
+        None if rest.is_empty() => return None,
+        None => rest.to_owned(),
+    };
+    resume_at(prefix, &token)
+        .is_some_and(|next| next.as_slice() > key)
+        .then_some(token)
 }
 
 /// The first key of the page after the one [`walked_to`] gave `token`;
@@ -608,6 +616,8 @@ mod tests {
         assert!(start > epoch_key("p:"), "{token}");
         let (_, start) = resume(b"p:odd|");
         assert!(start.as_slice() > b"p:odd|".as_slice());
+        // One whose token would start the next page before it: none.
+        assert_eq!(walked_to("p:", b"p:x|l|"), None);
         assert_eq!(resume_at("p:", ""), None);
     }
 }

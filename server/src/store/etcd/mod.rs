@@ -918,6 +918,23 @@ fn describe_ops(keys: &NameKeys) -> [RequestOp; DESCRIBE_OPS] {
     ]
 }
 
+/// [`keys::walked_to`], or the error of a key under the prefix that no
+/// walk can move past.
+fn walked_to(prefix: &str, key: &[u8]) -> Result<String> {
+    keys::walked_to(prefix, key).ok_or_else(|| {
+        let text = if std::str::from_utf8(key).is_ok() {
+            "text"
+        } else {
+            "not text"
+        };
+        Error::Internal(format!(
+            "etcd: the listing cannot walk past a key under the prefix '{prefix}' that is no \
+             name's ({} bytes, {text}): was it written by something other than the broker?",
+            key.len()
+        ))
+    })
+}
+
 /// The reads of [`look_ops`] per lease.
 const LOOK_OPS: usize = 4;
 
@@ -1501,11 +1518,13 @@ impl Backend for EtcdStore {
         Err(busy(name))
     }
 
-    /// One range read of the keys under the prefix (keys only, at most
-    /// `budget` of them, each a name's or none: a name has several), then
-    /// the names they belong to described, [`DESCRIBES_PER_TXN`] per read
-    /// transaction, all at once, with one LeaseTimeToLive per name that has
-    /// a lock or a lock-delay. The walk is in key order, which is not name
+    /// Range reads of the keys under the prefix from the resume point
+    /// (keys only, at most `budget` keys in all, each a name's or none: a
+    /// name has several), in intervals that widen until the page is full
+    /// ([`keys::Probes`]: etcd counts every key of a Range's interval),
+    /// then the names they belong to described, [`DESCRIBES_PER_TXN`] per
+    /// read transaction, all at once, with one LeaseTimeToLive per name
+    /// that has a lock or a lock-delay. The walk is in key order, which is not name
     /// order (`a/1`'s keys sort before `a`'s: `/` is below `|`): each page
     /// is sorted, and the next starts after the last key read
     /// ([`keys::walked_to`]: after all of its name's keys, but for a root
@@ -1565,14 +1584,7 @@ impl Backend for EtcdStore {
             .map(str::to_owned)
             .collect();
         let next = match read.last() {
-            Some(last) if more => Some(keys::walked_to(root, &last.key).ok_or_else(|| {
-                Error::Internal(format!(
-                    "etcd: a key under the prefix '{root}' that is no name's and not text ({} \
-                     bytes): the listing cannot walk past it; was it written by something other \
-                     than the broker?",
-                    last.key.len()
-                ))
-            })?),
+            Some(last) if more => Some(walked_to(root, &last.key)?),
             _ => None,
         };
         let names: Vec<String> = names.into_iter().collect();
