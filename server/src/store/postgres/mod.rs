@@ -652,12 +652,13 @@ impl Backend for PostgresStore {
         })
     }
 
-    /// One statement: `list()` (schema.sql) reads each table that can put
-    /// something on a name by one index range scan of at most `budget` + 1
-    /// rows, in byte order, and describes the page's names; here the idle
-    /// ones are left out. `resume` is a name of an earlier page: text
-    /// without a NUL byte (PostgreSQL's text holds none; one would fail the
-    /// statement, not the token).
+    /// One statement: `list()` (schema.sql) reads at most `budget` + 1
+    /// names from each table that can put something on a name, in byte
+    /// order, off its byte-order index (leases by one range scan, permits
+    /// and line by a skip scan, one index descent per name), and describes
+    /// the page's names; here the idle ones are left out. `resume` is a
+    /// name of an earlier page: text without a NUL byte (PostgreSQL's text
+    /// holds none; one would fail the statement, not the token).
     async fn list(
         &self,
         prefix: &str,
@@ -683,27 +684,25 @@ impl Backend for PostgresStore {
                 &[&prefix, &resume, &budget],
             )
             .await?;
-        let mut listing = Listing::default();
-        let mut highest = 0;
-        let mut more = false;
+        let (mut listing, mut highest, mut more, mut last) = (Listing::default(), 0, false, None);
         for row in &rows {
             let name = text(row, "name")?;
+            // The same on every row: whether names may follow the last.
             more = row
                 .try_get::<_, Option<bool>>("more")
                 .map_err(|e| Error::Internal(format!("PostgreSQL list more: {e}")))?
                 .unwrap_or(false);
             let (described, fence) = described(row)?;
             highest = highest.max(fence);
-            if more {
-                listing.next = Some(name.clone());
-            }
             if !described.is_idle() {
-                listing.entries.push(Listed { name, described });
+                listing.entries.push(Listed {
+                    name: name.clone(),
+                    described,
+                });
             }
+            last = Some(name);
         }
-        if !more {
-            listing.next = None;
-        }
+        listing.next = last.filter(|_| more);
         Ok((listing, highest))
     }
 
