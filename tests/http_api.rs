@@ -510,6 +510,28 @@ async fn bounds_routes_and_media_types() {
     let listed = run(empty).await;
     assert_eq!(listed.status, 200, "{listed:?}");
     assert_eq!(listed.body, json!({ "locks": [], "nextPageToken": "" }));
+
+    // A place kept in line comes back in the body, where gRPC has it in
+    // the leasehold-place metadata.
+    let held = post(http, "/v1/acquire", None, json!({ "name": "kept" })).await;
+    assert_eq!(held.status, 200, "{held:?}");
+    let kept = post(
+        http,
+        "/v1/acquire",
+        None,
+        json!({ "name": "kept", "waitTimeoutMs": 200, "keepPlace": true }),
+    )
+    .await;
+    assert_eq!(kept.status, 409, "{kept:?}");
+    assert_eq!(
+        kept.body["place"].as_str().map(str::len),
+        Some(32),
+        "{kept:?}"
+    );
+    assert!(
+        kept.body["metadata"]["place_kept_ms"].is_string(),
+        "{kept:?}"
+    );
 }
 
 /// A client that sends half a request, or nothing, is cut off at
