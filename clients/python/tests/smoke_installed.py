@@ -2,7 +2,7 @@
 virtualenv): run by run-tests.sh from outside the source tree, not by pytest.
 
 Starts a real broker ($LEASEHOLD_BIN, memory store, a free loopback port),
-takes and releases a lease with the synchronous and the asyncio client, and
+takes, lists and releases a lease with the synchronous and the asyncio client, and
 checks that the package came from the virtualenv, not from the repository.
 Usage: python smoke_installed.py LABEL
 """
@@ -58,6 +58,8 @@ def sync_round(address: str) -> int:
             else:
                 raise AssertionError("a second holder got a held lock")
             assert client.describe("smoke/sync").holder == "smoke"
+            # The installed stubs know List.
+            assert [(l.name, l.fence) for l in client.list("smoke/")] == [("smoke/sync", lease.fence)]
         assert not client.describe("smoke/sync").held
         return lease.fence
 
@@ -68,6 +70,7 @@ async def async_round(address: str, after: int) -> None:
             lease.check()
             assert lease.fence > after, (lease.fence, after)
             assert (await client.describe("smoke/sync")).holder == "smoke-async"
+            assert [l.holder async for l in client.list("smoke/", page_size=1)] == ["smoke-async"]
         assert not (await client.describe("smoke/sync")).held
 
 
@@ -82,7 +85,7 @@ def main() -> None:
     finally:
         proc.kill()
         proc.wait(10)
-    print(f"smoke {label}: imported from {where}; acquired and released, sync and asyncio")
+    print(f"smoke {label}: imported from {where}; acquired, listed and released, sync and asyncio")
 
 
 if __name__ == "__main__":
