@@ -209,7 +209,7 @@ def list_request(prefix: str, tenant: str, page_size: int, page_token: str) -> p
     if isinstance(page_size, bool) or not isinstance(page_size, int):
         raise TypeError("page_size must be an int")
     if not 0 <= page_size < 2**32:
-        raise ValueError(f"page_size must be between 0 (the broker's default) and 1000, got {page_size}")
+        raise ValueError(f"page_size must be a 32-bit count, 0 for the broker's default (it takes at most 1000), got {page_size}")
     return pb.ListRequest(prefix=prefix, tenant=tenant, page_size=page_size, page_token=page_token)
 
 
