@@ -145,7 +145,7 @@ pub async fn run(
                 report(&census);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "census of the store failed; the gauges keep the last counts")
+                tracing::warn!(error = %e, "census of the store failed; the gauges keep the last counts");
             }
         }
     }
