@@ -26,11 +26,13 @@
 //! each (FNV-1a), up to the budget, and the token says to scan from the
 //! same cursor again (`<end>`: the cursor that `SCAN` answered, `<hash>`:
 //! the last hash listed, 16 hex digits) and skip what was listed. If the
-//! second `SCAN` answers another cursor, Redis's table changed in between,
-//! and the batch is listed whole (a name may then be on two pages, which
-//! the contract allows; none is missed). On a Cluster the walk goes over
-//! every primary in turn, in the order of their addresses, and the token
-//! names the primary (`@host:port`) its cursor belongs to.
+//! second `SCAN` answers another cursor, the batch changed in between (keys
+//! came or went in its buckets, or Redis resized its table), and it is
+//! listed whole, a few names over the budget: a name may then be on two
+//! pages, which the contract allows, none is missed, and the walk moves on
+//! however busy the store. On a Cluster the walk goes over every primary
+//! in turn, in the order of their addresses, and the token names the
+//! primary (`@host:port`) its cursor belongs to.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -182,6 +184,46 @@ fn fnv1a(name: &str) -> u64 {
     })
 }
 
+/// The names a page takes of a `SCAN` batch (`names`, the batch that
+/// `SCAN` answered `end` to), in name order, and, when it leaves some of
+/// them for the next page, `(end, the hash of the last taken)`: the
+/// `rest` of the next page's token. `rest`: this page's, when it goes on
+/// with a batch an earlier page took part of.
+///
+/// If the batch is the one the earlier page saw (`SCAN` answered the same
+/// cursor), the names it took are skipped. If it is not (the names of its
+/// buckets changed, or Redis's table was resized), it is taken whole, a
+/// little over the budget (by what `SCAN` answered past its `COUNT`):
+/// taking its first names again could go on for as long as the store keeps
+/// changing under the walk, and skipping the names taken could skip names
+/// of buckets the first batch had not reached.
+fn take(
+    names: BTreeSet<&str>,
+    rest: Option<(u64, u64)>,
+    end: u64,
+    budget: usize,
+) -> (Vec<&str>, Option<(u64, u64)>) {
+    let (taken, whole) = match rest {
+        Some((was, hash)) if was == end => (Some(hash), false),
+        Some(_) => (None, true),
+        None => (None, false),
+    };
+    let mut batch: Vec<(u64, &str)> = names
+        .into_iter()
+        .map(|name| (fnv1a(name), name))
+        .filter(|(hash, _)| taken.is_none_or(|last| *hash > last))
+        .collect();
+    let mut left = None;
+    if batch.len() > budget && !whole {
+        batch.sort_unstable();
+        batch.truncate(budget);
+        left = batch.last().map(|(hash, _)| (end, *hash));
+    }
+    let mut page: Vec<&str> = batch.into_iter().map(|(_, name)| name).collect();
+    page.sort_unstable();
+    (page, left)
+}
+
 impl RedisStore {
     /// [`Backend::list`] (see the module docs).
     pub(super) async fn list_page(
@@ -228,20 +270,11 @@ impl RedisStore {
             .filter_map(|key| name_of(key, &self.inner.prefix))
             .filter(|name| name.starts_with(prefix))
             .collect();
-        // What an earlier page of this batch listed, if the batch is the
-        // same (SCAN answered the same cursor).
-        let listed = at.rest.filter(|(was, _)| *was == end).map(|(_, hash)| hash);
-        let mut batch: Vec<(u64, &str)> = names
-            .into_iter()
-            .map(|name| (fnv1a(name), name))
-            .filter(|(hash, _)| listed.is_none_or(|last| *hash > last))
-            .collect();
-        batch.sort_unstable();
-        let next = if batch.len() > budget {
-            batch.truncate(budget);
+        let (names, rest) = take(names, at.rest, end, budget);
+        let next = if let Some(rest) = rest {
             Some(Position {
                 cursor: at.cursor,
-                rest: batch.last().map(|(hash, _)| (end, *hash)),
+                rest: Some(rest),
                 node,
             })
         } else if end != 0 {
@@ -259,8 +292,7 @@ impl RedisStore {
                     node: Some(next),
                 })
         };
-        let mut names: Vec<String> = batch.into_iter().map(|(_, n)| n.to_owned()).collect();
-        names.sort_unstable();
+        let names: Vec<String> = names.into_iter().map(str::to_owned).collect();
         let descriptions = self.describe_all(&names).await?;
         let fence = descriptions.iter().map(|d| d.fence).max().unwrap_or(0);
         let entries = names
@@ -524,6 +556,37 @@ mod tests {
             assert_eq!(name_of(key.as_bytes(), "p:"), name, "{key}");
         }
         assert_eq!(name_of(b"p:{\xff}", "p:"), None);
+    }
+
+    /// A batch over the budget is taken in pages of the budget, each in
+    /// name order, together all of it, each name once; a batch that
+    /// changed in between is taken whole.
+    #[test]
+    fn a_batch_over_the_budget_is_taken_in_pages() {
+        let batch: BTreeSet<&str> = ["a", "b", "c", "d", "e", "f", "g"].into();
+        let (mut seen, mut rest, mut pages) = (Vec::new(), None, 0);
+        loop {
+            let (page, left) = take(batch.clone(), rest, 42, 3);
+            assert!(page.len() <= 3, "{page:?}");
+            assert!(page.windows(2).all(|w| w[0] < w[1]), "{page:?}");
+            seen.extend(page);
+            pages += 1;
+            match left {
+                Some(left) => {
+                    assert_eq!(left.0, 42);
+                    rest = Some(left);
+                }
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3);
+        seen.sort_unstable();
+        assert_eq!(seen, batch.iter().copied().collect::<Vec<_>>());
+        // Within the budget: whole, nothing left.
+        assert_eq!(take(batch.clone(), None, 42, 7), (seen.clone(), None));
+        // The batch changed (SCAN answered another cursor): whole.
+        let (_, left) = take(batch.clone(), None, 42, 3);
+        assert_eq!(take(batch.clone(), left, 43, 3), (seen, None));
     }
 
     #[test]
