@@ -57,10 +57,11 @@ use crate::{
 /// Most describe.lua runs in one pipeline on one server. Every request of
 /// this broker shares one multiplexed connection, whose commands Redis runs
 /// in order: a page of 1,000 describes in one pipeline would hold every
-/// heartbeat and handoff sent behind it for all of them (about 11 ms of
-/// Redis time, 11 µs each, measured 2026-12-05); in pipelines of 250 sent
-/// one after another, a call waits for one batch at most (about 3 ms), at
-/// the cost of up to three more round trips per page.
+/// heartbeat and handoff sent behind it for all of them (10 to 15 ms of
+/// Redis time, 10 to 15 µs each, measured 2026-12-05 on a 2-core Xeon
+/// VM); in pipelines of 250 sent one after another, a call waits for one
+/// batch at most (3 to 4 ms), at the cost of up to three more round trips
+/// per page.
 const DESCRIBE_BATCH: usize = 250;
 
 /// A Cluster primary, as the cluster connection knows it (`CLUSTER SLOTS`).
