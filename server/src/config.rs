@@ -116,6 +116,20 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_HEALTH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub health_interval: Duration,
 
+    /// How often the broker counts what the store holds (leases, permits
+    /// and waiters by tenant, for the `leasehold_store_*` gauges): a walk
+    /// over every name, one bounded page at a time. Every replica takes
+    /// its own census and reports the same fleet-wide numbers (aggregate
+    /// them with `max`, not `sum`). 0 turns it off.
+    #[arg(long, env = "LEASEHOLD_CENSUS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub census_interval: Duration,
+
+    /// The most names one census looks at: past it the census stops, its
+    /// counts are partial and `leasehold_census_complete` is 0. Bounds the
+    /// census's cost on a store of very many names.
+    #[arg(long, env = "LEASEHOLD_CENSUS_MAX_NAMES", default_value_t = 100_000)]
+    pub census_max_names: usize,
+
     /// What to do while the store is set up so that it may lose a lease
     /// its holder still holds (Redis evicting keys: `maxmemory` set and a
     /// `maxmemory-policy` other than `noeviction`; PostgreSQL committing
@@ -132,20 +146,6 @@ pub struct ServeConfig {
     /// Without --auth-file: allow the Revoke RPC, which ends anyone's lease,
     /// to every caller. Off by default, since anyone who reaches the port
     /// could use it. With --auth-file, Revoke needs the `admin` permission.
-    /// How often the broker counts what the store holds (leases, permits
-    /// and waiters by tenant, for the `leasehold_store_*` gauges): a walk
-    /// over every name, one bounded page at a time. Every replica takes
-    /// its own census and reports the same fleet-wide numbers (aggregate
-    /// them with `max`, not `sum`). 0 turns it off.
-    #[arg(long, env = "LEASEHOLD_CENSUS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
-    pub census_interval: Duration,
-
-    /// The most names one census looks at: past it the census stops, its
-    /// counts are partial and `leasehold_census_complete` is 0. Bounds the
-    /// census's cost on a store of very many names.
-    #[arg(long, env = "LEASEHOLD_CENSUS_MAX_NAMES", default_value_t = 100_000)]
-    pub census_max_names: usize,
-
     #[arg(long, env = "LEASEHOLD_ENABLE_REVOKE")]
     pub enable_revoke: bool,
 
@@ -614,6 +614,8 @@ impl ServeConfig {
             redis_record_format: 2,
             store_connections: 16,
             health_interval: Duration::from_secs(1),
+            census_interval: Duration::from_secs(15),
+            census_max_names: 100_000,
             store_unsafe: StoreUnsafe::Refuse,
             enable_revoke: false,
             auth_file: None,
@@ -635,8 +637,6 @@ impl ServeConfig {
             store_client_key: None,
             limits: LimitFlags::default(),
             log_format: LogFormat::Pretty,
-            census_interval: Duration::from_secs(15),
-            census_max_names: 100_000,
             audit_log: true,
         }
     }
