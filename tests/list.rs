@@ -256,6 +256,18 @@ impl Tenants {
     }
 }
 
+/// A client of `brokers` (the first that answers, then the next) with
+/// `token`.
+async fn client_of(brokers: &[&Broker], token: &str) -> Client {
+    let options = ClientOptions {
+        credentials: Credentials::bearer(Some(token)).unwrap(),
+        ..ClientOptions::default()
+    };
+    Client::connect_any_with(brokers.iter().map(|b| b.url()), &options)
+        .await
+        .unwrap()
+}
+
 async fn client_as(broker: &Broker, token: &str) -> Client {
     let options = ClientOptions {
         credentials: Credentials::bearer(Some(token)).unwrap(),
@@ -355,20 +367,37 @@ async fn gauge(broker: &Broker, series: &str) -> f64 {
     }
 }
 
-/// Waits for the census to say `want` of `series`.
-async fn census_says(broker: &Broker, series: &str, want: f64) {
+/// The highest value of `series` on `brokers` (a dashboard's `max`; 0
+/// where a broker does not serve it).
+async fn fleet(brokers: &[&Broker], series: &str) -> f64 {
+    let mut highest = 0.0_f64;
+    for broker in brokers {
+        highest = highest.max(gauge(broker, series).await);
+    }
+    highest
+}
+
+/// Waits for the census of `brokers` to say `want` of `series`.
+async fn census_says(brokers: &[&Broker], series: &str, want: f64) {
     eventually(
         Duration::from_secs(15),
         &format!("{series} = {want}"),
-        || async { gauge(broker, series).await == want },
+        || async { fleet(brokers, series).await == want },
     )
     .await;
 }
 
+/// Whether `broker` takes the census now (and so serves its counts).
+async fn takes_the_census(broker: &Broker) -> bool {
+    gauge(broker, "leasehold_census_taker").await == 1.0
+}
+
 /// The census gauges count exactly what the store holds, by tenant: leases,
-/// permits and waiters taken through two brokers (every broker reports the
-/// fleet, not its own calls), and back to 0 when they end; a tenant that
-/// holds nothing any more loses its series.
+/// permits and waiters taken through two brokers (the census counts the
+/// fleet, not one broker's calls), and back to 0 when they end; a tenant
+/// that holds nothing any more loses its series. One broker takes the
+/// census and serves the counts, the other none; when the taker stops,
+/// the other takes over.
 async fn the_census_counts_what_the_store_holds(store: &str) {
     let server = Server::start(store);
     let tenants = Tenants::new(&format!("census-{store}"));
@@ -380,8 +409,10 @@ async fn the_census_counts_what_the_store_holds(store: &str) {
     let one = Broker::start_with(&server.url(), |c| census(c, file)).await;
     let file = tenants.file.clone();
     let two = Broker::start_with(&server.url(), |c| census(c, file)).await;
-    let payments = client_as(&one, &tenants.payments).await;
-    let billing = client_as(&two, &tenants.billing).await;
+    // Clients of both brokers, which carry on through the one left when
+    // the other stops.
+    let payments = client_of(&[&one, &two], &tenants.payments).await;
+    let billing = client_of(&[&two, &one], &tenants.billing).await;
 
     let a = take(&payments, "jobs/a", "p").await;
     let b = take(&payments, "jobs/b", "p").await;
@@ -401,54 +432,78 @@ async fn the_census_counts_what_the_store_holds(store: &str) {
                 .await
         })
     };
-    for broker in [&one, &two] {
-        census_says(
-            broker,
-            r#"leasehold_store_leases_held{tenant="payments"}"#,
-            2.0,
-        )
-        .await;
-        census_says(
-            broker,
-            r#"leasehold_store_leases_held{tenant="billing"}"#,
-            1.0,
-        )
-        .await;
-        census_says(
-            broker,
-            r#"leasehold_store_permits_held{tenant="billing"}"#,
-            3.0,
-        )
-        .await;
-        census_says(
-            broker,
-            r#"leasehold_store_permits_held{tenant="payments"}"#,
-            0.0,
-        )
-        .await;
-        census_says(broker, r#"leasehold_store_waiters{tenant="payments"}"#, 1.0).await;
-        census_says(
-            broker,
-            r#"leasehold_store_leases_held{tenant="@root"}"#,
-            0.0,
-        )
-        .await;
-        census_says(broker, "leasehold_census_complete", 1.0).await;
-    }
-    let text = scrape(one.metrics_addr).await;
+    let both = [&one, &two];
+    census_says(
+        &both,
+        r#"leasehold_store_leases_held{tenant="payments"}"#,
+        2.0,
+    )
+    .await;
+    census_says(
+        &both,
+        r#"leasehold_store_leases_held{tenant="billing"}"#,
+        1.0,
+    )
+    .await;
+    census_says(
+        &both,
+        r#"leasehold_store_permits_held{tenant="billing"}"#,
+        3.0,
+    )
+    .await;
+    census_says(&both, r#"leasehold_store_waiters{tenant="payments"}"#, 1.0).await;
+    census_says(&both, "leasehold_census_complete", 1.0).await;
+    // Counted, so these are the census's zeros, not absent series.
+    assert_eq!(
+        fleet(&both, r#"leasehold_store_permits_held{tenant="payments"}"#).await,
+        0.0
+    );
+    assert_eq!(
+        fleet(&both, r#"leasehold_store_leases_held{tenant="@root"}"#).await,
+        0.0
+    );
+
+    // One taker; the other serves no counts. (The taker's lease is the
+    // broker's own: no listing shows it.)
+    let (taker, other) = if takes_the_census(&one).await {
+        (one, two)
+    } else {
+        (two, one)
+    };
+    assert!(takes_the_census(&taker).await);
+    assert!(!takes_the_census(&other).await);
+    let text = scrape(other.metrics_addr).await;
+    assert!(!text.contains("leasehold_store_leases_held{"), "{text}");
+    assert_eq!(sample(&text, "leasehold_census_timestamp_seconds"), 0.0);
+    let text = scrape(taker.metrics_addr).await;
     assert!(
         sample(&text, "leasehold_census_timestamp_seconds") > 1.7e9,
         "{text}"
     );
 
+    // The taker stops (and gives its lease up): the other takes over.
     waiter.abort();
     for lease in [a, b] {
         lease.release().await.unwrap();
     }
+    taker.stop().await.unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the other broker takes the census",
+        || async { takes_the_census(&other).await },
+    )
+    .await;
+    let others = [&other];
     census_says(
-        &one,
+        &others,
         r#"leasehold_store_leases_held{tenant="payments"}"#,
         0.0,
+    )
+    .await;
+    census_says(
+        &others,
+        r#"leasehold_store_leases_held{tenant="billing"}"#,
+        1.0,
     )
     .await;
     for lease in [c, p1, p2, p3] {
@@ -460,7 +515,7 @@ async fn the_census_counts_what_the_store_holds(store: &str) {
         Duration::from_secs(15),
         "billing's series dropped",
         || async {
-            !scrape(two.metrics_addr)
+            !scrape(other.metrics_addr)
                 .await
                 .contains(r#"tenant="billing""#)
         },
@@ -480,12 +535,13 @@ async fn the_census_counts_what_the_store_holds_on_postgres() {
 }
 
 /// A census that meets more names than --census-max-names stops there and
-/// says its counts are partial.
+/// says its counts are partial. (The census taker's own lease is one of
+/// the names it meets: 4 names are the lease and 3 locks.)
 #[tokio::test]
 async fn a_census_past_its_cap_says_it_is_partial() {
     let broker = Broker::start_with("memory", |c| {
         c.census_interval = Duration::from_millis(100);
-        c.census_max_names = 3;
+        c.census_max_names = 4;
     })
     .await;
     let client = Client::connect(broker.url()).await.unwrap();
@@ -495,7 +551,7 @@ async fn a_census_past_its_cap_says_it_is_partial() {
     }
     // Counted first (a census ran), then read: the gauge starts at 0.
     census_says(
-        &broker,
+        &[&broker],
         r#"leasehold_store_leases_held{tenant="@root"}"#,
         3.0,
     )
@@ -505,10 +561,10 @@ async fn a_census_past_its_cap_says_it_is_partial() {
         lease.release().await.unwrap();
     }
     census_says(
-        &broker,
+        &[&broker],
         r#"leasehold_store_leases_held{tenant="@root"}"#,
         2.0,
     )
     .await;
-    census_says(&broker, "leasehold_census_complete", 1.0).await;
+    census_says(&[&broker], "leasehold_census_complete", 1.0).await;
 }

@@ -116,11 +116,11 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_HEALTH_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub health_interval: Duration,
 
-    /// How often the broker counts what the store holds (leases, permits
+    /// How often the census counts what the store holds (leases, permits
     /// and waiters by tenant, for the `leasehold_store_*` gauges): a walk
-    /// over every name, one bounded page at a time. Every replica takes
-    /// its own census and reports the same fleet-wide numbers (aggregate
-    /// them with `max`, not `sum`). 0 turns it off.
+    /// over every name, one bounded page at a time, by one replica for
+    /// all (the holder of the census taker's lease in the store), which
+    /// alone serves the counts (aggregate with `max`). 0 turns it off.
     #[arg(long, env = "LEASEHOLD_CENSUS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub census_interval: Duration,
 

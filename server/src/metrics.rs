@@ -20,7 +20,10 @@ use prometheus::{
 };
 
 use crate::{
-    lease::{census::Census, Events, LossReason, Refusal, Scope},
+    lease::{
+        census::Report,
+        Events, LossReason, Refusal, Scope,
+    },
     store::safety::{Risk, Setting},
 };
 
@@ -147,6 +150,11 @@ pub struct Metrics {
     pub census_timestamp: Gauge,
     /// How long the last census took.
     pub census_duration: Gauge,
+    /// 1 on the replica that takes the census.
+    pub census_taker: IntGauge,
+    /// `--census-interval` in seconds (0: off), so that an alert can tell
+    /// a fleet where nobody takes the census from one where it is off.
+    pub census_interval: Gauge,
     /// The tenant labels the last census set, to drop those of tenants
     /// that hold nothing any more.
     census_tenants: Arc<Mutex<BTreeSet<String>>>,
@@ -381,6 +389,22 @@ impl Metrics {
                     "How long the last census of the store took.",
                 ),
             ),
+            census_taker: register(
+                &r,
+                IntGauge::new(
+                    "leasehold_census_taker",
+                    "1 on the one replica that takes the census of the store (it holds the \
+                     taker's lease) and serves the leasehold_store_* gauges; 0 elsewhere.",
+                ),
+            ),
+            census_interval: register(
+                &r,
+                Gauge::new(
+                    "leasehold_census_interval_seconds",
+                    "--census-interval in seconds: how often the census taker counts the \
+                     store; 0 when the census is off.",
+                ),
+            ),
             census_tenants: Arc::default(),
             registry: r,
         };
@@ -413,16 +437,23 @@ impl Metrics {
             .set(i64::from(found));
     }
 
-    /// Publishes a census: every tenant's counts; the series of a tenant
-    /// that holds nothing any more are dropped (as kube-state-metrics drops
-    /// a deleted object's), so that the series count follows the tenants
-    /// that hold something.
-    pub fn census(&self, census: &Census) {
+    /// Publishes what this replica's census role did: a census's counts
+    /// by tenant (the series of a tenant that holds nothing any more are
+    /// dropped, as kube-state-metrics drops a deleted object's, so that
+    /// the series follow the tenants that hold something), or, on a replica
+    /// that does not take the census, none at all: no stale counts for a
+    /// dashboard's `max` to pick, and a timestamp of 0, which the staleness
+    /// alert leaves alone.
+    pub fn census(&self, report: Report<'_>) {
         let mut labelled = self
             .census_tenants
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        for gone in labelled.difference(&census.tenants.keys().cloned().collect()) {
+        let tenants: BTreeSet<String> = match report {
+            Report::Took(census) => census.tenants.keys().cloned().collect(),
+            Report::NotTaker => BTreeSet::new(),
+        };
+        for gone in labelled.difference(&tenants) {
             for family in [
                 &self.store_leases_held,
                 &self.store_permits_held,
@@ -431,6 +462,14 @@ impl Metrics {
                 let _ = family.remove_label_values(&[gone.as_str()]);
             }
         }
+        *labelled = tenants;
+        let Report::Took(census) = report else {
+            self.census_taker.set(0);
+            self.census_complete.set(0);
+            self.census_duration.set(0.0);
+            self.census_timestamp.set(0.0);
+            return;
+        };
         for (tenant, counts) in &census.tenants {
             let set = |family: &IntGaugeVec, n: u64| {
                 family
@@ -441,7 +480,7 @@ impl Metrics {
             set(&self.store_permits_held, counts.permits);
             set(&self.store_waiters, counts.waiters);
         }
-        *labelled = census.tenants.keys().cloned().collect();
+        self.census_taker.set(1);
         self.census_complete.set(i64::from(census.complete));
         self.census_duration.set(census.took.as_secs_f64());
         self.census_timestamp.set(

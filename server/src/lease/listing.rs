@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    store::{Described, Listed},
+    store::{bad_token, Described, Listed},
 };
 
 /// Names one List call looks at when the caller does not say.
@@ -63,6 +63,13 @@ pub struct ListPage {
     pub next_page_token: String,
 }
 
+/// Whether a stored name is the broker's own (the census taker's lease):
+/// `@` is in neither the lock-name nor the tenant-id alphabet, so no
+/// caller's name starts with it, and no listing shows it.
+pub(crate) fn is_internal(stored: &str) -> bool {
+    stored.starts_with('@')
+}
+
 /// Which stored names a listing reads, and which of those it keeps.
 struct Scope {
     /// The store-name prefix of the walk.
@@ -105,6 +112,9 @@ impl Leases {
 impl Scope {
     /// The listed name in the caller's terms, if the scope keeps it.
     fn keep(&self, Listed { name, described }: Listed) -> Option<ListedLock> {
+        if is_internal(&name) {
+            return None;
+        }
         let (tenant, name) = match name.split_once(NAMESPACE_SEPARATOR) {
             Some((tenant, name)) => (tenant.to_owned(), name.to_owned()),
             None => (ROOT_TENANT.to_owned(), name),
@@ -211,14 +221,4 @@ fn page_token<'a>(limits: &super::Limits, token: &'a str) -> Result<Option<&'a s
         return Err(bad_token());
     }
     Ok(Some(token))
-}
-
-/// The refusal of a page token that no listing gave.
-pub(crate) fn bad_token() -> Error {
-    Error::bad(
-        "page_token",
-        "the page token is not one a listing gave: pass the next_page_token of the \
-         previous page unchanged, with the same prefix and tenant, or none to start",
-        Vec::new(),
-    )
 }

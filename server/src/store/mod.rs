@@ -235,6 +235,18 @@ pub struct Listing {
     pub next: Option<String>,
 }
 
+/// The refusal of a listing's page token that no listing gave: one the
+/// lease layer finds unreadable, or one a backend cannot resume from
+/// ([`Backend::list`]).
+pub(crate) fn bad_token() -> crate::Error {
+    crate::Error::bad(
+        "page_token",
+        "the page token is not one a listing gave: pass the next_page_token of the \
+         previous page unchanged, with the same prefix and tenant, or none to start",
+        Vec::new(),
+    )
+}
+
 /// The outcome of an acquire attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquired {

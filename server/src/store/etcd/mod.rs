@@ -1540,7 +1540,7 @@ impl Backend for EtcdStore {
         let (mut start, end) = keys::names_from(root, prefix);
         if let Some(token) = resume {
             let after =
-                keys::resume_at(root, token).ok_or_else(crate::lease::listing::bad_token)?;
+                keys::resume_at(root, token).ok_or_else(super::bad_token)?;
             start = start.max(after);
         }
         if start.is_empty() {

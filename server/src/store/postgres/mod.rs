@@ -666,7 +666,7 @@ impl Backend for PostgresStore {
         budget: usize,
     ) -> Result<(Listing, u64)> {
         if resume.is_some_and(|r| r.contains('\0')) {
-            return Err(crate::lease::listing::bad_token());
+            return Err(super::bad_token());
         }
         if prefix.contains('\0') {
             // No stored name holds a NUL byte, so none starts with it.

@@ -50,8 +50,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    lease::listing::bad_token,
-    store::{backend::Backend, Listed, Listing},
+    store::{backend::Backend, bad_token, Listed, Listing},
 };
 
 /// Most describe.lua runs in one pipeline on one server. Every request of
