@@ -286,7 +286,10 @@ async fn scrape_after_traffic() -> String {
         if text.contains("leasehold_store_leases_held{") {
             break text;
         }
-        assert!(std::time::Instant::now() < deadline, "no census within 10 s:\n{text}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no census within 10 s:\n{text}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     };
     let _ = broker.stop().await;

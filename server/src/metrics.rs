@@ -20,10 +20,7 @@ use prometheus::{
 };
 
 use crate::{
-    lease::{
-        census::Report,
-        Events, LossReason, Refusal, Scope,
-    },
+    lease::{census::Report, Events, LossReason, Refusal, Scope},
     store::safety::{Risk, Setting},
 };
 

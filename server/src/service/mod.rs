@@ -126,11 +126,13 @@ pub async fn run_listening(
         refusal,
         stop_rx.clone(),
     ));
-    metrics.census_interval.set(if config.census_max_names == 0 {
-        0.0
-    } else {
-        config.census_interval.as_secs_f64()
-    });
+    metrics
+        .census_interval
+        .set(if config.census_max_names == 0 {
+            0.0
+        } else {
+            config.census_interval.as_secs_f64()
+        });
     tokio::spawn(census::run(
         leases.clone(),
         config.census_interval,

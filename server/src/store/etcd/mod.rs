@@ -1539,8 +1539,7 @@ impl Backend for EtcdStore {
         let root = &self.inner.prefix;
         let (mut start, end) = keys::names_from(root, prefix);
         if let Some(token) = resume {
-            let after =
-                keys::resume_at(root, token).ok_or_else(super::bad_token)?;
+            let after = keys::resume_at(root, token).ok_or_else(super::bad_token)?;
             start = start.max(after);
         }
         if start.is_empty() {
