@@ -119,7 +119,7 @@ impl Leases {
 pub const TAKER_LEASE: &str = "@census";
 
 /// What a replica tells its metrics after each round.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub enum Report<'a> {
     /// This replica took a census: its counts.
     Took(&'a Census),
