@@ -8,15 +8,7 @@
 //! answer. A client that trickles a request line, or asks and never reads,
 //! holds its socket for that long and no more.
 
-use std::{
-    convert::Infallible,
-    future::Future,
-    io,
-    pin::Pin,
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use http_body_util::Full;
 use hyper::{
@@ -25,12 +17,11 @@ use hyper::{
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::{TcpListener, TcpStream},
+    net::TcpListener,
     sync::{watch, Semaphore},
-    time::Sleep,
 };
 
+use super::deadlines::Deadlines;
 use crate::metrics::Metrics;
 
 /// What one connection to the metrics port may hold.
@@ -85,7 +76,7 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(bounds.timeout)
                 .serve_connection(
-                    TokioIo::new(WriteDeadline::new(stream, bounds.timeout)),
+                    TokioIo::new(Deadlines::new(stream, bounds.timeout, "--metrics-timeout")),
                     service,
                 )
                 .await
@@ -94,93 +85,6 @@ pub async fn serve(
             }
             drop(slot);
         });
-    }
-}
-
-/// A socket whose writes fail once they have been stuck for `limit`: the
-/// header timeout bounds how long a client may take to ask, this how long it
-/// may leave the answer unread (a full socket buffer) once asked.
-struct WriteDeadline {
-    io: TcpStream,
-    limit: Duration,
-    /// Armed while a write waits for room; reset by any progress.
-    stuck: Option<Pin<Box<Sleep>>>,
-}
-
-impl WriteDeadline {
-    fn new(io: TcpStream, limit: Duration) -> Self {
-        WriteDeadline {
-            io,
-            limit,
-            stuck: None,
-        }
-    }
-
-    /// `poll` as it is, but an error if it has been pending for `limit`.
-    fn bound<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
-        if poll.is_ready() {
-            self.stuck = None;
-            return poll;
-        }
-        let limit = self.limit;
-        let stuck = self
-            .stuck
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        match stuck.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client left the answer unread past --metrics-timeout",
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl AsyncRead for WriteDeadline {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for WriteDeadline {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let me = &mut *self;
-        let poll = Pin::new(&mut me.io).poll_write(cx, buf);
-        me.bound(cx, poll)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let me = &mut *self;
-        let poll = Pin::new(&mut me.io).poll_write_vectored(cx, bufs);
-        me.bound(cx, poll)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let me = &mut *self;
-        let poll = Pin::new(&mut me.io).poll_flush(cx);
-        me.bound(cx, poll)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let me = &mut *self;
-        let poll = Pin::new(&mut me.io).poll_shutdown(cx);
-        me.bound(cx, poll)
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod admit;
 mod conn;
+mod deadlines;
 mod gate;
 pub mod gateway;
 mod grpc;

@@ -25,15 +25,7 @@ mod answer;
 pub mod openapi;
 mod status;
 
-use std::{
-    convert::Infallible,
-    future::Future,
-    io,
-    pin::Pin,
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{
@@ -44,18 +36,14 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::TcpListener,
-    sync::watch,
-    time::Sleep,
-};
+use tokio::{net::TcpListener, sync::watch};
 use tokio_stream::StreamExt as _;
 use tonic::{metadata::MetadataValue, transport::server::Connected};
 
 use self::answer::{json, refusal, Problem};
 use super::{
     conn::{self, Acceptor, ConnInfo},
+    deadlines::Deadlines,
     gate::{Admitted, Gate},
     grpc::LeaseholdApi,
     health::Refusal,
@@ -195,7 +183,9 @@ impl Gateway {
             .max_header_list_size(super::MAX_HEADER_LIST_SIZE)
             .keep_alive_interval(self.ping.0)
             .keep_alive_timeout(self.ping.1);
-        let io = TokioIo::new(Deadlines::new(conn, self.timeout));
+        let io = TokioIo::new(
+            Deadlines::new(conn, self.timeout, "--http-timeout").first_bytes(FIRST_BYTES),
+        );
         let connection = builder.serve_connection(io, service);
         tokio::pin!(connection);
         let served = tokio::select! {
@@ -436,116 +426,3 @@ const H1_BUFFER: usize = 64 * 1024;
 /// bound the connection; before them nothing would, since hyper waits for
 /// the bytes that tell HTTP/1.1 from HTTP/2 without a deadline.
 const FIRST_BYTES: usize = 24;
-
-/// A connection with two deadlines of `--http-timeout`: for its first
-/// [`FIRST_BYTES`] bytes (a client that connects and says nothing, or
-/// trickles its first bytes, is closed), and for any write that makes no
-/// progress (a client that asks and never reads its answers, as HTTP/1.1
-/// pipelining allows, is closed rather than holding its slot).
-struct Deadlines {
-    io: conn::Conn,
-    limit: Duration,
-    read: usize,
-    first_bytes: Option<Pin<Box<Sleep>>>,
-    /// Armed while a write waits for room; reset by any progress.
-    stuck: Option<Pin<Box<Sleep>>>,
-}
-
-impl Deadlines {
-    fn new(io: conn::Conn, limit: Duration) -> Self {
-        Deadlines {
-            io,
-            limit,
-            read: 0,
-            first_bytes: Some(Box::pin(tokio::time::sleep(limit))),
-            stuck: None,
-        }
-    }
-
-    /// `poll` (of a write) as it is, but an error once it has been pending
-    /// for the limit.
-    fn bound<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
-        if poll.is_ready() {
-            self.stuck = None;
-            return poll;
-        }
-        let limit = self.limit;
-        let stuck = self
-            .stuck
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        match stuck.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client left its answer unread past --http-timeout",
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl AsyncRead for Deadlines {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let me = self.get_mut();
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut me.io).poll_read(cx, buf);
-        let Some(deadline) = &mut me.first_bytes else {
-            return poll;
-        };
-        if poll.is_ready() {
-            me.read += buf.filled().len() - before;
-            if me.read >= FIRST_BYTES {
-                me.first_bytes = None;
-            }
-            return poll;
-        }
-        match deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client sent no request within --http-timeout",
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl AsyncWrite for Deadlines {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let me = &mut *self;
-        let poll = Pin::new(&mut me.io).poll_write(cx, buf);
-        me.bound(cx, poll)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let me = &mut *self;
-        let poll = Pin::new(&mut me.io).poll_write_vectored(cx, bufs);
-        me.bound(cx, poll)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let me = &mut *self;
-        let poll = Pin::new(&mut me.io).poll_flush(cx);
-        me.bound(cx, poll)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let me = &mut *self;
-        let poll = Pin::new(&mut me.io).poll_shutdown(cx);
-        me.bound(cx, poll)
-    }
-}
