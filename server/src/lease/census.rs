@@ -24,7 +24,7 @@ use tokio::{sync::watch, time::Instant};
 
 use super::{
     listing::{is_internal, MAX_PAGE},
-    tenant::{NAMESPACE_SEPARATOR, ROOT_TENANT},
+    tenant::{split_stored, ROOT_TENANT},
     Leases,
 };
 use crate::{
@@ -82,10 +82,7 @@ impl Leases {
                 self.count_errors(self.inner.store.list("", resume.as_deref(), budget).await)?;
             looked += budget;
             for listed in page.entries.into_iter().filter(|l| !is_internal(&l.name)) {
-                let tenant = match listed.name.split_once(NAMESPACE_SEPARATOR) {
-                    Some((tenant, _)) => tenant,
-                    None => ROOT_TENANT,
-                };
+                let (tenant, _) = split_stored(&listed.name);
                 let label = if census.tenants.contains_key(tenant)
                     || census.tenants.len() < MAX_TENANT_LABELS
                 {

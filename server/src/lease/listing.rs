@@ -10,7 +10,7 @@
 //! the store; the caller walks on with the page token.
 
 use super::{
-    tenant::{NAMESPACE_SEPARATOR, ROOT_TENANT},
+    tenant::{split_stored, ROOT_TENANT},
     validate, Caller, Leases,
 };
 use crate::{
@@ -115,10 +115,8 @@ impl Scope {
         if is_internal(&name) {
             return None;
         }
-        let (tenant, name) = match name.split_once(NAMESPACE_SEPARATOR) {
-            Some((tenant, name)) => (tenant.to_owned(), name.to_owned()),
-            None => (ROOT_TENANT.to_owned(), name),
-        };
+        let (tenant, bare) = split_stored(&name);
+        let (tenant, name) = (tenant.to_owned(), bare.to_owned());
         if self.root_only && tenant != ROOT_TENANT {
             return None;
         }

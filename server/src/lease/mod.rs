@@ -26,8 +26,8 @@ pub use self::{
     limits::Limits,
     listing::{ListArgs, ListPage, ListedLock},
     tenant::{
-        store_name, Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants, Usage,
-        NAMESPACE_SEPARATOR, ROOT_TENANT,
+        split_stored, store_name, Caller, Caps, LeaseRoom, Permissions, Slot, Tenant, Tenants,
+        Usage, NAMESPACE_SEPARATOR, ROOT_TENANT,
     },
 };
 

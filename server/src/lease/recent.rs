@@ -14,10 +14,7 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use super::{
-    events::LossReason,
-    tenant::{NAMESPACE_SEPARATOR, ROOT_TENANT},
-};
+use super::{events::LossReason, tenant::split_stored};
 
 /// Losses kept.
 pub const CAPACITY: usize = 100;
@@ -47,10 +44,8 @@ impl Recent {
     /// Records the loss of the lease on `stored` (the name as the store
     /// knows it: `tenant|name`, or the bare name in the root namespace).
     pub fn record(&self, stored: &str, reason: LossReason) {
-        let (tenant, name) = match stored.split_once(NAMESPACE_SEPARATOR) {
-            Some((tenant, name)) => (tenant.to_owned(), name.to_owned()),
-            None => (ROOT_TENANT.to_owned(), stored.to_owned()),
-        };
+        let (tenant, name) = split_stored(stored);
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
         // A clock before 1970 or past u64 milliseconds says 0 or the most.
         let at_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)

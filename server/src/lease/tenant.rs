@@ -67,6 +67,14 @@ pub fn store_name(id: &str, name: &str) -> String {
     qualified
 }
 
+/// The tenant id and the lock name of a store name: [`store_name`]
+/// undone (`tenant|name`, or a bare name of [`ROOT_TENANT`]).
+pub fn split_stored(stored: &str) -> (&str, &str) {
+    stored
+        .split_once(NAMESPACE_SEPARATOR)
+        .unwrap_or((ROOT_TENANT, stored))
+}
+
 /// Caps on what one tenant, or one connection, may hold at once on a
 /// replica; 0 means no cap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
