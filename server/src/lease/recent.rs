@@ -84,6 +84,7 @@ impl Recent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::ROOT_TENANT;
 
     #[test]
     fn the_newest_losses_are_kept_and_listed_by_tenant() {
