@@ -13,11 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{certs::scratch, postgres::PostgresServer, Broker, RedisServer};
-use leasehold_server::{
-    auth::{generate_token, token_credential},
-    config::ServeConfig,
+use common::{
+    certs::scratch, postgres::PostgresServer, tenants::TenantTokens, Broker, RedisServer,
 };
+use leasehold_server::config::ServeConfig;
 use serde_json::{json, Value};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -309,22 +308,12 @@ async fn a_lease_lives_and_is_refused_over_http_on_postgres() {
 #[tokio::test]
 async fn credentials_and_tenants_are_the_grpc_ports() {
     let redis = RedisServer::start();
-    let (payments, billing, ops) = (
-        generate_token().unwrap(),
-        generate_token().unwrap(),
-        generate_token().unwrap(),
-    );
-    let file = scratch("http-auth").join("auth");
-    std::fs::write(
-        &file,
-        format!(
-            "payments use {}\nbilling use {}\nops admin {}\n",
-            token_credential(&payments),
-            token_credential(&billing),
-            token_credential(&ops),
-        ),
-    )
-    .unwrap();
+    let TenantTokens {
+        payments,
+        billing,
+        ops,
+        file,
+    } = TenantTokens::new("http-auth");
     let (_broker, http) = broker(&redis.url(), Some(&ops), |c| {
         c.auth_file = Some(file);
     })

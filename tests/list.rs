@@ -7,9 +7,11 @@ use leasehold_testkit as common;
 
 use std::{path::PathBuf, time::Duration};
 
-use common::{eventually, postgres::PostgresServer, sample, scrape, Broker, RedisServer};
+use common::{
+    eventually, postgres::PostgresServer, sample, scrape, tenants::TenantTokens, Broker,
+    RedisServer,
+};
 use leasehold_client::{AcquireOptions, Client, ClientOptions, Credentials};
-use leasehold_server::auth::{generate_token, token_credential};
 use tokio::process::Command;
 
 /// The stores the operators' views are tested on, each with its server.
@@ -220,42 +222,6 @@ async fn list_refusals_name_the_flag_to_change() {
     );
 }
 
-/// Tokens of two tenants and an administrator, in an auth file.
-struct Tenants {
-    payments: String,
-    billing: String,
-    ops: String,
-    file: PathBuf,
-}
-
-impl Tenants {
-    fn new(test: &str) -> Tenants {
-        let (payments, billing, ops) = (
-            generate_token().unwrap(),
-            generate_token().unwrap(),
-            generate_token().unwrap(),
-        );
-        let file =
-            std::env::temp_dir().join(format!("leasehold-list-{test}-{}", std::process::id()));
-        std::fs::write(
-            &file,
-            format!(
-                "payments use {}\nbilling use {}\nops admin {}\n",
-                token_credential(&payments),
-                token_credential(&billing),
-                token_credential(&ops),
-            ),
-        )
-        .unwrap();
-        Tenants {
-            payments,
-            billing,
-            ops,
-            file,
-        }
-    }
-}
-
 /// A client of `brokers` (the first that answers, then the next) with
 /// `token`.
 async fn client_of(brokers: &[&Broker], token: &str) -> Client {
@@ -282,7 +248,7 @@ async fn client_as(broker: &Broker, token: &str) -> Client {
 /// need the admin permission, which lists them with their tenants.
 async fn listing_is_scoped_by_tenant(store: &str) {
     let server = Server::start(store);
-    let tenants = Tenants::new(store);
+    let tenants = TenantTokens::new(store);
     let file = tenants.file.clone();
     let broker = Broker::start_with(&server.url(), move |c| c.auth_file = Some(file)).await;
     let payments = client_as(&broker, &tenants.payments).await;
@@ -341,7 +307,6 @@ async fn listing_is_scoped_by_tenant(store: &str) {
     let (code, table, stderr) = list(&broker, Some(&tenants.ops), &["--tenant", "*"]).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(table.starts_with("TENANT"), "{table}");
-    let _ = std::fs::remove_file(&tenants.file);
 }
 
 #[tokio::test]
@@ -400,7 +365,7 @@ async fn takes_the_census(broker: &Broker) -> bool {
 /// the other takes over.
 async fn the_census_counts_what_the_store_holds(store: &str) {
     let server = Server::start(store);
-    let tenants = Tenants::new(&format!("census-{store}"));
+    let tenants = TenantTokens::new(&format!("census-{store}"));
     let census = |c: &mut leasehold_server::config::ServeConfig, file: PathBuf| {
         c.auth_file = Some(file);
         c.census_interval = Duration::from_millis(100);
@@ -521,7 +486,6 @@ async fn the_census_counts_what_the_store_holds(store: &str) {
         },
     )
     .await;
-    let _ = std::fs::remove_file(&tenants.file);
 }
 
 #[tokio::test]

@@ -30,11 +30,12 @@ use leasehold_testkit as common;
 
 use std::{path::PathBuf, time::Duration};
 
-use common::{acquire_req, browser::Browser, certs::scratch, Broker, PostgresServer, RedisServer};
+use common::{
+    acquire_req, browser::Browser, tenants::TenantTokens, Broker, PostgresServer, RedisServer,
+};
 use leasehold_client::Credentials;
-use leasehold_server::{
-    auth::{generate_token, token_credential},
-    proto::{AcquireRequest, CampaignRequest, Lease, ReleaseRequest, RevokeRequest},
+use leasehold_server::proto::{
+    AcquireRequest, CampaignRequest, Lease, ReleaseRequest, RevokeRequest,
 };
 use serde_json::json;
 
@@ -343,22 +344,12 @@ async fn release(
 /// With `--auth-file`, the page asks for a token and shows what it may
 /// see: see the file's comment.
 async fn asks_for_a_token(store: &str) {
-    let (payments, billing, ops) = (
-        generate_token().unwrap(),
-        generate_token().unwrap(),
-        generate_token().unwrap(),
-    );
-    let file = scratch("status-page").join("auth");
-    std::fs::write(
-        &file,
-        format!(
-            "payments use {}\nbilling use {}\nops admin {}\n",
-            token_credential(&payments),
-            token_credential(&billing),
-            token_credential(&ops),
-        ),
-    )
-    .unwrap();
+    let TenantTokens {
+        payments,
+        billing,
+        ops,
+        file,
+    } = TenantTokens::new("status-page");
     let (broker, url) = broker(store, |c| c.auth_file = Some(file)).await;
     for (token, holder) in [(&payments, "payments-app"), (&billing, "billing-app")] {
         Credentials::bearer(Some(token))

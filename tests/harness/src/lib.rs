@@ -22,6 +22,7 @@ pub mod model;
 pub mod netns;
 pub mod postgres;
 pub mod proxy;
+pub mod tenants;
 pub mod topology;
 
 use std::{
