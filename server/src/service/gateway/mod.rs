@@ -144,8 +144,14 @@ pub async fn serve(
             conn = incoming.next() => conn,
             _ = stop.wait_for(|stopped| *stopped) => return,
         };
-        let Some(Ok(conn)) = conn else {
-            return;
+        let conn = match conn {
+            Some(Ok(conn)) => conn,
+            // One connection's failure is its own: the port goes on.
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "HTTP API connection failed before its first request");
+                continue;
+            }
+            None => return,
         };
         let gateway = Arc::clone(&gateway);
         let stop = stop.clone();
