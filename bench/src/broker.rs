@@ -81,6 +81,8 @@ pub struct OwnBroker {
     pub grpc: BenchClient,
     /// Its URL, for child processes of the bench (`leasehold hold`).
     pub url: String,
+    /// Where it serves /metrics.
+    pub metrics: std::net::SocketAddr,
 }
 
 /// Starts a broker of the bench's own (`leasehold serve` on a free loopback
@@ -101,17 +103,20 @@ pub async fn start_broker_exe(
     extra: &[&str],
     key_prefix: &str,
 ) -> Result<OwnBroker, String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
+    // Two free ports, both bound until both are known (so not the same).
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string());
+    let (grpc_listener, metrics_listener) = (bind()?, bind()?);
+    let port_of =
+        |l: &std::net::TcpListener| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string());
+    let (port, metrics_port) = (port_of(&grpc_listener)?, port_of(&metrics_listener)?);
+    drop((grpc_listener, metrics_listener));
     let child = tokio::process::Command::new(exe)
         .args([
             "serve",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--metrics-listen",
-            "127.0.0.1:0",
+            &format!("127.0.0.1:{metrics_port}"),
         ])
         .args(["--store", store, "--key-prefix", key_prefix])
         .args(extra)
@@ -131,7 +136,12 @@ pub async fn start_broker_exe(
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     for _ in 0..100 {
         if let Ok(grpc) = bench_client(addr).await {
-            return Ok(OwnBroker { child, grpc, url });
+            return Ok(OwnBroker {
+                child,
+                grpc,
+                url,
+                metrics: std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port)),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

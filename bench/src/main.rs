@@ -21,6 +21,7 @@ mod etcd_mapping;
 mod floor;
 mod heartbeats;
 mod keepalive;
+mod list;
 mod plain;
 mod probe;
 mod session;
@@ -88,6 +89,11 @@ enum Command {
     /// trips, Raft writes (etcd's /metrics) and etcd CPU (/proc) per cycle
     /// and per renewed lease.
     EtcdMapping(etcd_mapping::EtcdMappingArgs),
+    /// What one page of List costs at N held names (100 and 1000 names,
+    /// from the start and the middle of the walk), and a whole walk in
+    /// pages of 1000, in the broker and in the store; then the census's own
+    /// duration at those names.
+    List(list::ListArgs),
 }
 
 fn main() -> ExitCode {
@@ -124,6 +130,7 @@ fn main() -> ExitCode {
             Command::Waiters(args) => waiters::waiters(args).await,
             Command::Floor(args) => floor::floor(args).await,
             Command::EtcdMapping(args) => etcd_mapping::etcd_mapping(args).await,
+            Command::List(args) => list::list(args).await,
         }
     })
 }

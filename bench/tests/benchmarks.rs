@@ -827,3 +827,128 @@ async fn the_etcd_mapping_study_counts_what_etcd_committed() {
     }
     assert!(text.contains("renewal of 50 leases"), "{text}");
 }
+
+/// The figures of `text` after `label` up to the next `;`: the numbers of
+/// a "min / median / max" (and their unit).
+fn figures_after(line: &str, label: &str) -> Vec<f64> {
+    let at = line
+        .find(label)
+        .unwrap_or_else(|| panic!("no {label:?} in {line}"));
+    line[at + label.len()..]
+        .split(';')
+        .next()
+        .unwrap()
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// `list` fills a Redis with held names through a broker of its own, times
+/// pages of 100 and 1000 from the start and the middle of the walk in the
+/// broker and in Redis (SCAN and the describes, from its command
+/// statistics), walks every name, has a census broker count them, and
+/// releases them.
+#[tokio::test]
+async fn the_list_benchmark_runs() {
+    let redis = RedisServer::start();
+    let text = bench(&[
+        "list",
+        "--store",
+        &redis.url(),
+        "--names",
+        "300",
+        "--runs",
+        "2",
+        "--census-interval",
+        "500ms",
+    ])
+    .await;
+    assert!(
+        row(&text, "list: 300 names held on Redis").contains("2 runs each"),
+        "{text}"
+    );
+    for label in [
+        "page of 100, first:",
+        "page of 100, middle:",
+        "page of 1000, first:",
+        "page of 1000, middle:",
+    ] {
+        let line = row(&text, label);
+        let broker = figures_after(line, "broker ");
+        assert_eq!(broker.len(), 3, "{line}");
+        assert!(broker[0] > 0.0 && broker[0] <= broker[2], "{line}");
+        // Redis's own time: a SCAN per page, and the names' describes.
+        let scan = figures_after(line, "Redis SCAN ");
+        assert!(scan.len() >= 3 && scan[0] > 0.0, "{line}");
+        assert!(line.contains(" describes "), "{line}");
+    }
+    // A page of 1000 of 300 names lists them all.
+    assert!(
+        row(&text, "page of 1000, first:").ends_with("300 / 300 / 300 entries"),
+        "{text}"
+    );
+    let walk = row(&text, "walk in pages of 1000:");
+    assert!(walk.contains("; 300 / 300 / 300 distinct names;"), "{walk}");
+    let census = row(&text, "census every 500ms:");
+    assert!(census.contains("complete 2 of 2"), "{census}");
+    let took = figures_after(census, "census every 500ms: ");
+    assert!(took[0] > 0.0, "{census}");
+    // Every name was released afterwards.
+    let mut conn = redis.connection().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("list*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for key in keys
+        .iter()
+        .filter(|k| !k.ends_with("fences") && !k.contains(":end:") && !k.contains("@census"))
+    {
+        let record = leasehold_server::store::read_record(&mut conn, key)
+            .await
+            .unwrap();
+        assert_eq!(record, None, "{key} is still held");
+    }
+}
+
+/// On PostgreSQL, `list` runs the same, and says so when the server does
+/// not preload pg_stat_statements (the tests' servers do not): the
+/// database's time is not read.
+#[tokio::test]
+async fn the_list_benchmark_runs_on_postgres() {
+    let postgres = PostgresServer::start();
+    let text = bench(&[
+        "list",
+        "--store",
+        &postgres.url(),
+        "--names",
+        "150",
+        "--runs",
+        "1",
+        "--census-interval",
+        "500ms",
+    ])
+    .await;
+    row(&text, "list: 150 names held on PostgreSQL");
+    let line = row(&text, "page of 100, first:");
+    assert!(figures_after(line, "broker ")[0] > 0.0, "{line}");
+    if text.contains("PostgreSQL's time not read") {
+        assert!(line.contains("PostgreSQL time not read"), "{line}");
+    } else {
+        assert!(line.contains("PostgreSQL list() "), "{line}");
+    }
+    assert!(
+        row(&text, "page of 100, first:").ends_with("100 / 100 / 100 entries"),
+        "{text}"
+    );
+    let walk = row(&text, "walk in pages of 1000:");
+    assert!(
+        walk.contains("; 2 / 2 / 2 pages;") || walk.contains("; 1 / 1 / 1 pages;"),
+        "{walk}"
+    );
+    assert!(walk.contains("; 150 / 150 / 150 distinct names;"), "{walk}");
+    assert!(
+        row(&text, "census every 500ms:").contains("complete 1 of 1"),
+        "{text}"
+    );
+}
