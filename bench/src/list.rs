@@ -8,7 +8,7 @@
 //! walks beside the measurements. Then, `--runs` times each, after one
 //! unmeasured call of the same kind: one page of 100 and of 1000 from the
 //! start of the walk and from its middle (a token past half the names
-//! whose page is full: [`middle_token`]), and a whole walk in pages of
+//! whose page is as full as the first: [`middle_token`]), and a whole walk in pages of
 //! 1000. Each is timed in the broker (the wall time of the gRPC call, from this client)
 //! and, where the store can tell, in the store: Redis's `INFO
 //! commandstats` (µs of `SCAN`, and of `FCALL`/`EVALSHA`: the describes),
@@ -324,14 +324,17 @@ async fn call(
 
 /// A token from the middle of the walk in pages of `size`: the first one
 /// past half the names whose page is (nearly) full, at least nine tenths
-/// of `size` listed (on Redis a token may resume a SCAN batch listed in
-/// part, whose page holds only that batch's rest: not a page's cost).
-/// Empty if the walk ends first (a walk of one page).
+/// of what the walk's first page listed (on Redis a token may resume a
+/// SCAN batch listed in part, whose page holds only that batch's rest: not
+/// a page's cost; on etcd a page of `size` keys holds about half as many
+/// names, a lease key and a record key each). Empty if the walk ends
+/// first (a walk of one page).
 async fn middle_token(grpc: &mut BenchClient, n: usize, size: u32) -> Result<String, String> {
-    let (mut token, mut seen) = (String::new(), HashSet::new());
+    let (mut token, mut seen, mut first) = (String::new(), HashSet::new(), None);
     loop {
         let page = call(grpc, size, &token).await?;
-        let full = page.locks.len() * 10 >= size as usize * 9;
+        let listed = page.locks.len();
+        let full = listed * 10 >= *first.get_or_insert(listed) * 9;
         if seen.len() >= n / 2 && full {
             return Ok(token);
         }
