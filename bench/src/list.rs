@@ -57,6 +57,12 @@ pub struct ListArgs {
     /// `--census-interval` of the census broker (0: no census run).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     census_interval: Duration,
+    /// `--census-max-names` of the census broker: by default 4 N (at least
+    /// 100,000), above the names a walk of N looks at, so that each census
+    /// is complete (the census counts a page as 1000 names looked at, and a
+    /// Redis page lists fewer).
+    #[arg(long)]
+    census_max_names: Option<usize>,
 }
 
 /// Runs the scenario; see the module doc.
@@ -401,9 +407,10 @@ async fn census(
     clock: &mut StoreClock,
 ) -> Result<OwnBroker, String> {
     let interval = format!("{}ms", args.census_interval.as_millis());
-    // Above every name of the walk (Redis: SCAN's pages look at more keys
-    // than names), so that each census is complete.
-    let max_names = (n.saturating_mul(4)).max(100_000).to_string();
+    let max_names = args
+        .census_max_names
+        .unwrap_or_else(|| n.saturating_mul(4).max(100_000))
+        .to_string();
     clock.reset().await?;
     let broker = start_broker(
         &args.store,
