@@ -532,3 +532,30 @@ async fn a_census_past_its_cap_says_it_is_partial() {
     .await;
     census_says(&[&broker], "leasehold_census_complete", 1.0).await;
 }
+
+/// A census capped just above the number of names held counts them all,
+/// and says it is complete, on Redis, whose pages hold fewer names than
+/// they look at (SCAN counts keys): the cap is on names counted, not on
+/// pages times their size. (At the cap itself the census cannot tell
+/// whether more would follow, and says it is partial.)
+#[tokio::test]
+async fn a_census_capped_at_the_names_held_counts_them_all_on_redis() {
+    const NAMES: usize = 1_500;
+    let server = Server::start("redis");
+    let broker = Broker::start_with(&server.url(), |c| {
+        c.census_interval = Duration::from_millis(200);
+        c.census_max_names = NAMES + 1;
+    })
+    .await;
+    let mut grpc = broker.client().await;
+    for i in 0..NAMES {
+        common::must_acquire(&mut grpc, &format!("many/{i:04}"), 60_000).await;
+    }
+    census_says(
+        &[&broker],
+        r#"leasehold_store_leases_held{tenant="@root"}"#,
+        NAMES as f64,
+    )
+    .await;
+    assert_eq!(gauge(&broker, "leasehold_census_complete").await, 1.0);
+}

@@ -124,9 +124,10 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_CENSUS_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub census_interval: Duration,
 
-    /// The most names one census looks at: past it the census stops, its
-    /// counts are partial and `leasehold_census_complete` is 0. Bounds the
-    /// census's cost on a store of very many names.
+    /// The most names with something on them one census counts, in at
+    /// most four pages of 1000 per 1000 of them: past either the census
+    /// stops, its counts are partial and `leasehold_census_complete` is 0.
+    /// Bounds the census's cost on a store of very many names.
     #[arg(long, env = "LEASEHOLD_CENSUS_MAX_NAMES", default_value_t = 100_000)]
     pub census_max_names: usize,
 
