@@ -119,6 +119,15 @@ pub async fn start_broker_exe(
             &format!("127.0.0.1:{metrics_port}"),
         ])
         .args(["--store", store, "--key-prefix", key_prefix])
+        // No census unless a bench asks for one: a walk of the store every
+        // interval would run beside what is measured, and a broker killed
+        // at the end leaves the census taker's lease behind.
+        .args(
+            (!extra.contains(&"--census-interval"))
+                .then_some(["--census-interval", "0"])
+                .into_iter()
+                .flatten(),
+        )
         .args(extra)
         // $BENCH_BROKER_LOG (a RUST_LOG filter, e.g.
         // `leasehold_server::lease=debug` for a waiter's timeline) on

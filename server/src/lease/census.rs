@@ -124,6 +124,10 @@ pub fn pages_for(max_names: usize) -> usize {
     (max_names.saturating_mul(4) / MAX_PAGE as usize).max(1)
 }
 
+/// How often a census that may not write to the store (not judged yet,
+/// or refused as unsafe) looks again: an atomic load, no store call.
+const VERDICT_CHECK: Duration = Duration::from_millis(100);
+
 /// The store name of the census-taker's lease. `@` is in neither the
 /// lock-name nor the tenant-id alphabet, so no caller's lock is this name,
 /// and listings leave it out ([`super::listing`]).
@@ -203,17 +207,20 @@ fn holder_label() -> String {
 }
 
 /// Takes part in the census until `stop` turns true: every `interval`
-/// (none when zero) this replica holds or tries to take the taker's lease,
+/// (none when zero), while `may_write` (the store judged and not refused
+/// as unsafe), this replica holds or tries to take the taker's lease,
 /// and while it holds it, counts the store, no more often than every
 /// `interval` and leaving the store at least nine tenths of the time (a
 /// census that took 2 s waits 18 s for the next), renewing the lease on
 /// the way. `report` hears each census, and [`Report::NotTaker`] when this
 /// replica stops being the taker. A census that fails is logged and
-/// skipped: the gauges keep the last counts.
+/// skipped: the gauges keep the last counts. At `stop` the lease is given
+/// up before this returns: await it, so that a broker that stops leaves no
+/// taker's lease behind.
 pub async fn run(
     leases: Leases,
-    interval: Duration,
-    max_names: usize,
+    (interval, max_names): (Duration, usize),
+    may_write: impl Fn() -> bool + Send,
     report: impl Fn(Report<'_>) + Send,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -235,6 +242,22 @@ pub async fn run(
         tokio::select! {
             _ = ticks.tick() => {}
             _ = stop.wait_for(|stopped| *stopped) => break,
+        }
+        // Nothing written (the taker's lease) to a store the broker has
+        // not judged yet, or refuses as unsafe: its lease lapses, and no
+        // replica counts until the store is fixed. The verdict (the first
+        // health ping's, or the fix) is waited for in short steps, not a
+        // whole interval: a broker's first census follows its first ping.
+        if !may_write() {
+            if std::mem::take(&mut reporting) {
+                report(Report::NotTaker);
+            }
+            while !may_write() {
+                tokio::select! {
+                    () = tokio::time::sleep(VERDICT_CHECK.min(interval)) => {}
+                    _ = stop.wait_for(|stopped| *stopped) => break 'rounds,
+                }
+            }
         }
         if !taker.hold(&leases).await {
             if std::mem::take(&mut reporting) {
@@ -258,7 +281,7 @@ pub async fn run(
             if !tick {
                 break 'rounds;
             }
-            if !taker.hold(&leases).await {
+            if !may_write() || !taker.hold(&leases).await {
                 // Another replica may count now: this one stops.
                 if std::mem::take(&mut reporting) {
                     report(Report::NotTaker);

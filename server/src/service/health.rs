@@ -70,6 +70,9 @@ pub struct Refusal(Arc<RefusalState>);
 struct RefusalState {
     /// What every call reads: one atomic load while serving.
     refusing: AtomicBool,
+    /// Set once a ping has judged the store's settings (after `refusing`,
+    /// so that whoever reads it set also reads the verdict).
+    judged: AtomicBool,
     /// The refusal's message. A std lock: held only to copy or replace a
     /// string, never across an await.
     why: RwLock<String>,
@@ -90,6 +93,15 @@ impl Refusal {
         Err(Error::Unavailable(why))
     }
 
+    /// Whether the broker may write to the store on its own account (the
+    /// census): a ping has judged the store's settings, and they are not
+    /// refused. Calls are refused by [`Refusal::check`]; the broker's own
+    /// work waits for the first verdict too, so that it writes nothing to
+    /// a store it is about to refuse.
+    pub fn allows_own_writes(&self) -> bool {
+        self.0.judged.load(Ordering::Acquire) && !self.0.refusing.load(Ordering::Acquire)
+    }
+
     fn set(&self, why: Option<&str>) {
         match why {
             Some(why) => {
@@ -102,6 +114,7 @@ impl Refusal {
             }
             None => self.0.refusing.store(false, Ordering::Release),
         }
+        self.0.judged.store(true, Ordering::Release);
     }
 }
 

@@ -124,7 +124,7 @@ pub async fn run_listening(
         health_reporter,
         config.health_interval,
         config.store_unsafe,
-        refusal,
+        refusal.clone(),
         stop_rx.clone(),
     ));
     metrics
@@ -134,10 +134,11 @@ pub async fn run_listening(
         } else {
             config.census_interval.as_secs_f64()
         });
-    tokio::spawn(census::run(
+    let census_stop = config.store_timeout * 2;
+    let census = tokio::spawn(census::run(
         leases.clone(),
-        config.census_interval,
-        config.census_max_names,
+        (config.census_interval, config.census_max_names),
+        move || refusal.allows_own_writes(),
         {
             let metrics = metrics.clone();
             move |census| metrics.census(census)
@@ -266,7 +267,13 @@ pub async fn run_listening(
     router
         .serve_with_incoming_shutdown(conn::incoming(grpc, acceptor), stopping)
         .await
-        .map_err(|e| Error::Internal(format!("gRPC server: {e}")))
+        .map_err(|e| Error::Internal(format!("gRPC server: {e}")))?;
+    // The census taker gives its lease up (one store call, bounded by the
+    // store timeout), so that another replica takes the census at its next
+    // interval rather than at the lease's expiry, and a stopped broker
+    // leaves nothing held behind.
+    let _ = tokio::time::timeout(census_stop, census).await;
+    Ok(())
 }
 
 /// Runs `task` until the server stops.
