@@ -207,7 +207,17 @@ impl Taker {
                 self.token = Some(token);
                 true
             }
-            Ok(Acquired::Blocked(_)) | Err(_) => false,
+            Ok(Acquired::Blocked(_)) => false,
+            // The grant may have happened in the store all the same (the
+            // call timed out on the way back): the token is kept, so that
+            // the next round renews that lease if it exists (and this
+            // replica takes the census) or learns it does not, and shutdown
+            // releases it; otherwise it would block every replica's
+            // census until its expiry.
+            Err(_) => {
+                self.token = Some(token);
+                false
+            }
         }
     }
 
