@@ -564,3 +564,68 @@ async fn a_census_capped_at_the_names_held_counts_them_all_on_redis() {
     .await;
     assert_eq!(gauge(&broker, "leasehold_census_complete").await, 1.0);
 }
+
+/// A census taker's grant whose answer was lost (the call timed out after
+/// Redis applied it) is the broker's still: its next round renews that
+/// very lease and takes the census, instead of leaving an orphan that
+/// holds every replica's census off until it expires.
+#[tokio::test]
+async fn a_taker_grant_whose_answer_was_lost_is_renewed_not_orphaned() {
+    use leasehold_server::store::read_record;
+    let redis = RedisServer::start();
+    let key = "test:{@census}";
+    let census = |c: &mut leasehold_server::config::ServeConfig| {
+        // Long enough that the orphan would outlive the test (its TTL is
+        // three intervals), short enough for the rounds to come quickly.
+        c.census_interval = Duration::from_secs(2);
+        c.store_timeout = Duration::from_millis(500);
+    };
+    let first = Broker::start_with(&redis.url(), census).await;
+    eventually(
+        Duration::from_secs(15),
+        "the first broker takes the census",
+        || async { takes_the_census(&first).await },
+    )
+    .await;
+    let proxy = common::proxy::Proxy::start(([127, 0, 0, 1], redis.port()).into()).await;
+    let second = Broker::start_with(&format!("redis://{}", proxy.addr()), census).await;
+    // Judged by its first ping (store up), and not the taker.
+    census_says(&[&second], "leasehold_store_up", 1.0).await;
+    assert!(!takes_the_census(&second).await);
+
+    // The second broker's answers are lost from now on; the first gives
+    // the taker's lease up, and the second's next round takes it in Redis
+    // without hearing so.
+    proxy.hold_answers();
+    first.stop().await.unwrap();
+    let mut conn = redis.connection().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let granted = loop {
+        if let Some(record) = read_record(&mut conn, key).await.unwrap() {
+            break record;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no grant of the second broker in Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // Past the store timeout, the grant's call failed in the broker; then
+    // the answers flow again.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    proxy.pass();
+
+    // The next round renews the lease it was granted: the same fence, the
+    // same owner, well before that lease (6 s) could have expired.
+    eventually(
+        Duration::from_secs(5),
+        "the second broker takes the census",
+        || async { takes_the_census(&second).await },
+    )
+    .await;
+    let held = read_record(&mut conn, key)
+        .await
+        .unwrap()
+        .expect("the taker's lease");
+    assert_eq!((held.fence, &held.owner), (granted.fence, &granted.owner));
+}
