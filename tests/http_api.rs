@@ -816,22 +816,7 @@ async fn bodies_being_received_share_the_byte_budget() {
 async fn an_unsafe_store_is_explained_by_the_status_and_refused_with_503() {
     let redis = RedisServer::start();
     let (_broker, http) = broker(&redis.url(), None, |_| {}).await;
-    let set_eviction = |maxmemory: &'static str, policy: &'static str| {
-        let redis = &redis;
-        async move {
-            let mut conn = redis.connection().await;
-            let () = redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("maxmemory")
-                .arg(maxmemory)
-                .arg("maxmemory-policy")
-                .arg(policy)
-                .query_async(&mut conn)
-                .await
-                .expect("CONFIG SET");
-        }
-    };
-    set_eviction("100mb", "volatile-lru").await;
+    redis.set_eviction(Some("volatile-lru")).await;
     let mut status = None;
     for _ in 0..100 {
         let answer = curl(http, "GET", "/v1/status", None, None).await;
@@ -857,7 +842,7 @@ async fn an_unsafe_store_is_explained_by_the_status_and_refused_with_503() {
     assert_eq!(refused.body["reason"], "UNAVAILABLE");
     assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
 
-    set_eviction("0", "noeviction").await;
+    redis.set_eviction(None).await;
     for _ in 0..100 {
         if curl(http, "GET", "/v1/status", None, None).await.body["store"]["serving"] == true {
             return;

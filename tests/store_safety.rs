@@ -46,24 +46,6 @@ async fn refused(client: &mut LeaseholdServiceClient<Channel>, name: &str) -> St
     status.message().to_owned()
 }
 
-/// Sets Redis' eviction: a memory limit with `policy`, or none (`None`).
-async fn set_eviction(redis: &RedisServer, policy: Option<&str>) {
-    let mut conn = redis.connection().await;
-    let (maxmemory, policy) = match policy {
-        Some(policy) => ("100mb", policy),
-        None => ("0", "noeviction"),
-    };
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(maxmemory)
-        .arg("maxmemory-policy")
-        .arg(policy)
-        .query_async(&mut conn)
-        .await
-        .expect("CONFIG SET");
-}
-
 /// A Redis evicting leases (`maxmemory 100mb`, `volatile-lru`, as managed
 /// services default to) from the start is refused by default: NOT_SERVING,
 /// Acquire UNAVAILABLE naming maxmemory-policy and --store-unsafe, the
@@ -72,7 +54,7 @@ async fn set_eviction(redis: &RedisServer, policy: Option<&str>) {
 #[tokio::test]
 async fn an_evicting_redis_is_refused_until_its_policy_is_fixed() {
     let redis = RedisServer::start();
-    set_eviction(&redis, Some("volatile-lru")).await;
+    redis.set_eviction(Some("volatile-lru")).await;
     let broker = Broker::start(&redis.url()).await;
     let mut client = broker.client().await;
     await_health(&broker, ServingStatus::NotServing).await;
@@ -94,7 +76,7 @@ async fn an_evicting_redis_is_refused_until_its_policy_is_fixed() {
         .expect("KEYS");
     assert!(keys.is_empty(), "a refused call wrote {keys:?}");
 
-    set_eviction(&redis, None).await;
+    redis.set_eviction(None).await;
     await_health(&broker, ServingStatus::Serving).await;
     must_acquire(&mut client, "a", 10_000).await;
     assert_eq!(sample(&scrape(broker.metrics_addr).await, POLICY), 0.0);
@@ -124,13 +106,13 @@ async fn a_policy_made_unsafe_at_run_time_is_refused_at_the_next_ping() {
     must_acquire(&mut client, "before", 10_000).await;
     assert_eq!(sample(&scrape(broker.metrics_addr).await, POLICY), 0.0);
 
-    set_eviction(&redis, Some("allkeys-lru")).await;
+    redis.set_eviction(Some("allkeys-lru")).await;
     await_health(&broker, ServingStatus::NotServing).await;
     let message = refused(&mut client, "during").await;
     assert!(message.contains("allkeys-lru"), "{message}");
     assert_eq!(sample(&scrape(broker.metrics_addr).await, POLICY), 1.0);
 
-    set_eviction(&redis, None).await;
+    redis.set_eviction(None).await;
     await_health(&broker, ServingStatus::Serving).await;
     must_acquire(&mut client, "after", 10_000).await;
 }
@@ -140,7 +122,7 @@ async fn a_policy_made_unsafe_at_run_time_is_refused_at_the_next_ping() {
 #[tokio::test]
 async fn warn_mode_serves_an_evicting_redis_and_says_so() {
     let redis = RedisServer::start();
-    set_eviction(&redis, Some("volatile-lru")).await;
+    redis.set_eviction(Some("volatile-lru")).await;
     let log = std::env::temp_dir().join(format!(
         "leasehold-store-safety-{}-{}.log",
         std::process::id(),

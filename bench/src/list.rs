@@ -108,17 +108,7 @@ impl StoreClock {
             return Ok((StoreClock::Redis(conn), "Redis"));
         }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let mut config: tokio_postgres::Config = url
-                .parse()
-                .map_err(|e| format!("bad PostgreSQL URL: {e}"))?;
-            config
-                .ssl_mode(tokio_postgres::config::SslMode::Disable)
-                .application_name("leasehold-bench");
-            let (client, connection) = config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|e| format!("cannot reach PostgreSQL: {e}"))?;
-            tokio::spawn(connection);
+            let client = crate::probe::postgres_client(url).await?;
             let ready = client
                 .batch_execute(
                     "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; \

@@ -285,17 +285,7 @@ impl Probe {
             eprintln!("the database's CPU and size are not read over TLS ({redacted})");
             return Ok(None);
         }
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| format!("bad PostgreSQL URL '{redacted}': {e}"))?;
-        config
-            .ssl_mode(tokio_postgres::config::SslMode::Disable)
-            .application_name("leasehold-bench");
-        let (client, connection) = config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|e| format!("cannot reach PostgreSQL at {redacted}: {e}"))?;
-        tokio::spawn(connection);
+        let client = postgres_client(url).await?;
         let local = postmaster(&client).await?.map(LocalCpu::Tree);
         Ok(Some(Probe {
             kind: Kind::Postgres(Arc::new(client)),
@@ -380,6 +370,25 @@ impl Probe {
 }
 
 /// Redis's `INFO`.
+/// A plain (no TLS) session of the bench's own on the PostgreSQL at `url`,
+/// named `leasehold-bench` in `pg_stat_activity`, its connection driven by
+/// a task of its own.
+pub async fn postgres_client(url: &str) -> Result<tokio_postgres::Client, String> {
+    let redacted = leasehold_server::redact::url(url);
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| format!("bad PostgreSQL URL '{redacted}': {e}"))?;
+    config
+        .ssl_mode(tokio_postgres::config::SslMode::Disable)
+        .application_name("leasehold-bench");
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("cannot reach PostgreSQL at {redacted}: {e}"))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
 async fn redis_info(mut conn: MultiplexedConnection) -> Result<String, String> {
     redis::cmd("INFO")
         .query_async(&mut conn)

@@ -498,6 +498,26 @@ impl RedisServer {
             .await
             .expect("connect to the test redis")
     }
+
+    /// Sets the server's eviction: a 100 MB memory limit with `policy`
+    /// (`volatile-lru`, as managed services default to), or none
+    /// (`None`: no limit, `noeviction`): a store the broker refuses as
+    /// unsafe, and the fix.
+    pub async fn set_eviction(&self, policy: Option<&str>) {
+        let (maxmemory, policy) = match policy {
+            Some(policy) => ("100mb", policy),
+            None => ("0", "noeviction"),
+        };
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(maxmemory)
+            .arg("maxmemory-policy")
+            .arg(policy)
+            .query_async(&mut self.connection().await)
+            .await
+            .expect("CONFIG SET");
+    }
 }
 
 impl Drop for RedisServer {
