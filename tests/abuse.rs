@@ -34,6 +34,7 @@ async fn bystander_intact(client: &mut LeaseholdServiceClient<Channel>, fence: u
             name: "bystander".into(),
             owner_token: token.into(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("the bystander still owns its lease");
@@ -112,10 +113,17 @@ async fn a_heartbeat_naming_100k_leases_is_refused() {
             name: format!("flood-{i}"),
             owner_token: "0123456789abcdef0123456789abcdef".into(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .collect();
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tx.send(KeepAliveRequest { seq: 1, leases }).await.unwrap();
+    tx.send(KeepAliveRequest {
+        seq: 1,
+        leases,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let outcome = match client
         .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await
@@ -207,6 +215,7 @@ async fn random_requests_get_statuses() {
                 name: name.clone(),
                 owner_token: token.clone(),
                 ttl_ms,
+                ..Default::default()
             })
             .await;
         let code = outcome(

@@ -122,6 +122,7 @@ async fn tenants_never_reach_each_others_locks() {
             name: "ledger".into(),
             owner_token: theirs.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -139,6 +140,7 @@ async fn tenants_never_reach_each_others_locks() {
                 name: "ledger".into(),
                 owner_token: theirs.owner_token.clone(),
                 ttl_ms: 0,
+                ..Default::default()
             })
             .await
             .unwrap_err()
@@ -161,7 +163,9 @@ async fn tenants_never_reach_each_others_locks() {
             name: "ledger".into(),
             owner_token: theirs.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -208,6 +212,7 @@ async fn tenants_never_reach_each_others_locks() {
             name: "ledger".into(),
             owner_token: theirs.owner_token,
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("payments still holds its lease");
@@ -326,6 +331,7 @@ async fn permissions_decide_what_a_credential_may_do() {
             name: "ledger".into(),
             owner_token: lease.owner_token,
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -948,6 +954,7 @@ async fn administrators_name_the_root_namespace_at_root() {
             name: "ledger".into(),
             owner_token: lease.owner_token,
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -979,7 +986,9 @@ async fn moving_a_credential_to_another_tenant_leaves_its_leases_behind() {
             name: "report".into(),
             owner_token: streamed.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     };
     let (beats, rx) = tokio::sync::mpsc::channel(1);
     let mut opened_before = mover
@@ -1016,6 +1025,7 @@ async fn moving_a_credential_to_another_tenant_leaves_its_leases_behind() {
                     name: "ledger".into(),
                     owner_token: token,
                     ttl_ms: 0,
+                    ..Default::default()
                 })
                 .await
                 .unwrap_err()
@@ -1079,7 +1089,9 @@ async fn renewing(
             name: lease.name.clone(),
             owner_token: lease.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     };
     tx.send(heartbeat).await.unwrap();
     let mut answers = client

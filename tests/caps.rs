@@ -48,6 +48,7 @@ async fn intact(client: &mut LeaseholdServiceClient<Channel>, lease: &Lease) {
             name: lease.name.clone(),
             owner_token: lease.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("the bystander renews");
@@ -147,6 +148,7 @@ async fn leases_are_capped_per_tenant() {
         name: "x".into(),
         owner_token: theirs.owner_token,
         ttl_ms: 0,
+        ..Default::default()
     })
     .await
     .expect("tenant b renews");
@@ -252,6 +254,7 @@ async fn waiters_are_capped_per_connection_and_tenant() {
             name: "busy".into(),
             owner_token: held.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("the holder renews");
@@ -306,7 +309,9 @@ async fn streams_are_capped_per_connection() {
             name: lease.name.clone(),
             owner_token: lease.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -431,6 +436,7 @@ async fn request_rates_are_capped_per_connection_and_tenant() {
             name: "steady".into(),
             owner_token: lease.owner_token,
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("tenant b is not slowed by a's flood");

@@ -71,8 +71,10 @@ async fn the_contract_holds_on_a_cluster_through_migration_and_failover() {
                 name: l.name.clone(),
                 owner_token: l.owner_token.clone(),
                 ttl_ms: 0,
+                ..Default::default()
             })
             .collect(),
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -230,6 +232,7 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
             name: l.name.clone(),
             owner_token: l.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .collect();
     let heartbeats = tokio::spawn(async move {
@@ -238,6 +241,7 @@ async fn a_slot_migration_longer_than_the_ttl_loses_no_heartbeated_lease() {
             tx.send(KeepAliveRequest {
                 seq,
                 leases: refs.clone(),
+                ..Default::default()
             })
             .await
             .unwrap();

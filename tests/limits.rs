@@ -108,6 +108,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                     name: "".into(),
                     owner_token: TOKEN.into(),
                     ttl_ms: 0,
+                    ..Default::default()
                 },
                 Code::InvalidArgument,
                 "empty",
@@ -117,6 +118,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                     name: "x".into(),
                     owner_token: "".into(),
                     ttl_ms: 0,
+                    ..Default::default()
                 },
                 Code::InvalidArgument,
                 "the owner token is empty",
@@ -126,6 +128,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                     name: "x".into(),
                     owner_token: "guess".into(),
                     ttl_ms: 0,
+                    ..Default::default()
                 },
                 Code::InvalidArgument,
                 "32 lowercase hex",
@@ -135,6 +138,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                     name: "x".into(),
                     owner_token: TOKEN.into(),
                     ttl_ms: 10,
+                    ..Default::default()
                 },
                 Code::InvalidArgument,
                 "--ttl-min",
@@ -144,6 +148,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                     name: "nobody".into(),
                     owner_token: TOKEN.into(),
                     ttl_ms: 0,
+                    ..Default::default()
                 },
                 Code::NotFound,
                 "no lease",
@@ -153,6 +158,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
                     name: "bystander".into(),
                     owner_token: TOKEN.into(),
                     ttl_ms: 0,
+                    ..Default::default()
                 },
                 Code::FailedPrecondition,
                 "another owner",
@@ -242,6 +248,7 @@ async fn bad_requests_get_clear_statuses_and_touch_nothing_else() {
             name: "bystander".into(),
             owner_token: bystander.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("the bystander still owns its lease");

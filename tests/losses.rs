@@ -273,6 +273,7 @@ async fn strangers_and_repeated_releases_are_not_losses() {
         name: "mine".into(),
         owner_token: token.into(),
         ttl_ms: 0,
+        ..Default::default()
     };
     let release = |token: &str| ReleaseRequest {
         name: "mine".into(),
@@ -403,6 +404,7 @@ async fn an_expired_permit_is_one_loss() {
             name: lapsing.name.clone(),
             owner_token: std::mem::take(&mut lapsing.owner_token),
             ttl_ms: 0,
+            ..Default::default()
         };
         eventually(Duration::from_secs(5), "the permit to expire", || {
             let mut c = client.clone();
@@ -592,6 +594,7 @@ async fn a_lease_renewed_shorter_elsewhere_is_one_expiry_not_a_store_loss() {
                     name: name.clone(),
                     owner_token: lease.owner_token.clone(),
                     ttl_ms: 600,
+                    ..Default::default()
                 })
                 .await
                 .unwrap();

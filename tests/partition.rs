@@ -245,6 +245,7 @@ async fn a_partitioned_broker_fails_unavailable_and_the_other_side_takes_over() 
             name: "partitioned".into(),
             owner_token: lease.owner_token.clone(),
             ttl_ms: TTL_MS,
+            ..Default::default()
         })
         .await
         .expect_err("renewed through the partition");
@@ -301,6 +302,7 @@ async fn a_partitioned_broker_fails_unavailable_and_the_other_side_takes_over() 
             name: "partitioned".into(),
             owner_token: lease.owner_token.clone(),
             ttl_ms: TTL_MS,
+            ..Default::default()
         })
         .await
         .expect_err("the old holder renewed the name taken over");

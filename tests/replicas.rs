@@ -39,6 +39,7 @@ async fn acknowledged_grants_succeed_while_the_replica_is_up() {
             name: lease.name.clone(),
             owner_token: lease.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("renewal acknowledged");
@@ -96,6 +97,7 @@ async fn without_the_replica_grants_fail_with_unavailable() {
             name: held.name,
             owner_token: held.owner_token,
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -117,13 +117,16 @@ async fn no_token_or_password_in_logs_statuses_or_metrics() {
                     name: "secrets/a".into(),
                     owner_token: held.owner_token.clone(),
                     ttl_ms: 0,
+                    ..Default::default()
                 },
                 LeaseRef {
                     name: "secrets/a".into(),
                     owner_token: PRESENTED.into(),
                     ttl_ms: 0,
+                    ..Default::default()
                 },
             ],
+            ..Default::default()
         })
         .await
         .unwrap();

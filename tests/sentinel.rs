@@ -99,6 +99,7 @@ async fn the_broker_follows_a_sentinel_failover() {
             name: "kept".into(),
             owner_token: kept.owner_token,
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("the kept lease renews on the new primary");

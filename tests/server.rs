@@ -106,6 +106,7 @@ async fn metrics_move_with_traffic() {
         name: a.name.clone(),
         owner_token: a.owner_token.clone(),
         ttl_ms: 0,
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -120,6 +121,7 @@ async fn metrics_move_with_traffic() {
         name: a.name,
         owner_token: a.owner_token,
         ttl_ms: 0,
+        ..Default::default()
     })
     .await
     .unwrap_err();
@@ -128,6 +130,7 @@ async fn metrics_move_with_traffic() {
         name: b.name,
         owner_token: "0123456789abcdef0123456789abcdef".into(),
         ttl_ms: 0,
+        ..Default::default()
     })
     .await
     .unwrap_err();
@@ -150,6 +153,7 @@ async fn metrics_move_with_traffic() {
             name: e.name.clone(),
             owner_token: e.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -144,6 +144,7 @@ async fn acquire_renew_release_on_one_stream() {
                 name: "job".into(),
                 owner_token: lease.owner_token.clone(),
                 ttl_ms: 8_000,
+                ..Default::default()
             }),
         )
         .await
@@ -479,7 +480,9 @@ async fn heartbeats_renew_and_a_broken_stream_lets_its_leases_expire_counted_onc
                 name: kept.name.clone(),
                 owner_token: kept.owner_token.clone(),
                 ttl_ms: 0,
+                ..Default::default()
             }],
+            ..Default::default()
         });
         match session.call(10 + seq, beat).await {
             Response::Heartbeat(r) => {
@@ -743,7 +746,9 @@ async fn waits_at_the_cap_do_not_starve_the_heartbeats() {
             name: kept.name.clone(),
             owner_token: kept.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     });
     match session.call(4, beat).await {
         Response::Heartbeat(r) => assert_eq!(r.leases[0].state(), State::Alive, "{r:?}"),
@@ -813,7 +818,9 @@ async fn heartbeats_are_paced_not_refused_by_the_rate_caps() {
                 name: lease.name.clone(),
                 owner_token: lease.owner_token.clone(),
                 ttl_ms: 0,
+                ..Default::default()
             }],
+            ..Default::default()
         });
         match session.call(10 + seq, beat).await {
             Response::Heartbeat(r) => assert_eq!(r.leases[0].state(), State::Alive, "{r:?}"),

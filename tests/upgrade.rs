@@ -71,6 +71,7 @@ async fn contend(
                 name: lock.into(),
                 owner_token: lease.owner_token.clone(),
                 ttl_ms: 0,
+                ..Default::default()
             })
             .await;
         if let Err(s) = renewed {
@@ -274,6 +275,7 @@ async fn a_rollback_leaves_held_leases_to_the_old_broker() {
         name: "held".into(),
         owner_token: owner_token.into(),
         ttl_ms: 0,
+        ..Default::default()
     };
     rolled
         .client()

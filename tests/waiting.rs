@@ -545,6 +545,7 @@ async fn a_waiter_is_granted_at_the_expiry_not_at_a_refresh() {
                     name: name.clone(),
                     owner_token: held.owner_token.clone(),
                     ttl_ms: 0,
+                    ..Default::default()
                 })
                 .await;
             match (

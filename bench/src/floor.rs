@@ -148,6 +148,7 @@ fn all_alive(beat: KeepAliveRequest) -> KeepAliveResponse {
                 ..Default::default()
             })
             .collect(),
+        ..Default::default()
     }
 }
 

@@ -400,6 +400,7 @@ async fn through_broker(
                     .beat(KeepAliveRequest {
                         seq: u64::MAX,
                         leases,
+                        ..Default::default()
                     })
                     .await;
             }

@@ -91,6 +91,7 @@ async fn keepalive_run(
             name: l.name.clone(),
             owner_token: l.owner_token.clone(),
             ttl_ms: 0,
+            ..Default::default()
         })
         .collect();
 
@@ -110,6 +111,7 @@ async fn keepalive_run(
         tx.send(KeepAliveRequest {
             seq,
             leases: refs.clone(),
+            ..Default::default()
         })
         .await
         .map_err(|_| "the stream closed".to_owned())?;

@@ -252,6 +252,7 @@ pub async fn stream(
         let request = KeepAliveRequest {
             seq,
             leases: leases.clone(),
+            ..Default::default()
         };
         let Some(answer) = link.beat(request).await else {
             tally.lost.fetch_add(leases.len() as u64, Ordering::Relaxed);
@@ -358,6 +359,7 @@ pub async fn acquire_many(
                 name: lease.name,
                 owner_token: lease.owner_token,
                 ttl_ms: 0,
+                ..Default::default()
             });
         }
     }

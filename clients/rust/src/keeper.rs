@@ -165,8 +165,9 @@ async fn session(
                         seq,
                         leases: chunk
                             .iter()
-                            .map(|h| LeaseRef { name: h.name.clone(), owner_token: h.token.clone(), ttl_ms: 0 })
+                            .map(|h| LeaseRef { name: h.name.clone(), owner_token: h.token.clone(), ..Default::default() })
                             .collect(),
+                        ..Default::default()
                     };
                     if tx.try_send(request).is_err() {
                         tracing::debug!("heartbeat stream not draining; reconnecting");

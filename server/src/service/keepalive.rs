@@ -108,6 +108,7 @@ pub(super) async fn beat(
             .into_iter()
             .map(|(name, state)| status(name, state))
             .collect(),
+        advice: None,
     })
 }
 

@@ -46,12 +46,14 @@ impl Stream {
                 name: (*name).into(),
                 owner_token: (*token).into(),
                 ttl_ms: 0,
+                ..Default::default()
             })
             .collect();
         self.tx
             .send(KeepAliveRequest {
                 seq: self.seq,
                 leases,
+                ..Default::default()
             })
             .await
             .expect("send");

@@ -643,6 +643,7 @@ impl Client {
             },
             keep_place,
             place,
+            ..Default::default()
         };
         let call = Call::Acquire {
             kind,
@@ -736,6 +737,7 @@ impl Client {
             name: name.into(),
             owner_token: token.into(),
             ttl_ms,
+            ..Default::default()
         };
         let result = if self.rng.chance(0.5) {
             self.over_session(
@@ -970,8 +972,10 @@ impl Client {
                     name: h.name.into(),
                     owner_token: h.token.clone(),
                     ttl_ms,
+                    ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
         };
         let sent = Instant::now();
         let invoked = self.record.micros(sent);
