@@ -32,7 +32,7 @@ class Lease(_message.Message):
     def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., fence: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("name", "ttl_ms", "holder", "wait_timeout_ms", "lock_delay_ms", "limit", "keep_place", "place")
+    __slots__ = ("name", "ttl_ms", "holder", "wait_timeout_ms", "lock_delay_ms", "limit", "keep_place", "place", "ttl_auto")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class AcquireRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     KEEP_PLACE_FIELD_NUMBER: _ClassVar[int]
     PLACE_FIELD_NUMBER: _ClassVar[int]
+    TTL_AUTO_FIELD_NUMBER: _ClassVar[int]
     name: str
     ttl_ms: int
     holder: str
@@ -49,7 +50,8 @@ class AcquireRequest(_message.Message):
     limit: int
     keep_place: bool
     place: str
-    def __init__(self, name: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., holder: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., limit: _Optional[int] = ..., keep_place: bool = ..., place: _Optional[str] = ...) -> None: ...
+    ttl_auto: bool
+    def __init__(self, name: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., holder: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., lock_delay_ms: _Optional[int] = ..., limit: _Optional[int] = ..., keep_place: bool = ..., place: _Optional[str] = ..., ttl_auto: bool = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "waited_ms")
@@ -60,14 +62,16 @@ class AcquireResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., waited_ms: _Optional[int] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
-    __slots__ = ("name", "owner_token", "ttl_ms")
+    __slots__ = ("name", "owner_token", "ttl_ms", "ttl_auto")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_AUTO_FIELD_NUMBER: _ClassVar[int]
     name: str
     owner_token: str
     ttl_ms: int
-    def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+    ttl_auto: bool
+    def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_auto: bool = ...) -> None: ...
 
 class RenewResponse(_message.Message):
     __slots__ = ("ttl_ms", "fence")
@@ -200,30 +204,50 @@ class RevokeResponse(_message.Message):
     def __init__(self, fence: _Optional[int] = ...) -> None: ...
 
 class KeepAliveRequest(_message.Message):
-    __slots__ = ("seq", "leases")
+    __slots__ = ("seq", "leases", "last_round_trip_us")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ROUND_TRIP_US_FIELD_NUMBER: _ClassVar[int]
     seq: int
     leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
-    def __init__(self, seq: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
+    last_round_trip_us: int
+    def __init__(self, seq: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., last_round_trip_us: _Optional[int] = ...) -> None: ...
 
 class LeaseRef(_message.Message):
-    __slots__ = ("name", "owner_token", "ttl_ms")
+    __slots__ = ("name", "owner_token", "ttl_ms", "ttl_auto")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_AUTO_FIELD_NUMBER: _ClassVar[int]
     name: str
     owner_token: str
     ttl_ms: int
-    def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+    ttl_auto: bool
+    def __init__(self, name: _Optional[str] = ..., owner_token: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_auto: bool = ...) -> None: ...
 
 class KeepAliveResponse(_message.Message):
-    __slots__ = ("seq", "leases")
+    __slots__ = ("seq", "leases", "advice")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
+    ADVICE_FIELD_NUMBER: _ClassVar[int]
     seq: int
     leases: _containers.RepeatedCompositeFieldContainer[LeaseStatus]
-    def __init__(self, seq: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseStatus, _Mapping]]] = ...) -> None: ...
+    advice: TtlAdvice
+    def __init__(self, seq: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[LeaseStatus, _Mapping]]] = ..., advice: _Optional[_Union[TtlAdvice, _Mapping]] = ...) -> None: ...
+
+class TtlAdvice(_message.Message):
+    __slots__ = ("round_trip_p99_us", "shortest_ttl_ms", "suggested_ttl_ms", "leases_below", "message")
+    ROUND_TRIP_P99_US_FIELD_NUMBER: _ClassVar[int]
+    SHORTEST_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    SUGGESTED_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_BELOW_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    round_trip_p99_us: int
+    shortest_ttl_ms: int
+    suggested_ttl_ms: int
+    leases_below: int
+    message: str
+    def __init__(self, round_trip_p99_us: _Optional[int] = ..., shortest_ttl_ms: _Optional[int] = ..., suggested_ttl_ms: _Optional[int] = ..., leases_below: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class LeaseStatus(_message.Message):
     __slots__ = ("name", "state", "ttl_ms", "fence", "reason", "message")
