@@ -29,6 +29,7 @@ type acquireOptions struct {
 	marginSet bool
 	lockDelay time.Duration
 	limit     uint32
+	ttlAuto   bool
 }
 
 // WithTTL is the lease's TTL (within the broker's bounds: 500 ms to 1 h
@@ -39,6 +40,23 @@ func WithTTL(d time.Duration) AcquireOption {
 			return fmt.Errorf("leasehold: WithTTL(%v): at least a millisecond", d)
 		}
 		o.ttl = d
+		return nil
+	}
+}
+
+// WithTTLAuto lets the broker choose the TTL from the heartbeat round
+// trips it measured: 10 times their 99th percentile, at least its
+// --ttl-auto-floor (10 s unless configured), within its --ttl-min and
+// --ttl-max. The grant's TTL is chosen from the round trips of the
+// caller's tenant's streams on that broker (the floor when there are
+// none); the lease's heartbeats then renew it for the TTL the broker
+// suggests for this client's own stream, so that the TTL follows the
+// latency: Lease.TTL, Lease.Deadline and the heartbeat interval change
+// with it. Not with WithTTL; not for Campaign. A broker from before
+// ttl_auto gives its default TTL.
+func WithTTLAuto() AcquireOption {
+	return func(o *acquireOptions) error {
+		o.ttlAuto = true
 		return nil
 	}
 }
@@ -123,6 +141,9 @@ func (c *Client) acquireOptions(opts []AcquireOption) (acquireOptions, error) {
 			return o, err
 		}
 	}
+	if o.ttlAuto && o.ttl != 0 {
+		return o, errors.New("leasehold: WithTTL and WithTTLAuto: a TTL is either given or chosen by the broker")
+	}
 	return o, c.check()
 }
 
@@ -153,7 +174,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	}
 	send := func(ctx context.Context, s pb.LeaseholdServiceClient, wait time.Duration, keepPlace bool, place string, trailer *metadata.MD) (*pb.Lease, uint64, error) {
 		req := &pb.AcquireRequest{Name: name, TtlMs: millis(o.ttl), Holder: holder, WaitTimeoutMs: millis(wait),
-			LockDelayMs: millis(o.lockDelay), Limit: o.limit, KeepPlace: keepPlace, Place: place}
+			LockDelayMs: millis(o.lockDelay), Limit: o.limit, KeepPlace: keepPlace, Place: place, TtlAuto: o.ttlAuto}
 		r, err := s.Acquire(ctx, req, grpc.Trailer(trailer))
 		return r.GetLease(), r.GetWaitedMs(), err
 	}
@@ -293,7 +314,7 @@ func (c *Client) hold(l *pb.Lease, waitedMs uint64, sent time.Time, o acquireOpt
 		}
 	}
 	waited := ms(waitedMs)
-	lease := newLease(c, l.Name, l.OwnerToken, l.Fence, ttl, margin, waited, sent.Add(waited+ttl-margin))
+	lease := newLease(c, l.Name, l.OwnerToken, l.Fence, ttl, margin, waited, sent.Add(waited+ttl-margin), o.ttlAuto, o.marginSet)
 	c.keeper.add(lease)
 	return lease
 }

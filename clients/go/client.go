@@ -49,6 +49,7 @@ type config struct {
 	timeout     time.Duration
 	logger      Logger
 	dialOptions []grpc.DialOption
+	onAdvice    func(TTLAdvice)
 }
 
 // WithTLS connects over TLS with cfg (nil: the system's roots). Put a
@@ -236,7 +237,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 		b.stubs = append(b.stubs, pb.NewLeaseholdServiceClient(conn))
 	}
 	c := &Client{brokers: b, timeout: cfg.timeout, logger: cfg.logger, maxWait: int64(DefaultMaxWait), watchers: map[*Observer]struct{}{}}
-	c.keeper = newKeeper(c)
+	c.keeper = newKeeper(c, cfg.onAdvice)
 	return c, nil
 }
 

@@ -26,6 +26,9 @@ func (c *Client) Campaign(ctx context.Context, election, value string, opts ...A
 	if err != nil {
 		return nil, err
 	}
+	if o.ttlAuto {
+		return nil, errors.New("leasehold: Campaign takes no WithTTLAuto (the broker's Campaign has no ttl_auto): give WithTTL")
+	}
 	send := func(ctx context.Context, s pb.LeaseholdServiceClient, wait time.Duration, keepPlace bool, place string, trailer *metadata.MD) (*pb.Lease, uint64, error) {
 		req := &pb.CampaignRequest{Election: election, Value: value, TtlMs: millis(o.ttl),
 			WaitTimeoutMs: millis(wait), KeepPlace: keepPlace, Place: place}

@@ -26,7 +26,13 @@ import (
 //   - a broken or stalled stream is reopened with jittered backoff, never
 //     longer than a heartbeat interval, on the next broker replica if this
 //     one is gone, and the leases resume by owner token;
-//   - a lease past its local deadline is released in the background.
+//   - a lease past its local deadline is released in the background;
+//   - each heartbeat reports the round trip of the last one answered on its
+//     stream (from sending it to reading its answer), by which the broker
+//     judges the stream's TTLs (TTLAdvice) and chooses auto TTLs
+//     (WithTTLAuto); a lease acquired WithTTLAuto is renewed for the TTL
+//     the broker suggests, and its deadline, and the heartbeat interval,
+//     follow the TTL each answer applied.
 const (
 	minBackoff      = 50 * time.Millisecond
 	maxBackoff      = 2 * time.Second
@@ -41,6 +47,8 @@ type keeper struct {
 	mu     sync.Mutex
 	leases map[string]*Lease // by owner token
 
+	advice *adviceBox
+
 	wake   chan struct{}
 	events chan streamEvent
 	quit   chan struct{}
@@ -54,6 +62,7 @@ type streamEvent struct {
 	gen   int
 	index int
 	resp  *pb.KeepAliveResponse
+	at    time.Time // when the answer was read
 	ended bool
 	err   error
 }
@@ -63,9 +72,10 @@ type beat struct {
 	leases []*Lease
 }
 
-func newKeeper(c *Client) *keeper {
+func newKeeper(c *Client, onAdvice func(TTLAdvice)) *keeper {
 	k := &keeper{c: c, leases: map[string]*Lease{}, wake: make(chan struct{}, 1),
 		events: make(chan streamEvent, 16), quit: make(chan struct{}), exited: make(chan struct{})}
+	k.advice = newAdviceBox(onAdvice, k.quit)
 	go k.run()
 	return k
 }
@@ -135,10 +145,10 @@ func interval(live []*Lease) time.Duration {
 	if len(live) == 0 {
 		return time.Second
 	}
-	shortest := live[0].ttl
+	shortest := live[0].TTL()
 	for _, l := range live[1:] {
-		if l.ttl < shortest {
-			shortest = l.ttl
+		if ttl := l.TTL(); ttl < shortest {
+			shortest = ttl
 		}
 	}
 	if d := shortest / 3; d > minInterval {
@@ -209,7 +219,7 @@ func (k *keeper) open(gen int) *kaStream {
 				post(ev)
 				return
 			}
-			post(streamEvent{gen: gen, index: index, resp: resp})
+			post(streamEvent{gen: gen, index: index, resp: resp, at: time.Now()})
 		}
 	}()
 	return s
@@ -233,6 +243,10 @@ func (k *keeper) run() {
 		reconnectAt time.Time
 		backoffD    = minBackoff
 		timer       = time.NewTimer(time.Hour)
+		// The stream's last measured round trip (0: none yet), and whether
+		// its advice was logged: both belong to one stream.
+		lastRTT time.Duration
+		advised bool
 	)
 	letGo := func(cancel bool) {
 		if cancel {
@@ -255,6 +269,7 @@ func (k *keeper) run() {
 		if st == nil && len(live) > 0 && !now.Before(reconnectAt) {
 			gen++
 			st = k.open(gen)
+			lastRTT, advised = 0, false
 			nextBeat = now // at once: after a reconnection this resumes the leases
 		}
 		if st != nil && !now.Before(nextBeat) {
@@ -264,9 +279,9 @@ func (k *keeper) run() {
 				for i := 0; i < len(live); i += heartbeatLeases {
 					chunk := live[i:minInt(i+heartbeatLeases, len(live))]
 					seq++
-					req := &pb.KeepAliveRequest{Seq: seq}
+					req := &pb.KeepAliveRequest{Seq: seq, LastRoundTripUs: uint64(lastRTT / time.Microsecond)}
 					for _, l := range chunk {
-						req.Leases = append(req.Leases, &pb.LeaseRef{Name: l.name, OwnerToken: l.token})
+						req.Leases = append(req.Leases, &pb.LeaseRef{Name: l.name, OwnerToken: l.token, TtlAuto: l.auto})
 					}
 					select {
 					case st.sendq <- req:
@@ -321,7 +336,13 @@ func (k *keeper) run() {
 			}
 			if !ev.ended {
 				backoffD = minBackoff // the stream works
+				if b, ok := pending[ev.resp.Seq]; ok {
+					if rtt := ev.at.Sub(b.sent); rtt > 0 {
+						lastRTT = rtt
+					}
+				}
 				k.answered(pending, ev.resp)
+				advised = k.advised(ev.resp.Advice, advised, st.index)
 				continue
 			}
 			var e *Error
@@ -343,6 +364,22 @@ func (k *keeper) run() {
 		case <-timer.C:
 		}
 	}
+}
+
+// advised passes on an answer's advice (nil: none); it is logged once per
+// stream (logged says whether it was), and returns whether it was now.
+func (k *keeper) advised(a *pb.TtlAdvice, logged bool, index int) bool {
+	if a == nil {
+		k.advice.set(nil)
+		return logged
+	}
+	advice := adviceFrom(a)
+	k.advice.set(&advice)
+	if !logged {
+		k.c.logger.Printf("leasehold: TTL advice from broker %s: %d lease(s) with a TTL under 10 times the heartbeat round trip p99 (%v; shortest TTL %v): use a TTL of at least %v, or WithTTLAuto: %s",
+			k.c.brokers.targets[index], advice.LeasesBelow, advice.RoundTripP99, advice.ShortestTTL, advice.SuggestedTTL, advice.Message)
+	}
+	return true
 }
 
 func minInt(a, b int) int {

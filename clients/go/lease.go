@@ -20,20 +20,25 @@ type Lease struct {
 	name   string
 	token  string
 	fence  uint64
-	ttl    time.Duration
-	margin time.Duration
 	waited time.Duration
+	// auto: the broker chooses the TTL at each renewal (WithTTLAuto).
+	auto bool
+	// marginSet: WithMargin fixed the margin; else it is a tenth of the
+	// TTL, which an auto lease's renewals change.
+	marginSet bool
 
 	mu       sync.Mutex
+	ttl      time.Duration
+	margin   time.Duration
 	deadline time.Time // on the monotonic clock (time.Now)
 	err      error     // nil while held
 	done     chan struct{}
 	timer    *time.Timer
 }
 
-func newLease(c *Client, name, token string, fence uint64, ttl, margin, waited time.Duration, deadline time.Time) *Lease {
+func newLease(c *Client, name, token string, fence uint64, ttl, margin, waited time.Duration, deadline time.Time, auto, marginSet bool) *Lease {
 	l := &Lease{c: c, name: name, token: token, fence: fence, ttl: ttl, margin: margin, waited: waited,
-		deadline: deadline, done: make(chan struct{})}
+		deadline: deadline, done: make(chan struct{}), auto: auto, marginSet: marginSet}
 	l.mu.Lock()
 	// A timer at the local deadline closes Done on time whatever the
 	// keeper is doing (reconnecting, waiting on a broker that is gone).
@@ -55,11 +60,21 @@ func (l *Lease) Fence() uint64 { return l.fence }
 func (l *Lease) OwnerToken() string { return l.token }
 
 // TTL is the TTL the broker applied (which counts, not the one asked for).
-func (l *Lease) TTL() time.Duration { return l.ttl }
+// For a lease acquired WithTTLAuto, the one of its last renewal: the
+// broker chooses it again at each heartbeat.
+func (l *Lease) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
 
 // Margin is how long before the broker could expire the lease it counts as
 // lost here: time for the application to stop writing.
-func (l *Lease) Margin() time.Duration { return l.margin }
+func (l *Lease) Margin() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.margin
+}
 
 // Waited is how long the acquire waited for the lock (all its calls).
 func (l *Lease) Waited() time.Duration { return l.waited }
@@ -194,13 +209,28 @@ func (l *Lease) expire() {
 }
 
 // renewed records a renewal the broker confirmed for a heartbeat sent at
-// sent. The deadline only moves forward, and a lease whose deadline passed
-// stays lost: the application may have seen it lost and must not see it
-// come back.
+// sent, with the TTL it applied. A lease whose deadline passed stays lost:
+// the application may have seen it lost and must not see it come back.
+//
+// With the same TTL the deadline only moves forward. A different TTL (an
+// auto lease's, which the broker chooses at each renewal) replaced the
+// lease's expiry in the store: the deadline follows it, earlier too, and
+// the margin is a tenth of the new TTL unless WithMargin fixed it.
 func (l *Lease) renewed(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil || !time.Now().Before(l.deadline) {
+		return
+	}
+	if ttl > 0 && ttl != l.ttl {
+		l.ttl = ttl
+		if !l.marginSet {
+			l.margin = ttl / 10
+		} else if l.margin > ttl {
+			l.margin = ttl
+		}
+		l.deadline = sent.Add(ttl - l.margin)
+		l.timer.Reset(time.Until(l.deadline)) // past: expire runs at once
 		return
 	}
 	if d := sent.Add(ttl - l.margin); d.After(l.deadline) {
