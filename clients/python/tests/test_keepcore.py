@@ -51,10 +51,13 @@ def lease(name: str, ttl: float = 3.0, granted: float = T0, deadline=None) -> _H
     return _Held(name, f"token-{name}", 7, ttl, margin, granted + ttl - margin if deadline is None else deadline)
 
 
-def beat(seq: int, *leases: _Held) -> Send:
-    """The heartbeat the core sends with sequence number ``seq``."""
+def beat(seq: int, *leases: _Held, rtt_us: int = 0) -> Send:
+    """The heartbeat the core sends with sequence number ``seq``, reporting
+    the round trip ``rtt_us`` measured since the last one (0: none)."""
     return Send(pb.KeepAliveRequest(
-        seq=seq, leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0) for h in leases]
+        seq=seq,
+        leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0, ttl_auto=h.auto) for h in leases],
+        last_round_trip_us=rtt_us,
     ))
 
 
@@ -113,7 +116,8 @@ def test_a_confirmed_renewal_counts_from_the_send_time_and_the_beats_go_on():
     # the send (T0), never from the answer, so latency makes it early.
     assert core.handle(answer(1, 1, status(h, ttl_ms=3000)), T0 + 0.5) == [sleep(T0 + 1.0)]
     assert h.deadline == pytest.approx(T0 + 2.7)
-    assert core.handle(TimerFired(), T0 + 1.0) == [beat(2, h), sleep(T0 + 2.0)]
+    # The next heartbeat reports that round trip.
+    assert core.handle(TimerFired(), T0 + 1.0) == [beat(2, h, rtt_us=500_000), sleep(T0 + 2.0)]
     assert core.handle(answer(1, 2, status(h, ttl_ms=3000)), T0 + 1.1) == [sleep(T0 + 2.0)]
     assert h.deadline == pytest.approx(T0 + 3.7)
 
@@ -186,7 +190,7 @@ def test_a_lease_the_broker_reports_gone_is_lost_with_its_reason(state, reason, 
     # Forgotten at once; the core leaves marking it to the driver.
     assert core.leases() == [other]
     assert h.loss(T0 + 0.1) is None
-    assert core.handle(TimerFired(), T0 + 1.0) == [beat(2, other), sleep(T0 + 2.0)]
+    assert core.handle(TimerFired(), T0 + 1.0) == [beat(2, other, rtt_us=100_000), sleep(T0 + 2.0)]
 
 
 def test_an_expiry_the_broker_reports_after_the_local_deadline_is_expired():
@@ -462,3 +466,97 @@ def test_a_sleep_gives_the_time_left_never_less_than_nothing():
     assert Sleep(None).timeout(T0) is None
     assert Sleep(T0 + 1.5).timeout(T0) == 1.5
     assert Sleep(T0).timeout(T0 + 1) == 0.0
+
+
+# -- round trips, TTL advice and ttl="auto" ------------------------------------
+
+
+def advised(gen: int, seq: int, *statuses: pb.LeaseStatus, p99_us: int = 400_000) -> Answered:
+    """An answer carrying the broker's TTL advice."""
+    advice = pb.TtlAdvice(
+        round_trip_p99_us=p99_us, shortest_ttl_ms=3000, suggested_ttl_ms=p99_us // 100,
+        leases_below=len(statuses), message="a TTL under 10x the p99",
+    )
+    return Answered(gen, pb.KeepAliveResponse(seq=seq, leases=statuses, advice=advice))
+
+
+def test_each_round_trip_is_reported_once_and_not_on_the_next_stream():
+    h = lease("a", ttl=3.0)
+    core = core_with(h)
+    core.handle(answer(1, 1, status(h)), T0 + 0.25)
+    assert core.handle(TimerFired(), T0 + 1.0) == [beat(2, h, rtt_us=250_000), sleep(T0 + 2.0)]
+    # No answer since: nothing new to report (the broker counts each once).
+    assert core.handle(TimerFired(), T0 + 2.0)[0] == beat(3, h)
+    core.handle(answer(1, 3, status(h)), T0 + 2.01)
+    # The stream breaks before the next beat: its round trip stays with it.
+    core.handle(StreamEnded(1, 0, None), T0 + 2.1)
+    actions = core.handle(TimerFired(), T0 + 3.0)
+    assert actions[:2] == [OpenStream(2, 1), beat(4, h)]
+
+
+def test_advice_is_told_once_per_stream_and_the_latest_is_kept(caplog):
+    h = lease("a", ttl=3.0)
+    core = core_with(h)
+    assert core.advice is None
+    with caplog.at_level("WARNING", logger="leasehold"):
+        actions = core.handle(advised(1, 1, status(h)), T0 + 0.1)
+        assert core.advice is not None and core.advice.round_trip_p99 == pytest.approx(0.4)
+        assert core.advice.suggested_ttl == pytest.approx(4.0) and core.advice.leases_below == 1
+        assert actions == [kc.Advised(core.advice), sleep(T0 + 1.0)]
+        core.handle(TimerFired(), T0 + 1.0)
+        # Again on the same stream: kept, neither logged nor handed over again.
+        assert core.handle(advised(1, 2, status(h), p99_us=500_000), T0 + 1.1) == [sleep(T0 + 2.0)]
+        assert core.advice.round_trip_p99 == pytest.approx(0.5)
+    assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
+    assert "a TTL under 10x the p99" in caplog.records[0].getMessage()
+    # An answer without advice: the leases are fine now.
+    core.handle(TimerFired(), T0 + 2.0)
+    core.handle(answer(1, 3, status(h)), T0 + 2.1)
+    assert core.advice is None
+    # A new stream's first advice is told again.
+    core.handle(StreamEnded(1, 0, None), T0 + 2.2)
+    assert core.handle(TimerFired(), T0 + 3.0)[0] == OpenStream(2, 1)
+    assert kc.Advised in [type(a) for a in core.handle(advised(2, 4, status(h)), T0 + 3.1)]
+
+
+def auto_lease(name: str, ttl: float, granted: float = T0) -> _Held:
+    """A lease taken with ttl="auto" and the default margin."""
+    return _Held(name, f"token-{name}", 7, ttl, ttl / 10, granted + ttl * 0.9, auto=True, margin_follows_ttl=True)
+
+
+def test_an_auto_lease_follows_the_ttl_each_renewal_applied():
+    h = auto_lease("a", ttl=3.0)  # deadline T0 + 2.7, a beat every second
+    fixed = lease("b", ttl=30.0)
+    core = core_with(h, fixed)
+    # Its heartbeats ask the broker for its suggestion (ttl_auto), the
+    # fixed lease's for its own TTL.
+    assert [r.ttl_auto for r in core.handle(TimerFired(), T0 + 1.0)[0].request.leases] == [True, False]
+    # The broker renewed it for 6 s: TTL, margin, deadline and beat follow.
+    assert core.handle(answer(1, 2, status(h, ttl_ms=6000), status(fixed, ttl_ms=30_000)), T0 + 1.1) == [
+        sleep(T0 + 3.0)
+    ]
+    assert (h.ttl, h.margin, h.deadline) == (6.0, 0.6, pytest.approx(T0 + 1.0 + 5.4))
+    assert core.handle(TimerFired(), T0 + 3.0)[0] == beat(3, h, fixed, rtt_us=100_000)
+    # Then for 1.5 s: the deadline moves back (the store's expiry did), the
+    # next beat comes half a second after the last.
+    assert core.handle(answer(1, 3, status(h, ttl_ms=1500), status(fixed, ttl_ms=30_000)), T0 + 3.05) == [
+        sleep(T0 + 3.5)
+    ]
+    assert h.deadline == pytest.approx(T0 + 3.0 + 1.35)
+    # A fixed lease keeps its TTL whatever an answer says.
+    assert fixed.ttl == 30.0
+
+
+def test_a_given_margin_stays_when_an_auto_lease_ttl_changes():
+    h = _Held("a", "token-a", 7, 3.0, 0.2, T0 + 2.8, auto=True, margin_follows_ttl=False)
+    h.renewed(T0, 10_000, T0 + 0.1)
+    assert (h.ttl, h.margin, h.deadline) == (10.0, 0.2, pytest.approx(T0 + 9.8))
+
+
+def test_the_driver_hands_advice_to_the_application():
+    driver = FakeDriver()
+    told = []
+    driver._advise = told.append  # type: ignore[method-assign]
+    advice = kc.TtlAdvice(0.4, 3.0, 4.0, 1, "slow")
+    assert driver._perform([kc.Advised(advice), Sleep(None)]) == Sleep(None)
+    assert told == [advice]

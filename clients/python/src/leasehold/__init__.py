@@ -24,12 +24,14 @@ The same with asyncio (``grpc.aio``)::
 See README.md for the rules the client follows.
 """
 
+from ._advice import AUTO, TtlAdvice
 from ._aio import AsyncClient, AsyncLease, AsyncObservation
 from ._client import Client, Description, FenceCheck, Leader, ListPage, Listed, Observation, default_holder
 from ._lease import Lease
 from .errors import LeaseholdError, LeaseLost, LossReason, NotAcquired
 
 __all__ = [
+    "AUTO",
     "AsyncClient",
     "AsyncLease",
     "AsyncObservation",
@@ -45,5 +47,6 @@ __all__ = [
     "LossReason",
     "NotAcquired",
     "Observation",
+    "TtlAdvice",
     "default_holder",
 ]

@@ -19,6 +19,7 @@ import grpc
 import grpc.aio
 
 from . import _core, _keepcore as kc, _wire
+from ._advice import AdviceCallback, TtlAdvice
 from ._brokers import Brokers, not_connected
 from ._core import Description, FenceCheck, Leader, ListPage, Listed, Pem, Seconds, _ms, _seconds
 from ._lease import _Held, _LeaseView
@@ -33,15 +34,17 @@ log = logging.getLogger("leasehold")
 AsyncLostCallback = Callable[[LossReason], Union[None, Awaitable[None]]]
 
 
-def _run_callback(callback: AsyncLostCallback, reason: LossReason, name: str, tasks: Set["asyncio.Task"]) -> None:
+def _run_callback(callback: Callable[[Any], Any], arg: Any, what: str, tasks: Set["asyncio.Task"]) -> None:
+    """Calls ``callback(arg)`` (a coroutine function's coroutine as a task
+    kept in ``tasks``); ``what`` names it in the log if it raises."""
     try:
-        result = callback(reason)
+        result = callback(arg)
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
             tasks.add(task)
             task.add_done_callback(tasks.discard)
     except Exception:  # a broken callback must not stop the others
-        log.exception("lost callback for lease %r raised", name)
+        log.exception("%s raised", what)
 
 
 class _AioBrokers(Brokers):
@@ -129,9 +132,15 @@ class _Keeper(kc.Driver):
     (_keepcore.KeeperCore). One event loop runs it all, so unlike the
     thread keeper it needs no lock."""
 
-    def __init__(self, brokers: _AioBrokers, session: Optional[AioSession] = None):
+    def __init__(
+        self,
+        brokers: _AioBrokers,
+        session: Optional[AioSession] = None,
+        on_ttl_advice: Optional[AdviceCallback] = None,
+    ):
         self._brokers: _AioBrokers = brokers
         self._session = session
+        self._on_ttl_advice = on_ttl_advice
         self._core = kc.KeeperCore()
         self._stream: Optional[_Stream] = None
         self._inbox: "asyncio.Queue" = asyncio.Queue()
@@ -157,6 +166,10 @@ class _Keeper(kc.Driver):
 
     def snapshot(self) -> List[_Held]:
         return self._core.leases()
+
+    @property
+    def advice(self) -> Optional[TtlAdvice]:
+        return self._core.advice
 
     def release_in_background(self, name: str, token: str) -> None:
         request = pb.ReleaseRequest(name=name, owner_token=token)
@@ -219,7 +232,13 @@ class _Keeper(kc.Driver):
         """Runs each lost callback as a callback of the loop (a coroutine
         function's coroutine as a task)."""
         for callback in callbacks:
-            self._loop.call_soon(_run_callback, callback, reason, name, self.tasks)
+            self._loop.call_soon(_run_callback, callback, reason, f"lost callback for lease {name!r}", self.tasks)
+
+    def _advise(self, advice: TtlAdvice) -> None:
+        """Runs ``on_ttl_advice`` as a callback of the loop (a coroutine
+        function's coroutine as a task), as lost callbacks."""
+        if self._on_ttl_advice is not None:
+            self._loop.call_soon(_run_callback, self._on_ttl_advice, advice, "on_ttl_advice callback", self.tasks)
 
 
 class AsyncLease(_LeaseView):
@@ -253,7 +272,7 @@ class AsyncLease(_LeaseView):
         reason = self._held.add_callback(callback)  # type: ignore[arg-type]
         if reason is not None and not self._held.released:
             asyncio.get_running_loop().call_soon(
-                _run_callback, callback, reason, self._held.name, self._client._background
+                _run_callback, callback, reason, f"lost callback for lease {self._held.name!r}", self._client._background
             )
         return callback
 
@@ -384,7 +403,10 @@ class AsyncClient:
     ``session=False`` (see :class:`Client`). One task of the running event
     loop keeps every lease of the client alive over it. Use the client from
     one event loop; close it (``await client.close()``, or ``async with``)
-    to release its leases."""
+    to release its leases. ``on_ttl_advice`` (a function of the
+    :class:`TtlAdvice`, or a coroutine function) runs in the loop, once per
+    heartbeat stream whose leases the broker advises on (see
+    :class:`Client`)."""
 
     def __init__(
         self,
@@ -399,6 +421,7 @@ class AsyncClient:
         credentials: Optional[grpc.ChannelCredentials] = None,
         options: Sequence[Tuple[str, object]] = (),
         session: bool = True,
+        on_ttl_advice: Optional[AdviceCallback] = None,
     ):
         self._settings = _core.channel_settings(
             target,
@@ -422,6 +445,7 @@ class AsyncClient:
         self._use_session = session
         self._session_: Optional[AioSession] = None
         self._keeper: Optional[_Keeper] = None
+        self._on_ttl_advice = on_ttl_advice
         self._background: Set["asyncio.Task"] = set()
         self._observations: "weakref.WeakSet[AsyncObservation]" = weakref.WeakSet()
         self._closed = False
@@ -454,7 +478,7 @@ class AsyncClient:
 
     def _keeper_(self) -> _Keeper:
         if self._keeper is None:
-            self._keeper = _Keeper(self._brokers(), self._session())
+            self._keeper = _Keeper(self._brokers(), self._session(), self._on_ttl_advice)
         return self._keeper
 
     @property
@@ -462,12 +486,18 @@ class AsyncClient:
         """The broker address calls go to now."""
         return self.targets[0] if self._brokers_ is None else self._brokers_.target
 
+    @property
+    def ttl_advice(self) -> Optional[TtlAdvice]:
+        """The broker's TTL advice on the last heartbeat answered (see
+        :attr:`Client.ttl_advice`)."""
+        return None if self._keeper is None else self._keeper.advice
+
     # -- leases --------------------------------------------------------------
 
     def acquire(
         self,
         name: str,
-        ttl: Seconds,
+        ttl: Union[Seconds, str],
         wait: Optional[Seconds] = 0,
         holder: Optional[str] = None,
         *,
@@ -476,7 +506,8 @@ class AsyncClient:
         limit: int = 0,
     ) -> _Acquiring:
         """Takes the lease on ``name`` (see :meth:`Client.acquire` for the
-        arguments; ``wait=None`` waits as long as it takes). Use as
+        arguments; ``wait=None`` waits as long as it takes; ``ttl="auto"``
+        lets the broker choose and follow the latency). Use as
         ``lease = await client.acquire(...)`` or
         ``async with client.acquire(...) as lease:``. Cancelling the task
         while it waits leaves the line at once."""
@@ -539,7 +570,7 @@ class AsyncClient:
                 if c is not granted:
                     self._abandon(*c.handle)
         response = granted.handle[1].result()
-        lease = self._hold(response.lease, response.waited_ms, granted.sent, margin)
+        lease = self._hold(response.lease, response.waited_ms, granted.sent, margin, getattr(request, "ttl_auto", False))
         lease.waited = granted.sent - chain.plan.start + response.waited_ms / 1000.0
         return lease
 
@@ -566,8 +597,10 @@ class AsyncClient:
         given = dict(election=election, value=value, ttl=ttl, wait=wait)
         return await self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None, given)
 
-    def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> AsyncLease:
-        held = _core.held_from(lease, waited_ms, sent, margin)
+    def _hold(
+        self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds], auto: bool = False
+    ) -> AsyncLease:
+        held = _core.held_from(lease, waited_ms, sent, margin, auto)
         handle = AsyncLease(held, self, waited_ms / 1000.0)
         self._keeper_().add(held)
         return handle

@@ -12,6 +12,7 @@ import grpc
 
 from . import _core
 from . import _wire
+from ._advice import AdviceCallback, TtlAdvice
 from ._brokers import Brokers
 from ._core import (  # noqa: F401 (re-exported: the public names live here)
     Description,
@@ -121,6 +122,13 @@ class Client:
     (UNIMPLEMENTED) gets unary calls and a KeepAlive stream instead.
     ``session=False`` always uses those. Errors are the same either way.
 
+    TTL advice: the broker compares each lease's TTL with the round trips
+    of the heartbeats that renew it; when a TTL is under ten times their
+    p99, the client logs a warning once per heartbeat stream, keeps the
+    advice in :attr:`ttl_advice` and calls ``on_ttl_advice(advice)`` (a
+    :class:`TtlAdvice`; on a short-lived thread, once per stream). Or let
+    the broker choose: ``acquire(name, ttl="auto")``.
+
     One background thread keeps every lease of the client alive over that
     stream. Close the client (or use it as a context manager) to release its
     leases and stop that thread.
@@ -139,6 +147,7 @@ class Client:
         credentials: Optional[grpc.ChannelCredentials] = None,
         options: Sequence[Tuple[str, object]] = (),
         session: bool = True,
+        on_ttl_advice: Optional[AdviceCallback] = None,
     ):
         settings = _core.channel_settings(
             target,
@@ -166,7 +175,7 @@ class Client:
         self._max_wait = _core.DEFAULT_MAX_WAIT
         # The Session stream (opened by the first request that needs it).
         self._session: Optional[Session] = Session(self._brokers) if session else None
-        self._keeper = Keeper(self._brokers, self._session)
+        self._keeper = Keeper(self._brokers, self._session, on_ttl_advice)
         # Open observations, cancelled by close() so that they end cleanly.
         self._observations: "weakref.WeakSet[Observation]" = weakref.WeakSet()
         self._closed = False
@@ -176,12 +185,21 @@ class Client:
         """The broker address calls go to now (with several, the one in use)."""
         return self._brokers.target
 
+    @property
+    def ttl_advice(self) -> Optional[TtlAdvice]:
+        """The broker's TTL advice on the last heartbeat answered: set while
+        some lease it renewed has a TTL under ten times the p99 of the
+        heartbeat round trips measured on its stream (lengthen it, or use
+        ``ttl="auto"``); None when that heartbeat's leases are fine, or
+        before the broker has measured three round trips."""
+        return self._keeper.advice
+
     # -- leases --------------------------------------------------------------
 
     def acquire(
         self,
         name: str,
-        ttl: Seconds,
+        ttl: Union[Seconds, str],
         wait: Optional[Seconds] = 0,
         holder: Optional[str] = None,
         *,
@@ -191,6 +209,13 @@ class Client:
     ) -> Lease:
         """Takes the lease on ``name`` for ``ttl`` seconds, renewed in the
         background until released or lost.
+
+        ``ttl="auto"``: the broker chooses, from the heartbeat round trips it
+        measured (ten times their p99, at least its ``--ttl-auto-floor``, 10 s
+        unless configured, within its ``--ttl-min`` and ``--ttl-max``); the
+        lease's :attr:`~Lease.ttl` says what it chose, and each renewal
+        follows the latency measured on the keeper's stream since (the TTL,
+        the deadline and the heartbeat interval with it).
 
         ``wait``: how long to wait if the lock is held (0: try once; a try
         never jumps the queue of waiting callers; None: as long as it takes).
@@ -268,7 +293,7 @@ class Client:
                 if call is not granted:
                     self._abandon(call.handle)
         response = granted.handle.result()
-        lease = self._hold(response.lease, response.waited_ms, granted.sent, margin)
+        lease = self._hold(response.lease, response.waited_ms, granted.sent, margin, getattr(request, "ttl_auto", False))
         lease.waited = granted.sent - chain.plan.start + response.waited_ms / 1000.0
         return lease
 
@@ -292,8 +317,8 @@ class Client:
         given = dict(election=election, value=value, ttl=ttl, wait=wait)
         return self._chained("Campaign", request, None if wait is None else _seconds(wait, "wait"), None, given)
 
-    def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> Lease:
-        held = _core.held_from(lease, waited_ms, sent, margin)
+    def _hold(self, lease: pb.Lease, waited_ms: int, sent: float, margin: Optional[Seconds], auto: bool = False) -> Lease:
+        held = _core.held_from(lease, waited_ms, sent, margin, auto)
         self._keeper.add(held)
         return Lease(held, self, waited_ms / 1000.0)
 

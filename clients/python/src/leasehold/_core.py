@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 
+from ._advice import AUTO
 from ._lease import DEADLINE_MESSAGE, _Held
 from ._proto import leasehold_pb2 as pb
 from .errors import LeaseholdError, LeaseLost, LossReason, detail_of, from_rpc_error
@@ -322,12 +323,15 @@ def acquire_request(
     limit: int,
 ) -> Tuple[pb.AcquireRequest, Optional[float]]:
     """The AcquireRequest (its wait left for :class:`WaitPlan` to fill in)
-    and the wait in seconds (None: as long as it takes)."""
-    ttl_s = _seconds(ttl, "ttl")
+    and the wait in seconds (None: as long as it takes). ``ttl="auto"``
+    lets the broker choose (``ttl_auto``, ``ttl_ms`` 0)."""
+    auto = is_auto(ttl)
+    ttl_ms = 0 if auto else _ms(_seconds(ttl, "ttl"))
     wait_s = None if wait is None else _seconds(wait, "wait")
     request = pb.AcquireRequest(
         name=name,
-        ttl_ms=_ms(ttl_s),
+        ttl_ms=ttl_ms,
+        ttl_auto=auto,
         holder=default_holder() if holder is None else holder,
         lock_delay_ms=_ms(_seconds(lock_delay, "lock_delay")),
         limit=limit,
@@ -335,15 +339,30 @@ def acquire_request(
     return request, wait_s
 
 
-def held_from(lease, waited_ms: int, sent: float, margin: Optional[Seconds]) -> _Held:
+def is_auto(ttl: Any) -> bool:
+    """Whether ``ttl`` asks the broker to choose (``"auto"``); any other
+    string is a mistake, said in the caller's words."""
+    if isinstance(ttl, str):
+        if ttl == AUTO:
+            return True
+        raise ValueError(f'ttl must be a number of seconds, a timedelta or "auto", got {ttl!r}')
+    return False
+
+
+def held_from(lease, waited_ms: int, sent: float, margin: Optional[Seconds], auto: bool = False) -> _Held:
     """The state of a granted lease, its local deadline counted from the
     time the Acquire that got it was *sent*: the grant happened no sooner
     than ``waited_ms`` after that, and the store counts the TTL from then;
-    less the margin (default: a tenth of the TTL)."""
+    less the margin (default: a tenth of the TTL). ``auto``: taken with
+    ``ttl="auto"`` (the lease's TTL is the broker's choice, and follows its
+    suggestion at each renewal)."""
     ttl = lease.ttl_ms / 1000.0
     margin_s = ttl / 10.0 if margin is None else min(_seconds(margin, "margin"), ttl)
     deadline = sent + waited_ms / 1000.0 + ttl - margin_s
-    return _Held(lease.name, lease.owner_token, lease.fence, ttl, margin_s, deadline)
+    return _Held(
+        lease.name, lease.owner_token, lease.fence, ttl, margin_s, deadline,
+        auto=auto, margin_follows_ttl=margin is None,
+    )
 
 
 def release_error(error: grpc.RpcError, given: Optional[Mapping[str, Any]] = None) -> LeaseholdError:

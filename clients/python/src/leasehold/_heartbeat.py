@@ -11,14 +11,19 @@ machine that applies them, event by event, is _keepcore.KeeperCore.
   local deadline passes without a confirmation, whatever the broker says
   later;
 * a broken or stalled stream is reopened with jittered backoff, never
-  longer than a heartbeat interval, and the leases resume by owner token.
+  longer than a heartbeat interval, and the leases resume by owner token;
+* each heartbeat's round trip (send to answer) is measured and reported
+  once, in the next heartbeat of the stream, for the broker's TTL advice;
+* a lease taken with ``ttl="auto"`` is renewed for the TTL the broker
+  suggests (``LeaseRef.ttl_auto``), and its TTL, deadline and the beat
+  follow the TTL each answer applied.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import _wire
 from ._lease import _Held
@@ -67,8 +72,13 @@ def stuck(pending: Pending, backlog: int, live: List[_Held], now: float) -> bool
     return stalled or backlog > MAX_BACKLOG * -(-len(live) // HEARTBEAT_LEASES)
 
 
-def heartbeats(live: List[_Held], seq: int, now: float, pending: Pending) -> Tuple[int, List[pb.KeepAliveRequest]]:
-    """The heartbeats of one beat (recorded in ``pending``) and the last seq."""
+def heartbeats(
+    live: List[_Held], seq: int, now: float, pending: Pending, round_trip_us: int = 0
+) -> Tuple[int, List[pb.KeepAliveRequest]]:
+    """The heartbeats of one beat (recorded in ``pending``) and the last seq.
+    ``round_trip_us``: a round trip measured since the last report (0:
+    none), carried by the first of them only, so that the broker counts
+    each measurement once."""
     requests = []
     for start in range(0, len(live), HEARTBEAT_LEASES):
         chunk = live[start:start + HEARTBEAT_LEASES]
@@ -76,11 +86,19 @@ def heartbeats(live: List[_Held], seq: int, now: float, pending: Pending) -> Tup
         requests.append(
             pb.KeepAliveRequest(
                 seq=seq,
-                leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0) for h in chunk],
+                leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0, ttl_auto=h.auto) for h in chunk],
+                last_round_trip_us=round_trip_us if start == 0 else 0,
             )
         )
         pending[seq] = (now, chunk)
     return seq, requests
+
+
+def sent_at(pending: Pending, response: pb.KeepAliveResponse) -> Optional[float]:
+    """When the heartbeat this answers was sent (None: not one awaited, e.g.
+    of a stream let go of), read before :func:`apply` forgets it."""
+    entry = pending.get(response.seq)
+    return None if entry is None else entry[0]
 
 
 #: What an answer did to a lease it reports gone: the lease, why, and the

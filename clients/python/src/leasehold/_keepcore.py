@@ -24,7 +24,9 @@ which is the driver's business.
 The rules it applies are _heartbeat's (when to beat, what a beat names,
 what an answer does, when a stream is stuck); this module adds the state
 between events: the stream's generation, the heartbeats awaiting their
-answer, the next beat, the backoff and the time of the next reconnection.
+answer, the next beat, the backoff and the time of the next reconnection,
+the round trip measured and not yet reported, and the broker's TTL advice
+(_advice: the latest, and whether this stream's was told already).
 
 A driver's loop is::
 
@@ -55,6 +57,7 @@ import random
 from typing import Callable, Dict, List, Optional, Protocol, Union
 
 from . import _heartbeat as hb
+from ._advice import TtlAdvice, advice_of, round_trip_us
 from ._brokers import Brokers, not_connected
 from ._lease import DEADLINE_MESSAGE, _Held
 from ._proto import leasehold_pb2 as pb
@@ -201,7 +204,17 @@ class Stop:
     The last action of such a step, and the only one of any step after."""
 
 
-Action = Union[OpenStream, Send, HalfClose, Cancel, Unreachable, Lost, Release, Sleep, Stop]
+@dataclasses.dataclass(frozen=True)
+class Advised:
+    """The broker's answers on this stream began to carry TTL advice (the
+    core logged it): call the application's ``on_ttl_advice``, the
+    driver's way. Once per stream, as the warning: the latest advice is
+    :attr:`KeeperCore.advice`."""
+
+    advice: TtlAdvice
+
+
+Action = Union[OpenStream, Send, HalfClose, Cancel, Unreachable, Lost, Release, Advised, Sleep, Stop]
 
 
 class KeeperCore:
@@ -221,6 +234,17 @@ class KeeperCore:
         # Heartbeats of the current stream awaiting their answer.
         self._pending: hb.Pending = {}
         self._next_beat = 0.0
+        # When the last beat was sent: the next is planned from it again
+        # when an answer changes an auto lease's TTL.
+        self._last_beat = 0.0
+        # A round trip of the current stream measured and not yet reported
+        # (microseconds; 0: none).
+        self._round_trip_us = 0
+        #: The TTL advice of the last answer (None: it carried none).
+        self.advice: Optional[TtlAdvice] = None
+        # The generation of the stream whose advice was told (logged and
+        # handed to the driver), so that it is told once per stream.
+        self._advised_gen = 0
         self._reconnect_at = 0.0
         self._backoff = hb.MIN_BACKOFF
         self._closed = False
@@ -304,9 +328,28 @@ class KeeperCore:
             return
         # The stream works: the next break starts its backoff afresh.
         self._backoff = hb.MIN_BACKOFF
+        sent = hb.sent_at(self._pending, event.response)
+        interval = hb.beat_interval(self.leases())
         for held, reason, message in hb.apply(self._pending, event.response, now):
             self.forget(held)
             actions.append(Lost(held, reason, message))
+        if sent is None:
+            return  # not a heartbeat awaited: neither measured nor advice
+        self._round_trip_us = round_trip_us(now - sent)
+        # An auto lease's TTL may have changed: the next beat comes a third
+        # of the shortest TTL after the last one, as planned then.
+        if hb.beat_interval(self.leases()) != interval:
+            self._next_beat = self._last_beat + hb.beat_interval(self.leases())
+        self.advice = advice_of(event.response)
+        if self.advice is not None and self._advised_gen != self._gen:
+            self._advised_gen = self._gen
+            log.warning(
+                "TTL advice from the broker (heartbeat stream %d): %s [p99 round trip %.0f ms, "
+                "shortest TTL %.3g s, suggested TTL %.3g s, %d lease(s) below]",
+                self._gen, self.advice.message, self.advice.round_trip_p99 * 1000,
+                self.advice.shortest_ttl, self.advice.suggested_ttl, self.advice.leases_below,
+            )
+            actions.append(Advised(self.advice))
 
     def _ended(self, event: StreamEnded, now: float, actions: List[Action]) -> None:
         if not self._current(event.gen):
@@ -333,9 +376,11 @@ class KeeperCore:
 
     def _let_go(self) -> None:
         """The current stream is no more (the action that ends it is the
-        caller's): its unanswered heartbeats will never be answered."""
+        caller's): its unanswered heartbeats will never be answered, and a
+        round trip measured on it is no news for the next one."""
         self._open = False
         self._pending.clear()
+        self._round_trip_us = 0
 
     # -- every step ----------------------------------------------------------
 
@@ -377,8 +422,10 @@ class KeeperCore:
                 actions.append(HalfClose())  # a clean end, not a loss
                 self._let_go()
             else:
-                self._seq, requests = hb.heartbeats(live, self._seq, now, self._pending)
+                self._seq, requests = hb.heartbeats(live, self._seq, now, self._pending, self._round_trip_us)
+                self._round_trip_us = 0
                 actions.extend(Send(r) for r in requests)
+                self._last_beat = now
                 self._next_beat = now + hb.beat_interval(live)
         # Sleep until the next thing to do: a heartbeat, a reconnection, or
         # the nearest local deadline (to report it lost on time).
@@ -431,6 +478,11 @@ class Driver:
         """Runs a lost lease's callbacks, without delaying the keeper."""
         raise NotImplementedError
 
+    def _advise(self, advice: TtlAdvice) -> None:
+        """Calls the application's ``on_ttl_advice`` (if any), without
+        delaying the keeper."""
+        raise NotImplementedError
+
     def release_in_background(self, name: str, token: str) -> None:
         raise NotImplementedError
 
@@ -468,6 +520,8 @@ class Driver:
                 self._fire(callbacks, action.reason, action.held.name)
             elif isinstance(action, Release):
                 self.release_in_background(action.name, action.token)
+            elif isinstance(action, Advised):
+                self._advise(action.advice)
             else:  # pragma: no cover - a bug
                 raise TypeError(f"not a keeper action: {action!r}")
         raise AssertionError("a step ends with Sleep or Stop")  # pragma: no cover

@@ -29,6 +29,7 @@ from typing import List, Optional
 import grpc
 
 from . import _keepcore as kc
+from ._advice import AdviceCallback, TtlAdvice
 from ._brokers import Brokers
 from ._lease import _Held, run_callbacks
 from ._proto import leasehold_pb2 as pb
@@ -96,13 +97,16 @@ class Keeper(kc.Driver):
     threads and grpc's blocking API, of the core that the asyncio keeper
     drives too (_keepcore.KeeperCore)."""
 
-    def __init__(self, brokers: Brokers, session: Optional[Session] = None):
+    def __init__(
+        self, brokers: Brokers, session: Optional[Session] = None, on_ttl_advice: Optional[AdviceCallback] = None
+    ):
         # The replicas, with the bearer token's metadata, if any: sent with
         # the stream and the background releases (never logged).
         self._brokers = brokers
         # The client's Session stream, which carries the heartbeats while
         # the broker knows it (None: KeepAlive streams only).
         self._session = session
+        self._on_ttl_advice = on_ttl_advice
         self._inbox: "queue.SimpleQueue" = queue.SimpleQueue()
         # The core is not thread-safe and application threads use its lease
         # registry: every call into it holds this lock. The core never
@@ -132,6 +136,11 @@ class Keeper(kc.Driver):
     def snapshot(self) -> List[_Held]:
         with self._lock:
             return self._core.leases()
+
+    @property
+    def advice(self) -> Optional[TtlAdvice]:
+        with self._lock:
+            return self._core.advice
 
     def close(self, timeout: float = 5.0) -> None:
         self._inbox.put(kc.Close())
@@ -193,3 +202,17 @@ class Keeper(kc.Driver):
             threading.Thread(
                 target=run_callbacks, args=(callbacks, reason, name), name="leasehold-lost", daemon=True
             ).start()
+
+    def _advise(self, advice: TtlAdvice) -> None:
+        """Runs ``on_ttl_advice`` on a short-lived thread, as lost callbacks."""
+        callback = self._on_ttl_advice
+        if callback is None:
+            return
+
+        def run() -> None:
+            try:
+                callback(advice)
+            except Exception:
+                log.exception("on_ttl_advice callback raised")
+
+        threading.Thread(target=run, name="leasehold-advice", daemon=True).start()

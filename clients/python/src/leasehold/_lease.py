@@ -25,12 +25,30 @@ class _Held:
     the application's threads, so every field that changes is guarded by
     ``_lock``; user callbacks are never called with it held."""
 
-    def __init__(self, name: str, token: str, fence: int, ttl: float, margin: float, deadline: float):
+    def __init__(
+        self,
+        name: str,
+        token: str,
+        fence: int,
+        ttl: float,
+        margin: float,
+        deadline: float,
+        auto: bool = False,
+        margin_follows_ttl: bool = False,
+    ):
         self.name = name
         self.token = token
         self.fence = fence
+        #: The TTL in force, in seconds: the granted one; for an ``auto``
+        #: lease, the one the last confirmed renewal applied.
         self.ttl = ttl
         self.margin = margin
+        #: Taken with ``ttl="auto"``: renewed for the TTL the broker
+        #: suggests, which can change at each heartbeat.
+        self.auto = auto
+        #: The margin is the default tenth of the TTL, so it follows an
+        #: ``auto`` lease's TTL (a margin the caller gave stays).
+        self.margin_follows_ttl = margin_follows_ttl
         self._lock = threading.Lock()
         self._deadline = deadline
         self._reason: Optional[LossReason] = None
@@ -60,6 +78,15 @@ class _Held:
             now = time.monotonic()
         with self._lock:
             if self._reason is not None or now >= self._deadline:
+                return
+            if self.auto and ttl_ms:
+                # The renewal set the store's expiry to this TTL from now,
+                # whatever the last one said: a shorter TTL moves the
+                # deadline back (answers are applied in order).
+                self.ttl = ttl_ms / 1000.0
+                if self.margin_follows_ttl:
+                    self.margin = self.ttl / 10.0
+                self._deadline = sent + self.ttl - self.margin
                 return
             deadline = sent + ttl_ms / 1000.0 - self.margin
             if deadline > self._deadline:
@@ -162,8 +189,16 @@ class _LeaseView:
 
     @property
     def ttl(self) -> float:
-        """The TTL the broker granted, in seconds."""
+        """The TTL the broker granted, in seconds; for a lease taken with
+        ``ttl="auto"``, the TTL the last confirmed renewal applied (the
+        broker follows the measured latency, so it can change at each
+        heartbeat)."""
         return self._held.ttl
+
+    @property
+    def ttl_auto(self) -> bool:
+        """Whether the lease was taken with ``ttl="auto"``."""
+        return self._held.auto
 
     @property
     def deadline(self) -> float:
