@@ -86,11 +86,45 @@ export interface ConnectOptions {
   channelOptions?: grpc.ChannelOptions;
   /** Default: warnings to console.warn. null: silent. */
   logger?: Logger | null;
+  /**
+   * Called when the broker first advises on a stream that a TTL is too short
+   * for the heartbeat latency it measured (a warning is logged then too):
+   * once per stream, not at every heartbeat. `client.ttlAdvice` has the
+   * latest advice. An error it throws is reported as a warning.
+   */
+  onTtlAdvice?: (advice: TtlAdvice) => void;
+}
+
+/**
+ * The broker's word on a stream's TTLs (KeepAliveResponse.advice): a lease
+ * it renewed has a TTL under 10 times the p99 of the stream's heartbeat
+ * round trips, so one heartbeat as slow as the slowest eats a tenth of its
+ * life and a stall more loses it. Lengthen the TTL, or use `ttlMs: 'auto'`.
+ */
+export interface TtlAdvice {
+  /** The 99th percentile of the stream's last 128 heartbeat round trips, in microseconds. */
+  roundTripP99Us: number;
+  /** The shortest TTL the heartbeat renewed, in milliseconds. */
+  shortestTtlMs: number;
+  /** A TTL fit for the latency measured (10 x the p99, at least the broker's --ttl-auto-floor, within its bounds): what `ttlMs: 'auto'` gets. */
+  suggestedTtlMs: number;
+  /** How many leases of the heartbeat have a TTL under 10 x the p99. */
+  leasesBelow: number;
+  /** The broker's sentence, for people. */
+  message: string;
 }
 
 export interface AcquireOptions {
-  /** The lease's TTL in milliseconds (within the broker's bounds: 500 ms to 1 h unless configured). Default 10 000. */
-  ttlMs?: number;
+  /**
+   * The lease's TTL in milliseconds (within the broker's bounds: 500 ms to 1
+   * h unless configured). Default 10 000. `'auto'`: the broker chooses it
+   * from the heartbeat latency it measured (10 x the p99 of the round trips,
+   * at least its --ttl-auto-floor, 10 s unless configured), and each
+   * heartbeat renews the lease for the TTL fit for the latency then:
+   * `lease.ttlMs` tells the TTL in force, and the heartbeats and the
+   * deadline follow it.
+   */
+  ttlMs?: number | 'auto';
   /**
    * How long to wait if the lock is held, in milliseconds. 0 (the default)
    * tries once; a try never jumps the queue. `null` (or `Infinity`) waits as
@@ -255,6 +289,16 @@ export function connect(target: string | readonly string[], options: ConnectOpti
 interface Stream {
   call: grpc.ClientDuplexStream<any, any>;
   index: number;
+  /** The round trip of the last answered heartbeat on this stream, in microseconds (0: none yet): sent in the next one. */
+  lastRoundTripUs: number;
+}
+
+/**
+ * A lease as a heartbeat names it: its own TTL kept (ttl_ms 0), or, for an
+ * auto lease, renewed for the TTL the broker suggests for the stream.
+ */
+function leaseRef(lease: Lease): object {
+  return { name: lease.name, owner_token: lease.ownerToken, ttl_ms: 0, ttl_auto: lease.ttlAuto };
 }
 
 interface Pending {
@@ -310,6 +354,11 @@ export class Client {
   #closed = false;
   /** The broker's --max-wait as far as known: the longest wait of one call in a chain. */
   #maxWaitMs = DEFAULT_MAX_WAIT_MS;
+  /** The advice of the last heartbeat answered (null: it had none). */
+  #ttlAdvice: TtlAdvice | null = null;
+  /** The streams (KeepAlive or Session) whose advice was reported: once each. */
+  #advised = new WeakSet<object>();
+  readonly #onTtlAdvice: ((advice: TtlAdvice) => void) | undefined;
 
   constructor(target: string | readonly string[], options: ConnectOptions = {}) {
     const { tls, ca, cert, key, serverName, token, credentials } = options;
@@ -326,6 +375,8 @@ export class Client {
     const channelOptions: grpc.ChannelOptions = { ...CHANNEL_OPTIONS, ...(serverName ? { 'grpc.ssl_target_name_override': serverName } : {}), ...options.channelOptions };
     this.#logger = options.logger === undefined ? { warn: (m) => console.warn(`leasehold: ${m}`) } : options.logger;
     this.timeoutMs = checkMs(options.timeoutMs ?? 10_000, 'timeoutMs');
+    if (options.onTtlAdvice !== undefined && typeof options.onTtlAdvice !== 'function') throw new TypeError('onTtlAdvice takes a function');
+    this.#onTtlAdvice = options.onTtlAdvice;
     this.#brokers = new Brokers(addresses, channelCredentials, channelOptions, checkToken(token), (m) => this.#warn(m));
     this.targets = this.#brokers.targets;
     this.tls = secure;
@@ -346,6 +397,14 @@ export class Client {
   /** The broker address calls go to now (with several, the one in use). */
   get target(): string { return this.#brokers.target; }
 
+  /**
+   * The broker's advice in the answer to the last heartbeat: a TTL of a
+   * lease it renewed is under 10 times the p99 of the stream's heartbeat
+   * round trips. null while the TTLs are fit for the latency measured (or
+   * before 3 round trips were measured).
+   */
+  get ttlAdvice(): TtlAdvice | null { return this.#ttlAdvice; }
+
   // -- leases ---------------------------------------------------------------
 
   /**
@@ -357,20 +416,23 @@ export class Client {
    */
   async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
     this.#checkOpen();
-    const ttlMs = checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs');
+    const auto = options.ttlMs === 'auto';
+    // Auto: ttl_ms 0 and ttl_auto, the broker chooses.
+    const ttlMs = auto ? 0 : checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs');
     const waitMs = endless(options.waitMs) ? null : checkMs(options.waitMs ?? 0, 'waitMs');
     const request = {
       name,
       ttl_ms: ttlMs,
+      ttl_auto: auto,
       wait_timeout_ms: waitMs ?? 0,
       holder: options.holder ?? defaultHolder(),
       lock_delay_ms: checkMs(options.lockDelayMs ?? 0, 'lockDelayMs'),
       limit: checkCount(options.limit ?? 0, 'limit'),
     };
     const marginMs = optionalMs(options.marginMs, 'marginMs'); // checked before anything is granted
-    const given = { name, ttl: ttlMs, wait: waitMs, holder: request.holder, lock_delay: request.lock_delay_ms, limit: request.limit };
+    const given = { name, ttl: auto ? 'auto' : ttlMs, wait: waitMs, holder: request.holder, lock_delay: request.lock_delay_ms, limit: request.limit };
     const { res, sent } = await this.#waiting('Acquire', request, waitMs, options.signal, given);
-    return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
+    return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal, auto);
   }
 
   /**
@@ -462,21 +524,18 @@ export class Client {
    */
   async campaign(election: string, value: string, options: CampaignOptions = {}): Promise<Lease> {
     this.#checkOpen();
+    if ((options.ttlMs as unknown) === 'auto') throw new LeaseholdError("campaign takes a ttlMs in milliseconds: the broker's Campaign has no 'auto' TTL (acquire has)");
     const waitMs = endless(options.waitMs) ? null : checkMs(options.waitMs ?? 0, 'waitMs');
     const request = { election, value, ttl_ms: checkMs(options.ttlMs ?? DEFAULT_TTL_MS, 'ttlMs'), wait_timeout_ms: waitMs ?? 0 };
     const marginMs = optionalMs(options.marginMs, 'marginMs');
     const given = { election, value, ttl: request.ttl_ms, wait: waitMs };
     const { res, sent } = await this.#waiting('Campaign', request, waitMs, options.signal, given);
-    return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal);
+    return this.#hold(res.lease, Number(res.waited_ms), sent, marginMs, options.signal, false);
   }
 
-  #hold(granted: any, waitedMs: number, sent: number, marginMs: number | undefined, signal: AbortSignal | undefined): Lease {
-    const ttlMs = Number(granted.ttl_ms); // the TTL the store applied, which counts
-    const margin = marginMs === undefined ? ttlMs / 10 : Math.min(marginMs, ttlMs);
-    // The grant happened no sooner than waited_ms after we sent, and the
-    // store counts the TTL from then.
-    const deadline = sent + waitedMs + ttlMs - margin;
-    const lease = new Lease(this.#keeper, granted.name, granted.owner_token, BigInt(granted.fence), ttlMs, margin, waitedMs, deadline);
+  #hold(granted: any, waitedMs: number, sent: number, marginMs: number | undefined, signal: AbortSignal | undefined, auto: boolean): Lease {
+    const ttlMs = Number(granted.ttl_ms); // the TTL the store applied (the one chosen, for auto), which counts
+    const lease = new Lease(this.#keeper, granted.name, granted.owner_token, BigInt(granted.fence), ttlMs, marginMs, waitedMs, sent, auto);
     if (signal?.aborted || this.#closing || this.#closed) {
       // Aborted, or the client closed, as the grant arrived: nobody will
       // use it or renew it, so free it now (best effort).
@@ -788,12 +847,11 @@ export class Client {
           const chunk = live.slice(start, start + HEARTBEAT_LEASES).filter((l) => !l.released && l.lostReason === null);
           if (chunk.length === 0) continue;
           const sent = now();
-          const res = await sessions.request('Heartbeat', {
-            seq: ++this.#seq,
-            leases: chunk.map((l) => ({ name: l.name, owner_token: l.ownerToken, ttl_ms: 0 })),
-          }, timeoutMs);
+          // (session.ts adds the stream's last round trip.)
+          const { res, stream } = await sessions.requestOn('Heartbeat', { seq: ++this.#seq, leases: chunk.map(leaseRef) }, timeoutMs);
           this.#backoff = MIN_BACKOFF_MS;
           this.#applyStatuses(sent, chunk, res.leases ?? []);
+          this.#advice(stream, res.advice);
         }
       } catch (err) {
         // An older broker: the next beat (now) goes on a KeepAlive stream.
@@ -826,7 +884,7 @@ export class Client {
       const chunk = live.slice(start, start + HEARTBEAT_LEASES);
       const seq = ++this.#seq;
       this.#pending.set(seq, { sent: now(), leases: chunk });
-      stream.call.write({ seq, leases: chunk.map((l) => ({ name: l.name, owner_token: l.ownerToken, ttl_ms: 0 })) });
+      stream.call.write({ seq, leases: chunk.map(leaseRef), last_round_trip_us: stream.lastRoundTripUs });
     }
   }
 
@@ -850,10 +908,10 @@ export class Client {
 
   #openStream(): void {
     const { index, stub } = this.#brokers.current();
-    const stream: Stream = { call: stub.KeepAlive(this.#brokers.metadata()), index };
+    const stream: Stream = { call: stub.KeepAlive(this.#brokers.metadata()), index, lastRoundTripUs: 0 };
     this.#stream = stream;
     this.#pending.clear();
-    stream.call.on('data', (res: any) => { if (this.#stream === stream) this.#apply(res); });
+    stream.call.on('data', (res: any) => { if (this.#stream === stream) this.#apply(stream, res); });
     stream.call.on('error', () => {}); // reported through 'status' as well
     stream.call.on('status', (st: grpc.StatusObject) => {
       if (this.#stream !== stream) return; // an abandoned stream
@@ -876,18 +934,63 @@ export class Client {
     else stream.call.end(); // half-close after releasing is not a loss
   }
 
-  #apply(res: any): void {
+  #apply(stream: Stream, res: any): void {
     const seq = Number(res.seq);
     const entry = this.#pending.get(seq);
     if (!entry) return;
+    stream.lastRoundTripUs = Math.max(1, Math.round((now() - entry.sent) * 1000));
     // Answers come in order: older heartbeats still pending got none.
     for (const s of this.#pending.keys()) if (s <= seq) this.#pending.delete(s);
     this.#backoff = MIN_BACKOFF_MS;
     this.#applyStatuses(entry.sent, entry.leases, res.leases);
+    this.#advice(stream, res.advice);
   }
 
-  /** What the broker said of each lease of a heartbeat sent at `sent` (same order). */
+  /**
+   * The advice (or none) of a heartbeat's answer on `stream`: kept for
+   * `ttlAdvice`, and the first on each stream reported (a warning, and
+   * onTtlAdvice). Once per stream, not at every heartbeat: the advice stands
+   * as long as the latency and the TTLs do, and a log line per heartbeat
+   * would drown the rest.
+   */
+  #advice(stream: object, raw: any): void {
+    if (!raw) {
+      this.#ttlAdvice = null;
+      return;
+    }
+    const advice: TtlAdvice = {
+      roundTripP99Us: Number(raw.round_trip_p99_us),
+      shortestTtlMs: Number(raw.shortest_ttl_ms),
+      suggestedTtlMs: Number(raw.suggested_ttl_ms),
+      leasesBelow: Number(raw.leases_below),
+      message: raw.message ?? '',
+    };
+    this.#ttlAdvice = advice;
+    if (this.#advised.has(stream)) return;
+    this.#advised.add(stream);
+    this.#warn(`TTL too short for the heartbeat latency: ${advice.leasesBelow} lease(s) with a TTL under 10 x the round-trip p99 `
+      + `(${(advice.roundTripP99Us / 1000).toFixed(1)} ms; shortest TTL ${advice.shortestTtlMs} ms): use ttlMs >= ${advice.suggestedTtlMs} or ttlMs: 'auto'`
+      + (advice.message ? ` (broker: ${advice.message})` : ''));
+    if (this.#onTtlAdvice) {
+      try {
+        this.#onTtlAdvice(advice);
+      } catch (err) {
+        this.#warn(`onTtlAdvice threw: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+      }
+    }
+  }
+
+  /**
+   * What the broker said of each lease of a heartbeat sent at `sent` (same
+   * order). An auto lease's TTL may have changed: the next heartbeat is due
+   * a third of the shortest TTL from now at the latest.
+   */
   #applyStatuses(sent: number, leases: Lease[], statuses: any[]): void {
+    this.#applyEach(sent, leases, statuses);
+    if (leases.some((l) => l.ttlAuto) && this.#leases.size > 0 && !this.#closed) this.#scheduleBeat(this.#interval());
+  }
+
+  #applyEach(sent: number, leases: Lease[], statuses: any[]): void {
     statuses.forEach((st, i) => {
       const lease = leases[i];
       if (!lease || lease.name !== st.name || lease.released) return;

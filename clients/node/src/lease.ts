@@ -12,6 +12,11 @@ export interface Keeper {
   warn(message: string): void;
 }
 
+/** The margin of a lease of `ttlMs`: the one asked for (at most the TTL), else a tenth of the TTL. */
+function marginFor(ttlMs: number, asked: number | undefined): number {
+  return asked === undefined ? ttlMs / 10 : Math.min(asked, ttlMs);
+}
+
 /** The clock of every deadline: monotonic, so wall-clock steps cannot move them. */
 export const now = (): number => performance.now();
 
@@ -35,10 +40,12 @@ export class Lease {
    * them (they are not dense).
    */
   readonly fence: bigint;
-  /** The TTL the broker applied, in milliseconds (which counts, not the one asked for). */
-  readonly ttlMs: number;
-  /** How long before the broker could expire the lease it counts as lost here, in milliseconds. */
-  readonly marginMs: number;
+  /**
+   * Whether the broker chooses the TTL (`ttlMs: 'auto'`): each heartbeat
+   * asks for the TTL fit for the stream's measured latency, so `ttlMs` can
+   * change at every renewal.
+   */
+  readonly ttlAuto: boolean;
   /** How long the Acquire call waited for the lock, in milliseconds. */
   readonly waitedMs: number;
   /**
@@ -52,6 +59,10 @@ export class Lease {
   readonly #keeper: Keeper;
   readonly #controller = new AbortController();
   #deadline: number;
+  #ttlMs: number;
+  #marginMs: number;
+  /** The margin the caller asked for; undefined: a tenth of the TTL, whatever the TTL becomes. */
+  readonly #marginAsked: number | undefined;
   #reason: LossReason | null = null;
   #message = '';
   #released = false;
@@ -60,18 +71,36 @@ export class Lease {
   #resolveLost!: (reason: LossReason) => void;
 
   /** @internal Made by Client.acquire and Client.campaign. */
-  constructor(keeper: Keeper, name: string, token: string, fence: bigint, ttlMs: number, marginMs: number, waitedMs: number, deadline: number) {
+  constructor(keeper: Keeper, name: string, token: string, fence: bigint, ttlMs: number, marginAsked: number | undefined, waitedMs: number, sent: number, ttlAuto: boolean) {
     this.#keeper = keeper;
     this.#token = token;
     this.name = name;
     this.fence = fence;
-    this.ttlMs = ttlMs;
-    this.marginMs = marginMs;
+    this.ttlAuto = ttlAuto;
+    this.#ttlMs = ttlMs;
+    this.#marginAsked = marginAsked;
+    this.#marginMs = marginFor(ttlMs, marginAsked);
     this.waitedMs = waitedMs;
-    this.#deadline = deadline;
+    // The grant happened no sooner than waited_ms after the request was
+    // sent, and the store counts the TTL from then.
+    this.#deadline = sent + waitedMs + ttlMs - this.#marginMs;
     this.lost = new Promise((resolve) => (this.#resolveLost = resolve));
     this.#armDeadline();
   }
+
+  /**
+   * The TTL the broker applied, in milliseconds (which counts, not the one
+   * asked for). For an auto lease (`ttlAuto`), the TTL of its last renewal:
+   * it follows the latency the broker measures.
+   */
+  get ttlMs(): number { return this.#ttlMs; }
+
+  /**
+   * How long before the broker could expire the lease it counts as lost
+   * here, in milliseconds: the `marginMs` asked for (at most the TTL), else
+   * a tenth of the TTL.
+   */
+  get marginMs(): number { return this.#marginMs; }
 
   /** The secret that proves ownership (32 hex characters). A password: do not log it. */
   get ownerToken(): string { return this.#token; }
@@ -168,13 +197,23 @@ export class Lease {
 
   /**
    * @internal Records a renewal the broker confirmed for a heartbeat sent at
-   * `sent`. The deadline only moves forward, and a lease whose deadline
-   * passed stays lost: the application may have seen it lost and must not
-   * see it come back.
+   * `sent`, for `ttlMs` (the TTL the store applied). While the TTL stays the
+   * same the deadline only moves forward, and a lease whose deadline passed
+   * stays lost: the application may have seen it lost and must not see it
+   * come back. A new TTL (an auto lease whose suggested TTL changed) sets
+   * the deadline from this renewal even if that moves it back: the broker
+   * now expires the lease that much earlier.
    */
   _renewed(sent: number, ttlMs: number): void {
     if (this.#reason || this.#released || now() >= this.#deadline) return;
-    const deadline = sent + ttlMs - this.marginMs;
+    if (ttlMs > 0 && ttlMs !== this.#ttlMs) {
+      this.#ttlMs = ttlMs;
+      this.#marginMs = marginFor(ttlMs, this.#marginAsked);
+      this.#deadline = sent + ttlMs - this.#marginMs;
+      this.#armDeadline(); // a deadline already passed is reported by the timer, at once
+      return;
+    }
+    const deadline = sent + ttlMs - this.#marginMs;
     if (deadline > this.#deadline) {
       this.#deadline = deadline;
       this.#armDeadline();

@@ -93,7 +93,7 @@ interface Request {
   readonly timeoutMs: number;
   /** The local deadline, on the now() clock. */
   readonly deadline: number;
-  readonly resolve: (res: any) => void;
+  readonly resolve: (answer: Answered) => void;
   readonly reject: (err: unknown) => void;
   /** Streams it may still be sent on, when one could not take it (never connected, shutting down). */
   attempts: number;
@@ -106,8 +106,22 @@ interface Request {
   unlisten: () => void;
 }
 
+/** An answer, and the stream it came on (heartbeats are judged per stream: TTL advice). */
+export interface Answered {
+  readonly res: any;
+  /** The stream that answered: the same object for every answer it gives. */
+  readonly stream: object;
+}
+
 class Stream {
   readonly pending = new Map<number, Request>();
+  /**
+   * The round trip of this stream's last answered heartbeat (send to
+   * answer), in microseconds, sent in its next one (last_round_trip_us):
+   * the broker judges the stream's TTLs, and picks auto TTLs, from these.
+   * 0 until one is answered.
+   */
+  lastRoundTripUs = 0;
   /** Takes new requests (the one in use). */
   open = true;
   /** Half-closed: nothing more can be sent, not even a cancel. */
@@ -157,7 +171,12 @@ export class Sessions {
    * have failed with, with the signal's reason once `signal` aborts, or with
    * NoSession (nothing was done: make it a unary call).
    */
-  request(method: SessionMethod, body: object, timeoutMs: number, signal?: AbortSignal): Promise<any> {
+  async request(method: SessionMethod, body: object, timeoutMs: number, signal?: AbortSignal): Promise<any> {
+    return (await this.requestOn(method, body, timeoutMs, signal)).res;
+  }
+
+  /** As request(), with the stream that answered. */
+  requestOn(method: SessionMethod, body: object, timeoutMs: number, signal?: AbortSignal): Promise<Answered> {
     return new Promise((resolve, reject) => {
       if (this.#closed) return reject(new LeaseholdError(`${method} cancelled: the client is closed`));
       if (signal?.aborted) return reject(abortError(signal));
@@ -233,7 +252,10 @@ export class Sessions {
     s.pending.set(r.id, r);
     // The broker's bound is what is left of the local one.
     const timeout = Math.max(1, Math.ceil(r.deadline - r.sentAt));
-    s.call.write({ id: r.id, timeout_ms: timeout, [FIELD[r.method]]: r.body });
+    // A heartbeat carries the round trip of this stream's previous one (a
+    // heartbeat sent again on a new stream, that stream's).
+    const body = r.method === 'Heartbeat' ? { ...r.body, last_round_trip_us: s.lastRoundTripUs } : r.body;
+    s.call.write({ id: r.id, timeout_ms: timeout, [FIELD[r.method]]: body });
   }
 
   /** The stream to the replica in use, opened if needed. */
@@ -310,8 +332,9 @@ export class Sessions {
       markAnswered(error, s.index);
       this.#fail(r, error);
     } else {
+      if (r.method === 'Heartbeat') s.lastRoundTripUs = Math.max(1, Math.round((now() - r.sentAt) * 1000));
       this.#settle(r);
-      r.resolve(res[FIELD[r.method]] ?? {});
+      r.resolve({ res: res[FIELD[r.method]] ?? {}, stream: s });
     }
     if (!s.open) this.#retire(s); // a stream no longer in use ends with its last answer
     this.#changed();

@@ -1,11 +1,14 @@
 // What the tests share: a real broker (`leasehold serve`, the memory store or
-// a redis-server) and a real redis-server, each on a free loopback port, and
-// `eventually` for conditions that no event announces.
+// a redis-server), a real redis-server and a real PostgreSQL, each on a free
+// loopback port, a TCP proxy that delays what it carries (a slow network),
+// and `eventually` for conditions that no event announces.
 // The broker binary is $LEASEHOLD_BIN, or target/debug/leasehold of this checkout.
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const BIN = process.env.LEASEHOLD_BIN || fileURLToPath(new URL('../../../target/debug/leasehold', import.meta.url));
@@ -39,9 +42,26 @@ function poke(port, probe) {
   });
 }
 
+// SIGSTOP to `proc` (a ChildProcess), resolved once every thread of it is
+// stopped: kill() returns before a thread running on another CPU has taken
+// the signal, and a request sent in between could still be answered.
+export async function stopProcess(proc, what = `process ${proc.pid}`) {
+  proc.kill('SIGSTOP');
+  const tasks = `/proc/${proc.pid}/task`;
+  if (!existsSync(tasks)) return sleep(200); // no /proc: time for the signal to land
+  const stopped = () => readdirSync(tasks).every((t) => {
+    try { return /^\d+ \(.*\) [Tt]/.test(readFileSync(`${tasks}/${t}/stat`, 'utf8')); } catch { return true; } // a thread that exited
+  });
+  const end = Date.now() + 5000;
+  while (!stopped()) {
+    if (Date.now() > end) throw new Error(`${what} not stopped within 5 s of SIGSTOP`);
+    await sleep(5);
+  }
+}
+
 // A child process, killed (SIGKILL: no clean shutdown) by kill().
-function child(command, args, ready, what) {
-  const proc = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+function child(command, args, ready, what, spawnOptions = {}) {
+  const proc = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], ...spawnOptions });
   let output = '';
   proc.stdout.on('data', (d) => (output += d));
   proc.stderr.on('data', (d) => (output += d));
@@ -62,7 +82,9 @@ function child(command, args, ready, what) {
   })();
   return {
     started,
+    exited,
     output: () => output,
+    signal(name) { if (!gone) proc.kill(name); },
     async kill() {
       if (!gone) { proc.kill('SIGKILL'); await exited; }
     },
@@ -73,17 +95,7 @@ function child(command, args, ready, what) {
     // between could still be answered.
     async pause() {
       if (gone) return;
-      proc.kill('SIGSTOP');
-      const tasks = `/proc/${proc.pid}/task`;
-      if (!existsSync(tasks)) return sleep(200); // no /proc: time for the signal to land
-      const stopped = () => readdirSync(tasks).every((t) => {
-        try { return /^\d+ \(.*\) [Tt]/.test(readFileSync(`${tasks}/${t}/stat`, 'utf8')); } catch { return true; } // a thread that exited
-      });
-      const end = Date.now() + 5000;
-      while (!stopped()) {
-        if (Date.now() > end) throw new Error(`${what} not stopped within 5 s of SIGSTOP`);
-        await sleep(5);
-      }
+      await stopProcess(proc, what);
     },
     resume() { if (!gone) proc.kill('SIGCONT'); },
     // SIGTERM, and the exit: a graceful shutdown (a rolling restart). Throws
@@ -206,5 +218,116 @@ export async function olderBroker(target) {
     address: `127.0.0.1:${port}`,
     sessionCalls: () => sessionCalls,
     close: () => { server.forceShutdown(); upstream.close(); },
+  };
+}
+
+// A real PostgreSQL for the fence guards: initdb in a temp dir and `postgres`
+// on a free loopback port (trust authentication, user postgres, no fsync),
+// from Debian's postgresql package (/usr/lib/postgresql/<version>/bin; the
+// newest if several). As root both run as the postgres user, which owns the
+// temp dir (PostgreSQL refuses to run as root). Without the package the
+// caller skips, except in CI (CI=true: run-tests.sh installs it).
+// stop() shuts it down (fast shutdown) and removes the dir.
+export function postgresBin() {
+  const root = '/usr/lib/postgresql';
+  const versions = existsSync(root) ? readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'postgres'))).sort((a, b) => Number(b) - Number(a)) : [];
+  if (versions.length > 0) return join(root, versions[0], 'bin');
+  if (process.env.CI === 'true') throw new Error(`no PostgreSQL server under ${root} (run-tests.sh installs Debian's postgresql)`);
+  return null;
+}
+
+export async function startPostgres() {
+  const bin = postgresBin();
+  if (!bin) throw new Error('no PostgreSQL server installed (apt-get install postgresql)');
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-pg-'));
+  const as = {};
+  if (process.getuid?.() === 0) {
+    as.uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim());
+    as.gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
+    chownSync(dir, as.uid, as.gid);
+  }
+  const env = { ...process.env, LC_ALL: 'C', LANG: 'C' };
+  const data = join(dir, 'data');
+  const init = spawnSync(join(bin, 'initdb'), ['-D', data, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--locale=C', '--no-sync'], { ...as, env, encoding: 'utf8' });
+  if (init.status !== 0) {
+    rmSync(dir, { recursive: true, force: true });
+    throw new Error(`initdb failed (${init.status ?? init.signal}): ${init.stdout}${init.stderr}`);
+  }
+  const port = await freePort();
+  const { default: pg } = await import('pg');
+  const config = { host: '127.0.0.1', port, user: 'postgres', database: 'postgres' };
+  // Ready when a query is answered (the port opens before recovery ends).
+  const ready = async () => {
+    const c = new pg.Client(config);
+    c.on('error', () => {});
+    try { await c.connect(); await c.query('SELECT 1'); return true; } catch { return false; } finally { await c.end().catch(() => {}); }
+  };
+  const proc = child(join(bin, 'postgres'), ['-D', data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off', '-c', 'full_page_writes=off'],
+    ready, `postgres on port ${port}`, { ...as, env });
+  try {
+    await proc.started;
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  return {
+    config,
+    port,
+    output: proc.output,
+    async stop() {
+      proc.signal('SIGINT'); // fast shutdown: ends the sessions, no checkpoint wait
+      let timer;
+      const late = new Promise((resolve) => { timer = setTimeout(resolve, 20_000); });
+      const end = await Promise.race([proc.exited, late]);
+      clearTimeout(timer);
+      if (!end) await proc.kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+// A TCP proxy to `target` (host:port) that holds each chunk, both ways, for
+// `delayMs` before passing it on, in order: a network with that much latency
+// each way (a round trip gains twice it). setDelay() changes it for chunks
+// that arrive from then on. close() ends the connections and the listener.
+export async function delayingProxy(target, delayMs) {
+  const at = target.lastIndexOf(':');
+  const host = target.slice(0, at);
+  const port = Number(target.slice(at + 1));
+  let delay = delayMs;
+  const sockets = new Set();
+  const forward = (from, to) => {
+    const queue = [];
+    let timer = null;
+    let ended = false;
+    const pump = () => {
+      timer = null;
+      const t = performance.now();
+      while (queue.length > 0 && queue[0].at <= t) to.write(queue.shift().chunk);
+      if (queue.length > 0) timer = setTimeout(pump, queue[0].at - t);
+      else if (ended) to.end();
+    };
+    from.on('data', (chunk) => {
+      queue.push({ at: performance.now() + delay, chunk });
+      if (!timer) timer = setTimeout(pump, delay);
+    });
+    from.on('end', () => { ended = true; if (!timer) pump(); });
+    from.on('close', () => { if (!ended) { clearTimeout(timer); to.destroy(); } });
+    from.on('error', () => {});
+  };
+  const server = net.createServer((down) => {
+    const up = net.connect(port, host);
+    for (const s of [down, up]) { sockets.add(s); s.on('close', () => sockets.delete(s)); s.setNoDelay(true); }
+    forward(down, up);
+    forward(up, down);
+  });
+  await new Promise((resolve, reject) => server.listen(0, '127.0.0.1', resolve).on('error', reject));
+  return {
+    address: `127.0.0.1:${server.address().port}`,
+    setDelay(ms) { delay = ms; },
+    close() {
+      for (const s of sockets) s.destroy();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
   };
 }
