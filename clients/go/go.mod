@@ -9,6 +9,9 @@ go 1.19
 // build asks for.
 require (
 	github.com/golang/protobuf v1.5.0
+	// The tests' PostgreSQL driver (the fence guards take any database/sql
+	// driver): Debian's golang-github-lib-pq-dev 1.10.7.
+	github.com/lib/pq v1.10.7
 	google.golang.org/genproto v0.0.0-20200526211855-cb27e3aa2013
 	google.golang.org/grpc v1.33.3
 	google.golang.org/protobuf v1.28.1

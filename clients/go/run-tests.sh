@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs the Go client's tests against a real broker (memory store; a real
-# redis-server where two brokers share a store), offline: Go and the gRPC
-# and protobuf libraries come from Debian's packages (golang-go,
-# golang-google-grpc-dev 1.33, golang-google-protobuf-dev 1.28,
-# golang-google-genproto-dev), built in GOPATH mode beside their sources in
-# /usr/share/gocode: nothing is downloaded. (With the module ecosystem,
+# redis-server where two brokers share a store; a real PostgreSQL, started
+# by the test in a temporary folder, for the fence guards), offline: Go,
+# the gRPC and protobuf libraries and the lib/pq driver come from Debian's
+# packages (golang-go, golang-google-grpc-dev 1.33,
+# golang-google-protobuf-dev 1.28, golang-google-genproto-dev,
+# golang-github-lib-pq-dev 1.10), built in GOPATH mode beside their sources
+# in /usr/share/gocode: nothing is downloaded. (With the module ecosystem,
 # `go test ./...` in this folder does the same against the versions go.mod
 # names: see README.md.)
 #
@@ -14,7 +16,11 @@
 #   3. go test: the unit tests, and the tests that start brokers (contention,
 #      renewal over several TTLs, a broker killed, failover to a second
 #      broker, a broker's shutdown, revoke, elections, TLS and tokens, a
-#      wait longer than --max-wait), and one that builds the package's
+#      wait longer than --max-wait, TTL advice through a delaying proxy and
+#      WithTTLAuto), the fence guards (SQL on PostgreSQL, with a holder
+#      paused past its TTL whose late write is refused; the object-store
+#      guard on an in-memory store that checks preconditions as S3 does;
+#      CheckFence before a side effect), and one that builds the package's
 #      invoice job as a program outside the repository from a copy of this
 #      folder alone.
 #
@@ -28,14 +34,15 @@ repo="$(cd "$here/../.." && pwd)"
 cd "$here"
 
 packages=(golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev
-  golang-github-golang-protobuf-1-3-dev protobuf-compiler protoc-gen-go protoc-gen-go-grpc redis-server)
+  golang-github-golang-protobuf-1-3-dev golang-github-lib-pq-dev protobuf-compiler protoc-gen-go protoc-gen-go-grpc
+  redis-server postgresql)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: ${missing[*]} missing and apt-get is not available: install Go >= 1.19, grpc-go, protobuf-go, genproto, protoc with protoc-gen-go(-grpc), and redis-server" >&2
+    echo "error: ${missing[*]} missing and apt-get is not available: install Go >= 1.19, grpc-go, protobuf-go, genproto, lib/pq, protoc with protoc-gen-go(-grpc), redis-server and PostgreSQL" >&2
     exit 1
   fi
   sudo=""
