@@ -316,6 +316,12 @@ pub struct LimitFlags {
     #[arg(long, env = "LEASEHOLD_TTL_DEFAULT", default_value = "10s", value_parser = parse_duration)]
     pub ttl_default: Duration,
 
+    /// Shortest TTL a `ttl_auto` request gets (10 times the p99 of the
+    /// measured heartbeat round trips, at least this, within --ttl-min and
+    /// --ttl-max).
+    #[arg(long, env = "LEASEHOLD_TTL_AUTO_FLOOR", default_value = "10s", value_parser = parse_duration)]
+    pub ttl_auto_floor: Duration,
+
     /// Longest an Acquire may wait for a held lock.
     #[arg(long, env = "LEASEHOLD_MAX_WAIT", default_value = "5m", value_parser = parse_duration)]
     pub max_wait: Duration,
@@ -399,6 +405,7 @@ impl From<&LimitFlags> for Limits {
             ttl_min,
             ttl_max,
             ttl_default,
+            ttl_auto_floor,
             max_wait,
             max_lock_delay,
             max_semaphore_limit,
@@ -420,6 +427,7 @@ impl From<&LimitFlags> for Limits {
             ttl_min,
             ttl_max,
             ttl_default,
+            ttl_auto_floor,
             max_wait,
             max_lock_delay,
             max_semaphore_limit,
@@ -447,6 +455,7 @@ impl Default for LimitFlags {
             ttl_min,
             ttl_max,
             ttl_default,
+            ttl_auto_floor,
             max_wait,
             max_lock_delay,
             max_semaphore_limit,
@@ -468,6 +477,7 @@ impl Default for LimitFlags {
             ttl_min,
             ttl_max,
             ttl_default,
+            ttl_auto_floor,
             max_wait,
             max_lock_delay,
             max_semaphore_limit,

@@ -110,6 +110,8 @@ pub struct Metrics {
     pub acquire_refused: IntCounter,
     /// Store round trip of a renewal.
     pub heartbeat_latency: Histogram,
+    /// Heartbeats answered with TTL advice, by tenant.
+    pub ttl_advice: IntCounterVec,
     /// Time an Acquire waited before its grant.
     pub acquire_wait: Histogram,
     /// Acquire calls waiting now on this replica.
@@ -190,6 +192,18 @@ impl Metrics {
                          expired, not_owner (expired and taken over), store_lost, revoked.",
                     ),
                     &["reason"],
+                ),
+            ),
+            ttl_advice: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "leasehold_ttl_advice_total",
+                        "Heartbeats answered with TTL advice, by tenant: a lease they renewed \
+                         has a TTL under 10 times the p99 of its stream's heartbeat round \
+                         trips (the holder is told, and the broker logs it once per stream).",
+                    ),
+                    &["tenant"],
                 ),
             ),
             acquire_refused: register(
@@ -597,6 +611,10 @@ impl Events for Metrics {
 
     fn renewed(&self, latency: Duration) {
         self.heartbeat_latency.observe(latency.as_secs_f64());
+    }
+
+    fn ttl_advised(&self, tenant: &str) {
+        self.ttl_advice.with_label_values(&[tenant]).inc();
     }
 
     fn store_failed(&self) {

@@ -29,7 +29,7 @@ use crate::{
     keeper,
     session::{self, Link},
     AcquireOptions, ClientError, ClientOptions, ClientTls, Credentials, Description, Grant, Held,
-    LeaderInfo, Lease, ListPage, Listed, LossReason, Observation,
+    LeaderInfo, Lease, ListPage, Listed, LossReason, Observation, TtlAdvice,
 };
 
 /// State shared by a client, its leases and its keeper task.
@@ -49,12 +49,38 @@ pub(crate) struct Shared {
     /// The brokers' --max-wait as last learnt, in milliseconds: the longest
     /// wait one Acquire call of a chain asks for.
     max_wait_ms: AtomicU64,
+    /// The broker's TTL advice on the last heartbeat answered.
+    advice: watch::Sender<Option<TtlAdvice>>,
 }
 
 /// The broker's default --max-wait, assumed until a refusal says otherwise.
 const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 
 impl Shared {
+    /// Takes in the TTL advice of a heartbeat's answer (none: the TTLs are
+    /// fit): kept for [`Client::ttl_advice`], and logged at WARN the first
+    /// time on a stream (`advised`: whether it was).
+    pub(crate) fn advised(&self, advice: Option<leasehold_proto::TtlAdvice>, advised: &mut bool) {
+        let advice = advice.map(TtlAdvice::from);
+        if let Some(advice) = &advice {
+            if !std::mem::replace(advised, true) {
+                tracing::warn!(
+                    round_trip_p99_ms = advice.round_trip_p99.as_secs_f64() * 1e3,
+                    suggested_ttl_ms = millis(advice.suggested_ttl),
+                    "the broker says a lease's TTL is short for this connection's latency: {}",
+                    advice.message
+                );
+            }
+        }
+        self.advice.send_if_modified(|current| {
+            let changed = *current != advice;
+            if changed {
+                *current = advice;
+            }
+            changed
+        });
+    }
+
     /// The current replica: its index (for [`Shared::unreachable`]) and a
     /// client for it.
     pub(crate) fn broker(&self) -> (usize, Broker) {
@@ -238,6 +264,7 @@ impl Client {
             added: Notify::new(),
             link: Link::default(),
             max_wait_ms: AtomicU64::new(millis(DEFAULT_MAX_WAIT)),
+            advice: watch::Sender::new(None),
         });
         shared.link.disabled.store(options.unary, Ordering::Relaxed);
         tokio::spawn(keeper::run(Arc::downgrade(&shared)));
@@ -247,9 +274,9 @@ impl Client {
     /// Takes the lease on `name`; it keeps itself alive until released,
     /// dropped or lost.
     pub async fn acquire(&self, name: &str, opts: AcquireOptions) -> Result<Lease, ClientError> {
-        let margin = opts.margin;
+        let (margin, ttl_auto) = (opts.margin, opts.ttl_auto);
         let (lease, sent, waited_ms) = self.grant_waited(name, opts).await?;
-        Ok(self.keep(lease, sent, waited_ms, margin))
+        Ok(self.keep(lease, sent, waited_ms, margin, ttl_auto))
     }
 
     /// Takes the lease on `name` *without* keeping it alive: it expires at
@@ -282,7 +309,8 @@ impl Client {
         };
         let mut request = AcquireRequest {
             name: name.to_owned(),
-            ttl_ms: millis(opts.ttl),
+            ttl_ms: if opts.ttl_auto { 0 } else { millis(opts.ttl) },
+            ttl_auto: opts.ttl_auto,
             holder: opts.holder,
             lock_delay_ms: millis(opts.lock_delay),
             limit: opts.limit,
@@ -359,19 +387,20 @@ impl Client {
         sent: Instant,
         waited_ms: u64,
         margin: Option<Duration>,
+        ttl_auto: bool,
     ) -> Lease {
         // The grant happened no sooner than `waited_ms` after we sent.
         let granted_no_sooner_than = sent + Duration::from_millis(waited_ms);
         let ttl = Duration::from_millis(lease.ttl_ms);
-        let margin = margin.unwrap_or(ttl / 10).min(ttl);
         let deadline = (granted_no_sooner_than + ttl)
-            .checked_sub(margin)
+            .checked_sub(Held::margin_for(margin, ttl))
             .unwrap_or(granted_no_sooner_than);
         let held = Arc::new(Held {
             name: lease.name,
             token: lease.owner_token,
             fence: lease.fence,
-            ttl,
+            ttl_ms: AtomicU64::new(lease.ttl_ms),
+            ttl_auto,
             margin,
             deadline: watch::Sender::new(deadline),
             lost: watch::Sender::new(None),
@@ -385,6 +414,20 @@ impl Client {
             shared: Arc::clone(&self.shared),
             done: false,
         }
+    }
+
+    /// The broker's advice on the TTLs of this client's leases, from the
+    /// last heartbeat answered: `Some` while a lease has a TTL under 10
+    /// times the p99 of the heartbeats' round trips (a slow heartbeat more
+    /// and it is lost). Logged once per stream at WARN as well.
+    pub fn ttl_advice(&self) -> Option<TtlAdvice> {
+        self.shared.advice.borrow().clone()
+    }
+
+    /// The TTL advice as it changes: `changed().await` wakes when advice
+    /// appears, changes or clears (a callback's trigger).
+    pub fn ttl_advice_changes(&self) -> watch::Receiver<Option<TtlAdvice>> {
+        self.shared.advice.subscribe()
     }
 
     /// Who holds `name` (no owner token).

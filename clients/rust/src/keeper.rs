@@ -140,6 +140,11 @@ async fn session(
 ) -> Ended {
     let mut seq = 0u64;
     let mut answered = false;
+    // The round trip of the last answered heartbeat, reported in the next
+    // (the broker's TTL advice and ttl_auto are judged from these).
+    let mut last_round_trip = Duration::ZERO;
+    // The broker's TTL advice is logged once per stream.
+    let mut advised = false;
     // Heartbeats awaiting their answer: seq -> (send time, leases in order).
     let mut pending: BTreeMap<u64, (Instant, Vec<Arc<Held>>)> = BTreeMap::new();
     // Beat at once: after a reconnection this resumes the leases.
@@ -165,9 +170,14 @@ async fn session(
                         seq,
                         leases: chunk
                             .iter()
-                            .map(|h| LeaseRef { name: h.name.clone(), owner_token: h.token.clone(), ..Default::default() })
+                            .map(|h| LeaseRef {
+                                name: h.name.clone(),
+                                owner_token: h.token.clone(),
+                                ttl_ms: 0,
+                                ttl_auto: h.ttl_auto,
+                            })
                             .collect(),
-                        ..Default::default()
+                        last_round_trip_us: u64::try_from(last_round_trip.as_micros()).unwrap_or(u64::MAX),
                     };
                     if tx.try_send(request).is_err() {
                         tracing::debug!("heartbeat stream not draining; reconnecting");
@@ -180,6 +190,10 @@ async fn session(
             message = responses.next() => match message {
                 Some(Ok(response)) => {
                     answered = true;
+                    if let Some(sent) = pending.get(&response.seq).map(|(sent, _)| *sent) {
+                        last_round_trip = sent.elapsed();
+                    }
+                    shared.advised(response.advice.clone(), &mut advised);
                     apply(shared, &mut pending, response);
                 }
                 None => return Ended::Over { answered },
@@ -226,7 +240,7 @@ fn live_leases(shared: &Shared) -> Vec<Arc<Held>> {
 fn beat_interval(leases: &[Arc<Held>]) -> Duration {
     leases
         .iter()
-        .map(|h| h.ttl / 3)
+        .map(|h| h.ttl() / 3)
         .min()
         .unwrap_or(Duration::from_secs(1))
         .max(MIN_INTERVAL)

@@ -1,6 +1,13 @@
 //! A held lease: its local deadline, its loss signal, its release.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use tokio::{
     sync::watch,
@@ -14,9 +21,14 @@ pub(crate) struct Held {
     pub(crate) name: String,
     pub(crate) token: String,
     pub(crate) fence: u64,
-    pub(crate) ttl: Duration,
-    /// Subtracted from every deadline (see `AcquireOptions::safety_margin`).
-    pub(crate) margin: Duration,
+    /// The TTL in force, in milliseconds: as granted, then as each renewal
+    /// applied it (a `ttl_auto` lease's changes with the latency).
+    pub(crate) ttl_ms: AtomicU64,
+    /// Renewed for the TTL the broker suggests (`AcquireOptions::ttl_auto`).
+    pub(crate) ttl_auto: bool,
+    /// Subtracted from every deadline (see `AcquireOptions::safety_margin`);
+    /// `None`: a tenth of the TTL in force.
+    pub(crate) margin: Option<Duration>,
     /// The local deadline; only moves forward.
     pub(crate) deadline: watch::Sender<Instant>,
     /// Set once, when the lease is lost.
@@ -24,15 +36,28 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// Records a renewal confirmed for a heartbeat sent at `sent`. A lease
-    /// whose deadline already passed stays lost: the application may have
-    /// seen it lost, and must not see it come back.
+    /// The TTL in force.
+    pub(crate) fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
+    }
+
+    /// The safety margin for a TTL: as set, or a tenth of it; never more
+    /// than the TTL.
+    pub(crate) fn margin_for(margin: Option<Duration>, ttl: Duration) -> Duration {
+        margin.unwrap_or(ttl / 10).min(ttl)
+    }
+
+    /// Records a renewal confirmed for a heartbeat sent at `sent`, for
+    /// `ttl_ms`. A lease whose deadline already passed stays lost: the
+    /// application may have seen it lost, and must not see it come back.
     pub(crate) fn renewed(&self, sent: Instant, ttl_ms: u64) {
         if self.loss().is_some() {
             return;
         }
-        let deadline = (sent + Duration::from_millis(ttl_ms))
-            .checked_sub(self.margin)
+        self.ttl_ms.store(ttl_ms, Ordering::Relaxed);
+        let ttl = Duration::from_millis(ttl_ms);
+        let deadline = (sent + ttl)
+            .checked_sub(Self::margin_for(self.margin, ttl))
             .unwrap_or(sent);
         self.deadline.send_if_modified(|d| {
             let later = deadline > *d;
@@ -101,9 +126,11 @@ impl Lease {
         &self.held.token
     }
 
-    /// The lease TTL.
+    /// The lease TTL in force: as granted, then as last renewed (a
+    /// [`ttl_auto`](crate::AcquireOptions::ttl_auto) lease's follows the
+    /// measured latency).
     pub fn ttl(&self) -> Duration {
-        self.held.ttl
+        self.held.ttl()
     }
 
     /// The local deadline: the lease is valid at least until then (it is

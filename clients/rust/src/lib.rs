@@ -34,6 +34,7 @@
 mod client;
 mod election;
 mod error;
+pub mod fence;
 mod keeper;
 mod lease;
 mod options;
@@ -47,5 +48,5 @@ pub use self::{
     error::{ClientError, LossReason, Refusal},
     lease::Lease,
     options::{default_holder, AcquireOptions, ClientOptions, ClientTls, Credentials},
-    types::{Description, Grant, ListPage, Listed},
+    types::{Description, Grant, ListPage, Listed, TtlAdvice},
 };

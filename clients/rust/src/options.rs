@@ -19,6 +19,7 @@ pub struct AcquireOptions {
     pub(crate) margin: Option<Duration>,
     pub(crate) lock_delay: Duration,
     pub(crate) limit: u32,
+    pub(crate) ttl_auto: bool,
 }
 
 impl Default for AcquireOptions {
@@ -38,6 +39,7 @@ impl AcquireOptions {
             margin: None,
             lock_delay: Duration::ZERO,
             limit: 1,
+            ttl_auto: false,
         }
     }
 
@@ -66,6 +68,18 @@ impl AcquireOptions {
     /// The lease TTL (renewed every third of it).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
+        self.ttl_auto = false;
+        self
+    }
+
+    /// Let the broker choose the TTL from the heartbeat round trips it
+    /// measured (10 times their p99, at least its `--ttl-auto-floor`,
+    /// within its bounds), and renew the lease for the TTL it suggests at
+    /// each heartbeat, so that the TTL follows the latency. The lease's
+    /// [`Lease::ttl`](crate::Lease::ttl) tells the TTL in force. The safety
+    /// margin, unless set, is a tenth of that TTL.
+    pub fn ttl_auto(mut self) -> Self {
+        self.ttl_auto = true;
         self
     }
 

@@ -149,3 +149,32 @@ pub struct ListPage {
     /// Empty when the walk is done; else the token of the next page.
     pub next_page_token: String,
 }
+
+/// The broker's advice on a stream's TTLs ([`crate::Client::ttl_advice`]):
+/// a lease renewed on it has a TTL under 10 times the p99 of the
+/// heartbeats' round trips.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TtlAdvice {
+    /// The p99 of the stream's last heartbeat round trips.
+    pub round_trip_p99: Duration,
+    /// The shortest TTL the heartbeat renewed.
+    pub shortest_ttl: Duration,
+    /// A TTL fit for the latency (what `ttl_auto` gives).
+    pub suggested_ttl: Duration,
+    /// How many leases of the heartbeat have a TTL too short.
+    pub leases_below: u32,
+    /// The broker's sentence.
+    pub message: String,
+}
+
+impl From<leasehold_proto::TtlAdvice> for TtlAdvice {
+    fn from(advice: leasehold_proto::TtlAdvice) -> Self {
+        TtlAdvice {
+            round_trip_p99: Duration::from_micros(advice.round_trip_p99_us),
+            shortest_ttl: Duration::from_millis(advice.shortest_ttl_ms),
+            suggested_ttl: Duration::from_millis(advice.suggested_ttl_ms),
+            leases_below: advice.leases_below,
+            message: advice.message,
+        }
+    }
+}

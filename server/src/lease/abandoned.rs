@@ -395,7 +395,7 @@ mod tests {
             .unwrap();
         let renew = |leases: Leases, token: String| async move {
             leases
-                .renew(&Caller::local(), "resumed", &token, 60_000)
+                .renew(&Caller::local(), "resumed", &token, 60_000, false)
                 .await
                 .unwrap()
         };

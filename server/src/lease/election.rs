@@ -41,6 +41,7 @@ impl Leases {
         self.acquire(
             caller,
             AcquireArgs {
+                ttl_auto: false,
                 name: election.to_owned(),
                 ttl_ms,
                 holder: value.to_owned(),

@@ -73,6 +73,10 @@ pub trait Events: Send + Sync + std::fmt::Debug {
     /// A renewal, of one lease or of a heartbeat's leases in one store
     /// round trip, took `latency`.
     fn renewed(&self, latency: Duration);
+    /// A heartbeat was answered with TTL advice (`advice.rs`): a lease of
+    /// tenant `tenant`'s stream has a TTL under 10 times the stream's p99
+    /// round trip.
+    fn ttl_advised(&self, tenant: &str);
     /// A store call failed (unreachable, timed out, or an unexpected answer).
     fn store_failed(&self);
     /// One more (`true`) or one fewer (`false`) Acquire call waits.
@@ -95,6 +99,7 @@ impl Events for NoEvents {
     fn orphan_released(&self) {}
     fn lost(&self, _: LossReason) {}
     fn renewed(&self, _: Duration) {}
+    fn ttl_advised(&self, _: &str) {}
     fn store_failed(&self) {}
     fn waiting(&self, _: bool) {}
     fn stream(&self, _: Scope, _: bool) {}

@@ -15,13 +15,19 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, MutexGuard},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Mutex, MutexGuard,
+    },
     time::Duration,
 };
 
 use tokio::time::{sleep_until, Instant};
 
-use super::{validate, AcquireArgs, Caller, Granted, Leases, LossReason, Slot};
+use super::{
+    advice::{self, Advice, RoundTrips},
+    validate, AcquireArgs, Caller, Granted, Leases, LossReason, Slot,
+};
 use crate::{
     error::{Error, Result},
     store::{Checked, RenewItem, Renewed},
@@ -36,6 +42,9 @@ pub struct LeaseRef {
     pub owner_token: String,
     /// New TTL; 0 keeps the lease's own.
     pub ttl_ms: u64,
+    /// Renew for the TTL the broker suggests for this stream
+    /// (`advice::suggested_ttl`); `ttl_ms` must then be 0.
+    pub ttl_auto: bool,
 }
 
 impl std::fmt::Debug for LeaseRef {
@@ -44,6 +53,7 @@ impl std::fmt::Debug for LeaseRef {
             .field("name", &self.name)
             .field("owner_token", &crate::redact::Redacted(&self.owner_token))
             .field("ttl_ms", &self.ttl_ms)
+            .field("ttl_auto", &self.ttl_auto)
             .finish()
     }
 }
@@ -167,6 +177,21 @@ pub struct Session {
     tracking: Mutex<Tracking>,
     /// Rate limit (GCRA): the theoretical arrival time of the next heartbeat.
     next_arrival: Mutex<Instant>,
+    /// The stream's last heartbeat round trips, for its TTL advice.
+    round_trips: Mutex<RoundTrips>,
+    /// Whether the stream's TTL advice was logged (once per stream).
+    advised: AtomicBool,
+}
+
+/// One heartbeat's answer: what became of each lease, in order, and the
+/// advice on their TTLs.
+#[derive(Debug)]
+pub struct Beat {
+    /// Each lease's name and state, in the heartbeat's order.
+    pub states: Vec<(String, LeaseState)>,
+    /// Set when a lease renewed has a TTL under
+    /// [`advice::TTL_PER_ROUND_TRIP`] times the stream's p99 round trip.
+    pub advice: Option<Advice>,
 }
 
 /// The lock's data even if a thread panicked while holding it: every
@@ -187,6 +212,8 @@ impl Session {
             scope,
             tracking: Mutex::default(),
             next_arrival: Mutex::new(Instant::now()),
+            round_trips: Mutex::default(),
+            advised: AtomicBool::new(false),
         }
     }
 
@@ -222,8 +249,12 @@ impl Session {
     /// leases. Dropped (cancelled) while it waits, it gives up its place,
     /// and a grant that raced with the drop is released (see
     /// [`Leases::acquire`]).
-    pub async fn acquire(&self, args: AcquireArgs) -> Result<Granted> {
+    pub async fn acquire(&self, mut args: AcquireArgs) -> Result<Granted> {
         let arrived = Instant::now();
+        // Fitted to this stream's round trips (when measured), rather than
+        // to the tenant's that a unary call gets.
+        args.ttl_ms = advice::requested_ttl(args.ttl_ms, args.ttl_auto, || self.suggested_ttl())?;
+        args.ttl_auto = false;
         let granted = self.leases.acquire(&self.caller, args).await?;
         self.track(
             &granted.lease.owner_token,
@@ -277,11 +308,18 @@ impl Session {
     /// Renew on a Session stream: the lease rules' Renew, tracked when it
     /// succeeds (a lease resumed from another stream becomes this one's,
     /// while there is room), forgotten when the store says it is gone.
-    pub async fn renew(&self, name: &str, owner_token: &str, ttl_ms: u64) -> Result<Renewed> {
+    pub async fn renew(
+        &self,
+        name: &str,
+        owner_token: &str,
+        ttl_ms: u64,
+        ttl_auto: bool,
+    ) -> Result<Renewed> {
         let sent = Instant::now();
+        let ttl_ms = advice::requested_ttl(ttl_ms, ttl_auto, || self.suggested_ttl())?;
         let result = self
             .leases
-            .renew(&self.caller, name, owner_token, ttl_ms)
+            .renew(&self.caller, name, owner_token, ttl_ms, false)
             .await;
         match &result {
             Ok(renewed) => self.track(
@@ -334,7 +372,15 @@ impl Session {
     /// Renews the leases of one heartbeat, in one store round trip, and says
     /// what became of each (same order). Fails only when the heartbeat breaks
     /// a stream limit; the stream should then end with that error.
-    pub async fn heartbeat(&self, leases: Vec<LeaseRef>) -> Result<Vec<(String, LeaseState)>> {
+    ///
+    /// `reported` is the round trip of the stream's previous heartbeat as
+    /// the client measured it, if it said; without it the stream is judged
+    /// by the store's renewal time alone (`advice.rs`).
+    pub async fn heartbeat(
+        &self,
+        leases: Vec<LeaseRef>,
+        reported: Option<Duration>,
+    ) -> Result<Beat> {
         let inner = &self.leases.inner;
         let limits = &inner.limits;
         if leases.len() > limits.max_stream_leases {
@@ -349,17 +395,24 @@ impl Session {
             ));
         }
 
+        if let Some(round_trip) = reported {
+            self.record_round_trip(round_trip);
+        }
         let (mut states, items) = self.renewals(&leases);
         let sent = Instant::now();
         let outcomes = self
             .leases
             .count_errors(inner.store.renew_many(&items).await);
         if !items.is_empty() {
-            inner.events.renewed(sent.elapsed());
+            let took = sent.elapsed();
+            inner.events.renewed(took);
+            if reported.is_none() {
+                self.record_round_trip(took);
+            }
         }
         let now = Instant::now();
-        let mut tracking = lock(&self.tracking);
-        let tracking = &mut *tracking;
+        let mut guard = lock(&self.tracking);
+        let tracking = &mut *guard;
         // KeepAlive: what this heartbeat renews is all the session tracks
         // next. Session: the leases it does not name stay tracked.
         let mut next_tracked = match self.scope {
@@ -452,7 +505,8 @@ impl Session {
             *slot = Some(state);
         }
         tracking.leases = next_tracked;
-        Ok(leases
+        drop(guard);
+        let states: Vec<_> = leases
             .into_iter()
             .zip(states)
             .map(|(lease, state)| {
@@ -461,7 +515,54 @@ impl Session {
                 });
                 (lease.name, state)
             })
-            .collect())
+            .collect();
+        let advice = self.advise(&states);
+        Ok(Beat { states, advice })
+    }
+
+    /// Records a heartbeat round trip of this stream (and of its tenant,
+    /// for the tenant's unary `ttl_auto` calls).
+    fn record_round_trip(&self, round_trip: Duration) {
+        lock(&self.round_trips).record(round_trip);
+        self.caller.tenant().record_round_trip(round_trip);
+    }
+
+    /// What `ttl_auto` gives on this stream: fitted to its own round trips
+    /// once measured, else to its tenant's.
+    fn suggested_ttl(&self) -> Duration {
+        let p99 = lock(&self.round_trips)
+            .p99()
+            .or_else(|| self.caller.tenant().round_trip_p99());
+        advice::suggested_ttl(p99, &self.leases.inner.limits)
+    }
+
+    /// The advice on the TTLs a heartbeat renewed (those alive after it),
+    /// counted each time it is given and logged the first time on the
+    /// stream: a stream keeps its TTLs for its life, and one line tells
+    /// the operator as much as a line per heartbeat would.
+    fn advise(&self, states: &[(String, LeaseState)]) -> Option<Advice> {
+        let inner = &self.leases.inner;
+        let ttls = states.iter().filter_map(|(_, state)| match state {
+            LeaseState::Alive { ttl_ms, .. } => Some(Duration::from_millis(*ttl_ms)),
+            _ => None,
+        });
+        let advice = Advice::of(lock(&self.round_trips).p99(), ttls, &inner.limits)?;
+        let tenant = self.caller.tenant().id();
+        inner.events.ttl_advised(tenant);
+        if !self.advised.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                tenant,
+                round_trip_p99_ms = advice.round_trip_p99.as_secs_f64() * 1e3,
+                shortest_ttl_ms =
+                    u64::try_from(advice.shortest_ttl.as_millis()).unwrap_or(u64::MAX),
+                suggested_ttl_ms =
+                    u64::try_from(advice.suggested_ttl.as_millis()).unwrap_or(u64::MAX),
+                leases_below = advice.leases_below,
+                "TTL too short for this stream's heartbeat latency (logged once per stream): {}",
+                advice.message()
+            );
+        }
+        Some(advice)
     }
 
     /// What the store is asked to renew for `leases`, in order, and the
@@ -472,10 +573,17 @@ impl Session {
         let limits = &self.leases.inner.limits;
         let mut states: Vec<Option<LeaseState>> = Vec::with_capacity(leases.len());
         let mut items = Vec::with_capacity(leases.len());
+        // Asked once per heartbeat, and only if a lease wants it.
+        let mut suggested = None;
         for lease in leases {
             let checked = validate::name(limits, &lease.name)
                 .and_then(|()| validate::owner_token(&lease.owner_token))
-                .and_then(|()| validate::ttl(limits, lease.ttl_ms, None))
+                .and_then(|()| {
+                    advice::requested_ttl(lease.ttl_ms, lease.ttl_auto, || {
+                        *suggested.get_or_insert_with(|| self.suggested_ttl())
+                    })
+                })
+                .and_then(|ttl_ms| validate::ttl(limits, ttl_ms, None))
                 .map(|ttl| ttl.map(|t| self.leases.inner.store.applied_ms(t)));
             match checked {
                 Ok(ttl_ms) => {

@@ -21,6 +21,11 @@ pub struct Limits {
     /// Lease TTL when a request gives none (ttl_ms = 0).
     pub ttl_default: Duration,
 
+    /// Shortest TTL `ttl_auto` chooses, however fast the heartbeats: a
+    /// lease lives through process stalls as well as network ones, which
+    /// no round trip measures.
+    pub ttl_auto_floor: Duration,
+
     /// Longest an Acquire may wait for a held lock.
     pub max_wait: Duration,
 
@@ -85,6 +90,7 @@ impl Default for Limits {
             ttl_min: Duration::from_millis(500),
             ttl_max: Duration::from_secs(3600),
             ttl_default: Duration::from_secs(10),
+            ttl_auto_floor: Duration::from_secs(10),
             max_wait: Duration::from_secs(300),
             max_lock_delay: Duration::from_secs(60),
             max_semaphore_limit: 1_000,
@@ -143,6 +149,14 @@ impl Limits {
             return Err(format!(
                 "--ttl-default ({}) must lie within --ttl-min and --ttl-max ({} to {})",
                 format_duration(self.ttl_default),
+                format_duration(self.ttl_min),
+                format_duration(self.ttl_max)
+            ));
+        }
+        if self.ttl_auto_floor < self.ttl_min || self.ttl_auto_floor > self.ttl_max {
+            return Err(format!(
+                "--ttl-auto-floor ({}) must lie within --ttl-min and --ttl-max ({} to {})",
+                format_duration(self.ttl_auto_floor),
                 format_duration(self.ttl_min),
                 format_duration(self.ttl_max)
             ));

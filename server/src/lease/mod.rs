@@ -5,6 +5,7 @@
 
 mod abandoned;
 mod acquisition;
+pub mod advice;
 pub mod audit;
 pub mod census;
 mod election;
@@ -22,7 +23,7 @@ pub mod validate;
 pub use self::{
     election::{Leader, Observer},
     events::{Events, LossReason, NoEvents, Refusal},
-    keepalive::{LeaseRef, LeaseState, Scope, Session},
+    keepalive::{Beat, LeaseRef, LeaseState, Scope, Session},
     limits::Limits,
     listing::{ListArgs, ListPage, ListedLock},
     tenant::{
@@ -53,6 +54,9 @@ pub struct AcquireArgs {
     pub name: String,
     /// Requested TTL; 0 for the default.
     pub ttl_ms: u64,
+    /// Let the broker choose the TTL from the heartbeat round trips it
+    /// measured (`advice.rs`); `ttl_ms` must then be 0.
+    pub ttl_auto: bool,
     /// Holder label.
     pub holder: String,
     /// How long to wait for a held lock; 0 to try once.
@@ -85,6 +89,7 @@ impl std::fmt::Debug for AcquireArgs {
         f.debug_struct("AcquireArgs")
             .field("name", &self.name)
             .field("ttl_ms", &self.ttl_ms)
+            .field("ttl_auto", &self.ttl_auto)
             .field("holder", &self.holder)
             .field("wait_timeout_ms", &self.wait_timeout_ms)
             .field("lock_delay_ms", &self.lock_delay_ms)
@@ -264,8 +269,13 @@ impl Leases {
         validate::name(limits, &args.name)?;
         validate::holder(limits, &args.holder)?;
         let store = &self.inner.store;
+        // A unary call is fitted to its tenant's streams (a Session
+        // stream's Acquire comes here fitted to its own stream already).
+        let asked = advice::requested_ttl(args.ttl_ms, args.ttl_auto, || {
+            advice::suggested_ttl(caller.tenant().round_trip_p99(), limits)
+        })?;
         let ttl_ms = store.applied_ms(
-            validate::ttl(limits, args.ttl_ms, Some(limits.ttl_default))?
+            validate::ttl(limits, asked, Some(limits.ttl_default))?
                 .unwrap_or(millis(limits.ttl_default)),
         );
         let wait = validate::wait(limits, args.wait_timeout_ms)?;
@@ -347,11 +357,15 @@ impl Leases {
         name: &str,
         owner_token: &str,
         ttl_ms: u64,
+        ttl_auto: bool,
     ) -> Result<Renewed> {
         caller.require_use()?;
         let limits = &self.inner.limits;
         validate::name(limits, name)?;
         validate::owner_token(owner_token)?;
+        let ttl_ms = advice::requested_ttl(ttl_ms, ttl_auto, || {
+            advice::suggested_ttl(caller.tenant().round_trip_p99(), limits)
+        })?;
         let ttl = validate::ttl(limits, ttl_ms, None)?.map(|t| self.inner.store.applied_ms(t));
         let stored = caller.tenant().qualify(name);
         let started = Instant::now();

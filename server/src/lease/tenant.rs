@@ -33,7 +33,10 @@ use std::{
 
 use tokio::time::Instant;
 
-use super::events::{Events, NoEvents, Refusal};
+use super::{
+    advice::RoundTrips,
+    events::{Events, NoEvents, Refusal},
+};
 use crate::error::{Error, Result};
 
 /// The separator between a tenant's id and a lock name in the store. Not in
@@ -253,9 +256,28 @@ pub struct Tenant {
     ledger: Option<Mutex<Ledger>>,
     /// Where refusals are reported.
     events: Arc<dyn Events>,
+    /// The last heartbeat round trips of the tenant's streams on this
+    /// replica: what a unary `ttl_auto` request is fitted to.
+    round_trips: Mutex<RoundTrips>,
 }
 
 impl Tenant {
+    /// Records a heartbeat round trip of one of the tenant's streams.
+    pub fn record_round_trip(&self, round_trip: Duration) {
+        self.round_trips
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(round_trip);
+    }
+
+    /// The p99 of the tenant's last heartbeat round trips on this replica.
+    pub fn round_trip_p99(&self) -> Option<Duration> {
+        self.round_trips
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .p99()
+    }
+
     /// The tenant's id ([`ROOT_TENANT`] for the root namespace).
     pub fn id(&self) -> &str {
         &self.id
@@ -297,6 +319,7 @@ impl Tenants {
                 )),
                 ledger: track.then(|| Mutex::new(Ledger::default())),
                 events: Arc::clone(&events),
+                round_trips: Mutex::default(),
             }),
             caps,
             conn_caps,
@@ -335,6 +358,7 @@ impl Tenants {
             ledger: (self.caps.leases > 0 || self.conn_caps.leases > 0)
                 .then(|| Mutex::new(Ledger::default())),
             events: Arc::clone(&self.events),
+            round_trips: Mutex::default(),
         });
         known.insert(id.to_owned(), Arc::clone(&tenant));
         tenant
@@ -383,6 +407,7 @@ impl Caller {
                 )),
                 ledger: None,
                 events: Arc::new(NoEvents),
+                round_trips: Mutex::default(),
             }),
             Permissions {
                 use_locks: true,

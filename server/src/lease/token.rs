@@ -124,6 +124,7 @@ mod tests {
             name: "n".into(),
             owner_token: token.clone(),
             ttl_ms: 0,
+            ttl_auto: false,
         };
         let args = crate::lease::AcquireArgs {
             place: token.clone(),

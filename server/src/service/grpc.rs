@@ -104,7 +104,7 @@ impl LeaseholdService for LeaseholdApi {
         let r = request.into_inner();
         let renewed = self
             .leases
-            .renew(&caller, &r.name, &r.owner_token, r.ttl_ms)
+            .renew(&caller, &r.name, &r.owner_token, r.ttl_ms, r.ttl_auto)
             .await?;
         Ok(Response::new(RenewResponse {
             ttl_ms: renewed.ttl_ms,
@@ -294,6 +294,7 @@ pub(super) fn acquire_args(r: AcquireRequest) -> AcquireArgs {
     AcquireArgs {
         name: r.name,
         ttl_ms: r.ttl_ms,
+        ttl_auto: r.ttl_auto,
         holder: r.holder,
         wait_timeout_ms: r.wait_timeout_ms,
         lock_delay_ms: r.lock_delay_ms,

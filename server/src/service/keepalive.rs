@@ -2,12 +2,15 @@
 //! writes the answers. Transport concerns only (back-pressure, shutdown, how
 //! the stream ended); what a heartbeat means is `lease::Session`'s business.
 
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::gate::{withdrawn, StreamCredential};
 use crate::{
+    duration::millis,
     error::Result,
     lease::{LeaseRef, LeaseState, Leases, LossReason, Session},
     proto::{self, lease_status::State, KeepAliveRequest, KeepAliveResponse, LeaseStatus},
@@ -99,16 +102,26 @@ pub(super) async fn beat(
             name: l.name,
             owner_token: l.owner_token,
             ttl_ms: l.ttl_ms,
+            ttl_auto: l.ttl_auto,
         })
         .collect();
-    let states = session.heartbeat(refs).await?;
+    let reported =
+        (request.last_round_trip_us > 0).then(|| Duration::from_micros(request.last_round_trip_us));
+    let beat = session.heartbeat(refs, reported).await?;
     Ok(KeepAliveResponse {
         seq: request.seq,
-        leases: states
+        leases: beat
+            .states
             .into_iter()
             .map(|(name, state)| status(name, state))
             .collect(),
-        advice: None,
+        advice: beat.advice.map(|advice| proto::TtlAdvice {
+            round_trip_p99_us: micros(advice.round_trip_p99),
+            shortest_ttl_ms: millis(advice.shortest_ttl),
+            suggested_ttl_ms: millis(advice.suggested_ttl),
+            leases_below: advice.leases_below,
+            message: advice.message(),
+        }),
     })
 }
 
@@ -148,4 +161,9 @@ fn status(name: String, state: LeaseState) -> LeaseStatus {
         }
     }
     s
+}
+
+/// A duration in whole microseconds, saturating.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

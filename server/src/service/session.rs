@@ -555,17 +555,18 @@ async fn serve(session: &Arc<Session>, id: u64, request: Request) -> Answer {
             }
             Err(e) => Answer::error(id, e),
         },
-        Request::Renew(r) => match Box::pin(session.renew(&r.name, &r.owner_token, r.ttl_ms)).await
-        {
-            Ok(renewed) => Answer::to(
-                id,
-                Response::Renew(RenewResponse {
-                    ttl_ms: renewed.ttl_ms,
-                    fence: renewed.fence,
-                }),
-            ),
-            Err(e) => Answer::error(id, e),
-        },
+        Request::Renew(r) => {
+            match Box::pin(session.renew(&r.name, &r.owner_token, r.ttl_ms, r.ttl_auto)).await {
+                Ok(renewed) => Answer::to(
+                    id,
+                    Response::Renew(RenewResponse {
+                        ttl_ms: renewed.ttl_ms,
+                        fence: renewed.fence,
+                    }),
+                ),
+                Err(e) => Answer::error(id, e),
+            }
+        }
         Request::Release(r) => match Box::pin(session.release(&r.name, &r.owner_token)).await {
             Ok(()) => Answer::to(id, Response::Release(ReleaseResponse {})),
             Err(e) => Answer::error(id, e),
