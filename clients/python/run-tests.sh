@@ -10,7 +10,15 @@
 #      test.
 #   2. "newest": the newest grpcio, protobuf 7 and googleapis-common-protos
 #      (pinned below): every test but the staleness one (grpcio-tools 1.63
-#      needs protobuf < 6).
+#      needs protobuf < 6). Only this venv has the fence guards' test
+#      dependencies (psycopg, moto's S3 server, boto3: FENCE_TEST_DEPS), so
+#      the fence tests (tests/test_fence_*.py: a real PostgreSQL, a real
+#      moto_server) run here only: leasehold.fence does no gRPC, and the one
+#      story that goes through the broker uses the client's plain
+#      acquire, which every other test covers on both ends. In "oldest"
+#      they are skipped; here LEASEHOLD_PY_FENCE_TESTS=1 makes a missing
+#      dependency a failure instead. Debian's postgresql package is
+#      installed when no initdb is found.
 #   3. `python -m build` makes a wheel and an sdist; each is installed into a
 #      fresh virtualenv outside the repo, which imports it, connects to a real
 #      broker and takes and releases a lease, sync and asyncio
@@ -35,6 +43,9 @@ cd "$here"
 OLDEST_PINS=(grpcio==1.63.0 protobuf==5.26.1 googleapis-common-protos==1.63.1 grpcio-tools==1.63.0)
 NEWEST_PINS=(grpcio==1.85.3 protobuf==7.36.2 googleapis-common-protos==1.76.0)
 MIDDLE_PROTOBUF=protobuf==6.33.6
+# moto 5.1.5 is the first whose S3 honours PutObject's If-Match and
+# If-None-Match; botocore 1.35.65 the first that sends them.
+FENCE_TEST_DEPS=("psycopg[binary]>=3.2" "moto[server]>=5.1.5" "boto3>=1.35.65")
 
 bin="${LEASEHOLD_BIN:-$repo/target/debug/leasehold}"
 if [ ! -x "$bin" ]; then
@@ -85,8 +96,22 @@ venv() {
   fi
 }
 
+# The fence SQL tests start their own PostgreSQL (initdb and postgres of
+# Debian's postgresql package, as the postgres user when run as root).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ -z "${LEASEHOLD_PG_BIN:-}" ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: PostgreSQL's initdb was not found and apt-get is not available: install PostgreSQL or set LEASEHOLD_PG_BIN to its bin directory" >&2
+    exit 1
+  fi
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "Installing postgresql from Debian's packages..."
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+fi
+
 venv "$venvs/oldest" "${OLDEST_PINS[@]}"
-venv "$venvs/newest" "${NEWEST_PINS[@]}"
+venv "$venvs/newest" "${NEWEST_PINS[@]}" "${FENCE_TEST_DEPS[@]}"
 
 versions() {
   "$1/bin/python" -c 'import grpc, google.protobuf as p, importlib.metadata as m
@@ -96,8 +121,8 @@ print(f"grpcio {grpc.__version__}, protobuf {p.__version__}, googleapis-common-p
 
 echo "== Python client: oldest supported versions ($(versions "$venvs/oldest"))"
 "$venvs/oldest/bin/python" -m pytest -q -p no:cacheprovider "$@"
-echo "== Python client: newest versions ($(versions "$venvs/newest"))"
-"$venvs/newest/bin/python" -m pytest -q -p no:cacheprovider \
+echo "== Python client: newest versions ($(versions "$venvs/newest")), and the fence guards"
+LEASEHOLD_PY_FENCE_TESTS=1 "$venvs/newest/bin/python" -m pytest -q -p no:cacheprovider \
   --deselect tests/test_generated.py::test_generated_code_is_not_stale "$@"
 
 if [ "${LEASEHOLD_PY_SMOKE:-1}" = 0 ]; then
