@@ -2,6 +2,7 @@ package leasehold_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log"
@@ -88,4 +89,71 @@ func ExampleClient_List() {
 	if err != nil {
 		log.Fatal(err)
 	}
+}
+
+type mailer struct{}
+
+func (mailer) Send(to, body string) error { return nil }
+
+// A resource that can store no fence (a mail sent, a payment API called):
+// ask the broker, just before the side effect, whether the lease is still
+// the current one. It narrows the window to the check's round trip, not
+// to nothing: a store that keeps the fence (GuardedUpdate, GuardedPut)
+// closes it.
+func ExampleClient_CheckFence() {
+	ctx := context.Background()
+	client, _ := leasehold.Dial("127.0.0.1:7420")
+	defer client.Close()
+	lease, err := client.Acquire(ctx, "mail/digest", leasehold.WithWait(0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... the digest is built: maybe long enough for a GC pause past the TTL ...
+	current, currentFence, err := client.CheckFence(ctx, lease.Name(), lease.Fence())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !current {
+		fmt.Println("another holder (fence", currentFence, ") took over: not sending")
+		return
+	}
+	_ = mailer{}.Send("team@example.com", "digest")
+	_ = lease.Release(ctx)
+}
+
+// A balance written under a lease: the table keeps the fence of the last
+// write, and refuses a write with a lower one.
+func ExampleGuardedUpdate() {
+	ctx := context.Background()
+	var db *sql.DB // sql.Open("postgres", ...), after FenceMigration("accounts")
+	var lease *leasehold.Lease
+	err := leasehold.GuardedUpdate(ctx, db, leasehold.FencedRow{
+		Table: "accounts",
+		Key:   leasehold.Column{Name: "id", Value: "alice"},
+		Set:   []leasehold.Column{{Name: "balance", Value: 120}},
+		Fence: lease.Fence(),
+	})
+	switch {
+	case errors.Is(err, leasehold.ErrStaleFence):
+		log.Fatal("the lease was lost: a later holder wrote; stop") // err says which fences
+	case errors.Is(err, leasehold.ErrRowNotFound):
+		log.Fatal("no account alice")
+	case err != nil:
+		log.Fatal(err)
+	}
+}
+
+// Advice on the TTLs: the client logs it once per stream; a callback gets
+// each answer's.
+func ExampleWithTTLAdvice() {
+	client, _ := leasehold.Dial("127.0.0.1:7420", leasehold.WithTTLAdvice(func(a leasehold.TTLAdvice) {
+		fmt.Printf("TTL %v is under 10x the heartbeat p99 %v: use %v\n", a.ShortestTTL, a.RoundTripP99, a.SuggestedTTL)
+	}))
+	defer client.Close()
+	// Or let the broker choose: 10x the p99 it measures, at least its floor.
+	lease, err := client.Acquire(context.Background(), "jobs/sync", leasehold.WithTTLAuto())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("TTL chosen:", lease.TTL())
 }

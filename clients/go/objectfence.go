@@ -56,8 +56,12 @@ type ObjectStore interface {
 	// A missing object is ObjectInfo{Exists: false} and no error.
 	Head(ctx context.Context, key string) (ObjectInfo, error)
 	// Put writes body at key with the fence in its metadata
-	// (FenceMetadataKey, in decimal), only if the precondition holds; an
-	// error matching ErrPreconditionFailed when it did not (412).
+	// (FenceMetadataKey, in decimal: FenceMetadata), only if the
+	// precondition holds; an error matching ErrPreconditionFailed when it
+	// did not: 412 Precondition Failed, and on S3 also 404 NoSuchKey (an
+	// If-Match on an object deleted since Head) and 409
+	// ConditionalRequestConflict (a concurrent conditional write), which
+	// S3 asks to retry.
 	Put(ctx context.Context, key string, body []byte, pre Precondition, fence uint64) error
 }
 
