@@ -142,6 +142,14 @@ def _describe(table: Table, key: Mapping[str, Any]) -> str:
     return f"{name} ({where})"
 
 
+def _checked(key: Mapping[str, Any], values: Mapping[str, Any], fence_column: str):
+    keys = _columns("key", key)
+    sets = _columns("values", values)
+    if fence_column in key or fence_column in values:
+        raise ValueError(f"the fence column {fence_column!r} is set by the guard: leave it out of key and values")
+    return keys, sets
+
+
 def _check_fence(fence: int) -> int:
     if isinstance(fence, bool) or not isinstance(fence, int) or fence < 0:
         raise ValueError(f"fence must be a lease's fence (a non-negative int), got {fence!r}")
@@ -162,8 +170,7 @@ def update_statement(
         SELECT (SELECT count(*) FROM written), (SELECT max("fence") FROM before_write)
     """
     _check_fence(fence)
-    keys = _columns("key", key)
-    sets = _columns("values", values)
+    keys, sets = _checked(key, values, fence_column)
     t = _table(table)
     f = _ident(fence_column)
     where = " AND ".join(f"{_ident(k)} = %s" for k, _ in keys)
@@ -191,8 +198,7 @@ def upsert_statement(
     wrapped as :func:`update_statement` is, to tell the fence that refused
     it."""
     _check_fence(fence)
-    keys = _columns("key", key)
-    sets = _columns("values", values)
+    keys, sets = _checked(key, values, fence_column)
     t = _table(table)
     f = _ident(fence_column)
     where = " AND ".join(f"{_ident(k)} = %s" for k, _ in keys)
