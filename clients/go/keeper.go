@@ -376,8 +376,9 @@ func (k *keeper) advised(a *pb.TtlAdvice, logged bool, index int) bool {
 	advice := adviceFrom(a)
 	k.advice.set(&advice)
 	if !logged {
-		k.c.logger.Printf("leasehold: TTL advice from broker %s: %d lease(s) with a TTL under 10 times the heartbeat round trip p99 (%v; shortest TTL %v): use a TTL of at least %v, or WithTTLAuto: %s",
-			k.c.brokers.targets[index], advice.LeasesBelow, advice.RoundTripP99, advice.ShortestTTL, advice.SuggestedTTL, advice.Message)
+		// The broker's sentence has the figures (p99, shortest and
+		// suggested TTL); WithTTLAuto is this client's word for ttl_auto.
+		k.c.logger.Printf("leasehold: TTL advice from broker %s (WithTTLAuto lets it choose): %s", k.c.brokers.targets[index], advice.Message)
 	}
 	return true
 }
