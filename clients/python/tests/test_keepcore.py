@@ -480,13 +480,13 @@ def advised(gen: int, seq: int, *statuses: pb.LeaseStatus, p99_us: int = 400_000
     return Answered(gen, pb.KeepAliveResponse(seq=seq, leases=statuses, advice=advice))
 
 
-def test_each_round_trip_is_reported_once_and_not_on_the_next_stream():
+def test_the_last_round_trip_goes_in_each_heartbeat_but_not_on_the_next_stream():
     h = lease("a", ttl=3.0)
     core = core_with(h)
     core.handle(answer(1, 1, status(h)), T0 + 0.25)
     assert core.handle(TimerFired(), T0 + 1.0) == [beat(2, h, rtt_us=250_000), sleep(T0 + 2.0)]
-    # No answer since: nothing new to report (the broker counts each once).
-    assert core.handle(TimerFired(), T0 + 2.0)[0] == beat(3, h)
+    # No answer since: the last one measured still is the news.
+    assert core.handle(TimerFired(), T0 + 2.0)[0] == beat(3, h, rtt_us=250_000)
     core.handle(answer(1, 3, status(h)), T0 + 2.01)
     # The stream breaks before the next beat: its round trip stays with it.
     core.handle(StreamEnded(1, 0, None), T0 + 2.1)

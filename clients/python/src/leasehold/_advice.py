@@ -8,7 +8,7 @@ measured (ten times the p99, at least its ``--ttl-auto-floor``, within its
 ``--ttl-min`` and ``--ttl-max``), followed as the latency changes.
 
 What the client does with it (both keepers, through _keepcore): it reports
-each round trip it measures once, in the next heartbeat; it logs a warning
+the last round trip it measured on a stream in each heartbeat; it logs a warning
 the first time a stream's answers carry advice (not at every heartbeat: a
 slow network is news once), keeps the latest advice for the application
 (``Client.ttl_advice``) and calls ``on_ttl_advice`` then too.

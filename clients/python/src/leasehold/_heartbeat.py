@@ -12,8 +12,10 @@ machine that applies them, event by event, is _keepcore.KeeperCore.
   later;
 * a broken or stalled stream is reopened with jittered backoff, never
   longer than a heartbeat interval, and the leases resume by owner token;
-* each heartbeat's round trip (send to answer) is measured and reported
-  once, in the next heartbeat of the stream, for the broker's TTL advice;
+* each heartbeat's round trip (send to answer) is measured, and the last
+  one measured on the stream goes in every heartbeat after it, for the
+  broker's TTL advice (a heartbeat without one would be judged by the
+  store's time alone, which leaves the network out);
 * a lease taken with ``ttl="auto"`` is renewed for the TTL the broker
   suggests (``LeaseRef.ttl_auto``), and its TTL, deadline and the beat
   follow the TTL each answer applied.
@@ -76,9 +78,8 @@ def heartbeats(
     live: List[_Held], seq: int, now: float, pending: Pending, round_trip_us: int = 0
 ) -> Tuple[int, List[pb.KeepAliveRequest]]:
     """The heartbeats of one beat (recorded in ``pending``) and the last seq.
-    ``round_trip_us``: a round trip measured since the last report (0:
-    none), carried by the first of them only, so that the broker counts
-    each measurement once."""
+    ``round_trip_us``: the last round trip measured on the stream (0:
+    none yet)."""
     requests = []
     for start in range(0, len(live), HEARTBEAT_LEASES):
         chunk = live[start:start + HEARTBEAT_LEASES]
@@ -87,7 +88,7 @@ def heartbeats(
             pb.KeepAliveRequest(
                 seq=seq,
                 leases=[pb.LeaseRef(name=h.name, owner_token=h.token, ttl_ms=0, ttl_auto=h.auto) for h in chunk],
-                last_round_trip_us=round_trip_us if start == 0 else 0,
+                last_round_trip_us=round_trip_us,
             )
         )
         pending[seq] = (now, chunk)

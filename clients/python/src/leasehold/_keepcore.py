@@ -237,8 +237,8 @@ class KeeperCore:
         # When the last beat was sent: the next is planned from it again
         # when an answer changes an auto lease's TTL.
         self._last_beat = 0.0
-        # A round trip of the current stream measured and not yet reported
-        # (microseconds; 0: none).
+        # The last round trip measured on the current stream, reported in
+        # each heartbeat (microseconds; 0: none yet).
         self._round_trip_us = 0
         #: The TTL advice of the last answer (None: it carried none).
         self.advice: Optional[TtlAdvice] = None
@@ -423,7 +423,6 @@ class KeeperCore:
                 self._let_go()
             else:
                 self._seq, requests = hb.heartbeats(live, self._seq, now, self._pending, self._round_trip_us)
-                self._round_trip_us = 0
                 actions.extend(Send(r) for r in requests)
                 self._last_beat = now
                 self._next_beat = now + hb.beat_interval(live)
