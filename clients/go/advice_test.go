@@ -178,3 +178,42 @@ func TestTTLAuto(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An auto lease whose TTL shrinks at a renewal is beaten sooner: granted
+// 10 times the round trips of the tenant's slow stream (2 s or more), it
+// is renewed on its own fast stream for the floor (500 ms), and must be
+// beaten every third of that from then on, not of the TTL it had.
+func TestTTLAutoShrinking(t *testing.T) {
+	t.Parallel()
+	ctx := bg(t)
+	b := startBroker(t, "--ttl-min", "100ms", "--ttl-auto-floor", "500ms")
+	proxy := startProxy(t, b.addr, 100*time.Millisecond)
+	advised := make(chan leasehold.TTLAdvice, 1)
+	slow := dial(t, proxy.addr, leasehold.WithTTLAdvice(func(a leasehold.TTLAdvice) {
+		select {
+		case advised <- a:
+		default:
+		}
+	}))
+	if _, err := slow.Acquire(ctx, lockName(t)+"/slow", leasehold.WithTTL(time.Second), leasehold.WithWait(0)); err != nil {
+		t.Fatal(err)
+	}
+	// Advice means three round trips measured: the tenant's p99 too.
+	select {
+	case <-advised:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow stream was not advised within 10 s")
+	}
+	fast := dial(t, b.addr)
+	l, err := fast.Acquire(ctx, lockName(t)+"/fast", leasehold.WithTTLAuto(), leasehold.WithWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.TTL() < 2*time.Second {
+		t.Fatalf("granted %v: want 10 times the slow stream's 200 ms round trips", l.TTL())
+	}
+	renewals(t, l, 6, 10*time.Second)
+	if l.TTL() != 500*time.Millisecond {
+		t.Fatalf("TTL %v after renewals on the fast stream, want the floor, 500ms", l.TTL())
+	}
+}

@@ -247,6 +247,8 @@ func (k *keeper) run() {
 		// its advice was logged: both belong to one stream.
 		lastRTT time.Duration
 		advised bool
+		// lastBeat: when the last heartbeats were sent.
+		lastBeat time.Time
 	)
 	letGo := func(cancel bool) {
 		if cancel {
@@ -289,6 +291,7 @@ func (k *keeper) run() {
 					default: // the backlog shows it: stuck at the next beat
 					}
 				}
+				lastBeat = now
 				nextBeat = now.Add(interval(live))
 			}
 		}
@@ -342,6 +345,13 @@ func (k *keeper) run() {
 					}
 				}
 				k.answered(pending, ev.resp)
+				// An auto lease's TTL can shrink at a renewal (its stream's
+				// round trips improved, or the grant was fitted to other
+				// streams'): the next beat comes a third of the new TTL
+				// after the last, not of the old.
+				if next := lastBeat.Add(interval(k.snapshot())); next.Before(nextBeat) {
+					nextBeat = next
+				}
 				advised = k.advised(ev.resp.Advice, advised, st.index)
 				continue
 			}
