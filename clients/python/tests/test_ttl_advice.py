@@ -99,8 +99,8 @@ def test_ttl_auto_starts_at_the_floor_and_grows_on_a_slow_stream(advising_broker
         # An auto lease fits its stream: nothing to advise.
         assert client.ttl_advice is None
         lease.check()
-    with pytest.raises(ValueError, match='"auto"'):
-        Client(advising_broker.address).acquire(name, ttl="automatic")
+    with Client(advising_broker.address) as client, pytest.raises(ValueError, match='"auto"'):
+        client.acquire(name, ttl="automatic")
 
 
 async def test_asyncio_advice_and_ttl_auto(advising_broker, slow, name):
