@@ -140,6 +140,9 @@ func TestTTLAuto(t *testing.T) {
 	if _, err := c.Acquire(ctx, lockName(t), leasehold.WithTTLAuto(), leasehold.WithTTL(time.Second)); err == nil {
 		t.Fatal("WithTTL and WithTTLAuto together: no error")
 	}
+	if _, err := c.Campaign(ctx, lockName(t), "v", leasehold.WithTTLAuto()); err == nil {
+		t.Fatal("Campaign WithTTLAuto: no error")
+	}
 	l, err := c.Acquire(ctx, lockName(t), leasehold.WithTTLAuto(), leasehold.WithWait(0))
 	if err != nil {
 		t.Fatal(err)

@@ -55,6 +55,26 @@
 // LOSS_REASON_EXPIRED, as every Leasehold client spells it, and
 // DEADLINE_PASSED), or ErrReleased.
 //
+// # Fencing writes
+//
+// A lease cannot stop a holder paused past its TTL (a GC pause) from
+// writing after its successor did; the storage can, by refusing a write
+// whose fence is lower than one it accepted. GuardedUpdate and
+// GuardedUpsert do it for a SQL table with a fence column
+// (FenceMigration), in one statement; GuardedPut for an object store
+// (an ObjectStore adapter of your SDK), with a conditional write keyed by
+// the ETag; both return an error matching ErrStaleFence when refused.
+// CheckFence asks the broker, for resources that can store nothing.
+//
+// # TTL advice
+//
+// Each heartbeat reports the round trip of the one before; while a TTL is
+// under 10 times the p99 of its stream's round trips, the broker says so.
+// The client logs it once per stream, passes it to WithTTLAdvice's
+// callback, and keeps it for Client.TTLAdvice. WithTTLAuto lets the broker
+// choose the TTL (10 times the p99, at least its floor), renewal after
+// renewal.
+//
 // # Several brokers, TLS and tokens
 //
 // Dial takes several replicas' addresses separated by commas: calls and

@@ -14,7 +14,8 @@ import (
 // Attach Fence to every write made under the lease and have the storage
 // refuse writes with a lower fence than one it already accepted: a lease
 // alone cannot stop a holder that was paused past its TTL, a fence checked
-// by the storage can. Stop writing when Done is closed.
+// by the storage can (GuardedUpdate, GuardedUpsert and GuardedPut make it
+// one call). Stop writing when Done is closed.
 type Lease struct {
 	c      *Client
 	name   string
