@@ -112,8 +112,14 @@ impl RoundTrips {
 /// The TTL fit for a p99 round trip: [`TTL_PER_ROUND_TRIP`] times it, at
 /// least `--ttl-auto-floor`, within the broker's bounds. With nothing
 /// measured, the floor.
+///
+/// Rounded up to a whole millisecond (TTLs travel in milliseconds): a TTL
+/// rounded down would be a hair under the ratio, and advised against.
 pub fn suggested_ttl(p99: Option<Duration>, limits: &Limits) -> Duration {
     let fit = p99.map_or(Duration::ZERO, |p| p.saturating_mul(TTL_PER_ROUND_TRIP));
+    let fit = Duration::from_millis(
+        u64::try_from(fit.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
+    );
     fit.max(limits.ttl_auto_floor)
         .clamp(limits.ttl_min, limits.ttl_max)
 }
@@ -270,6 +276,15 @@ mod tests {
             suggested_ttl(Some(ms(9_000)), &limits),
             Duration::from_secs(60)
         );
+        // 10 x 512.3456001 ms is 5123.456010 ms: 5124 ms, not under the
+        // ratio.
+        let p99 = Duration::from_nanos(512_345_600 + 1);
+        let ttl = suggested_ttl(Some(p99), &limits);
+        assert_eq!(ttl, ms(5_124));
+        assert_eq!(Advice::of(Some(p99), [ttl], &limits), None);
+        let exact = ms(600);
+        assert_eq!(suggested_ttl(Some(exact), &limits), ms(6_000));
+        assert_eq!(Advice::of(Some(exact), [ms(6_000)], &limits), None);
     }
 
     #[test]

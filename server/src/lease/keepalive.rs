@@ -398,6 +398,11 @@ impl Session {
         if let Some(round_trip) = reported {
             self.record_round_trip(round_trip);
         }
+        // The p99 this heartbeat is judged by, as its ttl_auto leases are
+        // renewed by: a sample recorded after the renewal (the store's time,
+        // for a client that reports none) counts from the next heartbeat,
+        // or an auto lease would be told its TTL, just applied, is short.
+        let p99 = lock(&self.round_trips).p99();
         let (mut states, items) = self.renewals(&leases);
         let sent = Instant::now();
         let outcomes = self
@@ -516,7 +521,7 @@ impl Session {
                 (lease.name, state)
             })
             .collect();
-        let advice = self.advise(&states);
+        let advice = self.advise(p99, &states);
         Ok(Beat { states, advice })
     }
 
@@ -540,13 +545,13 @@ impl Session {
     /// counted each time it is given and logged the first time on the
     /// stream: a stream keeps its TTLs for its life, and one line tells
     /// the operator as much as a line per heartbeat would.
-    fn advise(&self, states: &[(String, LeaseState)]) -> Option<Advice> {
+    fn advise(&self, p99: Option<Duration>, states: &[(String, LeaseState)]) -> Option<Advice> {
         let inner = &self.leases.inner;
         let ttls = states.iter().filter_map(|(_, state)| match state {
             LeaseState::Alive { ttl_ms, .. } => Some(Duration::from_millis(*ttl_ms)),
             _ => None,
         });
-        let advice = Advice::of(lock(&self.round_trips).p99(), ttls, &inner.limits)?;
+        let advice = Advice::of(p99, ttls, &inner.limits)?;
         let tenant = self.caller.tenant().id();
         inner.events.ttl_advised(tenant);
         if !self.advised.swap(true, Ordering::Relaxed) {

@@ -62,6 +62,29 @@ impl Stream {
         Ok(response)
     }
 
+    /// Sends one heartbeat of `leases` that reports the round trip of this
+    /// stream's previous one (`last_round_trip_us`), as the clients do, and
+    /// returns its answer and its own round trip.
+    pub async fn beat_reporting(
+        &mut self,
+        leases: Vec<LeaseRef>,
+        last_round_trip: std::time::Duration,
+    ) -> Result<(KeepAliveResponse, std::time::Duration), tonic::Status> {
+        self.seq += 1;
+        let sent = std::time::Instant::now();
+        self.tx
+            .send(KeepAliveRequest {
+                seq: self.seq,
+                leases,
+                last_round_trip_us: u64::try_from(last_round_trip.as_micros()).unwrap_or(u64::MAX),
+            })
+            .await
+            .expect("send");
+        let response = self.rx.message().await?.expect("a response");
+        assert_eq!(response.seq, self.seq);
+        Ok((response, sent.elapsed()))
+    }
+
     /// Resets the stream, as a client that cancels it does (the answers'
     /// side dropped first, then the heartbeats').
     pub fn reset(self) {
