@@ -590,6 +590,9 @@ mod tests {
         ));
     }
 
+    /// A writer that reaches the bucket just before a PUT.
+    type Racer = Box<dyn FnOnce(&Bucket) + Send>;
+
     /// One object as S3 keeps it.
     #[derive(Clone, Debug)]
     struct Object {
@@ -609,7 +612,7 @@ mod tests {
         versions: AtomicU64,
         /// Run just before each of the next PUTs reaches the bucket: a
         /// writer racing in between HEAD and PUT.
-        racers: Mutex<Vec<Box<dyn FnOnce(&Bucket) + Send>>>,
+        racers: Mutex<Vec<Racer>>,
         puts: AtomicU64,
         /// Fail every HEAD (the SDK's error).
         broken: bool,
