@@ -226,6 +226,18 @@ async fn row(db: &tokio_postgres::Client, id: &str) -> (String, i64) {
 /// row keeps B's value and fence.
 #[tokio::test]
 async fn a_paused_holders_late_write_is_refused_by_the_row() {
+    story("write").await;
+}
+
+/// The same story with the late write an upsert (the guard for rows that
+/// may not exist yet).
+#[tokio::test]
+async fn a_paused_holders_late_upsert_is_refused_by_the_row() {
+    story("upsert").await;
+}
+
+/// The GC-pause story, A's late write being `late` (`write` or `upsert`).
+async fn story(late: &str) {
     let binary = fenced_writer();
     let pg = PostgresServer::start();
     let broker = Broker::start("memory").await;
@@ -250,7 +262,7 @@ async fn a_paused_holders_late_write_is_refused_by_the_row() {
     );
 
     // A has checked its lease and decided to write: the pause falls here.
-    a.decide("write nightly a-late").await;
+    a.decide(&format!("{late} nightly a-late")).await;
     let paused = Instant::now();
     a.pause().await;
     let (b_client, b_lease) = successor(&broker, &lock_of("reports")).await;
