@@ -161,7 +161,8 @@ async fn dispatch(cli: Cli) -> ExitCode {
             }
         }
         command => {
-            // Client commands print results on stdout; logs only on request.
+            // Client commands print results on stdout; logs only on
+            // request. The TTL advice they print as a line of their own.
             init_tracing(LogFormat::Pretty, "warn", true);
             match command {
                 Command::Acquire(args) => cli::acquire(args).await,
@@ -236,13 +237,19 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Logs to stderr at `RUST_LOG` (else `default_level`); without `audit`,
-/// the audit trail's target is off whatever the level.
+/// the audit trail's target is off whatever the level. The client's TTL
+/// advice log is always off: the commands print the advice themselves
+/// (the broker's own advice log has a target of its own).
 fn init_tracing(format: LogFormat, default_level: &str, audit: bool) {
     use tracing_subscriber::EnvFilter;
     let mut filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let mut off = vec![leasehold_client::TTL_ADVICE_TARGET];
     if !audit {
-        if let Ok(off) = format!("{}=off", leasehold_server::lease::audit::TARGET).parse() {
+        off.push(leasehold_server::lease::audit::TARGET);
+    }
+    for target in off {
+        if let Ok(off) = format!("{target}=off").parse() {
             filter = filter.add_directive(off);
         }
     }

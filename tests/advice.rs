@@ -143,7 +143,7 @@ async fn the_advisor_warns_exactly_the_slow_stream() {
     assert_eq!(last.leases_below, 1);
     assert_eq!(
         Duration::from_millis(last.suggested_ttl_ms),
-        Duration::from_millis((p99 * 10).as_nanos().div_ceil(1_000_000) as u64),
+        Duration::from_millis(u64::try_from((p99 * 10).as_nanos().div_ceil(1_000_000)).unwrap()),
         "10 times the p99 (above the 10 s floor here): {last:?}"
     );
     assert!(last.message.contains("ttl_auto"), "{}", last.message);

@@ -1010,3 +1010,75 @@ async fn describe_check_fence_and_observe_print_json() {
     assert_eq!(second["value"], "10.0.0.7:8080");
     assert_eq!(second["term"], leading.fence());
 }
+
+/// `hold` prints the broker's TTL advice once, on standard error, when its
+/// heartbeats are slow for its TTL (here a 2 s lease through a proxy that
+/// comes to hold each direction 300 ms: a round trip of 600 ms or more,
+/// which a 2 s lease survives, barely); and
+/// `--ttl auto` lets the broker choose (the floor, on a fast connection).
+#[tokio::test]
+async fn hold_prints_the_ttl_advice_and_takes_ttl_auto() {
+    let broker = Broker::start_with("memory", |c| {
+        c.limits.ttl_auto_floor = Duration::from_secs(3);
+    })
+    .await;
+    let mut command = leasehold(&broker);
+    command.args(["hold", "--lock", "auto", "--ttl", "auto"]);
+    let (mut auto, mut out) = spawn(command);
+    // Nothing measured yet on this broker: the floor.
+    let granted = next_line(&mut out).await;
+    assert!(granted.ends_with(" ttl_ms=3000"), "the floor: {granted}");
+    let (_, usage) = outcome(&broker, &["hold", "--lock", "x", "--ttl", "soon"]).await;
+    assert!(usage.contains("or auto"), "{usage}");
+    let proxy = common::proxy::Proxy::start(broker.addr).await;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env("LEASEHOLD_BROKER", format!("http://{}", proxy.addr()))
+        .args(["hold", "--lock", "slow", "--ttl", "2s"])
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let (mut slow, mut out) = spawn(command);
+    assert!(next_line(&mut out).await.starts_with("granted lock=slow"));
+    // Slow from now on (a grant through it would start late, and the
+    // client's deadline, counted from the sending, would be short).
+    proxy.set_latency(Duration::from_millis(300));
+    let mut errors = BufReader::new(slow.stderr.take().unwrap()).lines();
+    let advice = tokio::time::timeout(Duration::from_secs(30), errors.next_line())
+        .await
+        .expect("advice within a few heartbeats")
+        .unwrap();
+    let advice = match advice {
+        Some(line) => line,
+        None => {
+            let status = slow.wait().await.unwrap();
+            let mut rest = Vec::new();
+            while let Ok(Some(line)) = out.next_line().await {
+                rest.push(line);
+            }
+            panic!("hold ended ({status}) without advice; its output: {rest:?}");
+        }
+    };
+    assert!(
+        advice.starts_with("leasehold: TTL advice from the broker: ")
+            && advice.contains("the shortest 2 s")
+            && advice.contains("or --ttl auto)"),
+        "{advice}"
+    );
+
+    // Only one advice line while the advice holds: the next line on
+    // standard error comes at the end (none here), not per heartbeat.
+    signal(slow.id().unwrap(), libc::SIGTERM);
+    assert_eq!(exit_code(&mut slow, Duration::from_secs(20)).await, 0);
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut rest = Vec::new();
+        while let Some(line) = errors.next_line().await.unwrap() {
+            rest.push(line);
+        }
+        rest
+    })
+    .await
+    .unwrap();
+    assert!(rest.iter().all(|l| !l.contains("TTL advice")), "{rest:?}");
+    signal(auto.id().unwrap(), libc::SIGTERM);
+    assert_eq!(exit_code(&mut auto, Duration::from_secs(20)).await, 0);
+}

@@ -149,9 +149,11 @@ pub struct LockArgs {
     /// The lock name.
     #[arg(long)]
     pub lock: String,
-    /// Lease TTL (e.g. `10s`).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub ttl: Duration,
+    /// Lease TTL (e.g. `10s`), or `auto`: the broker chooses it from the
+    /// heartbeat round trips it measures (10 times their p99, at least its
+    /// --ttl-auto-floor) and adjusts it as they change.
+    #[arg(long, default_value = "10s", value_parser = parse_ttl)]
+    pub ttl: Ttl,
     /// How long to wait if the lock is held (`0`: try once; `forever`: as
     /// long as it takes). Waits longer than the broker's --max-wait are a
     /// chain of calls that keep their place in line.
@@ -180,6 +182,35 @@ pub struct BusyArgs {
     pub busy_exit_code: u8,
 }
 
+/// A lease TTL as the commands take it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ttl {
+    /// This TTL.
+    Fixed(Duration),
+    /// The broker's choice (`AcquireOptions::ttl_auto`).
+    Auto,
+}
+
+impl Ttl {
+    /// `options` asking for this TTL.
+    fn apply(self, options: AcquireOptions) -> AcquireOptions {
+        match self {
+            Ttl::Fixed(ttl) => options.ttl(ttl),
+            Ttl::Auto => options.ttl_auto(),
+        }
+    }
+}
+
+/// A TTL: a duration, or `auto`.
+fn parse_ttl(text: &str) -> Result<Ttl, String> {
+    if text.trim().eq_ignore_ascii_case("auto") {
+        return Ok(Ttl::Auto);
+    }
+    parse_duration(text)
+        .map(Ttl::Fixed)
+        .map_err(|e| format!("{e}, or auto"))
+}
+
 /// A wait: a duration, or `forever` (`Duration::MAX`).
 fn parse_wait(text: &str) -> Result<Duration, String> {
     if text.trim().eq_ignore_ascii_case("forever") {
@@ -197,8 +228,8 @@ fn parse_exit_code(text: &str) -> Result<u8, String> {
 
 impl LockArgs {
     fn options(&self) -> AcquireOptions {
-        AcquireOptions::new()
-            .ttl(self.ttl)
+        self.ttl
+            .apply(AcquireOptions::new())
             .wait(self.wait)
             .holder(self.holder.clone().unwrap_or_else(default_holder))
             .lock_delay(self.lock_delay)
@@ -507,8 +538,10 @@ pub async fn acquire(args: AcquireArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let mut options = AcquireOptions::new()
-        .ttl(args.lock.ttl)
+    let mut options = args
+        .lock
+        .ttl
+        .apply(AcquireOptions::new())
         .wait(args.lock.wait)
         .lock_delay(args.lock.lock_delay)
         .limit(args.lock.limit);
@@ -835,7 +868,7 @@ pub async fn elect(args: ElectArgs) -> ExitCode {
             broker: args.broker,
             lock: LockArgs {
                 lock: args.election,
-                ttl: args.ttl,
+                ttl: Ttl::Fixed(args.ttl),
                 wait: args.wait,
                 holder: Some(args.value),
                 lock_delay: Duration::ZERO,
@@ -975,9 +1008,11 @@ async fn keep(args: HoldArgs, words: Words) -> ExitCode {
     };
     println!("{}", words.granted(&lease));
     let mut tick = interval((lease.ttl() / 3).max(Duration::from_millis(100)));
+    let mut advice = Advice::of(&client);
     tokio::pin!(stop);
     loop {
         tokio::select! {
+            () = advice.next() => {}
             reason = lease.lost() => {
                 println!("{}", words.lost(lease.name(), reason));
                 return ExitCode::from(EXIT_LEASE_LOST);
@@ -1004,6 +1039,48 @@ async fn keep(args: HoldArgs, words: Words) -> ExitCode {
 }
 
 pub use self::run::run;
+
+/// The broker's TTL advice as a command prints it: one line on standard
+/// error when advice appears (not at every heartbeat that repeats it), and
+/// one when it clears.
+struct Advice {
+    changes: tokio::sync::watch::Receiver<Option<leasehold_client::TtlAdvice>>,
+    shown: bool,
+}
+
+impl Advice {
+    fn of(client: &Client) -> Self {
+        Advice {
+            changes: client.ttl_advice_changes(),
+            shown: false,
+        }
+    }
+
+    /// Waits for the advice to change, and says so if it appeared or
+    /// cleared. Never resolves once the client is gone.
+    async fn next(&mut self) {
+        if self.changes.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let advice = self.changes.borrow_and_update().clone();
+        match (advice, self.shown) {
+            (Some(advice), false) => {
+                // In whole seconds, rounded up: what --ttl takes as written.
+                let seconds = advice.suggested_ttl.as_millis().div_ceil(1_000);
+                eprintln!(
+                    "leasehold: TTL advice from the broker: {} (here: --ttl {seconds}s, or --ttl auto)",
+                    advice.message,
+                );
+                self.shown = true;
+            }
+            (None, true) => {
+                eprintln!("leasehold: the broker's TTL advice no longer applies");
+                self.shown = false;
+            }
+            _ => {}
+        }
+    }
+}
 
 /// A process id as the C calls take it. Linux's pids are at most 2^22
 /// (`/proc/sys/kernel/pid_max`), so every `u32` the standard library hands

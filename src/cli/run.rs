@@ -105,6 +105,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
 
+    let mut advice = super::Advice::of(&client);
     tokio::pin!(stop);
     loop {
         let stop_at = lease
@@ -112,6 +113,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             .checked_sub(grace)
             .unwrap_or_else(Instant::now);
         tokio::select! {
+            () = advice.next() => {}
             status = guardian.process.wait() => {
                 let code = match status {
                     Ok(status) => {

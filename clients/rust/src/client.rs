@@ -32,6 +32,11 @@ use crate::{
     LeaderInfo, Lease, ListPage, Listed, LossReason, Observation, TtlAdvice,
 };
 
+/// The log target of the client's TTL advice warning, for a program that
+/// shows the advice its own way (as the `leasehold` commands do) to turn
+/// the log line off.
+pub const TTL_ADVICE_TARGET: &str = "leasehold_client::ttl_advice";
+
 /// State shared by a client, its leases and its keeper task.
 pub(crate) struct Shared {
     /// One channel per broker replica, in the order given.
@@ -65,6 +70,7 @@ impl Shared {
         if let Some(advice) = &advice {
             if !std::mem::replace(advised, true) {
                 tracing::warn!(
+                    target: TTL_ADVICE_TARGET,
                     round_trip_p99_ms = advice.round_trip_p99.as_secs_f64() * 1e3,
                     suggested_ttl_ms = millis(advice.suggested_ttl),
                     "the broker says a lease's TTL is short for this connection's latency: {}",

@@ -43,7 +43,7 @@ mod types;
 
 pub(crate) use self::{client::Shared, lease::Held};
 pub use self::{
-    client::{Broker, Client},
+    client::{Broker, Client, TTL_ADVICE_TARGET},
     election::{LeaderInfo, Observation},
     error::{ClientError, LossReason, Refusal},
     lease::Lease,

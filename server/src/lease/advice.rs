@@ -195,9 +195,9 @@ impl Advice {
         let shortest = format_duration(self.shortest_ttl);
         let suggested = format_duration(self.suggested_ttl);
         let leases = if self.leases_below == 1 {
-            "1 lease".to_owned()
+            "1 lease here has".to_owned()
         } else {
-            format!("{} leases", self.leases_below)
+            format!("{} leases here have", self.leases_below)
         };
         let fix = if self.suggested_ttl >= self.round_trip_p99.saturating_mul(TTL_PER_ROUND_TRIP) {
             format!("use a TTL of at least {suggested}, or ttl_auto")
@@ -209,8 +209,8 @@ impl Advice {
         };
         format!(
             "heartbeats on this stream take up to {p99} (p99 of the last round trips), and \
-             {leases} here have a TTL under {TTL_PER_ROUND_TRIP} times that (the shortest \
-             {shortest}): one slow heartbeat more and they are lost; {fix}"
+             {leases} a TTL under {TTL_PER_ROUND_TRIP} times that (the shortest \
+             {shortest}): a heartbeat slower still and the lease is lost; {fix}"
         )
     }
 }
@@ -301,7 +301,7 @@ mod tests {
         assert_eq!(advice.shortest_ttl, ms(600));
         assert_eq!(advice.suggested_ttl, limits.ttl_auto_floor.max(ms(1_000)));
         assert!(
-            advice.message().contains("2 leases"),
+            advice.message().contains("2 leases here have"),
             "{}",
             advice.message()
         );
