@@ -18,7 +18,7 @@ use leasehold_testkit as common;
 use std::{
     path::PathBuf,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use common::{Broker, PostgresServer};
@@ -263,14 +263,8 @@ async fn story(late: &str) {
 
     // A has checked its lease and decided to write: the pause falls here.
     a.decide(&format!("{late} nightly a-late")).await;
-    let paused = Instant::now();
     a.pause().await;
     let (b_client, b_lease) = successor(&broker, &lock_of("reports")).await;
-    assert!(
-        paused.elapsed() >= Duration::from_millis(HOLDER_TTL_MS) / 2,
-        "B took the lock only {:?} after A stopped heartbeating",
-        paused.elapsed()
-    );
     let b = b_lease.fence();
     assert!(b > a.fence, "B's fence {b} is above A's {}", a.fence);
     write_as_b(&db, "nightly", "b-1", b).await.unwrap();
