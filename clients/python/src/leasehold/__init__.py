@@ -28,7 +28,9 @@ from ._advice import AUTO, TtlAdvice
 from ._aio import AsyncClient, AsyncLease, AsyncObservation
 from ._client import Client, Description, FenceCheck, Leader, ListPage, Listed, Observation, default_holder
 from ._lease import Lease
+from . import fence
 from .errors import LeaseholdError, LeaseLost, LossReason, NotAcquired
+from .fence import StaleFence
 
 __all__ = [
     "AUTO",
@@ -47,6 +49,8 @@ __all__ = [
     "LossReason",
     "NotAcquired",
     "Observation",
+    "StaleFence",
     "TtlAdvice",
     "default_holder",
+    "fence",
 ]
