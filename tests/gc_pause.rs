@@ -7,19 +7,12 @@
 //! CheckFence right before it does.
 //!
 //! The holder is `clients/rust/examples/fenced_writer.rs`, a program that
-//! uses the client as any application would. Cargo builds examples of the
-//! client crate, not of this package (`CARGO_BIN_EXE_*` only names this
-//! package's binaries), so [`fenced_writer`] builds it here with `cargo
-//! build --example` (a no-op when it is fresh) and runs what Cargo says it
-//! built: no binary of the client's in this package, and never a stale one.
+//! uses the client as any application would, compiled into this test
+//! binary as well and run in a process of its own ([`holder_a`]).
 
 use leasehold_testkit as common;
 
-use std::{
-    path::PathBuf,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Stdio, time::Duration};
 
 use common::{Broker, PostgresServer};
 use leasehold_client::{
@@ -40,27 +33,36 @@ const HOLDER_TTL_MS: u64 = 2_000;
 /// the holder includes its connections).
 const STEP: Duration = Duration::from_secs(60);
 
-/// examples/fenced_writer, built now (with the client's `postgres`
-/// feature) by the Cargo running the tests: the path Cargo reports.
-fn fenced_writer() -> PathBuf {
-    let output = Command::new(env!("CARGO"))
-        .args(["build", "--locked", "-p", "leasehold-client"])
-        .args(["--features", "postgres", "--example", "fenced_writer"])
-        .arg("--message-format=json-render-diagnostics")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run cargo build");
-    assert!(
-        output.status.success(),
-        "cargo build --example fenced_writer failed"
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "fenced_writer")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .expect("cargo names the fenced_writer executable it built")
+// The holder's program: the example itself, compiled into this test
+// binary too.
+#[path = "../clients/rust/examples/fenced_writer.rs"]
+#[allow(dead_code)] // its `main` is the example's, not called here
+mod fenced_writer;
+
+/// The environment variable that carries holder A's arguments, one a line,
+/// to [`holder_a`] in a process of its own.
+const HOLDER_ARGS: &str = "LEASEHOLD_GC_PAUSE_HOLDER_ARGS";
+
+/// Not a test of its own: holder A's process. The story tests start this
+/// test binary again, running only this (ignored) test, with
+/// [`HOLDER_ARGS`] set; it runs `examples/fenced_writer` with those
+/// arguments. A process of its own, so that SIGSTOP pauses it and nothing
+/// else; the test binary itself, so that no other build is needed (Cargo
+/// names only this package's binaries to its tests, and the example is
+/// the client's).
+#[test]
+#[ignore = "holder A's process, started by the other tests of this file"]
+fn holder_a() {
+    let args = std::env::var(HOLDER_ARGS)
+        .unwrap_or_else(|_| panic!("run by the GC-pause tests, with {HOLDER_ARGS} set"));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(fenced_writer::run(
+            args.lines().map(str::to_owned).collect(),
+        ))
+        .expect("holder A");
 }
 
 /// The lock a `fenced_writer` on `table` takes.
@@ -79,9 +81,11 @@ struct Holder {
 
 impl Holder {
     /// Starts the holder, and waits until it holds the lock of `table`.
-    async fn start(binary: &PathBuf, broker: &str, database: &str, table: &str) -> Holder {
-        let mut child = tokio::process::Command::new(binary)
-            .args([broker, database, table, &HOLDER_TTL_MS.to_string()])
+    async fn start(broker: &str, database: &str, table: &str) -> Holder {
+        let args = [broker, database, table, &HOLDER_TTL_MS.to_string()].join("\n");
+        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args(["holder_a", "--exact", "--ignored", "--nocapture", "--quiet"])
+            .env(HOLDER_ARGS, args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -95,7 +99,12 @@ impl Holder {
             stdout,
             fence: 0,
         };
-        let first = holder.read().await;
+        // The test harness's own first lines ("running 1 test") come
+        // before the program's.
+        let mut first = holder.read().await;
+        while !first.starts_with("fence ") && !first.starts_with("lost ") {
+            first = holder.read().await;
+        }
         holder.fence = first
             .strip_prefix("fence ")
             .and_then(|f| f.parse().ok())
@@ -238,7 +247,6 @@ async fn a_paused_holders_late_upsert_is_refused_by_the_row() {
 
 /// The GC-pause story, A's late write being `late` (`write` or `upsert`).
 async fn story(late: &str) {
-    let binary = fenced_writer();
     let pg = PostgresServer::start();
     let broker = Broker::start("memory").await;
     let db = connect(&pg).await;
@@ -247,7 +255,7 @@ async fn story(late: &str) {
         .unwrap();
     db.batch_execute(&migration("reports")).await.unwrap();
 
-    let mut a = Holder::start(&binary, &broker.url(), &pg.url(), "reports").await;
+    let mut a = Holder::start(&broker.url(), &pg.url(), "reports").await;
     // The row does not exist yet: A's upsert creates it, its update would
     // have found no row.
     assert_eq!(
@@ -300,9 +308,8 @@ async fn story(late: &str) {
 /// stale and nothing is sent; the successor's own check passes.
 #[tokio::test]
 async fn a_paused_holders_late_message_is_stopped_by_check_fence() {
-    let binary = fenced_writer();
     let broker = Broker::start("memory").await;
-    let mut a = Holder::start(&binary, &broker.url(), "-", "outbox").await;
+    let mut a = Holder::start(&broker.url(), "-", "outbox").await;
     assert_eq!(a.run("send invoice 1 paid").await, "sent invoice 1 paid");
 
     a.decide("send invoice 1 paid again").await;

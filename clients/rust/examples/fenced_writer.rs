@@ -72,7 +72,12 @@ fn report(outcome: Result<(), FenceError>) -> Result<String, Failure> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Failure> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    run(std::env::args().skip(1).collect()).await
+}
+
+/// The program, given its arguments (tests/gc_pause.rs runs it from its
+/// own binary, as a process of its own).
+pub async fn run(args: Vec<String>) -> Result<(), Failure> {
     let [broker, database, table, ttl_ms] = args.as_slice() else {
         return Err(
             "usage: fenced_writer <broker URL> <PostgreSQL URL or -> <table> <TTL ms>".into(),
