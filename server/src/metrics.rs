@@ -424,6 +424,9 @@ impl Metrics {
         for reason in LossReason::ALL {
             m.lost.with_label_values(&[reason.as_str()]);
         }
+        // Served from the start (a rate needs its 0), for the root
+        // namespace; a tenant's series appears at its first advice.
+        m.ttl_advice.with_label_values(&[crate::lease::ROOT_TENANT]);
         for reason in Rejection::ALL {
             m.rejected.with_label_values(&[reason.as_str()]);
         }
@@ -661,6 +664,7 @@ mod tests {
             assert!(text.contains(&series), "missing {series} in\n{text}");
         }
         assert!(text.contains("lease_acquired_total 0"));
+        assert!(text.contains("leasehold_ttl_advice_total{tenant=\"@root\"} 0"));
         for direction in ClockJump::ALL {
             let series = format!(
                 "leasehold_store_clock_jumps_total{{direction=\"{}\"}} 0",
