@@ -291,3 +291,43 @@ async fn the_rust_client_surfaces_the_advice() {
     drop(slow_lease);
     fast_lease.release().await.unwrap();
 }
+
+/// A client that reports absurd round trips (an hour and more, or every
+/// bit set) misleads its own advice only: the report counts as an hour,
+/// the suggestion is the broker's longest TTL and says even that is short,
+/// the lease is renewed as usual, and another stream of the same tenant is
+/// not advised.
+#[tokio::test]
+async fn an_absurd_report_is_capped_and_misleads_only_its_own_stream() {
+    let broker = BrokerProcess::start_logged("memory", &[], None).await;
+    let mut client = broker.client().await;
+    let lease = must_acquire(&mut client, "advice/absurd", 5_000).await;
+    let other = must_acquire(&mut client, "advice/sane", 5_000).await;
+    let lease_ref = |lease: &leasehold_server::proto::Lease| LeaseRef {
+        name: lease.name.clone(),
+        owner_token: lease.owner_token.clone(),
+        ..Default::default()
+    };
+    let mut liar = Stream::open(&mut client).await;
+    let mut answers = Vec::new();
+    for report in [u64::MAX, u64::MAX, 7_200_000_000, u64::MAX] {
+        let (answer, _) = liar
+            .beat_reporting(vec![lease_ref(&lease)], Duration::from_micros(report))
+            .await
+            .unwrap();
+        assert_eq!(answer.leases[0].state(), State::Alive, "{answer:?}");
+        answers.push(answer);
+    }
+    let advice = answers[3].advice.clone().expect("advised");
+    assert_eq!(advice.round_trip_p99_us, 3_600_000_000, "capped at an hour");
+    assert_eq!(advice.suggested_ttl_ms, 3_600_000, "the broker's --ttl-max");
+    assert!(
+        advice.message.contains("even the broker's longest TTL"),
+        "{}",
+        advice.message
+    );
+
+    let mut honest = Stream::open(&mut client).await;
+    let (answers, _) = beat(&mut honest, &lease_ref(&other), 4).await;
+    assert!(answers.iter().all(|a| a.advice.is_none()), "{answers:#?}");
+}
