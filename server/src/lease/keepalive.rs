@@ -403,7 +403,7 @@ impl Session {
         // for a client that reports none) counts from the next heartbeat,
         // or an auto lease would be told its TTL, just applied, is short.
         let p99 = lock(&self.round_trips).p99();
-        let (mut states, items) = self.renewals(&leases);
+        let (mut states, items) = self.renewals(&leases, p99);
         let sent = Instant::now();
         let outcomes = self
             .leases
@@ -535,9 +535,12 @@ impl Session {
     /// What `ttl_auto` gives on this stream: fitted to its own round trips
     /// once measured, else to its tenant's.
     fn suggested_ttl(&self) -> Duration {
-        let p99 = lock(&self.round_trips)
-            .p99()
-            .or_else(|| self.caller.tenant().round_trip_p99());
+        self.suggested_for(lock(&self.round_trips).p99())
+    }
+
+    /// [`Session::suggested_ttl`] for the stream's p99 `p99`.
+    fn suggested_for(&self, p99: Option<Duration>) -> Duration {
+        let p99 = p99.or_else(|| self.caller.tenant().round_trip_p99());
         advice::suggested_ttl(p99, &self.leases.inner.limits)
     }
 
@@ -574,7 +577,14 @@ impl Session {
     /// state of each lease so far: settled ([`LeaseState::Rejected`]) for a
     /// malformed one, which the store is not asked about; `None` for one
     /// that has a renewal in the list.
-    fn renewals(&self, leases: &[LeaseRef]) -> (Vec<Option<LeaseState>>, Vec<RenewItem>) {
+    ///
+    /// A `ttl_auto` lease is renewed for the suggestion of `p99`, the
+    /// stream's p99 this heartbeat is judged by.
+    fn renewals(
+        &self,
+        leases: &[LeaseRef],
+        p99: Option<Duration>,
+    ) -> (Vec<Option<LeaseState>>, Vec<RenewItem>) {
         let limits = &self.leases.inner.limits;
         let mut states: Vec<Option<LeaseState>> = Vec::with_capacity(leases.len());
         let mut items = Vec::with_capacity(leases.len());
@@ -585,7 +595,7 @@ impl Session {
                 .and_then(|()| validate::owner_token(&lease.owner_token))
                 .and_then(|()| {
                     advice::requested_ttl(lease.ttl_ms, lease.ttl_auto, || {
-                        *suggested.get_or_insert_with(|| self.suggested_ttl())
+                        *suggested.get_or_insert_with(|| self.suggested_for(p99))
                     })
                 })
                 .and_then(|ttl_ms| validate::ttl(limits, ttl_ms, None))
