@@ -67,7 +67,8 @@ def test_equal_fences_pass_and_a_lower_one_is_refused(conn, table):
     assert row(conn, table) == ("first", 5)
     # The same holder writes again under its lease: the same fence passes.
     assert fence.guarded_update(conn, table, {"id": 1}, {"value": "again"}, 5) == 1
-    assert fence.guarded_update(conn, table, {"id": 1}, {"value": "successor"}, 7) == 1
+    with conn.cursor() as cursor:  # a cursor does as well as a connection
+        assert fence.guarded_update(cursor, table, {"id": 1}, {"value": "successor"}, 7) == 1
     with pytest.raises(StaleFence) as refused:
         fence.guarded_update(conn, table, {"id": 1}, {"value": "late"}, 6)
     assert (refused.value.fence, refused.value.stored) == (6, 7)

@@ -218,12 +218,18 @@ def upsert_statement(
 
 
 def _run(connection: Any, sql: str, params: List[Any]) -> Tuple[int, Optional[int]]:
-    cursor = connection.cursor()
-    try:
-        cursor.execute(sql, params)
-        written, stored = cursor.fetchone()
-    finally:
-        cursor.close()
+    """Runs the guard's statement on a connection (a cursor of its own) or
+    on a cursor the caller gave; returns (rows written, fence before)."""
+    if hasattr(connection, "cursor"):
+        cursor = connection.cursor()
+        try:
+            cursor.execute(sql, params)
+            written, stored = cursor.fetchone()
+        finally:
+            cursor.close()
+    else:
+        connection.execute(sql, params)
+        written, stored = connection.fetchone()
     return int(written), None if stored is None else int(stored)
 
 
@@ -251,8 +257,8 @@ def guarded_update(
     exception's ``stored`` is None when it was that transaction's fence
     that refused the write.
 
-    ``connection``: a DB-API connection of a ``format``-paramstyle driver
-    (psycopg 3, psycopg2); identifiers are quoted (:func:`quote_ident`),
+    ``connection``: a DB-API connection (or cursor) of a
+    ``format``-paramstyle driver (psycopg 3, psycopg2); identifiers are quoted (:func:`quote_ident`),
     values are bound parameters. Example::
 
         fence.guarded_update(conn, "accounts", {"id": 42}, {"balance": 100}, lease.fence)
