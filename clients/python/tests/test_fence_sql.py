@@ -6,6 +6,7 @@ after the lock's next holder wrote; the database refuses the late write."""
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -144,6 +145,18 @@ def test_a_write_decided_while_a_higher_fence_is_being_written_is_refused(pg, co
     assert row(conn, table) == ("successor", 9)
 
 
+def read_line(process, timeout=60.0):
+    """The next line ``process`` prints, failing (not hanging) if it
+    prints none within ``timeout`` seconds: a holder that hangs fails the
+    test."""
+    lines = queue.Queue()
+    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(f"holder A printed nothing for {timeout} s") from None
+
+
 def test_a_holder_paused_past_its_ttl_has_its_late_write_refused(broker, pg, conn, table, name):
     holder = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "fence_holder.py"), broker.address, pg.conninfo, name, table],
@@ -152,7 +165,7 @@ def test_a_holder_paused_past_its_ttl_has_its_late_write_refused(broker, pg, con
         text=True,
     )
     try:
-        line = holder.stdout.readline()
+        line = read_line(holder)
         assert line.startswith("wrote "), f"holder A: {line!r}"
         f1 = int(line.split()[1])
         assert row(conn, table) == ("A", f1)
@@ -167,7 +180,7 @@ def test_a_holder_paused_past_its_ttl_has_its_late_write_refused(broker, pg, con
             os.kill(holder.pid, signal.SIGCONT)
             holder.stdin.write("go\n")
             holder.stdin.flush()
-            assert holder.stdout.readline().split() == ["stale", str(lease.fence)]
+            assert read_line(holder).split() == ["stale", str(lease.fence)]
             assert row(conn, table) == ("B", lease.fence)
         assert holder.wait(15) == 0
     finally:
