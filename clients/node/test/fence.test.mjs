@@ -49,9 +49,8 @@ describe('SQL fence guard on PostgreSQL', { skip: !havePostgres && 'no PostgreSQ
     await db.connect();
   });
   after(async () => {
-    await db?.end();
-    await server?.stop();
-    await broker?.kill();
+    await db?.end().catch(() => {});
+    await Promise.all([server?.stop(), broker?.kill()]);
   });
 
   // A fresh table with the migration applied (twice: it is idempotent).

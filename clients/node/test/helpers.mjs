@@ -246,11 +246,14 @@ export async function startPostgres() {
     as.gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
     chownSync(dir, as.uid, as.gid);
   }
+  // A run that ends without stop() (a failed hook, a crash) leaves no dir behind.
+  const remove = () => rmSync(dir, { recursive: true, force: true });
+  process.once('exit', remove);
   const env = { ...process.env, LC_ALL: 'C', LANG: 'C' };
   const data = join(dir, 'data');
   const init = spawnSync(join(bin, 'initdb'), ['-D', data, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--locale=C', '--no-sync'], { ...as, env, encoding: 'utf8' });
   if (init.status !== 0) {
-    rmSync(dir, { recursive: true, force: true });
+    remove();
     throw new Error(`initdb failed (${init.status ?? init.signal}): ${init.stdout}${init.stderr}`);
   }
   const port = await freePort();
@@ -267,7 +270,7 @@ export async function startPostgres() {
   try {
     await proc.started;
   } catch (err) {
-    rmSync(dir, { recursive: true, force: true });
+    remove();
     throw err;
   }
   return {
@@ -281,7 +284,7 @@ export async function startPostgres() {
       const end = await Promise.race([proc.exited, late]);
       clearTimeout(timer);
       if (!end) await proc.kill();
-      rmSync(dir, { recursive: true, force: true });
+      remove();
     },
   };
 }
