@@ -223,12 +223,13 @@ export async function olderBroker(target) {
 
 // A real PostgreSQL for the fence guards: initdb in a temp dir and `postgres`
 // on a free loopback port (trust authentication, user postgres, no fsync),
-// from Debian's postgresql package (/usr/lib/postgresql/<version>/bin; the
-// newest if several). As root both run as the postgres user, which owns the
+// from $LEASEHOLD_PG_BIN, else Debian's postgresql package
+// (/usr/lib/postgresql/<version>/bin; the newest if several). As root both run as the postgres user, which owns the
 // temp dir (PostgreSQL refuses to run as root). Without the package the
 // caller skips, except in CI (CI=true: run-tests.sh installs it).
 // stop() shuts it down (fast shutdown) and removes the dir.
 export function postgresBin() {
+  if (process.env.LEASEHOLD_PG_BIN) return process.env.LEASEHOLD_PG_BIN;
   const root = '/usr/lib/postgresql';
   const versions = existsSync(root) ? readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'postgres'))).sort((a, b) => Number(b) - Number(a)) : [];
   if (versions.length > 0) return join(root, versions[0], 'bin');

@@ -3,8 +3,8 @@
 // compiled in an empty folder against the installed tarball and run there
 // against a real broker: node usage.mjs <broker address>.
 // The @ts-expect-error lines are misuses the types must refuse.
-import { connect, Lease, LeaseLost, NotAcquired, status } from '@leasehold/client';
-import type { AcquireOptions, Description, FenceCheck, Listed, ListOptions, ListPage, LossReason } from '@leasehold/client';
+import { connect, guardedPut, guardedUpdate, Lease, LeaseLost, NotAcquired, StaleFenceError, status } from '@leasehold/client';
+import type { AcquireOptions, Description, FenceCheck, Listed, ListOptions, ListPage, LossReason, ObjectStoreAdapter, Queryable, TtlAdvice } from '@leasehold/client';
 
 const address: string = process.argv[2] ?? '127.0.0.1:7420';
 const client = connect(address, { timeoutMs: 5000, logger: null });
@@ -64,4 +64,22 @@ export function misuses(lease: Lease): void {
   void wrong;
   // @ts-expect-error: the page size is pageSize
   void client.listPage({ page_size: 10 });
+  // @ts-expect-error: 'auto' is the one word ttlMs takes
+  void client.acquire('x', { ttlMs: 'fast' });
+  // @ts-expect-error: a write through the guard carries its fence
+  void guardedUpdate(db, { table: 't', key: { id: 1 }, set: { v: 1 } });
 }
+
+// Never called: the TTL advice, an auto TTL and the fence guards, typed.
+export async function guarded(db: Queryable, store: ObjectStoreAdapter<Buffer>): Promise<void> {
+  const auto: Lease = await client.acquire('auto', { ttlMs: 'auto' });
+  const advice: TtlAdvice | null = client.ttlAdvice;
+  const ttl: number = advice?.suggestedTtlMs ?? auto.ttlMs;
+  try {
+    await guardedUpdate(db, { table: ['billing', 'accounts'], key: { id: 1 }, set: { balance: ttl }, fence: auto.fence });
+    await guardedPut(store, 'report.csv', Buffer.from('x'), auto.fence);
+  } catch (err) {
+    if (err instanceof StaleFenceError) console.error(err.fence, err.currentFence);
+  }
+}
+const db: Queryable = { query: async () => ({ rowCount: 0, rows: [] }) };
