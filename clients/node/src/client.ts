@@ -17,6 +17,10 @@
 //   token, on the next broker replica if this one cannot be reached;
 // - a lease past its local deadline is released in the background, so the
 //   next holder need not wait for the broker-side TTL;
+// - each heartbeat reports the round trip of the stream's previous one, and
+//   the broker's TTL advice is warned once per stream (client.ttlAdvice has
+//   the latest); an auto lease (ttlMs: 'auto') is renewed for the TTL the
+//   broker suggests, and its deadline and the heartbeat interval follow;
 // - owner tokens and the bearer token are secrets: never logged or printed
 //   in full.
 import { readFileSync } from 'node:fs';
