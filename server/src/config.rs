@@ -317,8 +317,8 @@ pub struct LimitFlags {
     pub ttl_default: Duration,
 
     /// Shortest TTL a `ttl_auto` request gets (10 times the p99 of the
-    /// measured heartbeat round trips, at least this, within --ttl-min and
-    /// --ttl-max).
+    /// measured heartbeat round trips, at least this; the result is kept
+    /// within --ttl-min and --ttl-max, which win over this floor).
     #[arg(long, env = "LEASEHOLD_TTL_AUTO_FLOOR", default_value = "10s", value_parser = parse_duration)]
     pub ttl_auto_floor: Duration,
 

@@ -270,6 +270,22 @@ mod tests {
             ..Limits::default()
         };
         assert_eq!(suggested_ttl(None, &limits), Duration::from_secs(2));
+        // The bounds win over a floor outside them (a --ttl-max of 5 s
+        // with the default floor of 10 s; a --ttl-min of 30 s).
+        let narrow = Limits {
+            ttl_max: Duration::from_secs(5),
+            ttl_default: Duration::from_secs(2),
+            ..Limits::default()
+        };
+        assert_eq!(narrow.check(), Ok(()));
+        assert_eq!(suggested_ttl(None, &narrow), Duration::from_secs(5));
+        let high = Limits {
+            ttl_min: Duration::from_secs(30),
+            ttl_default: Duration::from_secs(30),
+            ..Limits::default()
+        };
+        assert_eq!(high.check(), Ok(()));
+        assert_eq!(suggested_ttl(Some(ms(1)), &high), Duration::from_secs(30));
         assert_eq!(suggested_ttl(Some(ms(1)), &limits), Duration::from_secs(2));
         assert_eq!(suggested_ttl(Some(ms(700)), &limits), ms(7_000));
         assert_eq!(

@@ -23,7 +23,9 @@ pub struct Limits {
 
     /// Shortest TTL `ttl_auto` chooses, however fast the heartbeats: a
     /// lease lives through process stalls as well as network ones, which
-    /// no round trip measures.
+    /// no round trip measures. Taken within `ttl_min` and `ttl_max` (not
+    /// refused outside them: a `--ttl-max 5s` alone must not make the
+    /// default floor of 10 s an error the operator never wrote).
     pub ttl_auto_floor: Duration,
 
     /// Longest an Acquire may wait for a held lock.
@@ -149,14 +151,6 @@ impl Limits {
             return Err(format!(
                 "--ttl-default ({}) must lie within --ttl-min and --ttl-max ({} to {})",
                 format_duration(self.ttl_default),
-                format_duration(self.ttl_min),
-                format_duration(self.ttl_max)
-            ));
-        }
-        if self.ttl_auto_floor < self.ttl_min || self.ttl_auto_floor > self.ttl_max {
-            return Err(format!(
-                "--ttl-auto-floor ({}) must lie within --ttl-min and --ttl-max ({} to {})",
-                format_duration(self.ttl_auto_floor),
                 format_duration(self.ttl_min),
                 format_duration(self.ttl_max)
             ));
