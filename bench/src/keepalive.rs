@@ -104,6 +104,9 @@ async fn keepalive_run(
     let mut rtts: Vec<u64> = Vec::new();
     let started = Instant::now();
     let mut seq = 0u64;
+    // Each heartbeat reports the one before's round trip, as the clients
+    // do (the broker's TTL advice is judged from these).
+    let mut last_round_trip_us = 0;
     // The first 10 heartbeats warm up connections and caches; not counted.
     while seq < 10 || started.elapsed() < duration {
         seq += 1;
@@ -111,7 +114,7 @@ async fn keepalive_run(
         tx.send(KeepAliveRequest {
             seq,
             leases: refs.clone(),
-            ..Default::default()
+            last_round_trip_us,
         })
         .await
         .map_err(|_| "the stream closed".to_owned())?;
@@ -121,6 +124,7 @@ async fn keepalive_run(
             .map_err(|s| format!("heartbeat: {}", s.message()))?
             .ok_or("the stream ended")?;
         let rtt = sent.elapsed();
+        last_round_trip_us = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX);
         if let Some(bad) = response.leases.iter().find(|s| s.state() != State::Alive) {
             return Err(format!(
                 "lease {} not alive: {:?} {}",
