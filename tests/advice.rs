@@ -331,3 +331,79 @@ async fn an_absurd_report_is_capped_and_misleads_only_its_own_stream() {
     let (answers, _) = beat(&mut honest, &lease_ref(&other), 4).await;
     assert!(answers.iter().all(|a| a.advice.is_none()), "{answers:#?}");
 }
+
+/// A `ttl_auto` lease whose TTL shrinks: granted on a fresh stream, it is
+/// fitted to its tenant's round trips, which a slow stream of the same
+/// tenant makes long (10 s and more); from its own stream's third round
+/// trip (fast) it is renewed for the floor, 2 s. The store then expires it
+/// 2 s after each renewal, so the client's deadline must come back with
+/// it (never past `now + 2 s`), and its heartbeats come within a third of
+/// 2 s, or the lease is lost. Before this was handled, the deadline stayed
+/// where the 10 s TTL had put it, and the next heartbeat came 3 s later.
+#[tokio::test]
+async fn a_shrinking_ttl_auto_lease_brings_its_deadline_back_and_beats_faster() {
+    let broker = BrokerProcess::start_logged(
+        "memory",
+        &["--ttl-auto-floor", "2s", "--ttl-min", "100ms"],
+        None,
+    )
+    .await;
+    // The slow stream: three round trips of a second or more make the
+    // tenant's p99.
+    let proxy = Proxy::start(broker.addr).await;
+    let mut slow_client = client_via(&proxy).await;
+    let mut direct = broker.client().await;
+    let slow_lease = must_acquire(&mut direct, "shrink/slow", 30_000).await;
+    proxy.set_latency(Duration::from_millis(500));
+    let mut slow = Stream::open(&mut slow_client).await;
+    let slow_ref = LeaseRef {
+        name: slow_lease.name.clone(),
+        owner_token: slow_lease.owner_token.clone(),
+        ..Default::default()
+    };
+    beat(&mut slow, &slow_ref, 4).await;
+
+    let client = Client::connect(broker.url()).await.unwrap();
+    let lease = client
+        .acquire("shrink/fast", AcquireOptions::new().ttl_auto())
+        .await
+        .unwrap();
+    let granted = lease.ttl();
+    assert!(
+        granted >= Duration::from_secs(10),
+        "fitted to the tenant's slow p99: {granted:?}"
+    );
+
+    // Renewals until the TTL is the floor (the stream's own third round
+    // trip), each awaited as a move of the deadline.
+    let mut deadlines = lease.deadline_changes();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while lease.ttl() != Duration::from_secs(2) {
+            deadlines.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the TTL shrinks to the floor within a few heartbeats");
+    let left = lease
+        .deadline()
+        .saturating_duration_since(tokio::time::Instant::now());
+    assert!(
+        left <= Duration::from_secs(2),
+        "the deadline came back with the TTL: {left:?} left"
+    );
+
+    // Six renewals at the new TTL (about 2 s of heartbeats a third of it
+    // apart); the lease lives on, at its fence, with a 2 s TTL in the store.
+    for _ in 0..6 {
+        tokio::time::timeout(Duration::from_secs(2), deadlines.changed())
+            .await
+            .expect("a renewal within the new TTL")
+            .unwrap();
+    }
+    assert!(!lease.is_lost());
+    let described = client.describe("shrink/fast").await.unwrap();
+    assert!(described.held);
+    assert_eq!(described.fence, lease.fence());
+    assert_eq!(described.ttl, Duration::from_secs(2));
+    lease.release().await.unwrap();
+}

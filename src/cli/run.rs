@@ -106,6 +106,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
 
     let mut advice = super::Advice::of(&client);
+    // Every move of the deadline, back as well as forward (a `--ttl auto`
+    // lease whose TTL shrank), goes to the guardian.
+    let mut deadlines = lease.deadline_changes();
     tokio::pin!(stop);
     loop {
         let stop_at = lease
@@ -168,8 +171,11 @@ pub async fn run(args: RunArgs) -> ExitCode {
                 let _ = lease.release().await;
                 return ExitCode::from(EXIT_LEASE_LOST);
             }
-            at = lease.deadline_after(guardian.told) => {
-                guardian.tell(at);
+            Ok(()) = deadlines.changed() => {
+                let at = *deadlines.borrow_and_update();
+                if at != guardian.told {
+                    guardian.tell(at);
+                }
             }
             Some(()) = async { suspend.as_mut()?.recv().await } => {
                 eprintln!(

@@ -195,6 +195,9 @@ async fn session(
                     }
                     shared.advised(response.advice.clone(), &mut advised);
                     apply(shared, &mut pending, response);
+                    // A renewal may have shortened a TTL (ttl_auto): the
+                    // next heartbeat comes within a third of the new one.
+                    next_beat = next_beat.min(Instant::now() + beat_interval(&shared.snapshot()));
                 }
                 None => return Ended::Over { answered },
                 Some(Err(status)) => {

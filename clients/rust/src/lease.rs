@@ -29,7 +29,9 @@ pub(crate) struct Held {
     /// Subtracted from every deadline (see `AcquireOptions::safety_margin`);
     /// `None`: a tenth of the TTL in force.
     pub(crate) margin: Option<Duration>,
-    /// The local deadline; only moves forward.
+    /// The local deadline: moves forward with each renewal, and back when
+    /// a renewal shortened the TTL (a `ttl_auto` lease on a link that got
+    /// faster), since the store then expires the lease sooner.
     pub(crate) deadline: watch::Sender<Instant>,
     /// Set once, when the lease is lost.
     pub(crate) lost: watch::Sender<Option<LossReason>>,
@@ -50,21 +52,29 @@ impl Held {
     /// Records a renewal confirmed for a heartbeat sent at `sent`, for
     /// `ttl_ms`. A lease whose deadline already passed stays lost: the
     /// application may have seen it lost, and must not see it come back.
+    ///
+    /// The renewal set the lease's expiry in the store anew, to at least
+    /// `sent + ttl_ms`: the deadline follows it, later as a rule, but
+    /// earlier when the TTL shrank (a `ttl_auto` lease whose link got
+    /// faster): keeping the later deadline of a longer TTL would have the
+    /// holder act on a lease the store may already have given away.
+    /// Answers are applied in the order the heartbeats were sent, so the
+    /// last one applied is the newest renewal.
     pub(crate) fn renewed(&self, sent: Instant, ttl_ms: u64) {
         if self.loss().is_some() {
             return;
         }
-        self.ttl_ms.store(ttl_ms, Ordering::Relaxed);
+        let shrank = ttl_ms < self.ttl_ms.swap(ttl_ms, Ordering::Relaxed);
         let ttl = Duration::from_millis(ttl_ms);
         let deadline = (sent + ttl)
             .checked_sub(Self::margin_for(self.margin, ttl))
             .unwrap_or(sent);
         self.deadline.send_if_modified(|d| {
-            let later = deadline > *d;
-            if later {
+            let moved = deadline > *d || (shrank && deadline < *d);
+            if moved {
                 *d = deadline;
             }
-            later
+            moved
         });
     }
 
@@ -135,7 +145,9 @@ impl Lease {
 
     /// The local deadline: the lease is valid at least until then (it is
     /// computed from send times, less the safety margin), unless the broker
-    /// says it is lost. Moves forward with each renewal.
+    /// says it is lost. Moves forward with each renewal, and back when a
+    /// renewal shortened a [`ttl_auto`](crate::AcquireOptions::ttl_auto)
+    /// lease's TTL ([`Lease::deadline_changes`] sees both).
     pub fn deadline(&self) -> Instant {
         *self.held.deadline.borrow()
     }
@@ -158,6 +170,14 @@ impl Lease {
                 std::future::pending::<()>().await;
             }
         }
+    }
+
+    /// The deadline as it changes: `changed().await` wakes at every move,
+    /// forward or back. For a process that mirrors the deadline elsewhere
+    /// (`leasehold run` tells its guardian) and must follow it down as
+    /// well as up.
+    pub fn deadline_changes(&self) -> watch::Receiver<Instant> {
+        self.held.deadline.subscribe()
     }
 
     /// Whether the lease is lost (or its deadline passed), checked now.
