@@ -24,6 +24,7 @@ pub mod postgres;
 pub mod proxy;
 pub mod tenants;
 pub mod topology;
+pub mod zookeeper;
 
 use std::{
     io::{BufRead, BufReader},
@@ -44,6 +45,7 @@ pub use self::{
     etcd::{EtcdCluster, EtcdServer},
     netns::NetNs,
     postgres::PostgresServer,
+    zookeeper::{ZooKeeperEnsemble, ZooKeeperServer},
 };
 
 /// The redis-server binary: `$LEASEHOLD_REDIS_SERVER`, or `redis-server` on
