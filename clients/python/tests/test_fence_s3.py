@@ -107,3 +107,32 @@ def test_a_create_raced_by_another_create_is_retried_on_the_object(s3, request):
         fence.guarded_put(mine, key, b"mine", 6)
     assert mine.puts == [Precondition(if_none_match=True)]
     assert read(s3, key) == (b"theirs", "7")
+
+
+class Deleted(Recording):
+    """The object is deleted right after this adapter's read (HEAD): the
+    put that follows names a version that is gone, and S3 answers 404
+    NoSuchKey to its If-Match."""
+
+    def __init__(self, s3):
+        super().__init__(s3)
+        self.s3, self.once = s3, True
+
+    def head(self, key):
+        head = self.store.head(key)
+        if self.once:
+            self.once = False
+            self.s3.delete_object(Bucket=BUCKET, Key=key)
+        return head
+
+
+def test_an_object_deleted_between_read_and_put_is_read_again_and_created(s3, request):
+    key = f"{request.node.name}.csv"
+    fence.guarded_put(Boto3Store(s3, BUCKET), key, b"old", 1)
+    mine = Deleted(s3)
+    fence.guarded_put(mine, key, b"mine", 2)
+    # The If-Match put was refused (404: deleted), the re-read found no
+    # object, and the second put created it.
+    assert mine.puts[0].if_match is not None
+    assert mine.puts[1:] == [Precondition(if_none_match=True)]
+    assert read(s3, key) == (b"mine", "2")

@@ -419,7 +419,12 @@ class Boto3Store:
                 Bucket=self._bucket, Key=key, Body=body, Metadata={"fence": str(fence)}, **condition
             )
         except Exception as e:
-            if _status(e) in (409, 412):
+            # 412: the condition failed; 409: a concurrent conditional
+            # write (S3's ConditionalRequestConflict); 404 to an If-Match:
+            # the object was deleted since it was read. Each means "read
+            # it again", not a failure of the store.
+            status = _status(e)
+            if status in (409, 412) or (status == 404 and not precondition.if_none_match):
                 raise PreconditionFailed(str(e)) from e
             raise
 
