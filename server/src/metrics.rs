@@ -20,7 +20,10 @@ use prometheus::{
 };
 
 use crate::{
-    lease::{census::Report, Events, LossReason, Refusal, Scope},
+    lease::{
+        census::{Report, MAX_TENANT_LABELS, OTHER_TENANTS},
+        Events, LossReason, Refusal, Scope,
+    },
     store::safety::{Risk, Setting},
 };
 
@@ -157,6 +160,9 @@ pub struct Metrics {
     /// The tenant labels the last census set, to drop those of tenants
     /// that hold nothing any more.
     census_tenants: Arc<Mutex<BTreeSet<String>>>,
+    /// The tenants `ttl_advice` has a series of, up to the census's cap on
+    /// tenant labels (the rest count under its `(other)`).
+    advised_tenants: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Metrics {
@@ -417,6 +423,11 @@ impl Metrics {
                 ),
             ),
             census_tenants: Arc::default(),
+            // @root is served from the start (below), so it counts
+            // against the cap from the start.
+            advised_tenants: Arc::new(Mutex::new(BTreeSet::from([
+                crate::lease::ROOT_TENANT.to_owned()
+            ]))),
             registry: r,
         };
         register_build_info(&m.registry);
@@ -617,7 +628,23 @@ impl Events for Metrics {
     }
 
     fn ttl_advised(&self, tenant: &str) {
-        self.ttl_advice.with_label_values(&[tenant]).inc();
+        // Tenants are an auth file's, bounded in practice; bounded here
+        // whatever the file holds, as the census bounds its labels.
+        let label = {
+            let mut labelled = self
+                .advised_tenants
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if labelled.contains(tenant) || labelled.len() < MAX_TENANT_LABELS {
+                if !labelled.contains(tenant) {
+                    labelled.insert(tenant.to_owned());
+                }
+                tenant
+            } else {
+                OTHER_TENANTS
+            }
+        };
+        self.ttl_advice.with_label_values(&[label]).inc();
     }
 
     fn store_failed(&self) {
@@ -655,6 +682,35 @@ impl Events for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// TTL advice is counted by tenant, every advised heartbeat once, and
+    /// past the census's cap on tenant labels under `(other)`: the series
+    /// stay bounded whatever the auth file holds.
+    #[test]
+    fn ttl_advice_counts_by_tenant_within_the_label_cap() {
+        let m = Metrics::new();
+        for i in 0..MAX_TENANT_LABELS + 5 {
+            m.ttl_advised(&format!("t{i}"));
+        }
+        m.ttl_advised("t0");
+        m.ttl_advised(&format!("t{}", MAX_TENANT_LABELS + 1));
+        let text = m.render();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("leasehold_ttl_advice_total{"))
+            .collect();
+        // The cap (@root's 0, served from the start, among them), and
+        // (other): t0 to t998 have their own, the 6 others and t1001's
+        // second advice are (other)'s.
+        assert_eq!(series.len(), MAX_TENANT_LABELS + 1);
+        assert!(text.contains("leasehold_ttl_advice_total{tenant=\"t0\"} 2"));
+        assert!(text.contains("leasehold_ttl_advice_total{tenant=\"(other)\"} 7"));
+        assert!(text.contains("leasehold_ttl_advice_total{tenant=\"@root\"} 0"));
+        m.ttl_advised(crate::lease::ROOT_TENANT);
+        assert!(m
+            .render()
+            .contains("leasehold_ttl_advice_total{tenant=\"@root\"} 1"));
+    }
 
     #[test]
     fn every_loss_reason_is_exported_from_the_start() {
