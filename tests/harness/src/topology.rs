@@ -56,6 +56,21 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// killed one refuses connections at once anyway.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A connection to one server whose commands wait as long as
+/// [`QUERY_TIMEOUT`] lets them: the redis crate's own default gives up on
+/// an answer after 500 ms, which a `WAIT 1 5000` for a replica still
+/// syncing (a loaded machine) outlasts, and the test failed on "timed out"
+/// after half a second where it meant to allow ten.
+async fn connection(addr: SocketAddr) -> RedisResult<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://{addr}/"))?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(QUERY_TIMEOUT))
+        .set_response_timeout(Some(QUERY_TIMEOUT));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
 /// The redis-cli binary: `$LEASEHOLD_REDIS_CLI`, or `redis-cli` on the PATH
 /// (Debian's redis-server package depends on redis-tools, which has it).
 fn redis_cli() -> String {
@@ -170,8 +185,7 @@ pub async fn query_pipe<T: FromRedisValue>(
     pipe: &redis::Pipeline,
 ) -> RedisResult<T> {
     let attempt = async {
-        let client = redis::Client::open(format!("redis://{addr}/"))?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = connection(addr).await?;
         pipe.query_async(&mut conn).await
     };
     match tokio::time::timeout(QUERY_TIMEOUT, attempt).await {
@@ -191,8 +205,7 @@ async fn query_asking<T: FromRedisValue>(
     cmd: &redis::Cmd,
 ) -> RedisResult<T> {
     let attempt = async {
-        let client = redis::Client::open(format!("redis://{addr}/"))?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = connection(addr).await?;
         if asking {
             redis::cmd("ASKING").query_async::<()>(&mut conn).await?;
         }
