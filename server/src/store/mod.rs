@@ -52,6 +52,7 @@ mod redis;
 pub mod safety;
 mod url;
 mod watch;
+pub mod zookeeper;
 
 pub use self::etcd::EtcdStore;
 pub use self::memory::MemoryStore;

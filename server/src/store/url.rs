@@ -94,7 +94,7 @@ fn encode_delimiters(userinfo: &str) -> String {
 /// Whether the host of `host:port` (its port checked already) is a name or
 /// address written with nothing a URL parser reads as a delimiter: letters,
 /// digits, `.`, `-`, `_`, or an IPv6 address in brackets.
-fn plain_host(host_port: &str) -> bool {
+pub(super) fn plain_host(host_port: &str) -> bool {
     let Some((host, _)) = host_port.rsplit_once(':') else {
         return false;
     };

@@ -1,0 +1,422 @@
+//! The ZooKeeper store, being built (issue 34; the design is
+//! docs/design/zookeeper.md). Not yet a `--store`: the lease operations
+//! come next, and the store joins `SCHEMES`, the `Backends` and the
+//! conformance suite when they pass it. This part is what every operation
+//! will stand on, tested against real ZooKeeper servers
+//! (`tests/zookeeper.rs`):
+//!
+//! * reaching the ensemble ([`ZooKeeper::client`]): lazily, so that a
+//!   broker starts (and reports NOT_SERVING) while ZooKeeper is down; under
+//!   the URL's chroot, created if absent; a new session when the last one
+//!   expired (a broker cut off longer than its session timeout);
+//! * the store's clock ([`ZooKeeper::tick`]): ZooKeeper shows clients no
+//!   clock but the time its leader stamps on a write (`mtime`), so the
+//!   clock is read by writing: how the Redis store reads `TIME`, with the
+//!   leader's wall clock in place of Redis's;
+//! * fences ([`ZooKeeper::fence`]): a zxid is `epoch << 32 | counter`, and a
+//!   new leader starts a new epoch with the counter at 0, so a zxid alone
+//!   rises across leader changes but jumps by 2^32 at each, and starts over
+//!   when the data is wiped. A fence is the epoch's base plus the counter
+//!   (the low 32 bits); each epoch's base is written once, by the first
+//!   broker that meets the epoch, above every fence the epochs before could
+//!   have given (their base + 2^32), the broker's highest fence seen and its
+//!   wall clock in µs. So fences rise per name across leader changes,
+//!   restarts and a wipe, as the etcd store's do (its epoch key).
+//!
+//! Errors: a connection lost, a request timed out or a session expired is
+//! UNAVAILABLE (the request may have been applied: what the store's
+//! callers already take an UNAVAILABLE to mean); anything else ZooKeeper
+//! refuses is an internal error naming the request.
+
+pub mod url;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Mutex, PoisonError},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use zookeeper_client as zk;
+
+pub use self::url::ZooKeeperUrl;
+use crate::error::{Error, Result};
+
+/// The node the clock is read by writing to (under the chroot).
+const CLOCK: &str = "/clock";
+
+/// The parent of each epoch's fence base, `/fences/<epoch, 8 hex digits>`.
+const FENCES: &str = "/fences";
+
+/// How far apart two epochs' bases are at least: no epoch has more than
+/// 2^32 zxids (ZooKeeper forces a new epoch when the counter runs out), so
+/// a base this far above the one before is above every fence of it.
+const EPOCH_SPAN: u64 = 1 << 32;
+
+/// A time ZooKeeper's leader stamped on a write, and that write's zxid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// The leader's wall clock, in ms since the Unix epoch.
+    pub unix_ms: u64,
+    /// The write's zxid.
+    pub zxid: i64,
+}
+
+impl Stamp {
+    /// The write's epoch (the leader's term).
+    pub fn epoch(&self) -> u32 {
+        epoch_of(self.zxid)
+    }
+}
+
+/// The epoch of a zxid: its high 32 bits.
+pub fn epoch_of(zxid: i64) -> u32 {
+    // A zxid is never negative; its high half is the epoch.
+    u32::try_from(zxid.cast_unsigned() >> 32).unwrap_or(u32::MAX)
+}
+
+/// A ZooKeeper ensemble as the store reaches it.
+pub struct ZooKeeper {
+    url: ZooKeeperUrl,
+    /// The session timeout asked for (the servers clamp it to 2 to 20
+    /// ticks).
+    session_timeout: Duration,
+    /// A store call slower than this fails with UNAVAILABLE.
+    timeout: Duration,
+    /// The session in use; `None` before the first call, and after a
+    /// session ended. Held across the connect, so that concurrent callers
+    /// wait for one session rather than open one each.
+    client: tokio::sync::Mutex<Option<zk::Client>>,
+    /// The fence bases met, and the highest zxid seen.
+    bases: Mutex<Bases>,
+}
+
+/// The fence base of each epoch met (few in a cluster's life), and the
+/// highest zxid seen: zxids that go back mean the data was wiped (or the
+/// URL now reaches another ensemble), whose epochs restart at the same
+/// numbers with bases of their own, so the bases known are forgotten.
+#[derive(Default)]
+struct Bases {
+    by_epoch: BTreeMap<u32, u64>,
+    highest_zxid: i64,
+}
+
+impl Bases {
+    /// Takes in a zxid the store answered with.
+    fn saw(&mut self, zxid: i64) {
+        if zxid < self.highest_zxid {
+            tracing::warn!(
+                zxid,
+                highest_seen = self.highest_zxid,
+                "ZooKeeper's zxids went back (its data was wiped, or the URL reaches another \
+                 ensemble): the fence bases are read again"
+            );
+            self.by_epoch.clear();
+            self.highest_zxid = zxid;
+        } else {
+            self.highest_zxid = zxid;
+        }
+    }
+}
+
+impl ZooKeeper {
+    /// The ensemble of `url` (`zookeeper://...`), not yet connected: the
+    /// first call connects.
+    pub fn open(url: &str, session_timeout: Duration, timeout: Duration) -> Result<Self> {
+        Ok(ZooKeeper {
+            url: ZooKeeperUrl::parse(url)?,
+            session_timeout,
+            timeout,
+            client: tokio::sync::Mutex::new(None),
+            bases: Mutex::new(Bases::default()),
+        })
+    }
+
+    /// The URL it was opened with.
+    pub fn url(&self) -> &ZooKeeperUrl {
+        &self.url
+    }
+
+    /// A client of the current session, under the chroot: the one in use,
+    /// or, when there is none or it ended (expired, closed, refused its
+    /// credentials), a new session. Connecting is bounded by the store
+    /// timeout.
+    pub async fn client(&self) -> Result<zk::Client> {
+        let mut current = self.client.lock().await;
+        if let Some(client) = current.as_ref() {
+            if !client.state().is_terminated() {
+                return Ok(client.clone());
+            }
+            tracing::warn!(
+                state = ?client.state(),
+                "ZooKeeper session ended; opening a new one"
+            );
+        }
+        let client = tokio::time::timeout(self.timeout, self.connect())
+            .await
+            .map_err(|_| {
+                Error::Unavailable(format!(
+                    "ZooKeeper ({}) did not open a session within {} ms",
+                    self.url.connect_string(),
+                    self.timeout.as_millis()
+                ))
+            })??;
+        *current = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Opens a session, creates the chroot and the store's fixed nodes if
+    /// they are missing, and returns a client rooted there.
+    async fn connect(&self) -> Result<zk::Client> {
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .with_fail_eagerly();
+        if let Some((user, password)) = &self.url.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let client = connector
+            .connect(&self.url.connect_string())
+            .await
+            .map_err(|e| unavailable("connect", &e))?;
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        client
+            .mkdir(&self.url.chroot, &persistent)
+            .await
+            .map_err(|e| failed("create the chroot", &e))?;
+        let client = client.chroot(self.url.chroot.clone()).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "--store: ZooKeeper refused the chroot '{}'",
+                self.url.chroot
+            ))
+        })?;
+        for node in [CLOCK, FENCES] {
+            match client.create(node, b"", &persistent).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(failed("create the store's nodes", &e)),
+            }
+        }
+        tracing::info!(
+            servers = %self.url.connect_string(),
+            chroot = %self.url.chroot,
+            session_timeout_ms = client.session_timeout().as_millis(),
+            "ZooKeeper session open"
+        );
+        Ok(client)
+    }
+
+    /// Runs `call` on the current session within the store timeout; a
+    /// session that ended is replaced for the next call.
+    async fn call<T, F, Fut>(&self, what: &'static str, call: F) -> Result<T>
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        let client = self.client().await?;
+        match tokio::time::timeout(self.timeout, call(client)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(classify(what, &e)),
+            Err(_) => Err(Error::Unavailable(format!(
+                "ZooKeeper did not answer {what} within {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// Reads the store's clock by writing to it: the leader's time and the
+    /// zxid of the write. Fails when no quorum takes writes.
+    pub async fn tick(&self) -> Result<Stamp> {
+        let stat = self
+            .call("the clock's tick", |client| async move {
+                client.set_data(CLOCK, b"", None).await
+            })
+            .await?;
+        self.bases().saw(stat.mzxid);
+        Ok(stamp(&stat))
+    }
+
+    fn bases(&self) -> std::sync::MutexGuard<'_, Bases> {
+        self.bases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The fence of a write with `zxid`: its epoch's base plus its
+    /// counter. The base is read (once per epoch and broker), or written by
+    /// the first broker to meet the epoch, above `floor` (the broker's
+    /// highest fence seen).
+    ///
+    /// A zxid below one seen before means the data was wiped: the bases
+    /// known are read again (and, gone with the data, written anew above
+    /// `floor`). The lease operations will also check the base's node
+    /// in their reads (issue 34), for a wipe whose new zxids already
+    /// passed the last one seen here.
+    pub async fn fence(&self, zxid: i64, floor: u64) -> Result<u64> {
+        self.bases().saw(zxid);
+        let counter = zxid.cast_unsigned() & (EPOCH_SPAN - 1);
+        Ok(self.base(epoch_of(zxid), floor).await? + counter)
+    }
+
+    /// The base of `epoch`'s fences.
+    async fn base(&self, epoch: u32, floor: u64) -> Result<u64> {
+        if let Some(base) = self.known_base(epoch) {
+            return Ok(base);
+        }
+        let path = format!("{FENCES}/{epoch:08x}");
+        let read = self
+            .call("the fence base's read", |client| {
+                let path = path.clone();
+                async move {
+                    match client.get_data(&path).await {
+                        Ok((data, _)) => Ok(Some(data)),
+                        Err(zk::Error::NoNode) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await?;
+        let base = match read {
+            Some(data) => parse_base(&data, &path)?,
+            None => self.make_base(epoch, &path, floor).await?,
+        };
+        self.bases().by_epoch.insert(epoch, base);
+        Ok(base)
+    }
+
+    fn known_base(&self, epoch: u32) -> Option<u64> {
+        self.bases().by_epoch.get(&epoch).copied()
+    }
+
+    /// Writes `epoch`'s base if no broker did: above the bases of the
+    /// epochs before it by [`EPOCH_SPAN`], above `floor`, and at least the
+    /// broker's clock in µs (which, after a wipe that took every base, puts
+    /// it above the fences issued before, as the etcd store's epoch does).
+    /// A broker that lost the race reads the winner's.
+    async fn make_base(&self, epoch: u32, path: &str, floor: u64) -> Result<u64> {
+        let earlier = self
+            .call("the fence bases' list", |client| async move {
+                client.list_children(FENCES).await
+            })
+            .await?;
+        let mut before = 0u64;
+        for name in earlier {
+            let Ok(e) = u32::from_str_radix(&name, 16) else {
+                continue;
+            };
+            if e >= epoch {
+                continue;
+            }
+            let node = format!("{FENCES}/{name}");
+            let data = self
+                .call("an earlier fence base's read", |client| {
+                    let node = node.clone();
+                    async move { client.get_data(&node).await }
+                })
+                .await?
+                .0;
+            before = before.max(parse_base(&data, &node)?.saturating_add(EPOCH_SPAN));
+        }
+        let base = before.max(floor.saturating_add(1)).max(unix_micros());
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let created = self
+            .call("the fence base's write", |client| {
+                let (path, data) = (path.to_owned(), base.to_string());
+                let persistent = persistent.clone();
+                async move {
+                    match client.create(&path, data.as_bytes(), &persistent).await {
+                        Ok(_) => Ok(true),
+                        Err(zk::Error::NodeExists) => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await?;
+        if created {
+            tracing::info!(
+                epoch,
+                base,
+                "ZooKeeper store: a new epoch's fence base written"
+            );
+            return Ok(base);
+        }
+        let data = self
+            .call("the fence base's read", |client| {
+                let path = path.to_owned();
+                async move { client.get_data(&path).await }
+            })
+            .await?
+            .0;
+        parse_base(&data, path)
+    }
+}
+
+/// The stamp of a write whose answer is `stat`.
+fn stamp(stat: &zk::Stat) -> Stamp {
+    Stamp {
+        unix_ms: u64::try_from(stat.mtime).unwrap_or(0),
+        zxid: stat.mzxid,
+    }
+}
+
+/// A fence base as a node holds it (decimal).
+fn parse_base(data: &[u8], path: &str) -> Result<u64> {
+    std::str::from_utf8(data)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| Error::Internal(format!("ZooKeeper node {path} holds no fence base")))
+}
+
+/// The broker's wall clock in µs (for a new epoch's base only, never for
+/// an expiry).
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A ZooKeeper error as the store reports it: UNAVAILABLE when the
+/// request may or may not have been applied, or the ensemble cannot be
+/// reached; internal otherwise.
+fn classify(what: &str, e: &zk::Error) -> Error {
+    match e {
+        zk::Error::ConnectionLoss
+        | zk::Error::Timeout
+        | zk::Error::SessionExpired
+        | zk::Error::SessionMoved
+        | zk::Error::ClientClosed
+        | zk::Error::NoHosts
+        | zk::Error::Throttled
+        | zk::Error::NotReadOnly => unavailable(what, e),
+        _ => failed(what, e),
+    }
+}
+
+fn unavailable(what: &str, e: &zk::Error) -> Error {
+    Error::Unavailable(format!("ZooKeeper: {what}: {e}"))
+}
+
+fn failed(what: &str, e: &zk::Error) -> Error {
+    match e {
+        zk::Error::NoAuth | zk::Error::AuthFailed => Error::Unavailable(format!(
+            "ZooKeeper refused the store's credentials ({what}: {e}): check the URL's \
+             user:password and the chroot's ACL"
+        )),
+        _ => Error::Internal(format!("ZooKeeper: {what}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zxid_is_an_epoch_and_a_counter() {
+        let zxid = (7_i64 << 32) | 0x1234;
+        assert_eq!(epoch_of(zxid), 7);
+        assert_eq!(epoch_of(0), 0);
+        assert_eq!(
+            Stamp {
+                unix_ms: 1,
+                zxid: i64::MAX
+            }
+            .epoch(),
+            u32::MAX >> 1
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! What the ZooKeeper store (being built, issue 34) stands on, against
+//! real ZooKeeper servers: a session under the URL's chroot, opened when
+//! first needed and again when the server comes back; the store's clock,
+//! read by a write and stamped by the leader; fences from zxids that rise
+//! across a restart, a leader change and a wipe.
+
+use leasehold_testkit as common;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{ZooKeeperEnsemble, ZooKeeperServer};
+use leasehold_server::{store::zookeeper::ZooKeeper, Error};
+
+/// The store's session timeout (servers clamp it to 2 to 20 ticks: the
+/// harness ticks every 200 ms).
+const SESSION: Duration = Duration::from_secs(3);
+
+/// The store timeout: generous for a loaded machine.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn unix_ms() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// The clock is the leader's, read by writing: each tick a later write
+/// (a higher zxid), stamped with a time that does not go back and is the
+/// machine's (one clock here); each store sees only its own chroot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_reads_the_leaders_clock_under_its_chroot() {
+    let server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&format!("{}/a/b", server.url()), SESSION, TIMEOUT).unwrap();
+    assert_eq!(store.url().chroot, "/a/b");
+    let before = unix_ms();
+    let first = store.tick().await.unwrap();
+    let second = store.tick().await.unwrap();
+    let after = unix_ms();
+    assert!(second.zxid > first.zxid, "{first:?} {second:?}");
+    assert!(second.unix_ms >= first.unix_ms, "{first:?} {second:?}");
+    assert!(
+        (before.saturating_sub(1_000)..=after + 1_000).contains(&first.unix_ms),
+        "the leader's clock is this machine's: {first:?} in {before}..{after}"
+    );
+    // The store's nodes are under its chroot: another chroot starts empty.
+    let client = store.client().await.unwrap();
+    assert_eq!(
+        client.list_children("/").await.unwrap().len(),
+        2,
+        "clock and fences"
+    );
+    let other = ZooKeeper::open(&format!("{}/other", server.url()), SESSION, TIMEOUT).unwrap();
+    let other_client = other.client().await.unwrap();
+    assert!(other_client
+        .list_children("/fences")
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// A server that is down fails a call UNAVAILABLE within the store
+/// timeout (the broker starts, and says NOT_SERVING, while ZooKeeper is
+/// down); once it is back, the next call opens a session again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_fails_calls_in_time_and_is_used_again_once_back() {
+    let mut server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    store.tick().await.unwrap();
+    server.kill();
+    let started = Instant::now();
+    match store.tick().await {
+        Err(Error::Unavailable(message)) => assert!(message.contains("ZooKeeper"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        started.elapsed() < TIMEOUT * 2 + Duration::from_secs(1),
+        "failed within the store timeout (and one new session's): {:?}",
+        started.elapsed()
+    );
+    server.restart();
+    common::eventually(
+        Duration::from_secs(30),
+        "a tick once the server is back",
+        || {
+            let store = &store;
+            async move { store.tick().await.is_ok() }
+        },
+    )
+    .await;
+}
+
+/// Fences rise across a restart (a new epoch: a new base above the last
+/// one's span), and across a wipe, which took every base: the new base is
+/// above the broker's highest fence seen (the floor) and its clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_rise_across_a_restart_and_a_wipe() {
+    let mut server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let first = store.tick().await.unwrap();
+    let f1 = store.fence(first.zxid, 0).await.unwrap();
+    let later = store.tick().await.unwrap();
+    let f2 = store.fence(later.zxid, f1).await.unwrap();
+    assert_eq!(f2 - f1, u64::try_from(later.zxid - first.zxid).unwrap());
+
+    server.kill();
+    server.restart();
+    let restarted = eventually_tick(&store).await;
+    assert!(restarted.zxid > later.zxid, "{later:?} {restarted:?}");
+    // A fresh store (its floor 0, nothing cached) on the restarted data.
+    let fresh = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let f3 = fresh.fence(restarted.zxid, 0).await.unwrap();
+    assert!(f3 > f2, "{f3} > {f2}");
+
+    server.wipe();
+    let wiped = eventually_tick(&store).await;
+    assert!(wiped.zxid < restarted.zxid, "the zxids started over");
+    let f4 = store.fence(wiped.zxid, f3).await.unwrap();
+    assert!(f4 > f3, "above the floor: {f4} > {f3}");
+    // A broker that saw none of them (floor 0): above them by its clock.
+    let f5 = ZooKeeper::open(&server.url(), SESSION, TIMEOUT)
+        .unwrap()
+        .fence(wiped.zxid, 0)
+        .await
+        .unwrap();
+    assert_eq!(f5, f4, "the epoch's base is written once, read by all");
+}
+
+/// A leader change starts a new epoch: the fences of its writes are above
+/// every fence of the epoch before, whichever broker meets it first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_rise_across_a_leader_change() {
+    let mut ensemble = ZooKeeperEnsemble::start(3);
+    let store = ZooKeeper::open(&ensemble.url(), SESSION, TIMEOUT).unwrap();
+    let before = store.tick().await.unwrap();
+    let f1 = store.fence(before.zxid, 0).await.unwrap();
+    let leader = ensemble.leader();
+    ensemble.kill(leader);
+    ensemble.leader();
+    let after = eventually_tick(&store).await;
+    assert!(after.epoch() > before.epoch(), "{before:?} {after:?}");
+    let other = ZooKeeper::open(&ensemble.url(), SESSION, TIMEOUT).unwrap();
+    let f2 = other.fence(after.zxid, 0).await.unwrap();
+    assert!(
+        f2 >= f1 + (1 << 32) - u64::try_from(before.zxid & 0xffff_ffff).unwrap(),
+        "a new epoch's base is at least a span above the last: {f1} {f2}"
+    );
+    assert_eq!(store.fence(after.zxid, 0).await.unwrap(), f2);
+}
+
+/// Ticks until the store answers (a restarted server, a new leader).
+async fn eventually_tick(store: &ZooKeeper) -> leasehold_server::store::zookeeper::Stamp {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match store.tick().await {
+            Ok(stamp) => return stamp,
+            // Polled: a server's election offers no event to await.
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("no tick within 30 s: {e}"),
+        }
+    }
+}
