@@ -28,6 +28,7 @@
 //! callers already take an UNAVAILABLE to mean); anything else ZooKeeper
 //! refuses is an internal error naming the request.
 
+pub mod layout;
 pub mod url;
 
 use std::{
