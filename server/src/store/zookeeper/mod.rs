@@ -29,6 +29,7 @@
 //! refuses is an internal error naming the request.
 
 pub mod layout;
+pub mod records;
 pub mod url;
 
 use std::{
