@@ -48,11 +48,9 @@ async fn the_store_reads_the_leaders_clock_under_its_chroot() {
     );
     // The store's nodes are under its chroot: another chroot starts empty.
     let client = store.client().await.unwrap();
-    assert_eq!(
-        client.list_children("/").await.unwrap().len(),
-        2,
-        "clock and fences"
-    );
+    let mut nodes = client.list_children("/").await.unwrap();
+    nodes.sort();
+    assert_eq!(nodes, ["clock", "fences", "n"]);
     let other = ZooKeeper::open(&format!("{}/other", server.url()), SESSION, TIMEOUT).unwrap();
     let other_client = other.client().await.unwrap();
     assert!(other_client
@@ -164,4 +162,159 @@ async fn eventually_tick(store: &ZooKeeper) -> leasehold_server::store::zookeepe
             Err(e) => panic!("no tick within 30 s: {e}"),
         }
     }
+}
+
+fn spec(name: &str, token: &str, ttl_ms: u64) -> leasehold_server::store::GrantSpec {
+    leasehold_server::store::GrantSpec {
+        name: name.into(),
+        token: token.into(),
+        holder: format!("holder of {token}"),
+        ttl_ms,
+        lock_delay_ms: 0,
+        limit: 1,
+        queued: false,
+    }
+}
+
+/// The first slice of the lease operations, a lock's: granted when free,
+/// refused while held (with its holder and time left), granted again to
+/// its own token (a retry) with the same fence; looked at and released by
+/// its token only; a repeated release finds its own end; the next grant's
+/// fence is higher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_granted_refused_looked_at_and_released_by_its_token() {
+    use leasehold_server::store::{Acquired, BlockedBy, Checked};
+    let server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let Acquired::Granted { fence, expired: 0 } = store
+        .acquire_lock(&spec("jobs/x", "a", 30_000), 0)
+        .await
+        .unwrap()
+    else {
+        panic!("not granted")
+    };
+    match store
+        .acquire_lock(&spec("jobs/x", "b", 30_000), fence)
+        .await
+        .unwrap()
+    {
+        Acquired::Blocked(blocked) => {
+            assert_eq!(blocked.by, BlockedBy::Holder);
+            assert_eq!(blocked.fence, fence);
+            assert_eq!(blocked.holder, "holder of a");
+            assert!(
+                (25_000..=30_000).contains(&blocked.remaining_ms),
+                "{blocked:?}"
+            );
+        }
+        other @ Acquired::Granted { .. } => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store
+            .acquire_lock(&spec("jobs/x", "a", 30_000), fence)
+            .await
+            .unwrap(),
+        Acquired::Granted { fence, expired: 0 },
+        "its own token's retry"
+    );
+    match store.check_lock("jobs/x", "a").await.unwrap() {
+        Checked::Done(renewed) => assert_eq!((renewed.ttl_ms, renewed.fence), (30_000, fence)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.check_lock("jobs/x", "b").await.unwrap(),
+        Checked::NotOwner { fence }
+    );
+    assert_eq!(
+        store.release_lock("jobs/x", "b").await.unwrap(),
+        Checked::NotOwner { fence }
+    );
+    assert_eq!(
+        store.release_lock("jobs/x", "a").await.unwrap(),
+        Checked::Done(())
+    );
+    assert_eq!(
+        store.release_lock("jobs/x", "a").await.unwrap(),
+        Checked::Released
+    );
+    assert_eq!(
+        store.check_lock("jobs/x", "a").await.unwrap(),
+        Checked::Released
+    );
+    match store
+        .acquire_lock(&spec("jobs/x", "b", 30_000), fence)
+        .await
+        .unwrap()
+    {
+        Acquired::Granted {
+            fence: next,
+            expired: 0,
+        } => assert!(next > fence, "{next} > {fence}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.check_lock("never/held", "a").await.unwrap(),
+        Checked::NotHeld
+    );
+}
+
+/// An expired lease is judged by the leader's stamps: the next grant takes
+/// it over and reports it (once), its holder then hears its loss was
+/// reported; a lease with a lock-delay holds the name off for the delay
+/// after its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lock_is_taken_over_and_reported_once() {
+    use leasehold_server::store::{Acquired, BlockedBy, Checked};
+    let server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let Acquired::Granted { fence, .. } = store
+        .acquire_lock(&spec("short", "a", 300), 0)
+        .await
+        .unwrap()
+    else {
+        panic!("not granted")
+    };
+    // The TTL running out is the event: nothing else to wait on.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    match store
+        .acquire_lock(&spec("short", "b", 30_000), fence)
+        .await
+        .unwrap()
+    {
+        Acquired::Granted {
+            fence: next,
+            expired: 1,
+        } => assert!(next > fence),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.check_lock("short", "a").await.unwrap(),
+        Checked::ExpiredReported
+    );
+
+    let mut delayed = spec("delayed", "a", 300);
+    delayed.lock_delay_ms = 30_000;
+    let Acquired::Granted { fence, .. } = store.acquire_lock(&delayed, 0).await.unwrap() else {
+        panic!("not granted")
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    match store
+        .acquire_lock(&spec("delayed", "b", 30_000), fence)
+        .await
+        .unwrap()
+    {
+        Acquired::Blocked(blocked) => {
+            assert_eq!(blocked.by, BlockedBy::LockDelay, "{blocked:?}");
+            assert!(
+                (25_000..30_000).contains(&blocked.remaining_ms),
+                "{blocked:?}"
+            );
+        }
+        other @ Acquired::Granted { .. } => panic!("{other:?}"),
+    }
+    // Its own holder, looking now, hears it expired: the loss, once.
+    assert_eq!(
+        store.check_lock("delayed", "a").await.unwrap(),
+        Checked::Expired
+    );
 }

@@ -29,6 +29,7 @@
 //! refuses is an internal error naming the request.
 
 pub mod layout;
+mod locks;
 pub mod records;
 pub mod url;
 
@@ -190,7 +191,7 @@ impl ZooKeeper {
                 self.url.chroot
             ))
         })?;
-        for node in [CLOCK, FENCES] {
+        for node in [CLOCK, FENCES, layout::NAMES] {
             match client.create(node, b"", &persistent).await {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
                 Err(e) => return Err(failed("create the store's nodes", &e)),

@@ -1,0 +1,385 @@
+//! A lock's grant, look and release on ZooKeeper: the first slice of the
+//! lease operations (docs/design/zookeeper.md, sections 3.3 and 3.5), for
+//! locks without wait lines, semaphores or lock-delay nodes yet.
+//!
+//! Every operation reads the name (after a `sync`, so that the member the
+//! session is on answers with every write committed before), decides in
+//! Rust, and writes in one multi that holds only if nothing of the name
+//! changed since the read: its first operation sets the name node's data
+//! at the version read. A multi that finds a change reads again (at most
+//! [`TRIES`] times). An expiry is decided only on a stamp the leader put
+//! on a write made after the read (a tick of the name node), of the same
+//! epoch as the lease's own ([`super::records::judge`]).
+
+use zookeeper_client as zk;
+
+use super::{
+    layout::{bucket, bucket_path, NamePaths},
+    records::{judge, End, Holding, Judged, LeaderTime},
+    ZooKeeper,
+};
+use crate::{
+    error::{Error, Result},
+    store::{contract::LINGER, Acquired, Blocked, BlockedBy, Checked, GrantSpec, Renewed},
+};
+
+/// How many times an operation reads and writes before it gives up on a
+/// name that keeps changing under it (as the etcd store).
+const TRIES: usize = 16;
+
+/// What one read of a name found.
+struct Read {
+    /// The name node's data version: the multi's condition.
+    version: i32,
+    /// The lock lease, if any: its record and its node's stat.
+    lock: Option<(Holding, zk::Stat)>,
+    /// The end record of the token asked about, if any.
+    end: Option<End>,
+}
+
+/// The leader's time and epoch of a write's stat (`mtime`, `mzxid`).
+fn written_at(stat: &zk::Stat) -> LeaderTime {
+    LeaderTime {
+        unix_ms: u64::try_from(stat.mtime).unwrap_or(0),
+        epoch: super::epoch_of(stat.mzxid),
+    }
+}
+
+/// Whether a multi failed because the name changed (or went) since it was
+/// read: a retry, not an error.
+fn changed(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NodeExists
+    )
+}
+
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+/// An end record's node options: kept for `LINGER` after it is written,
+/// then collected by ZooKeeper (a TTL node) whatever happens to the name.
+fn lingering() -> zk::CreateOptions<'static> {
+    persistent().with_ttl(LINGER + std::time::Duration::from_secs(1))
+}
+
+impl ZooKeeper {
+    /// Creates the name's bucket and node if they are missing (the node a
+    /// container: ZooKeeper deletes it once its last record went).
+    async fn ensure_name(&self, client: &zk::Client, name: &str, paths: &NamePaths) -> Result<()> {
+        let bucket = bucket_path(bucket(name));
+        for (path, options) in [
+            (bucket.as_str(), persistent()),
+            (
+                paths.node.as_str(),
+                zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()),
+            ),
+        ] {
+            match client.create(path, b"", &options).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(super::classify("a name's node", &e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the name (after a sync): `None` when its node is gone.
+    async fn read(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        token: &str,
+    ) -> Result<Option<Read>> {
+        let read = async {
+            client.sync(&paths.node).await?;
+            let mut reader = client.new_multi_reader();
+            reader.add_get_data(&paths.node)?;
+            reader.add_get_data(&paths.lock())?;
+            reader.add_get_data(&paths.end(token))?;
+            reader.commit().await
+        };
+        let results = tokio::time::timeout(self.timeout, read)
+            .await
+            .map_err(|_| {
+                Error::Unavailable("ZooKeeper did not answer a name's read in time".into())
+            })?
+            .map_err(|e| super::classify("a name's read", &e))?;
+        let mut results = results.into_iter();
+        let mut next = || results.next();
+        let version = match next() {
+            Some(zk::MultiReadResult::Data { stat, .. }) => stat.version,
+            _ => return Ok(None),
+        };
+        let lock = match next() {
+            Some(zk::MultiReadResult::Data { data, stat }) => {
+                Some((Holding::decode(&data, &paths.lock())?, stat))
+            }
+            _ => None,
+        };
+        let end = match next() {
+            Some(zk::MultiReadResult::Data { data, .. }) => {
+                Some(End::decode(&data, &paths.end(token))?)
+            }
+            _ => None,
+        };
+        Ok(Some(Read { version, lock, end }))
+    }
+
+    /// Stamps the name (writes its node at `version`): the leader's time
+    /// now, and the new version; `None` if the name changed meanwhile.
+    async fn tick_name(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        version: i32,
+    ) -> Result<Option<(LeaderTime, i32)>> {
+        match self
+            .bounded(
+                "a name's tick",
+                client.set_data(&paths.node, b"", Some(version)),
+            )
+            .await
+        {
+            Ok(stat) => Ok(Some((written_at(&stat), stat.version))),
+            Err(e) if changed(&e) => Ok(None),
+            Err(e) => Err(super::classify("a name's tick", &e)),
+        }
+    }
+
+    /// `call` within the store timeout (a timeout is UNAVAILABLE, as a lost
+    /// connection: the write may have been applied).
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = std::result::Result<T, zk::Error>>,
+    ) -> std::result::Result<T, zk::Error> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::debug!(what, "ZooKeeper did not answer in time");
+                Err(zk::Error::Timeout)
+            }
+        }
+    }
+
+    /// Runs a multi whose first operation is the name node's condition:
+    /// `Ok(Some(zxid))` of the write, `Ok(None)` when the name changed.
+    async fn commit(&self, what: &str, writer: &mut zk::MultiWriter<'_>) -> Result<Option<i64>> {
+        let Ok(answer) = tokio::time::timeout(self.timeout, writer.commit()).await else {
+            return Err(Error::Unavailable(format!(
+                "ZooKeeper did not answer {what} within {} ms (it may yet apply it)",
+                self.timeout.as_millis()
+            )));
+        };
+        match answer {
+            Ok(results) => match results.first() {
+                Some(zk::MultiWriteResult::SetData { stat }) => Ok(Some(stat.mzxid)),
+                _ => Err(Error::Internal(format!(
+                    "ZooKeeper answered {what} without the name's write"
+                ))),
+            },
+            Err(zk::MultiWriteError::OperationFailed { source, .. }) if changed(&source) => {
+                Ok(None)
+            }
+            Err(
+                zk::MultiWriteError::OperationFailed { source, .. }
+                | zk::MultiWriteError::RequestFailed { source },
+            ) => Err(super::classify(what, &source)),
+        }
+    }
+
+    /// Grants the lock of `spec.name` if it is free (or its lease ended,
+    /// which the grant reports), with a fence above `floor`. A lock held
+    /// by `spec.token` already is granted again, with its fence (a retried
+    /// grant whose answer was lost).
+    pub async fn acquire_lock(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
+        let client = self.client().await?;
+        let paths = NamePaths::new(&spec.name);
+        let holding = Holding {
+            token: spec.token.clone(),
+            ttl_ms: spec.ttl_ms,
+            lock_delay_ms: spec.lock_delay_ms,
+            limit: 1,
+            holder: spec.holder.clone(),
+        };
+        for _ in 0..TRIES {
+            self.ensure_name(&client, &spec.name, &paths).await?;
+            let Some(read) = self.read(&client, &paths, &spec.token).await? else {
+                continue;
+            };
+            // The takeover of an ended lease: its node's version, its
+            // holder's token and its fence (reported as expired).
+            let (version, takeover) = match read.lock {
+                None => (read.version, None),
+                Some((held, stat)) => {
+                    let fence = self.fence(stat.czxid, floor).await?;
+                    if held.token == spec.token {
+                        return Ok(Acquired::Granted { fence, expired: 0 });
+                    }
+                    let Some((now, version)) =
+                        self.tick_name(&client, &paths, read.version).await?
+                    else {
+                        continue;
+                    };
+                    let blocked = |by, remaining_ms| {
+                        Acquired::Blocked(Blocked {
+                            by,
+                            fence,
+                            remaining_ms,
+                            holder: if by == BlockedBy::Holder {
+                                held.holder.clone()
+                            } else {
+                                String::new()
+                            },
+                            position: 0,
+                            queued: 0,
+                            expired: 0,
+                        })
+                    };
+                    match judge(written_at(&stat), held.ttl_ms, now) {
+                        Judged::Live(remaining_ms) => {
+                            return Ok(blocked(BlockedBy::Holder, remaining_ms))
+                        }
+                        Judged::OtherEpoch => {
+                            // Stamped by this leader from now on: judged
+                            // at the next attempt, after a full TTL at most.
+                            let _ = self
+                                .bounded(
+                                    "a lease's rewrite",
+                                    client.set_data(
+                                        &paths.lock(),
+                                        &held.encode(),
+                                        Some(stat.version),
+                                    ),
+                                )
+                                .await;
+                            return Ok(blocked(BlockedBy::Holder, held.ttl_ms));
+                        }
+                        Judged::Ended(ago) if ago < held.lock_delay_ms => {
+                            return Ok(blocked(BlockedBy::LockDelay, held.lock_delay_ms - ago))
+                        }
+                        Judged::Ended(_) => (version, Some((held.token, stat.version, fence))),
+                    }
+                }
+            };
+            let mut grant = client.new_multi_writer();
+            let added = (|| {
+                grant.add_set_data(&paths.node, b"", Some(version))?;
+                if let Some((old_token, lock_version, old_fence)) = &takeover {
+                    // Taken over: its holder hears "expired" from its end
+                    // record, the loss reported here, once.
+                    grant.add_delete(&paths.lock(), Some(*lock_version))?;
+                    grant.add_create(
+                        &paths.end(old_token),
+                        &End::Expired(*old_fence).encode(),
+                        &lingering(),
+                    )?;
+                }
+                grant.add_create(&paths.lock(), &holding.encode(), &persistent())
+            })();
+            added.map_err(|e| super::failed("a grant", &e))?;
+            let expired = u32::from(takeover.is_some());
+            if let Some(zxid) = self.commit("a grant", &mut grant).await? {
+                let fence = self.fence(zxid, floor).await?;
+                return Ok(Acquired::Granted { fence, expired });
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "the name '{}' kept changing under {TRIES} grant attempts; try again",
+            spec.name
+        )))
+    }
+
+    /// What became of `token`'s lock lease, without extending it: Done
+    /// while it lives; an ended lease is reported here (its loss, once).
+    pub async fn check_lock(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+        self.end_or_keep(name, token, false).await
+    }
+
+    /// Releases `token`'s lock lease (a release starts no lock-delay);
+    /// repeated, it finds its own end record: Released.
+    pub async fn release_lock(&self, name: &str, token: &str) -> Result<Checked<()>> {
+        Ok(match self.end_or_keep(name, token, true).await? {
+            Checked::Done(_) => Checked::Done(()),
+            Checked::NotHeld => Checked::NotHeld,
+            Checked::NotOwner { fence } => Checked::NotOwner { fence },
+            Checked::Revoked { fence } => Checked::Revoked { fence },
+            Checked::Expired => Checked::Expired,
+            Checked::ExpiredReported => Checked::ExpiredReported,
+            Checked::Released => Checked::Released,
+        })
+    }
+
+    /// A look (`release` false) or a release of `token`'s lock lease.
+    async fn end_or_keep(
+        &self,
+        name: &str,
+        token: &str,
+        release: bool,
+    ) -> Result<Checked<Renewed>> {
+        let client = self.client().await?;
+        let paths = NamePaths::new(name);
+        for _ in 0..TRIES {
+            let Some(read) = self.read(&client, &paths, token).await? else {
+                return Ok(Checked::NotHeld);
+            };
+            let (held, stat) = match read.lock {
+                Some((held, stat)) if held.token == token => (held, stat),
+                other => {
+                    return Ok(match (read.end, other) {
+                        (Some(End::Released), _) => Checked::Released,
+                        (Some(End::Revoked(fence)), _) => Checked::Revoked { fence },
+                        (Some(End::Expired(_)), _) => Checked::ExpiredReported,
+                        (None, Some((_, theirs))) => Checked::NotOwner {
+                            fence: self.fence(theirs.czxid, 0).await?,
+                        },
+                        (None, None) => Checked::NotHeld,
+                    })
+                }
+            };
+            let fence = self.fence(stat.czxid, 0).await?;
+            let Some((now, version)) = self.tick_name(&client, &paths, read.version).await? else {
+                continue;
+            };
+            let ended = match judge(written_at(&stat), held.ttl_ms, now) {
+                Judged::Ended(_) => true,
+                Judged::Live(_) | Judged::OtherEpoch => false,
+            };
+            if !ended && !release {
+                return Ok(Checked::Done(Renewed {
+                    ttl_ms: held.ttl_ms,
+                    fence,
+                }));
+            }
+            let end = if ended {
+                End::Expired(fence)
+            } else {
+                End::Released
+            };
+            let mut writer = client.new_multi_writer();
+            writer
+                .add_set_data(&paths.node, b"", Some(version))
+                .map_err(|e| super::failed("an end", &e))?;
+            writer
+                .add_delete(&paths.lock(), Some(stat.version))
+                .map_err(|e| super::failed("an end", &e))?;
+            writer
+                .add_create(&paths.end(token), &end.encode(), &lingering())
+                .map_err(|e| super::failed("an end", &e))?;
+            if self.commit("an end", &mut writer).await?.is_some() {
+                return Ok(if ended {
+                    Checked::Expired
+                } else {
+                    Checked::Done(Renewed {
+                        ttl_ms: held.ttl_ms,
+                        fence,
+                    })
+                });
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "the name '{name}' kept changing under {TRIES} attempts; try again"
+        )))
+    }
+}
