@@ -318,3 +318,84 @@ async fn an_expired_lock_is_taken_over_and_reported_once() {
         Checked::Expired
     );
 }
+
+/// A renewal extends the lease (to a new TTL if asked), for its token
+/// only; one that comes after the lease ended (nobody took it over) is
+/// turned into the report of its expiry: the holder hears it expired,
+/// once. A revoke ends anyone's lease, and its holder hears so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_renewed_by_its_token_and_revoked_by_anyone() {
+    use leasehold_server::store::{Acquired, Checked, Revocation};
+    let server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let Acquired::Granted { fence, .. } = store
+        .acquire_lock(&spec("renewed", "a", 2_000), 0)
+        .await
+        .unwrap()
+    else {
+        panic!("not granted")
+    };
+    match store
+        .renew_lock("renewed", "a", Some(60_000))
+        .await
+        .unwrap()
+    {
+        Checked::Done(renewed) => assert_eq!((renewed.ttl_ms, renewed.fence), (60_000, fence)),
+        other => panic!("{other:?}"),
+    }
+    match store
+        .acquire_lock(&spec("renewed", "b", 1_000), fence)
+        .await
+        .unwrap()
+    {
+        Acquired::Blocked(blocked) => assert!(blocked.remaining_ms > 50_000, "{blocked:?}"),
+        other @ Acquired::Granted { .. } => panic!("{other:?}"),
+    }
+    match store.renew_lock("renewed", "a", None).await.unwrap() {
+        Checked::Done(renewed) => assert_eq!(renewed.ttl_ms, 60_000, "its own TTL kept"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.renew_lock("renewed", "b", None).await.unwrap(),
+        Checked::NotOwner { fence }
+    );
+
+    assert_eq!(
+        store.revoke_lock("renewed").await.unwrap(),
+        Revocation::Revoked { fence }
+    );
+    assert_eq!(
+        store.renew_lock("renewed", "a", None).await.unwrap(),
+        Checked::Revoked { fence }
+    );
+    assert_eq!(
+        store.revoke_lock("renewed").await.unwrap(),
+        Revocation::NotHeld
+    );
+
+    // Renewed after its end: reported, once.
+    let Acquired::Granted { .. } = store
+        .acquire_lock(&spec("late", "a", 300), 0)
+        .await
+        .unwrap()
+    else {
+        panic!("not granted")
+    };
+    // The TTL running out is the event: nothing else to wait on.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        store.renew_lock("late", "a", None).await.unwrap(),
+        Checked::Expired
+    );
+    assert_eq!(
+        store.renew_lock("late", "a", None).await.unwrap(),
+        Checked::ExpiredReported
+    );
+    let Acquired::Granted { expired: 0, .. } = store
+        .acquire_lock(&spec("late", "b", 1_000), 0)
+        .await
+        .unwrap()
+    else {
+        panic!("free, its expiry reported already")
+    };
+}

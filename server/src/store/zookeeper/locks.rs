@@ -311,6 +311,134 @@ impl ZooKeeper {
         })
     }
 
+    /// Extends `token`'s lock lease to `ttl_ms` (its own TTL when `None`):
+    /// one write, conditioned on the lease node's version, whose stamp
+    /// also says whether the lease had ended before it (nobody took it
+    /// over yet): then the renewal is undone into the report of its
+    /// expiry, and the holder hears it expired, once.
+    pub async fn renew_lock(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Checked<Renewed>> {
+        let client = self.client().await?;
+        let paths = NamePaths::new(name);
+        for _ in 0..TRIES {
+            let Some(read) = self.read(&client, &paths, token).await? else {
+                return Ok(Checked::NotHeld);
+            };
+            let (held, stat) = match read.lock {
+                Some((held, stat)) if held.token == token => (held, stat),
+                other => return self.not_held(read.end, other).await,
+            };
+            let fence = self.fence(stat.czxid, 0).await?;
+            let renewed = Holding {
+                ttl_ms: ttl_ms.unwrap_or(held.ttl_ms),
+                ..held.clone()
+            };
+            let after = match self
+                .bounded(
+                    "a renewal",
+                    client.set_data(&paths.lock(), &renewed.encode(), Some(stat.version)),
+                )
+                .await
+            {
+                Ok(after) => after,
+                Err(e) if changed(&e) => continue,
+                Err(e) => return Err(super::classify("a renewal", &e)),
+            };
+            match judge(written_at(&stat), held.ttl_ms, written_at(&after)) {
+                Judged::Live(_) | Judged::OtherEpoch => {
+                    return Ok(Checked::Done(Renewed {
+                        ttl_ms: renewed.ttl_ms,
+                        fence,
+                    }))
+                }
+                Judged::Ended(_) => {
+                    // Renewed too late: report the expiry instead (the
+                    // name's version read is still the condition).
+                    let mut writer = client.new_multi_writer();
+                    let added = (|| {
+                        writer.add_set_data(&paths.node, b"", Some(read.version))?;
+                        writer.add_delete(&paths.lock(), Some(after.version))?;
+                        writer.add_create(
+                            &paths.end(token),
+                            &End::Expired(fence).encode(),
+                            &lingering(),
+                        )
+                    })();
+                    added.map_err(|e| super::failed("an expiry's report", &e))?;
+                    if self
+                        .commit("an expiry's report", &mut writer)
+                        .await?
+                        .is_some()
+                    {
+                        return Ok(Checked::Expired);
+                    }
+                }
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "the name '{name}' kept changing under {TRIES} attempts; try again"
+        )))
+    }
+
+    /// Ends the name's lock lease, whoever holds it: its holder hears it
+    /// was revoked (its end record). Not yet: the lock-delay a revoke
+    /// starts, and `Already` for a repeated revoke (both need the name's
+    /// delay node, design section 3.6); a repeated revoke finds the name
+    /// free: `NotHeld`.
+    pub async fn revoke_lock(&self, name: &str) -> Result<crate::store::Revocation> {
+        use crate::store::Revocation;
+        let client = self.client().await?;
+        let paths = NamePaths::new(name);
+        for _ in 0..TRIES {
+            let Some(read) = self.read(&client, &paths, "").await? else {
+                return Ok(Revocation::NotHeld);
+            };
+            let Some((held, stat)) = read.lock else {
+                return Ok(Revocation::NotHeld);
+            };
+            let fence = self.fence(stat.czxid, 0).await?;
+            let mut writer = client.new_multi_writer();
+            let added = (|| {
+                writer.add_set_data(&paths.node, b"", Some(read.version))?;
+                writer.add_delete(&paths.lock(), Some(stat.version))?;
+                writer.add_create(
+                    &paths.end(&held.token),
+                    &End::Revoked(fence).encode(),
+                    &lingering(),
+                )
+            })();
+            added.map_err(|e| super::failed("a revoke", &e))?;
+            if self.commit("a revoke", &mut writer).await?.is_some() {
+                return Ok(Revocation::Revoked { fence });
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "the name '{name}' kept changing under {TRIES} attempts; try again"
+        )))
+    }
+
+    /// What a token that holds no lease of the name hears: its own end,
+    /// or the current holder's fence, or nothing.
+    async fn not_held<T>(
+        &self,
+        end: Option<End>,
+        lock: Option<(Holding, zk::Stat)>,
+    ) -> Result<Checked<T>> {
+        Ok(match (end, lock) {
+            (Some(End::Released), _) => Checked::Released,
+            (Some(End::Revoked(fence)), _) => Checked::Revoked { fence },
+            (Some(End::Expired(_)), _) => Checked::ExpiredReported,
+            (None, Some((_, theirs))) => Checked::NotOwner {
+                fence: self.fence(theirs.czxid, 0).await?,
+            },
+            (None, None) => Checked::NotHeld,
+        })
+    }
+
     /// A look (`release` false) or a release of `token`'s lock lease.
     async fn end_or_keep(
         &self,
@@ -326,17 +454,7 @@ impl ZooKeeper {
             };
             let (held, stat) = match read.lock {
                 Some((held, stat)) if held.token == token => (held, stat),
-                other => {
-                    return Ok(match (read.end, other) {
-                        (Some(End::Released), _) => Checked::Released,
-                        (Some(End::Revoked(fence)), _) => Checked::Revoked { fence },
-                        (Some(End::Expired(_)), _) => Checked::ExpiredReported,
-                        (None, Some((_, theirs))) => Checked::NotOwner {
-                            fence: self.fence(theirs.czxid, 0).await?,
-                        },
-                        (None, None) => Checked::NotHeld,
-                    })
-                }
+                other => return self.not_held(read.end, other).await,
             };
             let fence = self.fence(stat.czxid, 0).await?;
             let Some((now, version)) = self.tick_name(&client, &paths, read.version).await? else {
