@@ -312,10 +312,29 @@ async fn an_expired_lock_is_taken_over_and_reported_once() {
         }
         other @ Acquired::Granted { .. } => panic!("{other:?}"),
     }
-    // Its own holder, looking now, hears it expired: the loss, once.
+    // Its own holder, looking now, hears it expired: the loss, once; and
+    // the name stays in its lock-delay, counted from the expiry.
     assert_eq!(
         store.check_lock("delayed", "a").await.unwrap(),
         Checked::Expired
+    );
+    match store
+        .acquire_lock(&spec("delayed", "b", 30_000), fence)
+        .await
+        .unwrap()
+    {
+        Acquired::Blocked(blocked) => {
+            assert_eq!(blocked.by, BlockedBy::LockDelay, "{blocked:?}");
+            assert!(
+                (25_000..30_000).contains(&blocked.remaining_ms),
+                "{blocked:?}"
+            );
+        }
+        other @ Acquired::Granted { .. } => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.check_lock("delayed", "a").await.unwrap(),
+        Checked::ExpiredReported
     );
 }
 
@@ -370,8 +389,36 @@ async fn a_lock_is_renewed_by_its_token_and_revoked_by_anyone() {
     );
     assert_eq!(
         store.revoke_lock("renewed").await.unwrap(),
-        Revocation::NotHeld
+        Revocation::Already { fence },
+        "a retried revoke reports the first one's work"
     );
+    // A revoke's lock-delay holds the name off from the revoke on.
+    let mut delayed = spec("revoked-delayed", "a", 60_000);
+    delayed.lock_delay_ms = 30_000;
+    let Acquired::Granted { fence, .. } = store.acquire_lock(&delayed, 0).await.unwrap() else {
+        panic!("not granted")
+    };
+    assert_eq!(
+        store.revoke_lock("revoked-delayed").await.unwrap(),
+        Revocation::Revoked { fence }
+    );
+    match store
+        .acquire_lock(&spec("revoked-delayed", "b", 1_000), fence)
+        .await
+        .unwrap()
+    {
+        Acquired::Blocked(blocked) => {
+            assert_eq!(
+                (blocked.by, blocked.fence),
+                (leasehold_server::store::BlockedBy::LockDelay, fence)
+            );
+            assert!(
+                (25_000..=30_000).contains(&blocked.remaining_ms),
+                "{blocked:?}"
+            );
+        }
+        other @ Acquired::Granted { .. } => panic!("{other:?}"),
+    }
 
     // Renewed after its end: reported, once.
     let Acquired::Granted { .. } = store

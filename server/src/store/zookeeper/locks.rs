@@ -15,7 +15,7 @@ use zookeeper_client as zk;
 
 use super::{
     layout::{bucket, bucket_path, NamePaths},
-    records::{judge, End, Holding, Judged, LeaderTime},
+    records::{judge, Delay, End, Holding, Judged, LeaderTime},
     ZooKeeper,
 };
 use crate::{
@@ -35,6 +35,9 @@ struct Read {
     lock: Option<(Holding, zk::Stat)>,
     /// The end record of the token asked about, if any.
     end: Option<End>,
+    /// The name's lock-delay (or a revoke's record), if any, and its
+    /// node's stat.
+    delay: Option<(Delay, zk::Stat)>,
 }
 
 /// The leader's time and epoch of a write's stat (`mtime`, `mzxid`).
@@ -62,6 +65,55 @@ fn persistent() -> zk::CreateOptions<'static> {
 /// then collected by ZooKeeper (a TTL node) whatever happens to the name.
 fn lingering() -> zk::CreateOptions<'static> {
     persistent().with_ttl(LINGER + std::time::Duration::from_secs(1))
+}
+
+/// A lock-delay node's options: collected (a TTL node) once it and a
+/// linger after it are over, if no grant deleted it first.
+fn delaying(delay_ms: u64) -> zk::CreateOptions<'static> {
+    persistent().with_ttl(
+        std::time::Duration::from_millis(delay_ms) + LINGER + std::time::Duration::from_secs(1),
+    )
+}
+
+/// When a delay node's delay started: its start, or its creation.
+fn delay_started(delay: Delay, stat: &zk::Stat) -> LeaderTime {
+    delay.started(LeaderTime {
+        unix_ms: u64::try_from(stat.ctime).unwrap_or(0),
+        epoch: super::epoch_of(stat.mzxid),
+    })
+}
+
+/// Adds to `writer` the lock-delay `delay` as the name's `delay` node,
+/// in place of the one read (`read`, an ended delay or an earlier
+/// revoke's record). A delay of 0 is written all the same when `always`
+/// (a revoke's record, which a repeated revoke finds).
+fn add_delay(
+    writer: &mut zk::MultiWriter<'_>,
+    paths: &NamePaths,
+    read: Option<&(Delay, zk::Stat)>,
+    delay: Delay,
+    always: bool,
+) -> std::result::Result<(), zk::Error> {
+    if delay.delay_ms == 0 && !always {
+        return Ok(());
+    }
+    if let Some((_, stat)) = read {
+        writer.add_delete(&paths.delay(), Some(stat.version))?;
+    }
+    writer.add_create(&paths.delay(), &delay.encode(), &delaying(delay.delay_ms))
+}
+
+/// An attempt refused by a lock-delay.
+fn delayed(fence: u64, remaining_ms: u64) -> Acquired {
+    Acquired::Blocked(Blocked {
+        by: BlockedBy::LockDelay,
+        fence,
+        remaining_ms,
+        holder: String::new(),
+        position: 0,
+        queued: 0,
+        expired: 0,
+    })
 }
 
 impl ZooKeeper {
@@ -97,6 +149,7 @@ impl ZooKeeper {
             reader.add_get_data(&paths.node)?;
             reader.add_get_data(&paths.lock())?;
             reader.add_get_data(&paths.end(token))?;
+            reader.add_get_data(&paths.delay())?;
             reader.commit().await
         };
         let results = tokio::time::timeout(self.timeout, read)
@@ -123,7 +176,18 @@ impl ZooKeeper {
             }
             _ => None,
         };
-        Ok(Some(Read { version, lock, end }))
+        let delay = match next() {
+            Some(zk::MultiReadResult::Data { data, stat }) => {
+                Some((Delay::decode(&data, &paths.delay())?, stat))
+            }
+            _ => None,
+        };
+        Ok(Some(Read {
+            version,
+            lock,
+            end,
+            delay,
+        }))
     }
 
     /// Stamps the name (writes its node at `version`): the leader's time
@@ -203,69 +267,112 @@ impl ZooKeeper {
             limit: 1,
             holder: spec.holder.clone(),
         };
-        for _ in 0..TRIES {
+        'attempt: for _ in 0..TRIES {
             self.ensure_name(&client, &spec.name, &paths).await?;
             let Some(read) = self.read(&client, &paths, &spec.token).await? else {
                 continue;
             };
+            let mut version = read.version;
+            // The leader's time now, read by a tick of the name once per
+            // attempt (and only when something must be judged by it).
+            let mut now = None;
             // The takeover of an ended lease: its node's version, its
             // holder's token and its fence (reported as expired).
-            let (version, takeover) = match read.lock {
-                None => (read.version, None),
-                Some((held, stat)) => {
-                    let fence = self.fence(stat.czxid, floor).await?;
-                    if held.token == spec.token {
-                        return Ok(Acquired::Granted { fence, expired: 0 });
-                    }
-                    let Some((now, version)) =
-                        self.tick_name(&client, &paths, read.version).await?
-                    else {
-                        continue;
-                    };
-                    let blocked = |by, remaining_ms| {
-                        Acquired::Blocked(Blocked {
-                            by,
+            let mut takeover = None;
+            if let Some((held, stat)) = &read.lock {
+                let fence = self.fence(stat.czxid, floor).await?;
+                if held.token == spec.token {
+                    return Ok(Acquired::Granted { fence, expired: 0 });
+                }
+                let Some((ticked, after)) = self.tick_name(&client, &paths, version).await? else {
+                    continue;
+                };
+                (now, version) = (Some(ticked), after);
+                match judge(written_at(stat), held.ttl_ms, ticked) {
+                    Judged::Live(remaining_ms) => {
+                        return Ok(Acquired::Blocked(Blocked {
+                            by: BlockedBy::Holder,
                             fence,
                             remaining_ms,
-                            holder: if by == BlockedBy::Holder {
-                                held.holder.clone()
-                            } else {
-                                String::new()
-                            },
+                            holder: held.holder.clone(),
                             position: 0,
                             queued: 0,
                             expired: 0,
-                        })
-                    };
-                    match judge(written_at(&stat), held.ttl_ms, now) {
-                        Judged::Live(remaining_ms) => {
-                            return Ok(blocked(BlockedBy::Holder, remaining_ms))
-                        }
-                        Judged::OtherEpoch => {
-                            // Stamped by this leader from now on: judged
-                            // at the next attempt, after a full TTL at most.
-                            let _ = self
-                                .bounded(
-                                    "a lease's rewrite",
-                                    client.set_data(
-                                        &paths.lock(),
-                                        &held.encode(),
-                                        Some(stat.version),
-                                    ),
-                                )
-                                .await;
-                            return Ok(blocked(BlockedBy::Holder, held.ttl_ms));
-                        }
-                        Judged::Ended(ago) if ago < held.lock_delay_ms => {
-                            return Ok(blocked(BlockedBy::LockDelay, held.lock_delay_ms - ago))
-                        }
-                        Judged::Ended(_) => (version, Some((held.token, stat.version, fence))),
+                        }))
+                    }
+                    Judged::OtherEpoch => {
+                        // Stamped by this leader from now on: judged at
+                        // the next attempt, after a full TTL at most.
+                        let _ = self
+                            .bounded(
+                                "a lease's rewrite",
+                                client.set_data(&paths.lock(), &held.encode(), Some(stat.version)),
+                            )
+                            .await;
+                        return Ok(Acquired::Blocked(Blocked {
+                            by: BlockedBy::Holder,
+                            fence,
+                            remaining_ms: held.ttl_ms,
+                            holder: held.holder.clone(),
+                            position: 0,
+                            queued: 0,
+                            expired: 0,
+                        }));
+                    }
+                    Judged::Ended(ago) if ago < held.lock_delay_ms => {
+                        return Ok(delayed(fence, held.lock_delay_ms - ago))
+                    }
+                    Judged::Ended(_) => takeover = Some((held.token.clone(), stat.version, fence)),
+                }
+            }
+            // A lock-delay (after a revoke, or after an expiry reported
+            // by its holder's late request) holds the name off until it
+            // ends; an ended one goes with the grant.
+            let mut ended_delay = None;
+            if let Some((delay, stat)) = &read.delay {
+                let ticked = match now {
+                    Some(ticked) => ticked,
+                    None => {
+                        let Some((ticked, after)) =
+                            self.tick_name(&client, &paths, version).await?
+                        else {
+                            continue 'attempt;
+                        };
+                        version = after;
+                        ticked
+                    }
+                };
+                match judge(delay_started(*delay, stat), delay.delay_ms, ticked) {
+                    Judged::Ended(_) => ended_delay = Some(stat.version),
+                    Judged::Live(remaining_ms) => return Ok(delayed(delay.fence, remaining_ms)),
+                    Judged::OtherEpoch => {
+                        // Another leader's clock: restarted from this
+                        // leader's now (a delay may be lengthened by a
+                        // leader change, never cut short).
+                        let restarted = Delay {
+                            start_unix_ms: ticked.unix_ms,
+                            ..*delay
+                        };
+                        let _ = self
+                            .bounded(
+                                "a lock-delay's rewrite",
+                                client.set_data(
+                                    &paths.delay(),
+                                    &restarted.encode(),
+                                    Some(stat.version),
+                                ),
+                            )
+                            .await;
+                        return Ok(delayed(delay.fence, delay.delay_ms));
                     }
                 }
-            };
+            }
             let mut grant = client.new_multi_writer();
             let added = (|| {
                 grant.add_set_data(&paths.node, b"", Some(version))?;
+                if let Some(delay_version) = ended_delay {
+                    grant.add_delete(&paths.delay(), Some(delay_version))?;
+                }
                 if let Some((old_token, lock_version, old_fence)) = &takeover {
                     // Taken over: its holder hears "expired" from its end
                     // record, the loss reported here, once.
@@ -366,7 +473,14 @@ impl ZooKeeper {
                             &paths.end(token),
                             &End::Expired(fence).encode(),
                             &lingering(),
-                        )
+                        )?;
+                        // Its lock-delay runs from its expiry.
+                        let delay = Delay {
+                            fence,
+                            delay_ms: held.lock_delay_ms,
+                            start_unix_ms: written_at(&stat).unix_ms.saturating_add(held.ttl_ms),
+                        };
+                        add_delay(&mut writer, &paths, read.delay.as_ref(), delay, false)
                     })();
                     added.map_err(|e| super::failed("an expiry's report", &e))?;
                     if self
@@ -385,10 +499,10 @@ impl ZooKeeper {
     }
 
     /// Ends the name's lock lease, whoever holds it: its holder hears it
-    /// was revoked (its end record). Not yet: the lock-delay a revoke
-    /// starts, and `Already` for a repeated revoke (both need the name's
-    /// delay node, design section 3.6); a repeated revoke finds the name
-    /// free: `NotHeld`.
+    /// was revoked (its end record), and its lock-delay starts now (the
+    /// `delay` node, written even for a delay of 0 as the revoke's
+    /// record): a repeated revoke, before anything was granted again,
+    /// finds it: `Already`.
     pub async fn revoke_lock(&self, name: &str) -> Result<crate::store::Revocation> {
         use crate::store::Revocation;
         let client = self.client().await?;
@@ -398,7 +512,14 @@ impl ZooKeeper {
                 return Ok(Revocation::NotHeld);
             };
             let Some((held, stat)) = read.lock else {
-                return Ok(Revocation::NotHeld);
+                // The last lease revoked and nothing granted since: the
+                // revoke's record is the delay node it wrote.
+                return Ok(match read.delay {
+                    Some((delay, _)) if delay.start_unix_ms == 0 => {
+                        Revocation::Already { fence: delay.fence }
+                    }
+                    _ => Revocation::NotHeld,
+                });
             };
             let fence = self.fence(stat.czxid, 0).await?;
             let mut writer = client.new_multi_writer();
@@ -409,7 +530,15 @@ impl ZooKeeper {
                     &paths.end(&held.token),
                     &End::Revoked(fence).encode(),
                     &lingering(),
-                )
+                )?;
+                // Its lock-delay starts with this write (the node's
+                // ctime); written even without one, as the revoke's record.
+                let delay = Delay {
+                    fence,
+                    delay_ms: held.lock_delay_ms,
+                    start_unix_ms: 0,
+                };
+                add_delay(&mut writer, &paths, read.delay.as_ref(), delay, true)
             })();
             added.map_err(|e| super::failed("a revoke", &e))?;
             if self.commit("a revoke", &mut writer).await?.is_some() {
@@ -476,15 +605,22 @@ impl ZooKeeper {
                 End::Released
             };
             let mut writer = client.new_multi_writer();
-            writer
-                .add_set_data(&paths.node, b"", Some(version))
-                .map_err(|e| super::failed("an end", &e))?;
-            writer
-                .add_delete(&paths.lock(), Some(stat.version))
-                .map_err(|e| super::failed("an end", &e))?;
-            writer
-                .add_create(&paths.end(token), &end.encode(), &lingering())
-                .map_err(|e| super::failed("an end", &e))?;
+            let added = (|| {
+                writer.add_set_data(&paths.node, b"", Some(version))?;
+                writer.add_delete(&paths.lock(), Some(stat.version))?;
+                writer.add_create(&paths.end(token), &end.encode(), &lingering())?;
+                if ended {
+                    // Its lock-delay runs from its expiry, not from now.
+                    let delay = Delay {
+                        fence,
+                        delay_ms: held.lock_delay_ms,
+                        start_unix_ms: written_at(&stat).unix_ms.saturating_add(held.ttl_ms),
+                    };
+                    add_delay(&mut writer, &paths, read.delay.as_ref(), delay, false)?;
+                }
+                Ok(())
+            })();
+            added.map_err(|e: zk::Error| super::failed("an end", &e))?;
             if self.commit("an end", &mut writer).await?.is_some() {
                 return Ok(if ended {
                     Checked::Expired

@@ -99,6 +99,61 @@ impl End {
     }
 }
 
+/// A lock-delay, as the name's `delay` node holds it: the name is not
+/// granted until `delay_ms` after `start_unix_ms` (the leader's clock), or
+/// after the node's own `ctime` when `start_unix_ms` is 0 (a revoke: the
+/// delay starts with the write that ends the lease).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delay {
+    /// The fence of the lease whose involuntary end started it.
+    pub fence: u64,
+    /// How long it lasts, in ms.
+    pub delay_ms: u64,
+    /// When it started (the lease's expiry), or 0 for the node's `ctime`.
+    pub start_unix_ms: u64,
+}
+
+impl Delay {
+    /// The node's data.
+    pub fn encode(self) -> Vec<u8> {
+        format!(
+            "{FORMAT}\n{}\n{}\n{}",
+            self.fence, self.delay_ms, self.start_unix_ms
+        )
+        .into_bytes()
+    }
+
+    /// A node's data read back; an error names `path`.
+    pub fn decode(data: &[u8], path: &str) -> Result<Self> {
+        let bad = || Error::Internal(format!("ZooKeeper node {path} holds no lock-delay"));
+        let text = std::str::from_utf8(data).map_err(|_| bad())?;
+        let mut lines = text.split('\n');
+        if lines.next() != Some(FORMAT) {
+            return Err(bad());
+        }
+        let mut number =
+            || -> Result<u64> { lines.next().ok_or_else(bad)?.parse().map_err(|_| bad()) };
+        Ok(Delay {
+            fence: number()?,
+            delay_ms: number()?,
+            start_unix_ms: number()?,
+        })
+    }
+
+    /// When it started, for a node created at `created` (the leader's
+    /// stamp of the node's creation).
+    pub fn started(self, created: LeaderTime) -> LeaderTime {
+        LeaderTime {
+            unix_ms: if self.start_unix_ms == 0 {
+                created.unix_ms
+            } else {
+                self.start_unix_ms
+            },
+            epoch: created.epoch,
+        }
+    }
+}
+
 /// A time the leader stamped, with its epoch: stamps of different epochs
 /// are of different leaders' clocks, and are never compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +218,46 @@ mod tests {
             let err = Holding::decode(bad, "/n/0/a/lock").unwrap_err();
             assert!(err.to_string().contains("/n/0/a/lock"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_delay_reads_back_and_starts_when_it_says() {
+        let created = LeaderTime {
+            unix_ms: 5_000,
+            epoch: 2,
+        };
+        for delay in [
+            Delay {
+                fence: 9,
+                delay_ms: 1_000,
+                start_unix_ms: 0,
+            },
+            Delay {
+                fence: 9,
+                delay_ms: 1_000,
+                start_unix_ms: 4_200,
+            },
+        ] {
+            assert_eq!(Delay::decode(&delay.encode(), "d").unwrap(), delay);
+        }
+        let revoked = Delay {
+            fence: 9,
+            delay_ms: 1_000,
+            start_unix_ms: 0,
+        };
+        assert_eq!(revoked.started(created).unix_ms, 5_000);
+        let expired = Delay {
+            start_unix_ms: 4_200,
+            ..revoked
+        };
+        assert_eq!(
+            expired.started(created),
+            LeaderTime {
+                unix_ms: 4_200,
+                epoch: 2
+            }
+        );
+        assert!(Delay::decode(b"v1\n1\n2", "d").is_err());
     }
 
     #[test]
