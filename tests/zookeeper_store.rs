@@ -446,3 +446,76 @@ async fn a_lock_is_renewed_by_its_token_and_revoked_by_anyone() {
         panic!("free, its expiry reported already")
     };
 }
+
+/// Describe reads without writing: the live lease (holder, fence, time
+/// left within its TTL, its grant time by the leader's clock), a revoked
+/// name's lock-delay left, and nothing of a name never held. A batch
+/// renewal answers each lease in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_described_and_renewed_in_batches() {
+    use leasehold_server::store::{Acquired, Checked, RenewItem};
+    let server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let before = unix_ms();
+    let mut delayed = spec("described", "a", 20_000);
+    delayed.lock_delay_ms = 15_000;
+    let Acquired::Granted { fence, .. } = store.acquire_lock(&delayed, 0).await.unwrap() else {
+        panic!("not granted")
+    };
+    let (described, last) = store.describe_lock("described").await.unwrap();
+    let lease = described.lease.expect("held");
+    assert_eq!(
+        (
+            lease.holder.as_str(),
+            lease.fence,
+            lease.ttl_ms,
+            lease.lock_delay_ms,
+            last
+        ),
+        ("holder of a", fence, 20_000, 15_000, fence)
+    );
+    assert!((15_000..=20_000).contains(&lease.remaining_ms), "{lease:?}");
+    assert!(
+        (before.saturating_sub(1_000)..=unix_ms() + 1_000).contains(&lease.granted_at_unix_ms),
+        "{lease:?}"
+    );
+    assert_eq!((described.waiters, described.permits), (0, 0));
+
+    let Acquired::Granted { fence: other, .. } = store
+        .acquire_lock(&spec("batch", "b", 20_000), 0)
+        .await
+        .unwrap()
+    else {
+        panic!("not granted")
+    };
+    let item = |name: &str, token: &str, ttl_ms| RenewItem {
+        name: name.into(),
+        token: token.into(),
+        ttl_ms,
+    };
+    let outcomes = store
+        .renew_many_locks(&[
+            item("described", "a", None),
+            item("batch", "stranger", None),
+            item("batch", "b", Some(40_000)),
+            item("never", "a", None),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), 4);
+    assert!(matches!(&outcomes[0], Checked::Done(r) if r.fence == fence && r.ttl_ms == 20_000));
+    assert_eq!(outcomes[1], Checked::NotOwner { fence: other });
+    assert!(matches!(&outcomes[2], Checked::Done(r) if r.fence == other && r.ttl_ms == 40_000));
+    assert_eq!(outcomes[3], Checked::NotHeld);
+
+    store.revoke_lock("described").await.unwrap();
+    let (described, last) = store.describe_lock("described").await.unwrap();
+    assert_eq!(described.lease, None);
+    assert!(
+        (10_000..=15_000).contains(&described.lock_delay_remaining_ms),
+        "{described:?}"
+    );
+    assert_eq!(last, fence);
+    let (never, last) = store.describe_lock("never/held").await.unwrap();
+    assert!(never.is_idle() && last == 0, "{never:?}");
+}

@@ -20,7 +20,10 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    store::{contract::LINGER, Acquired, Blocked, BlockedBy, Checked, GrantSpec, Renewed},
+    store::{
+        contract::LINGER, Acquired, Blocked, BlockedBy, Checked, Described, GrantSpec, LeaseInfo,
+        RenewItem, Renewed,
+    },
 };
 
 /// How many times an operation reads and writes before it gives up on a
@@ -205,7 +208,10 @@ impl ZooKeeper {
             )
             .await
         {
-            Ok(stat) => Ok(Some((written_at(&stat), stat.version))),
+            Ok(stat) => {
+                self.stamped(&stat);
+                Ok(Some((written_at(&stat), stat.version)))
+            }
             Err(e) if changed(&e) => Ok(None),
             Err(e) => Err(super::classify("a name's tick", &e)),
         }
@@ -548,6 +554,68 @@ impl ZooKeeper {
         Err(Error::Unavailable(format!(
             "the name '{name}' kept changing under {TRIES} attempts; try again"
         )))
+    }
+
+    /// Renews every item, all at once on the session (ZooKeeper answers
+    /// a session's requests in order: one round trip for the batch, as
+    /// pipelined); one outcome per item, in order.
+    pub async fn renew_many_locks(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+        futures_util::future::join_all(
+            items
+                .iter()
+                .map(|item| self.renew_lock(&item.name, &item.token, item.ttl_ms)),
+        )
+        .await
+        .into_iter()
+        .collect()
+    }
+
+    /// What the store knows of the name (a read after a sync; nothing
+    /// written): its lease, if live, or its lock-delay left; and the last
+    /// fence it remembers. Times left are estimates from the last leader
+    /// stamp this broker received (at most a health ping old), never the
+    /// verdict an operation waits for.
+    pub async fn describe_lock(&self, name: &str) -> Result<(Described, u64)> {
+        let client = self.client().await?;
+        let paths = NamePaths::new(name);
+        let Some(read) = self.read(&client, &paths, "").await? else {
+            return Ok((Described::default(), 0));
+        };
+        let now = self.estimated_now().await?;
+        let mut described = Described::default();
+        let mut last_fence = 0;
+        if let Some((held, stat)) = &read.lock {
+            let fence = self.fence(stat.czxid, 0).await?;
+            last_fence = fence;
+            let info = |remaining_ms: u64| LeaseInfo {
+                holder: held.holder.clone(),
+                fence,
+                remaining_ms: remaining_ms.min(held.ttl_ms),
+                ttl_ms: held.ttl_ms,
+                granted_at_unix_ms: u64::try_from(stat.ctime).unwrap_or(0),
+                lock_delay_ms: held.lock_delay_ms,
+            };
+            match judge(written_at(stat), held.ttl_ms, now) {
+                Judged::Live(remaining_ms) => described.lease = Some(info(remaining_ms)),
+                // Another leader's stamp: live until judged (a full TTL).
+                Judged::OtherEpoch => described.lease = Some(info(held.ttl_ms)),
+                Judged::Ended(ago) => {
+                    described.lock_delay_remaining_ms = held.lock_delay_ms.saturating_sub(ago);
+                }
+            }
+        }
+        if let Some((delay, stat)) = &read.delay {
+            last_fence = last_fence.max(delay.fence);
+            if described.lease.is_none() {
+                let left = match judge(delay_started(*delay, stat), delay.delay_ms, now) {
+                    Judged::Live(left) => left,
+                    Judged::OtherEpoch => delay.delay_ms,
+                    Judged::Ended(_) => 0,
+                };
+                described.lock_delay_remaining_ms = described.lock_delay_remaining_ms.max(left);
+            }
+        }
+        Ok((described, last_fence))
     }
 
     /// What a token that holds no lease of the name hears: its own end,

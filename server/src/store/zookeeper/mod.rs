@@ -91,6 +91,10 @@ pub struct ZooKeeper {
     client: tokio::sync::Mutex<Option<zk::Client>>,
     /// The fence bases met, and the highest zxid seen.
     bases: Mutex<Bases>,
+    /// The last leader stamp received, and when (this process's monotonic
+    /// clock): what a look that writes nothing estimates the leader's
+    /// time from (Describe's time left: an estimate, never a verdict).
+    last_stamp: Mutex<Option<(records::LeaderTime, std::time::Instant)>>,
 }
 
 /// The fence base of each epoch met (few in a cluster's life), and the
@@ -131,6 +135,7 @@ impl ZooKeeper {
             timeout,
             client: tokio::sync::Mutex::new(None),
             bases: Mutex::new(Bases::default()),
+            last_stamp: Mutex::new(None),
         })
     }
 
@@ -233,7 +238,41 @@ impl ZooKeeper {
             })
             .await?;
         self.bases().saw(stat.mzxid);
+        self.stamped(&stat);
         Ok(stamp(&stat))
+    }
+
+    /// Takes in the leader's stamp on a write's answer.
+    fn stamped(&self, stat: &zk::Stat) {
+        let time = records::LeaderTime {
+            unix_ms: u64::try_from(stat.mtime).unwrap_or(0),
+            epoch: epoch_of(stat.mzxid),
+        };
+        *self
+            .last_stamp
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((time, std::time::Instant::now()));
+    }
+
+    /// The leader's time now, estimated from the last stamp received (plus
+    /// the time since), or read by a tick when there is none yet.
+    async fn estimated_now(&self) -> Result<records::LeaderTime> {
+        let last = *self
+            .last_stamp
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((time, at)) = last {
+            let elapsed = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+            return Ok(records::LeaderTime {
+                unix_ms: time.unix_ms.saturating_add(elapsed),
+                epoch: time.epoch,
+            });
+        }
+        let stamp = self.tick().await?;
+        Ok(records::LeaderTime {
+            unix_ms: stamp.unix_ms,
+            epoch: stamp.epoch(),
+        })
     }
 
     fn bases(&self) -> std::sync::MutexGuard<'_, Bases> {
