@@ -519,3 +519,84 @@ async fn a_lock_is_described_and_renewed_in_batches() {
     let (never, last) = store.describe_lock("never/held").await.unwrap();
     assert!(never.is_idle() && last == 0, "{never:?}");
 }
+
+/// The wait line: callers that wait take places in arrival order (one
+/// that tries once takes none, and never jumps the line); when the name
+/// is free the first in line is granted, and its place goes with the
+/// grant; places are told their ranks and taken out on request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_arrival_order() {
+    use leasehold_server::store::{Acquired, BlockedBy, Checked};
+    let server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let waiting = |token: &str| {
+        let mut spec = spec("line", token, 30_000);
+        spec.queued = true;
+        spec
+    };
+    let Acquired::Granted { fence, .. } = store.acquire_lock(&waiting("a"), 0).await.unwrap()
+    else {
+        panic!("not granted")
+    };
+    let blocked = |outcome: Acquired| match outcome {
+        Acquired::Blocked(blocked) => blocked,
+        other @ Acquired::Granted { .. } => panic!("{other:?}"),
+    };
+    let b = blocked(store.acquire_lock(&waiting("b"), fence).await.unwrap());
+    assert_eq!((b.by, b.position, b.queued), (BlockedBy::Holder, 1, 1));
+    let c = blocked(store.acquire_lock(&waiting("c"), fence).await.unwrap());
+    assert_eq!((c.position, c.queued), (2, 2));
+    // Asking again keeps its place.
+    let b = blocked(store.acquire_lock(&waiting("b"), fence).await.unwrap());
+    assert_eq!((b.position, b.queued), (1, 2));
+    let d = blocked(
+        store
+            .acquire_lock(&spec("line", "d", 30_000), fence)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (d.by, d.position),
+        (BlockedBy::Holder, 0),
+        "a try takes no place"
+    );
+
+    assert_eq!(
+        store.release_lock("line", "a").await.unwrap(),
+        Checked::Done(())
+    );
+    let d = blocked(
+        store
+            .acquire_lock(&spec("line", "d", 30_000), fence)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(d.by, BlockedBy::Queue, "free, but b and c came first");
+    let c = blocked(store.acquire_lock(&waiting("c"), fence).await.unwrap());
+    assert_eq!((c.by, c.position), (BlockedBy::Queue, 2));
+    let Acquired::Granted { fence: next, .. } =
+        store.acquire_lock(&waiting("b"), fence).await.unwrap()
+    else {
+        panic!("b, first in line, is granted")
+    };
+    assert!(next > fence);
+    let tokens = ["b".to_owned(), "c".to_owned(), "z".to_owned()];
+    assert_eq!(
+        store.refresh_places("line", &tokens).await.unwrap(),
+        [None, Some(0), None],
+        "b's place went with its grant"
+    );
+    store.dequeue("line", "c").await.unwrap();
+    assert_eq!(
+        store.refresh_places("line", &tokens).await.unwrap(),
+        [None, None, None]
+    );
+    store.release_lock("line", "b").await.unwrap();
+    let Acquired::Granted { .. } = store
+        .acquire_lock(&spec("line", "d", 30_000), fence)
+        .await
+        .unwrap()
+    else {
+        panic!("nobody waits: a try is granted")
+    };
+}

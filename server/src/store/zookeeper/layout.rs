@@ -143,6 +143,31 @@ impl NamePaths {
     pub fn place_prefix(&self) -> String {
         self.child(PLACE_PREFIX)
     }
+
+    /// The prefix of `token`'s place: `q-<token>-`, then ZooKeeper's
+    /// sequence number (the token in the node's name, so that one listing
+    /// of the children gives the line).
+    pub fn place_of(&self, token: &str) -> String {
+        self.child(&format!("{PLACE_PREFIX}{token}-"))
+    }
+}
+
+/// The line of a name, from its children: each place's token and node
+/// name, in arrival order (the sequence number ZooKeeper gave it).
+pub fn line(children: &[String]) -> Vec<(String, String)> {
+    let mut places: Vec<(u64, String, String)> = children
+        .iter()
+        .filter_map(|child| {
+            let rest = child.strip_prefix(PLACE_PREFIX)?;
+            let (token, seq) = rest.rsplit_once('-')?;
+            Some((seq.parse().ok()?, token.to_owned(), child.clone()))
+        })
+        .collect();
+    places.sort_unstable_by_key(|(seq, _, _)| *seq);
+    places
+        .into_iter()
+        .map(|(_, token, node)| (token, node))
+        .collect()
 }
 
 #[cfg(test)]
@@ -198,5 +223,27 @@ mod tests {
         assert_eq!(paths.end("ab12"), format!("{}/e-ab12", paths.node));
         assert_eq!(paths.delay(), format!("{}/delay", paths.node));
         assert_eq!(paths.place_prefix(), format!("{}/q-", paths.node));
+        assert_eq!(paths.place_of("ab12"), format!("{}/q-ab12-", paths.node));
+    }
+
+    #[test]
+    fn the_line_is_the_places_in_sequence_order() {
+        let children: Vec<String> = [
+            "q-b-0000000012",
+            "lock",
+            "q-a-0000000003",
+            "p-x",
+            "q-c-000000000x",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        assert_eq!(
+            line(&children),
+            [
+                ("a".to_owned(), "q-a-0000000003".to_owned()),
+                ("b".to_owned(), "q-b-0000000012".to_owned())
+            ]
+        );
     }
 }

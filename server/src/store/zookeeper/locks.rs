@@ -19,10 +19,11 @@ use super::{
     ZooKeeper,
 };
 use crate::{
+    duration::millis,
     error::{Error, Result},
     store::{
-        contract::LINGER, Acquired, Blocked, BlockedBy, Checked, Described, GrantSpec, LeaseInfo,
-        RenewItem, Renewed,
+        contract::{LINGER, QUEUE_LIFETIME},
+        Acquired, Blocked, BlockedBy, Checked, Described, GrantSpec, LeaseInfo, RenewItem, Renewed,
     },
 };
 
@@ -41,6 +42,8 @@ struct Read {
     /// The name's lock-delay (or a revoke's record), if any, and its
     /// node's stat.
     delay: Option<(Delay, zk::Stat)>,
+    /// The name's wait line: each place's token and node, in order.
+    line: Vec<(String, String)>,
 }
 
 /// The leader's time and epoch of a write's stat (`mtime`, `mzxid`).
@@ -107,8 +110,8 @@ fn add_delay(
 }
 
 /// An attempt refused by a lock-delay.
-fn delayed(fence: u64, remaining_ms: u64) -> Acquired {
-    Acquired::Blocked(Blocked {
+fn delayed(fence: u64, remaining_ms: u64) -> Blocked {
+    Blocked {
         by: BlockedBy::LockDelay,
         fence,
         remaining_ms,
@@ -116,7 +119,7 @@ fn delayed(fence: u64, remaining_ms: u64) -> Acquired {
         position: 0,
         queued: 0,
         expired: 0,
-    })
+    }
 }
 
 impl ZooKeeper {
@@ -153,6 +156,7 @@ impl ZooKeeper {
             reader.add_get_data(&paths.lock())?;
             reader.add_get_data(&paths.end(token))?;
             reader.add_get_data(&paths.delay())?;
+            reader.add_get_children(&paths.node)?;
             reader.commit().await
         };
         let results = tokio::time::timeout(self.timeout, read)
@@ -185,11 +189,16 @@ impl ZooKeeper {
             }
             _ => None,
         };
+        let line = match next() {
+            Some(zk::MultiReadResult::Children { children }) => super::layout::line(&children),
+            _ => Vec::new(),
+        };
         Ok(Some(Read {
             version,
             lock,
             end,
             delay,
+            line,
         }))
     }
 
@@ -296,15 +305,23 @@ impl ZooKeeper {
                 (now, version) = (Some(ticked), after);
                 match judge(written_at(stat), held.ttl_ms, ticked) {
                     Judged::Live(remaining_ms) => {
-                        return Ok(Acquired::Blocked(Blocked {
-                            by: BlockedBy::Holder,
-                            fence,
-                            remaining_ms,
-                            holder: held.holder.clone(),
-                            position: 0,
-                            queued: 0,
-                            expired: 0,
-                        }))
+                        return self
+                            .in_line(
+                                &client,
+                                &paths,
+                                &read.line,
+                                spec,
+                                Blocked {
+                                    by: BlockedBy::Holder,
+                                    fence,
+                                    remaining_ms,
+                                    holder: held.holder.clone(),
+                                    position: 0,
+                                    queued: 0,
+                                    expired: 0,
+                                },
+                            )
+                            .await
                     }
                     Judged::OtherEpoch => {
                         // Stamped by this leader from now on: judged at
@@ -315,18 +332,34 @@ impl ZooKeeper {
                                 client.set_data(&paths.lock(), &held.encode(), Some(stat.version)),
                             )
                             .await;
-                        return Ok(Acquired::Blocked(Blocked {
-                            by: BlockedBy::Holder,
-                            fence,
-                            remaining_ms: held.ttl_ms,
-                            holder: held.holder.clone(),
-                            position: 0,
-                            queued: 0,
-                            expired: 0,
-                        }));
+                        return self
+                            .in_line(
+                                &client,
+                                &paths,
+                                &read.line,
+                                spec,
+                                Blocked {
+                                    by: BlockedBy::Holder,
+                                    fence,
+                                    remaining_ms: held.ttl_ms,
+                                    holder: held.holder.clone(),
+                                    position: 0,
+                                    queued: 0,
+                                    expired: 0,
+                                },
+                            )
+                            .await;
                     }
                     Judged::Ended(ago) if ago < held.lock_delay_ms => {
-                        return Ok(delayed(fence, held.lock_delay_ms - ago))
+                        return self
+                            .in_line(
+                                &client,
+                                &paths,
+                                &read.line,
+                                spec,
+                                delayed(fence, held.lock_delay_ms - ago),
+                            )
+                            .await
                     }
                     Judged::Ended(_) => takeover = Some((held.token.clone(), stat.version, fence)),
                 }
@@ -350,7 +383,17 @@ impl ZooKeeper {
                 };
                 match judge(delay_started(*delay, stat), delay.delay_ms, ticked) {
                     Judged::Ended(_) => ended_delay = Some(stat.version),
-                    Judged::Live(remaining_ms) => return Ok(delayed(delay.fence, remaining_ms)),
+                    Judged::Live(remaining_ms) => {
+                        return self
+                            .in_line(
+                                &client,
+                                &paths,
+                                &read.line,
+                                spec,
+                                delayed(delay.fence, remaining_ms),
+                            )
+                            .await
+                    }
                     Judged::OtherEpoch => {
                         // Another leader's clock: restarted from this
                         // leader's now (a delay may be lengthened by a
@@ -369,13 +412,47 @@ impl ZooKeeper {
                                 ),
                             )
                             .await;
-                        return Ok(delayed(delay.fence, delay.delay_ms));
+                        return self
+                            .in_line(
+                                &client,
+                                &paths,
+                                &read.line,
+                                spec,
+                                delayed(delay.fence, delay.delay_ms),
+                            )
+                            .await;
                     }
+                }
+            }
+            // Free: the first in line, or anyone if nobody waits; a caller
+            // behind others waits its turn (one that tries once never
+            // jumps the line).
+            let mine: Vec<&String> = read
+                .line
+                .iter()
+                .filter(|(token, _)| *token == spec.token)
+                .map(|(_, node)| node)
+                .collect();
+            if let Some((first, _)) = read.line.first() {
+                if *first != spec.token {
+                    let ahead = Blocked {
+                        by: BlockedBy::Queue,
+                        fence: 0,
+                        remaining_ms: millis(QUEUE_LIFETIME),
+                        holder: String::new(),
+                        position: 0,
+                        queued: 0,
+                        expired: 0,
+                    };
+                    return self.in_line(&client, &paths, &read.line, spec, ahead).await;
                 }
             }
             let mut grant = client.new_multi_writer();
             let added = (|| {
                 grant.add_set_data(&paths.node, b"", Some(version))?;
+                for node in &mine {
+                    grant.add_delete(&paths.child(node), None)?;
+                }
                 if let Some(delay_version) = ended_delay {
                     grant.add_delete(&paths.delay(), Some(delay_version))?;
                 }
@@ -616,6 +693,88 @@ impl ZooKeeper {
             }
         }
         Ok((described, last_fence))
+    }
+
+    /// A refused attempt, with the caller's place in line when it waits
+    /// (`spec.queued`): taken now if it has none. A place is an ephemeral
+    /// node of this broker's session, so it lapses when the broker dies
+    /// (its session expires), and needs no write to be kept.
+    async fn in_line(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        line: &[(String, String)],
+        spec: &GrantSpec,
+        mut blocked: Blocked,
+    ) -> Result<Acquired> {
+        if spec.queued {
+            let rank = line.iter().position(|(token, _)| *token == spec.token);
+            let (position, queued) = match rank {
+                Some(rank) => (rank + 1, line.len()),
+                None => {
+                    let options =
+                        zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+                    self.bounded(
+                        "a place in line",
+                        client.create(&paths.place_of(&spec.token), b"", &options),
+                    )
+                    .await
+                    .map_err(|e| super::classify("a place in line", &e))?;
+                    (line.len() + 1, line.len() + 1)
+                }
+            };
+            blocked.position = u64::try_from(position).unwrap_or(u64::MAX);
+            blocked.queued = u64::try_from(queued).unwrap_or(u64::MAX);
+        }
+        Ok(Acquired::Blocked(blocked))
+    }
+
+    /// The rank (0: first) of each token's place in the name's line;
+    /// `None` for a token without one. A read: the broker's session keeps
+    /// the places.
+    pub async fn refresh_places(&self, name: &str, tokens: &[String]) -> Result<Vec<Option<u64>>> {
+        let line = self.line_of(name).await?;
+        Ok(tokens
+            .iter()
+            .map(|token| {
+                line.iter()
+                    .position(|(t, _)| t == token)
+                    .map(|rank| u64::try_from(rank).unwrap_or(u64::MAX))
+            })
+            .collect())
+    }
+
+    /// Takes `token` out of the name's line.
+    pub async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
+        let client = self.client().await?;
+        let paths = NamePaths::new(name);
+        for (_, node) in self.line_of(name).await?.iter().filter(|(t, _)| t == token) {
+            match self
+                .bounded("a place's removal", client.delete(&paths.child(node), None))
+                .await
+            {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(super::classify("a place's removal", &e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The name's line, in order (after a sync).
+    async fn line_of(&self, name: &str) -> Result<Vec<(String, String)>> {
+        let client = self.client().await?;
+        let paths = NamePaths::new(name);
+        let children = self
+            .bounded("a line's read", async {
+                client.sync(&paths.node).await?;
+                client.list_children(&paths.node).await
+            })
+            .await;
+        match children {
+            Ok(children) => Ok(super::layout::line(&children)),
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(super::classify("a line's read", &e)),
+        }
     }
 
     /// What a token that holds no lease of the name hears: its own end,
