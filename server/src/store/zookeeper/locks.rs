@@ -109,6 +109,39 @@ fn add_delay(
     writer.add_create(&paths.delay(), &delay.encode(), &delaying(delay.delay_ms))
 }
 
+/// Adds to `writer` the end of `token`'s lease `held` (its node at
+/// `lock_version`, granted or last renewed at `stat`'s stamp), after the
+/// name's condition at `name_version` (`delay_read`: the name's delay
+/// node as read): the lease node deleted, its end
+/// record written, and for an expiry the lock-delay, which runs from the
+/// lease's end, not from now. One place for every end a holder's own
+/// request makes (a release, a look or a renewal that found it expired).
+#[allow(clippy::too_many_arguments)]
+fn add_end(
+    writer: &mut zk::MultiWriter<'_>,
+    paths: &NamePaths,
+    delay_read: Option<&(Delay, zk::Stat)>,
+    name_version: i32,
+    lock_version: i32,
+    token: &str,
+    held: &Holding,
+    stat: &zk::Stat,
+    end: End,
+) -> std::result::Result<(), zk::Error> {
+    writer.add_set_data(&paths.node, b"", Some(name_version))?;
+    writer.add_delete(&paths.lock(), Some(lock_version))?;
+    writer.add_create(&paths.end(token), &end.encode(), &lingering())?;
+    if let End::Expired(fence) = end {
+        let delay = Delay {
+            fence,
+            delay_ms: held.lock_delay_ms,
+            start_unix_ms: written_at(stat).unix_ms.saturating_add(held.ttl_ms),
+        };
+        add_delay(writer, paths, delay_read, delay, false)?;
+    }
+    Ok(())
+}
+
 /// An attempt refused by a lock-delay.
 fn delayed(fence: u64, remaining_ms: u64) -> Blocked {
     Blocked {
@@ -549,23 +582,18 @@ impl ZooKeeper {
                     // Renewed too late: report the expiry instead (the
                     // name's version read is still the condition).
                     let mut writer = client.new_multi_writer();
-                    let added = (|| {
-                        writer.add_set_data(&paths.node, b"", Some(read.version))?;
-                        writer.add_delete(&paths.lock(), Some(after.version))?;
-                        writer.add_create(
-                            &paths.end(token),
-                            &End::Expired(fence).encode(),
-                            &lingering(),
-                        )?;
-                        // Its lock-delay runs from its expiry.
-                        let delay = Delay {
-                            fence,
-                            delay_ms: held.lock_delay_ms,
-                            start_unix_ms: written_at(&stat).unix_ms.saturating_add(held.ttl_ms),
-                        };
-                        add_delay(&mut writer, &paths, read.delay.as_ref(), delay, false)
-                    })();
-                    added.map_err(|e| super::failed("an expiry's report", &e))?;
+                    add_end(
+                        &mut writer,
+                        &paths,
+                        read.delay.as_ref(),
+                        read.version,
+                        after.version,
+                        token,
+                        &held,
+                        &stat,
+                        End::Expired(fence),
+                    )
+                    .map_err(|e| super::failed("an expiry's report", &e))?;
                     if self
                         .commit("an expiry's report", &mut writer)
                         .await?
@@ -832,22 +860,18 @@ impl ZooKeeper {
                 End::Released
             };
             let mut writer = client.new_multi_writer();
-            let added = (|| {
-                writer.add_set_data(&paths.node, b"", Some(version))?;
-                writer.add_delete(&paths.lock(), Some(stat.version))?;
-                writer.add_create(&paths.end(token), &end.encode(), &lingering())?;
-                if ended {
-                    // Its lock-delay runs from its expiry, not from now.
-                    let delay = Delay {
-                        fence,
-                        delay_ms: held.lock_delay_ms,
-                        start_unix_ms: written_at(&stat).unix_ms.saturating_add(held.ttl_ms),
-                    };
-                    add_delay(&mut writer, &paths, read.delay.as_ref(), delay, false)?;
-                }
-                Ok(())
-            })();
-            added.map_err(|e: zk::Error| super::failed("an end", &e))?;
+            add_end(
+                &mut writer,
+                &paths,
+                read.delay.as_ref(),
+                version,
+                stat.version,
+                token,
+                &held,
+                &stat,
+                end,
+            )
+            .map_err(|e| super::failed("an end", &e))?;
             if self.commit("an end", &mut writer).await?.is_some() {
                 return Ok(if ended {
                     Checked::Expired
