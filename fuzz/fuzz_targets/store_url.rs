@@ -1,5 +1,6 @@
 //! The store URL (`--store`), as `RedisStore::open` and `EtcdStore::open`
-//! read it before connecting: `redis+sentinel://` and `redis+cluster://` by
+//! (and `ZooKeeperUrl::parse`, for the store being built) read it before
+//! connecting: `redis+sentinel://` and `redis+cluster://` by
 //! `server/src/store/url.rs` and its two callers, `etcd://` and `etcds://`
 //! by `server/src/store/etcd/client.rs`, anything else by redis-rs.
 //!
@@ -141,7 +142,8 @@ fn masked(url: &str, password: &str) -> String {
         Ok(
             StoreUrl::Cluster { debug, .. }
             | StoreUrl::Sentinel { debug, .. }
-            | StoreUrl::Etcd { debug, .. },
+            | StoreUrl::Etcd { debug, .. }
+            | StoreUrl::ZooKeeper { debug, .. },
         ) => debug,
         Ok(StoreUrl::Single(_)) => String::new(),
     }
@@ -164,6 +166,50 @@ fuzz_target!(|data: &[u8]| {
     };
     match parsed {
         StoreUrl::Single(_) => {}
+        StoreUrl::ZooKeeper {
+            debug,
+            hosts,
+            chroot,
+            user,
+        } => {
+            let rest = url
+                .strip_prefix("zookeeper://")
+                .expect("a zookeeper:// URL");
+            let (userinfo, rest) = match rest.rsplit_once('@') {
+                Some((u, r)) => (Some(u), r),
+                None => (None, rest),
+            };
+            let (written, path) = rest.split_once('/').unwrap_or((rest, "leasehold"));
+            let written: Vec<&str> = written
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .collect();
+            assert_eq!(hosts, written, "{url:?}");
+            for host in &hosts {
+                let (name, port) = host.rsplit_once(':').expect("a member has a port");
+                assert!(
+                    !name.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+                    "{url:?}"
+                );
+            }
+            assert_eq!(
+                chroot,
+                format!("/{}", path.trim_end_matches('/')),
+                "{url:?}"
+            );
+            assert!(
+                !chroot
+                    .split('/')
+                    .skip(1)
+                    .any(|s| s.is_empty() || s == "." || s == ".."),
+                "{url:?}"
+            );
+            assert_eq!(user.is_some(), userinfo.is_some(), "{url:?}");
+            if let Some(p) = secret {
+                hides(url, p, &debug, &masked(url, p));
+            }
+        }
         StoreUrl::Etcd {
             debug,
             tls,

@@ -70,11 +70,32 @@ pub enum StoreUrl {
         /// The members' `host:port`, in order.
         endpoints: Vec<String>,
     },
+    /// `zookeeper://`: the ensemble's members, the chroot and the digest
+    /// user (the store being built, issue 34).
+    ZooKeeper {
+        /// The `Debug` of the target (which must not show the password).
+        debug: String,
+        /// The members' `host:port`, in order.
+        hosts: Vec<String>,
+        /// The store's root.
+        chroot: String,
+        /// The digest user, if any.
+        user: Option<String>,
+    },
 }
 
 /// Reads a store URL (`--store`) as `RedisStore::open` or
 /// `EtcdStore::open` does, before connecting.
 pub fn store_url(url: &str) -> Result<StoreUrl> {
+    if url.starts_with("zookeeper://") || url.starts_with("zookeepers://") {
+        let target = store::zookeeper::ZooKeeperUrl::parse(url)?;
+        return Ok(StoreUrl::ZooKeeper {
+            debug: format!("{target:?}"),
+            user: target.digest.as_ref().map(|(user, _)| user.clone()),
+            hosts: target.hosts,
+            chroot: target.chroot,
+        });
+    }
     if url.starts_with("etcd://") || url.starts_with("etcds://") {
         let target = store::EtcdUrl::parse(url)?;
         return Ok(StoreUrl::Etcd {
