@@ -548,14 +548,10 @@ impl ZooKeeper {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
         for _ in 0..TRIES {
-            let Some(read) = self.read(&client, &paths, token).await? else {
-                return Ok(Checked::NotHeld);
+            let (read, held, stat, fence) = match self.own_lease(&client, &paths, token).await? {
+                Ok(owned) => owned,
+                Err(not_held) => return Ok(not_held),
             };
-            let (held, stat) = match read.lock {
-                Some((held, stat)) if held.token == token => (held, stat),
-                other => return self.not_held(read.end, other).await,
-            };
-            let fence = self.fence(stat.czxid, 0).await?;
             let renewed = Holding {
                 ttl_ms: ttl_ms.unwrap_or(held.ttl_ms),
                 ..held.clone()
@@ -805,6 +801,26 @@ impl ZooKeeper {
         }
     }
 
+    /// Reads the name for a request of `token` about its own lease: the
+    /// read, the lease's record, its node's stat and its fence; or, when
+    /// `token` holds no lease of the name, what it hears instead.
+    async fn own_lease<T>(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        token: &str,
+    ) -> Result<std::result::Result<(Read, Holding, zk::Stat, u64), Checked<T>>> {
+        let Some(mut read) = self.read(client, paths, token).await? else {
+            return Ok(Err(Checked::NotHeld));
+        };
+        let (held, stat) = match read.lock.take() {
+            Some((held, stat)) if held.token == token => (held, stat),
+            other => return Ok(Err(self.not_held(read.end, other).await?)),
+        };
+        let fence = self.fence(stat.czxid, 0).await?;
+        Ok(Ok((read, held, stat, fence)))
+    }
+
     /// What a token that holds no lease of the name hears: its own end,
     /// or the current holder's fence, or nothing.
     async fn not_held<T>(
@@ -833,14 +849,10 @@ impl ZooKeeper {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
         for _ in 0..TRIES {
-            let Some(read) = self.read(&client, &paths, token).await? else {
-                return Ok(Checked::NotHeld);
+            let (read, held, stat, fence) = match self.own_lease(&client, &paths, token).await? {
+                Ok(owned) => owned,
+                Err(not_held) => return Ok(not_held),
             };
-            let (held, stat) = match read.lock {
-                Some((held, stat)) if held.token == token => (held, stat),
-                other => return self.not_held(read.end, other).await,
-            };
-            let fence = self.fence(stat.czxid, 0).await?;
             let Some((now, version)) = self.tick_name(&client, &paths, read.version).await? else {
                 continue;
             };
