@@ -72,6 +72,14 @@ fn clock_of(store: StoreKind) -> StoreClock {
             unit_ms: 1_000,
             late: 3_000_000,
         },
+        // ZooKeeper's leases are judged by its leader's stamps, to the
+        // millisecond; a restart is a new epoch, whose leader judges a
+        // lease stamped by the last one only once it restamped it: the
+        // lease may end up to its TTL (2 s at most) plus a second late.
+        StoreKind::ZooKeeper => StoreClock {
+            unit_ms: 1,
+            late: 3_000_000,
+        },
         StoreKind::Memory
         | StoreKind::Redis
         | StoreKind::Sentinel

@@ -187,14 +187,14 @@ async fn a_lock_is_granted_refused_looked_at_and_released_by_its_token() {
     let server = ZooKeeperServer::start();
     let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
     let Acquired::Granted { fence, expired: 0 } = store
-        .acquire_lock(&spec("jobs/x", "a", 30_000), 0)
+        .acquire(&spec("jobs/x", "a", 30_000), 0)
         .await
         .unwrap()
     else {
         panic!("not granted")
     };
     match store
-        .acquire_lock(&spec("jobs/x", "b", 30_000), fence)
+        .acquire(&spec("jobs/x", "b", 30_000), fence)
         .await
         .unwrap()
     {
@@ -211,38 +211,35 @@ async fn a_lock_is_granted_refused_looked_at_and_released_by_its_token() {
     }
     assert_eq!(
         store
-            .acquire_lock(&spec("jobs/x", "a", 30_000), fence)
+            .acquire(&spec("jobs/x", "a", 30_000), fence)
             .await
             .unwrap(),
         Acquired::Granted { fence, expired: 0 },
         "its own token's retry"
     );
-    match store.check_lock("jobs/x", "a").await.unwrap() {
+    match store.check("jobs/x", "a").await.unwrap() {
         Checked::Done(renewed) => assert_eq!((renewed.ttl_ms, renewed.fence), (30_000, fence)),
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        store.check_lock("jobs/x", "b").await.unwrap(),
+        store.check("jobs/x", "b").await.unwrap(),
         Checked::NotOwner { fence }
     );
     assert_eq!(
-        store.release_lock("jobs/x", "b").await.unwrap(),
+        store.release("jobs/x", "b").await.unwrap(),
         Checked::NotOwner { fence }
     );
     assert_eq!(
-        store.release_lock("jobs/x", "a").await.unwrap(),
+        store.release("jobs/x", "a").await.unwrap(),
         Checked::Done(())
     );
     assert_eq!(
-        store.release_lock("jobs/x", "a").await.unwrap(),
+        store.release("jobs/x", "a").await.unwrap(),
         Checked::Released
     );
-    assert_eq!(
-        store.check_lock("jobs/x", "a").await.unwrap(),
-        Checked::Released
-    );
+    assert_eq!(store.check("jobs/x", "a").await.unwrap(), Checked::Released);
     match store
-        .acquire_lock(&spec("jobs/x", "b", 30_000), fence)
+        .acquire(&spec("jobs/x", "b", 30_000), fence)
         .await
         .unwrap()
     {
@@ -253,7 +250,7 @@ async fn a_lock_is_granted_refused_looked_at_and_released_by_its_token() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        store.check_lock("never/held", "a").await.unwrap(),
+        store.check("never/held", "a").await.unwrap(),
         Checked::NotHeld
     );
 }
@@ -267,17 +264,14 @@ async fn an_expired_lock_is_taken_over_and_reported_once() {
     use leasehold_server::store::{Acquired, BlockedBy, Checked};
     let server = ZooKeeperServer::start();
     let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
-    let Acquired::Granted { fence, .. } = store
-        .acquire_lock(&spec("short", "a", 300), 0)
-        .await
-        .unwrap()
+    let Acquired::Granted { fence, .. } = store.acquire(&spec("short", "a", 300), 0).await.unwrap()
     else {
         panic!("not granted")
     };
     // The TTL running out is the event: nothing else to wait on.
     tokio::time::sleep(Duration::from_millis(600)).await;
     match store
-        .acquire_lock(&spec("short", "b", 30_000), fence)
+        .acquire(&spec("short", "b", 30_000), fence)
         .await
         .unwrap()
     {
@@ -288,18 +282,18 @@ async fn an_expired_lock_is_taken_over_and_reported_once() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        store.check_lock("short", "a").await.unwrap(),
+        store.check("short", "a").await.unwrap(),
         Checked::ExpiredReported
     );
 
     let mut delayed = spec("delayed", "a", 300);
     delayed.lock_delay_ms = 30_000;
-    let Acquired::Granted { fence, .. } = store.acquire_lock(&delayed, 0).await.unwrap() else {
+    let Acquired::Granted { fence, .. } = store.acquire(&delayed, 0).await.unwrap() else {
         panic!("not granted")
     };
     tokio::time::sleep(Duration::from_millis(600)).await;
     match store
-        .acquire_lock(&spec("delayed", "b", 30_000), fence)
+        .acquire(&spec("delayed", "b", 30_000), fence)
         .await
         .unwrap()
     {
@@ -314,12 +308,9 @@ async fn an_expired_lock_is_taken_over_and_reported_once() {
     }
     // Its own holder, looking now, hears it expired: the loss, once; and
     // the name stays in its lock-delay, counted from the expiry.
-    assert_eq!(
-        store.check_lock("delayed", "a").await.unwrap(),
-        Checked::Expired
-    );
+    assert_eq!(store.check("delayed", "a").await.unwrap(), Checked::Expired);
     match store
-        .acquire_lock(&spec("delayed", "b", 30_000), fence)
+        .acquire(&spec("delayed", "b", 30_000), fence)
         .await
         .unwrap()
     {
@@ -333,7 +324,7 @@ async fn an_expired_lock_is_taken_over_and_reported_once() {
         other @ Acquired::Granted { .. } => panic!("{other:?}"),
     }
     assert_eq!(
-        store.check_lock("delayed", "a").await.unwrap(),
+        store.check("delayed", "a").await.unwrap(),
         Checked::ExpiredReported
     );
 }
@@ -348,62 +339,58 @@ async fn a_lock_is_renewed_by_its_token_and_revoked_by_anyone() {
     let server = ZooKeeperServer::start();
     let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
     let Acquired::Granted { fence, .. } = store
-        .acquire_lock(&spec("renewed", "a", 2_000), 0)
+        .acquire(&spec("renewed", "a", 2_000), 0)
         .await
         .unwrap()
     else {
         panic!("not granted")
     };
-    match store
-        .renew_lock("renewed", "a", Some(60_000))
-        .await
-        .unwrap()
-    {
+    match store.renew("renewed", "a", Some(60_000)).await.unwrap() {
         Checked::Done(renewed) => assert_eq!((renewed.ttl_ms, renewed.fence), (60_000, fence)),
         other => panic!("{other:?}"),
     }
     match store
-        .acquire_lock(&spec("renewed", "b", 1_000), fence)
+        .acquire(&spec("renewed", "b", 1_000), fence)
         .await
         .unwrap()
     {
         Acquired::Blocked(blocked) => assert!(blocked.remaining_ms > 50_000, "{blocked:?}"),
         other @ Acquired::Granted { .. } => panic!("{other:?}"),
     }
-    match store.renew_lock("renewed", "a", None).await.unwrap() {
+    match store.renew("renewed", "a", None).await.unwrap() {
         Checked::Done(renewed) => assert_eq!(renewed.ttl_ms, 60_000, "its own TTL kept"),
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        store.renew_lock("renewed", "b", None).await.unwrap(),
+        store.renew("renewed", "b", None).await.unwrap(),
         Checked::NotOwner { fence }
     );
 
     assert_eq!(
-        store.revoke_lock("renewed").await.unwrap(),
+        store.revoke("renewed").await.unwrap(),
         Revocation::Revoked { fence }
     );
     assert_eq!(
-        store.renew_lock("renewed", "a", None).await.unwrap(),
+        store.renew("renewed", "a", None).await.unwrap(),
         Checked::Revoked { fence }
     );
     assert_eq!(
-        store.revoke_lock("renewed").await.unwrap(),
+        store.revoke("renewed").await.unwrap(),
         Revocation::Already { fence },
         "a retried revoke reports the first one's work"
     );
     // A revoke's lock-delay holds the name off from the revoke on.
     let mut delayed = spec("revoked-delayed", "a", 60_000);
     delayed.lock_delay_ms = 30_000;
-    let Acquired::Granted { fence, .. } = store.acquire_lock(&delayed, 0).await.unwrap() else {
+    let Acquired::Granted { fence, .. } = store.acquire(&delayed, 0).await.unwrap() else {
         panic!("not granted")
     };
     assert_eq!(
-        store.revoke_lock("revoked-delayed").await.unwrap(),
+        store.revoke("revoked-delayed").await.unwrap(),
         Revocation::Revoked { fence }
     );
     match store
-        .acquire_lock(&spec("revoked-delayed", "b", 1_000), fence)
+        .acquire(&spec("revoked-delayed", "b", 1_000), fence)
         .await
         .unwrap()
     {
@@ -421,27 +408,21 @@ async fn a_lock_is_renewed_by_its_token_and_revoked_by_anyone() {
     }
 
     // Renewed after its end: reported, once.
-    let Acquired::Granted { .. } = store
-        .acquire_lock(&spec("late", "a", 300), 0)
-        .await
-        .unwrap()
-    else {
+    let Acquired::Granted { .. } = store.acquire(&spec("late", "a", 300), 0).await.unwrap() else {
         panic!("not granted")
     };
     // The TTL running out is the event: nothing else to wait on.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(
-        store.renew_lock("late", "a", None).await.unwrap(),
+        store.renew("late", "a", None).await.unwrap(),
         Checked::Expired
     );
     assert_eq!(
-        store.renew_lock("late", "a", None).await.unwrap(),
+        store.renew("late", "a", None).await.unwrap(),
         Checked::ExpiredReported
     );
-    let Acquired::Granted { expired: 0, .. } = store
-        .acquire_lock(&spec("late", "b", 1_000), 0)
-        .await
-        .unwrap()
+    let Acquired::Granted { expired: 0, .. } =
+        store.acquire(&spec("late", "b", 1_000), 0).await.unwrap()
     else {
         panic!("free, its expiry reported already")
     };
@@ -459,10 +440,10 @@ async fn a_lock_is_described_and_renewed_in_batches() {
     let before = unix_ms();
     let mut delayed = spec("described", "a", 20_000);
     delayed.lock_delay_ms = 15_000;
-    let Acquired::Granted { fence, .. } = store.acquire_lock(&delayed, 0).await.unwrap() else {
+    let Acquired::Granted { fence, .. } = store.acquire(&delayed, 0).await.unwrap() else {
         panic!("not granted")
     };
-    let (described, last) = store.describe_lock("described").await.unwrap();
+    let (described, last) = store.describe("described").await.unwrap();
     let lease = described.lease.expect("held");
     assert_eq!(
         (
@@ -481,10 +462,8 @@ async fn a_lock_is_described_and_renewed_in_batches() {
     );
     assert_eq!((described.waiters, described.permits), (0, 0));
 
-    let Acquired::Granted { fence: other, .. } = store
-        .acquire_lock(&spec("batch", "b", 20_000), 0)
-        .await
-        .unwrap()
+    let Acquired::Granted { fence: other, .. } =
+        store.acquire(&spec("batch", "b", 20_000), 0).await.unwrap()
     else {
         panic!("not granted")
     };
@@ -494,7 +473,7 @@ async fn a_lock_is_described_and_renewed_in_batches() {
         ttl_ms,
     };
     let outcomes = store
-        .renew_many_locks(&[
+        .renew_many(&[
             item("described", "a", None),
             item("batch", "stranger", None),
             item("batch", "b", Some(40_000)),
@@ -508,15 +487,15 @@ async fn a_lock_is_described_and_renewed_in_batches() {
     assert!(matches!(&outcomes[2], Checked::Done(r) if r.fence == other && r.ttl_ms == 40_000));
     assert_eq!(outcomes[3], Checked::NotHeld);
 
-    store.revoke_lock("described").await.unwrap();
-    let (described, last) = store.describe_lock("described").await.unwrap();
+    store.revoke("described").await.unwrap();
+    let (described, last) = store.describe("described").await.unwrap();
     assert_eq!(described.lease, None);
     assert!(
         (10_000..=15_000).contains(&described.lock_delay_remaining_ms),
         "{described:?}"
     );
     assert_eq!(last, fence);
-    let (never, last) = store.describe_lock("never/held").await.unwrap();
+    let (never, last) = store.describe("never/held").await.unwrap();
     assert!(never.is_idle() && last == 0, "{never:?}");
 }
 
@@ -534,24 +513,23 @@ async fn waiters_are_served_in_arrival_order() {
         spec.queued = true;
         spec
     };
-    let Acquired::Granted { fence, .. } = store.acquire_lock(&waiting("a"), 0).await.unwrap()
-    else {
+    let Acquired::Granted { fence, .. } = store.acquire(&waiting("a"), 0).await.unwrap() else {
         panic!("not granted")
     };
     let blocked = |outcome: Acquired| match outcome {
         Acquired::Blocked(blocked) => blocked,
         other @ Acquired::Granted { .. } => panic!("{other:?}"),
     };
-    let b = blocked(store.acquire_lock(&waiting("b"), fence).await.unwrap());
+    let b = blocked(store.acquire(&waiting("b"), fence).await.unwrap());
     assert_eq!((b.by, b.position, b.queued), (BlockedBy::Holder, 1, 1));
-    let c = blocked(store.acquire_lock(&waiting("c"), fence).await.unwrap());
+    let c = blocked(store.acquire(&waiting("c"), fence).await.unwrap());
     assert_eq!((c.position, c.queued), (2, 2));
     // Asking again keeps its place.
-    let b = blocked(store.acquire_lock(&waiting("b"), fence).await.unwrap());
+    let b = blocked(store.acquire(&waiting("b"), fence).await.unwrap());
     assert_eq!((b.position, b.queued), (1, 2));
     let d = blocked(
         store
-            .acquire_lock(&spec("line", "d", 30_000), fence)
+            .acquire(&spec("line", "d", 30_000), fence)
             .await
             .unwrap(),
     );
@@ -561,21 +539,17 @@ async fn waiters_are_served_in_arrival_order() {
         "a try takes no place"
     );
 
-    assert_eq!(
-        store.release_lock("line", "a").await.unwrap(),
-        Checked::Done(())
-    );
+    assert_eq!(store.release("line", "a").await.unwrap(), Checked::Done(()));
     let d = blocked(
         store
-            .acquire_lock(&spec("line", "d", 30_000), fence)
+            .acquire(&spec("line", "d", 30_000), fence)
             .await
             .unwrap(),
     );
     assert_eq!(d.by, BlockedBy::Queue, "free, but b and c came first");
-    let c = blocked(store.acquire_lock(&waiting("c"), fence).await.unwrap());
+    let c = blocked(store.acquire(&waiting("c"), fence).await.unwrap());
     assert_eq!((c.by, c.position), (BlockedBy::Queue, 2));
-    let Acquired::Granted { fence: next, .. } =
-        store.acquire_lock(&waiting("b"), fence).await.unwrap()
+    let Acquired::Granted { fence: next, .. } = store.acquire(&waiting("b"), fence).await.unwrap()
     else {
         panic!("b, first in line, is granted")
     };
@@ -591,9 +565,9 @@ async fn waiters_are_served_in_arrival_order() {
         store.refresh_places("line", &tokens).await.unwrap(),
         [None, None, None]
     );
-    store.release_lock("line", "b").await.unwrap();
+    store.release("line", "b").await.unwrap();
     let Acquired::Granted { .. } = store
-        .acquire_lock(&spec("line", "d", 30_000), fence)
+        .acquire(&spec("line", "d", 30_000), fence)
         .await
         .unwrap()
     else {

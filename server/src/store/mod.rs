@@ -1,7 +1,7 @@
 //! Where leases live: the atomic grant / renew / release operations and the
 //! release notifications that wake waiters.
 //!
-//! Four backends keep the same contract, each implementing the one seam
+//! Five backends keep the same contract, each implementing the one seam
 //! (the `Backend` trait, `backend.rs`) behind [`Store`], which owns what they
 //! share (the fence floor, the lock/semaphore routing); the numbers of the
 //! contract (reply codes, the linger) are declared once, in `contract.rs`.
@@ -17,6 +17,10 @@
 //! * [`EtcdStore`]: shared the same way, on a Raft store: one etcd lease
 //!   per grant (etcd's leader decides expiry), every operation a read of
 //!   the name and a transaction that commits only if it is unchanged.
+//! * [`ZooKeeperStore`]: shared the same way, on a ZAB ensemble: every
+//!   operation a read of the name (after a `sync`) and a multi that commits
+//!   only if the name's node is unchanged; expiry judged by the leader's
+//!   stamps on writes, fences from zxids (`zookeeper/mod.rs`).
 //!
 //! # The contract
 //!
@@ -61,6 +65,7 @@ pub use self::redis::{
     lease_key, read_record, LeaseRecord, RecordFormat, RedisStore, SCRIPTS, SCRIPT_CONSTANTS,
 };
 pub use self::watch::Watch;
+pub use self::zookeeper::ZooKeeperStore;
 // For the fuzz targets (see `crate::fuzzing`): the parsers of URLs and of
 // script replies.
 pub(crate) use self::{
@@ -447,6 +452,8 @@ enum Backends {
     Postgres(PostgresStore),
     /// Shared, in etcd.
     Etcd(EtcdStore),
+    /// Shared, in ZooKeeper.
+    ZooKeeper(ZooKeeperStore),
 }
 
 /// Calls `$call` with `$s` bound to the store's backend.
@@ -457,6 +464,7 @@ macro_rules! dispatch {
             Backends::Redis($s) => $call,
             Backends::Postgres($s) => $call,
             Backends::Etcd($s) => $call,
+            Backends::ZooKeeper($s) => $call,
         }
     };
 }
@@ -464,8 +472,8 @@ macro_rules! dispatch {
 /// Every kind of `--store` value [`Store::open`] accepts, as it dispatches
 /// on them: `memory` (the whole value: the embedded store), then the URL
 /// schemes (a value `<scheme>://...`): Redis (one server, Sentinel,
-/// Cluster; each with its TLS variant, `rediss...`), PostgreSQL and etcd
-/// (`etcds`: with TLS).
+/// Cluster; each with its TLS variant, `rediss...`), PostgreSQL, etcd
+/// (`etcds`: with TLS) and ZooKeeper.
 /// docs/stores.md lists the same, and tests/ecosystem.rs fails when the
 /// two differ.
 pub const SCHEMES: &[&str] = &[
@@ -480,6 +488,7 @@ pub const SCHEMES: &[&str] = &[
     "postgresql",
     "etcd",
     "etcds",
+    "zookeeper",
 ];
 
 /// The entry of [`SCHEMES`] a `--store` value names, if any.
@@ -510,7 +519,7 @@ impl Store {
     /// Opens the store a `--store` value names: `memory`, or a URL of one of
     /// the [`SCHEMES`]: `redis://` / `rediss://`, `redis+sentinel://`,
     /// `redis+cluster://` (each with a TLS variant, `rediss+...`),
-    /// `postgres://` / `postgresql://`, or `etcd://` / `etcds://`.
+    /// `postgres://` / `postgresql://`, `etcd://` / `etcds://`, or `zookeeper://`.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
         let backend = match scheme_of(url) {
             Some("memory") => Backends::Memory(MemoryStore::new()),
@@ -522,6 +531,7 @@ impl Store {
                 Backends::Postgres(PostgresStore::open(url, options)?)
             }
             Some("etcd" | "etcds") => Backends::Etcd(EtcdStore::open(url, options)?),
+            Some("zookeeper") => Backends::ZooKeeper(ZooKeeperStore::open(url, options)?),
             Some(other) => {
                 return Err(crate::Error::Internal(format!(
                     "the store scheme '{other}' is in SCHEMES but opens no store"
@@ -803,9 +813,9 @@ mod tests {
         }
         // The refusal names every scheme.
         let options = StoreOptions::new("leasehold:", std::time::Duration::from_secs(1));
-        let Err(crate::Error::InvalidArgument(message)) = Store::open("zookeeper://x", &options)
+        let Err(crate::Error::InvalidArgument(message)) = Store::open("consul://x", &options)
         else {
-            panic!("zookeeper:// opened a store")
+            panic!("consul:// opened a store")
         };
         for scheme in SCHEMES.iter().filter(|&&s| s != "memory") {
             assert!(message.contains(&format!("{scheme}://")), "{message}");

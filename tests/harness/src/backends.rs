@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use leasehold_server::store::{RecordFormat, Store, StoreOptions};
 
-use crate::{etcd::EtcdServer, postgres::PostgresServer, RedisServer};
+use crate::{etcd::EtcdServer, postgres::PostgresServer, RedisServer, ZooKeeperServer};
 
 /// A store backend of the broker (`store::Store`'s backends).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,14 +24,17 @@ pub enum Backend {
     Postgres,
     /// One etcd member.
     Etcd,
+    /// One ZooKeeper server.
+    ZooKeeper,
 }
 
 /// Every backend, in the order [`for_each_backend!`] lists them.
-pub const BACKENDS: [Backend; 4] = [
+pub const BACKENDS: [Backend; 5] = [
     Backend::Memory,
     Backend::Redis,
     Backend::Postgres,
     Backend::Etcd,
+    Backend::ZooKeeper,
 ];
 
 /// Expands `$m!(module, Variant $(, args)*)` once per backend: `module`
@@ -44,6 +47,7 @@ macro_rules! for_each_backend {
         $m!(redis, Redis $(, $arg)*);
         $m!(postgres, Postgres $(, $arg)*);
         $m!(etcd, Etcd $(, $arg)*);
+        $m!(zookeeper, ZooKeeper $(, $arg)*);
     };
 }
 
@@ -126,6 +130,7 @@ impl Backend {
             Backend::Redis => "redis",
             Backend::Postgres => "postgres",
             Backend::Etcd => "etcd",
+            Backend::ZooKeeper => "zookeeper",
         }
     }
 
@@ -169,6 +174,14 @@ impl Backend {
                     _server: Some(Box::new(etcd)),
                 }
             }
+            Backend::ZooKeeper => {
+                let zookeeper = ZooKeeperServer::start();
+                OpenStore {
+                    store: open(&zookeeper.url()),
+                    timing,
+                    _server: Some(Box::new(zookeeper)),
+                }
+            }
         }
     }
 
@@ -190,7 +203,11 @@ impl Backend {
     /// How the backend's expiry reads the suite's times.
     pub fn timing(self) -> Timing {
         match self {
-            Backend::Memory | Backend::Redis | Backend::Postgres => Timing::EXACT,
+            // ZooKeeper's leader stamps to the millisecond, and a lease
+            // is judged at the next write's stamp: exact.
+            Backend::Memory | Backend::Redis | Backend::Postgres | Backend::ZooKeeper => {
+                Timing::EXACT
+            }
             // etcd 3.4's lessor looks for expired leases every 500 ms,
             // and revokes each in a Raft write of its own.
             Backend::Etcd => Timing {
@@ -226,9 +243,10 @@ mod tests {
                 Backend::Redis => 1,
                 Backend::Postgres => 2,
                 Backend::Etcd => 3,
+                Backend::ZooKeeper => 4,
             };
             assert_eq!(BACKENDS[index], backend);
         }
-        assert_eq!(BACKENDS.len(), 4, "a variant was added: count it above");
+        assert_eq!(BACKENDS.len(), 5, "a variant was added: count it above");
     }
 }

@@ -28,9 +28,12 @@
 //! callers already take an UNAVAILABLE to mean); anything else ZooKeeper
 //! refuses is an internal error naming the request.
 
+mod backend;
 pub mod layout;
-mod locks;
+mod leases;
+mod list;
 pub mod records;
+mod subscribe;
 pub mod url;
 
 use std::{
@@ -41,7 +44,7 @@ use std::{
 
 use zookeeper_client as zk;
 
-pub use self::url::ZooKeeperUrl;
+pub use self::{backend::ZooKeeperStore, url::ZooKeeperUrl};
 use crate::error::{Error, Result};
 
 /// The node the clock is read by writing to (under the chroot).

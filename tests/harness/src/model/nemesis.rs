@@ -37,6 +37,7 @@ use super::{
 };
 use crate::{
     netns::NetNs, proxy::Proxy, topology, BrokerProcess, EtcdServer, PostgresServer, RedisServer,
+    ZooKeeperServer,
 };
 
 /// The longest a fault is held before it is healed.
@@ -63,10 +64,12 @@ pub enum StoreKind {
     Standby,
     /// One etcd member.
     Etcd,
+    /// One ZooKeeper server (standalone).
+    ZooKeeper,
 }
 
 /// Every store and topology, in the order runs report them.
-pub const ALL: [StoreKind; 7] = [
+pub const ALL: [StoreKind; 8] = [
     StoreKind::Memory,
     StoreKind::Redis,
     StoreKind::Sentinel,
@@ -74,6 +77,7 @@ pub const ALL: [StoreKind; 7] = [
     StoreKind::Postgres,
     StoreKind::Standby,
     StoreKind::Etcd,
+    StoreKind::ZooKeeper,
 ];
 
 impl StoreKind {
@@ -88,6 +92,7 @@ impl StoreKind {
             "postgres" => Some(StoreKind::Postgres),
             "standby" => Some(StoreKind::Standby),
             "etcd" => Some(StoreKind::Etcd),
+            "zookeeper" => Some(StoreKind::ZooKeeper),
             _ => None,
         }
     }
@@ -102,6 +107,7 @@ impl StoreKind {
             StoreKind::Postgres => "postgres",
             StoreKind::Standby => "standby",
             StoreKind::Etcd => "etcd",
+            StoreKind::ZooKeeper => "zookeeper",
         }
     }
 }
@@ -186,6 +192,7 @@ enum Server {
         standby: PostgresServer,
     },
     Etcd(EtcdServer),
+    ZooKeeper(ZooKeeperServer),
 }
 
 /// A store, its brokers, and the links the nemesis acts on: a proxy in
@@ -261,6 +268,7 @@ impl Topology {
                 Server::Standby { primary, standby }
             }
             StoreKind::Etcd => Server::Etcd(EtcdServer::start()),
+            StoreKind::ZooKeeper => Server::ZooKeeper(ZooKeeperServer::start()),
         };
         let mut list = Vec::new();
         let mut links = Vec::new();
@@ -316,6 +324,23 @@ impl Topology {
                     list.push(
                         BrokerProcess::start_logged(
                             &format!("etcd://{}", proxy.addr()),
+                            BROKER_FLAGS,
+                            None,
+                        )
+                        .await,
+                    );
+                    links.push(Some(proxy));
+                }
+            }
+            Server::ZooKeeper(zookeeper) => {
+                for _ in 0..brokers {
+                    let proxy = Arc::new(
+                        Proxy::start(format!("127.0.0.1:{}", zookeeper.port()).parse().unwrap())
+                            .await,
+                    );
+                    list.push(
+                        BrokerProcess::start_logged(
+                            &format!("zookeeper://{}", proxy.addr()),
                             BROKER_FLAGS,
                             None,
                         )
@@ -431,7 +456,7 @@ impl Topology {
                 Fault::ReadOnly,
                 Fault::StepClock,
             ]),
-            Server::Etcd(_) => faults.extend([
+            Server::Etcd(_) | Server::ZooKeeper(_) => faults.extend([
                 Fault::StallStore,
                 Fault::CutStore,
                 Fault::SlowStore,
@@ -553,6 +578,7 @@ impl Topology {
                 Server::Redis(r) => r.restart(),
                 Server::Postgres(p) => p.restart(),
                 Server::Etcd(e) => e.restart(),
+                Server::ZooKeeper(z) => z.restart(),
                 _ => {}
             },
             Fault::Failover => {
@@ -604,6 +630,10 @@ impl Topology {
                     }
                     Server::Etcd(e) => {
                         e.wipe();
+                        true
+                    }
+                    Server::ZooKeeper(z) => {
+                        z.wipe();
                         true
                     }
                     _ => false,

@@ -1,6 +1,6 @@
-//! A lock's grant, look and release on ZooKeeper: the first slice of the
-//! lease operations (docs/design/zookeeper.md, sections 3.3 and 3.5), for
-//! locks without wait lines, semaphores or lock-delay nodes yet.
+//! The lease operations on ZooKeeper (docs/design/zookeeper.md, sections
+//! 3.3 to 3.8): grants of locks and semaphore permits, renewals, looks,
+//! releases, revokes, Describe, and the wait line.
 //!
 //! Every operation reads the name (after a `sync`, so that the member the
 //! session is on answers with every write committed before), decides in
@@ -10,11 +10,18 @@
 //! [`TRIES`] times). An expiry is decided only on a stamp the leader put
 //! on a write made after the read (a tick of the name node), of the same
 //! epoch as the lease's own ([`super::records::judge`]).
+//!
+//! A lock is the name's `lock` node; a permit is `p-<token>`. A renewal
+//! touches only its own lease's node (conditioned on that node's version),
+//! so the heartbeats of a semaphore's holders never conflict; grants,
+//! releases and reported expiries change the name's version, so "fewer
+//! than `limit` live permits" is decided on one read and holds at the
+//! write.
 
 use zookeeper_client as zk;
 
 use super::{
-    layout::{bucket, bucket_path, NamePaths},
+    layout::{bucket, bucket_path, NamePaths, PERMIT_PREFIX},
     records::{judge, Delay, End, Holding, Judged, LeaderTime},
     ZooKeeper,
 };
@@ -24,6 +31,7 @@ use crate::{
     store::{
         contract::{LINGER, QUEUE_LIFETIME},
         Acquired, Blocked, BlockedBy, Checked, Described, GrantSpec, LeaseInfo, RenewItem, Renewed,
+        Revocation,
     },
 };
 
@@ -31,17 +39,33 @@ use crate::{
 /// name that keeps changing under it (as the etcd store).
 const TRIES: usize = 16;
 
+/// How many nodes one multi-read asks for at most: an answer is capped by
+/// `jute.maxbuffer` (1 MB); a permit's record is about a hundred bytes.
+const READ_BATCH: usize = 500;
+
+/// The holder label a lock attempt blocked by semaphore permits hears.
+const PERMITS_HOLDER: &str = "(semaphore permits)";
+
+/// A lease's node as read: its record and its stat.
+pub(super) type Node = (Holding, zk::Stat);
+
 /// What one read of a name found.
-struct Read {
+pub(super) struct Read {
     /// The name node's data version: the multi's condition.
     version: i32,
-    /// The lock lease, if any: its record and its node's stat.
-    lock: Option<(Holding, zk::Stat)>,
-    /// The end record of the token asked about, if any.
+    /// The lock lease, if any.
+    lock: Option<Node>,
+    /// The permit of the token asked about, if any.
+    permit: Option<Node>,
+    /// The end record of the token asked about, if any, still within its
+    /// linger.
     end: Option<End>,
     /// The name's lock-delay (or a revoke's record), if any, and its
     /// node's stat.
     delay: Option<(Delay, zk::Stat)>,
+    /// The tokens of the name's permits (their records are read apart,
+    /// when a grant or Describe needs them).
+    permits: Vec<String>,
     /// The name's wait line: each place's token and node, in order.
     line: Vec<(String, String)>,
 }
@@ -109,50 +133,73 @@ fn add_delay(
     writer.add_create(&paths.delay(), &delay.encode(), &delaying(delay.delay_ms))
 }
 
-/// Adds to `writer` the end of `token`'s lease `held` (its node at
-/// `lock_version`, granted or last renewed at `stat`'s stamp), after the
-/// name's condition at `name_version` (`delay_read`: the name's delay
-/// node as read): the lease node deleted, its end
-/// record written, and for an expiry the lock-delay, which runs from the
-/// lease's end, not from now. One place for every end a holder's own
-/// request makes (a release, a look or a renewal that found it expired).
-#[allow(clippy::too_many_arguments)]
+/// A token's own lease as a request about it found it.
+struct Own {
+    read: Read,
+    /// Its node's path (`lock` or `p-<token>`).
+    path: String,
+    held: Holding,
+    stat: zk::Stat,
+    fence: u64,
+}
+
+/// Adds to `writer` the end of the lease `own` (its node now at
+/// `node_version`), after the name's condition at `name_version`: the
+/// lease node deleted, its end record written, and for a lock's expiry
+/// its lock-delay, which runs from the lease's end, not from now (a
+/// permit has none). One place for every end a holder's own request makes
+/// (a release, a look or a renewal that found it expired).
 fn add_end(
     writer: &mut zk::MultiWriter<'_>,
     paths: &NamePaths,
-    delay_read: Option<&(Delay, zk::Stat)>,
+    own: &Own,
     name_version: i32,
-    lock_version: i32,
+    node_version: i32,
     token: &str,
-    held: &Holding,
-    stat: &zk::Stat,
     end: End,
 ) -> std::result::Result<(), zk::Error> {
     writer.add_set_data(&paths.node, b"", Some(name_version))?;
-    writer.add_delete(&paths.lock(), Some(lock_version))?;
+    writer.add_delete(&own.path, Some(node_version))?;
     writer.add_create(&paths.end(token), &end.encode(), &lingering())?;
     if let End::Expired(fence) = end {
         let delay = Delay {
             fence,
-            delay_ms: held.lock_delay_ms,
-            start_unix_ms: written_at(stat).unix_ms.saturating_add(held.ttl_ms),
+            delay_ms: own.held.lock_delay_ms,
+            start_unix_ms: written_at(&own.stat)
+                .unix_ms
+                .saturating_add(own.held.ttl_ms),
         };
-        add_delay(writer, paths, delay_read, delay, false)?;
+        add_delay(writer, paths, own.read.delay.as_ref(), delay, false)?;
     }
     Ok(())
 }
 
-/// An attempt refused by a lock-delay.
-fn delayed(fence: u64, remaining_ms: u64) -> Blocked {
+/// An attempt refused, for `by`.
+fn blocked(by: BlockedBy, fence: u64, remaining_ms: u64, holder: &str) -> Blocked {
     Blocked {
-        by: BlockedBy::LockDelay,
+        by,
         fence,
         remaining_ms,
-        holder: String::new(),
+        holder: holder.to_owned(),
         position: 0,
         queued: 0,
         expired: 0,
     }
+}
+
+/// The expired leases a grant takes over: each node's path, version and
+/// holder's token, and the fence its end record reports.
+struct Takeover {
+    path: String,
+    version: i32,
+    token: String,
+    fence: u64,
+}
+
+fn too_busy(name: &str) -> Error {
+    Error::Unavailable(format!(
+        "the name '{name}' kept changing under {TRIES} attempts; try again"
+    ))
 }
 
 impl ZooKeeper {
@@ -167,7 +214,10 @@ impl ZooKeeper {
                 zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()),
             ),
         ] {
-            match client.create(path, b"", &options).await {
+            match self
+                .bounded("a name's node", client.create(path, b"", &options))
+                .await
+            {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
                 Err(e) => return Err(super::classify("a name's node", &e)),
             }
@@ -175,7 +225,8 @@ impl ZooKeeper {
         Ok(())
     }
 
-    /// Reads the name (after a sync): `None` when its node is gone.
+    /// Reads the name (after a sync), with the records of `token` (none
+    /// when empty): `None` when its node is gone.
     async fn read(
         &self,
         client: &zk::Client,
@@ -189,14 +240,13 @@ impl ZooKeeper {
             reader.add_get_data(&paths.lock())?;
             reader.add_get_data(&paths.end(token))?;
             reader.add_get_data(&paths.delay())?;
+            reader.add_get_data(&paths.permit(token))?;
             reader.add_get_children(&paths.node)?;
             reader.commit().await
         };
-        let results = tokio::time::timeout(self.timeout, read)
+        let results = self
+            .bounded("a name's read", read)
             .await
-            .map_err(|_| {
-                Error::Unavailable("ZooKeeper did not answer a name's read in time".into())
-            })?
             .map_err(|e| super::classify("a name's read", &e))?;
         let mut results = results.into_iter();
         let mut next = || results.next();
@@ -211,8 +261,8 @@ impl ZooKeeper {
             _ => None,
         };
         let end = match next() {
-            Some(zk::MultiReadResult::Data { data, .. }) => {
-                Some(End::decode(&data, &paths.end(token))?)
+            Some(zk::MultiReadResult::Data { data, stat }) if !token.is_empty() => {
+                Some((End::decode(&data, &paths.end(token))?, stat))
             }
             _ => None,
         };
@@ -222,17 +272,77 @@ impl ZooKeeper {
             }
             _ => None,
         };
-        let line = match next() {
-            Some(zk::MultiReadResult::Children { children }) => super::layout::line(&children),
+        let permit = match next() {
+            Some(zk::MultiReadResult::Data { data, stat }) if !token.is_empty() => {
+                Some((Holding::decode(&data, &paths.permit(token))?, stat))
+            }
+            _ => None,
+        };
+        let children = match next() {
+            Some(zk::MultiReadResult::Children { children }) => children,
             _ => Vec::new(),
+        };
+        // An end record is heard for LINGER after it was written; a late
+        // reaper changes nothing (judged by the last leader stamp here,
+        // which forgets late at worst, never early).
+        let end = match end {
+            Some((end, stat)) => {
+                let written = LeaderTime {
+                    unix_ms: u64::try_from(stat.ctime).unwrap_or(0),
+                    epoch: super::epoch_of(stat.czxid),
+                };
+                match judge(written, millis(LINGER), self.estimated_now().await?) {
+                    Judged::Ended(_) => None,
+                    Judged::Live(_) | Judged::OtherEpoch => Some(end),
+                }
+            }
+            None => None,
         };
         Ok(Some(Read {
             version,
             lock,
+            permit,
             end,
             delay,
-            line,
+            permits: children
+                .iter()
+                .filter_map(|child| child.strip_prefix(PERMIT_PREFIX).map(str::to_owned))
+                .collect(),
+            line: super::layout::line(&children),
         }))
+    }
+
+    /// The records of the name's permits `tokens` (after the read that
+    /// listed them); `None` when one went meanwhile (the name changed).
+    async fn read_permits(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        tokens: &[String],
+    ) -> Result<Option<Vec<Node>>> {
+        let mut permits = Vec::with_capacity(tokens.len());
+        for batch in tokens.chunks(READ_BATCH) {
+            let read = async {
+                let mut reader = client.new_multi_reader();
+                for token in batch {
+                    reader.add_get_data(&paths.permit(token))?;
+                }
+                reader.commit().await
+            };
+            let results = self
+                .bounded("a semaphore's permits' read", read)
+                .await
+                .map_err(|e| super::classify("a semaphore's permits' read", &e))?;
+            for (token, result) in batch.iter().zip(results) {
+                match result {
+                    zk::MultiReadResult::Data { data, stat } => {
+                        permits.push((Holding::decode(&data, &paths.permit(token))?, stat));
+                    }
+                    _ => return Ok(None),
+                }
+            }
+        }
+        Ok(Some(permits))
     }
 
     /// Stamps the name (writes its node at `version`): the leader's time
@@ -261,7 +371,7 @@ impl ZooKeeper {
 
     /// `call` within the store timeout (a timeout is UNAVAILABLE, as a lost
     /// connection: the write may have been applied).
-    async fn bounded<T>(
+    pub(super) async fn bounded<T>(
         &self,
         what: &str,
         call: impl std::future::Future<Output = std::result::Result<T, zk::Error>>,
@@ -286,7 +396,10 @@ impl ZooKeeper {
         };
         match answer {
             Ok(results) => match results.first() {
-                Some(zk::MultiWriteResult::SetData { stat }) => Ok(Some(stat.mzxid)),
+                Some(zk::MultiWriteResult::SetData { stat }) => {
+                    self.stamped(stat);
+                    Ok(Some(stat.mzxid))
+                }
                 _ => Err(Error::Internal(format!(
                     "ZooKeeper answered {what} without the name's write"
                 ))),
@@ -301,18 +414,21 @@ impl ZooKeeper {
         }
     }
 
-    /// Grants the lock of `spec.name` if it is free (or its lease ended,
-    /// which the grant reports), with a fence above `floor`. A lock held
-    /// by `spec.token` already is granted again, with its fence (a retried
+    /// Grants a lease of `spec.name` if the name has room for it: a lock
+    /// (`spec.limit` 1) when no lease is live on it, a permit when fewer
+    /// than `spec.limit` permits are (and no lock); expired leases found are
+    /// taken over and reported. The fence is above `floor`. A lease held by
+    /// `spec.token` already is granted again, with its fence (a retried
     /// grant whose answer was lost).
-    pub async fn acquire_lock(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
+    pub async fn acquire(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
         let client = self.client().await?;
         let paths = NamePaths::new(&spec.name);
+        let lock = spec.limit <= 1;
         let holding = Holding {
             token: spec.token.clone(),
             ttl_ms: spec.ttl_ms,
-            lock_delay_ms: spec.lock_delay_ms,
-            limit: 1,
+            lock_delay_ms: if lock { spec.lock_delay_ms } else { 0 },
+            limit: spec.limit.max(1),
             holder: spec.holder.clone(),
         };
         'attempt: for _ in 0..TRIES {
@@ -320,119 +436,86 @@ impl ZooKeeper {
             let Some(read) = self.read(&client, &paths, &spec.token).await? else {
                 continue;
             };
-            let mut version = read.version;
-            // The leader's time now, read by a tick of the name once per
-            // attempt (and only when something must be judged by it).
-            let mut now = None;
-            // The takeover of an ended lease: its node's version, its
-            // holder's token and its fence (reported as expired).
-            let mut takeover = None;
-            if let Some((held, stat)) = &read.lock {
-                let fence = self.fence(stat.czxid, floor).await?;
+            // A retried grant: the caller's own lease, as it is.
+            let own = if lock { &read.lock } else { &read.permit };
+            if let Some((held, stat)) = own {
                 if held.token == spec.token {
+                    let fence = self.fence(stat.czxid, floor).await?;
                     return Ok(Acquired::Granted { fence, expired: 0 });
                 }
+            }
+            let Some(permits) = self.read_permits(&client, &paths, &read.permits).await? else {
+                continue;
+            };
+            let mut version = read.version;
+            // The leader's time now, read by a tick of the name once per
+            // attempt, when something must be judged by it.
+            let now = if read.lock.is_some() || read.delay.is_some() || !permits.is_empty() {
                 let Some((ticked, after)) = self.tick_name(&client, &paths, version).await? else {
                     continue;
                 };
-                (now, version) = (Some(ticked), after);
-                match judge(written_at(stat), held.ttl_ms, ticked) {
-                    Judged::Live(remaining_ms) => {
-                        return self
-                            .in_line(
-                                &client,
-                                &paths,
-                                &read.line,
-                                spec,
-                                Blocked {
-                                    by: BlockedBy::Holder,
-                                    fence,
-                                    remaining_ms,
-                                    holder: held.holder.clone(),
-                                    position: 0,
-                                    queued: 0,
-                                    expired: 0,
-                                },
-                            )
-                            .await
-                    }
+                version = after;
+                Some(ticked)
+            } else {
+                None
+            };
+            let mut takeovers = Vec::new();
+            if let (Some((held, stat)), Some(now)) = (&read.lock, now) {
+                let fence = self.fence(stat.czxid, floor).await?;
+                let refused = match judge(written_at(stat), held.ttl_ms, now) {
+                    Judged::Live(remaining_ms) => Some(blocked(
+                        BlockedBy::Holder,
+                        fence,
+                        remaining_ms,
+                        &held.holder,
+                    )),
                     Judged::OtherEpoch => {
                         // Stamped by this leader from now on: judged at
                         // the next attempt, after a full TTL at most.
-                        let _ = self
-                            .bounded(
-                                "a lease's rewrite",
-                                client.set_data(&paths.lock(), &held.encode(), Some(stat.version)),
-                            )
-                            .await;
-                        return self
-                            .in_line(
-                                &client,
-                                &paths,
-                                &read.line,
-                                spec,
-                                Blocked {
-                                    by: BlockedBy::Holder,
-                                    fence,
-                                    remaining_ms: held.ttl_ms,
-                                    holder: held.holder.clone(),
-                                    position: 0,
-                                    queued: 0,
-                                    expired: 0,
-                                },
-                            )
-                            .await;
+                        self.restamp(&client, &paths.lock(), held, stat).await;
+                        Some(blocked(BlockedBy::Holder, fence, held.ttl_ms, &held.holder))
                     }
-                    Judged::Ended(ago) if ago < held.lock_delay_ms => {
-                        return self
-                            .in_line(
-                                &client,
-                                &paths,
-                                &read.line,
-                                spec,
-                                delayed(fence, held.lock_delay_ms - ago),
-                            )
-                            .await
+                    Judged::Ended(ago) if ago < held.lock_delay_ms => Some(blocked(
+                        BlockedBy::LockDelay,
+                        fence,
+                        held.lock_delay_ms - ago,
+                        "",
+                    )),
+                    Judged::Ended(_) => {
+                        takeovers.push(Takeover {
+                            path: paths.lock(),
+                            version: stat.version,
+                            token: held.token.clone(),
+                            fence,
+                        });
+                        None
                     }
-                    Judged::Ended(_) => takeover = Some((held.token.clone(), stat.version, fence)),
+                };
+                if let Some(refused) = refused {
+                    return self
+                        .in_line(&client, &paths, &read.line, spec, refused)
+                        .await;
                 }
             }
             // A lock-delay (after a revoke, or after an expiry reported
             // by its holder's late request) holds the name off until it
             // ends; an ended one goes with the grant.
             let mut ended_delay = None;
-            if let Some((delay, stat)) = &read.delay {
-                let ticked = match now {
-                    Some(ticked) => ticked,
-                    None => {
-                        let Some((ticked, after)) =
-                            self.tick_name(&client, &paths, version).await?
-                        else {
-                            continue 'attempt;
-                        };
-                        version = after;
-                        ticked
-                    }
-                };
-                match judge(delay_started(*delay, stat), delay.delay_ms, ticked) {
+            if let (Some((delay, stat)), Some(now)) = (&read.delay, now) {
+                match judge(delay_started(*delay, stat), delay.delay_ms, now) {
                     Judged::Ended(_) => ended_delay = Some(stat.version),
                     Judged::Live(remaining_ms) => {
+                        let refused = blocked(BlockedBy::LockDelay, delay.fence, remaining_ms, "");
                         return self
-                            .in_line(
-                                &client,
-                                &paths,
-                                &read.line,
-                                spec,
-                                delayed(delay.fence, remaining_ms),
-                            )
-                            .await
+                            .in_line(&client, &paths, &read.line, spec, refused)
+                            .await;
                     }
                     Judged::OtherEpoch => {
                         // Another leader's clock: restarted from this
                         // leader's now (a delay may be lengthened by a
                         // leader change, never cut short).
                         let restarted = Delay {
-                            start_unix_ms: ticked.unix_ms,
+                            start_unix_ms: now.unix_ms,
                             ..*delay
                         };
                         let _ = self
@@ -445,84 +528,117 @@ impl ZooKeeper {
                                 ),
                             )
                             .await;
+                        let refused =
+                            blocked(BlockedBy::LockDelay, delay.fence, delay.delay_ms, "");
                         return self
-                            .in_line(
-                                &client,
-                                &paths,
-                                &read.line,
-                                spec,
-                                delayed(delay.fence, delay.delay_ms),
-                            )
+                            .in_line(&client, &paths, &read.line, spec, refused)
                             .await;
                     }
                 }
             }
-            // Free: the first in line, or anyone if nobody waits; a caller
-            // behind others waits its turn (one that tries once never
-            // jumps the line).
-            let mine: Vec<&String> = read
-                .line
-                .iter()
-                .filter(|(token, _)| *token == spec.token)
-                .map(|(_, node)| node)
-                .collect();
+            // The permits: the live ones count against the limit (a lock
+            // has none to spare), the ended ones are taken over.
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            if let Some(now) = now {
+                for (held, stat) in &permits {
+                    let fence = self.fence(stat.czxid, floor).await?;
+                    match judge(written_at(stat), held.ttl_ms, now) {
+                        Judged::Live(remaining_ms) => live.push((remaining_ms, fence)),
+                        Judged::OtherEpoch => {
+                            self.restamp(&client, &paths.permit(&held.token), held, stat)
+                                .await;
+                            live.push((held.ttl_ms, fence));
+                        }
+                        Judged::Ended(_) => takeovers.push(Takeover {
+                            path: paths.permit(&held.token),
+                            version: stat.version,
+                            token: held.token.clone(),
+                            fence,
+                        }),
+                    }
+                }
+            }
+            let room = if lock { 0 } else { spec.limit as usize };
+            if !live.is_empty() && live.len() >= room.max(1) {
+                let (remaining_ms, fence) = live.iter().copied().min().unwrap_or((1, 0));
+                let refused = if lock {
+                    blocked(BlockedBy::Holder, 0, remaining_ms, PERMITS_HOLDER)
+                } else {
+                    blocked(BlockedBy::Holder, fence, remaining_ms, "")
+                };
+                return self
+                    .in_line(&client, &paths, &read.line, spec, refused)
+                    .await;
+            }
+            // Room: for the first in line, or anyone if nobody waits; a
+            // caller behind others waits its turn (one that tries once
+            // never jumps the line).
             if let Some((first, _)) = read.line.first() {
                 if *first != spec.token {
-                    let ahead = Blocked {
-                        by: BlockedBy::Queue,
-                        fence: 0,
-                        remaining_ms: millis(QUEUE_LIFETIME),
-                        holder: String::new(),
-                        position: 0,
-                        queued: 0,
-                        expired: 0,
-                    };
+                    let ahead = blocked(BlockedBy::Queue, 0, millis(QUEUE_LIFETIME), "");
                     return self.in_line(&client, &paths, &read.line, spec, ahead).await;
                 }
             }
+            let path = if lock {
+                paths.lock()
+            } else {
+                paths.permit(&spec.token)
+            };
             let mut grant = client.new_multi_writer();
             let added = (|| {
                 grant.add_set_data(&paths.node, b"", Some(version))?;
-                for node in &mine {
-                    grant.add_delete(&paths.child(node), None)?;
+                for (token, node) in &read.line {
+                    if *token == spec.token {
+                        grant.add_delete(&paths.child(node), None)?;
+                    }
                 }
                 if let Some(delay_version) = ended_delay {
                     grant.add_delete(&paths.delay(), Some(delay_version))?;
                 }
-                if let Some((old_token, lock_version, old_fence)) = &takeover {
-                    // Taken over: its holder hears "expired" from its end
-                    // record, the loss reported here, once.
-                    grant.add_delete(&paths.lock(), Some(*lock_version))?;
+                // Taken over: each holder hears "expired" from its end
+                // record, the loss reported here, once.
+                for taken in &takeovers {
+                    grant.add_delete(&taken.path, Some(taken.version))?;
                     grant.add_create(
-                        &paths.end(old_token),
-                        &End::Expired(*old_fence).encode(),
+                        &paths.end(&taken.token),
+                        &End::Expired(taken.fence).encode(),
                         &lingering(),
                     )?;
                 }
-                grant.add_create(&paths.lock(), &holding.encode(), &persistent())
+                grant.add_create(&path, &holding.encode(), &persistent())
             })();
             added.map_err(|e| super::failed("a grant", &e))?;
-            let expired = u32::from(takeover.is_some());
-            if let Some(zxid) = self.commit("a grant", &mut grant).await? {
-                let fence = self.fence(zxid, floor).await?;
-                return Ok(Acquired::Granted { fence, expired });
-            }
+            let Some(zxid) = self.commit("a grant", &mut grant).await? else {
+                continue 'attempt;
+            };
+            let fence = self.fence(zxid, floor).await?;
+            let expired = u32::try_from(takeovers.len()).unwrap_or(u32::MAX);
+            return Ok(Acquired::Granted { fence, expired });
         }
-        Err(Error::Unavailable(format!(
-            "the name '{}' kept changing under {TRIES} grant attempts; try again",
-            spec.name
-        )))
+        Err(too_busy(&spec.name))
     }
 
-    /// What became of `token`'s lock lease, without extending it: Done
-    /// while it lives; an ended lease is reported here (its loss, once).
-    pub async fn check_lock(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
+    /// Writes a lease's node again, unchanged, so that this leader stamps
+    /// it (a lease stamped by another leader is judged once restamped).
+    /// Best effort: a lease that changed meanwhile needs none.
+    async fn restamp(&self, client: &zk::Client, path: &str, held: &Holding, stat: &zk::Stat) {
+        let _ = self
+            .bounded(
+                "a lease's rewrite",
+                client.set_data(path, &held.encode(), Some(stat.version)),
+            )
+            .await;
+    }
+
+    /// What became of `token`'s lease, without extending it: Done while it
+    /// lives; an ended lease is reported here (its loss, once).
+    pub async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
         self.end_or_keep(name, token, false).await
     }
 
-    /// Releases `token`'s lock lease (a release starts no lock-delay);
-    /// repeated, it finds its own end record: Released.
-    pub async fn release_lock(&self, name: &str, token: &str) -> Result<Checked<()>> {
+    /// Releases `token`'s lease (a release starts no lock-delay); repeated,
+    /// it finds its own end record: Released.
+    pub async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
         Ok(match self.end_or_keep(name, token, true).await? {
             Checked::Done(_) => Checked::Done(()),
             Checked::NotHeld => Checked::NotHeld,
@@ -534,12 +650,12 @@ impl ZooKeeper {
         })
     }
 
-    /// Extends `token`'s lock lease to `ttl_ms` (its own TTL when `None`):
-    /// one write, conditioned on the lease node's version, whose stamp
-    /// also says whether the lease had ended before it (nobody took it
-    /// over yet): then the renewal is undone into the report of its
-    /// expiry, and the holder hears it expired, once.
-    pub async fn renew_lock(
+    /// Extends `token`'s lease to `ttl_ms` (its own TTL when `None`): one
+    /// write, conditioned on the lease node's version, whose stamp also
+    /// says whether the lease had ended before it (nobody took it over
+    /// yet): then the renewal is undone into the report of its expiry, and
+    /// the holder hears it expired, once.
+    pub async fn renew(
         &self,
         name: &str,
         token: &str,
@@ -548,18 +664,18 @@ impl ZooKeeper {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
         for _ in 0..TRIES {
-            let (read, held, stat, fence) = match self.own_lease(&client, &paths, token).await? {
-                Ok(owned) => owned,
+            let own = match self.own_lease(&client, &paths, token).await? {
+                Ok(own) => own,
                 Err(not_held) => return Ok(not_held),
             };
             let renewed = Holding {
-                ttl_ms: ttl_ms.unwrap_or(held.ttl_ms),
-                ..held.clone()
+                ttl_ms: ttl_ms.unwrap_or(own.held.ttl_ms),
+                ..own.held.clone()
             };
             let after = match self
                 .bounded(
                     "a renewal",
-                    client.set_data(&paths.lock(), &renewed.encode(), Some(stat.version)),
+                    client.set_data(&own.path, &renewed.encode(), Some(own.stat.version)),
                 )
                 .await
             {
@@ -567,27 +683,27 @@ impl ZooKeeper {
                 Err(e) if changed(&e) => continue,
                 Err(e) => return Err(super::classify("a renewal", &e)),
             };
-            match judge(written_at(&stat), held.ttl_ms, written_at(&after)) {
+            self.stamped(&after);
+            match judge(written_at(&own.stat), own.held.ttl_ms, written_at(&after)) {
                 Judged::Live(_) | Judged::OtherEpoch => {
                     return Ok(Checked::Done(Renewed {
                         ttl_ms: renewed.ttl_ms,
-                        fence,
+                        fence: own.fence,
                     }))
                 }
                 Judged::Ended(_) => {
                     // Renewed too late: report the expiry instead (the
                     // name's version read is still the condition).
                     let mut writer = client.new_multi_writer();
+                    let end = End::Expired(own.fence);
                     add_end(
                         &mut writer,
                         &paths,
-                        read.delay.as_ref(),
-                        read.version,
+                        &own,
+                        own.read.version,
                         after.version,
                         token,
-                        &held,
-                        &stat,
-                        End::Expired(fence),
+                        end,
                     )
                     .map_err(|e| super::failed("an expiry's report", &e))?;
                     if self
@@ -600,18 +716,15 @@ impl ZooKeeper {
                 }
             }
         }
-        Err(Error::Unavailable(format!(
-            "the name '{name}' kept changing under {TRIES} attempts; try again"
-        )))
+        Err(too_busy(name))
     }
 
     /// Ends the name's lock lease, whoever holds it: its holder hears it
     /// was revoked (its end record), and its lock-delay starts now (the
     /// `delay` node, written even for a delay of 0 as the revoke's
     /// record): a repeated revoke, before anything was granted again,
-    /// finds it: `Already`.
-    pub async fn revoke_lock(&self, name: &str) -> Result<crate::store::Revocation> {
-        use crate::store::Revocation;
+    /// finds it: `Already`. A semaphore's permits are not revoked.
+    pub async fn revoke(&self, name: &str) -> Result<Revocation> {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
         for _ in 0..TRIES {
@@ -652,38 +765,55 @@ impl ZooKeeper {
                 return Ok(Revocation::Revoked { fence });
             }
         }
-        Err(Error::Unavailable(format!(
-            "the name '{name}' kept changing under {TRIES} attempts; try again"
-        )))
+        Err(too_busy(name))
     }
 
     /// Renews every item, all at once on the session (ZooKeeper answers
     /// a session's requests in order: one round trip for the batch, as
     /// pipelined); one outcome per item, in order.
-    pub async fn renew_many_locks(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
+    pub async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
         futures_util::future::join_all(
             items
                 .iter()
-                .map(|item| self.renew_lock(&item.name, &item.token, item.ttl_ms)),
+                .map(|item| self.renew(&item.name, &item.token, item.ttl_ms)),
         )
         .await
         .into_iter()
         .collect()
     }
 
-    /// What the store knows of the name (a read after a sync; nothing
-    /// written): its lease, if live, or its lock-delay left; and the last
-    /// fence it remembers. Times left are estimates from the last leader
-    /// stamp this broker received (at most a health ping old), never the
-    /// verdict an operation waits for.
-    pub async fn describe_lock(&self, name: &str) -> Result<(Described, u64)> {
+    /// What the store knows of the name (reads after a sync; nothing
+    /// written): its lease, if live, or its lock-delay left; its live
+    /// permits and its line's length; and the last fence it remembers.
+    /// Times left are estimates from the last leader stamp this broker
+    /// received (at most a health ping old), never the verdict an
+    /// operation waits for.
+    pub async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
-        let Some(read) = self.read(&client, &paths, "").await? else {
-            return Ok((Described::default(), 0));
-        };
+        for _ in 0..TRIES {
+            let Some(read) = self.read(&client, &paths, "").await? else {
+                return Ok((Described::default(), 0));
+            };
+            let Some(permits) = self.read_permits(&client, &paths, &read.permits).await? else {
+                continue;
+            };
+            return self.described(&read, &permits).await;
+        }
+        Err(too_busy(name))
+    }
+
+    /// Describe's answer from one read of the name and its permits.
+    pub(super) async fn described(
+        &self,
+        read: &Read,
+        permits: &[Node],
+    ) -> Result<(Described, u64)> {
         let now = self.estimated_now().await?;
-        let mut described = Described::default();
+        let mut described = Described {
+            waiters: u64::try_from(read.line.len()).unwrap_or(u64::MAX),
+            ..Described::default()
+        };
         let mut last_fence = 0;
         if let Some((held, stat)) = &read.lock {
             let fence = self.fence(stat.czxid, 0).await?;
@@ -703,6 +833,12 @@ impl ZooKeeper {
                 Judged::Ended(ago) => {
                     described.lock_delay_remaining_ms = held.lock_delay_ms.saturating_sub(ago);
                 }
+            }
+        }
+        for (held, stat) in permits {
+            last_fence = last_fence.max(self.fence(stat.czxid, 0).await?);
+            if !matches!(judge(written_at(stat), held.ttl_ms, now), Judged::Ended(_)) {
+                described.permits += 1;
             }
         }
         if let Some((delay, stat)) = &read.delay {
@@ -785,7 +921,7 @@ impl ZooKeeper {
     }
 
     /// The name's line, in order (after a sync).
-    async fn line_of(&self, name: &str) -> Result<Vec<(String, String)>> {
+    pub(super) async fn line_of(&self, name: &str) -> Result<Vec<(String, String)>> {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
         let children = self
@@ -801,33 +937,36 @@ impl ZooKeeper {
         }
     }
 
-    /// Reads the name for a request of `token` about its own lease: the
-    /// read, the lease's record, its node's stat and its fence; or, when
-    /// `token` holds no lease of the name, what it hears instead.
+    /// Reads the name for a request of `token` about its own lease (its
+    /// lock, or its permit); or, when `token` holds no lease of the name,
+    /// what it hears instead.
     async fn own_lease<T>(
         &self,
         client: &zk::Client,
         paths: &NamePaths,
         token: &str,
-    ) -> Result<std::result::Result<(Read, Holding, zk::Stat, u64), Checked<T>>> {
+    ) -> Result<std::result::Result<Own, Checked<T>>> {
         let Some(mut read) = self.read(client, paths, token).await? else {
             return Ok(Err(Checked::NotHeld));
         };
-        let (held, stat) = match read.lock.take() {
-            Some((held, stat)) if held.token == token => (held, stat),
-            other => return Ok(Err(self.not_held(read.end, other).await?)),
+        let (path, (held, stat)) = match (read.lock.take(), read.permit.take()) {
+            (Some(lock), _) if lock.0.token == token => (paths.lock(), lock),
+            (_, Some(permit)) => (paths.permit(token), permit),
+            (other, None) => return Ok(Err(self.not_held(read.end, other).await?)),
         };
         let fence = self.fence(stat.czxid, 0).await?;
-        Ok(Ok((read, held, stat, fence)))
+        Ok(Ok(Own {
+            read,
+            path,
+            held,
+            stat,
+            fence,
+        }))
     }
 
     /// What a token that holds no lease of the name hears: its own end,
-    /// or the current holder's fence, or nothing.
-    async fn not_held<T>(
-        &self,
-        end: Option<End>,
-        lock: Option<(Holding, zk::Stat)>,
-    ) -> Result<Checked<T>> {
+    /// or the current lock holder's fence, or nothing.
+    async fn not_held<T>(&self, end: Option<End>, lock: Option<Node>) -> Result<Checked<T>> {
         Ok(match (end, lock) {
             (Some(End::Released), _) => Checked::Released,
             (Some(End::Revoked(fence)), _) => Checked::Revoked { fence },
@@ -839,7 +978,7 @@ impl ZooKeeper {
         })
     }
 
-    /// A look (`release` false) or a release of `token`'s lock lease.
+    /// A look (`release` false) or a release of `token`'s lease.
     async fn end_or_keep(
         &self,
         name: &str,
@@ -849,25 +988,27 @@ impl ZooKeeper {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
         for _ in 0..TRIES {
-            let (read, held, stat, fence) = match self.own_lease(&client, &paths, token).await? {
-                Ok(owned) => owned,
+            let own = match self.own_lease(&client, &paths, token).await? {
+                Ok(own) => own,
                 Err(not_held) => return Ok(not_held),
             };
-            let Some((now, version)) = self.tick_name(&client, &paths, read.version).await? else {
+            let Some((now, version)) = self.tick_name(&client, &paths, own.read.version).await?
+            else {
                 continue;
             };
-            let ended = match judge(written_at(&stat), held.ttl_ms, now) {
+            let ended = match judge(written_at(&own.stat), own.held.ttl_ms, now) {
                 Judged::Ended(_) => true,
                 Judged::Live(_) | Judged::OtherEpoch => false,
             };
+            let kept = Renewed {
+                ttl_ms: own.held.ttl_ms,
+                fence: own.fence,
+            };
             if !ended && !release {
-                return Ok(Checked::Done(Renewed {
-                    ttl_ms: held.ttl_ms,
-                    fence,
-                }));
+                return Ok(Checked::Done(kept));
             }
             let end = if ended {
-                End::Expired(fence)
+                End::Expired(own.fence)
             } else {
                 End::Released
             };
@@ -875,12 +1016,10 @@ impl ZooKeeper {
             add_end(
                 &mut writer,
                 &paths,
-                read.delay.as_ref(),
+                &own,
                 version,
-                stat.version,
+                own.stat.version,
                 token,
-                &held,
-                &stat,
                 end,
             )
             .map_err(|e| super::failed("an end", &e))?;
@@ -888,15 +1027,10 @@ impl ZooKeeper {
                 return Ok(if ended {
                     Checked::Expired
                 } else {
-                    Checked::Done(Renewed {
-                        ttl_ms: held.ttl_ms,
-                        fence,
-                    })
+                    Checked::Done(kept)
                 });
             }
         }
-        Err(Error::Unavailable(format!(
-            "the name '{name}' kept changing under {TRIES} attempts; try again"
-        )))
+        Err(too_busy(name))
     }
 }
