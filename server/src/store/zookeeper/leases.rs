@@ -205,24 +205,35 @@ fn too_busy(name: &str) -> Error {
 impl ZooKeeper {
     /// Creates the name's bucket and node if they are missing (the node a
     /// container: ZooKeeper deletes it once its last record went).
+    ///
+    /// Buckets are containers too, so that a listing finds only the
+    /// buckets that hold names (one `getChildren` of the root): the reaper
+    /// may delete a bucket whose last name went just before the name's
+    /// node is created in it, which is created again then.
     async fn ensure_name(&self, client: &zk::Client, name: &str, paths: &NamePaths) -> Result<()> {
-        let bucket = bucket_path(bucket(name));
-        for (path, options) in [
-            (bucket.as_str(), persistent()),
-            (
-                paths.node.as_str(),
-                zk::CreateMode::Container.with_acls(zk::Acls::anyone_all()),
-            ),
-        ] {
-            match self
-                .bounded("a name's node", client.create(path, b"", &options))
-                .await
-            {
-                Ok(_) | Err(zk::Error::NodeExists) => {}
+        let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+        let create = |path: &str| {
+            let path = path.to_owned();
+            let container = container.clone();
+            async move {
+                self.bounded("a name's node", client.create(&path, b"", &container))
+                    .await
+            }
+        };
+        for _ in 0..TRIES {
+            // The name's node first: its bucket exists but for the first
+            // name of a bucket (or one reaped meanwhile).
+            match create(&paths.node).await {
+                Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
+                Err(zk::Error::NoNode) => {}
                 Err(e) => return Err(super::classify("a name's node", &e)),
             }
+            match create(&bucket_path(bucket(name))).await {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(super::classify("a name's bucket", &e)),
+            }
         }
-        Ok(())
+        Err(too_busy(name))
     }
 
     /// Reads the name (after a sync), with the records of `token` (none
@@ -867,6 +878,7 @@ impl ZooKeeper {
         spec: &GrantSpec,
         mut blocked: Blocked,
     ) -> Result<Acquired> {
+        blocked.queued = u64::try_from(line.len()).unwrap_or(u64::MAX);
         if spec.queued {
             let rank = line.iter().position(|(token, _)| *token == spec.token);
             let (position, queued) = match rank {
@@ -922,18 +934,23 @@ impl ZooKeeper {
 
     /// The name's line, in order (after a sync).
     pub(super) async fn line_of(&self, name: &str) -> Result<Vec<(String, String)>> {
+        Ok(super::layout::line(&self.children_of(name).await?))
+    }
+
+    /// The name's records' nodes (after a sync); none when it has no node.
+    pub(super) async fn children_of(&self, name: &str) -> Result<Vec<String>> {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
         let children = self
-            .bounded("a line's read", async {
+            .bounded("a name's listing", async {
                 client.sync(&paths.node).await?;
                 client.list_children(&paths.node).await
             })
             .await;
         match children {
-            Ok(children) => Ok(super::layout::line(&children)),
+            Ok(children) => Ok(children),
             Err(zk::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(super::classify("a line's read", &e)),
+            Err(e) => Err(super::classify("a name's listing", &e)),
         }
     }
 

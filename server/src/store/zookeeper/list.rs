@@ -1,20 +1,23 @@
 //! A listing's walk over the names (docs/design/zookeeper.md, section
-//! 3.6): bucket by bucket in order, a `getChildren` per bucket, then each
-//! name of the prefix described as Describe does.
+//! 3.6): the buckets that hold names (one `getChildren` of the root: a
+//! bucket is a container, gone with its last name), bucket by bucket in
+//! order, a `getChildren` per bucket, then each name of the prefix
+//! described as Describe does.
 //!
 //! Buckets partition the names, so a name is on one page only; a page
 //! token is the bucket and the last name looked at (`<3 hex digits>` or
 //! `<3 hex digits>/<name's segment>`), which resumes after that name. A
 //! prefix does not narrow the walk (a hash scatters a prefix's names over
 //! every bucket, as Redis' SCAN over its key space): the cost of one call
-//! is bounded by its budget, which counts each bucket listed and each
-//! name described, whatever the store holds.
+//! is bounded by its budget: at most that many buckets listed and names
+//! described, besides the root's listing (4,096 children at most),
+//! whatever the store holds.
 
 use futures_util::{stream, StreamExt};
 use zookeeper_client as zk;
 
 use super::{
-    layout::{bucket_path, name_of, segment, BUCKETS},
+    layout::{bucket_path, name_of, segment, BUCKETS, NAMES},
     ZooKeeper,
 };
 use crate::{
@@ -56,9 +59,9 @@ impl Resume {
 
 impl ZooKeeper {
     /// One page of the walk over the names starting with `prefix`, from
-    /// `resume` ([`Listing::next`] of an earlier page), looking at no more
-    /// than `budget` buckets and names together; with the highest fence
-    /// read.
+    /// `resume` ([`Listing::next`] of an earlier page), listing no more
+    /// than `budget` buckets and describing no more than `budget` names;
+    /// with the highest fence read.
     pub async fn list(
         &self,
         prefix: &str,
@@ -74,20 +77,40 @@ impl ZooKeeper {
         };
         let client = self.client().await?;
         let budget = budget.max(1);
-        let mut looked = 0;
-        let mut names = Vec::new();
+        // The buckets that hold names (containers: an empty one goes).
+        let mut buckets: Vec<u16> = match self
+            .bounded("the buckets' listing", client.list_children(NAMES))
+            .await
+        {
+            Ok(children) => children
+                .iter()
+                .filter(|b| b.len() == 3)
+                .filter_map(|b| u16::from_str_radix(b, 16).ok())
+                .filter(|b| *b >= at.bucket && *b < BUCKETS)
+                .collect(),
+            Err(e) => return Err(super::classify("the buckets' listing", &e)),
+        };
+        buckets.sort_unstable();
+        let (mut listed, mut names) = (0, Vec::new());
+        let mut buckets = buckets.into_iter().peekable();
         let next = loop {
-            if at.bucket >= BUCKETS {
+            let Some(&bucket) = buckets.peek() else {
                 break None;
+            };
+            if bucket != at.bucket {
+                at = Resume {
+                    bucket,
+                    after: None,
+                };
             }
-            if looked >= budget {
+            if listed >= budget || names.len() >= budget {
                 break Some(at.token());
             }
-            looked += 1;
+            listed += 1;
             let children = match self
                 .bounded(
                     "a bucket's listing",
-                    client.list_children(&bucket_path(at.bucket)),
+                    client.list_children(&bucket_path(bucket)),
                 )
                 .await
             {
@@ -102,19 +125,15 @@ impl ZooKeeper {
                 .filter(|name| at.after.as_ref().is_none_or(|after| name > after))
                 .collect();
             here.sort_unstable();
-            let room = budget - looked;
+            let room = budget - names.len();
             if here.len() > room {
                 here.truncate(room);
                 at.after = here.last().cloned();
                 names.extend(here);
                 break Some(at.token());
             }
-            looked += here.len();
             names.extend(here);
-            at = Resume {
-                bucket: at.bucket + 1,
-                after: None,
-            };
+            buckets.next();
         };
         let described: Vec<Result<(String, (Described, u64))>> = stream::iter(names)
             .map(|name| async move {

@@ -9,12 +9,11 @@
 //! * releases: the name's `lock` or `delay` node deleted (released,
 //!   revoked, taken over, a lock-delay gone): the waiter first in line now
 //!   (read from ZooKeeper) and every observer; a permit deleted: every
-//!   watch (a free permit may serve more than the first in line). A place
-//!   in line deleted wakes nobody: a waiter that became first so is woken
-//!   by its broker's next refresh of the places (`Store::refresh_places`,
-//!   every second), as on the other stores. An expiry deletes nothing and
-//!   makes no event: the waiter's timer (the time left it was told) brings
-//!   it back.
+//!   watch (a free permit may serve more than the first in line); a place
+//!   in line deleted while no lock holds the name (its waiter left): the
+//!   new first in line (a place the grant deleted is no news: the lock is
+//!   there). An expiry deletes nothing and makes no event: the waiter's
+//!   timer (the time left it was told) brings it back.
 //! * grants: the `lock` node or a permit created.
 //!
 //! How it fails: a watch that cannot be set (ZooKeeper unreachable) fails
@@ -36,7 +35,7 @@ use tokio::{
 use zookeeper_client as zk;
 
 use super::{
-    layout::{NamePaths, LOCK, PERMIT_PREFIX},
+    layout::{line, NamePaths, DELAY, LOCK, PERMIT_PREFIX, PLACE_PREFIX},
     ZooKeeper,
 };
 use crate::{
@@ -228,17 +227,24 @@ async fn woken(
             Some(String::new())
         }
         (Event::Released, zk::EventType::NodeDeleted)
-            if child == LOCK || child == super::layout::DELAY =>
+            if child == LOCK || child == DELAY || child.starts_with(PLACE_PREFIX) =>
         {
-            // Only the first in line can take it: that waiter, read now
-            // (every watch when the line cannot be read).
-            Some(match zk.line_of(name).await {
-                Ok(line) => line
+            // Only the first in line can take a free name: that waiter,
+            // read now (every watch when the name cannot be read). A
+            // place gone (its waiter left, or was granted) is news only
+            // when no lock holds the name: the next may take it.
+            let Ok(children) = zk.children_of(name).await else {
+                return Some(String::new());
+            };
+            if child.starts_with(PLACE_PREFIX) && children.iter().any(|c| c == LOCK) {
+                return None;
+            }
+            Some(
+                line(&children)
                     .first()
                     .map(|(token, _)| waiter_id(token).to_owned())
                     .unwrap_or_default(),
-                Err(_) => String::new(),
-            })
+            )
         }
         _ => None,
     }
