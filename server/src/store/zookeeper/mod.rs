@@ -50,6 +50,10 @@ use crate::error::{Error, Result};
 /// The node the clock is read by writing to (under the chroot).
 const CLOCK: &str = "/clock";
 
+/// A TTL node written at each new session, to find out that the servers
+/// take TTL nodes (collected a second after, by ZooKeeper).
+const TTL_PROBE: &str = "/ttl-probe";
+
 /// The parent of each epoch's fence base, `/fences/<epoch, 8 hex digits>`.
 const FENCES: &str = "/fences";
 
@@ -204,6 +208,24 @@ impl ZooKeeper {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
                 Err(e) => return Err(failed("create the store's nodes", &e)),
             }
+        }
+        // End records and lock-delays are TTL nodes (ZooKeeper collects
+        // them): a server without them would fail every release. Refused
+        // here, at once and naming the setting, rather than there.
+        match client
+            .create(TTL_PROBE, b"", &persistent.clone().with_ttl(Duration::from_secs(1)))
+            .await
+        {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(zk::Error::Unimplemented) => {
+                return Err(Error::Unavailable(format!(
+                    "ZooKeeper ({}) refuses TTL nodes, which the store keeps its end records \
+                     and lock-delays in: start every server with \
+                     -Dzookeeper.extendedTypesEnabled=true (ZooKeeper 3.6 or later)",
+                    self.url.connect_string()
+                )))
+            }
+            Err(e) => return Err(failed("create a TTL node", &e)),
         }
         tracing::info!(
             servers = %self.url.connect_string(),
