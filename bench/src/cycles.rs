@@ -4,8 +4,8 @@
 //! and with a plain Redis lock as a user writes it by hand (`plain`: not the
 //! broker's scripts); then one contended lock with N waiters. Prints a table
 //! with the ratios, and the CPU each cycle costs the broker, the store (Redis,
-//! PostgreSQL or etcd, when it runs on this machine: see `probe`) and the load
-//! generator.
+//! PostgreSQL, etcd or ZooKeeper, when it runs on this machine: see `probe`)
+//! and the load generator.
 
 use std::{
     process::ExitCode,
@@ -32,8 +32,8 @@ use crate::{
 /// Arguments of `bench cycles`.
 #[derive(clap::Args, Debug)]
 pub struct CyclesArgs {
-    /// Store URL (Redis, PostgreSQL or etcd): the broker under test runs on it,
-    /// and the direct baseline talks to it.
+    /// Store URL (Redis, PostgreSQL, etcd or ZooKeeper): the broker under test
+    /// runs on it, and the direct baseline talks to it.
     #[arg(long)]
     store: String,
     /// Worker counts for the uncontended runs (each worker cycles on a lock
@@ -186,8 +186,8 @@ struct Sides<'a> {
 }
 
 /// CPU seconds used so far by the brokers, the store (when it runs on this
-/// machine: redis-server, etcd, or PostgreSQL's process tree; from /proc) and this
-/// load generator.
+/// machine: redis-server, etcd, ZooKeeper's JVM, or PostgreSQL's process tree;
+/// from /proc) and this load generator.
 #[derive(Clone, Copy, Default)]
 struct CpuSample {
     brokers: f64,
@@ -439,9 +439,12 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
         let ttl = args.failover_ttl;
         let expiry = match sides.plain.as_ref() {
             Some(plain) => Some(Expiry::Redis(plain.connection())),
-            None => crate::etcd::Etcd::for_store(&args.store)
-                .await?
-                .map(|etcd| Expiry::Etcd(Box::new(etcd))),
+            None => match crate::etcd::Etcd::for_store(&args.store).await? {
+                Some(etcd) => Some(Expiry::Etcd(Box::new(etcd))),
+                None => crate::zookeeper::ZooKeeper::for_store(&args.store)
+                    .await?
+                    .map(Expiry::ZooKeeper),
+            },
         };
         let broker_runs = failover_broker(
             broker,
@@ -461,6 +464,13 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
             ))
             .await
             .map_err(|e| e.to_string())??;
+        // The store whose own clock times the grant: Redis (its `g`) or
+        // ZooKeeper (the new lock node's `mtime`); elsewhere the row says
+        // "in Redis -", as before.
+        let in_store = match sides.probe.as_ref().map(Probe::store) {
+            Some("ZooKeeper") => "ZooKeeper",
+            _ => "Redis",
+        };
         let mut sides = vec![("broker", broker_runs), ("direct", direct_runs)];
         if let Some(etcd) = &etcd {
             sides.push((
@@ -472,7 +482,7 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
             let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
             let late = |late: Option<f64>| late.map_or("-".into(), |ms| format!("{ms:.1}"));
             println!(
-                "{:<24} kill -9 -> next grant {} ms; expiry -> grant {} ms, in Redis {} ms (TTL {} ms)",
+                "{:<24} kill -9 -> next grant {} ms; expiry -> grant {} ms, in {} {} ms (TTL {} ms)",
                 format!("holder killed, {side}"),
                 runs.iter()
                     .map(|r| ms(&r.kill_to_grant))
@@ -482,6 +492,7 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
                     .map(|r| late(r.expiry_to_grant_ms))
                     .collect::<Vec<_>>()
                     .join(" / "),
+                in_store,
                 runs.iter()
                     .map(|r| late(r.expiry_to_grant_in_store_ms))
                     .collect::<Vec<_>>()
@@ -502,28 +513,32 @@ async fn scenarios(args: &CyclesArgs, sides: &Sides<'_>) -> Result<(), String> {
 /// reads early by the time Describe took to reach Redis through the broker,
 /// and misses a renewal still in flight at the kill); on etcd (the etcd
 /// store, etcd's lock service), the etcd lease's, as its time to live
-/// shows it (`Etcd::expiry_ms`: to a few ms). The grant is timed twice:
-/// where the waiter learns it (the wall clock here: the store is assumed to
-/// run on this machine, as in every bench run), and in Redis (the new
-/// lease's grant time `g`: the store's own lateness, without the answer's
-/// way back; Redis only).
+/// shows it (`Etcd::expiry_ms`: to a few ms); on ZooKeeper, the lock
+/// node's last renewal (its `mtime`, the leader's clock) plus its TTL, as
+/// the store judges it. The grant is timed twice: where the waiter learns
+/// it (the wall clock here: the store is assumed to run on this machine, as
+/// in every bench run), and in the store (the new lease's grant time:
+/// Redis's `g`, ZooKeeper's new lock node's `mtime`; the store's own
+/// lateness, without the answer's way back; not on etcd).
 pub struct Failover {
     pub kill_to_grant: Duration,
     /// `None` where the expiry is not known (PostgreSQL, a store that is
-    /// not one Redis server or one etcd without TLS or auth; an etcd lease
-    /// with under a second left when first read).
+    /// not one Redis server, one etcd without TLS or auth or a ZooKeeper
+    /// ensemble; an etcd lease with under a second left when first read).
     pub expiry_to_grant_ms: Option<f64>,
     /// `None` where the expiry is not known, and on etcd.
     pub expiry_to_grant_in_store_ms: Option<f64>,
 }
 
-/// Where a failover reads the dead holder's lease: Redis's hash of it, or
-/// the etcd lease its lock key is on (the etcd store's `{prefix}{name}|l`:
-/// `server/src/store/etcd/keys.rs`).
+/// Where a failover reads the dead holder's lease: Redis's hash of it, the
+/// etcd lease its lock key is on (the etcd store's `{prefix}{name}|l`:
+/// `server/src/store/etcd/keys.rs`), or ZooKeeper's lock node of the name
+/// (its last renewal's `mtime` plus its TTL: `crate::zookeeper`).
 #[derive(Clone)]
 enum Expiry {
     Redis(redis::aio::MultiplexedConnection),
     Etcd(Box<crate::etcd::Etcd>),
+    ZooKeeper(crate::zookeeper::ZooKeeper),
 }
 
 impl Expiry {
@@ -544,15 +559,27 @@ impl Expiry {
                     )),
                 }
             }
+            Expiry::ZooKeeper(zk) => {
+                tokio::time::sleep(SETTLE).await;
+                match zk.expiry_ms(prefix, name).await? {
+                    Some(expiry) if expiry > wall_ms() => Ok(Some(expiry)),
+                    other => Err(format!(
+                        "the dead holder's lease on {name} ended within {SETTLE:?} of its \
+                         death (TTL too short to measure): expiry {other:?}"
+                    )),
+                }
+            }
         }
     }
 
     /// When the waiter's lease on `name` was granted, in the store's clock
-    /// (ms): Redis's `g`; etcd keeps no such time.
+    /// (ms): Redis's `g`; ZooKeeper's lock node's `mtime` (nothing renews
+    /// the waiter's lease before it is read); etcd keeps no such time.
     async fn granted_at(&mut self, prefix: &str, name: &str) -> Result<Option<f64>, String> {
         match self {
             Expiry::Redis(redis) => Ok(lease_fields(redis, prefix, name).await?.2),
             Expiry::Etcd(_) => Ok(None),
+            Expiry::ZooKeeper(zk) => zk.written_ms(prefix, name).await,
         }
     }
 }

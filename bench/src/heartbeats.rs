@@ -3,7 +3,7 @@
 //! against the store with the same scripts and batching (one pipeline per
 //! stream's share, the floor), each for the same time. Reports the renewal
 //! round trip p50/p99, leases lost, and the CPU and memory of broker and
-//! store (Redis, PostgreSQL or etcd: see `probe`).
+//! store (Redis, PostgreSQL, etcd or ZooKeeper: see `probe`).
 //!
 //! With `--etcd URL`, a third row per lease count: as many etcd leases (the
 //! same TTL) kept alive over as many `LeaseKeepAlive` streams, a heartbeat
@@ -36,8 +36,8 @@ use crate::{
 /// Arguments of `bench heartbeats`.
 #[derive(clap::Args, Debug)]
 pub struct HeartbeatsArgs {
-    /// Store URL (Redis, PostgreSQL or etcd): the broker under test runs on it,
-    /// and the direct baseline talks to it.
+    /// Store URL (Redis, PostgreSQL, etcd or ZooKeeper): the broker under test
+    /// runs on it, and the direct baseline talks to it.
     #[arg(long)]
     store: String,
     /// Lease counts, one run each (comma-separated).
@@ -91,7 +91,7 @@ struct Measured {
     store_cpu: Option<f64>,
     /// The store's peak memory, when it can be read: Redis's whole server
     /// (RSS and data), PostgreSQL's tables of this side's schema (data: see
-    /// `Probe::memory`), etcd's RSS.
+    /// `Probe::memory`), etcd's or ZooKeeper's RSS.
     store_rss_mib: Option<f64>,
     store_data_mib: Option<f64>,
     /// Leases renewed per second (etcd's row only: one request each).

@@ -28,6 +28,7 @@ mod session;
 mod soak;
 mod stats;
 mod waiters;
+mod zookeeper;
 
 use std::process::ExitCode;
 

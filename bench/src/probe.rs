@@ -1,13 +1,16 @@
 //! What a benchmark reads of the store it runs on: its CPU time and its
-//! memory, on Redis, PostgreSQL or etcd, so that a table can show the
-//! store's cost beside the broker's whichever store it is.
+//! memory, on Redis, PostgreSQL, etcd or ZooKeeper, so that a table can
+//! show the store's cost beside the broker's whichever store it is.
 //!
 //! CPU comes from /proc when the store runs on this machine (as in every
 //! bench run): an overloaded store answers a query late, /proc does not.
 //! Redis is one process (`INFO server`'s process_id). etcd is one process
 //! too: the one named `etcd` listening on the first member's port of the
 //! URL (as `heartbeats --etcd` finds it); of a cluster on this machine,
-//! only that member is counted. PostgreSQL is a tree
+//! only that member is counted. ZooKeeper is a JVM, found the same way:
+//! the process named `java` listening on the first member's port of the
+//! URL (the whole JVM is counted: its request threads, and its garbage
+//! collector and JIT compiler, which work for them). PostgreSQL is a tree
 //! of processes: the postmaster, a backend per connection and background
 //! workers; a backend that exits (its connection closed) is reaped by the
 //! postmaster, so the kernel adds its CPU to the postmaster's cutime and
@@ -191,7 +194,7 @@ fn same_start(start_ticks: u64, boot_s: f64, ticks_per_s: f64, started_s: f64) -
 /// Where the store's CPU time is read on this machine.
 #[derive(Clone, Copy, Debug)]
 pub enum LocalCpu {
-    /// One process (redis-server).
+    /// One process (redis-server, etcd, ZooKeeper's JVM).
     Process(u32),
     /// A process and its descendants (PostgreSQL's postmaster).
     Tree(u32),
@@ -210,11 +213,11 @@ impl LocalCpu {
 /// The store's memory at one moment.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Memory {
-    /// The server's resident memory (Redis, and etcd when it runs here:
-    /// see [`Probe::memory`]).
+    /// The server's resident memory (Redis, and etcd or ZooKeeper when it
+    /// runs here: see [`Probe::memory`]).
     pub rss_mib: Option<f64>,
     /// The data: Redis's used_memory, PostgreSQL's tables of the schema
-    /// (etcd: not read).
+    /// (etcd, ZooKeeper: not read).
     pub data_mib: Option<f64>,
 }
 
@@ -245,6 +248,8 @@ enum Kind {
     Postgres(Arc<tokio_postgres::Client>),
     /// Nothing to ask etcd: its CPU and RSS come from /proc only.
     Etcd,
+    /// Nor ZooKeeper (its JVM's CPU and RSS from /proc).
+    ZooKeeper,
 }
 
 impl Probe {
@@ -254,8 +259,15 @@ impl Probe {
     /// asking for TLS (the bench has no TLS client for it; said on stderr).
     /// Spawns the connection's task on the current runtime. An etcd URL
     /// (`etcd://`, `etcds://`) connects to nothing: its probe reads the
-    /// local etcd's /proc, if there is one (see the module doc).
+    /// local etcd's /proc, if there is one (see the module doc); nor does
+    /// a ZooKeeper URL (`zookeeper://`): the local JVM's.
     pub async fn connect(url: &str) -> Result<Option<Probe>, String> {
+        if let Some(port) = crate::zookeeper::store_port(url) {
+            return Ok(Some(Probe {
+                kind: Kind::ZooKeeper,
+                local: listener_pid(port, "java").map(LocalCpu::Process),
+            }));
+        }
         if let Some(member) = crate::etcd::store_member(url) {
             let port = member.rsplit_once(':').and_then(|(_, p)| p.parse().ok());
             return Ok(Some(Probe {
@@ -293,12 +305,14 @@ impl Probe {
         }))
     }
 
-    /// The store's name, for tables: `Redis`, `PostgreSQL` or `etcd`.
+    /// The store's name, for tables: `Redis`, `PostgreSQL`, `etcd` or
+    /// `ZooKeeper`.
     pub fn store(&self) -> &'static str {
         match self.kind {
             Kind::Redis(_) => "Redis",
             Kind::Postgres(_) => "PostgreSQL",
             Kind::Etcd => "etcd",
+            Kind::ZooKeeper => "ZooKeeper",
         }
     }
 
@@ -308,8 +322,8 @@ impl Probe {
     }
 
     /// The store's CPU seconds so far: from /proc when it runs on this
-    /// machine, else what Redis's INFO says (PostgreSQL and etcd have no
-    /// such figure: `None`).
+    /// machine, else what Redis's INFO says (PostgreSQL, etcd and
+    /// ZooKeeper have no such figure: `None`).
     pub async fn cpu_seconds(&self) -> Result<Option<f64>, String> {
         if let Some(local) = self.local {
             return Ok(Some(local.seconds()));
@@ -321,7 +335,7 @@ impl Probe {
                     info_field(&info, "used_cpu_sys") + info_field(&info, "used_cpu_user"),
                 ))
             }
-            Kind::Postgres(_) | Kind::Etcd => Ok(None),
+            Kind::Postgres(_) | Kind::Etcd | Kind::ZooKeeper => Ok(None),
         }
     }
 
@@ -330,8 +344,8 @@ impl Probe {
     /// `key_prefix` names (with their indexes and TOAST, dead row versions
     /// not yet vacuumed included), read through the buffer cache; no RSS:
     /// the process tree's RSS counts the shared buffers once per process
-    /// that touched them, which says little about the data. etcd: its RSS
-    /// when it runs here (/proc), no data.
+    /// that touched them, which says little about the data. etcd and
+    /// ZooKeeper: the server's RSS when it runs here (/proc), no data.
     pub async fn memory(&self, key_prefix: &str) -> Result<Memory, String> {
         match &self.kind {
             Kind::Redis(conn) => {
@@ -358,7 +372,7 @@ impl Probe {
                     data_mib: Some(bytes / 1048576.0),
                 })
             }
-            Kind::Etcd => Ok(Memory {
+            Kind::Etcd | Kind::ZooKeeper => Ok(Memory {
                 rss_mib: match self.local {
                     Some(LocalCpu::Process(pid)) => Some(crate::soak::rss_mib(pid)),
                     _ => None,

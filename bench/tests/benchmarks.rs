@@ -6,7 +6,7 @@ use leasehold_testkit as common;
 
 use std::process::Stdio;
 
-use common::{Broker, EtcdServer, PostgresServer, RedisServer};
+use common::{Broker, EtcdServer, PostgresServer, RedisServer, ZooKeeperServer};
 use leasehold_client::Client;
 use tokio::process::Command;
 
@@ -338,6 +338,153 @@ async fn the_cycles_benchmark_runs_on_an_etcd_store() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no expiry -> grant figure: {killed}"));
         assert!((-50.0..=1_500.0).contains(&expiry_to_grant), "{killed}");
+    }
+}
+
+/// On a ZooKeeper store, `cycles` runs every scenario through the broker
+/// and straight through the store layer: uncontended cycles (unary and
+/// Session), with ZooKeeper's CPU per cycle (its JVM, the `java` process
+/// listening on the URL's port: it runs here), a contended lock, and a
+/// killed holder whose lease's expiry is read off its lock node (last
+/// renewal's `mtime` plus TTL): the waiter granted after it, in the
+/// leader's clock too.
+#[tokio::test]
+async fn the_cycles_benchmark_runs_on_zookeeper() {
+    let zookeeper = ZooKeeperServer::start();
+    let text = bench(&[
+        "cycles",
+        "--store",
+        &zookeeper.url(),
+        "--workers",
+        "1,2",
+        "--contended",
+        "2",
+        "--duration",
+        "300ms",
+        "--failovers",
+        "1",
+        "--failover-ttl",
+        "2s",
+    ])
+    .await;
+    let first_number = |line: &str, after: &str| -> f64 {
+        line[after.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no figure in {line}"))
+    };
+    for workers in [1, 2] {
+        let name = format!("uncontended, {workers} workers");
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(&name)).collect();
+        // The throughput rows (unary, Session) and the CPU per cycle (no
+        // plain Redis lock here).
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(first_number(lines[0], &name) > 0.0, "{text}");
+        assert!(
+            lines[1].contains("cycles/s over Session streams")
+                && first_number(lines[1], &name) > 0.0,
+            "{text}"
+        );
+        let cpu = lines[2];
+        assert!(
+            cpu.contains("+ ZooKeeper ") && cpu.contains("direct: ZooKeeper "),
+            "{cpu}"
+        );
+        // broker, ZooKeeper, load generator; session: the same three;
+        // direct: ZooKeeper, load generator.
+        let figures: Vec<f64> = cpu[name.len()..]
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        assert_eq!(figures.len(), 8, "{cpu}");
+        assert!(figures[0] > 0.0 && figures[3] > 0.0, "broker: {cpu}");
+        assert!(
+            figures[1] > 0.0 && figures[4] > 0.0 && figures[6] > 0.0,
+            "ZooKeeper: {cpu}"
+        );
+    }
+    for name in [
+        "one lock, 2 waiters",
+        "one lock, 2 waiters, one Session stream",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no {name:?} row in\n{text}"));
+        assert!(first_number(line, name) > 0.0, "{line}");
+        assert!(line.contains("grants per worker"), "{line}");
+    }
+    for side in ["broker", "direct"] {
+        let line = row(&text, &format!("holder killed, {side}"));
+        let figure = |after: &str| -> f64 {
+            line.split(after)
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no {after:?} figure: {line}"))
+        };
+        // Within the TTL (2 s) and a margin of the kill; the grant after
+        // the lease's expiry and not long after it (a loaded machine).
+        assert!(figure("next grant ") <= 2_000.0 + 1_500.0, "{line}");
+        assert!(
+            (-50.0..=1_500.0).contains(&figure("expiry -> grant ")),
+            "{line}"
+        );
+        // Never before the expiry, in the leader's own clock.
+        assert!((0.0..=1_500.0).contains(&figure("in ZooKeeper ")), "{line}");
+    }
+}
+
+/// On a ZooKeeper store, the heartbeat benchmark keeps leases alive through
+/// a broker of its own and straight through the store layer, loses none,
+/// and reports ZooKeeper's CPU and RSS (its JVM, read from /proc: it runs
+/// here) in columns named after the store; its data is not read.
+#[tokio::test]
+async fn the_heartbeats_benchmark_runs_on_zookeeper() {
+    let zookeeper = ZooKeeperServer::start();
+    let text = bench(&[
+        "heartbeats",
+        "--store",
+        &zookeeper.url(),
+        "--leases",
+        "200",
+        "--streams",
+        "2",
+        "--interval",
+        "200ms",
+        "--ttl",
+        "5s",
+        "--duration",
+        "2s",
+    ])
+    .await;
+    assert!(
+        row(&text, "2 KeepAlive streams").ends_with("on ZooKeeper"),
+        "{text}"
+    );
+    let header = row(&text, " leases");
+    for column in ["ZooKeeper CPU", "ZooKeeper RSS MiB", "ZooKeeper data"] {
+        assert!(header.contains(column), "{header}");
+    }
+    for side in ["broker", "direct"] {
+        let fields = heartbeats_row(&text, "200", side);
+        let line = fields.join(" ");
+        // leases, side, "p50/p99 ms", lost, broker RSS and CPU, then
+        // ZooKeeper's CPU, RSS and data (not read: "-").
+        let (p50, p99) = fields[2].split_once('/').unwrap();
+        let (p50, p99): (f64, f64) = (p50.parse().unwrap(), p99.parse().unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "renewals: {line}");
+        assert_eq!(fields[4], "0", "lost: {line}");
+        let end = fields.len();
+        assert_eq!(fields[end - 1], "-", "{line}");
+        let cpu: f64 = fields[end - 3]
+            .strip_suffix('%')
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no ZooKeeper CPU in {line}"));
+        assert!(cpu > 0.0, "{line}");
+        let rss: f64 = fields[end - 2].parse().unwrap();
+        assert!(rss > 0.0, "{line}");
     }
 }
 
