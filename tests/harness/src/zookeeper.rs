@@ -50,6 +50,11 @@
 //! An ensemble whose leader is killed had elected another within 0.4 s in
 //! `tests/zookeeper.rs`.
 //!
+//! Any server or member can be frozen (`pause`: SIGSTOP of its JVM) and
+//! let run again (`resume`), and an ensemble can have its member 0 in a
+//! network namespace of its own ([`ZooKeeperEnsemble::start_with_one_in`])
+//! for a partition, as `etcd.rs` does for etcd.
+//!
 //! Beside the servers, [`four_letter_word`] and [`srvr`] ask a server how
 //! it is, and [`create_node`] writes one znode over ZooKeeper's own
 //! protocol (a session opened, one create, the session closed), so that the
@@ -64,7 +69,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{as_pid, free_port};
+use crate::{as_pid, free_port, netns::NetNs};
 
 /// How long a server may take to serve after its JVM is spawned (a JVM
 /// start on a loaded 2-core machine, an ensemble's first election).
@@ -155,7 +160,12 @@ impl Srvr {
 /// closes the connection after it). Bounded: 1 s to connect, 2 s to
 /// answer.
 pub fn four_letter_word(port: u16, word: &str) -> std::io::Result<String> {
-    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    four_letter_word_at(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), word)
+}
+
+/// [`four_letter_word`] to a server at `address` (a member in a network
+/// namespace listens on the namespace's address, not on loopback).
+pub fn four_letter_word_at(address: SocketAddr, word: &str) -> std::io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1))?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -168,7 +178,12 @@ pub fn four_letter_word(port: u16, word: &str) -> std::io::Result<String> {
 /// `srvr` on loopback `port`: `None` if the server does not answer or does
 /// not serve (no quorum yet, or down).
 pub fn srvr(port: u16) -> Option<Srvr> {
-    Srvr::parse(&four_letter_word(port, "srvr").ok()?)
+    srvr_at(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+}
+
+/// [`srvr`] of the server at `address`.
+pub fn srvr_at(address: SocketAddr) -> Option<Srvr> {
+    Srvr::parse(&four_letter_word_at(address, "srvr").ok()?)
 }
 
 /// Creates the persistent znode `path` (empty, open to all) on the server
@@ -264,8 +279,14 @@ fn reply_header(reply: &[u8]) -> std::io::Result<(u64, i32)> {
 struct Member {
     /// Its `myid` (1 to 254) in an ensemble; 0 for a standalone server.
     id: usize,
-    /// Its client port, on 127.0.0.1.
+    /// Its client port, on [`Member::client_ip`].
     port: u16,
+    /// Where its client port listens: 127.0.0.1, or the namespace's end
+    /// of the pair for a member run in one.
+    client_ip: Ipv4Addr,
+    /// The network namespace it runs in (`ip netns exec`); `None`: the
+    /// root one.
+    netns: Option<String>,
     /// Its folder: `zoo.cfg`, `zookeeper.log` and `data/`.
     dir: PathBuf,
     /// The ensemble's `server.N=...` lines; empty for a standalone server.
@@ -287,9 +308,16 @@ impl Member {
         Member {
             id,
             port,
+            client_ip: Ipv4Addr::LOCALHOST,
+            netns: None,
             dir,
             servers,
         }
+    }
+
+    /// Where clients reach it.
+    fn address(&self) -> SocketAddr {
+        SocketAddr::from((self.client_ip, self.port))
     }
 
     fn data(&self) -> PathBuf {
@@ -306,10 +334,11 @@ impl Member {
             .unwrap_or_else(|e| panic!("create {}: {e}", self.data().display()));
         let mut config = format!(
             "tickTime=200\ninitLimit=25\nsyncLimit=10\ndataDir={}\nclientPort={}\n\
-             clientPortAddress=127.0.0.1\nmaxSessionTimeout=10000\nadmin.enableServer=false\n\
+             clientPortAddress={}\nmaxSessionTimeout=10000\nadmin.enableServer=false\n\
              4lw.commands.whitelist=srvr,stat,ruok,mntr,conf\n",
             self.data().display(),
-            self.port
+            self.port,
+            self.client_ip
         );
         for line in &self.servers {
             config.push_str(line);
@@ -334,7 +363,11 @@ impl Member {
             .open(self.log())
             .unwrap_or_else(|e| panic!("open {}: {e}", self.log().display()));
         let err = log.try_clone().expect("a second handle on the log");
-        Command::new(java_binary())
+        let mut command = match &self.netns {
+            Some(ns) => crate::netns::exec_in(ns, java_binary()),
+            None => Command::new(java_binary()),
+        };
+        command
             .args([
                 "-Xms16m",
                 "-Xmx128m",
@@ -375,7 +408,7 @@ impl Member {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(Failed::Exited(status));
             }
-            if let Some(srvr) = srvr(self.port) {
+            if let Some(srvr) = srvr_at(self.address()) {
                 return Ok(srvr);
             }
             if Instant::now() >= deadline {
@@ -433,6 +466,51 @@ fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(unreadable: {e})"));
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Sends `signal` (SIGSTOP, SIGCONT) to `child`, a child not reaped yet
+/// (only [`kill`] and [`terminate`] reap, and they take it from its
+/// owner); after SIGSTOP, returns once every thread of it is stopped.
+fn signal(child: &Child, signal: libc::c_int) {
+    // SAFETY: kill(2) on the pid of our own child, not reaped (see above),
+    // so the pid is still its own and no other process's.
+    let sent = unsafe { libc::kill(as_pid(child.id()), signal) };
+    assert_eq!(
+        sent,
+        0,
+        "signal {signal} to ZooKeeper (pid {}) not sent",
+        child.id()
+    );
+    if signal == libc::SIGSTOP {
+        stopped(child.id());
+    }
+}
+
+/// Waits until every thread of process `pid` is stopped: kill(2) returns
+/// before they are, and a thread already running on the other core may
+/// still answer a request sent right after it (as `etcd.rs` found).
+fn stopped(pid: u32) {
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let all = std::fs::read_dir(&tasks).is_ok_and(|threads| {
+            threads.flatten().all(|thread| {
+                // The state follows the command's closing parenthesis.
+                std::fs::read_to_string(thread.path().join("stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(')')
+                        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+                })
+            })
+        });
+        if all {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ZooKeeper (pid {pid}) not stopped 10 s after SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// SIGKILL, and the exit reaped.
@@ -572,6 +650,26 @@ impl ZooKeeperServer {
         let _ = std::fs::remove_dir_all(self.member.data());
         self.child = Some(self.member.respawn());
     }
+
+    /// Freezes it (SIGSTOP of its JVM; returns once every thread is
+    /// stopped): its port accepts connections (the kernel completes the
+    /// handshake) and open ones stay open, but it answers nothing until
+    /// [`ZooKeeperServer::resume`]. Its clock goes on meanwhile, so the
+    /// sessions whose timeout passed expire as soon as it runs again.
+    pub fn pause(&self) {
+        signal(
+            self.child.as_ref().expect("pause a running ZooKeeper"),
+            libc::SIGSTOP,
+        );
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        signal(
+            self.child.as_ref().expect("resume a running ZooKeeper"),
+            libc::SIGCONT,
+        );
+    }
 }
 
 impl Drop for ZooKeeperServer {
@@ -588,6 +686,8 @@ pub struct ZooKeeperEnsemble {
     members: Vec<Member>,
     /// `None` while the member is killed.
     children: Vec<Option<Child>>,
+    /// Whether the member is frozen ([`ZooKeeperEnsemble::pause`]).
+    paused: Vec<bool>,
 }
 
 impl ZooKeeperEnsemble {
@@ -595,6 +695,26 @@ impl ZooKeeperEnsemble {
     /// (client, quorum, election) in a folder of its own, and returns once
     /// one leads and the others follow.
     pub fn start(n: usize) -> Self {
+        Self::start_placed(n, None)
+    }
+
+    /// [`ZooKeeperEnsemble::start`] of three members, with member 0 in
+    /// `ns`: its client, quorum and election ports on the namespace's end
+    /// of the pair ([`NetNs::ns_ip`]), while members 1 and 2 run in the
+    /// root namespace, their client ports on loopback and their quorum and
+    /// election ports on the root's end of the pair ([`NetNs::host_ip`]),
+    /// where member 0 reaches them. [`NetNs::isolate`] then cuts member 0
+    /// off from its peers and from every client, the way a partition does.
+    /// Drop the ensemble before `ns`.
+    ///
+    /// Member 0's `myid` is the highest (3; members 1 and 2 have 1 and 2),
+    /// so that it wins an election among members of the same zxid:
+    /// [`ZooKeeperEnsemble::make_leader`] relies on it.
+    pub fn start_with_one_in(ns: &NetNs) -> Self {
+        Self::start_placed(3, Some(ns))
+    }
+
+    fn start_placed(n: usize, ns: Option<&NetNs>) -> Self {
         assert!(
             (2..255).contains(&n),
             "an ensemble of 2 to 254 members (ids below 255 with TTL nodes on), not {n}"
@@ -603,20 +723,44 @@ impl ZooKeeperEnsemble {
             let ports: Vec<(u16, u16, u16)> = (0..n)
                 .map(|_| (free_port(), free_port(), free_port()))
                 .collect();
+            // Member i's myid, and the address its peers reach it at.
+            let id = |i: usize| match ns {
+                Some(_) if i == 0 => n,
+                _ => i + 1,
+            };
+            let peer_ip = |i: usize| match ns {
+                None => Ipv4Addr::LOCALHOST,
+                Some(ns) if i == 0 => ns.ns_ip(),
+                Some(ns) => ns.host_ip(),
+            };
             let servers: Vec<String> = ports
                 .iter()
                 .enumerate()
                 .map(|(i, (_, quorum, election))| {
-                    format!("server.{}=127.0.0.1:{quorum}:{election}", i + 1)
+                    format!("server.{}={}:{quorum}:{election}", id(i), peer_ip(i))
                 })
                 .collect();
             let members: Vec<Member> = ports
                 .iter()
                 .enumerate()
-                .map(|(i, &(port, _, _))| Member::new(i + 1, port, servers.clone()))
+                .map(|(i, &(port, _, _))| {
+                    let member = Member::new(id(i), port, servers.clone());
+                    match ns {
+                        Some(ns) if i == 0 => Member {
+                            client_ip: ns.ns_ip(),
+                            netns: Some(ns.name().to_owned()),
+                            ..member
+                        },
+                        _ => member,
+                    }
+                })
                 .collect();
             let children = members.iter().map(|m| Some(m.launch())).collect();
-            let mut ensemble = ZooKeeperEnsemble { members, children };
+            let mut ensemble = ZooKeeperEnsemble {
+                paused: vec![false; members.len()],
+                members,
+                children,
+            };
             if ensemble.await_all_serving() {
                 ensemble.leader();
                 return ensemble;
@@ -642,7 +786,7 @@ impl ZooKeeperEnsemble {
                     );
                     return false;
                 }
-                serving[i] = serving[i] || srvr(member.port).is_some();
+                serving[i] = serving[i] || srvr_at(member.address()).is_some();
             }
             if serving.iter().all(|&s| s) {
                 return true;
@@ -661,17 +805,19 @@ impl ZooKeeperEnsemble {
         0..self.members.len()
     }
 
-    /// Member `i`'s client port, on 127.0.0.1.
+    /// Member `i`'s client port, on 127.0.0.1 (on the namespace's address
+    /// for a member in one: [`ZooKeeperEnsemble::start_with_one_in`]).
     pub fn port(&self, i: usize) -> u16 {
         self.members[i].port
     }
 
-    /// `127.0.0.1:P0,127.0.0.1:P1,...`: every member, member 0 first.
+    /// `127.0.0.1:P0,127.0.0.1:P1,...`: every member, member 0 first (its
+    /// address the namespace's, if it runs in one).
     pub fn connect_string(&self) -> String {
         let members: Vec<String> = self
             .members
             .iter()
-            .map(|m| format!("127.0.0.1:{}", m.port))
+            .map(|m| m.address().to_string())
             .collect();
         members.join(",")
     }
@@ -681,14 +827,20 @@ impl ZooKeeperEnsemble {
         format!("zookeeper://{}", self.connect_string())
     }
 
+    /// `zookeeper://IP:PORT`: a `--store` listing member `i` alone.
+    pub fn member_url(&self, i: usize) -> String {
+        format!("zookeeper://{}", self.members[i].address())
+    }
+
     /// Member `i`'s JVM's process id; `None` while it is killed.
     pub fn pid(&self, i: usize) -> Option<u32> {
         self.children[i].as_ref().map(Child::id)
     }
 
-    /// Whether member `i` runs.
+    /// Whether member `i` runs and is not frozen
+    /// ([`ZooKeeperEnsemble::pause`]): it can answer.
     pub fn is_up(&self, i: usize) -> bool {
-        self.children[i].is_some()
+        self.children[i].is_some() && !self.paused[i]
     }
 
     /// Member `i`'s log file.
@@ -699,7 +851,7 @@ impl ZooKeeperEnsemble {
     /// What `srvr` says of member `i` now: `None` if it is down or does
     /// not serve (no quorum).
     pub fn srvr(&self, i: usize) -> Option<Srvr> {
-        srvr(self.members[i].port)
+        srvr_at(self.members[i].address())
     }
 
     /// Waits (at most 30 s) until exactly one member up says `Mode:
@@ -707,11 +859,23 @@ impl ZooKeeperEnsemble {
     /// returns the leader's index. Panics naming the logs otherwise (fewer
     /// than a quorum up never get there).
     pub fn leader(&self) -> usize {
-        let deadline = Instant::now() + START_LIMIT;
+        self.await_leader_among(self.members(), START_LIMIT)
+    }
+
+    /// [`ZooKeeperEnsemble::leader`], asking only `members` (those of them
+    /// up) and waiting at most `limit`: the side of a partition the tests
+    /// can reach.
+    pub fn await_leader_among(
+        &self,
+        members: impl IntoIterator<Item = usize> + Clone,
+        limit: Duration,
+    ) -> usize {
+        let deadline = Instant::now() + limit;
         let mut modes;
         loop {
-            modes = self
-                .members()
+            modes = members
+                .clone()
+                .into_iter()
                 .filter(|&i| self.is_up(i))
                 .map(|i| (i, self.srvr(i).map(|s| s.mode)))
                 .collect::<Vec<_>>();
@@ -733,9 +897,32 @@ impl ZooKeeperEnsemble {
             std::thread::sleep(POLL);
         }
         self.fail(&format!(
-            "no single leader with every other member up following within {START_LIMIT:?} \
+            "no single leader with every other member up following within {limit:?} \
              (modes: {modes:?})"
         ))
+    }
+
+    /// Makes member `i` the leader: while another leads, that one is
+    /// restarted (ZooKeeper has no call to hand leadership over), so the
+    /// others elect among themselves, the member of the highest zxid and
+    /// then the highest `myid` winning. Member 0 of
+    /// [`ZooKeeperEnsemble::start_with_one_in`] has the highest `myid`;
+    /// for another member this may not get there, and panics after 5
+    /// elections.
+    pub fn make_leader(&mut self, i: usize) {
+        for _ in 0..5 {
+            let leader = self.leader();
+            if leader == i {
+                return;
+            }
+            self.restart(leader);
+        }
+        let leader = self.leader();
+        if leader != i {
+            self.fail(&format!(
+                "member {i} did not lead after 5 elections (member {leader} does)"
+            ));
+        }
     }
 
     /// Kills member `i` (SIGKILL), its data kept; it stays down until
@@ -744,6 +931,24 @@ impl ZooKeeperEnsemble {
         if let Some(child) = self.children[i].take() {
             kill(child);
         }
+        self.paused[i] = false;
+    }
+
+    /// Freezes member `i` (SIGSTOP; returns once every thread of its JVM
+    /// is stopped): its ports accept connections and the open ones stay
+    /// open, but it answers nothing, neither clients nor its peers, until
+    /// [`ZooKeeperEnsemble::resume`].
+    pub fn pause(&mut self, i: usize) {
+        let child = self.children[i].as_ref().expect("pause a running member");
+        signal(child, libc::SIGSTOP);
+        self.paused[i] = true;
+    }
+
+    /// Lets a frozen member run again (SIGCONT).
+    pub fn resume(&mut self, i: usize) {
+        let child = self.children[i].as_ref().expect("resume a running member");
+        signal(child, libc::SIGCONT);
+        self.paused[i] = false;
     }
 
     /// Kills member `i` if it runs and starts it again with its data on

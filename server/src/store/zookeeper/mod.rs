@@ -213,7 +213,11 @@ impl ZooKeeper {
         // them): a server without them would fail every release. Refused
         // here, at once and naming the setting, rather than there.
         match client
-            .create(TTL_PROBE, b"", &persistent.clone().with_ttl(Duration::from_secs(1)))
+            .create(
+                TTL_PROBE,
+                b"",
+                &persistent.clone().with_ttl(Duration::from_secs(1)),
+            )
             .await
         {
             Ok(_) | Err(zk::Error::NodeExists) => {}
@@ -440,6 +444,13 @@ fn unix_micros() -> u64 {
 /// A ZooKeeper error as the store reports it: UNAVAILABLE when the
 /// request may or may not have been applied, or the ensemble cannot be
 /// reached; internal otherwise.
+///
+/// `Custom` is UNAVAILABLE too: it is never an answer of ZooKeeper's (those
+/// are error codes), but how zookeeper-client fails the requests in flight
+/// on a connection it gave up on: an I/O error (a reset, a broken pipe) or
+/// "no response from connection in N ms" (a server frozen or cut off).
+/// `tests/zookeeper_failures.rs` (`zookeeper_frozen_...`) saw an acquire
+/// answered INTERNAL that way while the server was frozen.
 fn classify(what: &str, e: &zk::Error) -> Error {
     match e {
         zk::Error::ConnectionLoss
@@ -449,7 +460,8 @@ fn classify(what: &str, e: &zk::Error) -> Error {
         | zk::Error::ClientClosed
         | zk::Error::NoHosts
         | zk::Error::Throttled
-        | zk::Error::NotReadOnly => unavailable(what, e),
+        | zk::Error::NotReadOnly
+        | zk::Error::Custom(_) => unavailable(what, e),
         _ => failed(what, e),
     }
 }
