@@ -43,6 +43,12 @@ const TRIES: usize = 16;
 /// `jute.maxbuffer` (1 MB); a permit's record is about a hundred bytes.
 const READ_BATCH: usize = 500;
 
+/// How much time a lock must have left by the leader's time as estimated
+/// here (the last stamp received plus the time since: exact but for its
+/// millisecond and the clocks' drift over seconds) for an attempt to be
+/// refused without a tick.
+const CLEARLY_LIVE_MS: u64 = 100;
+
 /// The holder label a lock attempt blocked by semaphore permits hears.
 const PERMITS_HOLDER: &str = "(semaphore permits)";
 
@@ -455,6 +461,24 @@ impl ZooKeeper {
                     return Ok(Acquired::Granted { fence, expired: 0 });
                 }
             }
+            // A lock clearly alive by the leader's time as estimated here
+            // (its last stamp received plus the time since) is refused
+            // without the tick that would decide it: a refusal on an
+            // estimate is always safe, and the tick would change the
+            // name's version under its holder's renewal.
+            if let Some((held, stat)) = &read.lock {
+                if let Judged::Live(remaining_ms) =
+                    judge(written_at(stat), held.ttl_ms, self.estimated_now().await?)
+                {
+                    if remaining_ms > CLEARLY_LIVE_MS {
+                        let fence = self.fence(stat.czxid, floor).await?;
+                        let refused = blocked(BlockedBy::Holder, fence, remaining_ms, &held.holder);
+                        return self
+                            .in_line(&client, &paths, &read.line, spec, refused)
+                            .await;
+                    }
+                }
+            }
             let Some(permits) = self.read_permits(&client, &paths, &read.permits).await? else {
                 continue;
             };
@@ -483,7 +507,15 @@ impl ZooKeeper {
                     Judged::OtherEpoch => {
                         // Stamped by this leader from now on: judged at
                         // the next attempt, after a full TTL at most.
-                        self.restamp(&client, &paths.lock(), held, stat).await;
+                        self.restamp(
+                            &client,
+                            &paths,
+                            version,
+                            &paths.lock(),
+                            &held.encode(),
+                            stat.version,
+                        )
+                        .await;
                         Some(blocked(BlockedBy::Holder, fence, held.ttl_ms, &held.holder))
                     }
                     Judged::Ended(ago) if ago < held.lock_delay_ms => Some(blocked(
@@ -529,16 +561,15 @@ impl ZooKeeper {
                             start_unix_ms: now.unix_ms,
                             ..*delay
                         };
-                        let _ = self
-                            .bounded(
-                                "a lock-delay's rewrite",
-                                client.set_data(
-                                    &paths.delay(),
-                                    &restarted.encode(),
-                                    Some(stat.version),
-                                ),
-                            )
-                            .await;
+                        self.restamp(
+                            &client,
+                            &paths,
+                            version,
+                            &paths.delay(),
+                            &restarted.encode(),
+                            stat.version,
+                        )
+                        .await;
                         let refused =
                             blocked(BlockedBy::LockDelay, delay.fence, delay.delay_ms, "");
                         return self
@@ -556,8 +587,15 @@ impl ZooKeeper {
                     match judge(written_at(stat), held.ttl_ms, now) {
                         Judged::Live(remaining_ms) => live.push((remaining_ms, fence)),
                         Judged::OtherEpoch => {
-                            self.restamp(&client, &paths.permit(&held.token), held, stat)
-                                .await;
+                            self.restamp(
+                                &client,
+                                &paths,
+                                version,
+                                &paths.permit(&held.token),
+                                &held.encode(),
+                                stat.version,
+                            )
+                            .await;
                             live.push((held.ttl_ms, fence));
                         }
                         Judged::Ended(_) => takeovers.push(Takeover {
@@ -629,16 +667,31 @@ impl ZooKeeper {
         Err(too_busy(&spec.name))
     }
 
-    /// Writes a lease's node again, unchanged, so that this leader stamps
-    /// it (a lease stamped by another leader is judged once restamped).
-    /// Best effort: a lease that changed meanwhile needs none.
-    async fn restamp(&self, client: &zk::Client, path: &str, held: &Holding, stat: &zk::Stat) {
-        let _ = self
-            .bounded(
-                "a lease's rewrite",
-                client.set_data(path, &held.encode(), Some(stat.version)),
-            )
-            .await;
+    /// Writes a record's node again (`data`: the lease unchanged, or a
+    /// lock-delay restarted), so that this leader stamps it (a record
+    /// stamped by another leader is judged once restamped). Best effort: a
+    /// record that changed meanwhile needs none. Conditioned on the name's
+    /// version too (`name_version`, after the attempt's tick): `lock` and
+    /// `delay` are created anew at every grant and end, with version 0, so
+    /// a version alone could overwrite a newer record (see
+    /// [`ZooKeeper::rewrite`]).
+    async fn restamp(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        name_version: i32,
+        path: &str,
+        data: &[u8],
+        version: i32,
+    ) {
+        let mut writer = client.new_multi_writer();
+        if writer
+            .add_check_version(&paths.node, name_version)
+            .and_then(|()| writer.add_set_data(path, data, Some(version)))
+            .is_ok()
+        {
+            let _ = tokio::time::timeout(self.timeout, writer.commit()).await;
+        }
     }
 
     /// What became of `token`'s lease, without extending it: Done while it
@@ -683,16 +736,11 @@ impl ZooKeeper {
                 ttl_ms: ttl_ms.unwrap_or(own.held.ttl_ms),
                 ..own.held.clone()
             };
-            let after = match self
-                .bounded(
-                    "a renewal",
-                    client.set_data(&own.path, &renewed.encode(), Some(own.stat.version)),
-                )
-                .await
-            {
-                Ok(after) => after,
-                Err(e) if changed(&e) => continue,
-                Err(e) => return Err(super::classify("a renewal", &e)),
+            let Some(after) = self
+                .rewrite(&client, &paths, &own, &renewed.encode())
+                .await?
+            else {
+                continue;
             };
             self.stamped(&after);
             match judge(written_at(&own.stat), own.held.ttl_ms, written_at(&after)) {
@@ -728,6 +776,65 @@ impl ZooKeeper {
             }
         }
         Err(too_busy(name))
+    }
+
+    /// Writes `data` to the lease `own` as read, if it is still that
+    /// lease: its node's stat after the write, or `None` when the lease
+    /// changed (read again).
+    ///
+    /// A permit's node is named after its token, so its version alone
+    /// says it is the same lease. A lock's node is the name's `lock`,
+    /// created anew by every grant with version 0: a version alone would
+    /// let a renewal delayed past a release and a new grant (a broker
+    /// paused between its read and its write) overwrite the new holder's
+    /// lease with its own (ABA). So a lock's write is also conditioned on
+    /// the name's version as read, which every grant and end changes.
+    async fn rewrite(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        own: &Own,
+        data: &[u8],
+    ) -> Result<Option<zk::Stat>> {
+        if own.path != paths.lock() {
+            return match self
+                .bounded(
+                    "a renewal",
+                    client.set_data(&own.path, data, Some(own.stat.version)),
+                )
+                .await
+            {
+                Ok(after) => Ok(Some(after)),
+                Err(e) if changed(&e) => Ok(None),
+                Err(e) => Err(super::classify("a renewal", &e)),
+            };
+        }
+        let mut writer = client.new_multi_writer();
+        writer
+            .add_check_version(&paths.node, own.read.version)
+            .and_then(|()| writer.add_set_data(&own.path, data, Some(own.stat.version)))
+            .map_err(|e| super::failed("a renewal", &e))?;
+        let Ok(answer) = tokio::time::timeout(self.timeout, writer.commit()).await else {
+            return Err(Error::Unavailable(format!(
+                "ZooKeeper did not answer a renewal within {} ms (it may yet apply it)",
+                self.timeout.as_millis()
+            )));
+        };
+        match answer {
+            Ok(results) => match results.get(1) {
+                Some(zk::MultiWriteResult::SetData { stat }) => Ok(Some(*stat)),
+                _ => Err(Error::Internal(
+                    "ZooKeeper answered a renewal without the lease's write".into(),
+                )),
+            },
+            Err(zk::MultiWriteError::OperationFailed { source, .. }) if changed(&source) => {
+                Ok(None)
+            }
+            Err(
+                zk::MultiWriteError::OperationFailed { source, .. }
+                | zk::MultiWriteError::RequestFailed { source },
+            ) => Err(super::classify("a renewal", &source)),
+        }
     }
 
     /// Ends the name's lock lease, whoever holds it: its holder hears it
