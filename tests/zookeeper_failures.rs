@@ -717,8 +717,7 @@ impl std::fmt::Display for Away {
 /// How many client connections member `i` has, as its `stat` says (its
 /// `Clients:` lines, the connection asking excepted).
 fn clients(zk: &ZooKeeperEnsemble, i: usize) -> usize {
-    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, zk.port(i)));
-    common::zookeeper::four_letter_word_at(address, "stat")
+    common::zookeeper::four_letter_word_at(zk.address(i), "stat")
         .map(|stat| {
             stat.lines()
                 .filter(|line| line.trim_start().starts_with('/'))
@@ -1008,7 +1007,20 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         zk.make_leader(0);
         zk
     });
-    let store = open(&zk.url());
+    // A store whose session is on member 0, the one cut off (a client
+    // picks a member of its URL at random): a few tries.
+    let mut store = open(&zk.url());
+    let mut on_the_leader = false;
+    for _ in 0..20 {
+        let before = clients(&zk, 0);
+        let candidate = open(&zk.url());
+        candidate.ping().await.expect("a ping with every member up");
+        if clients(&zk, 0) > before {
+            store = candidate;
+            on_the_leader = true;
+            break;
+        }
+    }
     let held = grant(&store, &spec("held", "holder", 60_000)).await;
     let highest = Arc::new(AtomicU64::new(
         grant_and_release(&store, "before", 3).await.max(held),
@@ -1066,11 +1078,17 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         Acquired::Blocked(blocked) => panic!("a free name blocked: {blocked:?}"),
     }
     eprintln!(
-        "member 0 partitioned away; member {elected} led {election:?} later; the holder's \
-         renewal was Done {served:?} after the cut, after {refused} UNAVAILABLE; calls all \
-         along: {seen:?}"
+        "member 0 partitioned away (the store's session on it: {on_the_leader}); member \
+         {elected} led {election:?} later; the holder's renewal was Done {served:?} after the \
+         cut, after {refused} UNAVAILABLE; calls all along: {seen:?}"
     );
     assert!(seen.answered > 0, "no call was answered: {seen:?}");
+    assert!(
+        seen.slowest.0 < FAIL_WITHIN,
+        "{} took {:?} during the partition (store timeout {TIMEOUT:?}): {seen:?}",
+        seen.slowest.1,
+        seen.slowest.0
+    );
     assert!(
         zk.srvr(0).is_none(),
         "member 0 answered through the partition"
@@ -1107,6 +1125,12 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
     stop.store(true, Ordering::Relaxed);
     let seen = calling.await.expect("the calls through the heal");
     eprintln!("member 0 followed {back:?} after the heal; calls all along: {seen:?}");
+    assert!(
+        seen.slowest.0 < FAIL_WITHIN,
+        "{} took {:?} through the heal (store timeout {TIMEOUT:?}): {seen:?}",
+        seen.slowest.1,
+        seen.slowest.0
+    );
 
     // What the old leader itself serves now.
     let through = open(&zk.member_url(0));

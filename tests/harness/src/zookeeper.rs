@@ -725,8 +725,9 @@ impl ZooKeeperEnsemble {
                 .collect();
             // Member i's myid, and the address its peers reach it at.
             let id = |i: usize| match ns {
+                None => i + 1,
                 Some(_) if i == 0 => n,
-                _ => i + 1,
+                Some(_) => i,
             };
             let peer_ip = |i: usize| match ns {
                 None => Ipv4Addr::LOCALHOST,
@@ -825,6 +826,12 @@ impl ZooKeeperEnsemble {
     /// `zookeeper://127.0.0.1:P0,127.0.0.1:P1,...`: the broker's `--store`.
     pub fn url(&self) -> String {
         format!("zookeeper://{}", self.connect_string())
+    }
+
+    /// Where member `i`'s clients reach it: 127.0.0.1, or the namespace's
+    /// address for a member in one, and its client port.
+    pub fn address(&self, i: usize) -> SocketAddr {
+        self.members[i].address()
     }
 
     /// `zookeeper://IP:PORT`: a `--store` listing member `i` alone.
