@@ -714,11 +714,17 @@ impl ZooKeeper {
         })
     }
 
-    /// Extends `token`'s lease to `ttl_ms` (its own TTL when `None`): one
-    /// write, conditioned on the lease node's version, whose stamp also
-    /// says whether the lease had ended before it (nobody took it over
-    /// yet): then the renewal is undone into the report of its expiry, and
-    /// the holder hears it expired, once.
+    /// Extends `token`'s lease to `ttl_ms` (its own TTL when `None`).
+    ///
+    /// A lease clearly alive by the leader's time as estimated here (the
+    /// common case: a heartbeat a third of a TTL in) is renewed by one
+    /// write, conditioned on the lease as read, whose stamp also says
+    /// whether it had in fact ended before it. Otherwise the name is
+    /// ticked first and the lease judged by that stamp: an ended lease is
+    /// reported expired (once), never renewed. A renewal found to have come
+    /// after the lease's end is remembered (by the lease's node's `czxid`)
+    /// across the retries: the next read sees it renewed, but it ended
+    /// before, and is reported expired all the same.
     pub async fn renew(
         &self,
         name: &str,
@@ -727,17 +733,57 @@ impl ZooKeeper {
     ) -> Result<Checked<Renewed>> {
         let client = self.client().await?;
         let paths = NamePaths::new(name);
+        let mut ended_lease = None;
         for _ in 0..TRIES {
             let own = match self.own_lease(&client, &paths, token).await? {
                 Ok(own) => own,
                 Err(not_held) => return Ok(not_held),
             };
+            let mut name_version = own.read.version;
+            let mut ended = ended_lease == Some(own.stat.czxid);
+            let clearly_live = matches!(
+                judge(written_at(&own.stat), own.held.ttl_ms, self.estimated_now().await?),
+                Judged::Live(remaining_ms) if remaining_ms > CLEARLY_LIVE_MS
+            );
+            if !ended && !clearly_live {
+                let Some((now, after)) = self.tick_name(&client, &paths, name_version).await?
+                else {
+                    continue;
+                };
+                name_version = after;
+                ended = matches!(
+                    judge(written_at(&own.stat), own.held.ttl_ms, now),
+                    Judged::Ended(_)
+                );
+            }
+            if ended {
+                let mut writer = client.new_multi_writer();
+                add_end(
+                    &mut writer,
+                    &paths,
+                    &own,
+                    name_version,
+                    own.stat.version,
+                    token,
+                    End::Expired(own.fence),
+                )
+                .map_err(|e| super::failed("an expiry's report", &e))?;
+                if self
+                    .commit("an expiry's report", &mut writer)
+                    .await?
+                    .is_some()
+                {
+                    return Ok(Checked::Expired);
+                }
+                ended_lease = Some(own.stat.czxid);
+                continue;
+            }
             let renewed = Holding {
                 ttl_ms: ttl_ms.unwrap_or(own.held.ttl_ms),
                 ..own.held.clone()
             };
             let Some(after) = self
-                .rewrite(&client, &paths, &own, &renewed.encode())
+                .rewrite(&client, &paths, &own, name_version, &renewed.encode())
                 .await?
             else {
                 continue;
@@ -750,29 +796,9 @@ impl ZooKeeper {
                         fence: own.fence,
                     }))
                 }
-                Judged::Ended(_) => {
-                    // Renewed too late: report the expiry instead (the
-                    // name's version read is still the condition).
-                    let mut writer = client.new_multi_writer();
-                    let end = End::Expired(own.fence);
-                    add_end(
-                        &mut writer,
-                        &paths,
-                        &own,
-                        own.read.version,
-                        after.version,
-                        token,
-                        end,
-                    )
-                    .map_err(|e| super::failed("an expiry's report", &e))?;
-                    if self
-                        .commit("an expiry's report", &mut writer)
-                        .await?
-                        .is_some()
-                    {
-                        return Ok(Checked::Expired);
-                    }
-                }
+                // Renewed too late (the estimate was wrong): reported
+                // expired at the next read, whatever that renewal wrote.
+                Judged::Ended(_) => ended_lease = Some(own.stat.czxid),
             }
         }
         Err(too_busy(name))
@@ -788,12 +814,14 @@ impl ZooKeeper {
     /// let a renewal delayed past a release and a new grant (a broker
     /// paused between its read and its write) overwrite the new holder's
     /// lease with its own (ABA). So a lock's write is also conditioned on
-    /// the name's version as read, which every grant and end changes.
+    /// the name's version (`name_version`: as read, or after the renewal's
+    /// tick), which every grant and end changes.
     async fn rewrite(
         &self,
         client: &zk::Client,
         paths: &NamePaths,
         own: &Own,
+        name_version: i32,
         data: &[u8],
     ) -> Result<Option<zk::Stat>> {
         if own.path != paths.lock() {
@@ -811,7 +839,7 @@ impl ZooKeeper {
         }
         let mut writer = client.new_multi_writer();
         writer
-            .add_check_version(&paths.node, own.read.version)
+            .add_check_version(&paths.node, name_version)
             .and_then(|()| writer.add_set_data(&own.path, data, Some(own.stat.version)))
             .map_err(|e| super::failed("a renewal", &e))?;
         let Ok(answer) = tokio::time::timeout(self.timeout, writer.commit()).await else {
