@@ -284,7 +284,17 @@ async fn a_release_right_after_a_wipe_is_done() {
         released.elapsed()
     );
     assert_eq!(outcome, Checked::Done(()));
-    match store.acquire(&spec("after", "next", 30_000)).await.unwrap() {
+    // UNAVAILABLE at most (a store timeout of 1 s on a loaded machine: one
+    // run of the whole file failed an `unwrap` here, its error not kept).
+    let next = spec("after", "next", 30_000);
+    let (taken, refused) = until_answered(Duration::from_secs(10), "the next grant", || {
+        store.acquire(&next)
+    })
+    .await;
+    if refused > 0 {
+        eprintln!("the next grant was UNAVAILABLE {refused} times first");
+    }
+    match taken {
         Acquired::Granted { .. } => {}
         Acquired::Blocked(blocked) => panic!("released, yet held: {blocked:?}"),
     }
@@ -1038,7 +1048,7 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
     let cut = Instant::now();
     tokio::task::block_in_place(|| ns.isolate());
     let elected =
-        tokio::task::block_in_place(|| zk.await_leader_among(1..3, Duration::from_secs(30)));
+        tokio::task::block_in_place(|| zk.await_leader_among(&[1, 2], Duration::from_secs(30)));
     let election = cut.elapsed();
     let (renewed, refused) = until_answered(Duration::from_secs(30), "renew held", || {
         store.renew("held", "holder", None)

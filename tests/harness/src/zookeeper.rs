@@ -866,23 +866,20 @@ impl ZooKeeperEnsemble {
     /// returns the leader's index. Panics naming the logs otherwise (fewer
     /// than a quorum up never get there).
     pub fn leader(&self) -> usize {
-        self.await_leader_among(self.members(), START_LIMIT)
+        let every: Vec<usize> = self.members().collect();
+        self.await_leader_among(&every, START_LIMIT)
     }
 
     /// [`ZooKeeperEnsemble::leader`], asking only `members` (those of them
     /// up) and waiting at most `limit`: the side of a partition the tests
     /// can reach.
-    pub fn await_leader_among(
-        &self,
-        members: impl IntoIterator<Item = usize> + Clone,
-        limit: Duration,
-    ) -> usize {
+    pub fn await_leader_among(&self, members: &[usize], limit: Duration) -> usize {
         let deadline = Instant::now() + limit;
         let mut modes;
         loop {
             modes = members
-                .clone()
-                .into_iter()
+                .iter()
+                .copied()
                 .filter(|&i| self.is_up(i))
                 .map(|i| (i, self.srvr(i).map(|s| s.mode)))
                 .collect::<Vec<_>>();
