@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_server::store::{
     Acquired, Blocked, BlockedBy, Checked, Event, GrantSpec, Listed, Renewed, Revocation, Store,
-    QUEUE_REFRESH,
+    QUEUE_LIFETIME, QUEUE_REFRESH,
 };
 
 fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
@@ -672,15 +672,19 @@ fn waiting(spec: GrantSpec) -> GrantSpec {
     }
 }
 
+/// An attempt's refusal as (why, the caller's position, the line's length).
+fn place(outcome: Acquired) -> (BlockedBy, u64, u64) {
+    match outcome {
+        Acquired::Blocked(b) => (b.by, b.position, b.queued),
+        granted @ Acquired::Granted { .. } => panic!("{granted:?}"),
+    }
+}
+
 /// Waiters are served in arrival order: a free lock goes to the first in
 /// line, a later waiter or a caller trying once is refused meanwhile, and a
 /// waiter that leaves lets the next one in at once.
 async fn waiters_are_served_in_arrival_order(store: &Store, _: Timing) {
     let holder = grant(store, "a", "t0", 10_000).await;
-    let place = |outcome: Acquired| match outcome {
-        Acquired::Blocked(b) => (b.by, b.position, b.queued),
-        granted @ Acquired::Granted { .. } => panic!("{granted:?}"),
-    };
     assert_eq!(
         place(
             store
@@ -907,6 +911,44 @@ async fn a_long_line_keeps_its_order(store: &Store, _: Timing) {
         grant(store, "long", next, TTL).await;
         store.release("long", next).await.unwrap();
     }
+}
+
+/// A place in line its waiter stopped refreshing (a place kept after a
+/// wait ran out, or one whose dequeue failed) lapses within the contract's
+/// lifetime of a place: the line moves on, and the name is granted to a
+/// caller behind it. A place kept refreshed stays. (On ZooKeeper a place is
+/// an ephemeral node of the broker's session, which would otherwise hold
+/// the line for the broker's whole life.)
+async fn an_unrefreshed_place_lapses(store: &Store, t: Timing) {
+    grant(store, "q", "t0", 60_000).await;
+    grant(store, "r", "t0", 60_000).await;
+    for name in ["q", "r"] {
+        let blocked = store.acquire(&waiting(spec(name, "gone", 60_000))).await;
+        assert!(matches!(blocked, Ok(Acquired::Blocked(_))), "{blocked:?}");
+    }
+    store.release("q", "t0").await.unwrap();
+    store.release("r", "t0").await.unwrap();
+    // Still first in line: a try behind it is refused.
+    assert_eq!(
+        place(store.acquire(&spec("q", "next", 1_000)).await.unwrap()),
+        (BlockedBy::Queue, 0, 1)
+    );
+    // "gone" stops refreshing its place on "q"; on "r" it goes on.
+    let lapsed_by = Instant::now() + QUEUE_LIFETIME + QUEUE_REFRESH * 2 + t.wait(0);
+    while Instant::now() < lapsed_by {
+        let ranks = store
+            .refresh_places("r", &["gone".to_owned()])
+            .await
+            .unwrap();
+        assert_eq!(ranks, [Some(0)], "a refreshed place stays");
+        tokio::time::sleep(QUEUE_REFRESH).await;
+    }
+    grant(store, "q", "next", 1_000).await;
+    assert_eq!(
+        place(store.acquire(&spec("r", "next", 1_000)).await.unwrap()),
+        (BlockedBy::Queue, 0, 1),
+        "the refreshed place still comes first"
+    );
 }
 
 /// A batch renewal answers every lease, in order, whatever its outcome, over
@@ -1561,6 +1603,7 @@ conformance!(
     locks_and_semaphores_share_one_fence_sequence,
     refreshing_places_tells_each_its_rank,
     a_long_line_keeps_its_order,
+    an_unrefreshed_place_lapses,
     ends_are_remembered_per_token,
     a_revoke_after_a_release_finds_nothing,
     a_released_lease_is_forgotten_after_the_linger,

@@ -56,6 +56,7 @@ impl ZooKeeperStore {
             watchers.clone(),
             requests_rx,
         ));
+        tokio::spawn(super::places::run(Arc::downgrade(&zk)));
         Ok(ZooKeeperStore {
             inner: Arc::new(Inner { zk, watchers }),
         })

@@ -660,6 +660,7 @@ impl ZooKeeper {
             let Some(zxid) = self.commit("a grant", &mut grant).await? else {
                 continue 'attempt;
             };
+            self.places.left(&spec.name, &spec.token);
             let fence = self.fence(zxid, floor).await?;
             let expired = u32::try_from(takeovers.len()).unwrap_or(u32::MAX);
             return Ok(Acquired::Granted { fence, expired });
@@ -1004,7 +1005,9 @@ impl ZooKeeper {
     /// A refused attempt, with the caller's place in line when it waits
     /// (`spec.queued`): taken now if it has none. A place is an ephemeral
     /// node of this broker's session, so it lapses when the broker dies
-    /// (its session expires), and needs no write to be kept.
+    /// (its session expires), and needs no write to be kept; the broker
+    /// deletes it once its waiter stopped refreshing it for the contract's
+    /// lifetime of a place (`places.rs`).
     async fn in_line(
         &self,
         client: &zk::Client,
@@ -1017,8 +1020,15 @@ impl ZooKeeper {
         if spec.queued {
             let rank = line.iter().position(|(token, _)| *token == spec.token);
             let (position, queued) = match rank {
-                Some(rank) => (rank + 1, line.len()),
+                Some(rank) => {
+                    self.places
+                        .touched(&spec.name, &spec.token, Some(line[rank].1.clone()));
+                    (rank + 1, line.len())
+                }
                 None => {
+                    // Remembered before it is taken: a creation whose
+                    // answer is lost may still have made it.
+                    self.places.touched(&spec.name, &spec.token, None);
                     let options =
                         zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
                     self.bounded(
@@ -1040,6 +1050,7 @@ impl ZooKeeper {
     /// `None` for a token without one. A read: the broker's session keeps
     /// the places.
     pub async fn refresh_places(&self, name: &str, tokens: &[String]) -> Result<Vec<Option<u64>>> {
+        self.places.refreshed(name, tokens);
         let line = self.line_of(name).await?;
         Ok(tokens
             .iter()
@@ -1064,6 +1075,7 @@ impl ZooKeeper {
                 Err(e) => return Err(super::classify("a place's removal", &e)),
             }
         }
+        self.places.left(name, token);
         Ok(())
     }
 

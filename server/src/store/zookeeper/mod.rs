@@ -32,6 +32,7 @@ mod backend;
 pub mod layout;
 mod leases;
 mod list;
+mod places;
 pub mod records;
 mod subscribe;
 pub mod url;
@@ -102,6 +103,9 @@ pub struct ZooKeeper {
     /// clock): what a look that writes nothing estimates the leader's
     /// time from (Describe's time left: an estimate, never a verdict).
     last_stamp: Mutex<Option<(records::LeaderTime, std::time::Instant)>>,
+    /// The places in line this broker took, which lapse unless refreshed
+    /// (`places.rs`).
+    places: places::Places,
 }
 
 /// The fence base of each epoch met (few in a cluster's life), and the
@@ -143,6 +147,7 @@ impl ZooKeeper {
             client: tokio::sync::Mutex::new(None),
             bases: Mutex::new(Bases::default()),
             last_stamp: Mutex::new(None),
+            places: places::Places::default(),
         })
     }
 
