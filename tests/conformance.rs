@@ -953,6 +953,11 @@ async fn an_unrefreshed_place_lapses(store: &Store, t: Timing) {
 
 /// A batch renewal answers every lease, in order, whatever its outcome, over
 /// several script runs (a batch above 250 leases) in one call.
+///
+/// The leases are granted for a minute, so that none has expired by the
+/// time the 600th is granted, on a store whose grants are two fsync'd
+/// writes each (ZooKeeper) on a loaded machine; the renewal to 8 s shows
+/// in the TTL and the time left.
 async fn renew_many_answers_each_lease_in_order(store: &Store, t: Timing) {
     use leasehold_server::store::RenewItem;
     const N: usize = 600;
@@ -960,7 +965,7 @@ async fn renew_many_answers_each_lease_in_order(store: &Store, t: Timing) {
     let mut fences = Vec::new();
     for i in 0..N {
         let name = format!("batch/{i}");
-        fences.push(grant(store, &name, &format!("t{i}"), t.ttl(5_000)).await);
+        fences.push(grant(store, &name, &format!("t{i}"), t.ttl(60_000)).await);
         items.push(RenewItem {
             name,
             token: format!("t{i}"),
@@ -993,7 +998,10 @@ async fn renew_many_answers_each_lease_in_order(store: &Store, t: Timing) {
         .lease
         .expect("held");
     assert_eq!(info.ttl_ms, t.ttl(8_000));
-    assert!(info.remaining_ms > t.ms(5_000), "{info:?}");
+    assert!(
+        (t.ms(5_000)..=t.ms(8_000)).contains(&info.remaining_ms),
+        "{info:?}"
+    );
 
     // A heartbeat's usual renewal: each lease keeps its own TTL.
     let keep: Vec<RenewItem> = (0..N)

@@ -216,7 +216,15 @@ impl ZooKeeper {
     /// buckets that hold names (one `getChildren` of the root): the reaper
     /// may delete a bucket whose last name went just before the name's
     /// node is created in it, which is created again then.
-    async fn ensure_name(&self, client: &zk::Client, name: &str, paths: &NamePaths) -> Result<()> {
+    ///
+    /// `true` when this call created the name's node (then empty, at
+    /// version 0: no read needed), `false` when another had.
+    async fn ensure_name(
+        &self,
+        client: &zk::Client,
+        name: &str,
+        paths: &NamePaths,
+    ) -> Result<bool> {
         let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
         let create = |path: &str| {
             let path = path.to_owned();
@@ -230,7 +238,8 @@ impl ZooKeeper {
             // The name's node first: its bucket exists but for the first
             // name of a bucket (or one reaped meanwhile).
             match create(&paths.node).await {
-                Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
+                Ok(_) => return Ok(true),
+                Err(zk::Error::NodeExists) => return Ok(false),
                 Err(zk::Error::NoNode) => {}
                 Err(e) => return Err(super::classify("a name's node", &e)),
             }
@@ -250,8 +259,12 @@ impl ZooKeeper {
         paths: &NamePaths,
         token: &str,
     ) -> Result<Option<Read>> {
+        // The sync and the read are sent together, in one round trip:
+        // ZooKeeper answers a session's requests in order, so the read is
+        // served after the sync (requests go out when they are made, not
+        // when awaited).
         let read = async {
-            client.sync(&paths.node).await?;
+            let synced = client.sync(&paths.node);
             let mut reader = client.new_multi_reader();
             reader.add_get_data(&paths.node)?;
             reader.add_get_data(&paths.lock())?;
@@ -259,7 +272,9 @@ impl ZooKeeper {
             reader.add_get_data(&paths.delay())?;
             reader.add_get_data(&paths.permit(token))?;
             reader.add_get_children(&paths.node)?;
-            reader.commit().await
+            let (synced, read) = futures_util::future::join(synced, reader.commit()).await;
+            synced?;
+            read
         };
         let results = self
             .bounded("a name's read", read)
@@ -449,9 +464,25 @@ impl ZooKeeper {
             holder: spec.holder.clone(),
         };
         'attempt: for _ in 0..TRIES {
-            self.ensure_name(&client, &spec.name, &paths).await?;
-            let Some(read) = self.read(&client, &paths, &spec.token).await? else {
-                continue;
+            // A name's node is made when a read finds none (its first
+            // grant, or after ZooKeeper reaped it); one this attempt made
+            // is empty, with nothing to read.
+            let read = match self.read(&client, &paths, &spec.token).await? {
+                Some(read) => read,
+                None => {
+                    if !self.ensure_name(&client, &spec.name, &paths).await? {
+                        continue;
+                    }
+                    Read {
+                        version: 0,
+                        lock: None,
+                        permit: None,
+                        end: None,
+                        delay: None,
+                        permits: Vec::new(),
+                        line: Vec::new(),
+                    }
+                }
             };
             // A retried grant: the caller's own lease, as it is.
             let own = if lock { &read.lock } else { &read.permit };
@@ -737,8 +768,9 @@ impl ZooKeeper {
         let mut ended_lease = None;
         for _ in 0..TRIES {
             let own = match self.own_lease(&client, &paths, token).await? {
-                Ok(own) => own,
-                Err(not_held) => return Ok(not_held),
+                Some(Ok(own)) => own,
+                Some(Err(not_held)) => return Ok(not_held),
+                None => continue,
             };
             let mut name_version = own.read.version;
             let mut ended = ended_lease == Some(own.stat.czxid);
@@ -888,10 +920,21 @@ impl ZooKeeper {
                     _ => Revocation::NotHeld,
                 });
             };
+            // A lease that ended is nobody's: nothing to revoke (its
+            // holder hears its expiry from the next look or grant).
+            let Some((live, version)) = self
+                .lock_live(&client, &paths, read.version, &held, &stat)
+                .await?
+            else {
+                continue;
+            };
+            if !live {
+                return Ok(Revocation::NotHeld);
+            }
             let fence = self.fence(stat.czxid, 0).await?;
             let mut writer = client.new_multi_writer();
             let added = (|| {
-                writer.add_set_data(&paths.node, b"", Some(read.version))?;
+                writer.add_set_data(&paths.node, b"", Some(version))?;
                 writer.add_delete(&paths.lock(), Some(stat.version))?;
                 writer.add_create(
                     &paths.end(&held.token),
@@ -1090,8 +1133,14 @@ impl ZooKeeper {
         let paths = NamePaths::new(name);
         let children = self
             .bounded("a name's listing", async {
-                client.sync(&paths.node).await?;
-                client.list_children(&paths.node).await
+                // Sent together: served in order (see `read`).
+                let (synced, children) = futures_util::future::join(
+                    client.sync(&paths.node),
+                    client.list_children(&paths.node),
+                )
+                .await;
+                synced?;
+                children
             })
             .await;
         match children {
@@ -1103,43 +1152,94 @@ impl ZooKeeper {
 
     /// Reads the name for a request of `token` about its own lease (its
     /// lock, or its permit); or, when `token` holds no lease of the name,
-    /// what it hears instead.
+    /// what it hears instead; `None` when the name changed while that was
+    /// decided (read again).
     async fn own_lease<T>(
         &self,
         client: &zk::Client,
         paths: &NamePaths,
         token: &str,
-    ) -> Result<std::result::Result<Own, Checked<T>>> {
+    ) -> Result<Option<std::result::Result<Own, Checked<T>>>> {
         let Some(mut read) = self.read(client, paths, token).await? else {
-            return Ok(Err(Checked::NotHeld));
+            return Ok(Some(Err(Checked::NotHeld)));
         };
         let (path, (held, stat)) = match (read.lock.take(), read.permit.take()) {
             (Some(lock), _) if lock.0.token == token => (paths.lock(), lock),
             (_, Some(permit)) => (paths.permit(token), permit),
-            (other, None) => return Ok(Err(self.not_held(read.end, other).await?)),
+            (other, None) => {
+                return Ok(self
+                    .not_held(client, paths, read.version, read.end, other)
+                    .await?
+                    .map(Err))
+            }
         };
         let fence = self.fence(stat.czxid, 0).await?;
-        Ok(Ok(Own {
+        Ok(Some(Ok(Own {
             read,
             path,
             held,
             stat,
             fence,
-        }))
+        })))
     }
 
     /// What a token that holds no lease of the name hears: its own end,
-    /// or the current lock holder's fence, or nothing.
-    async fn not_held<T>(&self, end: Option<End>, lock: Option<Node>) -> Result<Checked<T>> {
-        Ok(match (end, lock) {
+    /// or the current lock holder's fence while that lease lives, or
+    /// nothing; `None` when the name changed meanwhile.
+    async fn not_held<T>(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        version: i32,
+        end: Option<End>,
+        lock: Option<Node>,
+    ) -> Result<Option<Checked<T>>> {
+        Ok(Some(match (end, lock) {
             (Some(End::Released), _) => Checked::Released,
             (Some(End::Revoked(fence)), _) => Checked::Revoked { fence },
             (Some(End::Expired(_)), _) => Checked::ExpiredReported,
-            (None, Some((_, theirs))) => Checked::NotOwner {
-                fence: self.fence(theirs.czxid, 0).await?,
-            },
+            (None, Some((held, theirs))) => {
+                match self
+                    .lock_live(client, paths, version, &held, &theirs)
+                    .await?
+                {
+                    None => return Ok(None),
+                    Some((true, _)) => Checked::NotOwner {
+                        fence: self.fence(theirs.czxid, 0).await?,
+                    },
+                    // Another's lease that ended is nobody's: not held.
+                    Some((false, _)) => Checked::NotHeld,
+                }
+            }
             (None, None) => Checked::NotHeld,
-        })
+        }))
+    }
+
+    /// Whether the lock lease `held` (its node's `stat`) lives: by the
+    /// leader's time as estimated here when it clearly does, else by a
+    /// tick of the name (at `version`); with the name's version after.
+    /// `None` when the name changed before the tick. A lease stamped by
+    /// another leader lives until this one restamps it.
+    async fn lock_live(
+        &self,
+        client: &zk::Client,
+        paths: &NamePaths,
+        version: i32,
+        held: &Holding,
+        stat: &zk::Stat,
+    ) -> Result<Option<(bool, i32)>> {
+        if let Judged::Live(remaining_ms) =
+            judge(written_at(stat), held.ttl_ms, self.estimated_now().await?)
+        {
+            if remaining_ms > CLEARLY_LIVE_MS {
+                return Ok(Some((true, version)));
+            }
+        }
+        let Some((now, after)) = self.tick_name(client, paths, version).await? else {
+            return Ok(None);
+        };
+        let live = !matches!(judge(written_at(stat), held.ttl_ms, now), Judged::Ended(_));
+        Ok(Some((live, after)))
     }
 
     /// A look (`release` false) or a release of `token`'s lease.
@@ -1153,8 +1253,9 @@ impl ZooKeeper {
         let paths = NamePaths::new(name);
         for _ in 0..TRIES {
             let own = match self.own_lease(&client, &paths, token).await? {
-                Ok(own) => own,
-                Err(not_held) => return Ok(not_held),
+                Some(Ok(own)) => own,
+                Some(Err(not_held)) => return Ok(not_held),
+                None => continue,
             };
             let Some((now, version)) = self.tick_name(&client, &paths, own.read.version).await?
             else {
