@@ -478,16 +478,49 @@ async fn back_by_itself(store: &Store, held: u64, since: Instant) {
         .expect("the release woke the watch");
 }
 
-/// Holds `held` (TTL 60 s; its fence returned) and `spare`, and keeps a
-/// watch of another name open (so the store's session has a watch set).
+/// Holds `held` (TTL 60 s; its fence returned), `spare` and `watched`,
+/// and keeps a watch of `watched` open (so the store's session has a watch
+/// set before the fault: [`the_watch_set_before_still_wakes`]).
 async fn holding(store: &Store) -> (u64, Watch) {
     let held = grant(store, &spec("held", "holder", 60_000)).await;
     grant(store, &spec("spare", "spare", 60_000)).await;
-    let kept = store
-        .watch("elsewhere", Event::Released, None)
-        .await
-        .expect("a watch with ZooKeeper up");
+    grant(store, &spec("watched", "holder", 60_000)).await;
+    let kept = ok("a watch", || store.watch("watched", Event::Released, None)).await;
     (held, kept)
+}
+
+/// The watch of `watched` set before the fault ([`holding`]) is woken by
+/// the release of `watched` after it, within 5 s (the wake-ups of the
+/// store's reconnects drained first).
+async fn the_watch_set_before_still_wakes(store: &Store, kept: &Watch) {
+    while kept.notified().now_or_never().is_some() {}
+    let notified = kept.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    assert_eq!(
+        ok("release", || store.release("watched", "holder")).await,
+        Checked::Done(())
+    );
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the release woke the watch set before the fault");
+}
+
+/// A watch of `held` set before a fault (its session moved to another
+/// member since, or reconnected) is woken by the holder's release after
+/// it, within 5 s: the wake-ups of the reconnects themselves drained first.
+async fn a_release_wakes_the_watch_set_before(store: &Store, watch: &Watch) {
+    while watch.notified().now_or_never().is_some() {}
+    let notified = watch.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    assert_eq!(
+        ok("release", || store.release("held", "holder")).await,
+        Checked::Done(())
+    );
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the release woke the watch set before the fault");
 }
 
 /// A standalone server killed: every store call, and a watch of a name
@@ -500,7 +533,7 @@ async fn holding(store: &Store) -> (u64, Watch) {
 async fn zookeeper_killed_fails_calls_in_time_and_is_used_again_once_back() {
     let mut zk = ZooKeeperServer::start();
     let store = opened(&zk.url()).await;
-    let (held, _kept) = holding(&store).await;
+    let (held, kept) = holding(&store).await;
 
     zk.kill();
     a_watch_refused_in_time(&store, "held").await;
@@ -508,6 +541,7 @@ async fn zookeeper_killed_fails_calls_in_time_and_is_used_again_once_back() {
     a_watch_refused_in_time(&store, "another").await;
     tokio::task::block_in_place(|| zk.restart());
     back_by_itself(&store, held, Instant::now()).await;
+    the_watch_set_before_still_wakes(&store, &kept).await;
 }
 
 /// A standalone server frozen (SIGSTOP: its connections stay open and it
@@ -519,7 +553,7 @@ async fn zookeeper_killed_fails_calls_in_time_and_is_used_again_once_back() {
 async fn zookeeper_frozen_fails_calls_in_time_and_is_used_again_once_back() {
     let zk = ZooKeeperServer::start();
     let store = opened(&zk.url()).await;
-    let (held, _kept) = holding(&store).await;
+    let (held, kept) = holding(&store).await;
 
     zk.pause();
     let frozen = Instant::now();
@@ -529,6 +563,7 @@ async fn zookeeper_frozen_fails_calls_in_time_and_is_used_again_once_back() {
     eprintln!("frozen for {:?}", frozen.elapsed());
     zk.resume();
     back_by_itself(&store, held, Instant::now()).await;
+    the_watch_set_before_still_wakes(&store, &kept).await;
 }
 
 /// What a client saw while it went on calling through a fault.
@@ -631,6 +666,7 @@ async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
     ));
     let leader = tokio::task::block_in_place(|| zk.leader());
     let highest_zxid_before = zk.srvr(leader).expect("the leader's srvr").zxid;
+    let watch = ok("a watch", || store.watch("held", Event::Released, None)).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let calling = tokio::spawn(go_on_calling(
@@ -715,6 +751,7 @@ async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
         Some(held),
         "held, as the old leader says: {described:?}"
     );
+    a_release_wakes_the_watch_set_before(&store, &watch).await;
 }
 
 /// One acquire, renew and release of a fresh name: `Err` only as the store
@@ -1066,6 +1103,7 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         grant_and_release(&store, "before", 3).await.max(held),
     ));
     assert_eq!(tokio::task::block_in_place(|| zk.leader()), 0);
+    let watch = ok("a watch", || store.watch("held", Event::Released, None)).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let calling = tokio::spawn(go_on_calling(
@@ -1195,4 +1233,8 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         next > before,
         "fence {next} after the heal, {before} before"
     );
+    a_release_wakes_the_watch_set_before(&store, &watch).await;
+    // Once released, the name is the next holder's, above every fence.
+    let taken = grant(&through, &thief).await;
+    assert!(taken > next, "fence {taken} after {next}");
 }

@@ -172,6 +172,34 @@ async fn watch_channel(
                             zk::SessionState::SyncConnected
                             | zk::SessionState::ConnectedReadOnly => {
                                 if disconnected {
+                                    // The watch is set again on the new
+                                    // connection: a server keeps watches
+                                    // per connection, and zookeeper-client
+                                    // 0.11.2 sends only the one-shot ones
+                                    // again when it reconnects (its
+                                    // `resend_watches` keeps the highest
+                                    // kind at 0, `index.max(index)`, so it
+                                    // sends SetWatches, not SetWatches2).
+                                    // Without this a watch set before a
+                                    // leader's kill or partition heard no
+                                    // release after it
+                                    // (tests/zookeeper_failures.rs). The
+                                    // new watcher first, then the old one
+                                    // dropped: the client removes nothing
+                                    // from the server while the path keeps
+                                    // a watcher of the same mode.
+                                    match set(&zk, &paths.node).await {
+                                        Ok(again) => watcher = again,
+                                        Err(e) => {
+                                            tracing::debug!(
+                                                error = %e,
+                                                "ZooKeeper store: cannot set a watch again"
+                                            );
+                                            // Set again (and woken) by
+                                            // the outer loop.
+                                            break;
+                                        }
+                                    }
                                     // Changes while disconnected are not
                                     // replayed (ZOOKEEPER-4698).
                                     watchers.wake(&channel, "");
