@@ -576,3 +576,40 @@ async fn waiters_are_served_in_arrival_order() {
         panic!("nobody waits: a try is granted")
     };
 }
+
+/// A lease nobody asks about again is swept once it ended more than its
+/// lock-delay and the records' linger (10 s) ago, with its name's node
+/// (the reaper then takes the empty bucket): nothing stays per distinct
+/// name. A lease still alive, and one ended within its linger, are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_ended_long_ago_is_swept_and_a_live_one_is_not() {
+    use leasehold_server::store::{
+        zookeeper::layout::{bucket, NamePaths},
+        Acquired, Checked,
+    };
+    let server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let client = store.client().await.unwrap();
+    for (name, token, ttl_ms) in [("gone/a", "a", 300), ("kept/b", "b", 120_000)] {
+        let granted = store.acquire(&spec(name, token, ttl_ms), 0).await.unwrap();
+        assert!(matches!(granted, Acquired::Granted { .. }), "{granted:?}");
+    }
+    let gone = NamePaths::new("gone/a");
+    // Ended, but within its linger: kept (its holder must still hear
+    // "expired").
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(store.sweep_bucket(bucket("gone/a")).await.unwrap(), 0);
+    assert!(client.check_stat(&gone.lock()).await.unwrap().is_some());
+    // Past its TTL and the linger: swept.
+    tokio::time::sleep(Duration::from_millis(300 + 10_000)).await;
+    assert_eq!(store.sweep_bucket(bucket("gone/a")).await.unwrap(), 1);
+    assert!(client.check_stat(&gone.lock()).await.unwrap().is_none());
+    assert_eq!(store.sweep_bucket(bucket("gone/a")).await.unwrap(), 0);
+    assert_eq!(store.check("gone/a", "a").await.unwrap(), Checked::NotHeld);
+    // The live one: never.
+    assert_eq!(store.sweep_bucket(bucket("kept/b")).await.unwrap(), 0);
+    assert!(matches!(
+        store.check("kept/b", "b").await.unwrap(),
+        Checked::Done(_)
+    ));
+}

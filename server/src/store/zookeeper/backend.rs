@@ -57,6 +57,7 @@ impl ZooKeeperStore {
             requests_rx,
         ));
         tokio::spawn(super::places::run(Arc::downgrade(&zk)));
+        tokio::spawn(super::sweep::run(Arc::downgrade(&zk)));
         Ok(ZooKeeperStore {
             inner: Arc::new(Inner { zk, watchers }),
         })

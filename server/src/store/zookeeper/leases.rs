@@ -58,26 +58,26 @@ pub(super) type Node = (Holding, zk::Stat);
 /// What one read of a name found.
 pub(super) struct Read {
     /// The name node's data version: the multi's condition.
-    version: i32,
+    pub(super) version: i32,
     /// The lock lease, if any.
-    lock: Option<Node>,
+    pub(super) lock: Option<Node>,
     /// The permit of the token asked about, if any.
-    permit: Option<Node>,
+    pub(super) permit: Option<Node>,
     /// The end record of the token asked about, if any, still within its
     /// linger.
-    end: Option<End>,
+    pub(super) end: Option<End>,
     /// The name's lock-delay (or a revoke's record), if any, and its
     /// node's stat.
-    delay: Option<(Delay, zk::Stat)>,
+    pub(super) delay: Option<(Delay, zk::Stat)>,
     /// The tokens of the name's permits (their records are read apart,
     /// when a grant or Describe needs them).
-    permits: Vec<String>,
+    pub(super) permits: Vec<String>,
     /// The name's wait line: each place's token and node, in order.
-    line: Vec<(String, String)>,
+    pub(super) line: Vec<(String, String)>,
 }
 
 /// The leader's time and epoch of a write's stat (`mtime`, `mzxid`).
-fn written_at(stat: &zk::Stat) -> LeaderTime {
+pub(super) fn written_at(stat: &zk::Stat) -> LeaderTime {
     LeaderTime {
         unix_ms: u64::try_from(stat.mtime).unwrap_or(0),
         epoch: super::epoch_of(stat.mzxid),
@@ -253,7 +253,7 @@ impl ZooKeeper {
 
     /// Reads the name (after a sync), with the records of `token` (none
     /// when empty): `None` when its node is gone.
-    async fn read(
+    pub(super) async fn read(
         &self,
         client: &zk::Client,
         paths: &NamePaths,
@@ -346,7 +346,7 @@ impl ZooKeeper {
 
     /// The records of the name's permits `tokens` (after the read that
     /// listed them); `None` when one went meanwhile (the name changed).
-    async fn read_permits(
+    pub(super) async fn read_permits(
         &self,
         client: &zk::Client,
         paths: &NamePaths,
@@ -379,7 +379,7 @@ impl ZooKeeper {
 
     /// Stamps the name (writes its node at `version`): the leader's time
     /// now, and the new version; `None` if the name changed meanwhile.
-    async fn tick_name(
+    pub(super) async fn tick_name(
         &self,
         client: &zk::Client,
         paths: &NamePaths,
@@ -419,7 +419,11 @@ impl ZooKeeper {
 
     /// Runs a multi whose first operation is the name node's condition:
     /// `Ok(Some(zxid))` of the write, `Ok(None)` when the name changed.
-    async fn commit(&self, what: &str, writer: &mut zk::MultiWriter<'_>) -> Result<Option<i64>> {
+    pub(super) async fn commit(
+        &self,
+        what: &str,
+        writer: &mut zk::MultiWriter<'_>,
+    ) -> Result<Option<i64>> {
         let Ok(answer) = tokio::time::timeout(self.timeout, writer.commit()).await else {
             return Err(Error::Unavailable(format!(
                 "ZooKeeper did not answer {what} within {} ms (it may yet apply it)",

@@ -35,6 +35,7 @@ mod list;
 mod places;
 pub mod records;
 mod subscribe;
+mod sweep;
 pub mod url;
 
 use std::{
