@@ -554,6 +554,14 @@ async fn zookeeper_frozen_fails_calls_in_time_and_is_used_again_once_back() {
     let zk = ZooKeeperServer::start();
     let store = opened(&zk.url()).await;
     let (held, kept) = holding(&store).await;
+    // More watched names, each a watch task of the store's that sets its
+    // watch again (a new session) once the client gives the frozen one up,
+    // queueing for the session as the calls do.
+    let mut others = Vec::new();
+    for i in 0..4 {
+        let name = format!("w/{i}");
+        others.push(ok("a watch", || store.watch(&name, Event::Released, None)).await);
+    }
 
     zk.pause();
     let frozen = Instant::now();

@@ -159,9 +159,27 @@ impl ZooKeeper {
 
     /// A client of the current session, under the chroot: the one in use,
     /// or, when there is none or it ended (expired, closed, refused its
-    /// credentials), a new session. Connecting is bounded by the store
-    /// timeout.
+    /// credentials), a new session. Bounded by the store timeout as a
+    /// whole, the wait for the lock included: callers queue on the lock
+    /// while one connects, and each tries its own connect once the one
+    /// before failed, so with only the connect bounded the N-th caller
+    /// waited up to N store timeouts (with ZooKeeper frozen, a describe
+    /// failed after 3.0 s for a store timeout of 1 s behind the watch
+    /// tasks' connects: `tests/zookeeper_failures.rs`, `zookeeper_frozen_...`).
     pub async fn client(&self) -> Result<zk::Client> {
+        tokio::time::timeout(self.timeout, self.current_or_new_client())
+            .await
+            .map_err(|_| {
+                Error::Unavailable(format!(
+                    "ZooKeeper ({}) did not open a session within {} ms",
+                    self.url.connect_string(),
+                    self.timeout.as_millis()
+                ))
+            })?
+    }
+
+    /// [`ZooKeeper::client`], unbounded.
+    async fn current_or_new_client(&self) -> Result<zk::Client> {
         let mut current = self.client.lock().await;
         if let Some(client) = current.as_ref() {
             if !client.state().is_terminated() {
@@ -172,15 +190,7 @@ impl ZooKeeper {
                 "ZooKeeper session ended; opening a new one"
             );
         }
-        let client = tokio::time::timeout(self.timeout, self.connect())
-            .await
-            .map_err(|_| {
-                Error::Unavailable(format!(
-                    "ZooKeeper ({}) did not open a session within {} ms",
-                    self.url.connect_string(),
-                    self.timeout.as_millis()
-                ))
-            })??;
+        let client = self.connect().await?;
         *current = Some(client.clone());
         Ok(client)
     }
