@@ -60,7 +60,10 @@ pub struct ServeConfig {
     /// `sslmode=require`, `verify-ca` or `verify-full` for TLS, each
     /// verifying the server against --store-ca or the system's roots). On
     /// PostgreSQL the broker creates its schema on first use unless
-    /// `leasehold migrate` made it already.
+    /// `leasehold migrate` made it already. Or etcd:
+    /// `etcd://user:password@e1:2379,e2:2379` (`etcds://` for TLS); or
+    /// ZooKeeper: `zookeeper://user:password@z1:2181,z2:2181/chroot` (its
+    /// servers with TTL nodes on: -Dzookeeper.extendedTypesEnabled=true).
     #[arg(
         long,
         env = "LEASEHOLD_STORE",
