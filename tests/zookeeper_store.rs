@@ -613,3 +613,40 @@ async fn a_lease_ended_long_ago_is_swept_and_a_live_one_is_not() {
         Checked::Done(_)
     ));
 }
+
+/// A fence base is read once per epoch and session, however many fences
+/// concurrent calls compute: their answers are taken in any order, and a
+/// held lease's fence is its grant's (older) zxid, neither of which is a
+/// wipe. (The store once took any zxid below the highest seen for a wipe:
+/// under 16 workers it forgot its bases and read them again on most calls,
+/// logging a warning each time.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_read_the_fence_base_once() {
+    use leasehold_server::store::Acquired;
+    let server = ZooKeeperServer::start();
+    let store = ZooKeeper::open(&server.url(), SESSION, TIMEOUT).unwrap();
+    let names: Vec<String> = (0..32).map(|i| format!("many/{i}")).collect();
+    let specs: Vec<_> = names.iter().map(|name| spec(name, name, 60_000)).collect();
+    let grants =
+        futures_util::future::join_all(specs.iter().map(|spec| store.acquire(spec, 0))).await;
+    let mut fences = Vec::new();
+    for granted in grants {
+        match granted.unwrap() {
+            Acquired::Granted { fence, .. } => fences.push(fence),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Older zxids (the grants') read after newer ones (the renewals').
+    for _ in 0..3 {
+        let renewed =
+            futures_util::future::join_all(names.iter().map(|name| store.renew(name, name, None)))
+                .await;
+        for (outcome, fence) in renewed.into_iter().zip(&fences) {
+            match outcome.unwrap() {
+                leasehold_server::store::Checked::Done(r) => assert_eq!(r.fence, *fence),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    assert_eq!(store.base_reads(), 1, "one epoch, one session: one read");
+}

@@ -100,6 +100,12 @@ pub struct ZooKeeper {
     client: tokio::sync::Mutex<Option<zk::Client>>,
     /// The fence bases met, and the highest zxid seen.
     bases: Mutex<Bases>,
+    /// How many times a fence base was read from ZooKeeper (once per epoch
+    /// and session, as [`Bases`] says; see [`ZooKeeper::base_reads`]).
+    base_reads: std::sync::atomic::AtomicU64,
+    /// Held while a fence base is read, so that concurrent calls read it
+    /// once.
+    base_loading: tokio::sync::Mutex<()>,
     /// The last leader stamp received, and when (this process's monotonic
     /// clock): what a look that writes nothing estimates the leader's
     /// time from (Describe's time left: an estimate, never a verdict).
@@ -109,32 +115,16 @@ pub struct ZooKeeper {
     places: places::Places,
 }
 
-/// The fence base of each epoch met (few in a cluster's life), and the
-/// highest zxid seen: zxids that go back mean the data was wiped (or the
-/// URL now reaches another ensemble), whose epochs restart at the same
-/// numbers with bases of their own, so the bases known are forgotten.
+/// The fence base of each epoch met (few in a cluster's life), for the
+/// session in use: a wipe (or a URL that now reaches another ensemble)
+/// restarts the epochs at the same numbers with bases of their own, and
+/// always ends the session (the servers do not know it), so a new session
+/// forgets the bases known. (Zxids going back are no sign of a wipe: the
+/// answers of concurrent calls are taken in any order, and a lease's fence
+/// is its grant's zxid, older than most seen since.)
 #[derive(Default)]
 struct Bases {
     by_epoch: BTreeMap<u32, u64>,
-    highest_zxid: i64,
-}
-
-impl Bases {
-    /// Takes in a zxid the store answered with.
-    fn saw(&mut self, zxid: i64) {
-        if zxid < self.highest_zxid {
-            tracing::warn!(
-                zxid,
-                highest_seen = self.highest_zxid,
-                "ZooKeeper's zxids went back (its data was wiped, or the URL reaches another \
-                 ensemble): the fence bases are read again"
-            );
-            self.by_epoch.clear();
-            self.highest_zxid = zxid;
-        } else {
-            self.highest_zxid = zxid;
-        }
-    }
 }
 
 impl ZooKeeper {
@@ -147,6 +137,8 @@ impl ZooKeeper {
             timeout,
             client: tokio::sync::Mutex::new(None),
             bases: Mutex::new(Bases::default()),
+            base_reads: std::sync::atomic::AtomicU64::new(0),
+            base_loading: tokio::sync::Mutex::new(()),
             last_stamp: Mutex::new(None),
             places: places::Places::default(),
         })
@@ -208,6 +200,8 @@ impl ZooKeeper {
             .connect(&self.url.connect_string())
             .await
             .map_err(|e| unavailable("connect", &e))?;
+        // A new session: the data may have been wiped since the last.
+        self.bases().by_epoch.clear();
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         client
             .mkdir(&self.url.chroot, &persistent)
@@ -282,7 +276,6 @@ impl ZooKeeper {
                 client.set_data(CLOCK, b"", None).await
             })
             .await?;
-        self.bases().saw(stat.mzxid);
         self.stamped(&stat);
         Ok(stamp(&stat))
     }
@@ -329,15 +322,17 @@ impl ZooKeeper {
     /// the first broker to meet the epoch, above `floor` (the broker's
     /// highest fence seen).
     ///
-    /// A zxid below one seen before means the data was wiped: the bases
-    /// known are read again (and, gone with the data, written anew above
-    /// `floor`). The lease operations will also check the base's node
-    /// in their reads (issue 34), for a wipe whose new zxids already
-    /// passed the last one seen here.
+    /// After a wipe the session is new, and the bases are read again
+    /// (gone with the data, written anew above `floor`): see [`Bases`].
     pub async fn fence(&self, zxid: i64, floor: u64) -> Result<u64> {
-        self.bases().saw(zxid);
         let counter = zxid.cast_unsigned() & (EPOCH_SPAN - 1);
         Ok(self.base(epoch_of(zxid), floor).await? + counter)
+    }
+
+    /// How many times this store read a fence base from ZooKeeper: once
+    /// per epoch and session, however many fences it computed.
+    pub fn base_reads(&self) -> u64 {
+        self.base_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The base of `epoch`'s fences.
@@ -345,6 +340,13 @@ impl ZooKeeper {
         if let Some(base) = self.known_base(epoch) {
             return Ok(base);
         }
+        // One caller reads it; the others, come meanwhile, find it known.
+        let _loading = self.base_loading.lock().await;
+        if let Some(base) = self.known_base(epoch) {
+            return Ok(base);
+        }
+        self.base_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = format!("{FENCES}/{epoch:08x}");
         let read = self
             .call("the fence base's read", |client| {
