@@ -171,18 +171,22 @@ pub enum Judged {
     Live(u64),
     /// Ended this many ms before `now` (0: at `now`).
     Ended(u64),
-    /// Stamped by another leader than `now`: its end cannot be read off
-    /// this stamp; the lease is to be rewritten (its `mtime` becomes the
-    /// new leader's) and judged again. Until then it counts as live: a
-    /// leader change can lengthen a lease by up to its TTL, never end it
-    /// early (as on etcd, whose leader change renews every lease).
+    /// Stamped by another leader than `now`, or by this leader's clock
+    /// before it stepped back (`now` is earlier than the stamp it follows):
+    /// its end cannot be read off this stamp; the lease is to be rewritten
+    /// (its `mtime` becomes this clock's now) and judged again. Until then
+    /// it counts as live: a leader change, or a step of the leader's clock
+    /// back, can lengthen a lease by up to its TTL, never end it early (as
+    /// on etcd, whose leader change renews every lease), and never by the
+    /// step (a dead holder's lock is not held off for an hour by a clock
+    /// stepped back an hour).
     OtherEpoch,
 }
 
 /// Judges a lease renewed (or granted) at `renewed` for `ttl_ms`, at the
 /// later stamp `now`.
 pub fn judge(renewed: LeaderTime, ttl_ms: u64, now: LeaderTime) -> Judged {
-    if renewed.epoch != now.epoch {
+    if renewed.epoch != now.epoch || now.unix_ms < renewed.unix_ms {
         return Judged::OtherEpoch;
     }
     let end = renewed.unix_ms.saturating_add(ttl_ms);
@@ -278,6 +282,12 @@ mod tests {
         assert_eq!(judge(at(1_000, 3), 500, at(9_000, 3)), Judged::Ended(7_500));
         // Another leader's clock, however far it says: not comparable.
         assert_eq!(judge(at(1_000, 3), 500, at(9_000, 4)), Judged::OtherEpoch);
+        // This leader's clock stepped back (a later write stamped earlier):
+        // not comparable either; never "alive for the step and the TTL".
+        assert_eq!(
+            judge(at(3_601_000, 3), 500, at(1_200, 3)),
+            Judged::OtherEpoch
+        );
         assert_eq!(
             judge(at(u64::MAX - 1, 3), 500, at(u64::MAX, 3)),
             Judged::Ended(0),
