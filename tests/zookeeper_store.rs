@@ -633,7 +633,7 @@ async fn concurrent_calls_read_the_fence_base_once() {
     for granted in grants {
         match granted.unwrap() {
             Acquired::Granted { fence, .. } => fences.push(fence),
-            other => panic!("{other:?}"),
+            blocked @ Acquired::Blocked(_) => panic!("{blocked:?}"),
         }
     }
     // Older zxids (the grants') read after newer ones (the renewals').
