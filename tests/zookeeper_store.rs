@@ -1,8 +1,10 @@
-//! What the ZooKeeper store (being built, issue 34) stands on, against
-//! real ZooKeeper servers: a session under the URL's chroot, opened when
-//! first needed and again when the server comes back; the store's clock,
-//! read by a write and stamped by the leader; fences from zxids that rise
-//! across a restart, a leader change and a wipe.
+//! What the ZooKeeper store stands on, against real ZooKeeper servers: a
+//! session under the URL's chroot, opened when first needed and again when
+//! the server comes back; the store's clock, read by a write and stamped by
+//! the leader; fences from zxids that rise across a restart, a leader
+//! change and a wipe; the lease operations one by one; the URL's digest
+//! user owning every node; TLS (`zookeepers://`) with and without client
+//! certificates.
 
 use leasehold_testkit as common;
 
@@ -594,7 +596,7 @@ async fn a_lease_ended_long_ago_is_swept_and_a_live_one_is_not() {
         let granted = store.acquire(&spec(name, token, ttl_ms), 0).await.unwrap();
         assert!(matches!(granted, Acquired::Granted { .. }), "{granted:?}");
     }
-    let gone = NamePaths::new("gone/a");
+    let gone = NamePaths::new("gone/a", zookeeper_client::Acls::anyone_all());
     // Ended, but within its linger: kept (its holder must still hear
     // "expired").
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -649,4 +651,183 @@ async fn concurrent_calls_read_the_fence_base_once() {
         }
     }
     assert_eq!(store.base_reads(), 1, "one epoch, one session: one read");
+}
+
+/// A grant of `name` to `token` through `store`: its fence.
+async fn granted(store: &leasehold_server::store::Store, name: &str, token: &str) -> u64 {
+    match store.acquire(&spec(name, token, 30_000)).await.unwrap() {
+        leasehold_server::store::Acquired::Granted { fence, .. } => fence,
+        blocked @ leasehold_server::store::Acquired::Blocked(_) => panic!("{blocked:?}"),
+    }
+}
+
+/// `store`, once a ping is answered (UNAVAILABLE taken for "not yet", for
+/// up to 30 s): a JVM just started on a loaded machine may take longer
+/// than the client's connection timeout (1.2 s for a 3 s session) to
+/// answer its first session, a TLS handshake most of all.
+async fn answering(store: leasehold_server::store::Store) -> leasehold_server::store::Store {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match store.ping().await {
+            Ok(_) => return store,
+            Err(Error::Unavailable(e)) if Instant::now() < deadline => {
+                eprintln!("not yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the store does not answer: {e:?}"),
+        }
+    }
+}
+
+/// What `store`'s first call is refused with: UNAVAILABLE, its message.
+async fn refused(store: &leasehold_server::store::Store) -> String {
+    match store.acquire(&spec("jobs/x", "intruder", 30_000)).await {
+        Err(Error::Unavailable(message)) => message,
+        other => panic!("not refused UNAVAILABLE: {other:?}"),
+    }
+}
+
+/// With credentials in the URL (`user:password@`, ZooKeeper's digest
+/// scheme), every node the store creates is that user's alone
+/// (`creator_all`): another broker logged in as the same user serves the
+/// same leases; a client without them can neither read the store's nodes
+/// (a lease node holds its owner token) nor write under them; a broker
+/// with a wrong password, or none, is refused with a message naming the
+/// credentials, and the lease is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_credentials_the_stores_nodes_are_its_users_alone() {
+    use leasehold_server::store::{Acquired, Checked, Store, StoreOptions};
+    use zookeeper_client as zk;
+    let server = ZooKeeperServer::start();
+    let at = |userinfo: &str| format!("zookeeper://{userinfo}{}/app", server.connect_string());
+    let options = StoreOptions::new("t:", TIMEOUT);
+    let store = answering(Store::open(&at("broker:s3cret@"), &options).unwrap()).await;
+    let fence = granted(&store, "jobs/x", "holder").await;
+
+    let replica = Store::open(&at("broker:s3cret@"), &options).unwrap();
+    match replica
+        .acquire(&spec("jobs/x", "other", 30_000))
+        .await
+        .unwrap()
+    {
+        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, fence),
+        granted @ Acquired::Granted { .. } => panic!("granted twice: {granted:?}"),
+    }
+    match replica.renew("jobs/x", "holder", None).await.unwrap() {
+        Checked::Done(renewed) => assert_eq!(renewed.fence, fence),
+        other => panic!("the holder's renewal through a replica: {other:?}"),
+    }
+
+    let stranger = zk::Client::connector()
+        .with_session_timeout(SESSION)
+        .connect(&server.connect_string())
+        .await
+        .unwrap();
+    assert_eq!(
+        stranger.get_data("/app").await.unwrap_err(),
+        zk::Error::NoAuth
+    );
+    assert_eq!(
+        stranger.list_children("/app").await.unwrap_err(),
+        zk::Error::NoAuth
+    );
+    assert_eq!(
+        stranger.set_data("/app", b"x", None).await.unwrap_err(),
+        zk::Error::NoAuth
+    );
+    let create = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    assert_eq!(
+        stranger.create("/app/x", b"", &create).await.unwrap_err(),
+        zk::Error::NoAuth
+    );
+
+    for userinfo in ["broker:wrong@", "intruder:s3cret@", ""] {
+        let message = refused(&Store::open(&at(userinfo), &options).unwrap()).await;
+        assert!(
+            message.contains("refused the store's credentials"),
+            "{userinfo}: {message}"
+        );
+        assert!(!message.contains("s3cret"), "{message}");
+    }
+    match store.renew("jobs/x", "holder", None).await.unwrap() {
+        Checked::Done(renewed) => assert_eq!(renewed.fence, fence),
+        other => panic!("the lease after the intruders: {other:?}"),
+    }
+}
+
+/// `zookeepers://` reaches a server's TLS port (ZooKeeper's Netty
+/// `secureClientPort`, which here requires a client certificate) with the
+/// CA of `--store-ca` and the certificate of `--store-client-cert`: every
+/// operation works. Without the client certificate, with a CA that did not
+/// sign the server's, with the system's CAs only, or over TLS to the plain
+/// port, the store is refused UNAVAILABLE, in time and saying what to
+/// check; the TLS files with a `zookeeper://` URL are refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeepers_takes_the_tls_port_with_the_right_certificates_only() {
+    use leasehold_server::store::{Checked, Store, StoreOptions};
+    let ca = common::certs::Ca::new("ZooKeeper test CA");
+    let server = ZooKeeperServer::start_tls(&ca.issue(&["127.0.0.1"]), &ca.pem, true);
+    let client = ca.issue_client("broker", &[]);
+    let url = format!("zookeepers://127.0.0.1:{}/app", server.tls_port());
+    let options = |ca: Option<&str>, client: Option<&(String, String)>| {
+        let mut options = StoreOptions::new("t:", TIMEOUT);
+        options.tls_ca = ca.map(|pem| pem.as_bytes().to_vec());
+        options.tls_client =
+            client.map(|(cert, key)| (cert.clone().into_bytes(), key.clone().into_bytes()));
+        options
+    };
+
+    let store = answering(Store::open(&url, &options(Some(&ca.pem), Some(&client))).unwrap()).await;
+    let fence = granted(&store, "jobs/x", "holder").await;
+    match store.renew("jobs/x", "holder", None).await.unwrap() {
+        Checked::Done(renewed) => assert_eq!(renewed.fence, fence),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.release("jobs/x", "holder").await.unwrap(),
+        Checked::Done(())
+    );
+    assert!(granted(&store, "jobs/x", "next").await > fence);
+
+    let stranger_ca = common::certs::Ca::new("another CA");
+    let plain = format!("zookeepers://127.0.0.1:{}/app", server.port());
+    for (what, url, options) in [
+        ("no client certificate", &url, options(Some(&ca.pem), None)),
+        (
+            "another CA",
+            &url,
+            options(Some(&stranger_ca.pem), Some(&client)),
+        ),
+        ("the system's CAs", &url, options(None, Some(&client))),
+        (
+            "the plain port",
+            &plain,
+            options(Some(&ca.pem), Some(&client)),
+        ),
+    ] {
+        let started = Instant::now();
+        let message = match Store::open(url, &options) {
+            Ok(store) => refused(&store).await,
+            // No CA in the system's store at all.
+            Err(Error::InvalidArgument(message)) if what == "the system's CAs" => message,
+            Err(e) => panic!("{what}: {e:?}"),
+        };
+        assert!(
+            started.elapsed() < TIMEOUT + Duration::from_secs(5),
+            "{what}: refused after {:?}",
+            started.elapsed()
+        );
+        assert!(
+            message.contains("TLS") || message.contains("--store-ca"),
+            "{what}: {message}"
+        );
+    }
+
+    let plain_url = format!("zookeeper://127.0.0.1:{}/app", server.port());
+    match Store::open(&plain_url, &options(Some(&ca.pem), None)) {
+        Err(Error::InvalidArgument(message)) => {
+            assert!(message.contains("zookeepers://"), "{message}");
+        }
+        other => panic!("TLS files with zookeeper:// taken: {:?}", other.map(|_| ())),
+    }
 }

@@ -99,6 +99,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The plain lock's `rediss://` connections ask rustls for the process's
+    // provider, as the broker's do.
+    leasehold_server::crypto::install();
     // One thread: a load generator shares the machine with what it
     // measures; the direct baseline opens a runtime of its own.
     // A floor server asked for more threads runs as the broker would.

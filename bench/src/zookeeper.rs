@@ -69,7 +69,10 @@ impl ZooKeeper {
         } else {
             format!("{}/{}", self.chroot, segment(key_prefix))
         };
-        format!("{root}{}", NamePaths::new(name).lock())
+        format!(
+            "{root}{}",
+            NamePaths::new(name, zookeeper_client::Acls::anyone_all()).lock()
+        )
     }
 
     /// The lock lease of `name`: its record and when it was granted or last

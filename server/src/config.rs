@@ -62,8 +62,9 @@ pub struct ServeConfig {
     /// PostgreSQL the broker creates its schema on first use unless
     /// `leasehold migrate` made it already. Or etcd:
     /// `etcd://user:password@e1:2379,e2:2379` (`etcds://` for TLS); or
-    /// ZooKeeper: `zookeeper://user:password@z1:2181,z2:2181/chroot` (its
-    /// servers with TTL nodes on: -Dzookeeper.extendedTypesEnabled=true).
+    /// ZooKeeper: `zookeeper://user:password@z1:2181,z2:2181/chroot`
+    /// (`zookeepers://` for TLS; its servers with TTL nodes on:
+    /// -Dzookeeper.extendedTypesEnabled=true).
     #[arg(
         long,
         env = "LEASEHOLD_STORE",
@@ -244,15 +245,16 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
 
-    /// CA certificates (PEM) that a `rediss://` store's certificate (or a
-    /// PostgreSQL store's, with a verifying `sslmode`) must chain to,
-    /// instead of the system's roots.
+    /// CA certificates (PEM) that a `rediss://`, `etcds://` or
+    /// `zookeepers://` store's certificate (or a PostgreSQL store's, with a
+    /// verifying `sslmode`) must chain to, instead of the system's roots.
     #[arg(long, env = "LEASEHOLD_STORE_CA")]
     pub store_ca: Option<PathBuf>,
 
     /// Client certificate (PEM) for a `rediss://` store that requires one
-    /// (Redis's `tls-auth-clients`), or a PostgreSQL store over TLS that
-    /// asks for one, with --store-client-key.
+    /// (Redis's `tls-auth-clients`), an `etcds://` or `zookeepers://` one
+    /// that does, or a PostgreSQL store over TLS that asks for one, with
+    /// --store-client-key.
     #[arg(
         long,
         env = "LEASEHOLD_STORE_CLIENT_CERT",

@@ -41,6 +41,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod crypto;
 pub mod duration;
 pub mod error;
 #[doc(hidden)]

@@ -473,7 +473,7 @@ macro_rules! dispatch {
 /// on them: `memory` (the whole value: the embedded store), then the URL
 /// schemes (a value `<scheme>://...`): Redis (one server, Sentinel,
 /// Cluster; each with its TLS variant, `rediss...`), PostgreSQL, etcd
-/// (`etcds`: with TLS) and ZooKeeper.
+/// (`etcds`: with TLS) and ZooKeeper (`zookeepers`: with TLS).
 /// docs/stores.md lists the same, and tests/ecosystem.rs fails when the
 /// two differ.
 pub const SCHEMES: &[&str] = &[
@@ -489,6 +489,7 @@ pub const SCHEMES: &[&str] = &[
     "etcd",
     "etcds",
     "zookeeper",
+    "zookeepers",
 ];
 
 /// The entry of [`SCHEMES`] a `--store` value names, if any.
@@ -519,8 +520,11 @@ impl Store {
     /// Opens the store a `--store` value names: `memory`, or a URL of one of
     /// the [`SCHEMES`]: `redis://` / `rediss://`, `redis+sentinel://`,
     /// `redis+cluster://` (each with a TLS variant, `rediss+...`),
-    /// `postgres://` / `postgresql://`, `etcd://` / `etcds://`, or `zookeeper://`.
+    /// `postgres://` / `postgresql://`, `etcd://` / `etcds://`, or
+    /// `zookeeper://` / `zookeepers://`.
     pub fn open(url: &str, options: &StoreOptions) -> Result<Store> {
+        // Before any store client can ask rustls for the default provider.
+        crate::crypto::install();
         let backend = match scheme_of(url) {
             Some("memory") => Backends::Memory(MemoryStore::new()),
             Some(
@@ -531,7 +535,9 @@ impl Store {
                 Backends::Postgres(PostgresStore::open(url, options)?)
             }
             Some("etcd" | "etcds") => Backends::Etcd(EtcdStore::open(url, options)?),
-            Some("zookeeper") => Backends::ZooKeeper(ZooKeeperStore::open(url, options)?),
+            Some("zookeeper" | "zookeepers") => {
+                Backends::ZooKeeper(ZooKeeperStore::open(url, options)?)
+            }
             Some(other) => {
                 return Err(crate::Error::Internal(format!(
                     "the store scheme '{other}' is in SCHEMES but opens no store"

@@ -33,7 +33,15 @@
 //!
 //! Readiness is polled, not slept for: a server is up once `srvr` on its
 //! client port answers with a `Mode:` line (it says "not currently serving
-//! requests" until then; an ensemble member until it has joined a quorum).
+//! requests" until then; an ensemble member until it has joined a quorum),
+//! and its TLS port, if it has one, accepts connections (bound a second or
+//! so after the plain one serves, on a loaded machine).
+//!
+//! A server can also run under libfaketime
+//! ([`ZooKeeperServer::start_faketime`]: its wall clock, the store's, is
+//! stepped while its monotonic clock goes on) or with a TLS port
+//! ([`ZooKeeperServer::start_tls`]: Netty's connection factory, PEM key and
+//! trust stores, client certificates required or not).
 //!
 //! Measured 2026-12-05 on this project's 2-core machine (lscpu: "Intel(R)
 //! Xeon(R) Processor", 24 GB; OpenJDK 17.0.15), not idle (a load average
@@ -84,8 +92,8 @@ fn java_binary() -> String {
 }
 
 /// The JVM's class path: `$LEASEHOLD_ZOOKEEPER_CLASSPATH`, or Debian's
-/// ZooKeeper jar (its manifest lists its dependencies) and SLF4J's simple
-/// binding (the log).
+/// ZooKeeper jar (its manifest lists its dependencies), SLF4J's simple
+/// binding (the log) and two Netty jars for TLS.
 fn class_path() -> String {
     if let Ok(path) = std::env::var("LEASEHOLD_ZOOKEEPER_CLASSPATH") {
         return path;
@@ -96,7 +104,13 @@ fn class_path() -> String {
         "{jar} not found: install Debian's zookeeper package (scripts/test does) or set \
          LEASEHOLD_ZOOKEEPER_CLASSPATH"
     );
-    format!("{jar}:/usr/share/java/slf4j-simple.jar")
+    // Netty's codec and resolver: the TLS port's connection factory needs
+    // them, and the manifest leaves them out (Debian's libnetty-java, a
+    // dependency of the package, has them).
+    format!(
+        "{jar}:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar:\
+         /usr/share/java/netty-resolver.jar"
+    )
 }
 
 /// A member's role, as `srvr` says it (`Mode: ...`).
@@ -291,6 +305,28 @@ struct Member {
     dir: PathBuf,
     /// The ensemble's `server.N=...` lines; empty for a standalone server.
     servers: Vec<String>,
+    /// For a server under libfaketime: the file holding its wall clock's
+    /// offset ([`crate::faketime_env`]).
+    clock: Option<PathBuf>,
+    /// For a server that also speaks TLS: its TLS port and files.
+    tls: Option<TlsPort>,
+}
+
+/// A TLS client port ([`ZooKeeperServer::start_tls`]): Netty's (the
+/// default NIO connection factory speaks no TLS), beside the plain port
+/// the harness asks `srvr` on.
+#[derive(Clone, Debug)]
+pub struct TlsPort {
+    /// The port (`secureClientPort`), on the member's client address.
+    pub port: u16,
+    /// The server's key and certificate chain, PEM, in one file (how
+    /// ZooKeeper's PEM key store takes them).
+    pub key_store: PathBuf,
+    /// The CA certificates it trusts clients' certificates from, PEM.
+    pub trust_store: PathBuf,
+    /// Whether it requires a client certificate (`ssl.clientAuth=need`;
+    /// else `none`).
+    pub client_auth: bool,
 }
 
 /// Why a server did not come to serve.
@@ -312,6 +348,8 @@ impl Member {
             netns: None,
             dir,
             servers,
+            clock: None,
+            tls: None,
         }
     }
 
@@ -344,6 +382,19 @@ impl Member {
             config.push_str(line);
             config.push('\n');
         }
+        if let Some(tls) = &self.tls {
+            config.push_str(&format!(
+                "secureClientPort={}\nsecureClientPortAddress={}\n\
+                 ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+                 ssl.clientAuth={}\n",
+                tls.port,
+                self.client_ip,
+                tls.key_store.display(),
+                tls.trust_store.display(),
+                if tls.client_auth { "need" } else { "none" }
+            ));
+        }
         let path = self.dir.join("zoo.cfg");
         std::fs::write(&path, config).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         if self.id > 0 {
@@ -367,6 +418,14 @@ impl Member {
             Some(ns) => crate::netns::exec_in(ns, java_binary()),
             None => Command::new(java_binary()),
         };
+        if let Some(clock) = &self.clock {
+            command.envs(crate::faketime_env(clock));
+        }
+        if self.tls.is_some() {
+            command.arg(
+                "-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            );
+        }
         command
             .args([
                 "-Xms16m",
@@ -409,13 +468,24 @@ impl Member {
                 return Err(Failed::Exited(status));
             }
             if let Some(srvr) = srvr_at(self.address()) {
-                return Ok(srvr);
+                // The TLS port is bound after the plain one starts serving
+                // (a second or so later on a loaded machine).
+                if self.tls_port_open() {
+                    return Ok(srvr);
+                }
             }
             if Instant::now() >= deadline {
                 return Err(Failed::Late);
             }
             std::thread::sleep(POLL);
         }
+    }
+
+    /// Whether its TLS port, if it has one, accepts connections.
+    fn tls_port_open(&self) -> bool {
+        self.tls.as_ref().is_none_or(|tls| {
+            TcpStream::connect_timeout(&SocketAddr::from((self.client_ip, tls.port)), POLL).is_ok()
+        })
     }
 
     /// Spawns it and waits until it serves.
@@ -560,9 +630,68 @@ impl ZooKeeperServer {
     /// Starts a standalone server on a free loopback port, in a folder of
     /// its own, and waits until it serves (`srvr` says `Mode: standalone`).
     pub fn start() -> Self {
+        Self::start_clocked(false)
+    }
+
+    /// [`ZooKeeperServer::start`] with a TLS client port beside the plain
+    /// one ([`ZooKeeperServer::tls_port`]): its certificate `server` (cert
+    /// PEM, key PEM) for 127.0.0.1, client certificates from `client_ca`
+    /// (PEM) required when `client_auth`.
+    pub fn start_tls(server: &(String, String), client_ca: &str, client_auth: bool) -> Self {
+        Self::start_member(|member| {
+            std::fs::create_dir_all(&member.dir)
+                .unwrap_or_else(|e| panic!("create {}: {e}", member.dir.display()));
+            let key_store = member.dir.join("server.pem");
+            std::fs::write(&key_store, format!("{}{}", server.1, server.0))
+                .expect("write the key store");
+            let trust_store = member.dir.join("ca.pem");
+            std::fs::write(&trust_store, client_ca).expect("write the trust store");
+            member.tls = Some(TlsPort {
+                port: free_port(),
+                key_store,
+                trust_store,
+                client_auth,
+            });
+        })
+    }
+
+    /// The TLS client port of a server from [`ZooKeeperServer::start_tls`].
+    pub fn tls_port(&self) -> u16 {
+        self.member
+            .tls
+            .as_ref()
+            .expect("tls_port needs ZooKeeperServer::start_tls")
+            .port
+    }
+
+    /// [`ZooKeeperServer::start`] under libfaketime: its wall clock (the
+    /// `mtime` it stamps on writes, the store's clock) can be stepped with
+    /// [`ZooKeeperServer::set_clock_offset`], while its monotonic clock
+    /// (session expiry, ticks) goes on, as an NTP step leaves it. Starts at
+    /// the true time.
+    pub fn start_faketime() -> Self {
+        Self::start_clocked(true)
+    }
+
+    fn start_clocked(faketime: bool) -> Self {
+        Self::start_member(|member| {
+            if faketime {
+                std::fs::create_dir_all(&member.dir)
+                    .unwrap_or_else(|e| panic!("create {}: {e}", member.dir.display()));
+                let clock = member.dir.join("clock");
+                std::fs::write(&clock, "+0\n").expect("write the faketime file");
+                member.clock = Some(clock);
+            }
+        })
+    }
+
+    /// Starts a standalone member made ready by `prepare` (its folder not
+    /// yet made), on a free port, a few tries while ports are taken.
+    fn start_member(prepare: impl Fn(&mut Member)) -> Self {
         let mut last = None;
         for _ in 0..5 {
-            let member = Member::new(0, free_port(), Vec::new());
+            let mut member = Member::new(0, free_port(), Vec::new());
+            prepare(&mut member);
             match member.spawn() {
                 Ok(child) => {
                     return ZooKeeperServer {
@@ -669,6 +798,19 @@ impl ZooKeeperServer {
             self.child.as_ref().expect("resume a running ZooKeeper"),
             libc::SIGCONT,
         );
+    }
+
+    /// Sets its wall clock to `seconds` from the true time (negative:
+    /// behind), at once: libfaketime reads the offset at every clock call.
+    /// Only for a server from [`ZooKeeperServer::start_faketime`]; kept
+    /// across restarts.
+    pub fn set_clock_offset(&self, seconds: i64) {
+        let clock = self
+            .member
+            .clock
+            .as_ref()
+            .expect("set_clock_offset needs ZooKeeperServer::start_faketime");
+        crate::write_clock_offset(clock, seconds);
     }
 }
 

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 
 use super::{layout::segment, subscribe, ZooKeeper};
 use crate::{
-    error::{Error, Result},
+    error::Result,
     store::{
         backend::Backend, contract::QUEUE_LIFETIME, watch::Watchers, Acquired, Checked,
         ClockReading, Described, Event, GrantSpec, Listing, Ping, RenewItem, Renewed, Revocation,
@@ -37,14 +37,14 @@ impl ZooKeeperStore {
     /// ([`QUEUE_LIFETIME`]): a dead broker's places in line go with its
     /// session (servers clamp it to 2 to 20 of their ticks).
     pub fn open(url: &str, options: &StoreOptions) -> Result<Self> {
-        if options.tls_ca.is_some() || options.tls_client.is_some() {
-            return Err(Error::InvalidArgument(
-                "--store: TLS to ZooKeeper is not supported yet: drop --store-tls-ca and \
-                 --store-tls-cert/--store-tls-key, and reach ZooKeeper over a network you trust"
-                    .into(),
-            ));
-        }
         let mut zk = ZooKeeper::open(url, QUEUE_LIFETIME, options.timeout)?;
+        zk.use_tls(
+            options.tls_ca.as_deref(),
+            options
+                .tls_client
+                .as_ref()
+                .map(|(cert, key)| (cert.as_slice(), key.as_slice())),
+        )?;
         if !options.key_prefix.is_empty() {
             zk.url.chroot = format!("{}/{}", zk.url.chroot, segment(&options.key_prefix));
         }

@@ -103,13 +103,19 @@ pub fn name_of(segment: &str) -> Option<String> {
 pub struct NamePaths {
     /// `/n/<bucket>/<segment>`.
     pub node: String,
+    /// The ACL the name's nodes are created with: the store's
+    /// (`ZooKeeper::acls`), carried with the paths so that every node a
+    /// request writes gets it.
+    pub acls: zookeeper_client::Acls<'static>,
 }
 
 impl NamePaths {
-    /// The paths of `name` (as stored: with its tenant's prefix).
-    pub fn new(name: &str) -> Self {
+    /// The paths of `name` (as stored: with its tenant's prefix), its nodes
+    /// to be created with `acls`.
+    pub fn new(name: &str, acls: zookeeper_client::Acls<'static>) -> Self {
         NamePaths {
             node: format!("{}/{}", bucket_path(bucket(name)), segment(name)),
+            acls,
         }
     }
 
@@ -213,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_names_records_are_under_its_node() {
-        let paths = NamePaths::new("t|jobs/x");
+        let paths = NamePaths::new("t|jobs/x", zookeeper_client::Acls::anyone_all());
         assert_eq!(
             paths.node,
             format!("/n/{:03x}/t|jobs%2Fx", bucket("t|jobs/x"))

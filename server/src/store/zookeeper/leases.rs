@@ -93,20 +93,20 @@ fn changed(e: &zk::Error) -> bool {
     )
 }
 
-fn persistent() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+fn persistent(acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(acls)
 }
 
 /// An end record's node options: kept for `LINGER` after it is written,
 /// then collected by ZooKeeper (a TTL node) whatever happens to the name.
-fn lingering() -> zk::CreateOptions<'static> {
-    persistent().with_ttl(LINGER + std::time::Duration::from_secs(1))
+fn lingering(acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
+    persistent(acls).with_ttl(LINGER + std::time::Duration::from_secs(1))
 }
 
 /// A lock-delay node's options: collected (a TTL node) once it and a
 /// linger after it are over, if no grant deleted it first.
-fn delaying(delay_ms: u64) -> zk::CreateOptions<'static> {
-    persistent().with_ttl(
+fn delaying(acls: zk::Acls<'static>, delay_ms: u64) -> zk::CreateOptions<'static> {
+    persistent(acls).with_ttl(
         std::time::Duration::from_millis(delay_ms) + LINGER + std::time::Duration::from_secs(1),
     )
 }
@@ -136,7 +136,11 @@ fn add_delay(
     if let Some((_, stat)) = read {
         writer.add_delete(&paths.delay(), Some(stat.version))?;
     }
-    writer.add_create(&paths.delay(), &delay.encode(), &delaying(delay.delay_ms))
+    writer.add_create(
+        &paths.delay(),
+        &delay.encode(),
+        &delaying(paths.acls, delay.delay_ms),
+    )
 }
 
 /// A token's own lease as a request about it found it.
@@ -166,7 +170,7 @@ fn add_end(
 ) -> std::result::Result<(), zk::Error> {
     writer.add_set_data(&paths.node, b"", Some(name_version))?;
     writer.add_delete(&own.path, Some(node_version))?;
-    writer.add_create(&paths.end(token), &end.encode(), &lingering())?;
+    writer.add_create(&paths.end(token), &end.encode(), &lingering(paths.acls))?;
     if let End::Expired(fence) = end {
         let delay = Delay {
             fence,
@@ -225,7 +229,7 @@ impl ZooKeeper {
         name: &str,
         paths: &NamePaths,
     ) -> Result<bool> {
-        let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+        let container = zk::CreateMode::Container.with_acls(paths.acls);
         let create = |path: &str| {
             let path = path.to_owned();
             let container = container.clone();
@@ -458,7 +462,7 @@ impl ZooKeeper {
     /// grant whose answer was lost).
     pub async fn acquire(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
         let client = self.client().await?;
-        let paths = NamePaths::new(&spec.name);
+        let paths = NamePaths::new(&spec.name, self.acls());
         let lock = spec.limit <= 1;
         let holding = Holding {
             token: spec.token.clone(),
@@ -686,10 +690,10 @@ impl ZooKeeper {
                     grant.add_create(
                         &paths.end(&taken.token),
                         &End::Expired(taken.fence).encode(),
-                        &lingering(),
+                        &lingering(paths.acls),
                     )?;
                 }
-                grant.add_create(&path, &holding.encode(), &persistent())
+                grant.add_create(&path, &holding.encode(), &persistent(paths.acls))
             })();
             added.map_err(|e| super::failed("a grant", &e))?;
             let Some(zxid) = self.commit("a grant", &mut grant).await? else {
@@ -768,7 +772,7 @@ impl ZooKeeper {
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
         let client = self.client().await?;
-        let paths = NamePaths::new(name);
+        let paths = NamePaths::new(name, self.acls());
         let mut ended_lease = None;
         for _ in 0..TRIES {
             let own = match self.own_lease(&client, &paths, token).await? {
@@ -909,7 +913,7 @@ impl ZooKeeper {
     /// finds it: `Already`. A semaphore's permits are not revoked.
     pub async fn revoke(&self, name: &str) -> Result<Revocation> {
         let client = self.client().await?;
-        let paths = NamePaths::new(name);
+        let paths = NamePaths::new(name, self.acls());
         for _ in 0..TRIES {
             let Some(read) = self.read(&client, &paths, "").await? else {
                 return Ok(Revocation::NotHeld);
@@ -943,7 +947,7 @@ impl ZooKeeper {
                 writer.add_create(
                     &paths.end(&held.token),
                     &End::Revoked(fence).encode(),
-                    &lingering(),
+                    &lingering(paths.acls),
                 )?;
                 // Its lock-delay starts with this write (the node's
                 // ctime); written even without one, as the revoke's record.
@@ -984,7 +988,7 @@ impl ZooKeeper {
     /// operation waits for.
     pub async fn describe(&self, name: &str) -> Result<(Described, u64)> {
         let client = self.client().await?;
-        let paths = NamePaths::new(name);
+        let paths = NamePaths::new(name, self.acls());
         for _ in 0..TRIES {
             let Some(read) = self.read(&client, &paths, "").await? else {
                 return Ok((Described::default(), 0));
@@ -1076,8 +1080,7 @@ impl ZooKeeper {
                     // Remembered before it is taken: a creation whose
                     // answer is lost may still have made it.
                     self.places.touched(&spec.name, &spec.token, None);
-                    let options =
-                        zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+                    let options = zk::CreateMode::EphemeralSequential.with_acls(paths.acls);
                     self.bounded(
                         "a place in line",
                         client.create(&paths.place_of(&spec.token), b"", &options),
@@ -1112,7 +1115,7 @@ impl ZooKeeper {
     /// Takes `token` out of the name's line.
     pub async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
         let client = self.client().await?;
-        let paths = NamePaths::new(name);
+        let paths = NamePaths::new(name, self.acls());
         for (_, node) in self.line_of(name).await?.iter().filter(|(t, _)| t == token) {
             match self
                 .bounded("a place's removal", client.delete(&paths.child(node), None))
@@ -1134,7 +1137,7 @@ impl ZooKeeper {
     /// The name's records' nodes (after a sync); none when it has no node.
     pub(super) async fn children_of(&self, name: &str) -> Result<Vec<String>> {
         let client = self.client().await?;
-        let paths = NamePaths::new(name);
+        let paths = NamePaths::new(name, self.acls());
         let children = self
             .bounded("a name's listing", async {
                 // Sent together: served in order (see `read`).
@@ -1254,7 +1257,7 @@ impl ZooKeeper {
         release: bool,
     ) -> Result<Checked<Renewed>> {
         let client = self.client().await?;
-        let paths = NamePaths::new(name);
+        let paths = NamePaths::new(name, self.acls());
         for _ in 0..TRIES {
             let own = match self.own_lease(&client, &paths, token).await? {
                 Some(Ok(own)) => own,

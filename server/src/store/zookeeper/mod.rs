@@ -1,14 +1,14 @@
-//! The ZooKeeper store, being built (issue 34; the design is
-//! docs/design/zookeeper.md). Not yet a `--store`: the lease operations
-//! come next, and the store joins `SCHEMES`, the `Backends` and the
-//! conformance suite when they pass it. This part is what every operation
-//! will stand on, tested against real ZooKeeper servers
-//! (`tests/zookeeper.rs`):
+//! The ZooKeeper store (`--store zookeeper://...`, `zookeepers://` for
+//! TLS; the design is docs/design/zookeeper.md, section 9 what was built).
+//! This module is what every operation stands on:
 //!
 //! * reaching the ensemble ([`ZooKeeper::client`]): lazily, so that a
 //!   broker starts (and reports NOT_SERVING) while ZooKeeper is down; under
 //!   the URL's chroot, created if absent; a new session when the last one
-//!   expired (a broker cut off longer than its session timeout);
+//!   expired (a broker cut off longer than its session timeout); as the
+//!   URL's digest user, whose nodes no other client may touch
+//!   ([`ZooKeeper::acls`]); over TLS for `zookeepers://`
+//!   ([`ZooKeeper::use_tls`]);
 //! * the store's clock ([`ZooKeeper::tick`]): ZooKeeper shows clients no
 //!   clock but the time its leader stamps on a write (`mtime`), so the
 //!   clock is read by writing: how the Redis store reads `TIME`, with the
@@ -22,6 +22,10 @@
 //!   have given (their base + 2^32), the broker's highest fence seen and its
 //!   wall clock in µs. So fences rise per name across leader changes,
 //!   restarts and a wipe, as the etcd store's do (its epoch key).
+//!
+//! The lease operations are in `leases.rs` and `list.rs`, the watches in
+//! `subscribe.rs`, the places in line in `places.rs`, the sweep of ended
+//! leases in `sweep.rs`, and the seam in `backend.rs`.
 //!
 //! Errors: a connection lost, a request timed out or a session expired is
 //! UNAVAILABLE (the request may have been applied: what the store's
@@ -113,6 +117,8 @@ pub struct ZooKeeper {
     /// The places in line this broker took, which lapse unless refreshed
     /// (`places.rs`).
     places: places::Places,
+    /// TLS to the servers (`zookeepers://`), set by [`ZooKeeper::use_tls`].
+    tls: Option<zk::TlsOptions>,
 }
 
 /// The fence base of each epoch met (few in a cluster's life), for the
@@ -141,12 +147,70 @@ impl ZooKeeper {
             base_loading: tokio::sync::Mutex::new(()),
             last_stamp: Mutex::new(None),
             places: places::Places::default(),
+            tls: None,
         })
+    }
+
+    /// Sets what a `zookeepers://` store trusts and shows: the CA
+    /// certificates of `ca` (PEM, `--store-ca`), else the system's; and the
+    /// client certificate and key of `client` (PEM, `--store-client-cert`,
+    /// `--store-client-key`) for servers that require one
+    /// (`ssl.clientAuth=need`). Server names are verified against the
+    /// URL's hosts. Refused for a `zookeeper://` URL, where they would be
+    /// ignored.
+    pub fn use_tls(&mut self, ca: Option<&[u8]>, client: Option<(&[u8], &[u8])>) -> Result<()> {
+        if !self.url.tls {
+            if ca.is_none() && client.is_none() {
+                return Ok(());
+            }
+            return Err(Error::InvalidArgument(
+                "--store-ca, --store-client-cert and --store-client-key are for TLS: use a \
+                 zookeepers:// URL (ZooKeeper's secureClientPort), or drop them"
+                    .into(),
+            ));
+        }
+        let bad = |what: &str, e: &zk::Error| Error::InvalidArgument(format!("{what}: {e}"));
+        let pem = |flag: &str, bytes: &[u8]| {
+            std::str::from_utf8(bytes)
+                .map(str::to_owned)
+                .map_err(|_| Error::InvalidArgument(format!("{flag}: not a PEM file (not text)")))
+        };
+        let roots = match ca {
+            Some(ca) => pem("--store-ca", ca)?,
+            None => system_roots()?,
+        };
+        let mut tls = zk::TlsOptions::new()
+            .with_pem_ca(&roots)
+            .map_err(|e| bad("--store-ca: no CA certificate in it", &e))?;
+        if let Some((cert, key)) = client {
+            tls = tls
+                .with_pem_identity(
+                    &pem("--store-client-cert", cert)?,
+                    &pem("--store-client-key", key)?,
+                )
+                .map_err(|e| bad("--store-client-cert/--store-client-key", &e))?;
+        }
+        self.tls = Some(tls);
+        Ok(())
     }
 
     /// The URL it was opened with.
     pub fn url(&self) -> &ZooKeeperUrl {
         &self.url
+    }
+
+    /// The ACL of every node the store creates. With the URL's credentials
+    /// (`user:password@`, ZooKeeper's digest scheme): `creator_all`, full
+    /// rights for that user alone, which every broker of the deployment
+    /// logs in as, and nothing for any other client of the ensemble, not
+    /// even reading (a lease node holds its owner token). Without them:
+    /// open to anyone (`world:anyone`), as the ensemble itself is.
+    pub fn acls(&self) -> zk::Acls<'static> {
+        if self.url.digest.is_some() {
+            zk::Acls::creator_all()
+        } else {
+            zk::Acls::anyone_all()
+        }
     }
 
     /// A client of the current session, under the chroot: the one in use,
@@ -196,13 +260,28 @@ impl ZooKeeper {
         if let Some((user, password)) = &self.url.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        let client = connector
-            .connect(&self.url.connect_string())
-            .await
-            .map_err(|e| unavailable("connect", &e))?;
+        let servers = self.url.connect_string();
+        let client = match &self.tls {
+            Some(tls) => {
+                connector
+                    .with_tls(tls.clone())
+                    .secure_connect(&servers)
+                    .await
+            }
+            None => connector.connect(&servers).await,
+        }
+        .map_err(|e| match (&self.tls, e) {
+            (Some(_), zk::Error::NoHosts) => Error::Unavailable(format!(
+                "ZooKeeper ({servers}): no server took a TLS session: check that each address \
+                 is a secureClientPort, that its certificate names the host as the URL writes \
+                 it and comes from a CA of --store-ca (or the system's), and that \
+                 --store-client-cert is given if the servers require a client certificate"
+            )),
+            (_, e) => unavailable("connect", &e),
+        })?;
         // A new session: the data may have been wiped since the last.
         self.bases().by_epoch.clear();
-        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let persistent = zk::CreateMode::Persistent.with_acls(self.acls());
         client
             .mkdir(&self.url.chroot, &persistent)
             .await
@@ -402,7 +481,7 @@ impl ZooKeeper {
             before = before.max(parse_base(&data, &node)?.saturating_add(EPOCH_SPAN));
         }
         let base = before.max(floor.saturating_add(1)).max(unix_micros());
-        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let persistent = zk::CreateMode::Persistent.with_acls(self.acls());
         let created = self
             .call("the fence base's write", |client| {
                 let (path, data) = (path.to_owned(), base.to_string());
@@ -449,6 +528,35 @@ fn parse_base(data: &[u8], path: &str) -> Result<u64> {
         .ok()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::Internal(format!("ZooKeeper node {path} holds no fence base")))
+}
+
+/// The system's CA certificates (`rustls-native-certs`, as the Redis and
+/// PostgreSQL stores take them), as the PEM the ZooKeeper client reads.
+fn system_roots() -> Result<String> {
+    use base64::Engine as _;
+    let found = rustls_native_certs::load_native_certs();
+    if found.certs.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "--store: zookeepers:// found no CA certificates in the system's store{}: give \
+             --store-ca",
+            found
+                .errors
+                .first()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        )));
+    }
+    let mut pem = String::new();
+    for cert in &found.certs {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in encoded.as_bytes().chunks(64) {
+            pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    Ok(pem)
 }
 
 /// The broker's wall clock in µs (for a new epoch's base only, never for

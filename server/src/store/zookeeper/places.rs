@@ -135,7 +135,7 @@ impl ZooKeeper {
         node: Option<&str>,
     ) -> crate::error::Result<()> {
         let client = self.client().await?;
-        let paths = NamePaths::new(name);
+        let paths = NamePaths::new(name, self.acls());
         let nodes = match node {
             Some(node) => vec![node.to_owned()],
             None => self

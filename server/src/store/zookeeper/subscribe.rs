@@ -123,7 +123,7 @@ async fn watch_channel(
         }
         return;
     };
-    let paths = NamePaths::new(name);
+    let paths = NamePaths::new(name, zk.acls());
     let mut pause = Duration::from_millis(100);
     let mut set_before = false;
     loop {

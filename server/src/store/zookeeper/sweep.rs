@@ -80,7 +80,7 @@ impl ZooKeeper {
     /// Deletes the name's lease nodes whose lease ended more than its
     /// lock-delay and the linger ago.
     async fn sweep_name(&self, client: &zk::Client, name: &str) -> Result<usize> {
-        let paths = NamePaths::new(name);
+        let paths = NamePaths::new(name, self.acls());
         let Some(read) = self.read(client, &paths, "").await? else {
             return Ok(0);
         };

@@ -1,5 +1,6 @@
 //! `zookeeper://[user:password@]host:port[,host:port...][/chroot]`: where
-//! a ZooKeeper store is, and as whom to reach it.
+//! a ZooKeeper store is, and as whom to reach it; `zookeepers://` for TLS
+//! (to every server: ZooKeeper's `secureClientPort`).
 
 use crate::error::{Error, Result};
 
@@ -16,6 +17,8 @@ pub struct ZooKeeperUrl {
     pub chroot: String,
     /// `user:password` for ZooKeeper's digest authentication, if given.
     pub digest: Option<(String, String)>,
+    /// Whether the servers are reached over TLS (`zookeepers://`).
+    pub tls: bool,
 }
 
 impl std::fmt::Debug for ZooKeeperUrl {
@@ -24,6 +27,7 @@ impl std::fmt::Debug for ZooKeeperUrl {
             .field("hosts", &self.hosts)
             .field("chroot", &self.chroot)
             .field("digest_user", &self.digest.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -33,16 +37,12 @@ impl ZooKeeperUrl {
     /// part at fault (never the password).
     pub fn parse(url: &str) -> Result<Self> {
         let bad = |why: String| Error::InvalidArgument(format!("--store {}: {why}", redacted(url)));
-        let rest = if let Some(rest) = url.strip_prefix("zookeeper://") {
-            rest
-        } else if url.starts_with("zookeepers://") {
-            return Err(bad(
-                "TLS to ZooKeeper is not built into this broker yet; use zookeeper:// on a \
-                 trusted network"
-                    .into(),
-            ));
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("zookeeper://") {
+            (false, rest)
+        } else if let Some(rest) = url.strip_prefix("zookeepers://") {
+            (true, rest)
         } else {
-            return Err(bad("not a zookeeper:// URL".into()));
+            return Err(bad("not a zookeeper:// or zookeepers:// URL".into()));
         };
         // The credentials end at the last `@` (a password may hold one).
         let (userinfo, rest) = match rest.rsplit_once('@') {
@@ -101,6 +101,7 @@ impl ZooKeeperUrl {
             hosts,
             chroot,
             digest,
+            tls,
         })
     }
 
@@ -172,7 +173,14 @@ mod tests {
         assert_eq!(url.hosts, ["a:2181", "b:2182", "[::1]:2183"]);
         assert_eq!(url.chroot, "/locks/prod");
         assert_eq!(url.digest, None);
+        assert!(!url.tls);
         assert_eq!(url.connect_string(), "a:2181,b:2182,[::1]:2183");
+        let url = ZooKeeperUrl::parse("zookeepers://a:2281/locks").unwrap();
+        assert!(url.tls);
+        assert_eq!(
+            (url.hosts, url.chroot),
+            (vec!["a:2281".into()], "/locks".into())
+        );
 
         let url = ZooKeeperUrl::parse("zookeeper://broker:p%40ss%3Aw@127.0.0.1:2181").unwrap();
         assert_eq!(url.chroot, DEFAULT_CHROOT);
@@ -199,7 +207,7 @@ mod tests {
                 "zookeeper://:secret@h:1",
                 "the user of user:password is empty",
             ),
-            ("zookeepers://h:1", "TLS to ZooKeeper is not built"),
+            ("etcd://h:1", "not a zookeeper:// or zookeepers:// URL"),
             ("zookeeper://u:%zz@h:1", "%XX"),
         ] {
             let err = ZooKeeperUrl::parse(url).unwrap_err().to_string();
