@@ -44,6 +44,17 @@
 //!   leader and the store serves from them (calls answered right or
 //!   UNAVAILABLE), the lease kept with its fence, fences rising; after the
 //!   heal the old leader follows and serves the lease as held.
+//! - `the_clock_stepped_back_an_hour_ends_an_abandoned_lease_in_its_ttl`:
+//!   the server's wall clock (libfaketime), by which leases are judged,
+//!   stepped an hour back: a lease its holder abandoned is granted to the
+//!   next within seconds (its TTL from the step, at most), not an hour
+//!   later, with a higher fence; a lease renewed all along through the step
+//!   is never lost.
+//! - `the_clock_stepped_forward_ends_leases_early_and_fences_still_rise`:
+//!   the clock stepped forward past a lease's TTL ends it at once (the one
+//!   fault a lease judged by a clock cannot hide): the next holder is
+//!   granted with a higher fence, and the overtaken holder is never
+//!   answered Done again.
 //!
 //! The partition test needs root (network namespaces); without it, it
 //! prints `skipped: ...` and returns.
@@ -1245,4 +1256,164 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
     // Once released, the name is the next holder's, above every fence.
     let taken = grant(&through, &thief).await;
     assert!(taken > next, "fence {taken} after {next}");
+}
+
+/// How far the clock-step tests step ZooKeeper's wall clock back.
+const AN_HOUR: i64 = 3_600;
+
+/// The server's wall clock stepped an hour back (as a bad NTP source or
+/// an operator does): ZooKeeper then stamps writes an hour before the
+/// stamps leases were judged by. A lease whose holder is gone must still
+/// end within its TTL of the step, not an hour later (it did before
+/// 3953817, the stamp read as "an hour before the lease's end"); a lease
+/// renewed through the step is never lost; fences keep rising.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clock_stepped_back_an_hour_ends_an_abandoned_lease_in_its_ttl() {
+    let zk = ZooKeeperServer::start_faketime();
+    let store = opened(&zk.url()).await;
+    let abandoned = grant(&store, &spec("abandoned", "gone", 2_000)).await;
+    let kept = grant(&store, &spec("kept", "keeper", 2_000)).await;
+
+    // The keeper renews every 300 ms throughout, each answer checked.
+    let stop = Arc::new(AtomicBool::new(false));
+    let keeper = tokio::spawn({
+        let (store, stop) = (store.clone(), Arc::clone(&stop));
+        async move {
+            let mut renewals = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let (renewed, _) =
+                    until_answered(Duration::from_secs(1), "the keeper's renewal", || {
+                        store.renew("kept", "keeper", None)
+                    })
+                    .await;
+                assert_eq!(
+                    renewed,
+                    Checked::Done(Renewed {
+                        ttl_ms: 2_000,
+                        fence: kept
+                    }),
+                    "the keeper's renewal {renewals} around the step"
+                );
+                renewals += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            renewals
+        }
+    });
+
+    zk.set_clock_offset(-AN_HOUR);
+    let stepped = Instant::now();
+    let next = spec("abandoned", "next", 2_000);
+    let fence = loop {
+        match ok("the next grant", || store.acquire(&next)).await {
+            Acquired::Granted { fence, .. } => break fence,
+            Acquired::Blocked(_) => {
+                assert!(
+                    stepped.elapsed() < Duration::from_secs(15),
+                    "the abandoned lease (TTL 2 s) still held {:?} after the clock stepped an \
+                     hour back",
+                    stepped.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    eprintln!(
+        "the abandoned lease granted to the next {:?} after the step",
+        stepped.elapsed()
+    );
+    assert!(
+        fence > abandoned.max(kept),
+        "fence {fence} after {abandoned} and {kept}"
+    );
+    assert_eq!(
+        ok("the gone holder's renewal", || store.renew(
+            "abandoned",
+            "gone",
+            None
+        ))
+        .await,
+        Checked::ExpiredReported,
+        "the gone holder, its expiry reported by the next grant"
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    let renewals = keeper.await.expect("the keeper");
+    assert!(renewals >= 3, "the keeper renewed {renewals} times");
+    // A store that never saw a fence (a broker started after the step)
+    // grants above them too.
+    let newcomer = opened(&zk.url()).await;
+    let later = grant(&newcomer, &spec("later", "t", 2_000)).await;
+    assert!(later > fence, "fence {later} after {fence}");
+}
+
+/// The server's wall clock stepped forward a minute, past the TTL of a
+/// held lease: by ZooKeeper's clock the lease ended, and it is granted to
+/// the next at once, with a higher fence: the overlap a clock step causes,
+/// which the fence lets the resource refuse. The overtaken holder is never
+/// answered Done again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clock_stepped_forward_ends_leases_early_and_fences_still_rise() {
+    let zk = ZooKeeperServer::start_faketime();
+    let store = opened(&zk.url()).await;
+    let first = grant(&store, &spec("held", "first", 30_000)).await;
+    let next = spec("held", "next", 30_000);
+    match ok("an acquire before the step", || store.acquire(&next)).await {
+        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, first),
+        granted @ Acquired::Granted { .. } => panic!("granted twice: {granted:?}"),
+    }
+
+    // The broker's health ping (every --health-interval, 1 s) reads the
+    // store's clock; between two stamps a broker estimates the leader's
+    // time from the last (`estimated_now`), so it sees a step at its next
+    // ping or write.
+    let pinger = tokio::spawn({
+        let store = store.clone();
+        async move {
+            loop {
+                let _ = store.ping().await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    });
+    zk.set_clock_offset(60);
+    let stepped = Instant::now();
+    let second = loop {
+        match ok("an acquire after the step", || store.acquire(&next)).await {
+            Acquired::Granted { fence, .. } => break fence,
+            Acquired::Blocked(_) => {
+                assert!(
+                    stepped.elapsed() < Duration::from_secs(15),
+                    "a lease of 30 s not ended {:?} after the clock stepped 60 s forward \
+                     (the store pinged every second)",
+                    stepped.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    eprintln!(
+        "the lease ended and granted to the next {:?} after the step",
+        stepped.elapsed()
+    );
+    pinger.abort();
+    assert!(second > first, "fence {second} after {first}");
+    let overtaken = ok("the overtaken holder's renewal", || {
+        store.renew("held", "first", None)
+    })
+    .await;
+    assert_eq!(
+        overtaken,
+        Checked::ExpiredReported,
+        "the overtaken holder, its expiry reported by the next grant"
+    );
+    assert_eq!(
+        ok("the new holder's renewal", || store
+            .renew("held", "next", None))
+        .await,
+        Checked::Done(Renewed {
+            ttl_ms: 30_000,
+            fence: second
+        })
+    );
 }

@@ -260,6 +260,15 @@ pub(crate) fn faketime_env(clock: &std::path::Path) -> Vec<(&'static str, String
     ]
 }
 
+/// Writes `seconds` (from the true time) into a libfaketime clock file
+/// ([`faketime_env`]), whole and renamed into place, so that no clock call
+/// reads a half-written file.
+pub(crate) fn write_clock_offset(clock: &std::path::Path, seconds: i64) {
+    let next = clock.with_extension("next");
+    std::fs::write(&next, format!("{seconds:+}\n")).expect("write the faketime file");
+    std::fs::rename(&next, clock).expect("replace the faketime file");
+}
+
 impl RedisServer {
     /// Starts redis-server on a free loopback port and waits until it accepts
     /// connections.
@@ -426,11 +435,7 @@ impl RedisServer {
             .clock
             .as_ref()
             .expect("set_clock_offset needs RedisServer::start_faketime");
-        // Written whole and renamed into place, so that no clock call reads
-        // a half-written file.
-        let next = clock.with_extension("next");
-        std::fs::write(&next, format!("{seconds:+}\n")).expect("write the faketime file");
-        std::fs::rename(&next, clock).expect("replace the faketime file");
+        write_clock_offset(clock, seconds);
     }
 
     /// Waits until `n` replicas are connected and in sync with this server.

@@ -281,11 +281,7 @@ impl PostgresServer {
             .clock
             .as_ref()
             .expect("set_clock_offset needs PostgresServer::start_faketime");
-        // Written whole and renamed into place, so that no clock call reads
-        // a half-written file.
-        let next = clock.with_extension("next");
-        std::fs::write(&next, format!("{seconds:+}\n")).expect("write the faketime file");
-        std::fs::rename(&next, clock).expect("replace the faketime file");
+        crate::write_clock_offset(clock, seconds);
     }
 
     fn start_in(dir: PathBuf, fsync: bool, settings: Vec<String>, clock: Option<PathBuf>) -> Self {

@@ -268,7 +268,7 @@ impl Topology {
                 Server::Standby { primary, standby }
             }
             StoreKind::Etcd => Server::Etcd(EtcdServer::start()),
-            StoreKind::ZooKeeper => Server::ZooKeeper(ZooKeeperServer::start()),
+            StoreKind::ZooKeeper => Server::ZooKeeper(ZooKeeperServer::start_faketime()),
         };
         let mut list = Vec::new();
         let mut links = Vec::new();
@@ -456,13 +456,24 @@ impl Topology {
                 Fault::ReadOnly,
                 Fault::StepClock,
             ]),
-            Server::Etcd(_) | Server::ZooKeeper(_) => faults.extend([
+            Server::Etcd(_) => faults.extend([
                 Fault::StallStore,
                 Fault::CutStore,
                 Fault::SlowStore,
                 Fault::HoldAnswers,
                 Fault::RestartStore,
                 Fault::WipeStore,
+            ]),
+            // The clock ZooKeeper leases are judged by is its leader's wall
+            // clock (the mtime it stamps): stepped as Redis' is.
+            Server::ZooKeeper(_) => faults.extend([
+                Fault::StallStore,
+                Fault::CutStore,
+                Fault::SlowStore,
+                Fault::HoldAnswers,
+                Fault::RestartStore,
+                Fault::WipeStore,
+                Fault::StepClock,
             ]),
             Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => {
                 faults.push(Fault::Failover);
@@ -653,6 +664,7 @@ impl Topology {
                 let server: Option<&dyn Fn(i64)> = match &self.server {
                     Server::Redis(r) => Some(&|s| r.set_clock_offset(s)),
                     Server::Postgres(p) => Some(&|s| p.set_clock_offset(s)),
+                    Server::ZooKeeper(z) => Some(&|s| z.set_clock_offset(s)),
                     _ => None,
                 };
                 if let Some(set_clock_offset) = server {
