@@ -18,7 +18,6 @@
 use leasehold_testkit as common;
 
 use std::{
-    future::Future,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
@@ -26,31 +25,26 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{EtcdCluster, EtcdServer, NetNs};
+use common::{
+    outage::{
+        a_watch_refused_in_time, cycle, every_call_refused_in_time, go_on_calling, granted_above,
+        namespace, refused_to_another, spec, still_held, twenty_cycles_in_a_row, until_answered,
+        Away, Outage, FAIL_WITHIN, TIMEOUT,
+    },
+    EtcdCluster, EtcdServer,
+};
 use futures_util::FutureExt;
 use leasehold_server::{
     store::{Acquired, Checked, Event, GrantSpec, Renewed, Store, StoreOptions, Watch},
     Error,
 };
 
-/// The store timeout of every store here.
-const TIMEOUT: Duration = Duration::from_secs(1);
-
-/// How long a call may take to fail while etcd is away: the store timeout
-/// and a margin for a loaded machine (a call that hangs never gets there).
-const FAIL_WITHIN: Duration = Duration::from_secs(3);
-
-fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
-    GrantSpec {
-        name: name.into(),
-        token: token.into(),
-        holder: "test".into(),
-        ttl_ms,
-        lock_delay_ms: 0,
-        limit: 1,
-        queued: false,
-    }
-}
+/// etcd, as the calls checked while it is away name it (a listing is not
+/// among them).
+const ETCD: Outage = Outage {
+    store: "etcd",
+    listing: false,
+};
 
 fn open(url: &str) -> Store {
     Store::open(url, &StoreOptions::new("test:", TIMEOUT)).expect("open the etcd store")
@@ -60,32 +54,6 @@ async fn grant(store: &Store, spec: &GrantSpec) -> u64 {
     match store.acquire(spec).await {
         Ok(Acquired::Granted { fence, .. }) => fence,
         other => panic!("{} not granted: {other:?}", spec.name),
-    }
-}
-
-/// Calls `call` until it answers, for at most `limit`, taking only
-/// UNAVAILABLE for "not yet" (any other error fails the test): the answer,
-/// and how many calls were UNAVAILABLE before it.
-async fn until_answered<T, F, Fut>(limit: Duration, what: &str, mut call: F) -> (T, u32)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = leasehold_server::Result<T>>,
-{
-    let deadline = Instant::now() + limit;
-    let mut refused = 0;
-    loop {
-        match call().await {
-            Ok(answer) => return (answer, refused),
-            Err(Error::Unavailable(why)) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: still UNAVAILABLE after {limit:?} ({refused} tries): {why}"
-                );
-                refused += 1;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("{what}: {e:?} (only UNAVAILABLE may say the store is away)"),
-        }
     }
 }
 
@@ -219,113 +187,6 @@ async fn a_release_right_after_a_wipe_is_done() {
     }
 }
 
-/// Checks that `call` fails UNAVAILABLE within [`FAIL_WITHIN`]; `what`
-/// names it. The answer is written out, if any.
-async fn refused_in_time(what: &str, call: impl Future<Output = leasehold_server::Result<String>>) {
-    let started = Instant::now();
-    let outcome = tokio::time::timeout(FAIL_WITHIN * 10, call)
-        .await
-        .unwrap_or_else(|_| panic!("{what} hung for {:?}", FAIL_WITHIN * 10));
-    let took = started.elapsed();
-    assert!(
-        matches!(outcome, Err(Error::Unavailable(_))),
-        "{what} with etcd away: {outcome:?}"
-    );
-    assert!(
-        took < FAIL_WITHIN,
-        "{what} took {took:?} to fail (store timeout {TIMEOUT:?}): {outcome:?}"
-    );
-}
-
-/// Every kind of store call but a watch ([`a_watch_refused_in_time`]),
-/// `rounds` times over, fails UNAVAILABLE within [`FAIL_WITHIN`]. `held`
-/// and `spare` are names held with the tokens `holder` and `spare`
-/// ([`holding`]): calls on `held` read it or renew it as it is, the
-/// writes that change a lease (a new TTL, a release, a revoke) go to
-/// `spare`, since a write cut at the timeout may still be applied once
-/// etcd answers again.
-async fn every_call_refused_in_time(store: &Store, rounds: u32) {
-    let debug = |answer: &dyn std::fmt::Debug| format!("{answer:?}");
-    for round in 0..rounds {
-        let r = |what: &str| format!("round {round}: {what}");
-        refused_in_time(
-            &r("an acquire of a free name"),
-            store
-                .acquire(&spec("free", "someone", 10_000))
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("an acquire of the held name"),
-            store
-                .acquire(&spec("held", "thief", 10_000))
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a renewal"),
-            store
-                .renew("held", "holder", None)
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a renewal with a new TTL"),
-            store
-                .renew("spare", "spare", Some(90_000))
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a check"),
-            store.check("held", "holder").map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a describe"),
-            store.describe("held").map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a release"),
-            store
-                .release("spare", "spare")
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a revoke"),
-            store.revoke("spare").map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a dequeue"),
-            store.dequeue("held", "thief").map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a refresh of places"),
-            store
-                .refresh_places("held", &["thief".to_owned()])
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(&r("a ping"), store.ping().map(|a| a.map(|a| debug(&a)))).await;
-    }
-}
-
-/// A watch of a name not watched yet fails UNAVAILABLE within
-/// [`FAIL_WITHIN`].
-async fn a_watch_refused_in_time(store: &Store) {
-    refused_in_time(
-        "a watch",
-        store
-            .watch("held", Event::Released, None)
-            .map(|w| w.map(|_| "a watch".to_owned())),
-    )
-    .await;
-}
-
 /// Once etcd answers again: a grant succeeds within 30 s (the same store,
 /// by itself), the lease `held` still holds its fence, and a release wakes
 /// a watch of the name.
@@ -390,8 +251,8 @@ async fn etcd_killed_fails_calls_in_time_and_is_used_again_once_back() {
     let (held, _kept) = holding(&store).await;
 
     etcd.stop();
-    a_watch_refused_in_time(&store).await;
-    every_call_refused_in_time(&store, 3).await;
+    a_watch_refused_in_time(&store, ETCD, "held").await;
+    every_call_refused_in_time(&store, ETCD, 3).await;
     etcd.restart();
     back_by_itself(&store, held, Instant::now()).await;
 }
@@ -410,7 +271,7 @@ async fn etcd_frozen_fails_calls_in_time_and_is_used_again_once_back() {
     // Each call waits for the store timeout: the first round on the
     // connection open when etcd froze, the second (past the connection's
     // HTTP/2 keep-alive, 6 s) on one made to the frozen etcd.
-    every_call_refused_in_time(&store, 2).await;
+    every_call_refused_in_time(&store, ETCD, 2).await;
     etcd.resume();
     back_by_itself(&store, held, Instant::now()).await;
 }
@@ -426,95 +287,8 @@ async fn etcd_frozen_fails_a_watch_in_time_while_the_watch_stream_is_open() {
     let (_held, _kept) = holding(&store).await;
 
     etcd.pause();
-    a_watch_refused_in_time(&store).await;
+    a_watch_refused_in_time(&store, ETCD, "held").await;
     etcd.resume();
-}
-
-/// What a client saw while it went on calling through an election.
-#[derive(Debug, Default)]
-struct Seen {
-    answered: u32,
-    unavailable: u32,
-    /// The call that took longest, answered or refused, and how long.
-    slowest: (Duration, &'static str),
-}
-
-/// Calls in a loop until `stop`: renews `held` (must be Done with its
-/// fence), tries to take it (must be Blocked by that fence), and grants
-/// and releases fresh names under `prefix` (each fence above every one
-/// granted before, `highest` kept up to date); any of them may fail
-/// UNAVAILABLE, nothing else.
-async fn go_on_calling(
-    store: Store,
-    prefix: &'static str,
-    held: u64,
-    highest: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-) -> Seen {
-    let mut seen = Seen::default();
-    let mut count = |outcome: &leasehold_server::Result<()>, what: &'static str, at: Instant| {
-        match outcome {
-            Ok(()) => seen.answered += 1,
-            Err(Error::Unavailable(_)) => seen.unavailable += 1,
-            Err(e) => panic!("{what} during the election: {e:?}"),
-        }
-        seen.slowest = seen.slowest.max((at.elapsed(), what));
-    };
-    let mut i = 0;
-    while !stop.load(Ordering::Relaxed) {
-        i += 1;
-        let at = Instant::now();
-        let renewed = store.renew("held", "holder", None).await.map(|renewed| {
-            assert_eq!(
-                renewed,
-                Checked::Done(Renewed {
-                    ttl_ms: 60_000,
-                    fence: held
-                }),
-                "the holder's renewal during the election"
-            );
-        });
-        count(&renewed, "a renewal", at);
-        let at = Instant::now();
-        let taken = store
-            .acquire(&spec("held", "thief", 10_000))
-            .await
-            .map(|acquired| match acquired {
-                Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
-                Acquired::Granted { fence, .. } => {
-                    panic!("held granted to another during the election: fence {fence}")
-                }
-            });
-        count(&taken, "an acquire of the held name", at);
-        let name = format!("{prefix}/{i}");
-        let before = highest.load(Ordering::Relaxed);
-        let at = Instant::now();
-        let granted =
-            store
-                .acquire(&spec(&name, "t", 10_000))
-                .await
-                .map(|acquired| match acquired {
-                    Acquired::Granted { fence, .. } => {
-                        assert!(fence > before, "fence {fence} after {before}");
-                        highest.fetch_max(fence, Ordering::Relaxed);
-                    }
-                    Acquired::Blocked(blocked) => {
-                        panic!("{name}, never granted, blocked: {blocked:?}")
-                    }
-                });
-        count(&granted, "an acquire of a fresh name", at);
-        if granted.is_ok() {
-            let at = Instant::now();
-            let released = store.release(&name, "t").await.map(|released| {
-                assert!(
-                    matches!(released, Checked::Done(()) | Checked::Released),
-                    "{name}'s release: {released:?}"
-                );
-            });
-            count(&released, "a release", at);
-        }
-    }
-    seen
 }
 
 /// A three-member cluster whose leader is killed (SIGKILL) while a lease is
@@ -547,44 +321,12 @@ async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
     assert_ne!(elected, leader, "the killed member still leads");
     let election = killed.elapsed();
 
-    let (renewed, refused) = until_answered(Duration::from_secs(30), "renew held", || {
-        store.renew("held", "holder", None)
-    })
-    .await;
-    assert_eq!(
-        renewed,
-        Checked::Done(Renewed {
-            ttl_ms: 60_000,
-            fence: held
-        }),
-        "the holder's renewal after the election"
-    );
-    let thief = spec("held", "thief", 10_000);
-    let (taken, _) = until_answered(Duration::from_secs(30), "acquire held", || {
-        store.acquire(&thief)
-    })
-    .await;
-    match taken {
-        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
-        Acquired::Granted { fence, .. } => panic!("held granted twice: fence {fence}"),
-    }
+    let refused = still_held(&store, held, "after the election").await;
+    refused_to_another(&store, held).await;
     stop.store(true, Ordering::Relaxed);
     let seen = calling.await.expect("the calls during the election");
     let before = highest.load(Ordering::Relaxed);
-    let free = spec("fresh", "t", 10_000);
-    let (fresh, _) = until_answered(Duration::from_secs(30), "acquire fresh", || {
-        store.acquire(&free)
-    })
-    .await;
-    match fresh {
-        Acquired::Granted { fence, .. } => {
-            assert!(
-                fence > before,
-                "fence {fence} after the election, {before} before"
-            );
-        }
-        Acquired::Blocked(blocked) => panic!("a free name blocked: {blocked:?}"),
-    }
+    granted_above(&store, before, "after the election").await;
     eprintln!(
         "member {leader} killed; member {elected} led {election:?} later; the holder's first \
          renewal after that followed {refused} UNAVAILABLE; calls all along: {seen:?}"
@@ -592,55 +334,7 @@ async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
     assert!(seen.answered > 0, "no call was answered: {seen:?}");
 
     tokio::task::block_in_place(|| cluster.restart(leader));
-    let (renewed, _) = until_answered(Duration::from_secs(30), "renew held", || {
-        store.renew("held", "holder", None)
-    })
-    .await;
-    assert_eq!(
-        renewed,
-        Checked::Done(Renewed {
-            ttl_ms: 60_000,
-            fence: held
-        }),
-        "the holder's renewal once the old leader rejoined"
-    );
-}
-
-/// One acquire, renew and release of a fresh name: `Err` only as the store
-/// failed it (a wrong answer fails the test).
-async fn cycle(store: &Store, name: &str) -> leasehold_server::Result<()> {
-    match store.acquire(&spec(name, "t", 10_000)).await? {
-        Acquired::Granted { fence, .. } => {
-            assert_eq!(
-                store.renew(name, "t", None).await?,
-                Checked::Done(Renewed {
-                    ttl_ms: 10_000,
-                    fence
-                })
-            );
-        }
-        Acquired::Blocked(blocked) => panic!("{name}, never granted, blocked: {blocked:?}"),
-    }
-    assert_eq!(store.release(name, "t").await?, Checked::Done(()));
-    Ok(())
-}
-
-/// How a member is taken away.
-#[derive(Clone, Copy, Debug)]
-enum Away {
-    /// SIGKILL: its port refuses connections.
-    Killed,
-    /// SIGSTOP: its port accepts connections, and it answers nothing.
-    Frozen,
-}
-
-impl std::fmt::Display for Away {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Away::Killed => "killed",
-            Away::Frozen => "frozen",
-        })
-    }
+    still_held(&store, held, "once the old leader rejoined").await;
 }
 
 /// Takes a follower of a three-member cluster away (the cluster keeps its
@@ -661,27 +355,11 @@ async fn served_by_the_others(away: Away) {
     }
 
     let since = Instant::now();
-    let limit = Duration::from_secs(15);
-    let (mut streak, mut failed, mut cycles) = (0, 0, 0);
-    let mut last = String::new();
-    while streak < 20 {
-        assert!(
-            since.elapsed() < limit,
-            "with member {follower} of {} {away} (member {leader} leading), {failed} of \
-             {cycles} cycles failed within {limit:?}, the last with: {last}",
-            EtcdCluster::SIZE
-        );
-        cycles += 1;
-        match cycle(&store, &format!("n/{cycles}")).await {
-            Ok(()) => streak += 1,
-            Err(Error::Unavailable(why)) => {
-                streak = 0;
-                failed += 1;
-                last = why;
-            }
-            Err(e) => panic!("cycle {cycles}: {e:?}"),
-        }
-    }
+    let member = format!(
+        "member {follower} of {} {away} (member {leader} leading)",
+        EtcdCluster::SIZE
+    );
+    let (failed, cycles) = twenty_cycles_in_a_row(&store, Duration::from_secs(15), &member).await;
     eprintln!(
         "20 cycles in a row {:?} after member {follower} was {away}; {failed} of {cycles} \
          cycles failed",
@@ -958,20 +636,6 @@ async fn an_etcd_cluster_that_may_revoke_live_leases_is_refused_by_default() {
     assert_eq!(sample(&scrape(warned.metrics_addr).await, SERIES), 1.0);
 }
 
-/// A namespace, or `None` after saying, on stderr past the test harness'
-/// capture, why the test is skipped: only when creating one is not
-/// permitted (not root).
-fn namespace() -> Option<NetNs> {
-    match NetNs::new() {
-        Ok(ns) => Some(ns),
-        Err(e) => {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "skipped: {e}");
-            None
-        }
-    }
-}
-
 /// Waits until member `i` of `cluster`, back from a partition, answers,
 /// follows a leader (or leads) and has applied every write up to
 /// `revision`, for at most `limit`.
@@ -1029,19 +693,8 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         .await_leader_among(others, Duration::from_secs(30))
         .await;
     let election = cut.elapsed();
-    let (renewed, refused) = until_answered(Duration::from_secs(30), "renew held", || {
-        store.renew("held", "holder", None)
-    })
-    .await;
+    let refused = still_held(&store, held, "with the leader partitioned away").await;
     let served = cut.elapsed();
-    assert_eq!(
-        renewed,
-        Checked::Done(Renewed {
-            ttl_ms: 60_000,
-            fence: held
-        }),
-        "the holder's renewal with the leader partitioned away"
-    );
     // The renewal moves to the member in use once a call found the cut one
     // failed (one store timeout), not after the stream's own stall check
     // too (a second timeout: 3.06 s after the cut, 2.4 s after the election,
@@ -1051,32 +704,12 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         "the renewal was Done {served:?} after the cut, {election:?} after the election"
     );
     let thief = spec("held", "thief", 10_000);
-    let (taken, _) = until_answered(Duration::from_secs(30), "acquire held", || {
-        store.acquire(&thief)
-    })
-    .await;
-    match taken {
-        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
-        Acquired::Granted { fence, .. } => panic!("held granted twice: fence {fence}"),
-    }
+    refused_to_another(&store, held).await;
     stop.store(true, Ordering::Relaxed);
     let seen = calling.await.expect("the calls during the partition");
     let before = highest.load(Ordering::Relaxed);
-    let free = spec("fresh", "t", 10_000);
-    let (fresh, _) = until_answered(Duration::from_secs(30), "acquire fresh", || {
-        store.acquire(&free)
-    })
-    .await;
-    match fresh {
-        Acquired::Granted { fence, .. } => {
-            assert!(
-                fence > before,
-                "fence {fence} in the partition, {before} before"
-            );
-            highest.fetch_max(fence, Ordering::Relaxed);
-        }
-        Acquired::Blocked(blocked) => panic!("a free name blocked: {blocked:?}"),
-    }
+    let fresh = granted_above(&store, before, "in the partition").await;
+    highest.fetch_max(fresh, Ordering::Relaxed);
     eprintln!(
         "member 0 partitioned away; member {elected} led {election:?} later; the holder's \
          renewal was Done {served:?} after the cut, after {refused} UNAVAILABLE; calls all \
@@ -1114,18 +747,7 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
     tokio::task::block_in_place(|| ns.heal());
     rejoined(&cluster, 0, revision, Duration::from_secs(60)).await;
     let back = healed.elapsed();
-    let (renewed, _) = until_answered(Duration::from_secs(30), "renew held", || {
-        store.renew("held", "holder", None)
-    })
-    .await;
-    assert_eq!(
-        renewed,
-        Checked::Done(Renewed {
-            ttl_ms: 60_000,
-            fence: held
-        }),
-        "the holder's renewal once the old leader rejoined"
-    );
+    still_held(&store, held, "once the old leader rejoined").await;
     stop.store(true, Ordering::Relaxed);
     let seen = calling.await.expect("the calls through the heal");
     eprintln!(

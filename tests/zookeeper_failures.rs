@@ -71,36 +71,31 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{proxy::Proxy, zookeeper::Mode, NetNs, ZooKeeperEnsemble, ZooKeeperServer};
-use futures_util::FutureExt;
-use leasehold_server::{
-    store::{Acquired, Checked, Event, GrantSpec, Renewed, Store, StoreOptions, Watch},
-    Error,
+use common::{
+    outage::{
+        a_watch_refused_in_time, cycle, every_call_refused_in_time, go_on_calling, granted_above,
+        namespace, refused_to_another, renewed_with, spec, still_held, twenty_cycles_in_a_row,
+        until_answered, Away, Outage, FAIL_WITHIN, TIMEOUT,
+    },
+    proxy::Proxy,
+    zookeeper::Mode,
+    ZooKeeperEnsemble, ZooKeeperServer,
 };
-
-/// The store timeout of every store here.
-const TIMEOUT: Duration = Duration::from_secs(1);
-
-/// How long a call may take to fail while ZooKeeper is away: the store
-/// timeout and a margin for a loaded machine (a call that hangs never gets
-/// there).
-const FAIL_WITHIN: Duration = Duration::from_secs(3);
+use futures_util::FutureExt;
+use leasehold_server::store::{
+    Acquired, Checked, Event, GrantSpec, Renewed, Store, StoreOptions, Watch,
+};
 
 /// The session timeout the store asks for (`QUEUE_LIFETIME`), which the
 /// harness's servers (`tickTime=200`, sessions of 0.4 to 10 s) grant.
 const SESSION: Duration = Duration::from_secs(3);
 
-fn spec(name: &str, token: &str, ttl_ms: u64) -> GrantSpec {
-    GrantSpec {
-        name: name.into(),
-        token: token.into(),
-        holder: "test".into(),
-        ttl_ms,
-        lock_delay_ms: 0,
-        limit: 1,
-        queued: false,
-    }
-}
+/// ZooKeeper, as the calls checked while it is away name it (a listing
+/// among them).
+const ZOOKEEPER: Outage = Outage {
+    store: "ZooKeeper",
+    listing: true,
+};
 
 fn open(url: &str) -> Store {
     Store::open(url, &StoreOptions::new("test:", TIMEOUT)).expect("open the ZooKeeper store")
@@ -137,32 +132,6 @@ async fn grant(store: &Store, spec: &GrantSpec) -> u64 {
     }
 }
 
-/// Calls `call` until it answers, for at most `limit`, taking only
-/// UNAVAILABLE for "not yet" (any other error fails the test): the answer,
-/// and how many calls were UNAVAILABLE before it.
-async fn until_answered<T, F, Fut>(limit: Duration, what: &str, mut call: F) -> (T, u32)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = leasehold_server::Result<T>>,
-{
-    let deadline = Instant::now() + limit;
-    let mut refused = 0;
-    loop {
-        match call().await {
-            Ok(answer) => return (answer, refused),
-            Err(Error::Unavailable(why)) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: still UNAVAILABLE after {limit:?} ({refused} tries): {why}"
-                );
-                refused += 1;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("{what}: {e:?} (only UNAVAILABLE may say the store is away)"),
-        }
-    }
-}
-
 /// Grants `count` fresh names and releases them (zxids, so fences, move
 /// on): the highest fence granted.
 async fn grant_and_release(store: &Store, prefix: &str, count: usize) -> u64 {
@@ -176,14 +145,6 @@ async fn grant_and_release(store: &Store, prefix: &str, count: usize) -> u64 {
         );
     }
     highest
-}
-
-/// The holder's renewal, answered Done with `fence` and a TTL of 60 s.
-fn renewed_with(fence: u64) -> Checked<Renewed> {
-    Checked::Done(Renewed {
-        ttl_ms: 60_000,
-        fence,
-    })
 }
 
 /// A standalone server killed and started again with its data (a new
@@ -341,117 +302,6 @@ async fn a_release_right_after_a_wipe_is_done() {
     }
 }
 
-/// Checks that `call` fails UNAVAILABLE within [`FAIL_WITHIN`]; `what`
-/// names it. The answer is written out, if any.
-async fn refused_in_time(what: &str, call: impl Future<Output = leasehold_server::Result<String>>) {
-    let started = Instant::now();
-    let outcome = tokio::time::timeout(FAIL_WITHIN * 10, call)
-        .await
-        .unwrap_or_else(|_| panic!("{what} hung for {:?}", FAIL_WITHIN * 10));
-    let took = started.elapsed();
-    assert!(
-        matches!(outcome, Err(Error::Unavailable(_))),
-        "{what} with ZooKeeper away: {outcome:?}"
-    );
-    assert!(
-        took < FAIL_WITHIN,
-        "{what} took {took:?} to fail (store timeout {TIMEOUT:?}): {outcome:?}"
-    );
-}
-
-/// Every kind of store call but a watch ([`a_watch_refused_in_time`]),
-/// `rounds` times over, fails UNAVAILABLE within [`FAIL_WITHIN`]. `held`
-/// and `spare` are names held with the tokens `holder` and `spare`
-/// ([`holding`]): calls on `held` read it or renew it as it is, the writes
-/// that change a lease go to `spare`, since a write cut at the timeout may
-/// still be applied once ZooKeeper answers again.
-async fn every_call_refused_in_time(store: &Store, rounds: u32) {
-    let debug = |answer: &dyn std::fmt::Debug| format!("{answer:?}");
-    for round in 0..rounds {
-        let r = |what: &str| format!("round {round}: {what}");
-        refused_in_time(
-            &r("an acquire of a free name"),
-            store
-                .acquire(&spec("free", "someone", 10_000))
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("an acquire of the held name"),
-            store
-                .acquire(&spec("held", "thief", 10_000))
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a renewal"),
-            store
-                .renew("held", "holder", None)
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a renewal with a new TTL"),
-            store
-                .renew("spare", "spare", Some(90_000))
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a check"),
-            store.check("held", "holder").map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a describe"),
-            store.describe("held").map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a release"),
-            store
-                .release("spare", "spare")
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a revoke"),
-            store.revoke("spare").map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a dequeue"),
-            store.dequeue("held", "thief").map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a refresh of places"),
-            store
-                .refresh_places("held", &["thief".to_owned()])
-                .map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(
-            &r("a listing"),
-            store.list("", None, 10).map(|a| a.map(|a| debug(&a))),
-        )
-        .await;
-        refused_in_time(&r("a ping"), store.ping().map(|a| a.map(|a| debug(&a)))).await;
-    }
-}
-
-/// A watch of a name not watched yet fails UNAVAILABLE within
-/// [`FAIL_WITHIN`].
-async fn a_watch_refused_in_time(store: &Store, name: &str) {
-    refused_in_time(
-        &format!("a watch of {name}"),
-        store
-            .watch(name, Event::Released, None)
-            .map(|w| w.map(|_| "a watch".to_owned())),
-    )
-    .await;
-}
-
 /// Once ZooKeeper answers again: a grant succeeds within 30 s (the same
 /// store, by itself) with a fence above `held`, the lease `held` still
 /// holds its fence, and a release wakes a watch of the name.
@@ -547,9 +397,9 @@ async fn zookeeper_killed_fails_calls_in_time_and_is_used_again_once_back() {
     let (held, kept) = holding(&store).await;
 
     zk.kill();
-    a_watch_refused_in_time(&store, "held").await;
-    every_call_refused_in_time(&store, 3).await;
-    a_watch_refused_in_time(&store, "another").await;
+    a_watch_refused_in_time(&store, ZOOKEEPER, "held").await;
+    every_call_refused_in_time(&store, ZOOKEEPER, 3).await;
+    a_watch_refused_in_time(&store, ZOOKEEPER, "another").await;
     tokio::task::block_in_place(|| zk.restart());
     back_by_itself(&store, held, Instant::now()).await;
     the_watch_set_before_still_wakes(&store, &kept).await;
@@ -576,97 +426,13 @@ async fn zookeeper_frozen_fails_calls_in_time_and_is_used_again_once_back() {
 
     zk.pause();
     let frozen = Instant::now();
-    a_watch_refused_in_time(&store, "held").await;
-    every_call_refused_in_time(&store, 2).await;
-    a_watch_refused_in_time(&store, "another").await;
+    a_watch_refused_in_time(&store, ZOOKEEPER, "held").await;
+    every_call_refused_in_time(&store, ZOOKEEPER, 2).await;
+    a_watch_refused_in_time(&store, ZOOKEEPER, "another").await;
     eprintln!("frozen for {:?}", frozen.elapsed());
     zk.resume();
     back_by_itself(&store, held, Instant::now()).await;
     the_watch_set_before_still_wakes(&store, &kept).await;
-}
-
-/// What a client saw while it went on calling through a fault.
-#[derive(Debug, Default)]
-struct Seen {
-    answered: u32,
-    unavailable: u32,
-    /// The call that took longest, answered or refused, and how long.
-    slowest: (Duration, &'static str),
-}
-
-/// Calls in a loop until `stop`: renews `held` (must be Done with its
-/// fence), tries to take it (must be Blocked by that fence), and grants
-/// and releases fresh names under `prefix` (each fence above every one
-/// granted before, `highest` kept up to date); any of them may fail
-/// UNAVAILABLE, nothing else.
-async fn go_on_calling(
-    store: Store,
-    prefix: &'static str,
-    held: u64,
-    highest: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-) -> Seen {
-    let mut seen = Seen::default();
-    let mut count = |outcome: &leasehold_server::Result<()>, what: &'static str, at: Instant| {
-        match outcome {
-            Ok(()) => seen.answered += 1,
-            Err(Error::Unavailable(_)) => seen.unavailable += 1,
-            Err(e) => panic!("{what} during the fault: {e:?}"),
-        }
-        seen.slowest = seen.slowest.max((at.elapsed(), what));
-    };
-    let mut i = 0;
-    while !stop.load(Ordering::Relaxed) {
-        i += 1;
-        let at = Instant::now();
-        let renewed = store.renew("held", "holder", None).await.map(|renewed| {
-            assert_eq!(
-                renewed,
-                renewed_with(held),
-                "the holder's renewal during the fault"
-            );
-        });
-        count(&renewed, "a renewal", at);
-        let at = Instant::now();
-        let taken = store
-            .acquire(&spec("held", "thief", 10_000))
-            .await
-            .map(|acquired| match acquired {
-                Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
-                Acquired::Granted { fence, .. } => {
-                    panic!("held granted to another during the fault: fence {fence}")
-                }
-            });
-        count(&taken, "an acquire of the held name", at);
-        let name = format!("{prefix}/{i}");
-        let before = highest.load(Ordering::Relaxed);
-        let at = Instant::now();
-        let granted =
-            store
-                .acquire(&spec(&name, "t", 10_000))
-                .await
-                .map(|acquired| match acquired {
-                    Acquired::Granted { fence, .. } => {
-                        assert!(fence > before, "fence {fence} after {before}");
-                        highest.fetch_max(fence, Ordering::Relaxed);
-                    }
-                    Acquired::Blocked(blocked) => {
-                        panic!("{name}, never granted, blocked: {blocked:?}")
-                    }
-                });
-        count(&granted, "an acquire of a fresh name", at);
-        if granted.is_ok() {
-            let at = Instant::now();
-            let released = store.release(&name, "t").await.map(|released| {
-                assert!(
-                    matches!(released, Checked::Done(()) | Checked::Released),
-                    "{name}'s release: {released:?}"
-                );
-            });
-            count(&released, "a release", at);
-        }
-    }
-    seen
 }
 
 /// A three-member ensemble whose leader is killed (SIGKILL) while a lease
@@ -703,41 +469,12 @@ async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
     let epoch = |zxid: u64| zxid >> 32;
     let epoch_before = epoch(highest_zxid_before);
 
-    let (renewed, refused) = until_answered(Duration::from_secs(30), "renew held", || {
-        store.renew("held", "holder", None)
-    })
-    .await;
-    assert_eq!(
-        renewed,
-        renewed_with(held),
-        "the holder's renewal after the election"
-    );
-    let thief = spec("held", "thief", 10_000);
-    let (taken, _) = until_answered(Duration::from_secs(30), "acquire held", || {
-        store.acquire(&thief)
-    })
-    .await;
-    match taken {
-        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
-        Acquired::Granted { fence, .. } => panic!("held granted twice: fence {fence}"),
-    }
+    let refused = still_held(&store, held, "after the election").await;
+    refused_to_another(&store, held).await;
     stop.store(true, Ordering::Relaxed);
     let seen = calling.await.expect("the calls during the election");
     let before = highest.load(Ordering::Relaxed);
-    let free = spec("fresh", "t", 10_000);
-    let (fresh, _) = until_answered(Duration::from_secs(30), "acquire fresh", || {
-        store.acquire(&free)
-    })
-    .await;
-    match fresh {
-        Acquired::Granted { fence, .. } => {
-            assert!(
-                fence > before,
-                "fence {fence} after the election, {before} before"
-            );
-        }
-        Acquired::Blocked(blocked) => panic!("a free name blocked: {blocked:?}"),
-    }
+    granted_above(&store, before, "after the election").await;
     eprintln!(
         "member {leader} killed; member {elected} led {election:?} later; the holder's first \
          renewal after that followed {refused} UNAVAILABLE; calls all along: {seen:?}"
@@ -750,15 +487,7 @@ async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
     );
 
     tokio::task::block_in_place(|| zk.restart(leader));
-    let (renewed, _) = until_answered(Duration::from_secs(30), "renew held", || {
-        store.renew("held", "holder", None)
-    })
-    .await;
-    assert_eq!(
-        renewed,
-        renewed_with(held),
-        "the holder's renewal once the old leader rejoined"
-    );
+    still_held(&store, held, "once the old leader rejoined").await;
     // What the old leader itself serves.
     let through = opened(&zk.member_url(leader)).await;
     let (described, _) = until_answered(Duration::from_secs(30), "describe through it", || {
@@ -771,43 +500,6 @@ async fn the_leader_killed_under_a_held_lease_keeps_it_and_fences_rise() {
         "held, as the old leader says: {described:?}"
     );
     a_release_wakes_the_watch_set_before(&store, &watch).await;
-}
-
-/// One acquire, renew and release of a fresh name: `Err` only as the store
-/// failed it (a wrong answer fails the test).
-async fn cycle(store: &Store, name: &str) -> leasehold_server::Result<()> {
-    match store.acquire(&spec(name, "t", 10_000)).await? {
-        Acquired::Granted { fence, .. } => {
-            assert_eq!(
-                store.renew(name, "t", None).await?,
-                Checked::Done(Renewed {
-                    ttl_ms: 10_000,
-                    fence
-                })
-            );
-        }
-        Acquired::Blocked(blocked) => panic!("{name}, never granted, blocked: {blocked:?}"),
-    }
-    assert_eq!(store.release(name, "t").await?, Checked::Done(()));
-    Ok(())
-}
-
-/// How a member is taken away.
-#[derive(Clone, Copy, Debug)]
-enum Away {
-    /// SIGKILL: its port refuses connections.
-    Killed,
-    /// SIGSTOP: its port accepts connections, and it answers nothing.
-    Frozen,
-}
-
-impl std::fmt::Display for Away {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Away::Killed => "killed",
-            Away::Frozen => "frozen",
-        })
-    }
 }
 
 /// How many client connections member `i` has, as its `stat` says (its
@@ -848,26 +540,8 @@ async fn served_by_the_others(away: Away) {
     }
 
     let since = Instant::now();
-    let limit = Duration::from_secs(20);
-    let (mut streak, mut failed, mut cycles) = (0, 0, 0);
-    let mut last = String::new();
-    while streak < 20 {
-        assert!(
-            since.elapsed() < limit,
-            "with member {follower} of 3 {away} (member {leader} leading), {failed} of \
-             {cycles} cycles failed within {limit:?}, the last with: {last}"
-        );
-        cycles += 1;
-        match cycle(&store, &format!("n/{cycles}")).await {
-            Ok(()) => streak += 1,
-            Err(Error::Unavailable(why)) => {
-                streak = 0;
-                failed += 1;
-                last = why;
-            }
-            Err(e) => panic!("cycle {cycles}: {e:?}"),
-        }
-    }
+    let member = format!("member {follower} of 3 {away} (member {leader} leading)");
+    let (failed, cycles) = twenty_cycles_in_a_row(&store, Duration::from_secs(20), &member).await;
     eprintln!(
         "20 cycles in a row {:?} after member {follower} was {away} (the store's session on \
          it: {sessions_there}; clients on members {on:?}); {failed} of {cycles} cycles failed",
@@ -1073,20 +747,6 @@ fn place(i: usize) -> u64 {
     u64::try_from(i + 1).expect("a small index")
 }
 
-/// A network namespace for the partition test, or `None`, having told
-/// the test harness' capture why the test is skipped: only when creating
-/// one is not permitted (not root).
-fn namespace() -> Option<NetNs> {
-    match NetNs::new() {
-        Ok(ns) => Some(ns),
-        Err(e) => {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "skipped: {e}");
-            None
-        }
-    }
-}
-
 /// A three-member ensemble whose leader (member 0, in a network namespace
 /// of its own) is partitioned away (every packet to or from it dropped)
 /// while a lease is held: every call is answered right or fails
@@ -1137,43 +797,15 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
     let elected =
         tokio::task::block_in_place(|| zk.await_leader_among(&[1, 2], Duration::from_secs(30)));
     let election = cut.elapsed();
-    let (renewed, refused) = until_answered(Duration::from_secs(30), "renew held", || {
-        store.renew("held", "holder", None)
-    })
-    .await;
+    let refused = still_held(&store, held, "with the leader partitioned away").await;
     let served = cut.elapsed();
-    assert_eq!(
-        renewed,
-        renewed_with(held),
-        "the holder's renewal with the leader partitioned away"
-    );
     let thief = spec("held", "thief", 10_000);
-    let (taken, _) = until_answered(Duration::from_secs(30), "acquire held", || {
-        store.acquire(&thief)
-    })
-    .await;
-    match taken {
-        Acquired::Blocked(blocked) => assert_eq!(blocked.fence, held),
-        Acquired::Granted { fence, .. } => panic!("held granted twice: fence {fence}"),
-    }
+    refused_to_another(&store, held).await;
     stop.store(true, Ordering::Relaxed);
     let seen = calling.await.expect("the calls during the partition");
     let before = highest.load(Ordering::Relaxed);
-    let free = spec("fresh", "t", 10_000);
-    let (fresh, _) = until_answered(Duration::from_secs(30), "acquire fresh", || {
-        store.acquire(&free)
-    })
-    .await;
-    match fresh {
-        Acquired::Granted { fence, .. } => {
-            assert!(
-                fence > before,
-                "fence {fence} in the partition, {before} before"
-            );
-            highest.fetch_max(fence, Ordering::Relaxed);
-        }
-        Acquired::Blocked(blocked) => panic!("a free name blocked: {blocked:?}"),
-    }
+    let fresh = granted_above(&store, before, "in the partition").await;
+    highest.fetch_max(fresh, Ordering::Relaxed);
     eprintln!(
         "member 0 partitioned away (the store's session on it: {on_the_leader}); member \
          {elected} led {election:?} later; the holder's renewal was Done {served:?} after the \
@@ -1210,15 +842,7 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
         "member 0 after the heal (member {leader} leads)"
     );
     let back = healed.elapsed();
-    let (renewed, _) = until_answered(Duration::from_secs(30), "renew held", || {
-        store.renew("held", "holder", None)
-    })
-    .await;
-    assert_eq!(
-        renewed,
-        renewed_with(held),
-        "the holder's renewal once the old leader rejoined"
-    );
+    still_held(&store, held, "once the old leader rejoined").await;
     stop.store(true, Ordering::Relaxed);
     let seen = calling.await.expect("the calls through the heal");
     eprintln!("member 0 followed {back:?} after the heal; calls all along: {seen:?}");

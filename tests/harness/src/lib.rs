@@ -20,6 +20,7 @@ pub mod keepalive;
 pub mod lock;
 pub mod model;
 pub mod netns;
+pub mod outage;
 pub mod postgres;
 pub mod proxy;
 pub mod tenants;
