@@ -47,18 +47,11 @@ fn env_u64(key: &str) -> Option<u64> {
 }
 
 /// Whether the run checks `store`: every store `LEASEHOLD_MODEL_STORES`
-/// names, or, when it names none, every store but ZooKeeper.
-///
-/// ZooKeeper is checked only when named (`scripts/model-check 60
-/// zookeeper`) until it has 0 findings over repeated runs: on
-/// 2026-12-05 two of its violations were fixed (a lock renewal delayed
-/// past a new grant, a late renewal answered alive), and runs since still
-/// end with a finding now and then (a search that gave up undecided on a
-/// semaphore, one 12 s run not yet read) (issue 34).
+/// names, or, when it names none, every store.
 fn wanted(store: StoreKind) -> bool {
     match std::env::var("LEASEHOLD_MODEL_STORES") {
         Ok(list) if !list.trim().is_empty() => list.split(',').any(|s| s.trim() == store.name()),
-        _ => store != StoreKind::ZooKeeper,
+        _ => true,
     }
 }
 

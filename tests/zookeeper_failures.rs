@@ -882,6 +882,24 @@ async fn the_leader_partitioned_away_under_a_held_lease_keeps_it_and_fences_rise
     assert!(taken > next, "fence {taken} after {next}");
 }
 
+/// Acquires `spec` every 100 ms until it is granted: its fence. Fails the
+/// test if that takes 15 s from `since` (`what` names the lease).
+async fn granted_within(store: &Store, spec: &GrantSpec, since: Instant, what: &str) -> u64 {
+    loop {
+        match ok("an acquire", || store.acquire(spec)).await {
+            Acquired::Granted { fence, .. } => return fence,
+            Acquired::Blocked(_) => {
+                assert!(
+                    since.elapsed() < Duration::from_secs(15),
+                    "{what}: still held {:?} after the step",
+                    since.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 /// How far the clock-step tests step ZooKeeper's wall clock back.
 const AN_HOUR: i64 = 3_600;
 
@@ -927,21 +945,13 @@ async fn the_clock_stepped_back_an_hour_ends_an_abandoned_lease_in_its_ttl() {
 
     zk.set_clock_offset(-AN_HOUR);
     let stepped = Instant::now();
-    let next = spec("abandoned", "next", 2_000);
-    let fence = loop {
-        match ok("the next grant", || store.acquire(&next)).await {
-            Acquired::Granted { fence, .. } => break fence,
-            Acquired::Blocked(_) => {
-                assert!(
-                    stepped.elapsed() < Duration::from_secs(15),
-                    "the abandoned lease (TTL 2 s) still held {:?} after the clock stepped an \
-                     hour back",
-                    stepped.elapsed()
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+    let fence = granted_within(
+        &store,
+        &spec("abandoned", "next", 2_000),
+        stepped,
+        "the abandoned lease (TTL 2 s) after the clock stepped an hour back",
+    )
+    .await;
     eprintln!(
         "the abandoned lease granted to the next {:?} after the step",
         stepped.elapsed()
@@ -1002,20 +1012,13 @@ async fn the_clock_stepped_forward_ends_leases_early_and_fences_still_rise() {
     });
     zk.set_clock_offset(60);
     let stepped = Instant::now();
-    let second = loop {
-        match ok("an acquire after the step", || store.acquire(&next)).await {
-            Acquired::Granted { fence, .. } => break fence,
-            Acquired::Blocked(_) => {
-                assert!(
-                    stepped.elapsed() < Duration::from_secs(15),
-                    "a lease of 30 s not ended {:?} after the clock stepped 60 s forward \
-                     (the store pinged every second)",
-                    stepped.elapsed()
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+    let second = granted_within(
+        &store,
+        &next,
+        stepped,
+        "a lease of 30 s after the clock stepped 60 s forward (the store pinged every second)",
+    )
+    .await;
     eprintln!(
         "the lease ended and granted to the next {:?} after the step",
         stepped.elapsed()

@@ -419,7 +419,15 @@ impl Member {
             None => Command::new(java_binary()),
         };
         if let Some(clock) = &self.clock {
-            command.envs(crate::faketime_env(clock));
+            // Without FAKETIME_FORCE_MONOTONIC_FIX=0, libfaketime 0.9.10
+            // (Debian 12's) turns the JVM's timed waits on the monotonic
+            // clock into busy loops: an idle server took two cores
+            // (libfaketime#425), and the model checker's server starved.
+            // With it, idle takes nothing, and timed waits (Thread.sleep)
+            // last what they should.
+            command
+                .envs(crate::faketime_env(clock))
+                .env("FAKETIME_FORCE_MONOTONIC_FIX", "0");
         }
         if self.tls.is_some() {
             command.arg(

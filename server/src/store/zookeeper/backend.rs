@@ -66,15 +66,35 @@ impl ZooKeeperStore {
     fn zk(&self) -> &ZooKeeper {
         &self.inner.zk
     }
+
+    /// `call`, one store operation, within the store timeout as a whole:
+    /// an operation is several requests (a `sync`, reads, a tick, a multi,
+    /// retries when the name changed), each bounded by the timeout too, so
+    /// that without this bound one call could take several timeouts. A
+    /// request cut short may still be applied, as one that timed out by
+    /// itself: UNAVAILABLE, the outcome unknown, which a retry with the
+    /// same token resolves (it finds its own lease).
+    async fn within<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let timeout = self.zk().timeout;
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| crate::store::timed_out("ZooKeeper", what, timeout))?
+    }
 }
 
 impl Backend for ZooKeeperStore {
     async fn acquire_lock(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
-        self.zk().acquire(spec, floor).await
+        self.within("an acquire", self.zk().acquire(spec, floor))
+            .await
     }
 
     async fn acquire_permit(&self, spec: &GrantSpec, floor: u64) -> Result<Acquired> {
-        self.zk().acquire(spec, floor).await
+        self.within("an acquire", self.zk().acquire(spec, floor))
+            .await
     }
 
     async fn renew(
@@ -83,27 +103,29 @@ impl Backend for ZooKeeperStore {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Checked<Renewed>> {
-        self.zk().renew(name, token, ttl_ms).await
+        self.within("a renewal", self.zk().renew(name, token, ttl_ms))
+            .await
     }
 
     async fn renew_many(&self, items: &[RenewItem]) -> Result<Vec<Checked<Renewed>>> {
-        self.zk().renew_many(items).await
+        self.within("renewals", self.zk().renew_many(items)).await
     }
 
     async fn check(&self, name: &str, token: &str) -> Result<Checked<Renewed>> {
-        self.zk().check(name, token).await
+        self.within("a check", self.zk().check(name, token)).await
     }
 
     async fn release(&self, name: &str, token: &str) -> Result<Checked<()>> {
-        self.zk().release(name, token).await
+        self.within("a release", self.zk().release(name, token))
+            .await
     }
 
     async fn revoke(&self, name: &str) -> Result<Revocation> {
-        self.zk().revoke(name).await
+        self.within("a revoke", self.zk().revoke(name)).await
     }
 
     async fn describe(&self, name: &str) -> Result<(Described, u64)> {
-        self.zk().describe(name).await
+        self.within("a describe", self.zk().describe(name)).await
     }
 
     async fn list(
@@ -112,15 +134,21 @@ impl Backend for ZooKeeperStore {
         resume: Option<&str>,
         budget: usize,
     ) -> Result<(Listing, u64)> {
-        self.zk().list(prefix, resume, budget).await
+        self.within("a listing", self.zk().list(prefix, resume, budget))
+            .await
     }
 
     async fn dequeue(&self, name: &str, token: &str) -> Result<()> {
-        self.zk().dequeue(name, token).await
+        self.within("a dequeue", self.zk().dequeue(name, token))
+            .await
     }
 
     async fn refresh_places(&self, name: &str, tokens: &[String]) -> Result<Vec<Option<u64>>> {
-        self.zk().refresh_places(name, tokens).await
+        self.within(
+            "a refresh of places",
+            self.zk().refresh_places(name, tokens),
+        )
+        .await
     }
 
     fn watchers(&self) -> &Watchers {
@@ -147,7 +175,7 @@ impl Backend for ZooKeeperStore {
     /// writes, and its stamp is the leader's clock.
     async fn ping(&self) -> Result<Ping> {
         let sent = Instant::now();
-        let stamp = self.zk().tick().await?;
+        let stamp = self.within("a ping", self.zk().tick()).await?;
         let received = Instant::now();
         Ok(Ping {
             clock: Some(ClockReading {

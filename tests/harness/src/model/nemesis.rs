@@ -437,7 +437,9 @@ impl Topology {
         ];
         match self.server {
             Server::Memory => {}
-            Server::Redis(_) => faults.extend([
+            // ZooKeeper's leases are judged by its leader's wall clock (the
+            // mtime it stamps): stepped as Redis' is.
+            Server::Redis(_) | Server::ZooKeeper(_) => faults.extend([
                 Fault::StallStore,
                 Fault::CutStore,
                 Fault::SlowStore,
@@ -463,17 +465,6 @@ impl Topology {
                 Fault::HoldAnswers,
                 Fault::RestartStore,
                 Fault::WipeStore,
-            ]),
-            // The clock ZooKeeper leases are judged by is its leader's wall
-            // clock (the mtime it stamps): stepped as Redis' is.
-            Server::ZooKeeper(_) => faults.extend([
-                Fault::StallStore,
-                Fault::CutStore,
-                Fault::SlowStore,
-                Fault::HoldAnswers,
-                Fault::RestartStore,
-                Fault::WipeStore,
-                Fault::StepClock,
             ]),
             Server::Sentinel(_) | Server::Cluster(_) | Server::Standby { .. } => {
                 faults.push(Fault::Failover);
