@@ -789,7 +789,7 @@ impl Backend for MemoryStore {
 
     /// The key of `event` of `name` in the watchers registry.
     fn channel(&self, name: &str, event: Event) -> String {
-        format!("{}:{name}", event.suffix())
+        super::watch::name_channel(name, event)
     }
 
     /// The memory store's clock is this process's own: nothing to read.

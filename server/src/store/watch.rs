@@ -32,6 +32,23 @@ pub(crate) fn waiter_id(token: &str) -> &str {
     token.get(..16).unwrap_or(token)
 }
 
+/// The channel of `event` on `name` in a [`Watchers`] registry, for the
+/// stores whose watches are set per name and event rather than per key
+/// (memory, etcd, ZooKeeper): `<event suffix>:<name>`.
+pub(crate) fn name_channel(name: &str, event: super::Event) -> String {
+    format!("{}:{name}", event.suffix())
+}
+
+/// The event and name a [`name_channel`] stands for; `None` for any other
+/// string.
+pub(crate) fn parse_name_channel(channel: &str) -> Option<(super::Event, &str)> {
+    let (suffix, name) = channel.split_once(':')?;
+    let event = [super::Event::Released, super::Event::Granted]
+        .into_iter()
+        .find(|e| e.suffix() == suffix)?;
+    Some((event, name))
+}
+
 /// A request to the subscription task.
 #[derive(Debug)]
 pub(crate) enum SubscriptionRequest {
@@ -300,6 +317,16 @@ mod tests {
 
     const T1: &str = "0123456789abcdef0123456789abcdef";
     const T2: &str = "fedcba9876543210fedcba9876543210";
+
+    #[test]
+    fn a_name_channel_reads_back_its_event_and_name() {
+        for event in [crate::store::Event::Released, crate::store::Event::Granted] {
+            let channel = name_channel("t|jobs:a/b", event);
+            assert_eq!(parse_name_channel(&channel), Some((event, "t|jobs:a/b")));
+        }
+        assert_eq!(parse_name_channel("nothing:x"), None);
+        assert_eq!(parse_name_channel("released"), None);
+    }
 
     #[tokio::test]
     async fn an_event_wakes_the_first_in_line_and_the_observers_only() {

@@ -1683,7 +1683,7 @@ impl Backend for EtcdStore {
     }
 
     fn channel(&self, name: &str, event: Event) -> String {
-        subscribe::channel(name, event)
+        crate::store::watch::name_channel(name, event)
     }
 
     /// As every store's, within the store timeout: a stream that stalled

@@ -43,24 +43,10 @@ use super::{
 use crate::{
     error::{Error, Result},
     store::{
-        watch::{waiter_id, SubscriptionRequest, Watchers},
+        watch::{parse_name_channel as parse, waiter_id, SubscriptionRequest, Watchers},
         Event,
     },
 };
-
-/// The channel of `event` of `name` in the watchers registry.
-pub(super) fn channel(name: &str, event: Event) -> String {
-    format!("{}:{name}", event.suffix())
-}
-
-/// The event and name a channel stands for.
-fn parse(channel: &str) -> Option<(Event, &str)> {
-    let (suffix, name) = channel.split_once(':')?;
-    let event = [Event::Released, Event::Granted]
-        .into_iter()
-        .find(|e| e.suffix() == suffix)?;
-    Some((event, name))
-}
 
 /// Messages queued for etcd on the stream at most.
 const OUTGOING: usize = 256;
@@ -414,17 +400,6 @@ mod tests {
             }),
             prev_kv: None,
         }
-    }
-
-    #[test]
-    fn channels_read_back() {
-        let ch = channel("a:b/c", Event::Released);
-        assert_eq!(parse(&ch), Some((Event::Released, "a:b/c")));
-        assert_eq!(
-            parse(&channel("x", Event::Granted)),
-            Some((Event::Granted, "x"))
-        );
-        assert_eq!(parse("other:x"), None);
     }
 
     /// A release, a revoke or an expiry wakes the first in line; a grant

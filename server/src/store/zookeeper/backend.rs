@@ -156,7 +156,7 @@ impl Backend for ZooKeeperStore {
     }
 
     fn channel(&self, name: &str, event: Event) -> String {
-        subscribe::channel(name, event)
+        crate::store::watch::name_channel(name, event)
     }
 
     /// As every store's, within the store timeout: a watch ZooKeeper does

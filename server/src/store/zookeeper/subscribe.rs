@@ -41,24 +41,10 @@ use super::{
 use crate::{
     error::{Error, Result},
     store::{
-        watch::{waiter_id, SubscriptionRequest, Watchers},
+        watch::{parse_name_channel as parse, waiter_id, SubscriptionRequest, Watchers},
         Event,
     },
 };
-
-/// The channel of `event` of `name` in the watchers registry.
-pub(super) fn channel(name: &str, event: Event) -> String {
-    format!("{}:{name}", event.suffix())
-}
-
-/// The event and name a channel stands for.
-fn parse(channel: &str) -> Option<(Event, &str)> {
-    let (suffix, name) = channel.split_once(':')?;
-    let event = [Event::Released, Event::Granted]
-        .into_iter()
-        .find(|e| e.suffix() == suffix)?;
-    Some((event, name))
-}
 
 /// A subscribe's answer, once the channel's watch is set.
 type Ack = oneshot::Sender<Result<()>>;
@@ -275,20 +261,5 @@ async fn woken(
             )
         }
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_channel_names_its_event_and_name() {
-        for event in [Event::Released, Event::Granted] {
-            let channel = channel("t|jobs:a/b", event);
-            assert_eq!(parse(&channel), Some((event, "t|jobs:a/b")));
-        }
-        assert_eq!(parse("nothing:x"), None);
-        assert_eq!(parse("released"), None);
     }
 }
