@@ -4,7 +4,7 @@
 //! the leader; fences from zxids that rise across a restart, a leader
 //! change and a wipe; the lease operations one by one; the URL's digest
 //! user owning every node; TLS (`zookeepers://`) with and without client
-//! certificates.
+//! certificates; and a broker on ZooKeeper as a client sees it.
 
 use leasehold_testkit as common;
 
@@ -900,4 +900,43 @@ async fn a_slow_path_bounds_each_call_by_the_store_timeout_as_a_whole() {
         leasehold_server::store::Checked::Done(renewed) => assert_eq!(renewed.fence, fence),
         other => panic!("the lease once the path is fast again: {other:?}"),
     }
+}
+
+/// The broker on ZooKeeper, as a client sees it: `leasehold serve --store
+/// zookeeper://127.0.0.1:PORT` (the default chroot) takes a lease with the
+/// TTL asked (ZooKeeper keeps milliseconds), keeps it over several TTLs on
+/// the client's KeepAlive stream while a second caller is refused, checks
+/// its fence, and releases it to the next caller, whose fence is higher.
+#[tokio::test]
+async fn a_broker_on_zookeeper_serves_a_client() {
+    use leasehold_client::{AcquireOptions, Client, ClientError};
+    let server = ZooKeeperServer::start();
+    let broker = common::Broker::start(&format!("zookeeper://127.0.0.1:{}", server.port())).await;
+    let client = Client::connect(broker.url()).await.unwrap();
+    let options = || AcquireOptions::new().ttl(Duration::from_millis(1_500));
+    let lease = client.acquire("jobs/nightly", options()).await.unwrap();
+    assert_eq!(lease.ttl(), Duration::from_millis(1_500));
+    let renewed_until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < renewed_until {
+        match client.acquire("jobs/nightly", options()).await {
+            Err(ClientError::NotAcquired(_)) => {}
+            other => panic!("a held lock taken: {other:?}"),
+        }
+        assert!(lease.check().is_ok(), "the lease was lost while kept alive");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        client
+            .check_fence("jobs/nightly", lease.fence())
+            .await
+            .unwrap(),
+        (true, lease.fence())
+    );
+    let fence = lease.fence();
+    lease.release().await.unwrap();
+    let next = client.acquire("jobs/nightly", options()).await.unwrap();
+    assert!(next.fence() > fence, "{} after {fence}", next.fence());
+    let (current, _) = client.check_fence("jobs/nightly", fence).await.unwrap();
+    assert!(!current, "the old fence is still current");
+    next.release().await.unwrap();
 }
