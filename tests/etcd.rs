@@ -39,12 +39,8 @@ use leasehold_server::{
     Error,
 };
 
-/// etcd, as the calls checked while it is away name it (a listing is not
-/// among them).
-const ETCD: Outage = Outage {
-    store: "etcd",
-    listing: false,
-};
+/// etcd, as the calls checked while it is away name it.
+const ETCD: Outage = Outage { store: "etcd" };
 
 fn open(url: &str) -> Store {
     Store::open(url, &StoreOptions::new("test:", TIMEOUT)).expect("open the etcd store")

@@ -90,12 +90,8 @@ use leasehold_server::store::{
 /// harness's servers (`tickTime=200`, sessions of 0.4 to 10 s) grant.
 const SESSION: Duration = Duration::from_secs(3);
 
-/// ZooKeeper, as the calls checked while it is away name it (a listing
-/// among them).
-const ZOOKEEPER: Outage = Outage {
-    store: "ZooKeeper",
-    listing: true,
-};
+/// ZooKeeper, as the calls checked while it is away name it.
+const ZOOKEEPER: Outage = Outage { store: "ZooKeeper" };
 
 fn open(url: &str) -> Store {
     Store::open(url, &StoreOptions::new("test:", TIMEOUT)).expect("open the ZooKeeper store")

@@ -37,9 +37,6 @@ pub const FAIL_WITHIN: Duration = Duration::from_secs(3);
 pub struct Outage {
     /// Its name in messages: `etcd`, `ZooKeeper`.
     pub store: &'static str,
-    /// Whether a listing is among the calls that must fail in time (the
-    /// ZooKeeper tests check it; the etcd tests do not).
-    pub listing: bool,
 }
 
 /// A grant request of one permit, not queued, no lock delay, for holder
@@ -116,12 +113,12 @@ pub async fn refused_in_time(
 }
 
 /// Every kind of store call but a watch ([`a_watch_refused_in_time`]),
-/// `rounds` times over, fails UNAVAILABLE within [`FAIL_WITHIN`] (a listing
-/// too when `outage.listing`). `held` and `spare` are names held with the
-/// tokens `holder` and `spare`: calls on `held` read it or renew it as it
-/// is, the writes that change a lease (a new TTL, a release, a revoke) go
-/// to `spare`, since a write cut at the timeout may still be applied once
-/// the store answers again.
+/// a listing included, `rounds` times over, fails UNAVAILABLE within
+/// [`FAIL_WITHIN`]. `held` and `spare` are names held with the tokens
+/// `holder` and `spare`: calls on `held` read it or renew it as it is,
+/// the writes that change a lease (a new TTL, a release, a revoke) go to
+/// `spare`, since a write cut at the timeout may still be applied once the
+/// store answers again.
 pub async fn every_call_refused_in_time(store: &Store, outage: Outage, rounds: u32) {
     let debug = |answer: &dyn std::fmt::Debug| format!("{answer:?}");
     for round in 0..rounds {
@@ -198,14 +195,12 @@ pub async fn every_call_refused_in_time(store: &Store, outage: Outage, rounds: u
                 .map(|a| a.map(|a| debug(&a))),
         )
         .await;
-        if outage.listing {
-            refused_in_time(
-                outage,
-                &r("a listing"),
-                store.list("", None, 10).map(|a| a.map(|a| debug(&a))),
-            )
-            .await;
-        }
+        refused_in_time(
+            outage,
+            &r("a listing"),
+            store.list("", None, 10).map(|a| a.map(|a| debug(&a))),
+        )
+        .await;
         refused_in_time(
             outage,
             &r("a ping"),
