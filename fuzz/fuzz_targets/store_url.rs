@@ -171,10 +171,17 @@ fuzz_target!(|data: &[u8]| {
             hosts,
             chroot,
             user,
+            tls,
         } => {
-            let rest = url
-                .strip_prefix("zookeeper://")
-                .expect("a zookeeper:// URL");
+            let (want_tls, rest) = match url.strip_prefix("zookeeper://") {
+                Some(rest) => (false, rest),
+                None => (
+                    true,
+                    url.strip_prefix("zookeepers://")
+                        .expect("a zookeeper:// or zookeepers:// URL"),
+                ),
+            };
+            assert_eq!(tls, want_tls, "{url:?}");
             let (userinfo, rest) = match rest.rsplit_once('@') {
                 Some((u, r)) => (Some(u), r),
                 None => (None, rest),

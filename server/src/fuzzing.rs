@@ -81,6 +81,8 @@ pub enum StoreUrl {
         chroot: String,
         /// The digest user, if any.
         user: Option<String>,
+        /// Whether it speaks TLS (`zookeepers://`).
+        tls: bool,
     },
 }
 
@@ -94,6 +96,7 @@ pub fn store_url(url: &str) -> Result<StoreUrl> {
             user: target.digest.as_ref().map(|(user, _)| user.clone()),
             hosts: target.hosts,
             chroot: target.chroot,
+            tls: target.tls,
         });
     }
     if url.starts_with("etcd://") || url.starts_with("etcds://") {

@@ -124,11 +124,12 @@ describe('TTL advice and ttlMs: \'auto\'', () => {
         await warmUp(client);
         const lease = await client.acquire(lockName('auto-slow'), { ttlMs: 'auto' });
         const first = lease.ttlMs;
-        // A new Session stream has measured nothing: the floor. A unary
-        // Acquire (KeepAlive) gets the fit for the round trips of the
-        // tenant's streams on the broker (the earlier tests' among them).
-        if (session) assert.equal(first, FLOOR_MS);
-        else assert.ok(first >= FLOOR_MS, `granted ${first} ms`);
+        // Until a stream has measured three round trips, and for a unary
+        // Acquire (KeepAlive), the broker fits the TTL to the round trips
+        // of the tenant's streams on it (the earlier tests' among them:
+        // once 1,040 ms in a full run, their p99 104 ms), at least the
+        // floor.
+        assert.ok(first >= FLOOR_MS, `granted ${first} ms`);
         await eventually(() => lease.ttlMs >= 1200 || lease.lostReason, 'the TTL follows the round trips', 20_000);
         assert.equal(lease.lostReason, null);
         assert.ok(lease.ttlMs >= 1200, `${lease.ttlMs} ms`);
